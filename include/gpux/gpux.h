@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: MIT */
+/* gpux/gpux.h: the public API of libgpuxclient. */
+#ifndef GPUX_GPUX_H
+#define GPUX_GPUX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gpux/host-kernel.h>
+#include <gpux/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(GPUX_BUILDING_LIBRARY)
+#define GPUX_EXPORT __attribute__((visibility("default")))
+#else
+#define GPUX_EXPORT
+#endif
+
+/*
+ * How it works: a process connects to gpuxd (starting a private one when none listens),
+ * allocates buffers in shared memory, loads modules and submits kernel launches that a
+ * worker process runs on a GPU (or on the CPU, with the host back end). The process itself
+ * never loads CUDA, so it may fork at any time: a child keeps using the objects it inherited,
+ * gets its own connection on its first call, and the parent is not disturbed.
+ *
+ * Every function that can fail returns a gpux_status: GPUX_OK (0) or a negative code.
+ * Out-parameters are named ret_* and are written only on success. All functions are
+ * thread-safe; objects belong to the gpux_ctx they were made from and must not outlive it.
+ */
+
+typedef enum gpux_status {
+	GPUX_OK = 0,
+	GPUX_E_INVAL = -1,        /* an argument or request field is not valid */
+	GPUX_E_NOMEM = -2,        /* out of host or device memory */
+	GPUX_E_PROTO = -3,        /* the peer broke the protocol; the connection was dropped */
+	GPUX_E_CONNECT = -4,      /* gpuxd could not be reached or started */
+	GPUX_E_PERM = -5,         /* gpuxd refused this user */
+	GPUX_E_NODEV = -6,        /* no such device, or the device has failed */
+	GPUX_E_WORKER_LOST = -7,  /* the worker died while the request was in flight */
+	GPUX_E_KERNEL_FAULT = -8, /* the kernel faulted (illegal address, ...); see the message */
+	GPUX_E_TIMEOUT = -9,      /* the request ran past its deadline */
+	GPUX_E_COMPILE = -10,     /* the module did not compile; the log is the message */
+	GPUX_E_NOTFOUND = -11,    /* no kernel of that name in the module */
+	GPUX_E_QUOTA = -12,       /* a per-client limit was reached */
+	GPUX_E_AGAIN = -13,       /* not finished yet */
+	GPUX_E_NODRIVER = -14,    /* the device's driver is missing or too old */
+	GPUX_E_DEVICE = -15,      /* the device refused the work; see the message */
+	GPUX_E_IO = -16,          /* a system call failed */
+	GPUX_E_VERSION = -17,     /* gpuxd speaks no protocol version this library knows */
+} gpux_status;
+
+/* A short English text for a status code; never NULL. */
+GPUX_EXPORT const char *gpux_strerror(gpux_status status);
+
+/* The library's version as "major.minor.micro", as built. */
+GPUX_EXPORT const char *gpux_version(void);
+
+/* ---- connection and devices ---- */
+
+typedef struct gpux_ctx gpux_ctx;
+
+#define GPUX_ANY UINT32_MAX /* a device index meaning: let gpux choose */
+
+enum gpux_backend {
+	GPUX_BACKEND_HOST = 1, /* kernels in C on the CPU */
+	GPUX_BACKEND_CUDA = 2,
+};
+
+enum gpux_device_state {
+	GPUX_DEVICE_STARTING = 1,
+	GPUX_DEVICE_READY = 2,
+	GPUX_DEVICE_RESTARTING = 3,
+	GPUX_DEVICE_FAILED = 4, /* died too often; left out of GPUX_ANY */
+};
+
+struct gpux_device_info {
+	uint32_t index;
+	uint32_t backend;  /* enum gpux_backend */
+	uint32_t state;    /* enum gpux_device_state */
+	uint32_t cc_major; /* compute capability (CUDA); 0 on the host back end */
+	uint32_t cc_minor;
+	uint32_t sm_count; /* multiprocessors, or CPU threads on the host back end */
+	uint64_t mem_total;
+	uint8_t uuid[16];
+	char name[64];
+};
+
+/*
+ * Connect to gpuxd at socket_path; NULL means $GPUX_SOCKET, else the per-user default
+ * ($XDG_RUNTIME_DIR/gpux/gpuxd.sock, else /tmp/gpux-<uid>/gpuxd.sock). When nobody listens
+ * at the default path, a private gpuxd is started (gpuxd --private, found in $GPUX_DAEMON,
+ * beside this library, or where it was installed) and exits once its last client is gone.
+ * On success *ret_ctx owns the connection; free it with gpux_disconnect().
+ */
+GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx);
+
+/* Close the connection and free every object still made from it. NULL is accepted. */
+GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx);
+
+/* The number of devices gpuxd serves (at least 1). */
+GPUX_EXPORT uint32_t gpux_device_count(gpux_ctx *ctx);
+
+/* What gpuxd knows of a device now. */
+GPUX_EXPORT gpux_status gpux_device_info(gpux_ctx *ctx, uint32_t device,
+					 struct gpux_device_info *ret_info);
+
+/*
+ * An fd that polls readable when completions may have arrived; then call gpux_process() and
+ * gpux_test(). Owned by ctx; valid until the next fork (the child gets its own).
+ */
+GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd);
+
+/* Take in every completion that has arrived, without blocking. */
+GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx);
+
+/* ---- shared buffers ---- */
+
+typedef struct gpux_buf gpux_buf;
+
+/*
+ * A buffer of `size` bytes in shared memory, zero-filled, that kernels read and write in
+ * place (no copy between this process and gpux). Usable by children forked later.
+ */
+GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **ret_buf);
+
+/* The buffer's bytes, page-aligned; borrowed, valid until gpux_buf_free(). */
+GPUX_EXPORT void *gpux_buf_data(gpux_buf *buf);
+
+GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *buf);
+
+/* Free a buffer. Requests still using it must be finished first. NULL is accepted. */
+GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
+
+/* ---- modules ---- */
+
+typedef struct gpux_module gpux_module;
+
+enum gpux_lang {
+	GPUX_LANG_CUDA = 1,  /* CUDA C++, compiled by NVRTC for the device */
+	GPUX_LANG_PTX = 2,   /* PTX text, NUL-terminated */
+	GPUX_LANG_CUBIN = 3, /* a cubin or fatbin for the device */
+	GPUX_LANG_HOST = 4,  /* C for the host back end (see gpux/host-kernel.h) */
+};
+
+/*
+ * Load a module from `size` bytes of `code` in language `lang`, with compiler `options`
+ * (space-separated, or NULL). The code is compiled once per machine and cached by its
+ * content; later loads of the same code are fast. The module is loaded on one device now,
+ * so that errors show at once, and on other devices the first time a request goes there.
+ * On a compile error the status is GPUX_E_COMPILE and, when ret_log is not NULL, *ret_log
+ * is the compiler's log (free() it); on success *ret_log is NULL or a warnings log.
+ */
+GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
+					 size_t size, const char *options,
+					 gpux_module **ret_module, char **ret_log);
+
+/* Unload a module. Requests still using it must be finished first. NULL is accepted. */
+GPUX_EXPORT void gpux_module_free(gpux_module *module);
+
+/* ---- queues ---- */
+
+typedef struct gpux_queue gpux_queue;
+
+/*
+ * A queue on one device: its requests run in submission order, while different queues may
+ * run at the same time (a CUDA stream each). Every device also has a default queue, used
+ * when a launch names none.
+ */
+GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_queue **ret_queue);
+
+/* Close a queue. Requests still in it must be finished first. NULL is accepted. */
+GPUX_EXPORT void gpux_queue_free(gpux_queue *queue);
+
+/* ---- arguments ---- */
+
+typedef struct gpux_req gpux_req;
+
+enum gpux_arg_kind {
+	GPUX_ARG_SCALAR = 1, /* a value, copied at submission */
+	GPUX_ARG_IN = 2,     /* a buffer range copied to the device before the launch */
+	GPUX_ARG_OUT = 3,    /* a buffer range copied back from the device after it */
+	GPUX_ARG_INOUT = 4,  /* both */
+};
+
+struct gpux_arg {
+	uint32_t kind; /* enum gpux_arg_kind */
+	uint32_t flags;
+	union {
+		gpux_buf *buf;     /* IN, OUT, INOUT */
+		const void *value; /* SCALAR: `size` bytes, at most 256 */
+	};
+	uint64_t offset; /* into buf */
+	uint64_t size;
+};
+
+static inline struct gpux_arg gpux_arg_buf(uint32_t kind, gpux_buf *buf, uint64_t offset,
+					   uint64_t size)
+{
+	struct gpux_arg a = { kind, 0, { buf }, offset, size };
+	return a;
+}
+
+static inline struct gpux_arg gpux_arg_in(gpux_buf *buf, uint64_t offset, uint64_t size)
+{
+	return gpux_arg_buf(GPUX_ARG_IN, buf, offset, size);
+}
+
+static inline struct gpux_arg gpux_arg_out(gpux_buf *buf, uint64_t offset, uint64_t size)
+{
+	return gpux_arg_buf(GPUX_ARG_OUT, buf, offset, size);
+}
+
+static inline struct gpux_arg gpux_arg_inout(gpux_buf *buf, uint64_t offset, uint64_t size)
+{
+	return gpux_arg_buf(GPUX_ARG_INOUT, buf, offset, size);
+}
+
+static inline struct gpux_arg gpux_arg_scalar(const void *value, uint64_t size)
+{
+	struct gpux_arg a = { GPUX_ARG_SCALAR, 0, { NULL }, 0, size };
+	a.value = value;
+	return a;
+}
+
+/* A scalar argument from an lvalue: GPUX_ARG_VALUE(n) for `uint32_t n`. */
+#define GPUX_ARG_VALUE(v) gpux_arg_scalar(&(v), sizeof(v))
+
+/* ---- requests ---- */
+
+struct gpux_launch {
+	uint32_t grid[3];      /* blocks; a 0 is taken as 1 */
+	uint32_t block[3];     /* threads per block; a 0 is taken as 1 */
+	uint32_t shared_bytes; /* dynamic shared memory per block */
+	uint32_t timeout_ms;   /* 0: gpuxd's default deadline */
+	uint32_t device;       /* a device index, or GPUX_ANY; ignored when queue is set */
+	uint32_t flags;
+	gpux_queue *queue;     /* NULL: the device's default queue */
+};
+
+struct gpux_times {
+	uint64_t queue_ns;  /* from arrival at the worker to the start of its work */
+	uint64_t run_ns;    /* the worker's wall time for copies, launch and copies back */
+	uint64_t device_ns; /* the device's own time for that work (CUDA events) */
+};
+
+/*
+ * Submit a launch of `kernel` in `module` with `nargs` arguments. Returns at once; the
+ * request runs after the earlier ones of its queue. On success *ret_req is the request:
+ * wait for it with gpux_wait() or gpux_test(), then gpux_req_free() it. Buffers named in
+ * args must not be freed, nor their OUT ranges read, before the request is finished.
+ */
+GPUX_EXPORT gpux_status gpux_submit(gpux_module *module, const char *kernel,
+				    const struct gpux_launch *launch, const struct gpux_arg *args,
+				    uint32_t nargs, gpux_req **ret_req);
+
+/*
+ * Wait up to timeout_ms (-1: no limit) for a request to finish. Returns its status
+ * (GPUX_OK, or why it failed), or GPUX_E_AGAIN if it is still running at the time limit.
+ */
+GPUX_EXPORT gpux_status gpux_wait(gpux_req *req, int64_t timeout_ms);
+
+/* gpux_wait() with no waiting. */
+GPUX_EXPORT gpux_status gpux_test(gpux_req *req);
+
+/* The finished request's detail text (compiler log, CUDA error, bad argument), or "". */
+GPUX_EXPORT const char *gpux_req_message(gpux_req *req);
+
+/* The finished request's timings. */
+GPUX_EXPORT gpux_status gpux_req_times(gpux_req *req, struct gpux_times *ret_times);
+
+/* The device the request was sent to. */
+GPUX_EXPORT uint32_t gpux_req_device(gpux_req *req);
+
+/*
+ * Free a request. A request still running is waited for first, so that its buffers are
+ * free to reuse afterwards. NULL is accepted.
+ */
+GPUX_EXPORT void gpux_req_free(gpux_req *req);
+
+/* gpux_submit(), gpux_wait() with no time limit, gpux_req_free(): the request's status. */
+GPUX_EXPORT gpux_status gpux_run(gpux_module *module, const char *kernel,
+				 const struct gpux_launch *launch, const struct gpux_arg *args,
+				 uint32_t nargs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,517 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/loop.c: the event loop's objects, timers and message delivery, shared by both back ends. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "loop-internal.h"
+#include "macro.h"
+
+/* After EMFILE and the like, accept nothing for this long: the failing call would spin. */
+#define ACCEPT_PAUSE_NS (100 * NSEC_PER_MSEC)
+
+static int loop_open(struct ipc_loop *l, const struct ipc_loop_ops *ops)
+{
+	int r;
+
+	l->ops = ops;
+	r = ops->init(l);
+	if (r < 0)
+		l->ops = NULL;
+	return r;
+}
+
+int ipc_loop_new(enum ipc_loop_kind kind, struct ipc_loop **ret)
+{
+	struct ipc_loop *l;
+	int r;
+
+	if (kind == IPC_LOOP_AUTO) {
+		const char *e = getenv("GPUX_LOOP");
+
+		if (e && strcmp(e, "epoll") == 0)
+			kind = IPC_LOOP_EPOLL;
+		else if (e && strcmp(e, "io_uring") == 0)
+			kind = IPC_LOOP_URING;
+		else if (e && *e)
+			return -EINVAL;
+	}
+
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->epfd = -1;
+	l->closing_tail = &l->closing;
+
+	if (kind == IPC_LOOP_EPOLL)
+		r = loop_open(l, &ipc_loop_epoll_ops);
+	else {
+		r = loop_open(l, &ipc_loop_uring_ops);
+		if (kind == IPC_LOOP_AUTO && (r == -ENOSYS || r == -EPERM || r == -EINVAL)) {
+			l->fallback = r;
+			r = loop_open(l, &ipc_loop_epoll_ops);
+		}
+	}
+	if (r < 0) {
+		free(l);
+		return r;
+	}
+	*ret = l;
+	return 0;
+}
+
+static void obj_destroy(struct ipc_obj *o)
+{
+	switch (o->type) {
+	case OBJ_WATCH:
+		free(o);
+		break;
+	case OBJ_CONN: {
+		struct ipc_conn *c = (struct ipc_conn *)o;
+
+		while (c->out_head)
+			ipc_conn_pop_sent(c);
+		(void)safe_close(c->fd);
+		free(c->rbuf);
+		free(c);
+		break;
+	}
+	case OBJ_LISTENER:
+		free(o);
+		break;
+	}
+}
+
+static void bury_dead(struct ipc_loop *l)
+{
+	while (l->graveyard) {
+		struct ipc_obj *o = l->graveyard;
+
+		l->graveyard = o->next_dead;
+		obj_destroy(o);
+	}
+}
+
+static void run_closing(struct ipc_loop *l)
+{
+	while (l->closing) {
+		struct ipc_conn *c = l->closing;
+
+		l->closing = c->next_closing;
+		if (!l->closing)
+			l->closing_tail = &l->closing;
+		if (!c->obj.dead)
+			c->on_close(c, c->close_error, c->userdata);
+	}
+}
+
+void ipc_obj_release(struct ipc_obj *o)
+{
+	if (!o->dead || o->inflight > 0 || o->buried)
+		return;
+	o->buried = true;
+	o->next_dead = o->loop->graveyard;
+	o->loop->graveyard = o;
+}
+
+void ipc_loop_free(struct ipc_loop *l)
+{
+	if (!l)
+		return;
+	/* Let cancelled operations complete so that their objects can go. */
+	if (l->ops && l->ops->done)
+		l->ops->done(l);
+	bury_dead(l);
+	free(l);
+}
+
+const char *ipc_loop_name(const struct ipc_loop *l)
+{
+	return l->ops->name;
+}
+
+int ipc_loop_fallback(const struct ipc_loop *l)
+{
+	return l->fallback;
+}
+
+void ipc_loop_exit(struct ipc_loop *l, int code)
+{
+	l->exit = true;
+	l->exit_code = code;
+}
+
+static void fire_timers(struct ipc_loop *l)
+{
+	uint64_t now = mono_ns();
+	unsigned due = 0;
+
+	/* Fire at most the timers that were due when this began: one that its callback arms
+	 * again for a time already past waits for the next round, instead of running here over
+	 * and over while no fd is served. */
+	for (struct ipc_timer *t = l->timers; t && t->when <= now; t = t->next)
+		due++;
+	for (; due > 0 && l->timers && l->timers->when <= now; due--) {
+		struct ipc_timer *t = l->timers;
+
+		l->timers = t->next;
+		t->next = NULL;
+		t->when = 0;
+		t->fn(t, t->userdata);
+	}
+}
+
+int ipc_loop_iterate(struct ipc_loop *l, int64_t timeout_ns)
+{
+	int r;
+
+	if (l->closing)
+		timeout_ns = 0;
+	if (l->timers) {
+		uint64_t now = mono_ns();
+		int64_t until = l->timers->when > now ? (int64_t)(l->timers->when - now) : 0;
+
+		if (timeout_ns < 0 || until < timeout_ns)
+			timeout_ns = until;
+	}
+	r = l->ops->wait(l, timeout_ns);
+	if (r >= 0)
+		fire_timers(l);
+	run_closing(l);
+	bury_dead(l);
+	return r < 0 ? r : 0;
+}
+
+int ipc_loop_run(struct ipc_loop *l)
+{
+	while (!l->exit) {
+		int r = ipc_loop_iterate(l, -1);
+		if (r < 0)
+			return r;
+	}
+	/* Ready to run again; an exit asked for before running is not lost. */
+	l->exit = false;
+	return l->exit_code;
+}
+
+/* ---- watches ---- */
+
+int ipc_watch_new(struct ipc_loop *l, int fd, uint32_t events, ipc_watch_fn *fn, void *userdata,
+		  struct ipc_watch **ret)
+{
+	struct ipc_watch *w = calloc(1, sizeof(*w));
+	int r;
+
+	if (!w)
+		return -ENOMEM;
+	w->obj = (struct ipc_obj){ .loop = l, .type = OBJ_WATCH };
+	w->fd = fd;
+	w->events = events;
+	w->fn = fn;
+	w->userdata = userdata;
+	w->op = (struct uring_op){ .kind = UOP_POLL, .obj = &w->obj };
+	r = l->ops->watch_start(w);
+	if (r < 0) {
+		free(w);
+		return r;
+	}
+	*ret = w;
+	return 0;
+}
+
+void ipc_watch_free(struct ipc_watch *w)
+{
+	if (!w || w->obj.dead)
+		return;
+	w->obj.dead = true;
+	w->obj.loop->ops->watch_stop(w);
+	ipc_obj_release(&w->obj);
+}
+
+/* ---- timers ---- */
+
+int ipc_timer_new(struct ipc_loop *l, ipc_timer_fn *fn, void *userdata, struct ipc_timer **ret)
+{
+	struct ipc_timer *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	t->loop = l;
+	t->fn = fn;
+	t->userdata = userdata;
+	*ret = t;
+	return 0;
+}
+
+static void timer_unlink(struct ipc_timer *t)
+{
+	for (struct ipc_timer **p = &t->loop->timers; *p; p = &(*p)->next)
+		if (*p == t) {
+			*p = t->next;
+			break;
+		}
+	t->next = NULL;
+	t->when = 0;
+}
+
+void ipc_timer_arm(struct ipc_timer *t, uint64_t when_ns)
+{
+	struct ipc_timer **p;
+
+	if (t->when)
+		timer_unlink(t);
+	if (when_ns == 0)
+		return;
+	t->when = when_ns;
+	for (p = &t->loop->timers; *p && (*p)->when <= when_ns; p = &(*p)->next)
+		;
+	t->next = *p;
+	*p = t;
+}
+
+void ipc_timer_free(struct ipc_timer *t)
+{
+	if (!t)
+		return;
+	if (t->when)
+		timer_unlink(t);
+	free(t);
+}
+
+/* ---- connections ---- */
+
+int ipc_conn_new_take_fd(struct ipc_loop *l, int fd, ipc_conn_msg_fn *on_msg,
+			 ipc_conn_close_fn *on_close, void *userdata, struct ipc_conn **ret)
+{
+	struct ipc_conn *c = calloc(1, sizeof(*c));
+	int r;
+
+	if (!c) {
+		(void)safe_close(fd);
+		return -ENOMEM;
+	}
+	c->obj = (struct ipc_obj){ .loop = l, .type = OBJ_CONN };
+	c->fd = fd;
+	c->on_msg = on_msg;
+	c->on_close = on_close;
+	c->userdata = userdata;
+	c->recv_op = (struct uring_op){ .kind = UOP_RECV, .obj = &c->obj };
+	c->send_op = (struct uring_op){ .kind = UOP_SEND, .obj = &c->obj };
+	c->rbuf = malloc(IPC_MSG_MAX);
+	if (!c->rbuf) {
+		r = -ENOMEM;
+		goto err_free;
+	}
+	r = l->ops->conn_start(c);
+	if (r < 0)
+		goto err_free;
+	*ret = c;
+	return 0;
+
+err_free:
+	free(c->rbuf);
+	free(c);
+	(void)safe_close(fd);
+	return r;
+}
+
+void ipc_conn_pop_sent(struct ipc_conn *c)
+{
+	struct ipc_out *o = c->out_head;
+
+	c->out_head = o->next;
+	if (!c->out_head)
+		c->out_tail = NULL;
+	c->out_msgs--;
+	c->out_bytes -= o->len;
+	for (unsigned i = 0; i < o->nfds; i++)
+		(void)safe_close(o->fds[i]);
+	free(o);
+}
+
+void ipc_conn_fail(struct ipc_conn *c, int error)
+{
+	struct ipc_loop *l = c->obj.loop;
+
+	if (c->closed)
+		return;
+	c->closed = true;
+	c->close_error = error;
+	l->ops->conn_stop(c);
+	/* on_close runs from the loop itself, never inside a call such as ipc_conn_send(), so
+	 * that it may free what its caller still uses. */
+	c->next_closing = NULL;
+	*l->closing_tail = c;
+	l->closing_tail = &c->next_closing;
+}
+
+
+void ipc_conn_deliver(struct ipc_conn *c, ssize_t n, int *fds, unsigned nfds)
+{
+	struct ipc_msg msg;
+	int r;
+
+	if (c->closed) {
+		for (unsigned i = 0; i < nfds; i++)
+			(void)safe_close(fds[i]);
+		return;
+	}
+	r = ipc_msg_parse(c->rbuf, (size_t)n, fds, nfds, &msg);
+	if (r < 0) {
+		for (unsigned i = 0; i < nfds; i++)
+			(void)safe_close(fds[i]);
+		ipc_conn_fail(c, r);
+		return;
+	}
+	c->on_msg(c, &msg, c->userdata);
+	ipc_msg_close_fds(&msg);
+}
+
+int ipc_conn_send(struct ipc_conn *c, const void *buf, size_t len, const int *fds, unsigned nfds)
+{
+	struct ipc_out *o;
+	bool idle;
+
+	if (c->closed)
+		return -EPIPE;
+	if (nfds > IPC_FDS_MAX || len > IPC_MSG_MAX)
+		return -EINVAL;
+	if (c->out_msgs >= IPC_CONN_QUEUE_MSGS || c->out_bytes + len > IPC_CONN_QUEUE_BYTES) {
+		ipc_conn_fail(c, -ENOBUFS);
+		return -ENOBUFS;
+	}
+	o = malloc(sizeof(*o) + len);
+	if (!o)
+		return -ENOMEM;
+	o->next = NULL;
+	o->len = len;
+	o->nfds = 0;
+	for (unsigned i = 0; i < nfds; i++) {
+		int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		if (d < 0) {
+			int r = -errno;
+			for (unsigned j = 0; j < o->nfds; j++)
+				(void)safe_close(o->fds[j]);
+			free(o);
+			return r;
+		}
+		o->fds[o->nfds++] = d;
+	}
+	memcpy(o->data, buf, len);
+
+	idle = c->out_head == NULL;
+	if (c->out_tail)
+		c->out_tail->next = o;
+	else
+		c->out_head = o;
+	c->out_tail = o;
+	c->out_msgs++;
+	c->out_bytes += len;
+	if (idle)
+		c->obj.loop->ops->conn_kick(c);
+	return 0;
+}
+
+void ipc_conn_free(struct ipc_conn *c)
+{
+	if (!c || c->obj.dead)
+		return;
+	c->obj.dead = true;
+	if (!c->closed) {
+		c->closed = true;
+		c->obj.loop->ops->conn_stop(c);
+	}
+	ipc_obj_release(&c->obj);
+}
+
+int ipc_conn_fd(const struct ipc_conn *c)
+{
+	return c->fd;
+}
+
+void *ipc_conn_userdata(const struct ipc_conn *c)
+{
+	return c->userdata;
+}
+
+void ipc_conn_set_userdata(struct ipc_conn *c, void *userdata)
+{
+	c->userdata = userdata;
+}
+
+size_t ipc_conn_queued(const struct ipc_conn *c)
+{
+	return c->out_msgs;
+}
+
+/* ---- listeners ---- */
+
+static void listener_resume(struct ipc_timer *t, void *userdata)
+{
+	struct ipc_listener *li = userdata;
+
+	if (!li->obj.dead)
+		(void)li->obj.loop->ops->listener_start(li);
+}
+
+int ipc_listener_new(struct ipc_loop *l, int listen_fd, ipc_accept_fn *fn, void *userdata,
+		     struct ipc_listener **ret)
+{
+	struct ipc_listener *li = calloc(1, sizeof(*li));
+	int r;
+
+	if (!li)
+		return -ENOMEM;
+	li->obj = (struct ipc_obj){ .loop = l, .type = OBJ_LISTENER };
+	li->fd = listen_fd;
+	li->fn = fn;
+	li->userdata = userdata;
+	li->op = (struct uring_op){ .kind = UOP_ACCEPT, .obj = &li->obj };
+	r = ipc_timer_new(l, listener_resume, li, &li->resume);
+	if (r < 0)
+		goto err_free;
+	r = l->ops->listener_start(li);
+	if (r < 0)
+		goto err_free;
+	*ret = li;
+	return 0;
+
+err_free:
+	ipc_timer_free(li->resume);
+	free(li);
+	return r;
+}
+
+bool ipc_listener_accepted(struct ipc_listener *li, int fd_or_error)
+{
+	if (li->obj.dead) {
+		(void)safe_close(fd_or_error);
+		return false;
+	}
+	if (fd_or_error >= 0) {
+		li->fn(li, fd_or_error, li->userdata);
+		return !li->obj.dead;
+	}
+	/* Out of fds or memory: the next accept would fail at once and spin, so pause. A
+	 * connection that went away before it was accepted is nothing to pause for. */
+	if (fd_or_error == -EMFILE || fd_or_error == -ENFILE || fd_or_error == -ENOBUFS ||
+	    fd_or_error == -ENOMEM) {
+		li->obj.loop->ops->listener_stop(li);
+		ipc_timer_arm(li->resume, mono_ns() + ACCEPT_PAUSE_NS);
+		return false;
+	}
+	return true;
+}
+
+void ipc_listener_free(struct ipc_listener *li)
+{
+	if (!li || li->obj.dead)
+		return;
+	li->obj.dead = true;
+	ipc_timer_free(li->resume);
+	li->resume = NULL;
+	li->obj.loop->ops->listener_stop(li);
+	ipc_obj_release(&li->obj);
+}

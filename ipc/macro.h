@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/macro.h: small helpers every part of gpux uses (cleanup attributes, clocks, sizes). */
+#pragma once
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define KiB (1024ULL)
+#define MiB (1024ULL * KiB)
+#define GiB (1024ULL * MiB)
+#define NSEC_PER_USEC 1000ULL
+#define NSEC_PER_MSEC 1000000ULL
+#define NSEC_PER_SEC 1000000000ULL
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _likely_(x) __builtin_expect(!!(x), 1)
+#define _unlikely_(x) __builtin_expect(!!(x), 0)
+
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
+
+/* Close an fd, keeping errno, and accept -1: for cleanup paths. */
+static inline int safe_close(int fd)
+{
+	if (fd >= 0) {
+		int saved = errno;
+		(void)close(fd);
+		errno = saved;
+	}
+	return -1;
+}
+
+static inline void closep(int *fd)
+{
+	*fd = safe_close(*fd);
+}
+
+/* Hand an owned value out of a cleanup-managed local: the local is left empty. */
+#define TAKE_FD(fd)                                                                                \
+	({                                                                                         \
+		int _fd = (fd);                                                                    \
+		(fd) = -1;                                                                         \
+		_fd;                                                                               \
+	})
+#define TAKE_PTR(p)                                                                                \
+	({                                                                                         \
+		__typeof__(p) _p = (p);                                                            \
+		(p) = NULL;                                                                        \
+		_p;                                                                                \
+	})
+
+static inline uint64_t now_ns(clockid_t clock)
+{
+	struct timespec ts;
+	(void)clock_gettime(clock, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t mono_ns(void)
+{
+	return now_ns(CLOCK_MONOTONIC);
+}
+
+/* a + b, or false when it overflows. */
+static inline int add_ok(uint64_t a, uint64_t b, uint64_t *ret)
+{
+	return !__builtin_add_overflow(a, b, ret);
+}
+
+/* An offset and length that lie inside [0, size). */
+static inline int range_ok(uint64_t off, uint64_t len, uint64_t size)
+{
+	uint64_t end;
+	return add_ok(off, len, &end) && end <= size;
+}

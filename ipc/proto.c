@@ -1,0 +1,484 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/proto.c: encoding and checked decoding of gpux wire messages. */
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+
+#include "macro.h"
+#include "proto.h"
+
+#define IPC_STATUS_MIN GPUX_E_VERSION
+
+int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, struct ipc_msg *ret)
+{
+	struct ipc_hdr h;
+
+	if (len < sizeof(h))
+		return -EBADMSG;
+	if (len > IPC_MSG_MAX)
+		return -EMSGSIZE;
+	memcpy(&h, buf, sizeof(h));
+	if (h.magic != IPC_MAGIC)
+		return -EBADMSG;
+	if (h.version < IPC_VERSION_MIN || h.version > IPC_VERSION)
+		return -EPROTONOSUPPORT;
+	if ((size_t)h.len != len - sizeof(h))
+		return -EBADMSG;
+	if (h.nfds != nfds || nfds > IPC_FDS_MAX)
+		return -EBADMSG;
+	if (h.type == 0 || h.type >= IPC_TYPE_MAX_)
+		return -EBADMSG;
+
+	ret->hdr = h;
+	ret->payload = (const uint8_t *)buf + sizeof(h);
+	ret->len = h.len;
+	for (unsigned i = 0; i < nfds; i++)
+		ret->fds[i] = fds[i];
+	for (unsigned i = nfds; i < IPC_FDS_MAX; i++)
+		ret->fds[i] = -1;
+	ret->nfds = nfds;
+	return 0;
+}
+
+/* A message that is exactly one fixed-size struct with a known number of fds. */
+static int decode_fixed(const struct ipc_msg *msg, uint16_t type, void *ret, size_t size,
+			unsigned nfds)
+{
+	if (msg->hdr.type != type || msg->len != size || msg->nfds != nfds)
+		return -EBADMSG;
+	memcpy(ret, msg->payload, size);
+	return 0;
+}
+
+/* The fixed part at the start of a variable-length message. */
+static int decode_head(const struct ipc_msg *msg, uint16_t type, void *ret, size_t size)
+{
+	if (msg->hdr.type != type || msg->len < size)
+		return -EBADMSG;
+	memcpy(ret, msg->payload, size);
+	return 0;
+}
+
+static int check_device_info(struct ipc_device_info *info)
+{
+	if (!memchr(info->name, 0, sizeof(info->name)))
+		return -EBADMSG;
+	if (info->backend != GPUX_BACKEND_HOST && info->backend != GPUX_BACKEND_CUDA)
+		return -EBADMSG;
+	if (info->index >= IPC_DEVICES_MAX)
+		return -EBADMSG;
+	return 0;
+}
+
+static int check_state(uint32_t state)
+{
+	return state >= GPUX_DEVICE_STARTING && state <= GPUX_DEVICE_FAILED ? 0 : -EBADMSG;
+}
+
+int ipc_decode_hello(const struct ipc_msg *msg, struct ipc_hello *ret)
+{
+	struct ipc_hello m;
+	int r = decode_fixed(msg, IPC_HELLO, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.min_version > m.max_version || (m.flags & ~IPC_HELLO_ADMIN))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_welcome(const struct ipc_msg *msg, struct ipc_welcome *ret)
+{
+	struct ipc_welcome m;
+	int r = decode_fixed(msg, IPC_WELCOME, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.version < IPC_VERSION_MIN || m.version > IPC_VERSION || m.ndevices > IPC_DEVICES_MAX)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_device(const struct ipc_msg *msg, struct ipc_device *ret)
+{
+	struct ipc_device m;
+	unsigned nfds;
+	int r = decode_head(msg, IPC_DEVICE, &m, sizeof(m));
+
+	if (r < 0)
+		return r;
+	if (m.flags & ~IPC_DEVICE_CHANNEL)
+		return -EBADMSG;
+	nfds = (m.flags & IPC_DEVICE_CHANNEL) ? 2 : 0;
+	if (msg->len != sizeof(m) || msg->nfds != nfds)
+		return -EBADMSG;
+	if (check_device_info(&m.info) < 0 || check_state(m.state) < 0)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_attach(const struct ipc_msg *msg, struct ipc_attach *ret)
+{
+	return decode_fixed(msg, IPC_ATTACH, ret, sizeof(*ret), 1);
+}
+
+int ipc_decode_ready(const struct ipc_msg *msg, struct ipc_ready *ret)
+{
+	struct ipc_ready m;
+	int r = decode_fixed(msg, IPC_READY, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (check_device_info(&m.info) < 0)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_seg_add(const struct ipc_msg *msg, struct ipc_seg_add *ret)
+{
+	struct ipc_seg_add m;
+	int r = decode_fixed(msg, IPC_SEG_ADD, &m, sizeof(m), 1);
+
+	if (r < 0)
+		return r;
+	if (m.size == 0 || (m.flags & ~IPC_SEG_FROZEN))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_seg_drop(const struct ipc_msg *msg, struct ipc_seg_drop *ret)
+{
+	return decode_fixed(msg, IPC_SEG_DROP, ret, sizeof(*ret), 0);
+}
+
+int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret)
+{
+	struct ipc_mod_load m;
+	const char *options;
+	uint64_t want;
+	bool code_fd;
+	int r = decode_head(msg, IPC_MOD_LOAD, &m, sizeof(m));
+
+	if (r < 0)
+		return r;
+	if (m.flags & ~IPC_MOD_CODE_FD)
+		return -EBADMSG;
+	if (m.lang < GPUX_LANG_CUDA || m.lang > GPUX_LANG_HOST)
+		return -EBADMSG;
+	code_fd = m.flags & IPC_MOD_CODE_FD;
+	if (m.options_len > IPC_OPTIONS_MAX || m.code_len == 0 || m.code_len > IPC_CODE_MAX)
+		return -EBADMSG;
+	if (!code_fd && m.code_len > IPC_INLINE_CODE_MAX)
+		return -EBADMSG;
+	want = sizeof(m) + (uint64_t)m.options_len + (code_fd ? 0 : (uint64_t)m.code_len);
+	if (msg->len != want || msg->nfds != (code_fd ? 1u : 0u))
+		return -EBADMSG;
+
+	options = (const char *)msg->payload + sizeof(m);
+	if (memchr(options, 0, m.options_len))
+		return -EBADMSG;
+	ret->m = m;
+	ret->options = options;
+	ret->code = code_fd ? NULL : msg->payload + sizeof(m) + m.options_len;
+	return 0;
+}
+
+int ipc_decode_mod_drop(const struct ipc_msg *msg, struct ipc_mod_drop *ret)
+{
+	return decode_fixed(msg, IPC_MOD_DROP, ret, sizeof(*ret), 0);
+}
+
+int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_msg *ret)
+{
+	struct ipc_queue_msg m;
+	int r;
+
+	if (type != IPC_QUEUE_OPEN && type != IPC_QUEUE_CLOSE)
+		return -EBADMSG;
+	r = decode_fixed(msg, type, &m, sizeof(m), 0);
+	if (r < 0)
+		return r;
+	if (m.flags != 0)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+static int check_arg(const struct ipc_arg *a, uint32_t data_len)
+{
+	switch (a->kind) {
+	case GPUX_ARG_SCALAR:
+		if (a->size == 0 || a->size > IPC_SCALAR_MAX || a->flags != 0 || a->ref != 0)
+			return -EBADMSG;
+		return range_ok(a->offset, a->size, data_len) ? 0 : -EBADMSG;
+	case GPUX_ARG_IN:
+	case GPUX_ARG_OUT:
+	case GPUX_ARG_INOUT: {
+		uint64_t end;
+		if (a->size == 0 || a->flags != 0 || !add_ok(a->offset, a->size, &end))
+			return -EBADMSG;
+		return 0;
+	}
+	default:
+		return -EBADMSG;
+	}
+}
+
+int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret)
+{
+	struct ipc_submit m;
+	const uint8_t *p;
+	uint64_t want;
+	int r = decode_head(msg, IPC_SUBMIT, &m, sizeof(m));
+
+	if (r < 0)
+		return r;
+	if (msg->nfds != 0 || m.flags != 0)
+		return -EBADMSG;
+	if (m.nargs > IPC_ARGS_MAX || m.name_len == 0 || m.name_len > IPC_KERNEL_NAME_MAX ||
+	    m.data_len > IPC_PAYLOAD_MAX)
+		return -EBADMSG;
+	want = sizeof(m) + (uint64_t)m.nargs * sizeof(struct ipc_arg) + m.name_len + m.data_len;
+	if (msg->len != want)
+		return -EBADMSG;
+	for (unsigned i = 0; i < 3; i++)
+		if (m.grid[i] == 0 || m.grid[i] > IPC_GRID_MAX || m.block[i] == 0)
+			return -EBADMSG;
+
+	/* Every argument is checked in place before anything is written out. */
+	p = msg->payload + sizeof(m);
+	for (unsigned i = 0; i < m.nargs; i++) {
+		struct ipc_arg a;
+		memcpy(&a, p + i * sizeof(a), sizeof(a));
+		if (check_arg(&a, m.data_len) < 0)
+			return -EBADMSG;
+	}
+	if (memchr(p + (size_t)m.nargs * sizeof(struct ipc_arg), 0, m.name_len))
+		return -EBADMSG;
+	memcpy(ret->args, p, (size_t)m.nargs * sizeof(struct ipc_arg));
+	p += (size_t)m.nargs * sizeof(struct ipc_arg);
+	memcpy(ret->name, p, m.name_len);
+	ret->name[m.name_len] = '\0';
+	ret->data = p + m.name_len;
+	ret->m = m;
+	return 0;
+}
+
+int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret)
+{
+	struct ipc_done m;
+	int r = decode_head(msg, IPC_DONE, &m, sizeof(m));
+
+	if (r < 0)
+		return r;
+	if (msg->nfds != 0 || m.text_len > IPC_TEXT_MAX || msg->len != sizeof(m) + m.text_len)
+		return -EBADMSG;
+	if (m.status > 0 || m.status < IPC_STATUS_MIN)
+		return -EBADMSG;
+	ret->m = m;
+	ret->text = (const char *)msg->payload + sizeof(m);
+	return 0;
+}
+
+int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret)
+{
+	struct ipc_status_req m;
+	int r = decode_fixed(msg, IPC_STATUS_REQ, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.flags != 0)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret)
+{
+	struct ipc_status m;
+	int r = decode_head(msg, IPC_STATUS, &m, sizeof(m));
+
+	if (r < 0)
+		return r;
+	if (msg->nfds != 0 || m.ndevices > IPC_DEVICES_MAX ||
+	    msg->len != sizeof(m) + (size_t)m.ndevices * sizeof(struct ipc_dev_status))
+		return -EBADMSG;
+	if (!memchr(m.loop, 0, sizeof(m.loop)))
+		return -EBADMSG;
+	for (uint32_t i = 0; i < m.ndevices; i++) {
+		struct ipc_dev_status d;
+		memcpy(&d, msg->payload + sizeof(m) + i * sizeof(d), sizeof(d));
+		if (check_device_info(&d.info) < 0 || check_state(d.state) < 0)
+			return -EBADMSG;
+	}
+	ret->m = m;
+	ret->devs = msg->payload + sizeof(m);
+	return 0;
+}
+
+void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret)
+{
+	assert(i < msg->m.ndevices);
+	memcpy(ret, msg->devs + (size_t)i * sizeof(*ret), sizeof(*ret));
+}
+
+int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret)
+{
+	struct ipc_killed m;
+	int r = decode_fixed(msg, IPC_KILLED, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.reason != IPC_KILL_TIMEOUT || m.device >= IPC_DEVICES_MAX)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
+	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts)
+{
+	struct ipc_hdr h = {
+		.magic = IPC_MAGIC,
+		.version = IPC_VERSION,
+		.type = type,
+		.nfds = (uint16_t)nfds,
+		.id = id,
+	};
+	size_t total = sizeof(h) + fixed_len;
+	uint8_t *p = buf;
+
+	if (nfds > IPC_FDS_MAX)
+		return -EINVAL;
+	for (unsigned i = 0; i < nparts; i++)
+		total += parts[i].len;
+	if (total > cap || total > IPC_MSG_MAX)
+		return -EMSGSIZE;
+	h.len = (uint32_t)(total - sizeof(h));
+	memcpy(p, &h, sizeof(h));
+	p += sizeof(h);
+	if (fixed_len)
+		memcpy(p, fixed, fixed_len);
+	p += fixed_len;
+	for (unsigned i = 0; i < nparts; i++) {
+		if (parts[i].len)
+			memcpy(p, parts[i].data, parts[i].len);
+		p += parts[i].len;
+	}
+	return (int)total;
+}
+
+int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod_load *m,
+			const char *options, const void *code)
+{
+	bool code_fd = m->flags & IPC_MOD_CODE_FD;
+	struct ipc_part parts[2] = {
+		{ options, m->options_len },
+		{ code, code_fd ? 0 : m->code_len },
+	};
+
+	if (m->options_len > IPC_OPTIONS_MAX || m->code_len == 0 || m->code_len > IPC_CODE_MAX ||
+	    (!code_fd && m->code_len > IPC_INLINE_CODE_MAX))
+		return -EINVAL;
+	return ipc_encode(buf, cap, IPC_MOD_LOAD, id, code_fd ? 1 : 0, m, sizeof(*m), parts, 2);
+}
+
+int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submit *m,
+		      const struct ipc_arg *args, const char *name, const void *data)
+{
+	struct ipc_submit h = *m;
+	size_t name_len = strlen(name);
+	struct ipc_part parts[3] = {
+		{ args, (size_t)m->nargs * sizeof(*args) },
+		{ name, name_len },
+		{ data, m->data_len },
+	};
+
+	if (m->nargs > IPC_ARGS_MAX || name_len == 0 || name_len > IPC_KERNEL_NAME_MAX)
+		return -EINVAL;
+	h.name_len = (uint32_t)name_len;
+	return ipc_encode(buf, cap, IPC_SUBMIT, id, 0, &h, sizeof(h), parts, 3);
+}
+
+int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m, const char *text)
+{
+	struct ipc_done h = *m;
+	size_t len = text ? strlen(text) : 0;
+	struct ipc_part part;
+
+	/* A long text (a compile log) is cut, not refused: its start says what went wrong. */
+	if (len > IPC_TEXT_MAX)
+		len = IPC_TEXT_MAX;
+	h.text_len = (uint32_t)len;
+	part = (struct ipc_part){ text, len };
+	return ipc_encode(buf, cap, IPC_DONE, id, 0, &h, sizeof(h), &part, 1);
+}
+
+int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
+		      const struct ipc_dev_status *devs)
+{
+	struct ipc_part part = { devs, (size_t)m->ndevices * sizeof(*devs) };
+
+	if (m->ndevices > IPC_DEVICES_MAX)
+		return -EINVAL;
+	return ipc_encode(buf, cap, IPC_STATUS, id, 0, m, sizeof(*m), &part, 1);
+}
+
+const char *ipc_type_name(uint16_t type)
+{
+	static const char *const names[IPC_TYPE_MAX_] = {
+		[IPC_HELLO] = "hello",
+		[IPC_WELCOME] = "welcome",
+		[IPC_DEVICE] = "device",
+		[IPC_ATTACH] = "attach",
+		[IPC_READY] = "ready",
+		[IPC_SEG_ADD] = "seg-add",
+		[IPC_SEG_DROP] = "seg-drop",
+		[IPC_MOD_LOAD] = "mod-load",
+		[IPC_MOD_DROP] = "mod-drop",
+		[IPC_SUBMIT] = "submit",
+		[IPC_DONE] = "done",
+		[IPC_STATUS_REQ] = "status-req",
+		[IPC_STATUS] = "status",
+		[IPC_KILLED] = "killed",
+		[IPC_QUEUE_OPEN] = "queue-open",
+		[IPC_QUEUE_CLOSE] = "queue-close",
+	};
+
+	if (type < IPC_TYPE_MAX_ && names[type])
+		return names[type];
+	return "unknown";
+}
+
+const char *ipc_status_text(int status)
+{
+	static const char *const text[] = {
+		[-GPUX_OK] = "success",
+		[-GPUX_E_INVAL] = "invalid argument",
+		[-GPUX_E_NOMEM] = "out of memory",
+		[-GPUX_E_PROTO] = "protocol error",
+		[-GPUX_E_CONNECT] = "cannot reach gpuxd",
+		[-GPUX_E_PERM] = "refused by gpuxd",
+		[-GPUX_E_NODEV] = "no such device, or the device failed",
+		[-GPUX_E_WORKER_LOST] = "the worker died",
+		[-GPUX_E_KERNEL_FAULT] = "the kernel faulted",
+		[-GPUX_E_TIMEOUT] = "deadline passed",
+		[-GPUX_E_COMPILE] = "compile error",
+		[-GPUX_E_NOTFOUND] = "no such kernel",
+		[-GPUX_E_QUOTA] = "quota exceeded",
+		[-GPUX_E_AGAIN] = "not finished yet",
+		[-GPUX_E_NODRIVER] = "no CUDA driver",
+		[-GPUX_E_DEVICE] = "device error",
+		[-GPUX_E_IO] = "system call failed",
+		[-GPUX_E_VERSION] = "no common protocol version",
+	};
+
+	if (status > 0 || status < IPC_STATUS_MIN || !text[-status])
+		return "unknown status";
+	return text[-status];
+}

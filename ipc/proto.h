@@ -1,0 +1,345 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/proto.h: the wire protocol between libgpuxclient, gpuxd and gpux-worker. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <gpux/gpux.h>
+
+/*
+ * Every message is one SOCK_SEQPACKET record: a 16-byte header, then `len` bytes of payload,
+ * with `nfds` fds passed beside it (SCM_RIGHTS). The peers always run on one host, so fields
+ * are in host byte order. Fixed parts are fixed-width with explicit padding; the format is
+ * versioned at hello and only ever extended (new types, new flags, fields in reserved space).
+ *
+ * A decoder checks everything (type, exact or minimum size, every count, length and offset
+ * against the received size and against the limits below, the number of fds) before any
+ * field is used, and works on the receiver's private copy of the bytes.
+ */
+
+#define IPC_MAGIC 0x5847u /* "GX" */
+#define IPC_VERSION_MIN 1u
+#define IPC_VERSION 1u
+
+#define IPC_MSG_MAX (64u * 1024u)        /* a whole message, header included */
+#define IPC_PAYLOAD_MAX (IPC_MSG_MAX - sizeof(struct ipc_hdr))
+#define IPC_FDS_MAX 4u                   /* fds with one message */
+#define IPC_ARGS_MAX 64u                 /* kernel arguments */
+#define IPC_SCALAR_MAX 256u              /* bytes of one scalar argument */
+#define IPC_KERNEL_NAME_MAX 255u         /* bytes of a kernel name */
+#define IPC_OPTIONS_MAX 4096u            /* bytes of compiler options */
+#define IPC_INLINE_CODE_MAX (32u * 1024u) /* larger code travels in a sealed memfd */
+#define IPC_CODE_MAX (64u * 1024u * 1024u)
+#define IPC_TEXT_MAX (16u * 1024u)        /* completion text (a compile log is cut there) */
+#define IPC_DEVICES_MAX 64u
+#define IPC_GRID_MAX 0x7fffffffu
+
+struct ipc_hdr {
+	uint16_t magic;
+	uint8_t version;
+	uint8_t flags;
+	uint16_t type;
+	uint16_t nfds; /* fds that travel with the message */
+	uint32_t len;  /* payload bytes after the header */
+	uint32_t id;   /* chosen by the sender of a request, echoed by its reply; 0: no reply */
+};
+_Static_assert(sizeof(struct ipc_hdr) == 16, "wire ABI");
+
+enum ipc_type {
+	IPC_HELLO = 1,      /* client -> gpuxd */
+	IPC_WELCOME = 2,    /* gpuxd -> client */
+	IPC_DEVICE = 3,     /* gpuxd -> client: a device, with a channel and status page when up */
+	IPC_ATTACH = 4,     /* gpuxd -> worker: a new client's end of a channel */
+	IPC_READY = 5,      /* worker -> gpuxd: initialised, with its device's description */
+	IPC_SEG_ADD = 6,    /* client -> worker: a shared segment (memfd) */
+	IPC_SEG_DROP = 7,   /* client -> worker */
+	IPC_MOD_LOAD = 8,   /* client -> worker; answered by DONE */
+	IPC_MOD_DROP = 9,   /* client -> worker */
+	IPC_SUBMIT = 10,    /* client -> worker; answered by DONE */
+	IPC_DONE = 11,      /* worker -> client: a completion */
+	IPC_STATUS_REQ = 12, /* admin client -> gpuxd */
+	IPC_STATUS = 13,    /* gpuxd -> admin client */
+	IPC_KILLED = 14,    /* gpuxd -> client: a request of yours ran past its deadline */
+	IPC_QUEUE_OPEN = 15, /* client -> worker; answered by DONE */
+	IPC_QUEUE_CLOSE = 16, /* client -> worker */
+	IPC_TYPE_MAX_
+};
+
+/* Shared by READY, DEVICE and STATUS. */
+struct ipc_device_info {
+	uint32_t index;
+	uint32_t backend; /* enum gpux_backend */
+	uint32_t cc_major;
+	uint32_t cc_minor;
+	uint32_t sm_count;
+	uint32_t max_threads_per_block;
+	uint64_t mem_total;
+	uint8_t uuid[16];
+	char name[64]; /* NUL-terminated; a decoder enforces it */
+};
+_Static_assert(sizeof(struct ipc_device_info) == 112, "wire ABI");
+
+#define IPC_HELLO_ADMIN 0x1u /* status queries only: no channels */
+
+struct ipc_hello {
+	uint32_t min_version;
+	uint32_t max_version;
+	uint32_t flags;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_hello) == 16, "wire ABI");
+
+struct ipc_welcome {
+	uint32_t version;
+	uint32_t ndevices;
+	uint64_t client_id;
+};
+_Static_assert(sizeof(struct ipc_welcome) == 16, "wire ABI");
+
+#define IPC_DEVICE_CHANNEL 0x1u /* two fds follow: the channel and the status page */
+
+struct ipc_device {
+	struct ipc_device_info info;
+	uint32_t state; /* enum gpux_device_state */
+	uint32_t generation;
+	uint32_t flags;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_device) == 128, "wire ABI");
+
+struct ipc_attach {
+	uint64_t client_id;
+	uint32_t uid;
+	uint32_t gid;
+	uint32_t pid;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_attach) == 24, "wire ABI");
+
+struct ipc_ready {
+	struct ipc_device_info info;
+};
+
+#define IPC_SEG_FROZEN 0x1u /* sealed against writing: the bytes never change */
+
+struct ipc_seg_add {
+	uint64_t seg_id;
+	uint64_t size;
+	uint32_t flags;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_seg_add) == 24, "wire ABI");
+
+struct ipc_seg_drop {
+	uint64_t seg_id;
+};
+
+#define IPC_MOD_CODE_FD 0x1u /* the code is in a sealed memfd, not inline */
+
+struct ipc_mod_load {
+	uint64_t mod_id;
+	uint32_t lang; /* enum gpux_lang */
+	uint32_t flags;
+	uint32_t options_len;
+	uint32_t code_len;
+	/* then options_len bytes of options, then code_len bytes of code unless CODE_FD */
+};
+_Static_assert(sizeof(struct ipc_mod_load) == 24, "wire ABI");
+
+struct ipc_mod_drop {
+	uint64_t mod_id;
+};
+
+struct ipc_queue_msg {
+	uint32_t queue;
+	uint32_t flags;
+};
+
+struct ipc_submit {
+	uint64_t mod_id;
+	uint32_t queue;
+	uint32_t nargs;
+	uint32_t grid[3];
+	uint32_t block[3];
+	uint32_t shared_bytes;
+	uint32_t timeout_ms;
+	uint32_t flags;
+	uint32_t name_len;
+	uint32_t data_len;
+	uint32_t reserved;
+	/* then nargs struct ipc_arg, then name_len bytes of kernel name, then data_len bytes of
+	 * scalar data that SCALAR arguments point into with (offset, size) */
+};
+_Static_assert(sizeof(struct ipc_submit) == 64, "wire ABI");
+
+struct ipc_arg {
+	uint32_t kind; /* enum gpux_arg_kind */
+	uint32_t flags;
+	uint64_t ref;  /* segment id for buffer kinds */
+	uint64_t offset;
+	uint64_t size;
+};
+_Static_assert(sizeof(struct ipc_arg) == 32, "wire ABI");
+
+struct ipc_done {
+	int32_t status; /* gpux_status */
+	uint32_t text_len;
+	uint64_t queue_ns;
+	uint64_t run_ns;
+	uint64_t device_ns;
+	/* then text_len bytes of text */
+};
+_Static_assert(sizeof(struct ipc_done) == 32, "wire ABI");
+
+struct ipc_status_req {
+	uint32_t flags;
+	uint32_t reserved;
+};
+
+/* A worker's counters, kept in its status page and copied into STATUS. */
+struct ipc_stats {
+	uint64_t requests_done;
+	uint64_t requests_failed;
+	uint64_t inflight;
+	uint64_t clients;
+	uint64_t segments;
+	uint64_t segment_bytes;
+	uint64_t mem_free;
+	uint64_t modules_loaded;
+	uint64_t module_mem_hits;
+	uint64_t module_disk_hits;
+	uint64_t module_compiles;
+	uint64_t cache_hits;
+	uint64_t cache_misses;
+	uint64_t cache_bytes;
+	uint64_t cache_entries;
+	uint64_t cache_evictions;
+	uint64_t dbuf_bytes;
+	uint64_t reserved[7];
+};
+_Static_assert(sizeof(struct ipc_stats) == 192, "wire ABI");
+
+struct ipc_dev_status {
+	struct ipc_device_info info;
+	uint32_t state; /* enum gpux_device_state */
+	uint32_t pid;
+	uint32_t generation;
+	uint32_t restarts;
+	uint32_t deaths_recent; /* within the failure window */
+	uint32_t reserved;
+	struct ipc_stats stats;
+};
+_Static_assert(sizeof(struct ipc_dev_status) == 328, "wire ABI");
+
+struct ipc_status {
+	uint32_t ndevices;
+	uint32_t nclients;
+	uint64_t uptime_ns;
+	uint64_t clients_total;
+	uint64_t clients_refused;
+	char loop[16]; /* the supervisor's event loop: "io_uring" or "epoll" */
+	/* then ndevices struct ipc_dev_status */
+};
+_Static_assert(sizeof(struct ipc_status) == 48, "wire ABI");
+
+enum ipc_kill_reason {
+	IPC_KILL_TIMEOUT = 1,
+};
+
+struct ipc_killed {
+	uint32_t device;
+	uint32_t reason;
+	uint32_t req_id;
+	uint32_t generation;
+};
+
+/* A received message: its header, a borrowed view of its payload, and the fds it carried. */
+struct ipc_msg {
+	struct ipc_hdr hdr;
+	const uint8_t *payload;
+	size_t len;
+	int fds[IPC_FDS_MAX];
+	unsigned nfds;
+};
+
+/* Decoded variable-length messages. Pointers borrow the message's payload. */
+struct ipc_mod_load_msg {
+	struct ipc_mod_load m;
+	const char *options; /* m.options_len bytes, not NUL-terminated */
+	const uint8_t *code; /* m.code_len bytes, or NULL with IPC_MOD_CODE_FD */
+};
+
+struct ipc_submit_msg {
+	struct ipc_submit m;
+	struct ipc_arg args[IPC_ARGS_MAX];
+	char name[IPC_KERNEL_NAME_MAX + 1]; /* NUL-terminated copy */
+	const uint8_t *data;                /* m.data_len bytes */
+};
+
+struct ipc_done_msg {
+	struct ipc_done m;
+	const char *text; /* m.text_len bytes, not NUL-terminated */
+};
+
+struct ipc_status_msg {
+	struct ipc_status m;
+	const uint8_t *devs; /* m.ndevices struct ipc_dev_status, possibly unaligned */
+};
+
+/*
+ * Check a received record of `len` bytes that came with `nfds` fds and fill *ret: the header
+ * is valid, its length matches what arrived and its fd count matches the fds. Returns 0 or
+ * -EBADMSG (bad magic, length or fd count), -EPROTONOSUPPORT (version), -EMSGSIZE.
+ * The fds are not touched; the caller owns them either way.
+ */
+int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, struct ipc_msg *ret);
+
+/* Decoders: 0 or -EBADMSG when the message is not a valid one of that type. */
+int ipc_decode_hello(const struct ipc_msg *msg, struct ipc_hello *ret);
+int ipc_decode_welcome(const struct ipc_msg *msg, struct ipc_welcome *ret);
+int ipc_decode_device(const struct ipc_msg *msg, struct ipc_device *ret);
+int ipc_decode_attach(const struct ipc_msg *msg, struct ipc_attach *ret);
+int ipc_decode_ready(const struct ipc_msg *msg, struct ipc_ready *ret);
+int ipc_decode_seg_add(const struct ipc_msg *msg, struct ipc_seg_add *ret);
+int ipc_decode_seg_drop(const struct ipc_msg *msg, struct ipc_seg_drop *ret);
+int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret);
+int ipc_decode_mod_drop(const struct ipc_msg *msg, struct ipc_mod_drop *ret);
+int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_msg *ret);
+int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret);
+int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret);
+int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret);
+int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret);
+int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret);
+
+/* Read device i of a decoded STATUS (the payload need not be aligned). */
+void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret);
+
+/*
+ * Encoding: build a message in `buf` of `cap` bytes from its fixed part and up to four
+ * variable parts. Returns the message's length, or -EMSGSIZE when it would not fit in cap or
+ * in IPC_MSG_MAX. nfds is what the caller will pass beside it.
+ */
+struct ipc_part {
+	const void *data;
+	size_t len;
+};
+
+int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
+	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts);
+
+/* Encoders for the variable-length messages, checking their limits as decoders do. */
+int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod_load *m,
+			const char *options, const void *code);
+int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submit *m,
+		      const struct ipc_arg *args, const char *name, const void *data);
+int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m,
+		    const char *text);
+int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
+		      const struct ipc_dev_status *devs);
+
+/* A short English text for a gpux_status (gpux_strerror() is this). */
+const char *ipc_status_text(int status);
+
+/* Name of a message type, for daemons' logs. */
+const char *ipc_type_name(uint16_t type);

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/status.h: a worker's status page, shared read-only with gpuxd and clients. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "proto.h"
+
+/*
+ * Each worker writes one page that gpuxd created (a sealed memfd), and that gpuxd and every
+ * client map read-only: the worker's counters, what each of its streams is running now (so
+ * that gpuxd can enforce deadlines without asking) and which cached inputs it holds (so
+ * that clients can send work where its data already is). Writers bracket every change with
+ * a sequence count (odd while writing); readers copy the page and retry until the count was
+ * even and unchanged, then use only the copy.
+ */
+
+#define IPC_STATUS_MAGIC 0x47505853u /* "GPXS" */
+#define IPC_STATUS_SLOTS 64u         /* streams a worker runs at once */
+#define IPC_AFFINITY_BITS 4096u
+
+struct ipc_running {
+	uint64_t client_id; /* 0: the slot is idle */
+	uint32_t req_id;
+	uint32_t generation;
+	uint64_t started_ns;  /* CLOCK_MONOTONIC */
+	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: none */
+};
+
+struct ipc_status_page {
+	uint32_t magic;
+	uint32_t seq;
+	uint32_t ready;
+	uint32_t nslots;
+	struct ipc_stats stats;
+	struct ipc_running running[IPC_STATUS_SLOTS];
+	uint64_t affinity[IPC_AFFINITY_BITS / 64];
+};
+
+#define IPC_STATUS_PAGE_SIZE 8192u
+_Static_assert(sizeof(struct ipc_status_page) <= IPC_STATUS_PAGE_SIZE, "status page");
+
+static inline void ipc_status_write_begin(struct ipc_status_page *p)
+{
+	__atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void ipc_status_write_end(struct ipc_status_page *p)
+{
+	__atomic_store_n(&p->seq, p->seq + 1, __ATOMIC_RELEASE);
+}
+
+/* Copy a consistent snapshot; false when the writer kept it busy (try again later). */
+static inline bool ipc_status_read(const struct ipc_status_page *p, struct ipc_status_page *ret)
+{
+	for (int tries = 0; tries < 1000; tries++) {
+		uint32_t s0 = __atomic_load_n(&p->seq, __ATOMIC_ACQUIRE);
+
+		if (s0 & 1)
+			continue;
+		memcpy(ret, (const void *)p, sizeof(*ret));
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&p->seq, __ATOMIC_RELAXED) == s0)
+			return ret->magic == IPC_STATUS_MAGIC && ret->nslots <= IPC_STATUS_SLOTS;
+	}
+	return false;
+}
+
+/* The affinity filter's two bit positions for a (uid, content key) pair. */
+static inline void ipc_affinity_bits(uint32_t uid, uint64_t key_lo, uint64_t key_hi,
+				     uint32_t ret[2])
+{
+	uint64_t h = (key_lo ^ ((uint64_t)uid * 0x9e3779b97f4a7c15ull)) * 0xff51afd7ed558ccdull;
+
+	ret[0] = (uint32_t)(h % IPC_AFFINITY_BITS);
+	ret[1] = (uint32_t)((key_hi ^ (h >> 29)) % IPC_AFFINITY_BITS);
+}

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/fuzz/fuzz-proto.c: libFuzzer target for ipc_msg_parse() and every message decoder. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "ipc/macro.h"
+#include "ipc/proto.h"
+
+/*
+ * An input is one byte saying how many fds came with the record (modulo IPC_FDS_MAX + 2, so
+ * one too many is tried too), then the record as received. Decoders only count fds: the
+ * numbers below are never opened. Every decoder is tried on every parsed message; at most
+ * the one of its type may accept it, and what it accepts must be consistent and encode back
+ * to the same bytes.
+ */
+
+#define CHECK(x)                                                                                   \
+	do {                                                                                       \
+		if (!(x)) {                                                                        \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);      \
+			abort();                                                                   \
+		}                                                                                  \
+	} while (0)
+
+static const int fake_fds[IPC_FDS_MAX + 1] = { 1000, 1001, 1002, 1003, 1004 };
+
+/* The record being checked, and where encoders write it again. */
+static const uint8_t *in;
+static size_t in_len;
+static uint8_t out[IPC_MSG_MAX];
+
+/* [p, p + len) lies inside the payload. */
+static bool within(const struct ipc_msg *msg, const void *p, size_t len)
+{
+	const uint8_t *q = p;
+
+	return q >= msg->payload && q <= msg->payload + msg->len &&
+	       len <= (size_t)(msg->payload + msg->len - q);
+}
+
+/* An encoder gave back n bytes: they must be the input's, but for the header's flags (which
+ * decoders ignore and encoders clear) and version (encoders write the newest). */
+static void check_same(int n)
+{
+	struct ipc_hdr a, b;
+
+	CHECK(n > 0 && (size_t)n == in_len);
+	memcpy(&a, in, sizeof(a));
+	memcpy(&b, out, sizeof(b));
+	b.flags = a.flags;
+	b.version = a.version;
+	memcpy(out, &b, sizeof(b));
+	CHECK(memcmp(out, in, in_len) == 0);
+}
+
+static void check_fixed(const struct ipc_msg *msg, const void *m, size_t size)
+{
+	check_same(
+	    ipc_encode(out, sizeof(out), msg->hdr.type, msg->hdr.id, msg->nfds, m, size, NULL, 0));
+}
+
+static void check_info(const struct ipc_device_info *info)
+{
+	CHECK(memchr(info->name, 0, sizeof(info->name)));
+	CHECK(info->index < IPC_DEVICES_MAX);
+}
+
+static void check_mod_load(const struct ipc_msg *msg, const struct ipc_mod_load_msg *m)
+{
+	bool code_fd = m->m.flags & IPC_MOD_CODE_FD;
+
+	CHECK(m->m.options_len <= IPC_OPTIONS_MAX);
+	CHECK(m->m.code_len > 0 && m->m.code_len <= IPC_CODE_MAX);
+	CHECK(within(msg, m->options, m->m.options_len));
+	CHECK(!memchr(m->options, 0, m->m.options_len));
+	CHECK(msg->nfds == (code_fd ? 1u : 0u));
+	if (code_fd) {
+		CHECK(!m->code);
+	} else {
+		CHECK(m->m.code_len <= IPC_INLINE_CODE_MAX);
+		CHECK(within(msg, m->code, m->m.code_len));
+		CHECK(m->code + m->m.code_len == msg->payload + msg->len);
+	}
+	check_same(ipc_encode_mod_load(out, sizeof(out), msg->hdr.id, &m->m, m->options, m->code));
+}
+
+static void check_submit(const struct ipc_msg *msg, const struct ipc_submit_msg *m)
+{
+	CHECK(m->m.nargs <= IPC_ARGS_MAX);
+	CHECK(m->m.name_len > 0 && strlen(m->name) == m->m.name_len);
+	CHECK(within(msg, m->data, m->m.data_len));
+	CHECK(m->data + m->m.data_len == msg->payload + msg->len);
+	for (unsigned i = 0; i < 3; i++)
+		CHECK(m->m.grid[i] > 0 && m->m.grid[i] <= IPC_GRID_MAX && m->m.block[i] > 0);
+	for (unsigned i = 0; i < m->m.nargs; i++) {
+		const struct ipc_arg *a = &m->args[i];
+		uint64_t end;
+
+		CHECK(a->size > 0 && add_ok(a->offset, a->size, &end));
+		if (a->kind == GPUX_ARG_SCALAR) {
+			CHECK(a->size <= IPC_SCALAR_MAX);
+			CHECK(end <= m->m.data_len);
+		} else {
+			CHECK(a->kind >= GPUX_ARG_IN && a->kind <= GPUX_ARG_INOUT);
+		}
+	}
+	check_same(
+	    ipc_encode_submit(out, sizeof(out), msg->hdr.id, &m->m, m->args, m->name, m->data));
+}
+
+static void check_done(const struct ipc_msg *msg, const struct ipc_done_msg *m)
+{
+	static char text[IPC_TEXT_MAX + 1];
+
+	CHECK(m->m.status <= 0);
+	CHECK(m->m.text_len <= IPC_TEXT_MAX);
+	CHECK(within(msg, m->text, m->m.text_len));
+	/* The encoder takes a C string: only a text without NUL comes back the same. */
+	if (memchr(m->text, 0, m->m.text_len))
+		return;
+	memcpy(text, m->text, m->m.text_len);
+	text[m->m.text_len] = '\0';
+	check_same(ipc_encode_done(out, sizeof(out), msg->hdr.id, &m->m, text));
+}
+
+static void check_status(const struct ipc_msg *msg, const struct ipc_status_msg *m)
+{
+	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	CHECK(m->m.ndevices <= IPC_DEVICES_MAX);
+	CHECK(memchr(m->m.loop, 0, sizeof(m->m.loop)));
+	CHECK(within(msg, m->devs, (size_t)m->m.ndevices * sizeof(devs[0])));
+	for (uint32_t i = 0; i < m->m.ndevices; i++) {
+		ipc_status_dev(m, i, &devs[i]);
+		check_info(&devs[i].info);
+	}
+	check_same(ipc_encode_status(out, sizeof(out), msg->hdr.id, &m->m, devs));
+}
+
+/* Decode msg as `type`; when that succeeds, check the result (msg must be of that type). */
+static int decode_check(const struct ipc_msg *msg, uint16_t type)
+{
+	static union {
+		struct ipc_hello hello;
+		struct ipc_welcome welcome;
+		struct ipc_device device;
+		struct ipc_attach attach;
+		struct ipc_ready ready;
+		struct ipc_seg_add seg_add;
+		struct ipc_seg_drop seg_drop;
+		struct ipc_mod_load_msg mod_load;
+		struct ipc_mod_drop mod_drop;
+		struct ipc_queue_msg queue;
+		struct ipc_submit_msg submit;
+		struct ipc_done_msg done;
+		struct ipc_status_req status_req;
+		struct ipc_status_msg status;
+		struct ipc_killed killed;
+	} u;
+	int r;
+
+	switch (type) {
+	case IPC_HELLO:
+		r = ipc_decode_hello(msg, &u.hello);
+		if (r == 0) {
+			CHECK(u.hello.min_version <= u.hello.max_version);
+			check_fixed(msg, &u.hello, sizeof(u.hello));
+		}
+		return r;
+	case IPC_WELCOME:
+		r = ipc_decode_welcome(msg, &u.welcome);
+		if (r == 0) {
+			CHECK(u.welcome.ndevices <= IPC_DEVICES_MAX);
+			check_fixed(msg, &u.welcome, sizeof(u.welcome));
+		}
+		return r;
+	case IPC_DEVICE:
+		r = ipc_decode_device(msg, &u.device);
+		if (r == 0) {
+			check_info(&u.device.info);
+			CHECK(msg->nfds == (u.device.flags & IPC_DEVICE_CHANNEL ? 2u : 0u));
+			check_fixed(msg, &u.device, sizeof(u.device));
+		}
+		return r;
+	case IPC_ATTACH:
+		r = ipc_decode_attach(msg, &u.attach);
+		if (r == 0)
+			check_fixed(msg, &u.attach, sizeof(u.attach));
+		return r;
+	case IPC_READY:
+		r = ipc_decode_ready(msg, &u.ready);
+		if (r == 0) {
+			check_info(&u.ready.info);
+			check_fixed(msg, &u.ready, sizeof(u.ready));
+		}
+		return r;
+	case IPC_SEG_ADD:
+		r = ipc_decode_seg_add(msg, &u.seg_add);
+		if (r == 0) {
+			CHECK(u.seg_add.size > 0);
+			check_fixed(msg, &u.seg_add, sizeof(u.seg_add));
+		}
+		return r;
+	case IPC_SEG_DROP:
+		r = ipc_decode_seg_drop(msg, &u.seg_drop);
+		if (r == 0)
+			check_fixed(msg, &u.seg_drop, sizeof(u.seg_drop));
+		return r;
+	case IPC_MOD_LOAD:
+		r = ipc_decode_mod_load(msg, &u.mod_load);
+		if (r == 0)
+			check_mod_load(msg, &u.mod_load);
+		return r;
+	case IPC_MOD_DROP:
+		r = ipc_decode_mod_drop(msg, &u.mod_drop);
+		if (r == 0)
+			check_fixed(msg, &u.mod_drop, sizeof(u.mod_drop));
+		return r;
+	case IPC_SUBMIT:
+		r = ipc_decode_submit(msg, &u.submit);
+		if (r == 0)
+			check_submit(msg, &u.submit);
+		return r;
+	case IPC_DONE:
+		r = ipc_decode_done(msg, &u.done);
+		if (r == 0)
+			check_done(msg, &u.done);
+		return r;
+	case IPC_STATUS_REQ:
+		r = ipc_decode_status_req(msg, &u.status_req);
+		if (r == 0)
+			check_fixed(msg, &u.status_req, sizeof(u.status_req));
+		return r;
+	case IPC_STATUS:
+		r = ipc_decode_status(msg, &u.status);
+		if (r == 0)
+			check_status(msg, &u.status);
+		return r;
+	case IPC_KILLED:
+		r = ipc_decode_killed(msg, &u.killed);
+		if (r == 0)
+			check_fixed(msg, &u.killed, sizeof(u.killed));
+		return r;
+	case IPC_QUEUE_OPEN:
+	case IPC_QUEUE_CLOSE:
+		r = ipc_decode_queue(msg, type, &u.queue);
+		if (r == 0)
+			check_fixed(msg, &u.queue, sizeof(u.queue));
+		return r;
+	}
+	return ipc_decode_queue(msg, type, &u.queue);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct ipc_msg msg;
+	unsigned nfds;
+	int r;
+
+	if (size < 1)
+		return 0;
+	nfds = data[0] % (IPC_FDS_MAX + 2);
+	in = data + 1;
+	in_len = size - 1;
+
+	r = ipc_msg_parse(in, in_len, fake_fds, nfds, &msg);
+	if (r < 0) {
+		CHECK(r == -EBADMSG || r == -EPROTONOSUPPORT || r == -EMSGSIZE);
+		return 0;
+	}
+	CHECK(in_len >= sizeof(struct ipc_hdr) && in_len <= IPC_MSG_MAX);
+	CHECK(msg.payload == in + sizeof(struct ipc_hdr));
+	CHECK(msg.len == in_len - sizeof(struct ipc_hdr) && msg.len == msg.hdr.len);
+	CHECK(msg.nfds == nfds && msg.hdr.nfds == nfds && nfds <= IPC_FDS_MAX);
+	CHECK(msg.hdr.type > 0 && msg.hdr.type < IPC_TYPE_MAX_);
+	CHECK(msg.hdr.magic == IPC_MAGIC);
+	CHECK(msg.hdr.version >= IPC_VERSION_MIN && msg.hdr.version <= IPC_VERSION);
+	for (unsigned i = 0; i < IPC_FDS_MAX; i++)
+		CHECK(msg.fds[i] == (i < nfds ? fake_fds[i] : -1));
+	CHECK(strcmp(ipc_type_name(msg.hdr.type), "unknown") != 0);
+
+	/* Only the decoder of the message's own type may accept it. */
+	for (uint16_t t = 0; t <= IPC_TYPE_MAX_; t++) {
+		r = decode_check(&msg, t);
+		CHECK(r == 0 || r == -EBADMSG);
+		CHECK(r < 0 || t == msg.hdr.type);
+	}
+	return 0;
+}

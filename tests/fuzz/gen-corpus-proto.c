@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/fuzz/gen-corpus-proto.c: write fuzz-proto's seed inputs: every message, and broken ones. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "ipc/macro.h"
+
+/*
+ * Usage: gen-corpus-proto DIR. Each seed is fuzz-proto's input format: one byte with the
+ * number of fds, then the record. Valid seeds are named after the sample, broken ones
+ * "bad-<what>".
+ */
+
+static const char *dir;
+static uint8_t buf[IPC_MSG_MAX + 2];
+
+static void save(const char *name, unsigned nfds, const uint8_t *msg, size_t len)
+{
+	char path[4096];
+	int fd;
+
+	(void)snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, &(uint8_t){ (uint8_t)nfds }, 1) != 1 ||
+	    write(fd, msg, len) != (ssize_t)len) {
+		fprintf(stderr, "gen-corpus-proto: %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	(void)close(fd);
+}
+
+/* Find a sample by name into buf. */
+static struct test_sample sample(const char *name)
+{
+	struct test_sample s;
+
+	for (unsigned i = 0; test_msg_sample(i, buf, sizeof(buf), &s); i++)
+		if (strcmp(s.name, name) == 0)
+			return s;
+	fprintf(stderr, "gen-corpus-proto: no sample %s\n", name);
+	exit(1);
+}
+
+/* Save sample `name` with its header changed by `edit`. */
+static void save_hdr(const char *out, const char *name, void (*edit)(struct ipc_hdr *h))
+{
+	struct test_sample s = sample(name);
+	struct ipc_hdr h = test_hdr_get(buf);
+
+	edit(&h);
+	test_hdr_set(buf, &h);
+	save(out, h.nfds, buf, s.len);
+}
+
+/* Save sample `name` with the payload's bytes [off, off + n) replaced. */
+static void save_patch(const char *out, const char *name, size_t off, const void *bytes, size_t n)
+{
+	struct test_sample s = sample(name);
+
+	memcpy(buf + sizeof(struct ipc_hdr) + off, bytes, n);
+	save(out, s.nfds, buf, s.len);
+}
+
+static void magic(struct ipc_hdr *h)
+{
+	h->magic = 0x4758;
+}
+
+static void version_low(struct ipc_hdr *h)
+{
+	h->version = IPC_VERSION_MIN - 1;
+}
+
+static void version_high(struct ipc_hdr *h)
+{
+	h->version = IPC_VERSION + 1;
+}
+
+static void len_plus_one(struct ipc_hdr *h)
+{
+	h->len++;
+}
+
+static void type_unknown(struct ipc_hdr *h)
+{
+	h->type = IPC_TYPE_MAX_;
+}
+
+static void fds_too_many(struct ipc_hdr *h)
+{
+	h->nfds = IPC_FDS_MAX + 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct test_sample s;
+	uint64_t u64;
+	int32_t i32;
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s DIR\n", argv[0]);
+		return 2;
+	}
+	dir = argv[1];
+
+	for (unsigned i = 0; test_msg_sample(i, buf, sizeof(buf), &s); i++)
+		save(s.name, s.nfds, buf, s.len);
+
+	save_hdr("bad-magic", "hello", magic);
+	save_hdr("bad-version-low", "welcome", version_low);
+	save_hdr("bad-version-high", "submit", version_high);
+	save_hdr("bad-len", "done-text", len_plus_one);
+	save_hdr("bad-type", "killed", type_unknown);
+	save_hdr("bad-too-many-fds", "attach", fds_too_many);
+
+	s = sample("attach");
+	save("bad-nfds-mismatch", 2, buf, s.len);
+	s = sample("mod-load-fd");
+	save("bad-mod-load-fd-without-fd", 0, buf, s.len);
+	s = sample("status");
+	save("bad-short", 0, buf, 9);
+	save("bad-truncated", 0, buf, s.len - 1);
+
+	/* SUBMIT's first argument (a scalar) at offset UINT64_MAX - 1: offset + size wraps. */
+	u64 = UINT64_MAX - 1;
+	save_patch("bad-submit-scalar-wraps", "submit",
+		   sizeof(struct ipc_submit) + offsetof(struct ipc_arg, offset), &u64, 8);
+	/* Its second argument (a buffer) at offset UINT64_MAX, 4096 bytes long. */
+	u64 = UINT64_MAX;
+	save_patch("bad-submit-buffer-wraps", "submit",
+		   sizeof(struct ipc_submit) + sizeof(struct ipc_arg) +
+		       offsetof(struct ipc_arg, offset),
+		   &u64, 8);
+	/* A NUL inside the kernel name "saxpy". */
+	save_patch("bad-submit-name-nul", "submit", sizeof(struct ipc_submit) + 6 * 32 + 2, "", 1);
+	save_patch("bad-submit-grid-zero", "submit", offsetof(struct ipc_submit, grid), "\0\0\0\0",
+		   4);
+	save_patch("bad-submit-grid-too-big", "submit", offsetof(struct ipc_submit, grid),
+		   "\0\0\0\x80", 4);
+	save_patch("bad-mod-load-options-nul", "mod-load-inline", sizeof(struct ipc_mod_load) + 3,
+		   "", 1);
+	i32 = 1;
+	save_patch("bad-done-status-positive", "done", 0, &i32, 4);
+	i32 = GPUX_E_VERSION - 1;
+	save_patch("bad-done-status-low", "done", 0, &i32, 4);
+	save_patch("bad-status-loop-unterminated", "status", offsetof(struct ipc_status, loop),
+		   "0123456789abcdef", 16);
+	/* The second device's name fills its 64 bytes with no NUL. */
+	s = sample("status");
+	memset(buf + sizeof(struct ipc_hdr) + sizeof(struct ipc_status) +
+		   sizeof(struct ipc_dev_status) + offsetof(struct ipc_device_info, name),
+	       'n', 64);
+	save("bad-status-name-unterminated", 0, buf, s.len);
+
+	/* One byte over the limit. */
+	memset(buf, 0, sizeof(buf));
+	test_msg_make(buf, IPC_DONE, 1, 0, NULL, 0);
+	save("bad-oversized", 0, buf, IPC_MSG_MAX + 1);
+	return 0;
+}

@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/helpers.c: fd accounting, sample messages, loop and file helpers for the tests. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+
+int test_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	(void)closedir(d);
+	/* The directory's own fd was listed too. */
+	return n - 1;
+}
+
+static void list_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[PATH_MAX], target[PATH_MAX];
+		ssize_t n;
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == dirfd(d))
+			continue;
+		(void)snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		n = readlink(path, target, sizeof(target) - 1);
+		target[n < 0 ? 0 : n] = '\0';
+		print_message("  fd %s -> %s\n", e->d_name, target);
+	}
+	(void)closedir(d);
+}
+
+void test_assert_fd_count_at(int before, const char *file, int line)
+{
+	int now = test_fd_count();
+
+	if (now == before)
+		return;
+	print_error("%d fds open, %d expected:\n", now, before);
+	list_fds();
+	_fail(file, line);
+}
+
+bool test_same_file(int a, int b)
+{
+	struct stat sa, sb;
+
+	if (fstat(a, &sa) < 0 || fstat(b, &sb) < 0)
+		return false;
+	return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+bool test_fd_cloexec(int fd)
+{
+	int fl = fcntl(fd, F_GETFD);
+
+	return fl >= 0 && (fl & FD_CLOEXEC);
+}
+
+void test_open_files(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++) {
+		fds[i] = memfd_create("gpux-test", MFD_CLOEXEC);
+		assert_true(fds[i] >= 0);
+	}
+}
+
+void test_close_all(int *fds, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		fds[i] = safe_close(fds[i]);
+}
+
+/* ---- messages ---- */
+
+size_t test_msg_make(void *buf, uint16_t type, uint32_t id, unsigned nfds, const void *payload,
+		     size_t len)
+{
+	struct ipc_part part = { payload, len };
+	int n = ipc_encode(buf, IPC_MSG_MAX, type, id, nfds, NULL, 0, &part, 1);
+
+	assert_true(n > 0);
+	return (size_t)n;
+}
+
+struct ipc_hdr test_hdr_get(const void *buf)
+{
+	struct ipc_hdr h;
+
+	memcpy(&h, buf, sizeof(h));
+	return h;
+}
+
+void test_hdr_set(void *buf, const struct ipc_hdr *h)
+{
+	memcpy(buf, h, sizeof(*h));
+}
+
+static struct ipc_device_info sample_info(uint32_t index)
+{
+	struct ipc_device_info info = {
+		.index = index,
+		.backend = GPUX_BACKEND_CUDA,
+		.cc_major = 9,
+		.cc_minor = 0,
+		.sm_count = 132,
+		.max_threads_per_block = 1024,
+		.mem_total = 141ull * GiB,
+		.uuid = { 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 1, 2, 3, 4, 5, 6, 7, 8 },
+	};
+
+	(void)snprintf(info.name, sizeof(info.name), "NVIDIA H200 #%u", index);
+	return info;
+}
+
+static struct ipc_dev_status sample_dev_status(uint32_t index)
+{
+	struct ipc_dev_status d = {
+		.info = sample_info(index),
+		.state = GPUX_DEVICE_READY,
+		.pid = 4242 + index,
+		.generation = 3,
+		.restarts = 2,
+		.deaths_recent = 1,
+		.stats = { .requests_done = 1000 + index, .inflight = 2, .mem_free = 5 * GiB },
+	};
+
+	return d;
+}
+
+static int sample_fixed(void *buf, size_t cap, uint16_t type, unsigned nfds, const void *m,
+			size_t len)
+{
+	return ipc_encode(buf, cap, type, 100 + type, nfds, m, len, NULL, 0);
+}
+
+static int sample_submit(void *buf, size_t cap, bool with_args)
+{
+	static const uint8_t data[] = { 0, 0, 0x80, 0x3f, 0x10, 0, 0, 0, 0xaa, 0xbb };
+	const struct ipc_arg args[] = {
+		{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
+		{ .kind = GPUX_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
+		{ .kind = GPUX_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
+		{ .kind = GPUX_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
+		{ .kind = GPUX_ARG_SCALAR, .offset = 4, .size = 4 },
+		{ .kind = GPUX_ARG_SCALAR, .offset = 8, .size = 2 },
+	};
+	struct ipc_submit m = {
+		.mod_id = 3,
+		.queue = 1,
+		.nargs = with_args ? ARRAY_SIZE(args) : 0,
+		.grid = { 128, 2, 1 },
+		.block = { 256, 1, 1 },
+		.shared_bytes = 1024,
+		.timeout_ms = 5000,
+		.data_len = with_args ? sizeof(data) : 0,
+	};
+
+	return ipc_encode_submit(buf, cap, 200, &m, args, with_args ? "saxpy" : "empty", data);
+}
+
+static int sample_mod_load(void *buf, size_t cap, unsigned form)
+{
+	static const char code[] = "extern \"C\" __global__ void k(float *x) { x[0] = 1; }";
+	static const char opts[] = "--use_fast_math -DN=4";
+	struct ipc_mod_load m = { .mod_id = 3, .lang = GPUX_LANG_CUDA };
+
+	if (form == 0) {
+		m.options_len = sizeof(opts) - 1;
+		m.code_len = sizeof(code) - 1;
+		return ipc_encode_mod_load(buf, cap, 300, &m, opts, code);
+	}
+	if (form == 1) {
+		m.lang = GPUX_LANG_CUBIN;
+		m.flags = IPC_MOD_CODE_FD;
+		m.code_len = 1 << 20;
+		return ipc_encode_mod_load(buf, cap, 301, &m, NULL, NULL);
+	}
+	m.lang = GPUX_LANG_HOST;
+	m.code_len = sizeof(code) - 1;
+	return ipc_encode_mod_load(buf, cap, 302, &m, NULL, code);
+}
+
+static int sample_status(void *buf, size_t cap, uint32_t ndevices)
+{
+	struct ipc_dev_status devs[2] = { sample_dev_status(0), sample_dev_status(1) };
+	struct ipc_status m = {
+		.ndevices = ndevices,
+		.nclients = 5,
+		.uptime_ns = 123 * NSEC_PER_SEC,
+		.clients_total = 77,
+		.clients_refused = 1,
+		.loop = "io_uring",
+	};
+
+	return ipc_encode_status(buf, cap, 400, &m, devs);
+}
+
+static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s)
+{
+	switch (i) {
+	case 0: {
+		struct ipc_hello m = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION };
+		*s = (struct test_sample){ "hello", IPC_HELLO, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 1: {
+		struct ipc_hello m = { 1, 1, IPC_HELLO_ADMIN, 0 };
+		*s = (struct test_sample){ "hello-admin", IPC_HELLO, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 2: {
+		struct ipc_welcome m = { IPC_VERSION, 2, 0x1122334455667788ull };
+		*s = (struct test_sample){ "welcome", IPC_WELCOME, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 3: {
+		struct ipc_device m = { sample_info(1), GPUX_DEVICE_FAILED, 7, 0, 0 };
+		*s = (struct test_sample){ "device", IPC_DEVICE, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 4: {
+		struct ipc_device m = { sample_info(0), GPUX_DEVICE_READY, 1, IPC_DEVICE_CHANNEL,
+					0 };
+		*s = (struct test_sample){ "device-channel", IPC_DEVICE, 2, 0 };
+		return sample_fixed(buf, cap, s->type, 2, &m, sizeof(m));
+	}
+	case 5: {
+		struct ipc_attach m = { 0x1122334455667788ull, 1000, 1000, 4321, 0 };
+		*s = (struct test_sample){ "attach", IPC_ATTACH, 1, 0 };
+		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
+	}
+	case 6: {
+		struct ipc_ready m = { sample_info(0) };
+		*s = (struct test_sample){ "ready", IPC_READY, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 7: {
+		struct ipc_seg_add m = { 7, 2 * MiB, 0, 0 };
+		*s = (struct test_sample){ "seg-add", IPC_SEG_ADD, 1, 0 };
+		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
+	}
+	case 8: {
+		struct ipc_seg_add m = { 8, 4096, IPC_SEG_FROZEN, 0 };
+		*s = (struct test_sample){ "seg-add-frozen", IPC_SEG_ADD, 1, 0 };
+		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
+	}
+	case 9: {
+		struct ipc_seg_drop m = { 7 };
+		*s = (struct test_sample){ "seg-drop", IPC_SEG_DROP, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 10:
+		*s = (struct test_sample){ "mod-load-inline", IPC_MOD_LOAD, 0, 0 };
+		return sample_mod_load(buf, cap, 0);
+	case 11:
+		*s = (struct test_sample){ "mod-load-fd", IPC_MOD_LOAD, 1, 0 };
+		return sample_mod_load(buf, cap, 1);
+	case 12:
+		*s = (struct test_sample){ "mod-load-no-options", IPC_MOD_LOAD, 0, 0 };
+		return sample_mod_load(buf, cap, 2);
+	case 13: {
+		struct ipc_mod_drop m = { 3 };
+		*s = (struct test_sample){ "mod-drop", IPC_MOD_DROP, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 14:
+		*s = (struct test_sample){ "submit", IPC_SUBMIT, 0, 0 };
+		return sample_submit(buf, cap, true);
+	case 15:
+		*s = (struct test_sample){ "submit-no-args", IPC_SUBMIT, 0, 0 };
+		return sample_submit(buf, cap, false);
+	case 16: {
+		struct ipc_done m = { GPUX_OK, 0, 1000, 20000, 15000 };
+		*s = (struct test_sample){ "done", IPC_DONE, 0, 0 };
+		return ipc_encode_done(buf, cap, 200, &m, NULL);
+	}
+	case 17: {
+		struct ipc_done m = { GPUX_E_COMPILE, 0, 10, 0, 0 };
+		*s = (struct test_sample){ "done-text", IPC_DONE, 0, 0 };
+		return ipc_encode_done(buf, cap, 300, &m,
+				       "k.cu(1): error: identifier \"y\" is undefined");
+	}
+	case 18: {
+		struct ipc_status_req m = { 0, 0 };
+		*s = (struct test_sample){ "status-req", IPC_STATUS_REQ, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 19:
+		*s = (struct test_sample){ "status", IPC_STATUS, 0, 0 };
+		return sample_status(buf, cap, 2);
+	case 20:
+		*s = (struct test_sample){ "status-no-devices", IPC_STATUS, 0, 0 };
+		return sample_status(buf, cap, 0);
+	case 21: {
+		struct ipc_killed m = { 1, IPC_KILL_TIMEOUT, 200, 3 };
+		*s = (struct test_sample){ "killed", IPC_KILLED, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 22: {
+		struct ipc_queue_msg m = { 5, 0 };
+		*s = (struct test_sample){ "queue-open", IPC_QUEUE_OPEN, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 23: {
+		struct ipc_queue_msg m = { 5, 0 };
+		*s = (struct test_sample){ "queue-close", IPC_QUEUE_CLOSE, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	default:
+		return -ENOENT;
+	}
+}
+
+bool test_msg_sample(unsigned i, void *buf, size_t cap, struct test_sample *ret)
+{
+	struct test_sample s;
+	int n = sample_build(i, buf, cap, &s);
+
+	if (n == -ENOENT)
+		return false;
+	assert_true(n > 0);
+	s.len = (size_t)n;
+	*ret = s;
+	return true;
+}
+
+/* ---- event loops ---- */
+
+bool test_uring_available(void)
+{
+	static int known = -1;
+
+	if (known < 0) {
+		struct ipc_loop *l;
+
+		known = ipc_loop_new(IPC_LOOP_URING, &l) == 0;
+		if (known)
+			ipc_loop_free(l);
+	}
+	return known;
+}
+
+bool test_loop_until(struct ipc_loop *l, const unsigned *count, unsigned want, unsigned timeout_ms)
+{
+	uint64_t until = mono_ns() + timeout_ms * NSEC_PER_MSEC;
+
+	while (*count < want) {
+		uint64_t now = mono_ns();
+
+		if (now >= until)
+			break;
+		assert_int_equal(ipc_loop_iterate(l, (int64_t)MIN(until - now, 10 * NSEC_PER_MSEC)),
+				 0);
+	}
+	return *count >= want;
+}
+
+void test_loop_spin(struct ipc_loop *l, unsigned ms)
+{
+	unsigned never = 0;
+
+	(void)test_loop_until(l, &never, 1, ms);
+}
+
+ssize_t test_loop_recv(struct ipc_loop *l, int sock, void *buf, size_t cap, int *fds,
+		       unsigned *ret_nfds, unsigned timeout_ms)
+{
+	uint64_t until = mono_ns() + timeout_ms * NSEC_PER_MSEC;
+
+	for (;;) {
+		ssize_t n = ipc_channel_recv(sock, buf, cap, fds, ret_nfds, MSG_DONTWAIT);
+
+		if (n != -EAGAIN || mono_ns() >= until)
+			return n;
+		assert_int_equal(ipc_loop_iterate(l, 1 * NSEC_PER_MSEC), 0);
+	}
+}
+
+/* ---- files and sockets ---- */
+
+char *test_mkdtemp(void)
+{
+	const char *base = getenv("TMPDIR");
+	char *path;
+
+	if (!base || !*base)
+		base = "/tmp";
+	assert_true(asprintf(&path, "%s/gpux-test-XXXXXX", base) > 0);
+	assert_non_null(mkdtemp(path));
+	return path;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	return remove(path) < 0 ? -1 : 0;
+}
+
+void test_rmtree(const char *path)
+{
+	assert_int_equal(nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+}
+
+static struct sockaddr_un unix_addr(const char *path)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+
+	assert_true(strlen(path) < sizeof(a.sun_path));
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	return a;
+}
+
+int test_listen_unix(const char *path)
+{
+	struct sockaddr_un a = unix_addr(path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 64), 0);
+	return fd;
+}
+
+int test_connect_unix(const char *path)
+{
+	struct sockaddr_un a = unix_addr(path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		int r = -errno;
+		(void)close(fd);
+		return r;
+	}
+	return fd;
+}
+
+void test_send_raw(int sock, const void *buf, size_t len, const int *fds, unsigned nfds)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * TEST_RAW_FDS_MAX)];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { (void *)buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	assert_true(nfds <= TEST_RAW_FDS_MAX);
+	if (nfds) {
+		struct cmsghdr *c;
+
+		memset(&control, 0, sizeof(control));
+		mh.msg_control = control.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	assert_int_equal(sendmsg(sock, &mh, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+ssize_t test_recv_wait(int sock, void *buf, size_t cap, int *fds, unsigned *ret_nfds,
+		       unsigned timeout_ms)
+{
+	struct pollfd p = { .fd = sock, .events = POLLIN };
+
+	if (poll(&p, 1, (int)timeout_ms) == 0) {
+		*ret_nfds = 0;
+		return -EAGAIN;
+	}
+	return ipc_channel_recv(sock, buf, cap, fds, ret_nfds, MSG_DONTWAIT);
+}
+
+void test_random_fill(void *buf, size_t len, uint64_t seed)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+		size_t k = MIN(len, sizeof(z));
+
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		z ^= z >> 31;
+		memcpy(p, &z, k);
+		p += k;
+		len -= k;
+	}
+}

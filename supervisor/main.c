@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: MIT */
+/* supervisor/main.c: gpuxd: options, the listening socket, signals, start and stop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <grp.h>
+#include <libgen.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include "ipc/macro.h"
+#include "ipc/path.h"
+#include "sup.h"
+
+#ifndef GPUX_LIBEXECDIR
+#define GPUX_LIBEXECDIR "/usr/local/libexec"
+#endif
+
+#define DEFAULT_IDLE_EXIT_MS 10000
+#define DEFAULT_TIMEOUT_MS 60000
+#define DEFAULT_DRAIN_MS 5000
+#define DEFAULT_QUOTA_PINNED (64ULL * GiB)
+#define DEFAULT_MAX_CLIENTS 1024
+#define DRAIN_TICK_NS (20 * NSEC_PER_MSEC)
+
+void sup_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)fprintf(stderr, "gpuxd: ");
+	(void)vfprintf(stderr, fmt, ap);
+	(void)fputc('\n', stderr);
+	va_end(ap);
+}
+
+static void usage(FILE *f)
+{
+	(void)fprintf(f,
+		"usage: gpuxd [options]\n"
+		"  --socket PATH         listen here (default $XDG_RUNTIME_DIR/gpux/gpuxd.sock,\n"
+		"                        else /tmp/gpux-UID/gpuxd.sock)\n"
+		"  --private             exit once the last client has been gone a while\n"
+		"  --daemonize           go to the background; return once listening\n"
+		"  --idle-exit-ms MS     that while (default %d)\n"
+		"  --backend B           auto (default), cuda or host\n"
+		"  --host-devices N      host back end: serve N devices (default 1)\n"
+		"  --worker PATH         the gpux-worker program\n"
+		"  --cache-dir DIR       compiled modules (default $GPUX_CACHE_DIR, else\n"
+		"                        $XDG_CACHE_HOME/gpux)\n"
+		"  --timeout-ms MS       default request deadline (default %d)\n"
+		"  --drain-ms MS         on SIGTERM, how long requests may finish (default %d)\n"
+		"  --quota-pinned BYTES  shared memory a client may attach per device\n"
+		"  --slots N             streams per worker\n"
+		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660)\n"
+		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
+		"  --max-clients N       (default %d)\n",
+		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_DRAIN_MS, DEFAULT_MAX_CLIENTS);
+}
+
+static int parse_u64(const char *s, int base, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, base);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static int parse_group(const char *s, gid_t *ret)
+{
+	uint64_t v;
+	struct group *g;
+
+	if (parse_u64(s, 10, &v) == 0) {
+		*ret = (gid_t)v;
+		return 0;
+	}
+	g = getgrnam(s);
+	if (!g)
+		return -ENOENT;
+	*ret = g->gr_gid;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct sup_opts *o)
+{
+	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
+	       O_TIMEOUT, O_DRAIN, O_QUOTA, O_SLOTS, O_GROUP, O_MODE, O_MAXC };
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, O_SOCKET },
+		{ "private", no_argument, NULL, O_PRIVATE },
+		{ "daemonize", no_argument, NULL, O_DAEMON },
+		{ "idle-exit-ms", required_argument, NULL, O_IDLE },
+		{ "backend", required_argument, NULL, O_BACKEND },
+		{ "host-devices", required_argument, NULL, O_HOSTDEV },
+		{ "worker", required_argument, NULL, O_WORKER },
+		{ "cache-dir", required_argument, NULL, O_CACHE },
+		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+		{ "drain-ms", required_argument, NULL, O_DRAIN },
+		{ "quota-pinned", required_argument, NULL, O_QUOTA },
+		{ "slots", required_argument, NULL, O_SLOTS },
+		{ "allow-group", required_argument, NULL, O_GROUP },
+		{ "socket-mode", required_argument, NULL, O_MODE },
+		{ "max-clients", required_argument, NULL, O_MAXC },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool mode_set = false;
+	uint64_t v;
+	int c, r;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+		r = 0;
+		switch (c) {
+		case O_SOCKET:
+			o->socket_path = optarg;
+			break;
+		case O_PRIVATE:
+			o->private_mode = true;
+			break;
+		case O_DAEMON:
+			o->daemonize = true;
+			break;
+		case O_BACKEND:
+			if (strcmp(optarg, "auto") && strcmp(optarg, "host") && strcmp(optarg, "cuda"))
+				r = -EINVAL;
+			o->backend = optarg;
+			break;
+		case O_WORKER:
+			o->worker_path = optarg;
+			break;
+		case O_CACHE:
+			o->cache_dir = optarg;
+			break;
+		case O_GROUP:
+			r = parse_group(optarg, &o->allow_gid);
+			o->allow_group = true;
+			break;
+		case O_MODE:
+			r = parse_u64(optarg, 8, &v);
+			o->socket_mode = (unsigned)(v & 0777);
+			mode_set = true;
+			break;
+		case O_IDLE:
+		case O_HOSTDEV:
+		case O_TIMEOUT:
+		case O_DRAIN:
+		case O_QUOTA:
+		case O_SLOTS:
+		case O_MAXC:
+			r = parse_u64(optarg, 10, &v);
+			if (c == O_IDLE)
+				o->idle_exit_ms = v;
+			else if (c == O_HOSTDEV)
+				o->host_devices = (unsigned)MIN(v, IPC_DEVICES_MAX);
+			else if (c == O_TIMEOUT)
+				o->timeout_ms = v;
+			else if (c == O_DRAIN)
+				o->drain_ms = v;
+			else if (c == O_QUOTA)
+				o->quota_pinned = v;
+			else if (c == O_SLOTS)
+				o->slots = (unsigned)MIN(v, IPC_STATUS_SLOTS);
+			else
+				o->max_clients = (unsigned)MIN(v, 1000000);
+			break;
+		case 'h':
+			usage(stdout);
+			exit(SUP_EXIT_OK);
+		default:
+			return -EINVAL;
+		}
+		if (r < 0)
+			return r;
+	}
+	if (!mode_set && o->allow_group)
+		o->socket_mode = 0660;
+	return optind == argc ? 0 : -EINVAL;
+}
+
+/* gpux-worker: --worker, $GPUX_WORKER, beside gpuxd, or where it was installed. */
+static char *find_worker(const char *given)
+{
+	char self[PATH_MAX];
+	ssize_t n;
+	char *p;
+
+	if (given)
+		return strdup(given);
+	if (getenv("GPUX_WORKER") && *getenv("GPUX_WORKER"))
+		return strdup(getenv("GPUX_WORKER"));
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		if (asprintf(&p, "%s/gpux-worker", dirname(self)) >= 0) {
+			if (access(p, X_OK) == 0)
+				return p;
+			free(p);
+		}
+	}
+	return strdup(GPUX_LIBEXECDIR "/gpux-worker");
+}
+
+/*
+ * Bind the socket under a lock held for gpuxd's life: of two gpuxd starting at once (two
+ * clients autospawning), one wins and the other exits; a socket left by a dead gpuxd is
+ * replaced.
+ */
+static int listen_socket(struct sup *s)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char dir[128], lock[160];
+	_cleanup_(closep) int fd = -1;
+	mode_t old;
+	int r;
+
+	if (s->opts.socket_path) {
+		if (strlen(s->opts.socket_path) >= sizeof(sa.sun_path))
+			return -ENAMETOOLONG;
+		(void)snprintf(s->socket_path, sizeof(s->socket_path), "%s", s->opts.socket_path);
+	} else {
+		r = ipc_default_socket(dir, s->socket_path, sizeof(s->socket_path));
+		if (r < 0)
+			return r;
+		r = ipc_private_dir(dir);
+		if (r < 0) {
+			sup_log("%s: %s", dir, r == -EPERM ? "not a private directory of this user"
+							   : strerror(-r));
+			return r;
+		}
+	}
+	(void)snprintf(lock, sizeof(lock), "%s.lock", s->socket_path);
+	s->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (s->lock_fd < 0)
+		return -errno;
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) < 0)
+		return errno == EWOULDBLOCK ? -EADDRINUSE : -errno;
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memcpy(sa.sun_path, s->socket_path, strlen(s->socket_path));
+	(void)unlink(s->socket_path);
+	old = umask(0177);
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	(void)umask(old);
+	if (r < 0)
+		return -errno;
+	if (s->opts.allow_group && chown(s->socket_path, (uid_t)-1, s->opts.allow_gid) < 0)
+		return -errno;
+	if (chmod(s->socket_path, s->opts.socket_mode) < 0)
+		return -errno;
+	if (listen(fd, 128) < 0)
+		return -errno;
+	s->listen_fd = TAKE_FD(fd);
+	return 0;
+}
+
+/*
+ * --daemonize: the first process waits for the second to say how it went on a pipe, then
+ * exits 0 once the socket listens (or another gpuxd already serves it), else 1. So whoever
+ * started gpuxd learns readiness by waiting for it, and the daemon is nobody's child.
+ */
+static int daemonize(int *ret_notify)
+{
+	int p[2];
+	pid_t pid;
+	char c = 0;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid > 0) {
+		(void)close(p[1]);
+		while (read(p[0], &c, 1) < 0 && errno == EINTR)
+			;
+		_exit(c == 'R' || c == 'A' ? SUP_EXIT_OK : SUP_EXIT_FAIL);
+	}
+	(void)close(p[0]);
+	(void)setsid();
+	*ret_notify = p[1];
+	return 0;
+}
+
+static void notify(int *fd, char c)
+{
+	if (*fd >= 0)
+		(void)write(*fd, &c, 1);
+	*fd = safe_close(*fd);
+}
+
+static void drain_tick(struct ipc_timer *t, void *userdata)
+{
+	struct sup *s = userdata;
+
+	if (sup_workers_inflight(s) > 0 && mono_ns() < s->stop_deadline) {
+		ipc_timer_arm(t, mono_ns() + DRAIN_TICK_NS);
+		return;
+	}
+	for (unsigned i = 0; i < s->nworkers; i++)
+		sup_worker_event(&s->workers[i], E_STOP);
+	if (sup_workers_all_down(s))
+		ipc_loop_exit(s->loop, SUP_EXIT_OK);
+}
+
+/* Stop: accept nobody new, let requests in flight finish (bounded), then stop the workers. */
+void sup_stop(struct sup *s)
+{
+	if (s->stopping)
+		return;
+	s->stopping = true;
+	ipc_listener_free(s->listener);
+	s->listener = NULL;
+	(void)unlink(s->socket_path);
+	s->stop_deadline = mono_ns() + s->opts.drain_ms * NSEC_PER_MSEC;
+	drain_tick(s->stop_timer, s);
+}
+
+static void on_signal(struct ipc_watch *w, int fd, uint32_t revents, void *userdata)
+{
+	struct sup *s = userdata;
+	struct signalfd_siginfo si;
+
+	if (read(fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		return;
+	if (si.ssi_signo == SIGHUP)
+		return;
+	sup_log("signal %u: stopping", si.ssi_signo);
+	sup_stop(s);
+}
+
+static int setup_signals(struct sup *s)
+{
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+		return -errno;
+	(void)signal(SIGPIPE, SIG_IGN);
+	s->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (s->signal_fd < 0)
+		return -errno;
+	return ipc_watch_new(s->loop, s->signal_fd, POLLIN, on_signal, s, &s->signal_watch);
+}
+
+int main(int argc, char **argv)
+{
+	static struct sup s;
+	_cleanup_(freep) char *worker = NULL;
+	_cleanup_(closep) int ready_fd = -1;
+	char hostdev[16];
+	int r, code = SUP_EXIT_FAIL;
+
+	s.opts = (struct sup_opts){
+		.backend = "auto",
+		.socket_mode = 0600,
+		.idle_exit_ms = DEFAULT_IDLE_EXIT_MS,
+		.timeout_ms = DEFAULT_TIMEOUT_MS,
+		.drain_ms = DEFAULT_DRAIN_MS,
+		.quota_pinned = DEFAULT_QUOTA_PINNED,
+		.max_clients = DEFAULT_MAX_CLIENTS,
+	};
+	s.listen_fd = -1;
+	s.lock_fd = -1;
+	s.signal_fd = -1;
+	if (parse_args(argc, argv, &s.opts) < 0) {
+		usage(stderr);
+		return SUP_EXIT_USAGE;
+	}
+	worker = find_worker(s.opts.worker_path);
+	if (!worker)
+		return SUP_EXIT_FAIL;
+	s.opts.worker_path = worker;
+	if (s.opts.host_devices) {
+		(void)snprintf(hostdev, sizeof(hostdev), "%u", s.opts.host_devices);
+		(void)setenv("GPUX_HOST_DEVICES", hostdev, 1);
+	}
+	s.started_ns = mono_ns();
+	if (s.opts.daemonize && daemonize(&ready_fd) < 0) {
+		sup_log("daemonize: %s", strerror(errno));
+		return SUP_EXIT_FAIL;
+	}
+
+	r = listen_socket(&s);
+	if (r == -EADDRINUSE) {
+		sup_log("another gpuxd serves %s", s.socket_path);
+		notify(&ready_fd, 'A');
+		code = SUP_EXIT_RUNNING;
+		goto out;
+	}
+	if (r < 0) {
+		sup_log("%s: %s", s.socket_path, strerror(-r));
+		goto out;
+	}
+	r = ipc_loop_new(IPC_LOOP_AUTO, &s.loop);
+	if (r < 0) {
+		sup_log("event loop: %s", strerror(-r));
+		goto out;
+	}
+	if (ipc_loop_fallback(s.loop))
+		sup_log("io_uring refused (%s): using epoll", strerror(-ipc_loop_fallback(s.loop)));
+	r = setup_signals(&s);
+	if (r < 0)
+		goto out;
+	r = sup_workers_probe(&s);
+	if (r < 0) {
+		sup_log("no devices: %s", strerror(-r));
+		goto out;
+	}
+	r = ipc_timer_new(s.loop, drain_tick, &s, &s.stop_timer);
+	if (r < 0)
+		goto out;
+	r = sup_workers_start(&s);
+	if (r < 0)
+		goto out;
+	r = sup_clients_start(&s);
+	if (r < 0) {
+		sup_log("listening: %s", strerror(-r));
+		goto out;
+	}
+	notify(&ready_fd, 'R');
+	sup_log("serving %u %s device%s on %s (%s)%s", s.nworkers, s.workers[0].backend,
+		s.nworkers == 1 ? "" : "s", s.socket_path, ipc_loop_name(s.loop),
+		s.opts.private_mode ? ", private" : "");
+	r = ipc_loop_run(s.loop);
+	code = r < 0 ? SUP_EXIT_FAIL : SUP_EXIT_OK;
+
+out:
+	if (s.loop) {
+		sup_clients_free(&s);
+		sup_workers_free(&s);
+		ipc_timer_free(s.stop_timer);
+		ipc_watch_free(s.signal_watch);
+		ipc_loop_free(s.loop);
+	}
+	if (s.listen_fd >= 0 && !s.stopping)
+		(void)unlink(s.socket_path);
+	(void)safe_close(s.listen_fd);
+	(void)safe_close(s.signal_fd);
+	(void)safe_close(s.lock_fd);
+	return code;
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* supervisor/sup.h: gpuxd's objects: workers it supervises, clients it serves. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ipc/loop.h"
+#include "ipc/map.h"
+#include "ipc/proto.h"
+#include "ipc/status.h"
+
+/* Five deaths within a minute mark a device failed (as s6 and systemd throttle). */
+#define SUP_DEATHS_MAX 5u
+#define SUP_DEATH_WINDOW_NS (60ULL * 1000000000ULL)
+#define SUP_BACKOFF_MIN_NS (100ULL * 1000000ULL)
+#define SUP_BACKOFF_MAX_NS (5ULL * 1000000000ULL)
+/* A failed device is tried once more after this long. */
+#define SUP_FAILED_RETRY_NS (300ULL * 1000000000ULL)
+/* A worker must say READY within this (CUDA start-up takes about 0.3 s). */
+#define SUP_START_TIMEOUT_NS (60ULL * 1000000000ULL)
+/* Between SIGTERM and SIGKILL when stopping a worker. */
+#define SUP_STOP_GRACE_NS (2ULL * 1000000000ULL)
+/* How often deadlines are checked. */
+#define SUP_DEADLINE_TICK_NS (50ULL * 1000000ULL)
+/* A client has this long to say hello. */
+#define SUP_HELLO_TIMEOUT_NS (5ULL * 1000000000ULL)
+
+/* Exit codes. */
+#define SUP_EXIT_OK 0
+#define SUP_EXIT_FAIL 1
+#define SUP_EXIT_USAGE 2
+#define SUP_EXIT_RUNNING 3 /* another gpuxd holds the socket */
+
+struct sup_opts {
+	const char *socket_path;
+	bool private_mode;
+	bool daemonize;
+	const char *backend;
+	const char *worker_path;
+	const char *cache_dir;
+	bool allow_group;
+	gid_t allow_gid;
+	unsigned socket_mode;
+	uint64_t idle_exit_ms;
+	uint64_t timeout_ms;
+	uint64_t drain_ms;
+	uint64_t quota_pinned;
+	unsigned host_devices;
+	unsigned slots;
+	unsigned max_clients;
+};
+
+/* A worker's life, as a table of state x event (supervisor/workers.c). */
+enum sup_state {
+	W_DOWN,     /* not running, nothing planned */
+	W_STARTING, /* spawned, waiting for READY */
+	W_READY,
+	W_BACKOFF,  /* died; restart when the timer fires */
+	W_FAILED,   /* died too often; retried after a long pause */
+	W_STOPPING, /* SIGTERM sent; SIGKILL when the timer fires */
+	W_STATE_N
+};
+
+enum sup_event {
+	E_START,
+	E_READY,
+	E_DIED,
+	E_TIMER,
+	E_STOP,
+	E_EVENT_N
+};
+
+struct sup;
+
+struct sup_worker {
+	struct sup *s;
+	uint32_t index;
+	struct ipc_device_info info;
+	char backend[16];
+	enum sup_state state;
+	pid_t pid;
+	int pidfd;
+	struct ipc_watch *pid_watch;
+	struct ipc_conn *control;
+	int status_fd;    /* read-write, for the worker */
+	int status_ro_fd; /* read-only, for clients */
+	struct ipc_status_page *status;
+	struct ipc_timer *timer;
+	uint32_t generation;
+	uint32_t restarts;
+	uint64_t deaths[SUP_DEATHS_MAX];
+	unsigned ndeaths;
+	bool killed_deadline;
+	int last_exit; /* wait status of the last death */
+};
+
+struct sup_client {
+	struct sup *s;
+	struct ipc_conn *conn;
+	uint64_t id;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	bool hello_done;
+	bool admin;
+	struct ipc_timer *hello_timer;
+	struct sup_client *prev, *next;
+};
+
+struct sup {
+	struct sup_opts opts;
+	struct ipc_loop *loop;
+	char socket_path[128];
+	int listen_fd;
+	int lock_fd;
+	struct ipc_listener *listener;
+	struct sup_worker workers[IPC_DEVICES_MAX];
+	unsigned nworkers;
+	struct sup_client *clients;
+	unsigned nclients;
+	struct ipc_map client_ids; /* id -> struct sup_client */
+	uint64_t next_client_id;
+	uint64_t clients_total;
+	uint64_t clients_refused;
+	struct ipc_timer *deadline_timer;
+	struct ipc_timer *idle_timer;
+	struct ipc_timer *stop_timer;
+	int signal_fd;
+	struct ipc_watch *signal_watch;
+	bool stopping;
+	uint64_t stop_deadline;
+	uint64_t started_ns;
+};
+
+/* supervisor/main.c */
+void sup_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void sup_stop(struct sup *s);
+
+/* supervisor/workers.c */
+int sup_workers_probe(struct sup *s);
+int sup_workers_start(struct sup *s);
+void sup_worker_event(struct sup_worker *w, enum sup_event ev);
+unsigned sup_worker_recent_deaths(const struct sup_worker *w);
+bool sup_workers_all_down(const struct sup *s);
+uint64_t sup_workers_inflight(const struct sup *s);
+void sup_workers_free(struct sup *s);
+const char *sup_state_name(enum sup_state st);
+uint32_t sup_public_state(const struct sup_worker *w);
+
+/* supervisor/clients.c */
+int sup_clients_start(struct sup *s);
+void sup_clients_free(struct sup *s);
+void sup_client_give_channel(struct sup_client *c, struct sup_worker *w);
+void sup_clients_device_changed(struct sup *s, struct sup_worker *w);
+void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_killed *k);

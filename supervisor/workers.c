@@ -1,0 +1,555 @@
+/* SPDX-License-Identifier: MIT */
+/* supervisor/workers.c: probing devices and supervising one worker per device (spawn, watch, restart). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+#include "ipc/segment.h"
+#include "sup.h"
+
+extern char **environ;
+
+#define PROBE_OUTPUT_MAX (64 * 1024)
+#define PROBE_TIMEOUT_NS (120ULL * NSEC_PER_SEC)
+
+/* ---- the state table ---- */
+
+enum sup_action {
+	A_NONE,
+	A_SPAWN,
+	A_READY,
+	A_DIED,
+	A_TERM,
+	A_KILL,
+};
+
+struct transition {
+	enum sup_state next;
+	enum sup_action action;
+};
+
+#define T(n, a) { W_##n, A_##a }
+#define SAME { W_STATE_N, A_NONE }
+
+/*
+ * What each event does in each state. A_DIED decides between BACKOFF and FAILED by the
+ * count of recent deaths; "SAME" keeps the state and does nothing. In READY a timer is a
+ * deadline kill armed by the deadline check.
+ */
+static const struct transition table[W_STATE_N][E_EVENT_N] = {
+	/*               E_START          E_READY         E_DIED            E_TIMER            E_STOP */
+	[W_DOWN] =     { T(STARTING, SPAWN), SAME,        SAME,             SAME,              SAME },
+	[W_STARTING] = { SAME,            T(READY, READY), T(BACKOFF, DIED), T(STARTING, KILL), T(STOPPING, TERM) },
+	[W_READY] =    { SAME,            SAME,           T(BACKOFF, DIED), T(READY, KILL),    T(STOPPING, TERM) },
+	[W_BACKOFF] =  { SAME,            SAME,           SAME,             T(STARTING, SPAWN), T(DOWN, NONE) },
+	[W_FAILED] =   { SAME,            SAME,           SAME,             T(STARTING, SPAWN), T(DOWN, NONE) },
+	[W_STOPPING] = { SAME,            SAME,           T(DOWN, NONE),    T(STOPPING, KILL), SAME },
+};
+
+const char *sup_state_name(enum sup_state st)
+{
+	static const char *const names[W_STATE_N] = {
+		[W_DOWN] = "down",
+		[W_STARTING] = "starting",
+		[W_READY] = "ready",
+		[W_BACKOFF] = "restarting",
+		[W_FAILED] = "failed",
+		[W_STOPPING] = "stopping",
+	};
+
+	return st < W_STATE_N ? names[st] : "?";
+}
+
+uint32_t sup_public_state(const struct sup_worker *w)
+{
+	switch (w->state) {
+	case W_READY:
+		return GPUX_DEVICE_READY;
+	case W_FAILED:
+		return GPUX_DEVICE_FAILED;
+	case W_STARTING:
+		return w->generation == 0 ? GPUX_DEVICE_STARTING : GPUX_DEVICE_RESTARTING;
+	default:
+		return GPUX_DEVICE_RESTARTING;
+	}
+}
+
+/* ---- probing ---- */
+
+static int parse_probe_line(char *line, struct sup_worker *w)
+{
+	char *f[10];
+	unsigned n = 0;
+	char *save = NULL;
+
+	for (char *t = strtok_r(line, "\t", &save); t && n < ARRAY_SIZE(f); t = strtok_r(NULL, "\t", &save))
+		f[n++] = t;
+	if (n != 10 || strcmp(f[0], "device") != 0 || strlen(f[9]) >= sizeof(w->info.name) ||
+	    strlen(f[2]) >= sizeof(w->backend) || strlen(f[8]) != 32)
+		return -EINVAL;
+	memset(&w->info, 0, sizeof(w->info));
+	w->info.index = (uint32_t)strtoul(f[1], NULL, 10);
+	(void)snprintf(w->backend, sizeof(w->backend), "%s", f[2]);
+	w->info.backend = strcmp(f[2], "cuda") == 0 ? GPUX_BACKEND_CUDA : GPUX_BACKEND_HOST;
+	w->info.cc_major = (uint32_t)strtoul(f[3], NULL, 10);
+	w->info.cc_minor = (uint32_t)strtoul(f[4], NULL, 10);
+	w->info.sm_count = (uint32_t)strtoul(f[5], NULL, 10);
+	w->info.max_threads_per_block = (uint32_t)strtoul(f[6], NULL, 10);
+	w->info.mem_total = strtoull(f[7], NULL, 10);
+	for (unsigned i = 0; i < 16; i++) {
+		char hex[3] = { f[8][2 * i], f[8][2 * i + 1], 0 };
+		w->info.uuid[i] = (uint8_t)strtoul(hex, NULL, 16);
+	}
+	(void)snprintf(w->info.name, sizeof(w->info.name), "%s", f[9]);
+	return 0;
+}
+
+static int worker_status_page(struct sup_worker *w)
+{
+	char path[64];
+	void *p;
+	int r;
+
+	r = ipc_segment_create("gpux-status", IPC_STATUS_PAGE_SIZE, &w->status_fd);
+	if (r < 0)
+		return r;
+	/* Clients get a read-only file: they can neither write the page nor seal it. */
+	(void)snprintf(path, sizeof(path), "/proc/self/fd/%d", w->status_fd);
+	w->status_ro_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (w->status_ro_fd < 0)
+		return -errno;
+	r = ipc_segment_map(w->status_fd, IPC_STATUS_PAGE_SIZE, false, &p);
+	if (r < 0)
+		return r;
+	w->status = p;
+	return 0;
+}
+
+/* Run `gpux-worker --probe` and read its device lines: gpuxd itself never loads CUDA. */
+int sup_workers_probe(struct sup *s)
+{
+	char *argv[] = { (char *)s->opts.worker_path, "--probe", "--backend",
+			 (char *)s->opts.backend, NULL };
+	posix_spawn_file_actions_t fa;
+	_cleanup_(freep) char *out = malloc(PROBE_OUTPUT_MAX + 1);
+	uint64_t until = mono_ns() + PROBE_TIMEOUT_NS;
+	size_t len = 0;
+	int pipefd[2], st = 0, r;
+	pid_t pid;
+
+	if (!out)
+		return -ENOMEM;
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return -errno;
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+	r = posix_spawn(&pid, s->opts.worker_path, &fa, NULL, argv, environ);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	(void)close(pipefd[1]);
+	if (r != 0) {
+		(void)close(pipefd[0]);
+		sup_log("cannot run %s: %s", s->opts.worker_path, strerror(r));
+		return -r;
+	}
+	for (;;) {
+		struct pollfd pfd = { .fd = pipefd[0], .events = POLLIN };
+		uint64_t now = mono_ns();
+		ssize_t n;
+
+		if (now >= until || poll(&pfd, 1, (int)((until - now) / NSEC_PER_MSEC) + 1) == 0) {
+			(void)kill(pid, SIGKILL);
+			break;
+		}
+		n = read(pipefd[0], out + len, PROBE_OUTPUT_MAX - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		if (len == PROBE_OUTPUT_MAX)
+			break;
+	}
+	(void)close(pipefd[0]);
+	(void)waitpid(pid, &st, 0);
+	out[len] = '\0';
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		sup_log("device probe failed (%s --probe --backend %s)", s->opts.worker_path,
+			s->opts.backend);
+		return -ENODEV;
+	}
+
+	s->nworkers = 0;
+	for (char *save = NULL, *line = strtok_r(out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		struct sup_worker *w = &s->workers[s->nworkers];
+
+		if (s->nworkers == IPC_DEVICES_MAX)
+			break;
+		*w = (struct sup_worker){ .s = s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1 };
+		if (parse_probe_line(line, w) < 0) {
+			sup_log("device probe: unreadable line");
+			return -EINVAL;
+		}
+		w->index = s->nworkers;
+		w->info.index = w->index;
+		r = worker_status_page(w);
+		if (r < 0)
+			return r;
+		s->nworkers++;
+	}
+	return s->nworkers > 0 ? 0 : -ENODEV;
+}
+
+/* ---- spawning and reaping ---- */
+
+static void on_worker_timer(struct ipc_timer *t, void *userdata)
+{
+	sup_worker_event(userdata, E_TIMER);
+}
+
+static void reap(struct sup_worker *w)
+{
+	int st;
+
+	if (waitpid(w->pid, &st, WNOHANG) != w->pid)
+		return;
+	w->last_exit = st;
+	ipc_watch_free(w->pid_watch);
+	w->pid_watch = NULL;
+	w->pidfd = safe_close(w->pidfd);
+	ipc_conn_free(w->control);
+	w->control = NULL;
+	if (w->state != W_STOPPING) {
+		if (WIFEXITED(st))
+			sup_log("device %u: worker %d exited with status %d", w->index, (int)w->pid,
+				WEXITSTATUS(st));
+		else if (WIFSIGNALED(st))
+			sup_log("device %u: worker %d killed by signal %d", w->index, (int)w->pid,
+				WTERMSIG(st));
+	}
+	w->pid = 0;
+	sup_worker_event(w, E_DIED);
+}
+
+static void on_pidfd(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	reap(userdata);
+}
+
+static void on_worker_msg(struct ipc_conn *c, struct ipc_msg *msg, void *userdata)
+{
+	struct sup_worker *w = userdata;
+	struct ipc_ready ready;
+
+	if (msg->hdr.type == IPC_READY && ipc_decode_ready(msg, &ready) == 0) {
+		ready.info.index = w->index;
+		w->info = ready.info;
+		sup_worker_event(w, E_READY);
+		return;
+	}
+	sup_log("device %u: worker sent a bad %s message", w->index, ipc_type_name(msg->hdr.type));
+}
+
+static void on_worker_close(struct ipc_conn *c, int error, void *userdata)
+{
+	struct sup_worker *w = userdata;
+
+	/* Its death comes through the pidfd; a worker that only closed its socket is of no use. */
+	ipc_conn_free(w->control);
+	w->control = NULL;
+	if (w->pid > 0 && w->state != W_STOPPING)
+		(void)kill(w->pid, SIGKILL);
+}
+
+static int dup_high(int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+
+	return d < 0 ? -errno : d;
+}
+
+static int spawn(struct sup_worker *w)
+{
+	struct sup *s = w->s;
+	char dev[16], ppid[16], timeout[24], slots[16], quota[24];
+	char *argv[24];
+	unsigned argc = 0;
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none, deflt;
+	_cleanup_(closep) int ctl_child = -1, status_child = -1, ctl = -1;
+	int pair[2], r;
+	pid_t pid;
+
+	r = ipc_channel_pair(pair, false);
+	if (r < 0)
+		return r;
+	ctl = pair[0];
+	/* Above the fds the child gets (3, 4), so that dup2 never meets itself. */
+	ctl_child = dup_high(pair[1]);
+	(void)close(pair[1]);
+	status_child = dup_high(w->status_fd);
+	if (ctl_child < 0 || status_child < 0)
+		return -EMFILE;
+
+	(void)snprintf(dev, sizeof(dev), "%u", w->index);
+	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
+	(void)snprintf(timeout, sizeof(timeout), "%llu", (unsigned long long)s->opts.timeout_ms);
+	(void)snprintf(slots, sizeof(slots), "%u", s->opts.slots);
+	(void)snprintf(quota, sizeof(quota), "%llu", (unsigned long long)s->opts.quota_pinned);
+	argv[argc++] = (char *)s->opts.worker_path;
+	argv[argc++] = "--device";
+	argv[argc++] = dev;
+	argv[argc++] = "--backend";
+	argv[argc++] = w->backend;
+	argv[argc++] = "--control-fd";
+	argv[argc++] = "3";
+	argv[argc++] = "--status-fd";
+	argv[argc++] = "4";
+	argv[argc++] = "--parent-pid";
+	argv[argc++] = ppid;
+	argv[argc++] = "--timeout-ms";
+	argv[argc++] = timeout;
+	argv[argc++] = "--quota-pinned";
+	argv[argc++] = quota;
+	if (s->opts.slots) {
+		argv[argc++] = "--slots";
+		argv[argc++] = slots;
+	}
+	if (s->opts.cache_dir) {
+		argv[argc++] = "--cache-dir";
+		argv[argc++] = (char *)s->opts.cache_dir;
+	}
+	argv[argc] = NULL;
+
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_adddup2(&fa, ctl_child, 3);
+	(void)posix_spawn_file_actions_adddup2(&fa, status_child, 4);
+	(void)posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	sigemptyset(&deflt);
+	sigaddset(&deflt, SIGPIPE);
+	sigaddset(&deflt, SIGTERM);
+	sigaddset(&deflt, SIGINT);
+	sigaddset(&deflt, SIGHUP);
+	(void)posix_spawnattr_setsigmask(&attr, &none);
+	(void)posix_spawnattr_setsigdefault(&attr, &deflt);
+	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	r = posix_spawn(&pid, s->opts.worker_path, &fa, &attr, argv, environ);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	(void)posix_spawnattr_destroy(&attr);
+	if (r != 0) {
+		sup_log("device %u: cannot spawn %s: %s", w->index, s->opts.worker_path, strerror(r));
+		return -r;
+	}
+	w->pid = pid;
+	w->killed_deadline = false;
+
+	w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (w->pidfd < 0) {
+		r = -errno;
+		sup_log("device %u: pidfd_open: %s", w->index, strerror(-r));
+		(void)kill(pid, SIGKILL);
+		(void)waitpid(pid, NULL, 0);
+		w->pid = 0;
+		return r;
+	}
+	r = ipc_watch_new(s->loop, w->pidfd, POLLIN, on_pidfd, w, &w->pid_watch);
+	if (r == 0)
+		r = ipc_conn_new_take_fd(s->loop, TAKE_FD(ctl), on_worker_msg, on_worker_close, w,
+					 &w->control);
+	if (r < 0) {
+		(void)kill(pid, SIGKILL);
+		return 0; /* the pidfd (if watched) reports the death; else the start timer does */
+	}
+	return 0;
+}
+
+/* Count this death; the window keeps the last SUP_DEATHS_MAX times. */
+static unsigned record_death(struct sup_worker *w, uint64_t now)
+{
+	unsigned recent = 0;
+
+	w->deaths[w->ndeaths++ % SUP_DEATHS_MAX] = now;
+	for (unsigned i = 0; i < MIN(w->ndeaths, SUP_DEATHS_MAX); i++)
+		if (now - w->deaths[i] <= SUP_DEATH_WINDOW_NS)
+			recent++;
+	return recent;
+}
+
+unsigned sup_worker_recent_deaths(const struct sup_worker *w)
+{
+	uint64_t now = mono_ns();
+	unsigned recent = 0;
+
+	for (unsigned i = 0; i < MIN(w->ndeaths, SUP_DEATHS_MAX); i++)
+		if (now - w->deaths[i] <= SUP_DEATH_WINDOW_NS)
+			recent++;
+	return recent;
+}
+
+void sup_worker_event(struct sup_worker *w, enum sup_event ev)
+{
+	struct transition t = table[w->state][ev];
+	uint64_t now = mono_ns();
+	enum sup_state old = w->state;
+
+	if (t.next == W_STATE_N)
+		return;
+	w->state = t.next;
+	switch (t.action) {
+	case A_NONE:
+		ipc_timer_arm(w->timer, 0);
+		break;
+	case A_SPAWN:
+		if (old != W_DOWN)
+			w->restarts++;
+		ipc_timer_arm(w->timer, now + SUP_START_TIMEOUT_NS);
+		if (spawn(w) < 0) {
+			/* As good as a death at birth. */
+			w->state = W_STARTING;
+			sup_worker_event(w, E_DIED);
+			return;
+		}
+		break;
+	case A_READY:
+		ipc_timer_arm(w->timer, 0);
+		w->generation++;
+		sup_log("device %u: %s ready (worker %d, generation %u)", w->index, w->info.name,
+			(int)w->pid, w->generation);
+		break;
+	case A_DIED: {
+		unsigned recent = record_death(w, now);
+
+		if (recent >= SUP_DEATHS_MAX) {
+			w->state = W_FAILED;
+			sup_log("device %u: %u deaths within a minute: marked failed", w->index,
+				recent);
+			ipc_timer_arm(w->timer, now + SUP_FAILED_RETRY_NS);
+		} else {
+			uint64_t delay = SUP_BACKOFF_MIN_NS << (recent > 0 ? recent - 1 : 0);
+			ipc_timer_arm(w->timer, now + MIN(delay, SUP_BACKOFF_MAX_NS));
+		}
+		break;
+	}
+	case A_TERM:
+		if (w->pid > 0)
+			(void)kill(w->pid, SIGTERM);
+		ipc_timer_arm(w->timer, now + SUP_STOP_GRACE_NS);
+		break;
+	case A_KILL:
+		if (w->pid > 0)
+			(void)kill(w->pid, SIGKILL);
+		break;
+	}
+	if (w->state != old || t.action == A_READY)
+		sup_clients_device_changed(w->s, w);
+	if (w->s->stopping && sup_workers_all_down(w->s))
+		ipc_loop_exit(w->s->loop, SUP_EXIT_OK);
+}
+
+/* ---- deadlines: what each worker runs is on its status page ---- */
+
+static void deadline_check(struct ipc_timer *t, void *userdata)
+{
+	struct sup *s = userdata;
+	uint64_t now = mono_ns();
+
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		struct sup_worker *w = &s->workers[i];
+		static struct ipc_status_page snap;
+
+		if (w->state != W_READY || w->killed_deadline || !ipc_status_read(w->status, &snap))
+			continue;
+		for (unsigned k = 0; k < snap.nslots; k++) {
+			const struct ipc_running *run = &snap.running[k];
+			struct ipc_killed killed = {
+				.device = w->index,
+				.reason = IPC_KILL_TIMEOUT,
+				.req_id = run->req_id,
+				.generation = w->generation,
+			};
+
+			if (!run->client_id || !run->deadline_ns || now <= run->deadline_ns)
+				continue;
+			sup_log("device %u: request %u of client %llu ran %.1f s past its deadline: "
+				"killing worker %d",
+				w->index, run->req_id, (unsigned long long)run->client_id,
+				(double)(now - run->deadline_ns) / 1e9, (int)w->pid);
+			/* Tell the client first; the kill follows on the next round of the loop,
+			 * after the message has gone out. */
+			sup_client_send_killed(s, run->client_id, &killed);
+			w->killed_deadline = true;
+			ipc_timer_arm(w->timer, now);
+			break;
+		}
+	}
+	ipc_timer_arm(t, now + SUP_DEADLINE_TICK_NS);
+}
+
+int sup_workers_start(struct sup *s)
+{
+	int r = ipc_timer_new(s->loop, deadline_check, s, &s->deadline_timer);
+
+	if (r < 0)
+		return r;
+	ipc_timer_arm(s->deadline_timer, mono_ns() + SUP_DEADLINE_TICK_NS);
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		r = ipc_timer_new(s->loop, on_worker_timer, &s->workers[i], &s->workers[i].timer);
+		if (r < 0)
+			return r;
+	}
+	for (unsigned i = 0; i < s->nworkers; i++)
+		sup_worker_event(&s->workers[i], E_START);
+	return 0;
+}
+
+bool sup_workers_all_down(const struct sup *s)
+{
+	for (unsigned i = 0; i < s->nworkers; i++)
+		if (s->workers[i].pid > 0)
+			return false;
+	return true;
+}
+
+uint64_t sup_workers_inflight(const struct sup *s)
+{
+	static struct ipc_status_page snap;
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < s->nworkers; i++)
+		if (s->workers[i].state == W_READY && ipc_status_read(s->workers[i].status, &snap))
+			n += snap.stats.inflight;
+	return n;
+}
+
+void sup_workers_free(struct sup *s)
+{
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		struct sup_worker *w = &s->workers[i];
+
+		if (w->pid > 0) {
+			(void)kill(w->pid, SIGKILL);
+			(void)waitpid(w->pid, NULL, 0);
+		}
+		ipc_watch_free(w->pid_watch);
+		ipc_conn_free(w->control);
+		ipc_timer_free(w->timer);
+		(void)safe_close(w->pidfd);
+		(void)safe_close(w->status_fd);
+		(void)safe_close(w->status_ro_fd);
+		if (w->status)
+			(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
+	}
+	ipc_timer_free(s->deadline_timer);
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/backend.h: the one interface through which a worker drives its device. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipc/key.h"
+#include "ipc/proto.h"
+
+struct wrk;
+struct wrk_req;
+struct wrk_mapping;
+
+/* What a module's kernel needs from the caller, as far as the back end can tell. */
+struct wrk_kernel_info {
+	void *fn;
+	int32_t nparams; /* -1: the back end cannot tell */
+	uint32_t param_size[IPC_ARGS_MAX];
+	uint32_t max_threads_per_block; /* for this kernel; 0: the device's limit */
+	uint32_t static_shared_bytes;
+};
+
+/* The device's launch limits, checked before every launch. */
+struct wrk_limits {
+	uint32_t max_threads_per_block;
+	uint32_t max_block[3];
+	uint32_t max_grid[3];
+	uint32_t max_shared_per_block;        /* without opting in */
+	uint32_t max_shared_per_block_optin;  /* with a raised kernel attribute */
+};
+
+/* A compile request, handed to build() on the compile thread. */
+struct wrk_build {
+	uint32_t lang;
+	const uint8_t *code;
+	size_t code_len;
+	const char *options; /* NUL-terminated, space-separated */
+};
+
+/*
+ * A back end. `dev` is its per-device state, made by open(). Functions marked (any thread)
+ * may run on the compile thread while the loop runs others; the rest run on the loop thread.
+ * Errors are a gpux_status with a message the caller frees (ret_msg may be left NULL).
+ */
+struct wrk_backend_ops {
+	const char *name;
+	uint32_t backend; /* enum gpux_backend */
+
+	/* List the devices of this kind; 0 devices is not an error. */
+	int (*probe)(struct ipc_device_info *ret, unsigned max, unsigned *ret_n, char **ret_msg);
+
+	int (*open)(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_device_info *ret_info,
+		    struct wrk_limits *ret_limits, char **ret_msg);
+	void (*close)(void *dev);
+
+	/* Make a mapped segment usable for copies (register, pin); undone by unregister(). */
+	int (*map_register)(void *dev, struct wrk_mapping *m, char **ret_msg);
+	void (*map_unregister)(void *dev, struct wrk_mapping *m);
+
+	/* What makes a compiled image specific to this device and toolchain (module keys). */
+	void (*target_key)(void *dev, uint32_t lang, struct ipc_key_state *s);
+	/* The file name ending of cached images ("cubin", "so"). */
+	const char *image_ext;
+	/* Compile to an image (any thread). On GPUX_E_COMPILE, *ret_log says why. */
+	int (*build)(void *dev, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
+		     char **ret_log);
+	/* Load an image (any thread). */
+	int (*module_load)(void *dev, const uint8_t *image, size_t len, void **ret_mod,
+			   char **ret_msg);
+	void (*module_unload)(void *dev, void *mod);
+	int (*kernel_get)(void *dev, void *mod, const char *name, struct wrk_kernel_info *ret,
+			  char **ret_msg);
+
+	/* Streams: slot i of the worker's stream slots. */
+	int (*slot_open)(void *dev, unsigned slot, char **ret_msg);
+
+	/* Start a request's work on its slot; completion comes through wrk_req_complete(). */
+	int (*launch)(void *dev, struct wrk_req *r, char **ret_msg);
+
+	/* Free device memory now, or 0 if unknown (status page). */
+	uint64_t (*mem_free)(void *dev);
+};
+
+extern const struct wrk_backend_ops wrk_backend_host;
+#ifdef GPUX_HAVE_CUDA
+extern const struct wrk_backend_ops wrk_backend_cuda;
+#endif
+
+/* The back end of that name ("host", "cuda"), or NULL. */
+const struct wrk_backend_ops *wrk_backend_find(const char *name);

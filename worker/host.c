@@ -1,0 +1,684 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/host.c: the host back end: kernels in C, built by the system compiler, run on CPU threads. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <regex.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+#include <sys/wait.h>
+
+#include "host-kernel-prelude.h"
+#include "ipc/macro.h"
+#include "wrk.h"
+
+extern char **environ;
+
+#define BUILD_TIMEOUT_NS (120 * NSEC_PER_SEC)
+#define LOG_MAX (64 * 1024)
+#define SHARED_OPTIN_MAX (1024 * 1024)
+#define FAULT_STACK (64 * 1024)
+
+/*
+ * Options a client may pass to the compiler. Anything else (-o, -I, -fplugin, -Wl, ...)
+ * could make the compiler read or write files of the worker's choosing, so it is refused.
+ */
+static const char option_re[] =
+	"^-(O[0-3sg]?|g|D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|U[A-Za-z_][A-Za-z0-9_]*|"
+	"std=(c|gnu)(99|11|17|2x)|ffast-math|fno-math-errno|funroll-loops|march=native|"
+	"mtune=native|fopenmp-simd|W[a-z-]*)$";
+
+struct host_slot {
+	struct host_dev *dev;
+	unsigned index;
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct wrk_req *head, *tail;
+	bool stop;
+};
+
+struct host_dev {
+	struct wrk *w;
+	const char *cc;
+	char cc_version[256];
+	struct host_slot slots[WRK_SLOTS_MAX];
+	unsigned nslots;
+};
+
+struct host_module {
+	void *dl;
+	uintptr_t base;
+};
+
+/* ---- faults: a kernel that crashes fails its request, then the worker exits ---- */
+
+static __thread sigjmp_buf *fault_jmp;
+static __thread volatile sig_atomic_t fault_signo;
+static __thread void *fault_addr;
+
+static void on_fault(int sig, siginfo_t *si, void *ctx)
+{
+	if (!fault_jmp) {
+		/* Not in a kernel: a bug of ours. Crash as we would have. */
+		(void)signal(sig, SIG_DFL);
+		(void)raise(sig);
+		return;
+	}
+	fault_signo = sig;
+	fault_addr = si->si_addr;
+	siglongjmp(*fault_jmp, 1);
+}
+
+static int fault_handlers_install(void)
+{
+	static const int sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL };
+	struct sigaction sa = { 0 };
+
+	sa.sa_sigaction = on_fault;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+	sigemptyset(&sa.sa_mask);
+	for (unsigned i = 0; i < ARRAY_SIZE(sigs); i++)
+		if (sigaction(sigs[i], &sa, NULL) < 0)
+			return -errno;
+	return 0;
+}
+
+/* ---- probe and open ---- */
+
+static void host_info(uint32_t index, struct ipc_device_info *info)
+{
+	struct ipc_key k;
+	char host[64] = "";
+	struct sysinfo si;
+
+	(void)gethostname(host, sizeof(host) - 1);
+	memset(info, 0, sizeof(*info));
+	info->index = index;
+	info->backend = GPUX_BACKEND_HOST;
+	info->sm_count = (uint32_t)get_nprocs();
+	info->max_threads_per_block = 1024;
+	if (sysinfo(&si) == 0)
+		info->mem_total = (uint64_t)si.totalram * si.mem_unit;
+	(void)snprintf(info->name, sizeof(info->name), "host CPU %u (%u threads)", index,
+		       info->sm_count);
+	k = ipc_key_of(host, strlen(host));
+	k.lo ^= index;
+	memcpy(info->uuid, &k, sizeof(info->uuid));
+}
+
+static int host_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n, char **ret_msg)
+{
+	const char *e = getenv("GPUX_HOST_DEVICES");
+	unsigned n = e ? (unsigned)strtoul(e, NULL, 10) : 1;
+
+	if (n == 0 || n > max)
+		n = n ? max : 1;
+	for (unsigned i = 0; i < n; i++)
+		host_info(i, &ret[i]);
+	*ret_n = n;
+	return 0;
+}
+
+static void *slot_main(void *arg);
+
+static void cc_version(struct host_dev *d)
+{
+	char cmd[512];
+	FILE *f;
+
+	(void)snprintf(cmd, sizeof(cmd), "%s --version 2>/dev/null", d->cc);
+	f = popen(cmd, "re");
+	if (!f)
+		return;
+	if (!fgets(d->cc_version, sizeof(d->cc_version), f))
+		d->cc_version[0] = '\0';
+	(void)pclose(f);
+}
+
+static void host_close(void *dv)
+{
+	struct host_dev *d = dv;
+
+	if (!d)
+		return;
+	for (unsigned i = 0; i < d->nslots; i++) {
+		struct host_slot *s = &d->slots[i];
+		if (!s->started)
+			continue;
+		(void)pthread_mutex_lock(&s->lock);
+		s->stop = true;
+		(void)pthread_cond_signal(&s->cond);
+		(void)pthread_mutex_unlock(&s->lock);
+		(void)pthread_join(s->thread, NULL);
+	}
+	free(d);
+}
+
+static int host_open(struct wrk *w, uint32_t device, void **ret_dev,
+		     struct ipc_device_info *ret_info, struct wrk_limits *ret_limits, char **ret_msg)
+{
+	struct host_dev *d = calloc(1, sizeof(*d));
+	int r;
+
+	if (!d)
+		return GPUX_E_NOMEM;
+	d->w = w;
+	d->cc = getenv("GPUX_HOST_CC");
+	if (!d->cc || !*d->cc)
+		d->cc = "cc";
+	cc_version(d);
+	r = fault_handlers_install();
+	if (r < 0) {
+		free(d);
+		*ret_msg = wrk_strdup_printf("sigaction: %s", strerror(-r));
+		return GPUX_E_IO;
+	}
+	host_info(device, ret_info);
+	*ret_limits = (struct wrk_limits){
+		.max_threads_per_block = 1024,
+		.max_block = { 1024, 1024, 64 },
+		.max_grid = { IPC_GRID_MAX, 65535, 65535 },
+		.max_shared_per_block = 48 * 1024,
+		.max_shared_per_block_optin = SHARED_OPTIN_MAX,
+	};
+	*ret_dev = d;
+	return 0;
+}
+
+static int host_slot_open(void *dv, unsigned slot, char **ret_msg)
+{
+	struct host_dev *d = dv;
+	struct host_slot *s = &d->slots[slot];
+	int r;
+
+	s->dev = d;
+	s->index = slot;
+	(void)pthread_mutex_init(&s->lock, NULL);
+	(void)pthread_cond_init(&s->cond, NULL);
+	r = pthread_create(&s->thread, NULL, slot_main, s);
+	if (r != 0) {
+		*ret_msg = wrk_strdup_printf("pthread_create: %s", strerror(r));
+		return GPUX_E_NOMEM;
+	}
+	s->started = true;
+	d->nslots = MAX(d->nslots, slot + 1);
+	return 0;
+}
+
+/* ---- segments: plain memory needs no registration ---- */
+
+static int host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
+{
+	return 0;
+}
+
+static void host_map_unregister(void *dv, struct wrk_mapping *m)
+{
+}
+
+static uint64_t host_mem_free(void *dv)
+{
+	struct sysinfo si;
+
+	if (sysinfo(&si) < 0)
+		return 0;
+	return (uint64_t)si.freeram * si.mem_unit;
+}
+
+/* ---- building ---- */
+
+static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
+{
+	struct host_dev *d = dv;
+
+	ipc_key_add(s, d->cc, strlen(d->cc));
+	ipc_key_add(s, d->cc_version, strlen(d->cc_version));
+	ipc_key_add(s, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1);
+}
+
+/* Split options at spaces into argv, refusing any option not in the allowed set. */
+static int options_split(const char *options, char **argv, unsigned max, unsigned *ret_n,
+			 char **ret_log)
+{
+	_cleanup_(freep) char *copy = strdup(options);
+	regex_t re;
+	unsigned n = 0;
+	char *save = NULL;
+
+	if (!copy)
+		return GPUX_E_NOMEM;
+	if (regcomp(&re, option_re, REG_EXTENDED | REG_NOSUB) != 0)
+		return GPUX_E_NOMEM;
+	for (char *t = strtok_r(copy, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
+		if (n == max || regexec(&re, t, 0, NULL, 0) != 0) {
+			*ret_log = n == max ? strdup("too many compiler options")
+					    : wrk_strdup_printf("compiler option not allowed: %s", t);
+			regfree(&re);
+			while (n)
+				free(argv[--n]);
+			return GPUX_E_INVAL;
+		}
+		argv[n] = strdup(t);
+		if (!argv[n]) {
+			regfree(&re);
+			while (n)
+				free(argv[--n]);
+			return GPUX_E_NOMEM;
+		}
+		n++;
+	}
+	regfree(&re);
+	*ret_n = n;
+	return 0;
+}
+
+static int write_file(const char *path, const void *a, size_t alen, const void *b, size_t blen)
+{
+	_cleanup_(closep) int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	const struct {
+		const void *p;
+		size_t n;
+	} parts[2] = { { a, alen }, { b, blen } };
+
+	if (fd < 0)
+		return -errno;
+	for (unsigned i = 0; i < 2; i++) {
+		const uint8_t *p = parts[i].p;
+		size_t n = parts[i].n;
+		while (n) {
+			ssize_t k = write(fd, p, n);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k < 0)
+				return -errno;
+			p += k;
+			n -= (size_t)k;
+		}
+	}
+	return 0;
+}
+
+static int read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
+{
+	_cleanup_(closep) int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	uint8_t *p;
+	size_t len;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	len = MIN((size_t)st.st_size, max);
+	p = malloc(len + 1);
+	if (!p)
+		return -ENOMEM;
+	if (pread(fd, p, len, 0) != (ssize_t)len) {
+		free(p);
+		return -EIO;
+	}
+	p[len] = 0;
+	*ret = p;
+	*ret_len = len;
+	return 0;
+}
+
+/* Run the compiler with its output into log_path; wait at most BUILD_TIMEOUT_NS. */
+static int run_compiler(char **argv, const char *log_path, int *ret_status)
+{
+	posix_spawn_file_actions_t fa;
+	uint64_t until = mono_ns() + BUILD_TIMEOUT_NS;
+	pid_t pid;
+	int r, st;
+
+	r = posix_spawn_file_actions_init(&fa);
+	if (r != 0)
+		return -r;
+	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	(void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	if (r != 0)
+		return -r;
+	for (unsigned sleep_us = 100;; sleep_us = MIN(sleep_us * 2, 20000u)) {
+		pid_t k = waitpid(pid, &st, WNOHANG);
+		if (k == pid)
+			break;
+		if (k < 0 && errno != EINTR)
+			return -errno;
+		if (mono_ns() > until) {
+			(void)kill(pid, SIGKILL);
+			(void)waitpid(pid, &st, 0);
+			return -ETIMEDOUT;
+		}
+		(void)usleep(sleep_us);
+	}
+	*ret_status = st;
+	return 0;
+}
+
+static void rm_build_dir(const char *dir, const char *const *names, unsigned n)
+{
+	char path[4200];
+
+	for (unsigned i = 0; i < n; i++) {
+		(void)snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		(void)unlink(path);
+	}
+	(void)rmdir(dir);
+}
+
+static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
+		      char **ret_log)
+{
+	static const char *const files[] = { "kernel.c", "kernel.so", "log" };
+	static const char *const fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
+					      "-fvisibility=hidden", "-o" };
+	struct host_dev *d = dv;
+	char dir[4096], path[4200], out[4200];
+	char *argv[64] = { NULL };
+	unsigned nopt = 0, argc = 0;
+	uint8_t *log = NULL;
+	size_t loglen = 0;
+	int r, st = 0, rc;
+
+	if (b->lang != GPUX_LANG_HOST) {
+		*ret_log = strdup("the host back end runs C kernels (GPUX_LANG_HOST) only");
+		return GPUX_E_INVAL;
+	}
+	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(fixed), 32, &nopt, ret_log);
+	if (rc < 0)
+		return rc;
+
+	(void)snprintf(dir, sizeof(dir), "%s/.build-XXXXXX", d->w->opts.cache_dir);
+	if (!mkdtemp(dir)) {
+		*ret_log = wrk_strdup_printf("mkdtemp %s: %s", dir, strerror(errno));
+		rc = GPUX_E_IO;
+		goto out;
+	}
+	(void)snprintf(path, sizeof(path), "%s/kernel.c", dir);
+	r = write_file(path, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1,
+		       "\n#line 1 \"kernel.c\"\n", 20);
+	if (r == 0) {
+		_cleanup_(closep) int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+		r = fd < 0 ? -errno : (write(fd, b->code, b->code_len) == (ssize_t)b->code_len ? 0 : -EIO);
+	}
+	if (r < 0) {
+		*ret_log = wrk_strdup_printf("writing the source: %s", strerror(-r));
+		rc = GPUX_E_IO;
+		goto out_rm;
+	}
+
+	(void)snprintf(out, sizeof(out), "%s/kernel.so", dir);
+	argv[argc++] = (char *)d->cc;
+	for (unsigned i = 0; i < ARRAY_SIZE(fixed); i++)
+		argv[argc++] = (char *)fixed[i];
+	argv[argc++] = out;
+	argc += nopt;
+	argv[argc++] = path;
+	argv[argc] = NULL;
+	{
+		char logp[4200];
+		(void)snprintf(logp, sizeof(logp), "%s/log", dir);
+		r = run_compiler(argv, logp, &st);
+		(void)snprintf(path, sizeof(path), "%s", logp);
+	}
+	(void)read_file(path, LOG_MAX, &log, &loglen);
+	if (r == -ENOENT || (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)) {
+		*ret_log = wrk_strdup_printf("no C compiler \"%s\" (set GPUX_HOST_CC or install gcc)",
+					     d->cc);
+		rc = GPUX_E_COMPILE;
+		goto out_rm;
+	}
+	if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		*ret_log = log && loglen ? (char *)TAKE_PTR(log)
+					 : wrk_strdup_printf("the compiler failed: %s",
+							     r < 0 ? strerror(-r) : "no output");
+		rc = GPUX_E_COMPILE;
+		goto out_rm;
+	}
+	r = read_file(out, SIZE_MAX - 1, ret_image, ret_len);
+	if (r < 0) {
+		*ret_log = wrk_strdup_printf("reading the compiled module: %s", strerror(-r));
+		rc = GPUX_E_IO;
+		goto out_rm;
+	}
+	if (log && loglen)
+		*ret_log = (char *)TAKE_PTR(log);
+	rc = 0;
+out_rm:
+	rm_build_dir(dir, (const char *const *)files, ARRAY_SIZE(files));
+out:
+	free(log);
+	for (unsigned i = 0; i < nopt; i++)
+		free(argv[2 + ARRAY_SIZE(fixed) + i]);
+	return rc;
+}
+
+/* ---- modules: the image is dlopen()ed from a memfd, so what was checked is what runs ---- */
+
+static int host_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+			    char **ret_msg)
+{
+	_cleanup_(closep) int fd = memfd_create("gpux-host-module", MFD_CLOEXEC);
+	struct host_module *hm;
+	struct link_map *lm = NULL;
+	char path[64];
+	size_t off = 0;
+
+	if (fd < 0) {
+		*ret_msg = wrk_strdup_printf("memfd_create: %s", strerror(errno));
+		return GPUX_E_IO;
+	}
+	while (off < len) {
+		ssize_t n = write(fd, image + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			*ret_msg = wrk_strdup_printf("writing the module: %s", strerror(errno));
+			return GPUX_E_IO;
+		}
+		off += (size_t)n;
+	}
+	hm = calloc(1, sizeof(*hm));
+	if (!hm)
+		return GPUX_E_NOMEM;
+	(void)snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	hm->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!hm->dl) {
+		const char *e = dlerror();
+		*ret_msg = wrk_strdup_printf("loading the module: %s", e ? e : "dlopen failed");
+		free(hm);
+		return GPUX_E_DEVICE;
+	}
+	if (dlinfo(hm->dl, RTLD_DI_LINKMAP, &lm) == 0 && lm)
+		hm->base = (uintptr_t)lm->l_addr;
+	*ret_mod = hm;
+	return 0;
+}
+
+static void host_module_unload(void *dv, void *mod)
+{
+	struct host_module *hm = mod;
+
+	(void)dlclose(hm->dl);
+	free(hm);
+}
+
+/* A symbol of the module itself: dlsym() would also find libc's through its dependencies. */
+static void *own_symbol(struct host_module *hm, const char *name)
+{
+	void *p = dlsym(hm->dl, name);
+	Dl_info info;
+
+	if (!p || dladdr(p, &info) == 0 || (uintptr_t)info.dli_fbase != hm->base)
+		return NULL;
+	return p;
+}
+
+static int host_kernel_get(void *dv, void *mod, const char *name, struct wrk_kernel_info *ret,
+			   char **ret_msg)
+{
+	struct host_module *hm = mod;
+	char pname[IPC_KERNEL_NAME_MAX + 32];
+	const uint32_t *params;
+
+	if (strncmp(name, "gpux_params_", 12) == 0 || !(ret->fn = own_symbol(hm, name))) {
+		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module", name);
+		return GPUX_E_NOTFOUND;
+	}
+	ret->nparams = -1;
+	(void)snprintf(pname, sizeof(pname), "gpux_params_%s", name);
+	params = own_symbol(hm, pname);
+	if (params && params[0] <= IPC_ARGS_MAX) {
+		ret->nparams = (int32_t)params[0];
+		for (uint32_t i = 0; i < params[0]; i++)
+			ret->param_size[i] = params[1 + i];
+	}
+	return 0;
+}
+
+/* ---- running ---- */
+
+static void run_request(struct wrk_req *r)
+{
+	gpux_host_kernel_fn *fn = (gpux_host_kernel_fn *)r->kernel->info.fn;
+	struct gpux_host_launch l = {
+		.grid_dim = { r->grid[0], r->grid[1], r->grid[2] },
+		.block_dim = { r->block[0], r->block[1], r->block[2] },
+		.shared_bytes = r->shared_bytes,
+	};
+	sigjmp_buf jb;
+	uint64_t t0;
+
+	if (r->shared_bytes) {
+		l.shared = aligned_alloc(64, ALIGN_UP((size_t)r->shared_bytes, 64));
+		if (!l.shared) {
+			r->status = GPUX_E_NOMEM;
+			r->error = strdup("no memory for the block's shared memory");
+			return;
+		}
+	}
+	t0 = mono_ns();
+	if (sigsetjmp(jb, 1) == 0) {
+		fault_jmp = &jb;
+		for (l.block_idx.z = 0; l.block_idx.z < l.grid_dim.z; l.block_idx.z++)
+			for (l.block_idx.y = 0; l.block_idx.y < l.grid_dim.y; l.block_idx.y++)
+				for (l.block_idx.x = 0; l.block_idx.x < l.grid_dim.x; l.block_idx.x++)
+					fn(&l, r->params);
+		fault_jmp = NULL;
+		r->status = 0;
+	} else {
+		fault_jmp = NULL;
+		r->status = GPUX_E_KERNEL_FAULT;
+		r->error = wrk_strdup_printf("kernel \"%s\": %s at address %p", r->name,
+					     strsignal(fault_signo), fault_addr);
+	}
+	r->t_end = mono_ns();
+	r->device_ns = r->t_end - t0;
+	free(l.shared);
+}
+
+static void *slot_main(void *arg)
+{
+	struct host_slot *s = arg;
+	stack_t ss = { .ss_size = FAULT_STACK };
+	sigset_t all;
+
+	/* Signals are the loop's business (signalfd), not this thread's. */
+	sigfillset(&all);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
+	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
+	/* A kernel that overflows its stack still reaches the fault handler. */
+	ss.ss_sp = malloc(FAULT_STACK);
+	if (ss.ss_sp)
+		(void)sigaltstack(&ss, NULL);
+
+	for (;;) {
+		struct wrk_req *r;
+		bool fatal;
+
+		(void)pthread_mutex_lock(&s->lock);
+		while (!s->head && !s->stop)
+			(void)pthread_cond_wait(&s->cond, &s->lock);
+		if (!s->head) {
+			(void)pthread_mutex_unlock(&s->lock);
+			break;
+		}
+		r = s->head;
+		s->head = r->backend;
+		if (!s->head)
+			s->tail = NULL;
+		(void)pthread_mutex_unlock(&s->lock);
+
+		run_request(r);
+		/* A kernel that faulted may have broken anything in this process: exit. */
+		fatal = r->status == GPUX_E_KERNEL_FAULT;
+		wrk_req_complete(r, fatal);
+		if (fatal)
+			break;
+	}
+	if (ss.ss_sp) {
+		ss.ss_flags = SS_DISABLE;
+		(void)sigaltstack(&ss, NULL);
+		free(ss.ss_sp);
+	}
+	return NULL;
+}
+
+static int host_launch(void *dv, struct wrk_req *r, char **ret_msg)
+{
+	struct host_dev *d = dv;
+	struct host_slot *s = &d->slots[r->slot];
+
+	/* A buffer's parameter is its data pointer, as for cuLaunchKernel. */
+	for (unsigned i = 0; i < r->nargs; i++)
+		if (r->args[i].kind != GPUX_ARG_SCALAR) {
+			r->args[i].dev = r->args[i].host;
+			r->params[i] = &r->args[i].dev;
+		}
+	r->backend = NULL;
+	(void)pthread_mutex_lock(&s->lock);
+	if (s->tail)
+		s->tail->backend = r;
+	else
+		s->head = r;
+	s->tail = r;
+	(void)pthread_cond_signal(&s->cond);
+	(void)pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+const struct wrk_backend_ops wrk_backend_host = {
+	.name = "host",
+	.backend = GPUX_BACKEND_HOST,
+	.probe = host_probe,
+	.open = host_open,
+	.close = host_close,
+	.map_register = host_map_register,
+	.map_unregister = host_map_unregister,
+	.target_key = host_target_key,
+	.image_ext = "so",
+	.build = host_build,
+	.module_load = host_module_load,
+	.module_unload = host_module_unload,
+	.kernel_get = host_kernel_get,
+	.slot_open = host_slot_open,
+	.launch = host_launch,
+	.mem_free = host_mem_free,
+};

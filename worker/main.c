@@ -1,0 +1,394 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/main.c: gpux-worker, one process per device, exec'd by gpuxd (or run with --probe). */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysinfo.h>
+
+#include "ipc/macro.h"
+#include "wrk.h"
+
+#define DEFAULT_TIMEOUT_MS (60ULL * 1000)
+#define DEFAULT_QUOTA_PINNED (64ULL * GiB)
+
+static uint32_t log_device = UINT32_MAX;
+
+void wrk_log(struct wrk *w, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)fprintf(stderr, "gpux-worker[%u]: ", w ? w->opts.device : log_device);
+	(void)vfprintf(stderr, fmt, ap);
+	(void)fputc('\n', stderr);
+	va_end(ap);
+}
+
+char *wrk_strdup_printf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&s, fmt, ap);
+	va_end(ap);
+	return n < 0 ? NULL : s;
+}
+
+const struct wrk_backend_ops *wrk_backend_find(const char *name)
+{
+	if (strcmp(name, "host") == 0)
+		return &wrk_backend_host;
+#ifdef GPUX_HAVE_CUDA
+	if (strcmp(name, "cuda") == 0)
+		return &wrk_backend_cuda;
+#endif
+	return NULL;
+}
+
+/* One line per device, tab-separated, for gpuxd: see supervisor/devices.c. */
+static void probe_print(const char *backend, const struct ipc_device_info *d)
+{
+	char uuid[33];
+	char name[sizeof(d->name)];
+
+	for (unsigned i = 0; i < 16; i++)
+		(void)snprintf(uuid + 2 * i, 3, "%02x", d->uuid[i]);
+	memcpy(name, d->name, sizeof(name));
+	name[sizeof(name) - 1] = '\0';
+	for (char *p = name; *p; p++)
+		if (*p == '\t' || *p == '\n')
+			*p = ' ';
+	printf("device\t%u\t%s\t%u\t%u\t%u\t%u\t%llu\t%s\t%s\n", d->index, backend, d->cc_major,
+	       d->cc_minor, d->sm_count, d->max_threads_per_block,
+	       (unsigned long long)d->mem_total, uuid, name);
+}
+
+/*
+ * --probe: list the devices of the back end asked for; "auto" is CUDA when a device answers,
+ * else the host. Exit 0 with at least one line, or 1 with a reason on stderr.
+ */
+static int probe(const char *backend)
+{
+	struct ipc_device_info devs[IPC_DEVICES_MAX];
+	const struct wrk_backend_ops *be;
+	char *msg = NULL;
+	unsigned n = 0;
+	int r;
+
+	if (strcmp(backend, "auto") == 0) {
+#ifdef GPUX_HAVE_CUDA
+		r = wrk_backend_cuda.probe(devs, IPC_DEVICES_MAX, &n, &msg);
+		if (r == 0 && n > 0) {
+			for (unsigned i = 0; i < n; i++)
+				probe_print("cuda", &devs[i]);
+			return 0;
+		}
+		if (msg)
+			(void)fprintf(stderr, "gpux-worker: cuda: %s; using the host back end\n", msg);
+		free(msg);
+		msg = NULL;
+#endif
+		backend = "host";
+	}
+	be = wrk_backend_find(backend);
+	if (!be) {
+		(void)fprintf(stderr, "gpux-worker: no back end \"%s\" in this build\n", backend);
+		return 1;
+	}
+	r = be->probe(devs, IPC_DEVICES_MAX, &n, &msg);
+	if (r < 0 || n == 0) {
+		(void)fprintf(stderr, "gpux-worker: %s: %s\n", backend,
+			      msg ? msg : r < 0 ? ipc_status_text(r) : "no devices");
+		free(msg);
+		return 1;
+	}
+	for (unsigned i = 0; i < n; i++)
+		probe_print(be->name, &devs[i]);
+	return 0;
+}
+
+static void usage(FILE *f)
+{
+	(void)fprintf(f,
+		      "usage: gpux-worker --probe [--backend auto|host|cuda]\n"
+		      "       gpux-worker --device N --backend host|cuda --control-fd FD "
+		      "--status-fd FD\n"
+		      "                   [--cache-dir DIR] [--timeout-ms MS] [--slots N]\n"
+		      "                   [--quota-pinned BYTES] [--parent-pid PID]\n"
+		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
+}
+
+static int parse_u64(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe)
+{
+	enum { O_PROBE = 256, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
+	       O_SLOTS, O_QUOTA, O_PARENT };
+	static const struct option opts[] = {
+		{ "probe", no_argument, NULL, O_PROBE },
+		{ "device", required_argument, NULL, O_DEVICE },
+		{ "backend", required_argument, NULL, O_BACKEND },
+		{ "control-fd", required_argument, NULL, O_CONTROL },
+		{ "status-fd", required_argument, NULL, O_STATUS },
+		{ "cache-dir", required_argument, NULL, O_CACHE },
+		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+		{ "slots", required_argument, NULL, O_SLOTS },
+		{ "quota-pinned", required_argument, NULL, O_QUOTA },
+		{ "parent-pid", required_argument, NULL, O_PARENT },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+		int r = 0;
+
+		switch (c) {
+		case O_PROBE:
+			*ret_probe = true;
+			break;
+		case O_BACKEND:
+			o->backend = optarg;
+			break;
+		case O_CACHE:
+			o->cache_dir = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case O_DEVICE:
+		case O_CONTROL:
+		case O_STATUS:
+		case O_TIMEOUT:
+		case O_SLOTS:
+		case O_QUOTA:
+		case O_PARENT:
+			r = parse_u64(optarg, &v);
+			if (r < 0)
+				break;
+			if (c == O_DEVICE)
+				o->device = (uint32_t)MIN(v, UINT32_MAX);
+			else if (c == O_CONTROL)
+				o->control_fd = (int)MIN(v, INT_MAX);
+			else if (c == O_STATUS)
+				o->status_fd = (int)MIN(v, INT_MAX);
+			else if (c == O_TIMEOUT)
+				o->timeout_ms = v;
+			else if (c == O_SLOTS)
+				o->slots = (unsigned)MIN(v, WRK_SLOTS_MAX);
+			else if (c == O_QUOTA)
+				o->quota_pinned = v;
+			else
+				o->parent_pid = (pid_t)MIN(v, INT_MAX);
+			break;
+		default:
+			return -EINVAL;
+		}
+		if (r < 0)
+			return r;
+	}
+	return optind == argc ? 0 : -EINVAL;
+}
+
+static char *default_cache_dir(void)
+{
+	const char *x = getenv("GPUX_CACHE_DIR");
+	const char *home;
+
+	if (x && *x)
+		return strdup(x);
+	x = getenv("XDG_CACHE_HOME");
+	if (x && *x == '/')
+		return wrk_strdup_printf("%s/gpux", x);
+	home = getenv("HOME");
+	if (home && *home == '/') {
+		char *base = wrk_strdup_printf("%s/.cache", home);
+		if (base)
+			(void)mkdir(base, 0700);
+		free(base);
+		return wrk_strdup_printf("%s/.cache/gpux", home);
+	}
+	return wrk_strdup_printf("/tmp/gpux-cache-%u", (unsigned)getuid());
+}
+
+static int map_status_page(struct wrk *w)
+{
+	struct stat st;
+	void *p;
+
+	if (fstat(w->opts.status_fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < IPC_STATUS_PAGE_SIZE)
+		return -EINVAL;
+	p = mmap(NULL, IPC_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, w->opts.status_fd,
+		 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	w->status = p;
+	memset(p, 0, sizeof(*w->status));
+	w->status->magic = IPC_STATUS_MAGIC;
+	return 0;
+}
+
+static int worker_init(struct wrk *w)
+{
+	char *msg = NULL;
+	int r;
+
+	w->be = wrk_backend_find(w->opts.backend);
+	if (!w->be) {
+		wrk_log(w, "no back end \"%s\" in this build", w->opts.backend);
+		return -EINVAL;
+	}
+	r = map_status_page(w);
+	if (r < 0) {
+		wrk_log(w, "status page: %s", strerror(-r));
+		return r;
+	}
+	r = ipc_loop_new(IPC_LOOP_AUTO, &w->loop);
+	if (r < 0) {
+		wrk_log(w, "event loop: %s", strerror(-r));
+		return r;
+	}
+	if (ipc_loop_fallback(w->loop))
+		wrk_log(w, "io_uring refused (%s): using epoll",
+			strerror(-ipc_loop_fallback(w->loop)));
+
+	r = w->be->open(w, w->opts.device, &w->dev, &w->info, &w->limits, &msg);
+	if (r < 0) {
+		wrk_log(w, "%s device %u: %s", w->be->name, w->opts.device,
+			msg ? msg : ipc_status_text(r));
+		free(msg);
+		return -ENODEV;
+	}
+	w->info.index = w->opts.device;
+	w->nslots = w->opts.slots ? w->opts.slots : MIN((unsigned)get_nprocs(), 8u);
+	w->nslots = MAX(w->nslots, 1u);
+	for (unsigned i = 0; i < w->nslots; i++) {
+		r = w->be->slot_open(w->dev, i, &msg);
+		if (r < 0) {
+			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(r));
+			free(msg);
+			return -ENODEV;
+		}
+	}
+	r = wrk_modules_start(w);
+	if (r < 0) {
+		wrk_log(w, "module cache %s: %s", w->opts.cache_dir, strerror(-r));
+		return r;
+	}
+	ipc_status_write_begin(w->status);
+	w->status->nslots = w->nslots;
+	w->status->ready = 1;
+	ipc_status_write_end(w->status);
+	wrk_status_publish(w);
+	return wrk_server_start(w);
+}
+
+static void worker_done(struct wrk *w)
+{
+	if (w->loop)
+		wrk_server_stop(w);
+	wrk_modules_stop(w);
+	if (w->dev)
+		w->be->close(w->dev);
+	w->done_fd = safe_close(w->done_fd);
+	ipc_map_done(&w->mappings);
+	ipc_loop_free(w->loop);
+	if (w->status)
+		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
+	(void)pthread_mutex_destroy(&w->done_lock);
+	(void)pthread_mutex_destroy(&w->job_lock);
+	(void)pthread_cond_destroy(&w->job_cond);
+}
+
+int main(int argc, char **argv)
+{
+	static struct wrk w;
+	_cleanup_(freep) char *cache = NULL;
+	bool probe_only = false;
+	sigset_t mask;
+	int r;
+
+	w.opts = (struct wrk_opts){
+		.backend = "host",
+		.control_fd = -1,
+		.status_fd = -1,
+		.timeout_ms = DEFAULT_TIMEOUT_MS,
+		.quota_pinned = DEFAULT_QUOTA_PINNED,
+	};
+	w.done_fd = -1;
+	w.signal_fd = -1;
+	if (parse_args(argc, argv, &w.opts, &probe_only) < 0) {
+		usage(stderr);
+		return 2;
+	}
+	if (probe_only)
+		return probe(w.opts.backend);
+	if (w.opts.control_fd < 0 || w.opts.status_fd < 0) {
+		usage(stderr);
+		return 2;
+	}
+	log_device = w.opts.device;
+
+	/* Die with gpuxd; if it is gone already, go at once. */
+	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (w.opts.parent_pid && getppid() != w.opts.parent_pid)
+		return WRK_EXIT_OK;
+	/* Signals arrive through a signalfd; threads started later inherit the mask. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	(void)sigprocmask(SIG_BLOCK, &mask, NULL);
+	(void)signal(SIGPIPE, SIG_IGN);
+
+	if (!w.opts.cache_dir) {
+		cache = default_cache_dir();
+		if (!cache)
+			return WRK_EXIT_INIT;
+		w.opts.cache_dir = cache;
+	}
+	(void)pthread_mutex_init(&w.done_lock, NULL);
+	(void)pthread_mutex_init(&w.job_lock, NULL);
+	(void)pthread_cond_init(&w.job_cond, NULL);
+
+	r = worker_init(&w);
+	if (r < 0) {
+		worker_done(&w);
+		return WRK_EXIT_INIT;
+	}
+	r = ipc_loop_run(w.loop);
+	if (r < 0)
+		wrk_log(&w, "event loop: %s", strerror(-r));
+	if (w.exit_code == WRK_EXIT_FAULT) {
+		/* Say what happened to whom, then go: the device and the threads driving it may be
+		 * in any state, and nothing of them is worth waiting for. */
+		wrk_server_stop(&w);
+		_exit(WRK_EXIT_FAULT);
+	}
+	r = r < 0 ? WRK_EXIT_INIT : WRK_EXIT_OK;
+	worker_done(&w);
+	return r;
+}

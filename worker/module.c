@@ -1,0 +1,562 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/module.c: the module caches (memory and disk) and the compile thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+
+#include <xxhash.h>
+
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+#include "wrk.h"
+
+/*
+ * A module is keyed by XXH3-128 of its language, options, code and what the back end says
+ * makes an image specific (architecture, compiler and driver versions). In memory the key
+ * maps to the loaded module, shared by all clients; on disk to the compiled image, in
+ * $cache_dir/<key>.<ext>, behind a header with a checksum that is checked before every load.
+ */
+
+#define DISK_MAGIC "GPUXMOD1"
+#define DISK_VERSION 1u
+/* A cached image larger than this is not believed. */
+#define DISK_IMAGE_MAX (512u * 1024u * 1024u)
+
+struct disk_hdr {
+	char magic[8];
+	uint32_t version;
+	uint32_t lang;
+	uint64_t key_lo, key_hi;
+	uint64_t len;
+	uint64_t checksum;
+};
+_Static_assert(sizeof(struct disk_hdr) == 48, "disk cache format");
+
+struct wrk_waiter {
+	struct wrk_waiter *next;
+	struct wrk_client *client;
+	uint32_t reply_id;
+};
+
+/* ---- disk cache (compile thread) ---- */
+
+static char *disk_path(struct wrk *w, struct ipc_key key, const char *suffix)
+{
+	char hex[IPC_KEY_HEX_LEN + 1];
+
+	ipc_key_hex(key, hex);
+	return wrk_strdup_printf("%s/%s.%s%s", w->opts.cache_dir, hex, w->be->image_ext, suffix);
+}
+
+/* Read and verify a cached image; any mismatch means "not cached". */
+static int disk_read(struct wrk *w, struct wrk_module *m)
+{
+	_cleanup_(freep) char *path = disk_path(w, m->key, "");
+	_cleanup_(closep) int fd = -1;
+	struct disk_hdr h;
+	struct stat st;
+	uint8_t *img;
+
+	if (!path)
+		return -ENOMEM;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h))
+		return -EINVAL;
+	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+		return -EIO;
+	if (memcmp(h.magic, DISK_MAGIC, sizeof(h.magic)) != 0 || h.version != DISK_VERSION ||
+	    h.lang != m->lang || h.key_lo != m->key.lo || h.key_hi != m->key.hi ||
+	    h.len == 0 || h.len > DISK_IMAGE_MAX || h.len != (uint64_t)st.st_size - sizeof(h))
+		return -EINVAL;
+	img = malloc(h.len);
+	if (!img)
+		return -ENOMEM;
+	if (pread(fd, img, h.len, sizeof(h)) != (ssize_t)h.len || XXH3_64bits(img, h.len) != h.checksum) {
+		free(img);
+		return -EINVAL;
+	}
+	m->image = img;
+	m->image_len = h.len;
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* Write an image under a temporary name, then rename: readers never see half a file. */
+static int disk_write(struct wrk *w, const struct wrk_module *m)
+{
+	_cleanup_(freep) char *path = disk_path(w, m->key, "");
+	_cleanup_(freep) char *tmp = NULL;
+	_cleanup_(closep) int fd = -1;
+	struct disk_hdr h = {
+		.version = DISK_VERSION,
+		.lang = m->lang,
+		.key_lo = m->key.lo,
+		.key_hi = m->key.hi,
+		.len = m->image_len,
+		.checksum = XXH3_64bits(m->image, m->image_len),
+	};
+	int r;
+
+	memcpy(h.magic, DISK_MAGIC, sizeof(h.magic));
+	tmp = wrk_strdup_printf("%s/.tmp-%d-XXXXXX", w->opts.cache_dir, (int)getpid());
+	if (!path || !tmp)
+		return -ENOMEM;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = write_all(fd, &h, sizeof(h));
+	if (r == 0)
+		r = write_all(fd, m->image, m->image_len);
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		(void)unlink(tmp);
+	return r;
+}
+
+/* ---- the compile thread ---- */
+
+static void job_run(struct wrk *w, struct wrk_module *m)
+{
+	char *msg = NULL;
+	int r;
+
+	if (disk_read(w, m) == 0) {
+		m->from_disk = true;
+	} else {
+		struct wrk_build b = {
+			.lang = m->lang,
+			.code = m->code,
+			.code_len = m->code_len,
+			.options = m->options,
+		};
+		r = w->be->build(w->dev, &b, &m->image, &m->image_len, &m->log);
+		if (r < 0) {
+			m->status = r;
+			return;
+		}
+		r = disk_write(w, m);
+		if (r < 0)
+			fprintf(stderr, "gpux-worker[%u]: module cache: writing %s: %s\n",
+				w->opts.device, w->opts.cache_dir, strerror(-r));
+	}
+	r = w->be->module_load(w->dev, m->image, m->image_len, &m->handle, &msg);
+	if (r < 0) {
+		m->status = r;
+		free(m->log);
+		m->log = msg;
+		return;
+	}
+	m->status = 0;
+}
+
+static void *compiler_main(void *arg)
+{
+	struct wrk *w = arg;
+	uint64_t one = 1;
+
+	for (;;) {
+		struct wrk_module *m;
+
+		(void)pthread_mutex_lock(&w->job_lock);
+		while (!w->jobs_head && !w->jobs_stop)
+			(void)pthread_cond_wait(&w->job_cond, &w->job_lock);
+		if (w->jobs_stop) {
+			(void)pthread_mutex_unlock(&w->job_lock);
+			return NULL;
+		}
+		m = w->jobs_head;
+		w->jobs_head = m->next_done;
+		if (!w->jobs_head)
+			w->jobs_tail = NULL;
+		(void)pthread_mutex_unlock(&w->job_lock);
+
+		job_run(w, m);
+
+		(void)pthread_mutex_lock(&w->done_lock);
+		m->next_done = w->done_mods;
+		w->done_mods = m;
+		(void)pthread_mutex_unlock(&w->done_lock);
+		(void)write(w->done_fd, &one, sizeof(one));
+	}
+}
+
+int wrk_modules_start(struct wrk *w)
+{
+	int r;
+
+	if (mkdir(w->opts.cache_dir, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	r = pthread_create(&w->compiler, NULL, compiler_main, w);
+	if (r != 0)
+		return -r;
+	w->compiler_started = true;
+	return 0;
+}
+
+static void module_free(struct wrk *w, struct wrk_module *m)
+{
+	while (m->kernels) {
+		struct wrk_kernel *k = m->kernels;
+		m->kernels = k->next;
+		free(k->name);
+		free(k);
+	}
+	if (m->handle)
+		w->be->module_unload(w->dev, m->handle);
+	free(m->log);
+	free(m->code);
+	free(m->options);
+	free(m->image);
+	free(m);
+}
+
+void wrk_modules_stop(struct wrk *w)
+{
+	struct wrk_module *m;
+
+	if (w->compiler_started) {
+		(void)pthread_mutex_lock(&w->job_lock);
+		w->jobs_stop = true;
+		(void)pthread_cond_signal(&w->job_cond);
+		(void)pthread_mutex_unlock(&w->job_lock);
+		(void)pthread_join(w->compiler, NULL);
+		w->compiler_started = false;
+	}
+	while ((m = w->idle_head)) {
+		w->idle_head = m->lru_next;
+		(void)ipc_map_remove(&w->modules, m->key.lo);
+		module_free(w, m);
+	}
+	ipc_map_done(&w->modules);
+}
+
+/* ---- memory cache (loop thread) ---- */
+
+static void idle_unlink(struct wrk *w, struct wrk_module *m)
+{
+	if (m->lru_prev)
+		m->lru_prev->lru_next = m->lru_next;
+	else
+		w->idle_head = m->lru_next;
+	if (m->lru_next)
+		m->lru_next->lru_prev = m->lru_prev;
+	else
+		w->idle_tail = m->lru_prev;
+	m->lru_prev = m->lru_next = NULL;
+	w->nidle--;
+}
+
+static void module_ref(struct wrk *w, struct wrk_module *m)
+{
+	if (m->refs++ == 0 && m->state == MOD_READY && m->cached)
+		idle_unlink(w, m);
+}
+
+void wrk_module_unref(struct wrk *w, struct wrk_module *m)
+{
+	if (!m || --m->refs > 0)
+		return;
+	if (m->state != MOD_READY || !m->cached) {
+		if (m->cached)
+			(void)ipc_map_remove(&w->modules, m->key.lo);
+		module_free(w, m);
+		w->stats.modules_loaded = ipc_map_size(&w->modules);
+		return;
+	}
+	/* Keep it loaded for the next client, most recently used first. */
+	m->lru_next = w->idle_head;
+	if (w->idle_head)
+		w->idle_head->lru_prev = m;
+	w->idle_head = m;
+	if (!w->idle_tail)
+		w->idle_tail = m;
+	w->nidle++;
+	while (w->nidle > WRK_MODULES_IDLE_MAX) {
+		struct wrk_module *old = w->idle_tail;
+		idle_unlink(w, old);
+		(void)ipc_map_remove(&w->modules, old->key.lo);
+		module_free(w, old);
+	}
+	w->stats.modules_loaded = ipc_map_size(&w->modules);
+}
+
+static void reply(struct wrk_client *c, uint32_t id, int status, const char *text)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_done d = { .status = status };
+	int n;
+
+	if (id == 0 || c->gone)
+		return;
+	n = ipc_encode_done(buf, sizeof(buf), id, &d, text);
+	if (n > 0)
+		(void)ipc_conn_send(c->conn, buf, (size_t)n, NULL, 0);
+}
+
+/* Read code sent in a memfd: sealed against every change, at least code_len long. */
+static int code_from_fd(int fd, uint32_t code_len, uint8_t **ret)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct stat st;
+	uint8_t *p;
+
+	if (seals < 0 || (seals & (F_SEAL_WRITE | F_SEAL_SHRINK)) != (F_SEAL_WRITE | F_SEAL_SHRINK))
+		return -EBADF;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < code_len)
+		return -EBADF;
+	p = malloc(code_len);
+	if (!p)
+		return -ENOMEM;
+	if (pread(fd, p, code_len, 0) != (ssize_t)code_len) {
+		free(p);
+		return -EIO;
+	}
+	*ret = p;
+	return 0;
+}
+
+static struct ipc_key module_key(struct wrk *w, uint32_t lang, const char *options,
+				 const uint8_t *code, size_t code_len, int *ret_err)
+{
+	struct ipc_key_state s;
+	struct ipc_key k = { 0, 0 };
+
+	*ret_err = ipc_key_begin(&s);
+	if (*ret_err < 0)
+		return k;
+	ipc_key_add(&s, "gpux-module-1", 13);
+	ipc_key_add_u64(&s, lang);
+	ipc_key_add(&s, options, strlen(options));
+	ipc_key_add(&s, code, code_len);
+	w->be->target_key(w->dev, lang, &s);
+	return ipc_key_end(&s);
+}
+
+static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id)
+{
+	struct wrk_waiter *wt;
+
+	if (id == 0)
+		return;
+	wt = calloc(1, sizeof(*wt));
+	if (!wt) {
+		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	c->refs++;
+	wt->client = c;
+	wt->reply_id = id;
+	wt->next = m->waiters;
+	m->waiters = wt;
+}
+
+/*
+ * MOD_LOAD: bind the client's module id to the shared module of that key, starting its
+ * build when nobody has it yet. Answered (when the message has an id) once it is ready.
+ */
+void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct wrk *w = c->w;
+	struct ipc_mod_load_msg ml;
+	_cleanup_(freep) uint8_t *code = NULL;
+	_cleanup_(freep) char *options = NULL;
+	struct wrk_modref *ref;
+	struct wrk_module *m;
+	struct ipc_key key;
+	uint32_t id = msg->hdr.id;
+	int r;
+
+	r = ipc_decode_mod_load(msg, &ml);
+	if (r < 0 || ipc_map_get(&c->mods, ml.m.mod_id)) {
+		wrk_client_drop(c);
+		return;
+	}
+	if (ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX) {
+		reply(c, id, GPUX_E_QUOTA, "too many modules loaded by this client");
+		return;
+	}
+	/* A host kernel is native code in this process: only gpuxd's own user (or root) may
+	 * run one here, not the members of an --allow-group. */
+	if (w->be->backend == GPUX_BACKEND_HOST && c->uid != geteuid() && c->uid != 0) {
+		reply(c, id, GPUX_E_PERM, "host kernels run as gpuxd's user: only that user may "
+					  "load them");
+		return;
+	}
+	if (ml.m.flags & IPC_MOD_CODE_FD) {
+		r = code_from_fd(msg->fds[0], ml.m.code_len, &code);
+		if (r == -EBADF) {
+			wrk_client_drop(c);
+			return;
+		}
+	} else {
+		code = malloc(ml.m.code_len);
+		r = code ? 0 : -ENOMEM;
+		if (code)
+			memcpy(code, ml.code, ml.m.code_len);
+	}
+	options = strndup(ml.options, ml.m.options_len);
+	if (r < 0 || !options) {
+		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	key = module_key(w, ml.m.lang, options, code, ml.m.code_len, &r);
+	if (r < 0) {
+		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+
+	ref = calloc(1, sizeof(*ref));
+	if (!ref) {
+		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	m = ipc_map_get(&w->modules, key.lo);
+	if (m && ipc_key_equal(m->key, key) && m->lang == ml.m.lang) {
+		module_ref(w, m);
+		w->stats.module_mem_hits++;
+	} else {
+		m = calloc(1, sizeof(*m));
+		if (!m) {
+			free(ref);
+			reply(c, id, GPUX_E_NOMEM, "out of memory");
+			return;
+		}
+		m->refs = 1;
+		m->key = key;
+		m->lang = ml.m.lang;
+		m->state = MOD_BUILDING;
+		m->code = TAKE_PTR(code);
+		m->code_len = ml.m.code_len;
+		m->options = TAKE_PTR(options);
+		/* A key collision with another module: build it, uncached. */
+		m->cached = ipc_map_put(&w->modules, key.lo, m) == 0;
+		(void)pthread_mutex_lock(&w->job_lock);
+		if (w->jobs_tail)
+			w->jobs_tail->next_done = m;
+		else
+			w->jobs_head = m;
+		w->jobs_tail = m;
+		(void)pthread_cond_signal(&w->job_cond);
+		(void)pthread_mutex_unlock(&w->job_lock);
+	}
+	ref->mod = m;
+	r = ipc_map_put(&c->mods, ml.m.mod_id, ref);
+	if (r < 0) {
+		wrk_module_unref(w, m);
+		free(ref);
+		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	w->stats.modules_loaded = ipc_map_size(&w->modules);
+	if (m->state == MOD_BUILDING)
+		module_wait(m, c, id);
+	else
+		reply(c, id, m->state == MOD_READY ? GPUX_OK : m->status, m->log);
+}
+
+void wrk_module_drop(struct wrk_client *c, uint64_t mod_id)
+{
+	struct wrk_modref *ref = ipc_map_remove(&c->mods, mod_id);
+
+	if (!ref)
+		return;
+	wrk_module_unref(c->w, ref->mod);
+	free(ref);
+}
+
+/* Compile jobs that finished: mark them, answer who waited, let blocked queues go on. */
+void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
+{
+	while (done) {
+		struct wrk_module *m = done;
+		struct wrk_waiter *wt;
+
+		done = m->next_done;
+		m->next_done = NULL;
+		if (m->status == 0) {
+			m->state = MOD_READY;
+			if (m->from_disk)
+				w->stats.module_disk_hits++;
+			else
+				w->stats.module_compiles++;
+		} else {
+			m->state = MOD_FAILED;
+			w->stats.module_compiles += m->status == GPUX_E_COMPILE;
+			/* Not cached: the next load of this code tries again. */
+			if (m->cached) {
+				(void)ipc_map_remove(&w->modules, m->key.lo);
+				m->cached = false;
+			}
+		}
+		free(m->code);
+		m->code = NULL;
+		free(m->image);
+		m->image = NULL;
+		free(m->options);
+		m->options = NULL;
+		while ((wt = m->waiters)) {
+			m->waiters = wt->next;
+			reply(wt->client, wt->reply_id, m->state == MOD_READY ? GPUX_OK : m->status,
+			      m->log);
+			wrk_client_unref(wt->client);
+			free(wt);
+		}
+	}
+	wrk_kick_all(w);
+}
+
+/* A kernel of a ready module, looked up once and remembered. */
+int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
+		      const struct wrk_kernel **ret, char **ret_msg)
+{
+	struct wrk_kernel *k;
+	int r;
+
+	for (k = m->kernels; k; k = k->next)
+		if (strcmp(k->name, name) == 0) {
+			*ret = k;
+			return 0;
+		}
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return GPUX_E_NOMEM;
+	r = w->be->kernel_get(w->dev, m->handle, name, &k->info, ret_msg);
+	if (r < 0) {
+		free(k);
+		return r;
+	}
+	k->name = strdup(name);
+	if (!k->name) {
+		free(k);
+		return GPUX_E_NOMEM;
+	}
+	k->next = m->kernels;
+	m->kernels = k;
+	*ret = k;
+	return 0;
+}

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/segment.c: clients' shared segments, mapped once per file and registered with the device. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+#include "wrk.h"
+
+/* The map of mappings is keyed by inode; a collision with another device or uid maps anew. */
+static uint64_t mapping_key(dev_t dev, ino_t ino)
+{
+	return (uint64_t)ino ^ ((uint64_t)dev << 40);
+}
+
+void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
+{
+	if (!m || --m->refs > 0)
+		return;
+	if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
+		(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
+	if (m->reg)
+		w->be->map_unregister(w->dev, m);
+	w->stats.segment_bytes -= m->seg.size;
+	w->stats.segments--;
+	ipc_segment_done(&m->seg);
+	free(m);
+}
+
+static int seg_bind_error(struct wrk_client *c, uint64_t seg_id, int status, char *error)
+{
+	struct wrk_seg *s = calloc(1, sizeof(*s));
+	int r;
+
+	if (!s) {
+		free(error);
+		return -ENOMEM;
+	}
+	s->status = status;
+	s->error = error;
+	r = ipc_map_put(&c->segs, seg_id, s);
+	if (r < 0) {
+		free(error);
+		free(s);
+	}
+	return r;
+}
+
+/* An existing mapping of the same file for the same user, or NULL. */
+static struct wrk_mapping *mapping_find(struct wrk *w, const struct stat *st, uint32_t uid,
+					bool frozen)
+{
+	struct wrk_mapping *m = ipc_map_get(&w->mappings, mapping_key(st->st_dev, st->st_ino));
+
+	if (m && m->st_dev == st->st_dev && m->st_ino == st->st_ino && m->uid == uid &&
+	    m->seg.frozen == frozen)
+		return m;
+	return NULL;
+}
+
+/* Map a file not mapped yet; -errno as ipc_segment_attach_take_fd() says. */
+static int mapping_new(int fd, const struct stat *st, uint32_t uid, bool frozen,
+		       struct wrk_mapping **ret)
+{
+	struct wrk_mapping *m = calloc(1, sizeof(*m));
+	int r;
+
+	if (!m) {
+		(void)safe_close(fd);
+		return -ENOMEM;
+	}
+	m->refs = 1;
+	m->st_dev = st->st_dev;
+	m->st_ino = st->st_ino;
+	m->uid = uid;
+	r = ipc_segment_attach_take_fd(fd, (uint64_t)st->st_size, frozen, &m->seg);
+	if (r < 0) {
+		free(m);
+		return r;
+	}
+	*ret = m;
+	return 0;
+}
+
+/*
+ * SEG_ADD. A malformed message or a file that is not a sealed memfd of the claimed size is a
+ * protocol error (negative return: the caller drops the client). A segment that is fine but
+ * cannot be used (quota, registration) is bound to its error, which requests naming it get.
+ */
+int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct wrk *w = c->w;
+	struct ipc_msg *mm = (struct ipc_msg *)msg;
+	_cleanup_(closep) int fd = -1;
+	struct ipc_seg_add m;
+	struct wrk_mapping *map;
+	struct wrk_seg *s;
+	struct stat st;
+	char *why = NULL;
+	bool frozen;
+	int r;
+
+	r = ipc_decode_seg_add(msg, &m);
+	if (r < 0)
+		return r;
+	fd = ipc_msg_take_fd(mm, 0);
+	if (ipc_map_get(&c->segs, m.seg_id) || ipc_map_size(&c->segs) >= WRK_CLIENT_SEGS_MAX)
+		return -EBADMSG;
+	frozen = m.flags & IPC_SEG_FROZEN;
+	r = ipc_segment_check(fd, m.size, frozen);
+	if (r < 0)
+		return r;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+
+	if (c->pinned_bytes + (uint64_t)st.st_size > w->opts.quota_pinned)
+		return seg_bind_error(c, m.seg_id, GPUX_E_QUOTA,
+				      wrk_strdup_printf("a segment of %lld bytes would pass the "
+							"client's pinned-memory quota (%llu of %llu "
+							"bytes in use)",
+							(long long)st.st_size,
+							(unsigned long long)c->pinned_bytes,
+							(unsigned long long)w->opts.quota_pinned));
+
+	map = mapping_find(w, &st, c->uid, frozen);
+	if (map) {
+		map->refs++;
+	} else {
+		r = mapping_new(TAKE_FD(fd), &st, c->uid, frozen, &map);
+		if (r == -ENOMEM)
+			return seg_bind_error(c, m.seg_id, GPUX_E_NOMEM,
+					      wrk_strdup_printf("no memory to map a segment of %lld "
+								"bytes", (long long)st.st_size));
+		if (r < 0)
+			return r;
+		r = w->be->map_register(w->dev, map, &why);
+		if (r < 0) {
+			ipc_segment_done(&map->seg);
+			free(map);
+			return seg_bind_error(c, m.seg_id, r,
+					      why ? why : strdup("segment could not be registered"));
+		}
+		w->stats.segments++;
+		w->stats.segment_bytes += map->seg.size;
+		if (!ipc_map_get(&w->mappings, mapping_key(st.st_dev, st.st_ino)))
+			(void)ipc_map_put(&w->mappings, mapping_key(st.st_dev, st.st_ino), map);
+	}
+
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		wrk_mapping_unref(w, map);
+		return -ENOMEM;
+	}
+	s->map = map;
+	r = ipc_map_put(&c->segs, m.seg_id, s);
+	if (r < 0) {
+		wrk_mapping_unref(w, map);
+		free(s);
+		return r;
+	}
+	c->pinned_bytes += map->seg.size;
+	return 0;
+}
+
+static void seg_free(struct wrk_client *c, struct wrk_seg *s)
+{
+	if (s->map) {
+		c->pinned_bytes -= s->map->seg.size;
+		wrk_mapping_unref(c->w, s->map);
+	}
+	free(s->error);
+	free(s);
+}
+
+void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id)
+{
+	struct wrk_seg *s = ipc_map_remove(&c->segs, seg_id);
+
+	if (s)
+		seg_free(c, s);
+}
+
+void wrk_segments_free(struct wrk_client *c)
+{
+	struct wrk_seg *s;
+
+	while ((s = ipc_map_pop(&c->segs)))
+		seg_free(c, s);
+	ipc_map_done(&c->segs);
+}

@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/server.c: the worker's loop: its control socket from gpuxd, client channels, completions. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+#include "wrk.h"
+
+/* How long a worker that must exit keeps sending what it owes its clients. */
+#define FLUSH_NS (200 * NSEC_PER_MSEC)
+
+static void client_free_queues(struct wrk_client *c)
+{
+	struct wrk_queue *q;
+
+	while ((q = ipc_map_pop(&c->queues))) {
+		struct wrk_req *r;
+
+		/* Requests not launched yet are dropped without an answer: nobody listens. */
+		while ((r = q->pending_head)) {
+			q->pending_head = r->next;
+			r->next = NULL;
+			r->status = GPUX_E_WORKER_LOST;
+			wrk_req_discard(r);
+		}
+		q->pending_tail = NULL;
+		q->closed = true;
+		wrk_queue_unref(q);
+	}
+	ipc_map_done(&c->queues);
+}
+
+/* Forget a client: its conn, segments, modules and queues. Requests in flight finish alone. */
+void wrk_client_drop(struct wrk_client *c)
+{
+	struct wrk *w = c->w;
+	struct wrk_modref *ref;
+
+	if (c->gone)
+		return;
+	c->gone = true;
+	ipc_conn_free(c->conn);
+	c->conn = NULL;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		w->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	w->nclients--;
+
+	client_free_queues(c);
+	wrk_segments_free(c);
+	while ((ref = ipc_map_pop(&c->mods))) {
+		wrk_module_unref(w, ref->mod);
+		free(ref);
+	}
+	ipc_map_done(&c->mods);
+	wrk_status_publish(w);
+	wrk_client_unref(c);
+}
+
+static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
+{
+	struct wrk_client *c = userdata;
+	struct ipc_seg_drop sd;
+	struct ipc_mod_drop md;
+	int r = 0;
+
+	if (c->w->fatal)
+		return;
+	switch (msg->hdr.type) {
+	case IPC_SEG_ADD:
+		r = wrk_segment_add(c, msg);
+		break;
+	case IPC_SEG_DROP:
+		r = ipc_decode_seg_drop(msg, &sd);
+		if (r == 0)
+			wrk_segment_drop(c, sd.seg_id);
+		break;
+	case IPC_MOD_LOAD:
+		wrk_module_load(c, msg);
+		break;
+	case IPC_MOD_DROP:
+		r = ipc_decode_mod_drop(msg, &md);
+		if (r == 0)
+			wrk_module_drop(c, md.mod_id);
+		break;
+	case IPC_QUEUE_OPEN:
+	case IPC_QUEUE_CLOSE:
+		r = wrk_queue_msg(c, msg);
+		break;
+	case IPC_SUBMIT:
+		wrk_submit(c, msg);
+		break;
+	default:
+		r = -EBADMSG;
+		break;
+	}
+	if (r < 0) {
+		wrk_log(c->w, "client %llu (pid %u): %s message refused: %s; dropped",
+			(unsigned long long)c->id, c->pid, ipc_type_name(msg->hdr.type),
+			strerror(-r));
+		wrk_client_drop(c);
+	}
+}
+
+static void on_client_close(struct ipc_conn *conn, int error, void *userdata)
+{
+	struct wrk_client *c = userdata;
+
+	if (error < 0)
+		wrk_log(c->w, "client %llu (pid %u): %s; dropped", (unsigned long long)c->id,
+			c->pid, strerror(-error));
+	wrk_client_drop(c);
+}
+
+static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
+{
+	struct wrk_client *c;
+	int r;
+
+	if (w->nclients >= WRK_CLIENTS_MAX || w->stopping) {
+		(void)safe_close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		(void)safe_close(fd);
+		return;
+	}
+	c->refs = 1;
+	c->w = w;
+	c->id = a->client_id;
+	c->uid = a->uid;
+	c->gid = a->gid;
+	c->pid = a->pid;
+	r = ipc_conn_new_take_fd(w->loop, fd, on_client_msg, on_client_close, c, &c->conn);
+	if (r < 0) {
+		free(c);
+		return;
+	}
+	c->next = w->clients;
+	if (w->clients)
+		w->clients->prev = c;
+	w->clients = c;
+	w->nclients++;
+	wrk_status_publish(w);
+}
+
+static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
+{
+	struct wrk *w = userdata;
+	struct ipc_attach a;
+
+	if (msg->hdr.type == IPC_ATTACH && ipc_decode_attach(msg, &a) == 0) {
+		client_attach(w, &a, ipc_msg_take_fd(msg, 0));
+		return;
+	}
+	wrk_log(w, "gpuxd sent a bad %s message", ipc_type_name(msg->hdr.type));
+}
+
+static void on_control_close(struct ipc_conn *conn, int error, void *userdata)
+{
+	struct wrk *w = userdata;
+
+	/* gpuxd is gone: nobody can reach us any more. */
+	w->stopping = true;
+	ipc_loop_exit(w->loop, WRK_EXIT_OK);
+}
+
+static void on_done(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct wrk *w = userdata;
+
+	wrk_drain_done(w);
+	if (w->fatal && !w->stopping) {
+		wrk_log(w, "sticky device error: failing what is in flight and exiting");
+		w->stopping = true;
+		w->exit_code = WRK_EXIT_FAULT;
+		wrk_fail_all(w, GPUX_E_WORKER_LOST, "the worker hit a sticky device error");
+		ipc_loop_exit(w->loop, WRK_EXIT_FAULT);
+	}
+}
+
+static void on_signal(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct wrk *w = userdata;
+	struct signalfd_siginfo si;
+
+	if (read(fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		return;
+	w->stopping = true;
+	ipc_loop_exit(w->loop, WRK_EXIT_OK);
+}
+
+int wrk_server_start(struct wrk *w)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_ready ready = { .info = w->info };
+	sigset_t mask;
+	int r, n;
+
+	w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->done_fd < 0)
+		return -errno;
+	r = ipc_watch_new(w->loop, w->done_fd, POLLIN, on_done, w, &w->done_watch);
+	if (r < 0)
+		return r;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	w->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (w->signal_fd < 0)
+		return -errno;
+	r = ipc_watch_new(w->loop, w->signal_fd, POLLIN, on_signal, w, &w->signal_watch);
+	if (r < 0)
+		return r;
+
+	r = ipc_conn_new_take_fd(w->loop, TAKE_FD(w->opts.control_fd), on_control_msg,
+				 on_control_close, w, &w->control);
+	if (r < 0)
+		return r;
+	n = ipc_encode(buf, sizeof(buf), IPC_READY, 0, 0, &ready, sizeof(ready), NULL, 0);
+	if (n < 0)
+		return n;
+	return ipc_conn_send(w->control, buf, (size_t)n, NULL, 0);
+}
+
+static bool anything_queued(struct wrk *w)
+{
+	for (struct wrk_client *c = w->clients; c; c = c->next)
+		if (c->conn && ipc_conn_queued(c->conn) > 0)
+			return true;
+	return false;
+}
+
+void wrk_server_stop(struct wrk *w)
+{
+	uint64_t until = mono_ns() + FLUSH_NS;
+
+	/* Send the answers already made (a fault's report among them) before the channels go. */
+	while (anything_queued(w) && mono_ns() < until)
+		(void)ipc_loop_iterate(w->loop, (int64_t)(until - mono_ns()));
+	while (w->clients)
+		wrk_client_drop(w->clients);
+	ipc_conn_free(w->control);
+	w->control = NULL;
+	ipc_watch_free(w->signal_watch);
+	ipc_watch_free(w->done_watch);
+	w->signal_fd = safe_close(w->signal_fd);
+}

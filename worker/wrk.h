@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/wrk.h: the worker's objects: clients, segments, modules, queues, requests. */
+#pragma once
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend.h"
+#include "ipc/key.h"
+#include "ipc/loop.h"
+#include "ipc/map.h"
+#include "ipc/proto.h"
+#include "ipc/segment.h"
+#include "ipc/status.h"
+
+/* Exit codes gpuxd tells apart. */
+#define WRK_EXIT_OK 0
+#define WRK_EXIT_INIT 1  /* could not start: no device, no driver */
+#define WRK_EXIT_FAULT 3 /* a sticky device error: restart me */
+
+/* Per-client limits on what a client can make the worker hold. */
+#define WRK_CLIENT_SEGS_MAX 4096u
+#define WRK_CLIENT_MODS_MAX 1024u
+#define WRK_CLIENT_QUEUES_MAX 64u
+#define WRK_CLIENT_INFLIGHT_MAX 4096u
+#define WRK_CLIENTS_MAX 4096u
+#define WRK_SLOTS_MAX IPC_STATUS_SLOTS
+/* Modules nobody uses any more that stay loaded, most recently used first. */
+#define WRK_MODULES_IDLE_MAX 256u
+
+struct wrk_opts {
+	uint32_t device;
+	const char *backend;
+	int control_fd;
+	int status_fd;
+	const char *cache_dir;
+	uint64_t timeout_ms;       /* default request deadline */
+	unsigned slots;            /* streams */
+	uint64_t quota_pinned;     /* host bytes a client may have attached */
+	pid_t parent_pid;
+};
+
+/* A mapped memfd, shared by every client that sent the same file (same inode). */
+struct wrk_mapping {
+	int refs;
+	dev_t st_dev;
+	ino_t st_ino;
+	struct ipc_segment seg;
+	void *reg; /* the back end's registration */
+	uint32_t uid;
+};
+
+/* A client's segment id: its mapping, or why it could not be attached. */
+struct wrk_seg {
+	struct wrk_mapping *map;
+	int status;  /* when map is NULL */
+	char *error;
+};
+
+struct wrk_kernel {
+	struct wrk_kernel *next;
+	char *name;
+	struct wrk_kernel_info info;
+};
+
+enum wrk_module_state {
+	MOD_BUILDING,
+	MOD_READY,
+	MOD_FAILED,
+};
+
+/* A loaded module, shared by every client that loaded the same code (same key). */
+struct wrk_module {
+	int refs;
+	struct ipc_key key;
+	uint32_t lang;
+	enum wrk_module_state state;
+	int status;  /* MOD_FAILED: why */
+	char *log;   /* the compiler's log, or the load error */
+	void *handle;
+	struct wrk_kernel *kernels;
+	struct wrk_module *lru_prev, *lru_next; /* in the idle list while refs == 0 */
+	bool cached; /* in the worker's map by key */
+	/* Job input while building. */
+	uint8_t *code;
+	size_t code_len;
+	char *options;
+	uint8_t *image;
+	size_t image_len;
+	bool from_disk;
+	struct wrk_module *next_done; /* in the job list, then in the finished list */
+	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */
+};
+
+/* A client's module id. */
+struct wrk_modref {
+	struct wrk_module *mod;
+	uint32_t reply_id; /* a MOD_LOAD still to answer, or 0 */
+};
+
+struct wrk_req;
+struct wrk_waiter;
+
+struct wrk_queue {
+	uint32_t id;
+	unsigned slot;
+	struct wrk_req *pending_head, *pending_tail; /* not launched yet, in order */
+	struct wrk_client *client;
+	bool closed;
+	int refs;
+};
+
+struct wrk_client {
+	int refs;
+	struct wrk *w;
+	struct ipc_conn *conn;
+	uint64_t id;
+	uint32_t uid, gid, pid;
+	struct ipc_map segs;    /* id -> struct wrk_seg */
+	struct ipc_map mods;    /* id -> struct wrk_modref */
+	struct ipc_map queues;  /* id -> struct wrk_queue */
+	uint64_t pinned_bytes;
+	unsigned inflight;
+	bool gone;
+	struct wrk_client *prev, *next;
+};
+
+struct wrk_arg {
+	uint32_t kind;
+	uint32_t size;          /* scalars: bytes; buffers: see len */
+	uint64_t len;
+	struct wrk_mapping *map; /* buffers */
+	uint64_t offset;         /* into the mapping */
+	void *host;              /* map->seg.addr + offset, or the scalar's bytes */
+	void *dev;               /* back end: device copy of a buffer argument */
+};
+
+struct wrk_req {
+	struct wrk_req *next;        /* in its queue's pending list, or the slot's in-flight list */
+	struct wrk_req *next_done;   /* in the completion list */
+	struct wrk *w;
+	struct wrk_client *client;
+	struct wrk_queue *queue;
+	struct wrk_module *mod;
+	const struct wrk_kernel *kernel;
+	uint32_t id;
+	unsigned slot;
+	uint32_t grid[3], block[3];
+	uint32_t shared_bytes;
+	uint64_t timeout_ms;
+	char name[IPC_KERNEL_NAME_MAX + 1];
+	unsigned nargs;
+	struct wrk_arg args[IPC_ARGS_MAX];
+	uint8_t *data; /* scalar bytes */
+	void *params[IPC_ARGS_MAX];
+
+	uint64_t t_arrive, t_start, t_end;
+	uint64_t device_ns;
+	int status;
+	char *error;
+	void *backend; /* the back end's per-request state */
+};
+
+/* A stream slot: requests launched there, in order. */
+struct wrk_slot {
+	struct wrk_req *head, *tail;
+	unsigned queues; /* bound to it, for choosing the least used */
+};
+
+struct wrk {
+	struct wrk_opts opts;
+	const struct wrk_backend_ops *be;
+	void *dev;
+	struct ipc_device_info info;
+	struct wrk_limits limits;
+	struct ipc_loop *loop;
+	struct ipc_conn *control;
+	struct ipc_watch *done_watch;
+	struct ipc_watch *signal_watch;
+	int done_fd;   /* eventfd: completions and compile results are waiting */
+	int signal_fd;
+	struct ipc_status_page *status;
+	bool stopping;
+	int exit_code;
+
+	struct wrk_client *clients;
+	unsigned nclients;
+	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
+	struct ipc_map modules;  /* key.lo -> struct wrk_module */
+	struct wrk_module *idle_head, *idle_tail;
+	unsigned nidle;
+	struct wrk_slot slots[WRK_SLOTS_MAX];
+	unsigned nslots;
+
+	/* Filled by other threads, drained by the loop. */
+	pthread_mutex_t done_lock;
+	struct wrk_req *done_reqs;
+	struct wrk_module *done_mods;
+	bool fatal; /* a sticky device error: fail everything and exit */
+
+	/* The compile thread. */
+	pthread_t compiler;
+	bool compiler_started;
+	pthread_mutex_t job_lock;
+	pthread_cond_t job_cond;
+	struct wrk_module *jobs_head, *jobs_tail;
+	bool jobs_stop;
+
+	struct ipc_stats stats;
+};
+
+/* worker/main.c */
+void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* worker/server.c */
+int wrk_server_start(struct wrk *w);
+void wrk_client_drop(struct wrk_client *c);
+void wrk_server_stop(struct wrk *w);
+void wrk_status_publish(struct wrk *w);
+
+/* worker/request.c */
+void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_req_discard(struct wrk_req *r);
+int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_queue_kick(struct wrk_queue *q);
+void wrk_kick_all(struct wrk *w);
+void wrk_drain_done(struct wrk *w);
+void wrk_queue_unref(struct wrk_queue *q);
+void wrk_client_unref(struct wrk_client *c);
+void wrk_fail_all(struct wrk *w, int status, const char *why);
+
+/* Called by a back end, from any thread, when a request's work has finished (or failed:
+ * r->status and r->error set). A sticky error also sets fatal. */
+void wrk_req_complete(struct wrk_req *r, bool fatal);
+
+/* worker/module.c */
+int wrk_modules_start(struct wrk *w);
+void wrk_modules_stop(struct wrk *w);
+void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_module_drop(struct wrk_client *c, uint64_t mod_id);
+void wrk_module_unref(struct wrk *w, struct wrk_module *m);
+void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
+int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
+		      const struct wrk_kernel **ret, char **ret_msg);
+
+/* worker/segment.c */
+int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id);
+void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m);
+void wrk_segments_free(struct wrk_client *c);

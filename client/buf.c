@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/* client/buf.c: shared buffers: small ones carved from arena segments, large ones in their own. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cli.h"
+#include "ipc/macro.h"
+#include "ipc/segment.h"
+
+/*
+ * A worker registers each segment with the device once, which costs 0.2 ms to 9 ms; so small
+ * buffers share 4 MiB arenas and a process sends a few segments, not one per buffer. An
+ * arena is carved by the process that made it only: a child that inherited it may use and
+ * free the buffers it inherited, but takes new ones from arenas of its own.
+ */
+
+#define ARENA_PAGES (CLI_ARENA_SIZE / CLI_PAGE)
+
+static bool page_used(const struct cli_seg *s, unsigned p)
+{
+	return s->used_pages[p / 64] & (1ull << (p % 64));
+}
+
+static void pages_mark(struct cli_seg *s, unsigned first, unsigned n, bool used)
+{
+	for (unsigned p = first; p < first + n; p++) {
+		if (used)
+			s->used_pages[p / 64] |= 1ull << (p % 64);
+		else
+			s->used_pages[p / 64] &= ~(1ull << (p % 64));
+	}
+}
+
+/* First fit: the first run of n free pages, or -1. */
+static int pages_find(const struct cli_seg *s, unsigned n)
+{
+	unsigned run = 0;
+
+	for (unsigned p = 0; p < ARENA_PAGES; p++) {
+		run = page_used(s, p) ? 0 : run + 1;
+		if (run == n)
+			return (int)(p + 1 - n);
+	}
+	return -1;
+}
+
+static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **ret)
+{
+	struct cli_seg *s;
+	void *addr;
+	int r;
+
+	if (ctx->nsegs >= CLI_SEGMENTS_MAX)
+		return GPUX_E_QUOTA;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return GPUX_E_NOMEM;
+	r = ipc_segment_create(arena ? "gpux-arena" : "gpux-buffer", size, &s->fd);
+	if (r < 0) {
+		free(s);
+		return r == -ENOMEM || r == -ENOSPC ? GPUX_E_NOMEM : GPUX_E_IO;
+	}
+	r = ipc_segment_map(s->fd, size, true, &addr);
+	if (r < 0) {
+		(void)close(s->fd);
+		free(s);
+		return GPUX_E_NOMEM;
+	}
+	s->addr = addr;
+	s->size = size;
+	s->arena = arena;
+	s->owner = cli_fork_gen;
+	s->id = ++ctx->next_obj_id;
+	s->next = ctx->segs;
+	if (ctx->segs)
+		ctx->segs->prev = s;
+	ctx->segs = s;
+	ctx->nsegs++;
+	*ret = s;
+	return 0;
+}
+
+/* Lock held. Tell the workers that have it (on this process's channels) to let it go. */
+static void seg_free(gpux_ctx *ctx, struct cli_seg *s)
+{
+	struct ipc_seg_drop d = { .seg_id = s->id };
+
+	if (ctx->fork_gen == cli_fork_gen && ctx->connected) {
+		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_SEG_DROP, 0, 0, &d, sizeof(d), NULL, 0);
+
+		for (uint32_t i = 0; i < ctx->ndevices && n > 0; i++)
+			if (s->sent[i] && s->sent[i] == ctx->devs[i].chan_gen)
+				(void)cli_send(ctx, i, ctx->sbuf, (size_t)n, NULL, 0);
+	}
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		ctx->segs = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	ctx->nsegs--;
+	(void)munmap(s->addr, s->size);
+	(void)close(s->fd);
+	free(s);
+}
+
+/* Lock held: the device's worker has the segment on the current channel. */
+int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
+{
+	struct ipc_seg_add a = {
+		.seg_id = s->id,
+		.size = s->size,
+		.flags = s->frozen ? IPC_SEG_FROZEN : 0,
+	};
+	int n, r;
+
+	if (s->sent[device] == ctx->devs[device].chan_gen)
+		return 0;
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_SEG_ADD, 0, 1, &a, sizeof(a), NULL, 0);
+	if (n < 0)
+		return n;
+	r = cli_send(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1);
+	if (r == 0)
+		s->sent[device] = ctx->devs[device].chan_gen;
+	return r;
+}
+
+static int arena_alloc(gpux_ctx *ctx, uint64_t size, struct cli_seg **ret_seg, uint64_t *ret_off)
+{
+	unsigned pages = (unsigned)((size + CLI_PAGE - 1) / CLI_PAGE);
+	struct cli_seg *s;
+	int first = -1, r;
+
+	for (s = ctx->segs; s; s = s->next)
+		if (s->arena && s->owner == cli_fork_gen && (first = pages_find(s, pages)) >= 0)
+			break;
+	if (!s) {
+		r = seg_new(ctx, CLI_ARENA_SIZE, true, &s);
+		if (r < 0)
+			return r;
+		first = 0;
+	}
+	pages_mark(s, (unsigned)first, pages, true);
+	s->nbufs++;
+	/* Fresh memfd pages are zero; reused ones are not. */
+	memset(s->addr + (uint64_t)first * CLI_PAGE, 0, (size_t)pages * CLI_PAGE);
+	*ret_seg = s;
+	*ret_off = (uint64_t)first * CLI_PAGE;
+	return 0;
+}
+
+GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **ret_buf)
+{
+	gpux_buf *b;
+	int r;
+
+	if (!ctx || !ret_buf || size == 0 || size > (uint64_t)INT64_MAX - CLI_PAGE)
+		return GPUX_E_INVAL;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return GPUX_E_NOMEM;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	if (size <= CLI_ARENA_BUF_MAX)
+		r = arena_alloc(ctx, size, &b->seg, &b->offset);
+	else
+		r = seg_new(ctx, ALIGN_UP((uint64_t)size, (uint64_t)CLI_PAGE), false, &b->seg);
+	if (r < 0) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		free(b);
+		return (gpux_status)r;
+	}
+	if (!b->seg->arena)
+		b->seg->nbufs = 1;
+	b->ctx = ctx;
+	b->size = size;
+	b->next = ctx->bufs;
+	if (ctx->bufs)
+		ctx->bufs->prev = b;
+	ctx->bufs = b;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	*ret_buf = b;
+	return GPUX_OK;
+}
+
+GPUX_EXPORT void *gpux_buf_data(gpux_buf *b)
+{
+	return b ? b->seg->addr + b->offset : NULL;
+}
+
+GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *b)
+{
+	return b ? (size_t)b->size : 0;
+}
+
+/* Lock held. */
+static void buf_free(gpux_ctx *ctx, gpux_buf *b)
+{
+	struct cli_seg *s = b->seg;
+
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		ctx->bufs = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
+	if (s->arena)
+		pages_mark(s, (unsigned)(b->offset / CLI_PAGE),
+			   (unsigned)((b->size + CLI_PAGE - 1) / CLI_PAGE), false);
+	if (--s->nbufs == 0)
+		seg_free(ctx, s);
+	free(b);
+}
+
+GPUX_EXPORT void gpux_buf_free(gpux_buf *b)
+{
+	gpux_ctx *ctx;
+
+	if (!b)
+		return;
+	ctx = b->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	buf_free(ctx, b);
+	(void)pthread_mutex_unlock(&ctx->lock);
+}
+
+void cli_bufs_free_all(gpux_ctx *ctx)
+{
+	while (ctx->bufs)
+		buf_free(ctx, ctx->bufs);
+	while (ctx->segs)
+		seg_free(ctx, ctx->segs);
+}

@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* client/cli.h: libgpuxclient's objects and the connection machinery they share. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <gpux/gpux.h>
+
+#include "ipc/map.h"
+#include "ipc/proto.h"
+#include "ipc/status.h"
+
+/* Requests one process keeps in flight per device before a submit waits for completions;
+ * the worker's own limit (4096) and its send queue stay well above it. */
+#define CLI_INFLIGHT_MAX 1024u
+/* How long a call waits for a device that is (re)starting. */
+#define CLI_DEVICE_WAIT_NS (30ULL * 1000000000ULL)
+/* How long connecting may take, an autospawned gpuxd's start included. */
+#define CLI_CONNECT_NS (30ULL * 1000000000ULL)
+/* Buffers up to this size share arena segments; larger ones get a segment each. */
+#define CLI_ARENA_SIZE (4u * 1024u * 1024u)
+#define CLI_ARENA_BUF_MAX (256u * 1024u)
+#define CLI_PAGE 4096u
+#define CLI_SEGMENTS_MAX 4096u
+
+/* A memfd segment: an arena of small buffers or one large buffer. */
+struct cli_seg {
+	struct cli_seg *prev, *next;
+	uint64_t id;
+	int fd;
+	uint8_t *addr;
+	uint64_t size;
+	bool arena;
+	bool frozen;
+	uint64_t owner; /* cli_fork_gen of the process that made it */
+	unsigned nbufs;
+	uint64_t used_pages[CLI_ARENA_SIZE / CLI_PAGE / 64]; /* arena: pages in use */
+	uint64_t sent[IPC_DEVICES_MAX]; /* the channel (chan_gen) that has it, per device */
+};
+
+struct gpux_buf {
+	gpux_ctx *ctx;
+	struct cli_seg *seg;
+	uint64_t offset;
+	uint64_t size;
+	struct gpux_buf *prev, *next;
+};
+
+struct gpux_module {
+	gpux_ctx *ctx;
+	uint64_t id;
+	uint32_t lang;
+	uint8_t *code; /* inline code, or NULL when it lives in code_fd */
+	int code_fd;
+	uint32_t code_len;
+	char *options;
+	uint64_t sent[IPC_DEVICES_MAX];
+	struct gpux_module *prev, *next;
+};
+
+struct gpux_queue {
+	gpux_ctx *ctx;
+	uint32_t id;
+	uint32_t device;
+	uint64_t sent; /* chan_gen of its device's channel that opened it */
+	struct gpux_queue *prev, *next;
+};
+
+struct gpux_req {
+	gpux_ctx *ctx;
+	uint32_t id;
+	uint32_t device;
+	uint64_t chan_gen;
+	uint64_t fork_gen;
+	bool done;
+	bool internal; /* a library-made request (module load, queue open) */
+	gpux_status status;
+	char *message;
+	struct gpux_times times;
+	struct gpux_req *prev, *next; /* all of the context's requests */
+};
+
+struct cli_dev {
+	struct gpux_device_info info;
+	uint32_t generation; /* the worker's, from gpuxd */
+	int chan_fd;
+	uint64_t chan_gen; /* this library's number for the channel; never reused */
+	struct ipc_status_page *status;
+	unsigned inflight;
+};
+
+/* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
+#define CLI_KILLED_MAX 16u
+
+struct gpux_ctx {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	gpux_ctx *prev, *next; /* all contexts, for fork handling */
+	char *socket_path;     /* as given, or NULL for the default */
+	char *path;            /* resolved */
+	bool autospawn;
+	uint64_t fork_gen;
+	bool connected;
+	int sup_fd;
+	int epfd;
+	int wake_fd;
+	bool reader;
+	uint64_t client_id;
+	uint32_t ndevices;
+	struct cli_dev devs[IPC_DEVICES_MAX];
+	uint64_t chan_counter;
+	uint32_t next_req_id;
+	uint64_t next_obj_id;
+	uint32_t next_queue_id;
+	uint32_t rr;
+	struct ipc_map reqs; /* id -> struct gpux_req in flight */
+	struct gpux_req *all_reqs;
+	struct ipc_killed killed[CLI_KILLED_MAX];
+	unsigned nkilled;
+	struct cli_seg *segs;
+	unsigned nsegs;
+	struct gpux_buf *bufs;
+	struct gpux_module *modules;
+	struct gpux_queue *queues;
+	uint8_t *rbuf;
+	uint8_t *sbuf;
+};
+
+/* client/ctx.c */
+extern uint64_t cli_fork_gen;
+int cli_ensure(gpux_ctx *ctx);
+void cli_after_fork(gpux_ctx *ctx);
+int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
+int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
+	     unsigned nfds);
+int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
+		   uint64_t deadline);
+void cli_pump(gpux_ctx *ctx);
+void cli_wake(gpux_ctx *ctx);
+gpux_status cli_status_of(int err);
+
+/* client/req.c */
+struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal);
+void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, size_t len,
+		    const struct gpux_times *t);
+void cli_req_release(struct gpux_req *r);
+int cli_req_wait(struct gpux_req *r, uint64_t deadline);
+void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen);
+void cli_reqs_free_all(gpux_ctx *ctx);
+
+/* client/buf.c */
+int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device);
+void cli_bufs_free_all(gpux_ctx *ctx);
+
+/* client/module.c */
+int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device);
+void cli_modules_free_all(gpux_ctx *ctx);
+
+/* client/queue.c */
+int cli_queue_sync(gpux_ctx *ctx, gpux_queue *q);
+void cli_queues_free_all(gpux_ctx *ctx);

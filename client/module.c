@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT */
+/* client/module.c: modules: loaded at once on one device, lazily on the others. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cli.h"
+#include "ipc/macro.h"
+#include "ipc/segment.h"
+
+/* Large code travels in a memfd sealed against every change, made once per module. */
+static int code_memfd(const void *code, size_t size, int *ret_fd)
+{
+	_cleanup_(closep) int fd = memfd_create("gpux-module", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	const uint8_t *p = code;
+	size_t off = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (off < size) {
+		ssize_t n = write(fd, p + off, size - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		off += (size_t)n;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return -errno;
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+static int send_load(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint32_t id)
+{
+	bool fd = m->code_fd >= 0;
+	struct ipc_mod_load ml = {
+		.mod_id = m->id,
+		.lang = m->lang,
+		.flags = fd ? IPC_MOD_CODE_FD : 0,
+		.options_len = (uint32_t)strlen(m->options),
+		.code_len = m->code_len,
+	};
+	int n = ipc_encode_mod_load(ctx->sbuf, IPC_MSG_MAX, id, &ml, m->options, m->code);
+	int r;
+
+	if (n < 0)
+		return n;
+	r = cli_send(ctx, device, ctx->sbuf, (size_t)n, fd ? &m->code_fd : NULL, fd ? 1 : 0);
+	if (r == 0)
+		m->sent[device] = ctx->devs[device].chan_gen;
+	return r;
+}
+
+/*
+ * Lock held: the device's worker has the module on the current channel. Sent without a
+ * reply: a build that fails fails the requests that follow, with its log.
+ */
+int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device)
+{
+	if (m->sent[device] == ctx->devs[device].chan_gen)
+		return 0;
+	return send_load(ctx, m, device, 0);
+}
+
+static void module_free(gpux_ctx *ctx, gpux_module *m)
+{
+	struct ipc_mod_drop d = { .mod_id = m->id };
+
+	if (ctx->fork_gen == cli_fork_gen && ctx->connected) {
+		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_MOD_DROP, 0, 0, &d, sizeof(d), NULL, 0);
+
+		for (uint32_t i = 0; i < ctx->ndevices && n > 0; i++)
+			if (m->sent[i] && m->sent[i] == ctx->devs[i].chan_gen)
+				(void)cli_send(ctx, i, ctx->sbuf, (size_t)n, NULL, 0);
+	}
+	if (m->prev)
+		m->prev->next = m->next;
+	else
+		ctx->modules = m->next;
+	if (m->next)
+		m->next->prev = m->prev;
+	(void)safe_close(m->code_fd);
+	free(m->code);
+	free(m->options);
+	free(m);
+}
+
+/* Load on the first device that is up, and wait for the answer: compile errors show now. */
+static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log)
+{
+	struct gpux_req *r;
+	uint32_t device = UINT32_MAX;
+	int rc;
+
+	for (unsigned attempt = 0; attempt < 2; attempt++) {
+		rc = cli_ensure(ctx);
+		if (rc < 0)
+			return rc;
+		for (uint32_t i = 0; i < ctx->ndevices && device == UINT32_MAX; i++)
+			if (ctx->devs[i].chan_fd >= 0)
+				device = i;
+		for (uint32_t i = 0; i < ctx->ndevices && device == UINT32_MAX; i++)
+			if (cli_device_wait(ctx, i, mono_ns() + CLI_DEVICE_WAIT_NS) == 0)
+				device = i;
+		if (device == UINT32_MAX)
+			return GPUX_E_NODEV;
+		r = cli_req_new(ctx, device, true);
+		if (!r)
+			return GPUX_E_NOMEM;
+		rc = send_load(ctx, m, device, r->id);
+		if (rc == -EPIPE) {
+			cli_req_release(r);
+			device = UINT32_MAX;
+			continue;
+		}
+		if (rc < 0) {
+			cli_req_release(r);
+			return cli_status_of(rc);
+		}
+		r->chan_gen = ctx->devs[device].chan_gen;
+		(void)cli_req_wait(r, 0);
+		rc = r->status;
+		if (ret_log && r->message && *r->message)
+			*ret_log = strdup(r->message);
+		cli_req_release(r);
+		return rc;
+	}
+	return GPUX_E_WORKER_LOST;
+}
+
+GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
+					 size_t size, const char *options,
+					 gpux_module **ret_module, char **ret_log)
+{
+	gpux_module *m;
+	int rc;
+
+	if (ret_log)
+		*ret_log = NULL;
+	if (!ctx || !code || !ret_module || size == 0 || size > IPC_CODE_MAX ||
+	    lang < GPUX_LANG_CUDA || lang > GPUX_LANG_HOST)
+		return GPUX_E_INVAL;
+	if (!options)
+		options = "";
+	if (strlen(options) > IPC_OPTIONS_MAX)
+		return GPUX_E_INVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return GPUX_E_NOMEM;
+	m->ctx = ctx;
+	m->lang = lang;
+	m->code_fd = -1;
+	m->code_len = (uint32_t)size;
+	m->options = strdup(options);
+	if (size > IPC_INLINE_CODE_MAX) {
+		rc = code_memfd(code, size, &m->code_fd);
+	} else {
+		m->code = malloc(size);
+		rc = m->code ? 0 : -ENOMEM;
+		if (m->code)
+			memcpy(m->code, code, size);
+	}
+	if (rc < 0 || !m->options) {
+		(void)safe_close(m->code_fd);
+		free(m->code);
+		free(m->options);
+		free(m);
+		return GPUX_E_NOMEM;
+	}
+
+	(void)pthread_mutex_lock(&ctx->lock);
+	m->id = ++ctx->next_obj_id;
+	m->next = ctx->modules;
+	if (ctx->modules)
+		ctx->modules->prev = m;
+	ctx->modules = m;
+	rc = load_now(ctx, m, ret_log);
+	if (rc < 0)
+		module_free(ctx, m);
+	(void)pthread_mutex_unlock(&ctx->lock);
+	if (rc < 0)
+		return (gpux_status)rc;
+	*ret_module = m;
+	return GPUX_OK;
+}
+
+GPUX_EXPORT void gpux_module_free(gpux_module *m)
+{
+	gpux_ctx *ctx;
+
+	if (!m)
+		return;
+	ctx = m->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	module_free(ctx, m);
+	(void)pthread_mutex_unlock(&ctx->lock);
+}
+
+void cli_modules_free_all(gpux_ctx *ctx)
+{
+	while (ctx->modules)
+		module_free(ctx, ctx->modules);
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/* client/queue.c: queues, each one stream of one device, opened again after a worker restart. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "ipc/macro.h"
+
+static int send_open(gpux_ctx *ctx, gpux_queue *q, uint32_t id)
+{
+	struct ipc_queue_msg m = { .queue = q->id };
+	int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_QUEUE_OPEN, id, 0, &m, sizeof(m), NULL, 0);
+	int r;
+
+	if (n < 0)
+		return n;
+	r = cli_send(ctx, q->device, ctx->sbuf, (size_t)n, NULL, 0);
+	if (r == 0)
+		q->sent = ctx->devs[q->device].chan_gen;
+	return r;
+}
+
+/* Lock held: open it on the current channel (after a restart) without waiting. */
+int cli_queue_sync(gpux_ctx *ctx, gpux_queue *q)
+{
+	if (q->sent == ctx->devs[q->device].chan_gen)
+		return 0;
+	return send_open(ctx, q, 0);
+}
+
+GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_queue **ret_queue)
+{
+	struct gpux_req *r;
+	gpux_queue *q;
+	int rc;
+
+	if (!ctx || !ret_queue || device == GPUX_ANY)
+		return GPUX_E_INVAL;
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return GPUX_E_NOMEM;
+	(void)pthread_mutex_lock(&ctx->lock);
+	rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
+	if (rc < 0)
+		goto err;
+	q->ctx = ctx;
+	q->device = device;
+	q->id = ++ctx->next_queue_id;
+	r = cli_req_new(ctx, device, true);
+	if (!r) {
+		rc = GPUX_E_NOMEM;
+		goto err;
+	}
+	rc = send_open(ctx, q, r->id);
+	if (rc == 0) {
+		r->chan_gen = ctx->devs[device].chan_gen;
+		(void)cli_req_wait(r, 0);
+		rc = r->status;
+	} else {
+		rc = cli_status_of(rc);
+	}
+	cli_req_release(r);
+	if (rc < 0)
+		goto err;
+	q->next = ctx->queues;
+	if (ctx->queues)
+		ctx->queues->prev = q;
+	ctx->queues = q;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	*ret_queue = q;
+	return GPUX_OK;
+err:
+	(void)pthread_mutex_unlock(&ctx->lock);
+	free(q);
+	return (gpux_status)rc;
+}
+
+static void queue_free(gpux_ctx *ctx, gpux_queue *q)
+{
+	struct ipc_queue_msg m = { .queue = q->id };
+
+	if (ctx->fork_gen == cli_fork_gen && ctx->connected && q->sent &&
+	    q->sent == ctx->devs[q->device].chan_gen) {
+		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_QUEUE_CLOSE, 0, 0, &m, sizeof(m), NULL, 0);
+		if (n > 0)
+			(void)cli_send(ctx, q->device, ctx->sbuf, (size_t)n, NULL, 0);
+	}
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		ctx->queues = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	free(q);
+}
+
+GPUX_EXPORT void gpux_queue_free(gpux_queue *q)
+{
+	gpux_ctx *ctx;
+
+	if (!q)
+		return;
+	ctx = q->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	queue_free(ctx, q);
+	(void)pthread_mutex_unlock(&ctx->lock);
+}
+
+void cli_queues_free_all(gpux_ctx *ctx)
+{
+	while (ctx->queues)
+		queue_free(ctx, ctx->queues);
+}

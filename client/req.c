@@ -1,0 +1,442 @@
+/* SPDX-License-Identifier: MIT */
+/* client/req.c: requests: submission (with what the worker must have first), completion, waiting. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "ipc/macro.h"
+
+struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal)
+{
+	struct gpux_req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return NULL;
+	do
+		r->id = ++ctx->next_req_id;
+	while (r->id == 0 || ipc_map_get(&ctx->reqs, r->id));
+	if (ipc_map_put(&ctx->reqs, r->id, r) < 0) {
+		free(r);
+		return NULL;
+	}
+	r->ctx = ctx;
+	r->device = device;
+	r->internal = internal;
+	r->fork_gen = cli_fork_gen;
+	r->status = GPUX_E_AGAIN;
+	r->next = ctx->all_reqs;
+	if (ctx->all_reqs)
+		ctx->all_reqs->prev = r;
+	ctx->all_reqs = r;
+	return r;
+}
+
+/* Unlink and free; lock held. */
+void cli_req_release(struct gpux_req *r)
+{
+	gpux_ctx *ctx = r->ctx;
+
+	if (!r->done && ipc_map_get(&ctx->reqs, r->id) == r) {
+		(void)ipc_map_remove(&ctx->reqs, r->id);
+		if (ctx->devs[r->device].chan_gen == r->chan_gen && ctx->devs[r->device].inflight)
+			ctx->devs[r->device].inflight--;
+	}
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		ctx->all_reqs = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	free(r->message);
+	free(r);
+}
+
+void cli_reqs_free_all(gpux_ctx *ctx)
+{
+	while (ctx->all_reqs)
+		cli_req_release(ctx->all_reqs);
+	ipc_map_done(&ctx->reqs);
+}
+
+/* A request ended; lock held. */
+void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, size_t len,
+		    const struct gpux_times *t)
+{
+	gpux_ctx *ctx = r->ctx;
+	struct cli_dev *d = &ctx->devs[r->device];
+
+	if (r->done)
+		return;
+	if (ipc_map_get(&ctx->reqs, r->id) == r)
+		(void)ipc_map_remove(&ctx->reqs, r->id);
+	if (d->chan_gen == r->chan_gen && d->inflight)
+		d->inflight--;
+	r->done = true;
+	r->status = status;
+	free(r->message);
+	r->message = len ? strndup(text, len) : NULL;
+	if (t)
+		r->times = *t;
+	cli_wake(ctx);
+}
+
+/* The channel to a device ended: what was in flight there is lost, or was killed on time. */
+void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen)
+{
+	struct gpux_req *lost[64];
+	unsigned n;
+
+	do {
+		struct gpux_req *r;
+		size_t it = 0;
+
+		n = 0;
+		while (n < ARRAY_SIZE(lost) && ipc_map_next(&ctx->reqs, &it, NULL, (void **)&r))
+			if (r->device == device && r->chan_gen == chan_gen)
+				lost[n++] = r;
+		for (unsigned i = 0; i < n; i++) {
+			bool timeout = false;
+
+			for (unsigned k = 0; k < MIN(ctx->nkilled, CLI_KILLED_MAX); k++)
+				if (ctx->killed[k].device == device &&
+				    ctx->killed[k].req_id == lost[i]->id &&
+				    ctx->killed[k].generation == ctx->devs[device].generation)
+					timeout = true;
+			if (timeout)
+				cli_req_finish(lost[i], GPUX_E_TIMEOUT,
+					       "the request ran past its deadline", 33, NULL);
+			else
+				cli_req_finish(lost[i], GPUX_E_WORKER_LOST,
+					       "the worker running the request died", 36, NULL);
+		}
+	} while (n == ARRAY_SIZE(lost));
+}
+
+static bool req_done(gpux_ctx *ctx, void *arg)
+{
+	return ((struct gpux_req *)arg)->done;
+}
+
+/* Lock held. */
+int cli_req_wait(struct gpux_req *r, uint64_t deadline)
+{
+	return cli_wait_until(r->ctx, req_done, r, deadline);
+}
+
+/* ---- choosing a device ---- */
+
+/* GPUX_ANY: a ready device with the least work queued (its worker's count, then ours). */
+static int pick_device(gpux_ctx *ctx, uint32_t *ret)
+{
+	uint64_t best_load = UINT64_MAX;
+	uint32_t best = UINT32_MAX;
+	int r;
+
+	for (uint32_t k = 0; k < ctx->ndevices; k++) {
+		uint32_t i = (ctx->rr + k) % ctx->ndevices;
+		const struct cli_dev *d = &ctx->devs[i];
+		struct ipc_status_page snap;
+		uint64_t load = d->inflight;
+
+		if (d->chan_fd < 0 || d->info.state != GPUX_DEVICE_READY)
+			continue;
+		if (d->status && ipc_status_read(d->status, &snap))
+			load += snap.stats.inflight;
+		if (load < best_load) {
+			best_load = load;
+			best = i;
+		}
+	}
+	ctx->rr++;
+	if (best != UINT32_MAX) {
+		*ret = best;
+		return 0;
+	}
+	/* None is up now: wait for the first one that is not failed. */
+	for (uint32_t i = 0; i < ctx->ndevices; i++) {
+		if (ctx->devs[i].info.state == GPUX_DEVICE_FAILED)
+			continue;
+		r = cli_device_wait(ctx, i, mono_ns() + CLI_DEVICE_WAIT_NS);
+		if (r == 0) {
+			*ret = i;
+			return 0;
+		}
+	}
+	return GPUX_E_NODEV;
+}
+
+/* ---- submission ---- */
+
+static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs)
+{
+	if (nargs > IPC_ARGS_MAX || (nargs && !args))
+		return GPUX_E_INVAL;
+	for (uint32_t i = 0; i < nargs; i++) {
+		const struct gpux_arg *a = &args[i];
+
+		switch (a->kind) {
+		case GPUX_ARG_SCALAR:
+			if (!a->value || a->size == 0 || a->size > IPC_SCALAR_MAX)
+				return GPUX_E_INVAL;
+			break;
+		case GPUX_ARG_IN:
+		case GPUX_ARG_OUT:
+		case GPUX_ARG_INOUT:
+			if (!a->buf || a->buf->ctx != ctx || a->size == 0 ||
+			    !range_ok(a->offset, a->size, a->buf->size))
+				return GPUX_E_INVAL;
+			if (a->kind != GPUX_ARG_IN && a->buf->seg->frozen)
+				return GPUX_E_INVAL;
+			break;
+		default:
+			return GPUX_E_INVAL;
+		}
+	}
+	return GPUX_OK;
+}
+
+/* Lock held: send the worker what the request needs, then the request. */
+static int send_submit(gpux_module *m, const char *kernel, const struct gpux_launch *l,
+		       const struct gpux_arg *args, uint32_t nargs, uint32_t device,
+		       struct gpux_req *r)
+{
+	gpux_ctx *ctx = m->ctx;
+	struct ipc_arg wire[IPC_ARGS_MAX];
+	uint8_t data[IPC_ARGS_MAX * 16];
+	uint8_t *big = NULL;
+	uint8_t *dp = data;
+	uint32_t data_len = 0;
+	struct ipc_submit s = {
+		.mod_id = m->id,
+		.queue = l->queue ? l->queue->id : 0,
+		.nargs = nargs,
+		.shared_bytes = l->shared_bytes,
+		.timeout_ms = l->timeout_ms,
+	};
+	int n, rc;
+
+	for (unsigned i = 0; i < 3; i++) {
+		s.grid[i] = l->grid[i] ? l->grid[i] : 1;
+		s.block[i] = l->block[i] ? l->block[i] : 1;
+	}
+	for (uint32_t i = 0; i < nargs; i++) {
+		if (args[i].kind != GPUX_ARG_SCALAR) {
+			rc = cli_seg_sync(ctx, args[i].buf->seg, device);
+			if (rc < 0)
+				return rc;
+		}
+		data_len = ALIGN_UP(data_len, 8u) + (args[i].kind == GPUX_ARG_SCALAR ? (uint32_t)args[i].size : 0);
+	}
+	if (data_len > sizeof(data)) {
+		big = malloc(data_len);
+		if (!big)
+			return -ENOMEM;
+		dp = big;
+	}
+	data_len = 0;
+	for (uint32_t i = 0; i < nargs; i++) {
+		const struct gpux_arg *a = &args[i];
+
+		if (a->kind == GPUX_ARG_SCALAR) {
+			data_len = ALIGN_UP(data_len, 8u);
+			wire[i] = (struct ipc_arg){ .kind = a->kind, .offset = data_len, .size = a->size };
+			memcpy(dp + data_len, a->value, a->size);
+			data_len += (uint32_t)a->size;
+		} else {
+			wire[i] = (struct ipc_arg){
+				.kind = a->kind,
+				.ref = a->buf->seg->id,
+				.offset = a->buf->offset + a->offset,
+				.size = a->size,
+			};
+		}
+	}
+	s.data_len = data_len;
+	rc = cli_module_sync(ctx, m, device);
+	if (rc == 0 && l->queue)
+		rc = cli_queue_sync(ctx, l->queue);
+	if (rc < 0) {
+		free(big);
+		return rc;
+	}
+	n = ipc_encode_submit(ctx->sbuf, IPC_MSG_MAX, r->id, &s, wire, kernel, dp);
+	free(big);
+	if (n < 0)
+		return n;
+	rc = cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+	if (rc == 0) {
+		r->chan_gen = ctx->devs[device].chan_gen;
+		ctx->devs[device].inflight++;
+	}
+	return rc;
+}
+
+static bool below_cap(gpux_ctx *ctx, void *arg)
+{
+	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
+
+	return d->chan_fd < 0 || d->inflight < CLI_INFLIGHT_MAX;
+}
+
+GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
+				    const struct gpux_launch *l, const struct gpux_arg *args,
+				    uint32_t nargs, gpux_req **ret_req)
+{
+	gpux_ctx *ctx;
+	struct gpux_req *r = NULL;
+	uint32_t device;
+	size_t klen;
+	int rc;
+
+	if (!m || !kernel || !l || !ret_req)
+		return GPUX_E_INVAL;
+	klen = strlen(kernel);
+	if (klen == 0 || klen > IPC_KERNEL_NAME_MAX)
+		return GPUX_E_INVAL;
+	ctx = m->ctx;
+	rc = check_args(ctx, args, nargs);
+	if (rc < 0)
+		return (gpux_status)rc;
+	if (l->queue && l->queue->ctx != ctx)
+		return GPUX_E_INVAL;
+
+	(void)pthread_mutex_lock(&ctx->lock);
+	rc = cli_ensure(ctx);
+	if (rc < 0)
+		goto out;
+	/* Twice at most: a worker that died just as we sent gets the request again. */
+	for (unsigned attempt = 0; attempt < 2; attempt++) {
+		device = l->queue ? l->queue->device : l->device;
+		if (device == GPUX_ANY) {
+			rc = pick_device(ctx, &device);
+			if (rc < 0)
+				goto out;
+		}
+		rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
+		if (rc < 0)
+			goto out;
+		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, 0);
+		if (rc < 0) {
+			rc = GPUX_E_IO;
+			goto out;
+		}
+		if (!r) {
+			r = cli_req_new(ctx, device, false);
+			if (!r) {
+				rc = GPUX_E_NOMEM;
+				goto out;
+			}
+		}
+		r->device = device;
+		rc = send_submit(m, kernel, l, args, nargs, device, r);
+		if (rc != -EPIPE)
+			break;
+	}
+	if (rc < 0) {
+		cli_req_release(r);
+		r = NULL;
+		rc = cli_status_of(rc);
+		goto out;
+	}
+	*ret_req = r;
+out:
+	(void)pthread_mutex_unlock(&ctx->lock);
+	return (gpux_status)rc;
+}
+
+GPUX_EXPORT gpux_status gpux_wait(gpux_req *r, int64_t timeout_ms)
+{
+	gpux_ctx *ctx;
+	gpux_status st;
+	int rc;
+
+	if (!r)
+		return GPUX_E_INVAL;
+	ctx = r->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	if (r->fork_gen != cli_fork_gen && !r->done) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_E_INVAL;
+	}
+	rc = cli_req_wait(r, timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC + 1);
+	st = rc == -ETIMEDOUT ? GPUX_E_AGAIN : rc < 0 ? GPUX_E_IO : r->status;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	return st;
+}
+
+GPUX_EXPORT gpux_status gpux_test(gpux_req *r)
+{
+	gpux_ctx *ctx;
+	gpux_status st;
+
+	if (!r)
+		return GPUX_E_INVAL;
+	ctx = r->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	if (!r->done && !ctx->reader && r->fork_gen == cli_fork_gen && ctx->fork_gen == cli_fork_gen)
+		cli_pump(ctx);
+	st = r->done ? r->status : GPUX_E_AGAIN;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	return st;
+}
+
+GPUX_EXPORT const char *gpux_req_message(gpux_req *r)
+{
+	const char *m;
+
+	if (!r)
+		return "";
+	(void)pthread_mutex_lock(&r->ctx->lock);
+	m = r->done && r->message ? r->message : "";
+	(void)pthread_mutex_unlock(&r->ctx->lock);
+	return m;
+}
+
+GPUX_EXPORT gpux_status gpux_req_times(gpux_req *r, struct gpux_times *ret_times)
+{
+	gpux_status st = GPUX_E_AGAIN;
+
+	if (!r || !ret_times)
+		return GPUX_E_INVAL;
+	(void)pthread_mutex_lock(&r->ctx->lock);
+	if (r->done) {
+		*ret_times = r->times;
+		st = GPUX_OK;
+	}
+	(void)pthread_mutex_unlock(&r->ctx->lock);
+	return st;
+}
+
+GPUX_EXPORT uint32_t gpux_req_device(gpux_req *r)
+{
+	return r ? r->device : GPUX_ANY;
+}
+
+GPUX_EXPORT void gpux_req_free(gpux_req *r)
+{
+	gpux_ctx *ctx;
+
+	if (!r)
+		return;
+	ctx = r->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	if (!r->done && r->fork_gen == cli_fork_gen && ctx->fork_gen == cli_fork_gen)
+		(void)cli_req_wait(r, 0);
+	cli_req_release(r);
+	(void)pthread_mutex_unlock(&ctx->lock);
+}
+
+GPUX_EXPORT gpux_status gpux_run(gpux_module *m, const char *kernel, const struct gpux_launch *l,
+				 const struct gpux_arg *args, uint32_t nargs)
+{
+	gpux_req *r;
+	gpux_status st = gpux_submit(m, kernel, l, args, nargs, &r);
+
+	if (st < 0)
+		return st;
+	st = gpux_wait(r, -1);
+	gpux_req_free(r);
+	return st;
+}

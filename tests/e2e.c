@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/e2e.c: starting, querying and stopping a real gpuxd for end-to-end tests. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+
+extern char **environ;
+
+#define WAIT_NS (20ULL * NSEC_PER_SEC)
+
+const char test_host_kernels[] =
+	"#include <time.h>\n"
+	"GPUX_HOST_PARAMS(saxpy, 8, 4, sizeof(float *), sizeof(float *), sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(saxpy)\n"
+	"{\n"
+	"	uint64_t n = GPUX_ARG(uint64_t, 0);\n"
+	"	float a = GPUX_ARG(float, 1);\n"
+	"	const float *x = GPUX_ARG(const float *, 2), *y = GPUX_ARG(const float *, 3);\n"
+	"	float *out = GPUX_ARG(float *, 4);\n"
+	"	GPUX_FOR_EACH_THREAD(t) {\n"
+	"		uint64_t i = GPUX_GLOBAL_X(t);\n"
+	"		if (i < n) out[i] = a * x[i] + y[i];\n"
+	"	}\n"
+	"}\n"
+	/* One partial sum per block, through the block's shared memory as CUDA code would. */
+	"GPUX_HOST_PARAMS(block_sum, 8, sizeof(float *), sizeof(double *));\n"
+	"GPUX_HOST_KERNEL(block_sum)\n"
+	"{\n"
+	"	uint64_t n = GPUX_ARG(uint64_t, 0);\n"
+	"	const float *x = GPUX_ARG(const float *, 1);\n"
+	"	double *out = GPUX_ARG(double *, 2), *sh = gpux->shared;\n"
+	"	GPUX_FOR_EACH_THREAD(t) {\n"
+	"		uint64_t i = GPUX_GLOBAL_X(t);\n"
+	"		sh[t.x] = i < n ? x[i] : 0.0;\n"
+	"	}\n"
+	"	for (uint32_t s = gpux->block_dim.x / 2; s > 0; s /= 2)\n"
+	"		GPUX_FOR_EACH_THREAD(t)\n"
+	"			if (t.x < s) sh[t.x] += sh[t.x + s];\n"
+	"	out[gpux->block_idx.x] = sh[0];\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(add1, 8, sizeof(float *), sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(add1)\n"
+	"{\n"
+	"	uint64_t n = GPUX_ARG(uint64_t, 0);\n"
+	"	const float *in = GPUX_ARG(const float *, 1);\n"
+	"	float *out = GPUX_ARG(float *, 2);\n"
+	"	GPUX_FOR_EACH_THREAD(t) { uint64_t i = GPUX_GLOBAL_X(t); if (i < n) out[i] = in[i] + 1; }\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(mul2, 8, sizeof(float *), sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(mul2)\n"
+	"{\n"
+	"	uint64_t n = GPUX_ARG(uint64_t, 0);\n"
+	"	const float *in = GPUX_ARG(const float *, 1);\n"
+	"	float *out = GPUX_ARG(float *, 2);\n"
+	"	GPUX_FOR_EACH_THREAD(t) { uint64_t i = GPUX_GLOBAL_X(t); if (i < n) out[i] = in[i] * 2; }\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(sub3, 8, sizeof(float *), sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(sub3)\n"
+	"{\n"
+	"	uint64_t n = GPUX_ARG(uint64_t, 0);\n"
+	"	const float *in = GPUX_ARG(const float *, 1);\n"
+	"	float *out = GPUX_ARG(float *, 2);\n"
+	"	GPUX_FOR_EACH_THREAD(t) { uint64_t i = GPUX_GLOBAL_X(t); if (i < n) out[i] = in[i] - 3; }\n"
+	"}\n"
+	/* Busy for ms milliseconds: a request that is surely in flight. */
+	"GPUX_HOST_PARAMS(spin, 4);\n"
+	"GPUX_HOST_KERNEL(spin)\n"
+	"{\n"
+	"	uint32_t ms = GPUX_ARG(uint32_t, 0);\n"
+	"	struct timespec a, b;\n"
+	"	clock_gettime(CLOCK_MONOTONIC, &a);\n"
+	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
+	"	while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);\n"
+	"}\n"
+	/* An illegal address, as a faulting GPU kernel has. */
+	"GPUX_HOST_PARAMS(crash, sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(crash)\n"
+	"{\n"
+	"	volatile float *p = GPUX_ARG(float *, 0);\n"
+	"	p[-(1L << 40)] = 1;\n"
+	"}\n"
+	"GPUX_HOST_KERNEL(empty)\n"
+	"{\n"
+	"}\n";
+
+const size_t test_host_kernels_len = sizeof(test_host_kernels) - 1;
+
+static const char *daemon_path(void)
+{
+	const char *p = getenv("GPUX_DAEMON");
+
+	assert_non_null(p);
+	return p;
+}
+
+void test_daemon_start(struct test_daemon *d, const char *const *args)
+{
+	char *argv[48];
+	unsigned argc = 0;
+	posix_spawn_file_actions_t fa;
+	uint64_t until = mono_ns() + WAIT_NS;
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	(void)snprintf(d->dir, sizeof(d->dir), "/tmp/gpux-test-XXXXXX");
+	assert_non_null(mkdtemp(d->dir));
+	(void)snprintf(d->sock, sizeof(d->sock), "%s/gpuxd.sock", d->dir);
+	(void)snprintf(d->cache, sizeof(d->cache), "%s/cache", d->dir);
+	(void)snprintf(d->log, sizeof(d->log), "%s/gpuxd.log", d->dir);
+	argv[argc++] = (char *)daemon_path();
+	argv[argc++] = "--socket";
+	argv[argc++] = d->sock;
+	argv[argc++] = "--cache-dir";
+	argv[argc++] = d->cache;
+	argv[argc++] = "--backend";
+	argv[argc++] = "host";
+	for (unsigned i = 0; args && args[i] && argc < ARRAY_SIZE(argv) - 1; i++)
+		argv[argc++] = (char *)args[i];
+	argv[argc] = NULL;
+
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_addopen(&fa, 2, d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	r = posix_spawn(&d->pid, argv[0], &fa, NULL, argv, environ);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	assert_int_equal(r, 0);
+
+	for (;;) {
+		struct ipc_status st;
+		struct ipc_dev_status devs[IPC_DEVICES_MAX];
+		bool ready = false;
+
+		if (test_daemon_status(d, &st, devs) == 0) {
+			ready = st.ndevices > 0;
+			for (uint32_t i = 0; i < st.ndevices; i++)
+				ready = ready && devs[i].state == GPUX_DEVICE_READY;
+		}
+		if (ready)
+			return;
+		if (mono_ns() > until)
+			fail_msg("gpuxd did not become ready (log: %s)", d->log);
+		(void)usleep(5000);
+	}
+}
+
+/* Whether the daemon's log (its workers' too) holds a sanitizer's report. */
+static bool log_has_sanitizer_report(const char *path)
+{
+	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "runtime error:" };
+	char line[1024];
+	bool found = false;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		for (unsigned i = 0; i < ARRAY_SIZE(marks); i++)
+			found = found || strstr(line, marks[i]);
+	(void)fclose(f);
+	return found;
+}
+
+void test_daemon_stop(struct test_daemon *d)
+{
+	char cmd[600];
+	int st;
+
+	if (d->pid > 0) {
+		assert_int_equal(kill(d->pid, SIGTERM), 0);
+		assert_int_equal(waitpid(d->pid, &st, 0), d->pid);
+		d->pid = 0;
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || log_has_sanitizer_report(d->log)) {
+			(void)snprintf(cmd, sizeof(cmd), "cat %s >&2", d->log);
+			(void)system(cmd);
+			fail_msg("gpuxd exited with %#x, or reported a bug", st);
+		}
+	}
+	(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
+	(void)system(cmd);
+}
+
+static int recv_timeout(int fd, uint8_t *buf, struct ipc_msg *msg)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int r = poll(&p, 1, 5000);
+
+	if (r <= 0)
+		return -ETIMEDOUT;
+	r = ipc_channel_recv_msg(fd, buf, IPC_MSG_MAX, msg, 0);
+	if (r <= 0)
+		return r == 0 ? -ECONNRESET : r;
+	ipc_msg_close_fds(msg);
+	return 0;
+}
+
+int test_daemon_status(const struct test_daemon *d, struct ipc_status *ret,
+		       struct ipc_dev_status *devs)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ipc_hello h = { .min_version = 1, .max_version = IPC_VERSION,
+			       .flags = IPC_HELLO_ADMIN };
+	struct ipc_status_req q = { 0 };
+	struct ipc_status_msg st;
+	struct ipc_msg msg;
+	uint8_t out[128];
+	int fd, n, r;
+
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	memcpy(sa.sun_path, d->sock, strlen(d->sock));
+	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	if (r == 0) {
+		n = ipc_encode(out, sizeof(out), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+		r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
+	}
+	if (r == 0)
+		r = recv_timeout(fd, buf, &msg);
+	if (r == 0 && msg.hdr.type != IPC_WELCOME)
+		r = -EPROTO;
+	if (r == 0) {
+		n = ipc_encode(out, sizeof(out), IPC_STATUS_REQ, 2, 0, &q, sizeof(q), NULL, 0);
+		r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
+	}
+	if (r == 0)
+		r = recv_timeout(fd, buf, &msg);
+	if (r == 0)
+		r = ipc_decode_status(&msg, &st);
+	if (r == 0) {
+		*ret = st.m;
+		for (uint32_t i = 0; i < st.m.ndevices; i++)
+			ipc_status_dev(&st, i, &devs[i]);
+	}
+	(void)close(fd);
+	return r;
+}
+
+pid_t test_worker_pid(const struct test_daemon *d, uint32_t device)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	assert_true(device < st.ndevices);
+	assert_int_equal(devs[device].state, GPUX_DEVICE_READY);
+	return (pid_t)devs[device].pid;
+}
+
+struct gen_arg {
+	uint32_t generation;
+};
+
+static bool newer_ready(const struct ipc_dev_status *s, void *arg)
+{
+	return s->state == GPUX_DEVICE_READY && s->generation > ((struct gen_arg *)arg)->generation;
+}
+
+void test_wait_generation(const struct test_daemon *d, uint32_t device, uint32_t generation)
+{
+	struct gen_arg a = { generation };
+
+	test_wait_stats(d, device, newer_ready, &a);
+}
+
+void test_wait_stats(const struct test_daemon *d, uint32_t device,
+		     bool (*pred)(const struct ipc_dev_status *s, void *arg), void *arg)
+{
+	uint64_t until = mono_ns() + WAIT_NS;
+
+	for (;;) {
+		struct ipc_status st;
+		struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+		if (test_daemon_status(d, &st, devs) == 0 && device < st.ndevices &&
+		    pred(&devs[device], arg))
+			return;
+		if (mono_ns() > until)
+			fail_msg("device %u never reached the state waited for", device);
+		(void)usleep(5000);
+	}
+}
+
+gpux_ctx *test_connect(const struct test_daemon *d)
+{
+	gpux_ctx *ctx = NULL;
+
+	assert_int_equal(gpux_connect(d->sock, &ctx), GPUX_OK);
+	return ctx;
+}
+
+gpux_module *test_load_host_kernels(gpux_ctx *ctx)
+{
+	gpux_module *m = NULL;
+	char *log = NULL;
+	gpux_status st = gpux_module_load(ctx, GPUX_LANG_HOST, test_host_kernels,
+					  test_host_kernels_len, NULL, &m, &log);
+
+	if (st != GPUX_OK)
+		fail_msg("loading the test kernels: %s\n%s", gpux_strerror(st), log ? log : "");
+	free(log);
+	return m;
+}
+
+void test_fill_random(float *p, size_t n, uint64_t *seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		*seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+		p[i] = (float)((double)(*seed >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+	}
+}
+
+struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q)
+{
+	struct gpux_launch l = {
+		.grid = { (uint32_t)((n + 127) / 128), 1, 1 },
+		.block = { 128, 1, 1 },
+		.device = device,
+		.queue = q,
+	};
+	return l;
+}

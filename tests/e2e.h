@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/e2e.h: a real gpuxd on a temporary socket, for end-to-end tests. */
+#pragma once
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <cmocka.h>
+
+#include <gpux/gpux.h>
+
+#include "ipc/macro.h"
+#include "ipc/proto.h"
+
+struct test_daemon {
+	pid_t pid;
+	char dir[256];
+	char sock[300];
+	char cache[300];
+	char log[300];
+};
+
+/*
+ * Start gpuxd ($GPUX_DAEMON) on a socket in a new temporary directory, with its own module
+ * cache, the extra arguments given (NULL-terminated), and wait until every device is ready.
+ * Asserts on failure.
+ */
+void test_daemon_start(struct test_daemon *d, const char *const *args);
+
+/* SIGTERM, wait for the exit (asserting it is clean), remove the directory. */
+void test_daemon_stop(struct test_daemon *d);
+
+/* Ask gpuxd for its status: devs[] gets at most IPC_DEVICES_MAX entries. 0 or -errno. */
+int test_daemon_status(const struct test_daemon *d, struct ipc_status *ret,
+		       struct ipc_dev_status *devs);
+
+/* The pid of a device's worker now (asserting it is ready). */
+pid_t test_worker_pid(const struct test_daemon *d, uint32_t device);
+
+/* Wait until the device is ready with a worker of a generation above `generation`. */
+void test_wait_generation(const struct test_daemon *d, uint32_t device, uint32_t generation);
+
+/* Wait (up to 10 s) until pred holds for the device's status; asserts it does. */
+void test_wait_stats(const struct test_daemon *d, uint32_t device,
+		     bool (*pred)(const struct ipc_dev_status *s, void *arg), void *arg);
+
+/* Connect a client to the daemon; asserts. */
+gpux_ctx *test_connect(const struct test_daemon *d);
+
+/* The host kernels the end-to-end tests use (see e2e.c), and their length. */
+extern const char test_host_kernels[];
+extern const size_t test_host_kernels_len;
+
+/* Load test_host_kernels; asserts. */
+gpux_module *test_load_host_kernels(gpux_ctx *ctx);
+
+/* Uniform floats in [-1, 1) from a seed. */
+void test_fill_random(float *p, size_t n, uint64_t *seed);
+
+/* A launch of one thread per element, 128 threads per block, on a device or queue. */
+struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q);

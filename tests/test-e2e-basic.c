@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-basic.c: kernels through a real gpuxd: results, ordering, threads, errors. */
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+struct env {
+	struct test_daemon d;
+	gpux_ctx *ctx;
+	gpux_module *m;
+	uint64_t seed;
+};
+
+static int setup(void **state)
+{
+	static const char *const args[] = { "--host-devices", "2", NULL };
+	struct env *e = calloc(1, sizeof(*e));
+
+	test_daemon_start(&e->d, args);
+	e->ctx = test_connect(&e->d);
+	e->m = test_load_host_kernels(e->ctx);
+	e->seed = (uint64_t)mono_ns();
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	free(e);
+	return 0;
+}
+
+static void poison(float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+}
+
+static void test_e2e_saxpy_matches_cpu(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 100003;
+	gpux_buf *x, *y, *out;
+	float a = 0.75f;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	for (uint32_t dev = 0; dev < 2; dev++) {
+		struct gpux_arg args[] = {
+			GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
+			gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+		};
+		struct gpux_launch l = test_launch_1d(n, dev, NULL);
+		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y);
+		const float *po = gpux_buf_data(out);
+
+		test_fill_random(gpux_buf_data(x), n, &e->seed);
+		test_fill_random(gpux_buf_data(y), n, &e->seed);
+		poison(gpux_buf_data(out), n);
+		assert_int_equal(gpux_run(e->m, "saxpy", &l, args, 5), GPUX_OK);
+		for (uint64_t i = 0; i < n; i++)
+			assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
+	}
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+}
+
+static void test_e2e_block_sum_uses_shared_memory(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 50000;
+	const uint32_t blocks = (uint32_t)((n + 255) / 256);
+	gpux_buf *x, *out;
+	struct gpux_launch l = { .grid = { blocks, 1, 1 }, .block = { 256, 1, 1 },
+				 .shared_bytes = 256 * sizeof(double) };
+	double got = 0, want = 0;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, blocks * sizeof(double), &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &e->seed);
+	for (uint32_t i = 0; i < blocks; i++)
+		((double *)gpux_buf_data(out))[i] = NAN;
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4),
+					   gpux_arg_out(out, 0, blocks * sizeof(double)) };
+		assert_int_equal(gpux_run(e->m, "block_sum", &l, args, 3), GPUX_OK);
+	}
+	for (uint64_t i = 0; i < n; i++)
+		want += ((float *)gpux_buf_data(x))[i];
+	for (uint32_t i = 0; i < blocks; i++)
+		got += ((double *)gpux_buf_data(out))[i];
+	assert_float_equal(got, want, 1e-6 * n);
+	gpux_buf_free(out);
+	gpux_buf_free(x);
+}
+
+/* x -> add1 -> y -> mul2 -> z -> sub3 -> w on one queue, waiting only for the last. */
+static void test_e2e_pipeline_waits_on_last(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 65536;
+	gpux_buf *b[4];
+	gpux_queue *q;
+	gpux_req *r[3];
+	static const char *const k[3] = { "add1", "mul2", "sub3" };
+
+	assert_int_equal(gpux_queue_open(e->ctx, 1, &q), GPUX_OK);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &b[i]), GPUX_OK);
+		poison(gpux_buf_data(b[i]), n);
+	}
+	test_fill_random(gpux_buf_data(b[0]), n, &e->seed);
+	for (int i = 0; i < 3; i++) {
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(b[i], 0, n * 4),
+					   gpux_arg_out(b[i + 1], 0, n * 4) };
+		struct gpux_launch l = test_launch_1d(n, 0, q);
+		assert_int_equal(gpux_submit(e->m, k[i], &l, args, 3, &r[i]), GPUX_OK);
+		assert_int_equal(gpux_req_device(r[i]), 1);
+	}
+	assert_int_equal(gpux_wait(r[2], -1), GPUX_OK);
+	for (uint64_t i = 0; i < n; i++) {
+		float x = ((float *)gpux_buf_data(b[0]))[i];
+		assert_float_equal(((float *)gpux_buf_data(b[3]))[i], (x + 1) * 2 - 3, 1e-6);
+	}
+	/* The earlier ones are finished too, in order. */
+	assert_int_equal(gpux_test(r[0]), GPUX_OK);
+	assert_int_equal(gpux_test(r[1]), GPUX_OK);
+	for (int i = 0; i < 3; i++)
+		gpux_req_free(r[i]);
+	for (int i = 0; i < 4; i++)
+		gpux_buf_free(b[i]);
+	gpux_queue_free(q);
+}
+
+struct thread_arg {
+	struct env *e;
+	unsigned index;
+	int failures;
+};
+
+static void *submitter(void *p)
+{
+	struct thread_arg *t = p;
+	const uint64_t n = 4096;
+	uint64_t seed = t->index * 7919 + 1;
+	gpux_buf *x, *y;
+	gpux_req *r[8];
+
+	if (gpux_buf_alloc(t->e->ctx, n * 4, &x) || gpux_buf_alloc(t->e->ctx, n * 4, &y)) {
+		t->failures++;
+		return NULL;
+	}
+	for (unsigned round = 0; round < 25; round++) {
+		test_fill_random(gpux_buf_data(x), n, &seed);
+		for (unsigned j = 0; j < 8; j++) {
+			struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4),
+						   gpux_arg_out(y, 0, n * 4) };
+			struct gpux_launch l = test_launch_1d(n, (t->index + j) % 2, NULL);
+			if (gpux_submit(t->e->m, "add1", &l, args, 3, &r[j]) != GPUX_OK) {
+				t->failures++;
+				r[j] = NULL;
+			}
+		}
+		for (unsigned j = 0; j < 8; j++) {
+			if (r[j] && gpux_wait(r[j], -1) != GPUX_OK)
+				t->failures++;
+			gpux_req_free(r[j]);
+		}
+		for (uint64_t i = 0; i < n; i++)
+			if (((float *)gpux_buf_data(y))[i] != ((float *)gpux_buf_data(x))[i] + 1)
+				t->failures++;
+	}
+	gpux_buf_free(x);
+	gpux_buf_free(y);
+	return NULL;
+}
+
+static void test_e2e_threads_submit_at_once(void **state)
+{
+	struct env *e = *state;
+	pthread_t th[8];
+	struct thread_arg args[8];
+
+	for (unsigned i = 0; i < 8; i++) {
+		args[i] = (struct thread_arg){ .e = e, .index = i };
+		assert_int_equal(pthread_create(&th[i], NULL, submitter, &args[i]), 0);
+	}
+	for (unsigned i = 0; i < 8; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(args[i].failures, 0);
+	}
+}
+
+static void test_e2e_compile_error_returns_log(void **state)
+{
+	struct env *e = *state;
+	static const char bad[] = "GPUX_HOST_KERNEL(k)\n{\n\tthis_is_not_c;\n}\n";
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_HOST, bad, sizeof(bad) - 1, NULL, &m,
+					  &log),
+			 GPUX_E_COMPILE);
+	assert_null(m);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "this_is_not_c"));
+	assert_non_null(strstr(log, "kernel.c:3"));
+	free(log);
+}
+
+static void test_e2e_compiler_options_are_checked(void **state)
+{
+	struct env *e = *state;
+	static const char ok[] = "GPUX_HOST_KERNEL(k)\n{\n#ifndef FOO\n#error no FOO\n#endif\n}\n";
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_HOST, ok, sizeof(ok) - 1,
+					  "-O3 -DFOO=1", &m, &log),
+			 GPUX_OK);
+	gpux_module_free(m);
+	free(log);
+	log = NULL;
+	/* Options that would make the compiler write or load files are refused. */
+	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_HOST, ok, sizeof(ok) - 1,
+					  "-DFOO -o /tmp/x", &m, &log),
+			 GPUX_E_INVAL);
+	assert_non_null(strstr(log, "not allowed"));
+	free(log);
+}
+
+static void expect_refused(struct env *e, const char *kernel, const struct gpux_arg *args,
+			   uint32_t nargs, const struct gpux_launch *l, gpux_status want,
+			   const char *text)
+{
+	gpux_req *r;
+
+	assert_int_equal(gpux_submit(e->m, kernel, l, args, nargs, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), want);
+	if (!strstr(gpux_req_message(r), text))
+		fail_msg("message \"%s\" lacks \"%s\"", gpux_req_message(r), text);
+	gpux_req_free(r);
+}
+
+static void test_e2e_bad_requests_are_refused_clearly(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 16;
+	uint32_t small = 1;
+	gpux_buf *x;
+	struct gpux_launch l = test_launch_1d(n, 0, NULL);
+	struct gpux_launch huge = { .grid = { 1, 1, 1 }, .block = { 2048, 1, 1 } };
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4) };
+		expect_refused(e, "add1", args, 2, &l, GPUX_E_INVAL, "takes 3 arguments, 2 given");
+	}
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(small), gpux_arg_in(x, 0, n * 4),
+					   gpux_arg_out(x, 0, n * 4) };
+		expect_refused(e, "add1", args, 3, &l, GPUX_E_INVAL, "argument 0");
+	}
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4),
+					   gpux_arg_out(x, 0, n * 4) };
+		expect_refused(e, "no_such_kernel", args, 3, &l, GPUX_E_NOTFOUND, "no_such_kernel");
+		/* A libc function is not a kernel of the module. */
+		expect_refused(e, "abort", NULL, 0, &l, GPUX_E_NOTFOUND, "abort");
+		expect_refused(e, "add1", args, 3, &huge, GPUX_E_INVAL, "2048 threads");
+	}
+	/* Caught before sending: a range outside the buffer, a scalar too large. */
+	{
+		gpux_req *r;
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 8, n * 4),
+					   gpux_arg_out(x, 0, n * 4) };
+		assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_E_INVAL);
+		args[0] = gpux_arg_scalar(&n, 4096);
+		assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_E_INVAL);
+	}
+	/* The connection is fine afterwards. */
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4),
+					   gpux_arg_out(x, 0, n * 4) };
+		assert_int_equal(gpux_run(e->m, "add1", &l, args, 3), GPUX_OK);
+	}
+	gpux_buf_free(x);
+}
+
+static void test_e2e_devices_and_status(void **state)
+{
+	struct env *e = *state;
+	struct gpux_device_info info;
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(gpux_device_count(e->ctx), 2);
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_int_equal(gpux_device_info(e->ctx, i, &info), GPUX_OK);
+		assert_int_equal(info.index, i);
+		assert_int_equal(info.backend, GPUX_BACKEND_HOST);
+		assert_int_equal(info.state, GPUX_DEVICE_READY);
+		assert_true(strlen(info.name) > 0);
+	}
+	assert_int_equal(gpux_device_info(e->ctx, 2, &info), GPUX_E_NODEV);
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	assert_int_equal(st.ndevices, 2);
+	assert_true(devs[0].stats.requests_done > 0);
+	assert_true(devs[0].stats.module_compiles + devs[0].stats.module_disk_hits >= 1);
+}
+
+static void test_e2e_pollable_fd(void **state)
+{
+	struct env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	uint32_t ms = 20;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+	int fd;
+
+	assert_int_equal(gpux_fd(e->ctx, &fd), GPUX_OK);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(gpux_test(r), GPUX_E_AGAIN);
+	for (int i = 0; i < 100 && gpux_test(r) == GPUX_E_AGAIN; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		assert_true(poll(&p, 1, 1000) >= 0);
+		assert_int_equal(gpux_process(e->ctx), GPUX_OK);
+	}
+	assert_int_equal(gpux_test(r), GPUX_OK);
+	{
+		struct gpux_times t;
+		assert_int_equal(gpux_req_times(r, &t), GPUX_OK);
+		assert_true(t.run_ns >= 19 * 1000000ull);
+	}
+	gpux_req_free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_e2e_saxpy_matches_cpu),
+		cmocka_unit_test(test_e2e_block_sum_uses_shared_memory),
+		cmocka_unit_test(test_e2e_pipeline_waits_on_last),
+		cmocka_unit_test(test_e2e_threads_submit_at_once),
+		cmocka_unit_test(test_e2e_compile_error_returns_log),
+		cmocka_unit_test(test_e2e_compiler_options_are_checked),
+		cmocka_unit_test(test_e2e_bad_requests_are_refused_clearly),
+		cmocka_unit_test(test_e2e_devices_and_status),
+		cmocka_unit_test(test_e2e_pollable_fd),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

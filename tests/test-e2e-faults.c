@@ -1,0 +1,279 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-faults.c: dying workers, faulting kernels, deadlines, dying clients. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+struct env {
+	struct test_daemon d;
+	gpux_ctx *ctx;
+	gpux_module *m;
+};
+
+static int setup(void **state)
+{
+	static const char *const args[] = { "--host-devices", "2", "--slots", "2", NULL };
+	struct env *e = calloc(1, sizeof(*e));
+
+	test_daemon_start(&e->d, args);
+	e->ctx = test_connect(&e->d);
+	e->m = test_load_host_kernels(e->ctx);
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	free(e);
+	return 0;
+}
+
+static uint32_t generation(struct env *e, uint32_t dev)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	return devs[dev].generation;
+}
+
+static gpux_req *spin(struct env *e, uint32_t dev, gpux_queue *q, uint32_t ms, uint32_t timeout)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = dev,
+				 .queue = q, .timeout_ms = timeout };
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r = NULL;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	return r;
+}
+
+static void run_ok(struct env *e, uint32_t dev)
+{
+	gpux_req *r = spin(e, dev, NULL, 1, 0);
+
+	assert_int_equal(gpux_wait(r, 10000), GPUX_OK);
+	gpux_req_free(r);
+}
+
+static void test_e2e_worker_killed_mid_request(void **state)
+{
+	struct env *e = *state;
+	uint32_t gen = generation(e, 0);
+	gpux_queue *q;
+	gpux_req *r[6];
+
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &q), GPUX_OK);
+	/* Running on two streams, and queued behind them. */
+	for (int i = 0; i < 3; i++)
+		r[i] = spin(e, 0, NULL, 2000, 0);
+	for (int i = 3; i < 6; i++)
+		r[i] = spin(e, 0, q, 2000, 0);
+	(void)usleep(100 * 1000);
+	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(gpux_wait(r[i], 5000), GPUX_E_WORKER_LOST);
+		gpux_req_free(r[i]);
+	}
+	/* The other device was never disturbed; this one comes back. */
+	run_ok(e, 1);
+	test_wait_generation(&e->d, 0, gen);
+	run_ok(e, 0);
+	/* The queue is opened again on the new worker by itself. */
+	r[0] = spin(e, 0, q, 1, 0);
+	assert_int_equal(gpux_wait(r[0], 10000), GPUX_OK);
+	gpux_req_free(r[0]);
+	gpux_queue_free(q);
+}
+
+static void test_e2e_kernel_fault_restarts_worker(void **state)
+{
+	struct env *e = *state;
+	uint32_t gen = generation(e, 1);
+	gpux_ctx *other = test_connect(&e->d);
+	gpux_module *om = test_load_host_kernels(other);
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 1 };
+	struct gpux_launch ls = l;
+	gpux_buf *b;
+	gpux_req *victim, *bad;
+	uint32_t ms = 3000;
+	struct gpux_arg sarg = GPUX_ARG_VALUE(ms);
+
+	/* A co-tenant's long request on the same device. */
+	assert_int_equal(gpux_submit(om, "spin", &ls, &sarg, 1, &victim), GPUX_OK);
+	(void)usleep(50 * 1000);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	{
+		struct gpux_arg arg = gpux_arg_inout(b, 0, 64);
+		assert_int_equal(gpux_submit(e->m, "crash", &l, &arg, 1, &bad), GPUX_OK);
+	}
+	assert_int_equal(gpux_wait(bad, 5000), GPUX_E_KERNEL_FAULT);
+	assert_non_null(strstr(gpux_req_message(bad), "crash"));
+	assert_int_equal(gpux_wait(victim, 5000), GPUX_E_WORKER_LOST);
+	gpux_req_free(bad);
+	gpux_req_free(victim);
+	test_wait_generation(&e->d, 1, gen);
+	run_ok(e, 1);
+	gpux_buf_free(b);
+	gpux_module_free(om);
+	gpux_disconnect(other);
+}
+
+static void test_e2e_deadline_passed_gives_timeout(void **state)
+{
+	struct env *e = *state;
+	uint32_t gen = generation(e, 0);
+	gpux_req *r = spin(e, 0, NULL, 20000, 150);
+	uint64_t t0 = mono_ns();
+
+	assert_int_equal(gpux_wait(r, 10000), GPUX_E_TIMEOUT);
+	assert_true(mono_ns() - t0 < 5 * NSEC_PER_SEC);
+	gpux_req_free(r);
+	test_wait_generation(&e->d, 0, gen);
+	run_ok(e, 0);
+}
+
+static bool idle(const struct ipc_dev_status *s, void *arg)
+{
+	const struct ipc_dev_status *base = arg;
+
+	return s->stats.clients == base->stats.clients && s->stats.inflight == 0 &&
+	       s->stats.segments == base->stats.segments &&
+	       s->stats.segment_bytes == base->stats.segment_bytes;
+}
+
+static bool holds_more(const struct ipc_dev_status *s, void *arg)
+{
+	const struct ipc_dev_status *base = arg;
+
+	return s->stats.clients == base->stats.clients + 1 && s->stats.inflight > 0 &&
+	       s->stats.segment_bytes >= base->stats.segment_bytes + (8 << 20);
+}
+
+static void test_e2e_client_killed_mid_request_is_reclaimed(void **state)
+{
+	struct env *e = *state;
+	struct ipc_status st;
+	struct ipc_dev_status before[IPC_DEVICES_MAX];
+	int pipefd[2], status;
+	pid_t pid;
+	char c;
+
+	run_ok(e, 0);
+	assert_int_equal(test_daemon_status(&e->d, &st, before), 0);
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		gpux_ctx *ctx;
+		gpux_module *m;
+		gpux_buf *b;
+		struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+		uint32_t ms = 500;
+		struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+		gpux_req *r;
+
+		/* Its own connection, a big buffer and requests in flight, then death. */
+		if (gpux_connect(e->d.sock, &ctx) || gpux_module_load(ctx, GPUX_LANG_HOST,
+			test_host_kernels, test_host_kernels_len, NULL, &m, NULL))
+			_exit(1);
+		if (gpux_buf_alloc(ctx, 8 << 20, &b))
+			_exit(2);
+		for (int i = 0; i < 4; i++)
+			if (gpux_submit(m, "spin", &l, &arg, 1, &r))
+				_exit(3);
+		{
+			uint64_t n = 4;
+			struct gpux_arg a3[] = { GPUX_ARG_VALUE(n), gpux_arg_in(b, 0, 16),
+						 gpux_arg_out(b, 16, 16) };
+			if (gpux_submit(m, "add1", &l, a3, 3, &r))
+				_exit(4);
+		}
+		(void)write(pipefd[1], "x", 1);
+		/* Killed by the parent; should the test fail first, not left behind for long. */
+		(void)alarm(30);
+		(void)pause();
+		_exit(5);
+	}
+	(void)close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &c, 1), 1);
+	(void)close(pipefd[0]);
+	/* The worker takes in what the child sent in its own time. */
+	test_wait_stats(&e->d, 0, holds_more, &before[0]);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+
+	/* Its channel, segments and queued work go; what ran finishes; the worker stays. */
+	test_wait_stats(&e->d, 0, idle, &before[0]);
+	assert_int_equal(test_worker_pid(&e->d, 0), (pid_t)before[0].pid);
+	run_ok(e, 0);
+}
+
+static bool is_down_or_new(const struct ipc_dev_status *s, void *arg)
+{
+	return s->state == GPUX_DEVICE_FAILED ||
+	       (s->state == GPUX_DEVICE_READY && s->pid != *(uint32_t *)arg);
+}
+
+/* Five deaths within a minute mark a device failed; the other device goes on. */
+static void test_e2e_device_failed_after_repeated_deaths(void **state)
+{
+	struct env *e = *state;
+	struct gpux_device_info info;
+	gpux_req *r;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 1 };
+	uint32_t ms = 1;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	unsigned kills = 0;
+
+	/* Deaths of earlier tests count too: kill until it is marked failed, five times at most. */
+	for (;;) {
+		uint32_t pid;
+
+		assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+		if (devs[1].state == GPUX_DEVICE_FAILED)
+			break;
+		assert_true(kills < 5);
+		pid = (uint32_t)test_worker_pid(&e->d, 1);
+		assert_int_equal(kill((pid_t)pid, SIGKILL), 0);
+		kills++;
+		test_wait_stats(&e->d, 1, is_down_or_new, &pid);
+	}
+	assert_true(devs[1].deaths_recent >= 5);
+	assert_int_equal(gpux_device_info(e->ctx, 1, &info), GPUX_OK);
+	assert_int_equal(info.state, GPUX_DEVICE_FAILED);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_E_NODEV);
+	/* GPUX_ANY leaves it out. */
+	l.device = GPUX_ANY;
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+		assert_int_equal(gpux_req_device(r), 0);
+		assert_int_equal(gpux_wait(r, 5000), GPUX_OK);
+		gpux_req_free(r);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_e2e_worker_killed_mid_request),
+		cmocka_unit_test(test_e2e_kernel_fault_restarts_worker),
+		cmocka_unit_test(test_e2e_deadline_passed_gives_timeout),
+		cmocka_unit_test(test_e2e_client_killed_mid_request_is_reclaimed),
+		cmocka_unit_test(test_e2e_device_failed_after_repeated_deaths),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

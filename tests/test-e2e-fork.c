@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-fork.c: forked children use their parent's objects and buffers, undisturbing it. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+#define CHILDREN 16
+#define N 8192
+
+struct env {
+	struct test_daemon d;
+	gpux_ctx *ctx;
+	gpux_module *m;
+};
+
+static int setup(void **state)
+{
+	static const char *const args[] = { "--host-devices", "2", NULL };
+	struct env *e = calloc(1, sizeof(*e));
+
+	test_daemon_start(&e->d, args);
+	e->ctx = test_connect(&e->d);
+	e->m = test_load_host_kernels(e->ctx);
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	free(e);
+	return 0;
+}
+
+static gpux_status saxpy(gpux_module *m, uint32_t dev, float a, gpux_buf *x, gpux_buf *y,
+			 gpux_buf *out, uint64_t slice)
+{
+	uint64_t n = N;
+	struct gpux_arg args[] = {
+		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, N * 4),
+		gpux_arg_in(y, 0, N * 4), gpux_arg_out(out, slice * N * 4, N * 4),
+	};
+	struct gpux_launch l = test_launch_1d(N, dev, NULL);
+
+	return gpux_run(m, "saxpy", &l, args, 5);
+}
+
+static bool slice_ok(gpux_buf *x, gpux_buf *y, gpux_buf *out, uint64_t slice, float a)
+{
+	const float *px = gpux_buf_data(x), *py = gpux_buf_data(y);
+	const float *po = (const float *)gpux_buf_data(out) + slice * N;
+
+	for (uint64_t i = 0; i < N; i++)
+		if (po[i] != a * px[i] + py[i])
+			return false;
+	return true;
+}
+
+/* In a child: the inherited module and buffers, and a buffer of its own. */
+static int child_main(struct env *e, unsigned k, gpux_buf *x, gpux_buf *y, gpux_buf *out)
+{
+	uint64_t n = 1000, seed = k + 1;
+	gpux_buf *mine, *res;
+	struct gpux_launch l = test_launch_1d(1000, GPUX_ANY, NULL);
+
+	if (saxpy(e->m, k % 2, (float)(k + 1), x, y, out, k) != GPUX_OK)
+		return 10;
+	if (!slice_ok(x, y, out, k, (float)(k + 1)))
+		return 11;
+	if (gpux_buf_alloc(e->ctx, n * 4, &mine) || gpux_buf_alloc(e->ctx, n * 4, &res))
+		return 12;
+	test_fill_random(gpux_buf_data(mine), n, &seed);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(mine, 0, n * 4),
+					   gpux_arg_out(res, 0, n * 4) };
+		if (gpux_run(e->m, "add1", &l, args, 3) != GPUX_OK)
+			return 13;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		if (((float *)gpux_buf_data(res))[i] != ((float *)gpux_buf_data(mine))[i] + 1)
+			return 14;
+	gpux_buf_free(mine);
+	gpux_buf_free(res);
+	return 0;
+}
+
+static void test_e2e_fork_children_use_inherited_objects(void **state)
+{
+	struct env *e = *state;
+	uint64_t seed = (uint64_t)getpid();
+	gpux_buf *x, *y, *out;
+	pid_t pids[CHILDREN];
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, N * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, N * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, (CHILDREN + 1) * N * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), N, &seed);
+	test_fill_random(gpux_buf_data(y), N, &seed);
+	/* The parent has used everything before forking. */
+	assert_int_equal(saxpy(e->m, 0, 100.0f, x, y, out, CHILDREN), GPUX_OK);
+
+	for (unsigned k = 0; k < CHILDREN; k++) {
+		pids[k] = fork();
+		assert_true(pids[k] >= 0);
+		if (pids[k] == 0)
+			_exit(child_main(e, k, x, y, out));
+	}
+	for (unsigned k = 0; k < CHILDREN; k++) {
+		int st;
+		assert_int_equal(waitpid(pids[k], &st, 0), pids[k]);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+	/* The children's results are in the shared buffer, and the parent goes on as before. */
+	for (unsigned k = 0; k < CHILDREN; k++)
+		assert_true(slice_ok(x, y, out, k, (float)(k + 1)));
+	assert_true(slice_ok(x, y, out, CHILDREN, 100.0f));
+	assert_int_equal(saxpy(e->m, 1, -2.0f, x, y, out, CHILDREN), GPUX_OK);
+	assert_true(slice_ok(x, y, out, CHILDREN, -2.0f));
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+}
+
+static void test_e2e_fork_parent_requests_stay_the_parents(void **state)
+{
+	struct env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	uint32_t ms = 200;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+	pid_t pid;
+	int st;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		uint32_t zero = 0;
+		struct gpux_arg a0 = GPUX_ARG_VALUE(zero);
+
+		/* The parent's request is not the child's to wait for; the child has its own. */
+		if (gpux_wait(r, 1000) != GPUX_E_INVAL)
+			_exit(20);
+		if (gpux_run(e->m, "spin", &l, &a0, 1) != GPUX_OK)
+			_exit(21);
+		/* A grandchild too. */
+		pid = fork();
+		if (pid == 0)
+			_exit(gpux_run(e->m, "spin", &l, &a0, 1) == GPUX_OK ? 0 : 22);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+			_exit(23);
+		_exit(WEXITSTATUS(st));
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_e2e_fork_children_use_inherited_objects),
+		cmocka_unit_test(test_e2e_fork_parent_requests_stay_the_parents),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

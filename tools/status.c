@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/status.c: gpux status: what gpuxd and its workers are doing. */
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ipc/channel.h"
+#include "ipc/path.h"
+#include "ipc/proto.h"
+#include "tools.h"
+
+#define STATUS_TIMEOUT_MS 5000
+
+static const char *state_name(uint32_t st)
+{
+	switch (st) {
+	case GPUX_DEVICE_STARTING:
+		return "starting";
+	case GPUX_DEVICE_READY:
+		return "ready";
+	case GPUX_DEVICE_RESTARTING:
+		return "restarting";
+	case GPUX_DEVICE_FAILED:
+		return "failed";
+	default:
+		return "?";
+	}
+}
+
+static int recv_one(int fd, uint8_t *buf, struct ipc_msg *msg)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int r = poll(&p, 1, STATUS_TIMEOUT_MS);
+
+	if (r <= 0)
+		return r == 0 ? -ETIMEDOUT : -errno;
+	r = ipc_channel_recv_msg(fd, buf, IPC_MSG_MAX, msg, 0);
+	if (r == 0)
+		return -ECONNRESET;
+	if (r > 0)
+		ipc_msg_close_fds(msg);
+	return r < 0 ? r : 0;
+}
+
+/* Ask gpuxd at path for its status; the answer's payload stays in buf. */
+static int query(const char *path, uint8_t *buf, struct ipc_status_msg *ret)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ipc_hello h = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION,
+			       .flags = IPC_HELLO_ADMIN };
+	struct ipc_status_req q = { 0 };
+	struct ipc_welcome wel;
+	struct ipc_msg msg;
+	uint8_t out[256];
+	int fd, n, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		goto out;
+	}
+	n = ipc_encode(out, sizeof(out), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+	r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
+	if (r == 0)
+		r = recv_one(fd, buf, &msg);
+	if (r == 0 && msg.hdr.type == IPC_DONE) {
+		r = -EACCES;
+		goto out;
+	}
+	if (r == 0)
+		r = ipc_decode_welcome(&msg, &wel);
+	if (r < 0)
+		goto out;
+	n = ipc_encode(out, sizeof(out), IPC_STATUS_REQ, 2, 0, &q, sizeof(q), NULL, 0);
+	r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
+	if (r == 0)
+		r = recv_one(fd, buf, &msg);
+	if (r == 0)
+		r = ipc_decode_status(&msg, ret);
+out:
+	(void)close(fd);
+	return r;
+}
+
+static void print_json(const char *path, const struct ipc_status_msg *st)
+{
+	printf("{\"socket\":\"%s\",\"uptime_s\":%.3f,\"loop\":\"%s\",\"clients\":%u,"
+	       "\"clients_total\":%llu,\"clients_refused\":%llu,\"devices\":[",
+	       path, (double)st->m.uptime_ns / 1e9, st->m.loop, st->m.nclients,
+	       (unsigned long long)st->m.clients_total, (unsigned long long)st->m.clients_refused);
+	for (uint32_t i = 0; i < st->m.ndevices; i++) {
+		struct ipc_dev_status d;
+		const struct ipc_stats *s = &d.stats;
+
+		ipc_status_dev(st, i, &d);
+		printf("%s{\"index\":%u,\"name\":\"%s\",\"backend\":\"%s\",\"state\":\"%s\","
+		       "\"pid\":%u,\"generation\":%u,\"restarts\":%u,\"deaths_recent\":%u,"
+		       "\"clients\":%llu,\"inflight\":%llu,\"requests_done\":%llu,"
+		       "\"requests_failed\":%llu,\"segments\":%llu,\"segment_bytes\":%llu,"
+		       "\"modules\":%llu,\"module_mem_hits\":%llu,\"module_disk_hits\":%llu,"
+		       "\"module_compiles\":%llu,\"cache_hits\":%llu,\"cache_misses\":%llu,"
+		       "\"cache_bytes\":%llu,\"cache_entries\":%llu,\"cache_evictions\":%llu,"
+		       "\"dbuf_bytes\":%llu,\"mem_total\":%llu,\"mem_free\":%llu}",
+		       i ? "," : "", i, d.info.name,
+		       d.info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host", state_name(d.state),
+		       d.pid, d.generation, d.restarts, d.deaths_recent,
+		       (unsigned long long)s->clients, (unsigned long long)s->inflight,
+		       (unsigned long long)s->requests_done, (unsigned long long)s->requests_failed,
+		       (unsigned long long)s->segments, (unsigned long long)s->segment_bytes,
+		       (unsigned long long)s->modules_loaded, (unsigned long long)s->module_mem_hits,
+		       (unsigned long long)s->module_disk_hits,
+		       (unsigned long long)s->module_compiles, (unsigned long long)s->cache_hits,
+		       (unsigned long long)s->cache_misses, (unsigned long long)s->cache_bytes,
+		       (unsigned long long)s->cache_entries, (unsigned long long)s->cache_evictions,
+		       (unsigned long long)s->dbuf_bytes, (unsigned long long)d.info.mem_total,
+		       (unsigned long long)s->mem_free);
+	}
+	printf("]}\n");
+}
+
+static void print_table(const char *path, const struct ipc_status_msg *st)
+{
+	printf("gpuxd on %s: up %.1f s, %s loop, %u clients now (%llu in all, %llu refused)\n",
+	       path, (double)st->m.uptime_ns / 1e9, st->m.loop, st->m.nclients,
+	       (unsigned long long)st->m.clients_total, (unsigned long long)st->m.clients_refused);
+	printf("%-4s %-10s %-8s %-4s %-8s %-8s %-8s %-10s %-8s %-16s %s\n", "DEV", "STATE", "PID",
+	       "GEN", "RESTARTS", "CLIENTS", "INFLIGHT", "SERVED", "FAILED", "MODULES m/d/c",
+	       "NAME");
+	for (uint32_t i = 0; i < st->m.ndevices; i++) {
+		struct ipc_dev_status d;
+		const struct ipc_stats *s = &d.stats;
+		char mods[32];
+
+		ipc_status_dev(st, i, &d);
+		(void)snprintf(mods, sizeof(mods), "%llu/%llu/%llu",
+			       (unsigned long long)s->module_mem_hits,
+			       (unsigned long long)s->module_disk_hits,
+			       (unsigned long long)s->module_compiles);
+		printf("%-4u %-10s %-8u %-4u %-8u %-8llu %-8llu %-10llu %-8llu %-16s %s (%s)\n", i,
+		       state_name(d.state), d.pid, d.generation, d.restarts,
+		       (unsigned long long)s->clients, (unsigned long long)s->inflight,
+		       (unsigned long long)s->requests_done, (unsigned long long)s->requests_failed,
+		       mods, d.info.name, d.info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
+		if (s->cache_hits || s->cache_misses || s->cache_bytes)
+			printf("     device cache: %llu hits, %llu misses, %llu entries, %llu bytes, "
+			       "%llu evictions\n",
+			       (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses,
+			       (unsigned long long)s->cache_entries,
+			       (unsigned long long)s->cache_bytes,
+			       (unsigned long long)s->cache_evictions);
+	}
+}
+
+int tool_status(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_status_msg st;
+	char dir[128], path[128];
+	const char *sock = getenv("GPUX_SOCKET");
+	bool json = false;
+	int c, r;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+		if (c == 's')
+			sock = optarg;
+		else if (c == 'j')
+			json = true;
+		else
+			return TOOL_USAGE;
+	}
+	if (optind != argc)
+		return TOOL_USAGE;
+	if (!sock || !*sock) {
+		if (ipc_default_socket(dir, path, sizeof(path)) < 0)
+			return tool_fail("status", "no default socket path");
+		sock = path;
+	}
+	r = query(sock, buf, &st);
+	if (r < 0) {
+		char what[200];
+		(void)snprintf(what, sizeof(what), "connect %s", sock);
+		return tool_fail(what, r == -ENOENT || r == -ECONNREFUSED ? "no gpuxd listens there"
+									  : strerror(-r));
+	}
+	if (json)
+		print_json(sock, &st);
+	else
+		print_table(sock, &st);
+	return TOOL_OK;
+}

@@ -57,8 +57,18 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
 	cli_fork_gen++;
-	for (gpux_ctx *c = all_ctx; c; c = c->next)
+	/* Let go of the parent's sockets now, not at the child's first call, which may never
+	 * come: the parent's connection must not outlive the parent in a child. close() is
+	 * safe here; the rest of the forgetting waits for that first call. */
+	for (gpux_ctx *c = all_ctx; c; c = c->next) {
+		c->sup_fd = safe_close(c->sup_fd);
+		c->epfd = safe_close(c->epfd);
+		c->wake_fd = safe_close(c->wake_fd);
+		for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++)
+			c->devs[i].chan_fd = safe_close(c->devs[i].chan_fd);
+		c->connected = false;
 		(void)pthread_mutex_unlock(&c->lock);
+	}
 	(void)pthread_mutex_unlock(&all_lock);
 }
 

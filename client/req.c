@@ -183,6 +183,7 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 		case GPUX_ARG_IN:
 		case GPUX_ARG_OUT:
 		case GPUX_ARG_INOUT:
+		case GPUX_ARG_MAPPED:
 			if (!a->buf || a->buf->ctx != ctx || a->size == 0 ||
 			    !range_ok(a->offset, a->size, a->buf->size))
 				return GPUX_E_INVAL;

@@ -163,6 +163,9 @@ static void on_recv(struct ipc_conn *c, int res)
 			ipc_conn_deliver(c, n, fds, nfds);
 	} else if (res == 0) {
 		ipc_conn_fail(c, 0);
+	} else if (res == -ECONNRESET) {
+		/* The peer closed with our messages unread: reported once, before what it had sent
+		 * us (as in ipc_channel_recv()). The next receive gets that, then the end. */
 	} else if (res != -ECANCELED || !c->closed) {
 		ipc_conn_fail(c, res);
 	}

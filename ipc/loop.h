@@ -57,8 +57,9 @@ void ipc_loop_exit(struct ipc_loop *l, int code);
 typedef void ipc_watch_fn(struct ipc_watch *w, int fd, uint32_t revents, void *userdata);
 
 /*
- * Watch fd until freed; fd stays the caller's, and must stay open while watched. The callback
- * runs on each readiness; an fd that cannot be polled any more is reported once as POLLNVAL.
+ * Watch fd until freed; fd stays the caller's, and must stay open while watched (free the
+ * watch first, then close the fd). The callback runs on each readiness. Should the fd be
+ * closed anyway, the watch goes quiet (io_uring may report POLLNVAL once).
  */
 int ipc_watch_new(struct ipc_loop *l, int fd, uint32_t events, ipc_watch_fn *fn, void *userdata,
 		  struct ipc_watch **ret);

@@ -218,7 +218,8 @@ static int check_arg(const struct ipc_arg *a, uint32_t data_len)
 		return range_ok(a->offset, a->size, data_len) ? 0 : -EBADMSG;
 	case GPUX_ARG_IN:
 	case GPUX_ARG_OUT:
-	case GPUX_ARG_INOUT: {
+	case GPUX_ARG_INOUT:
+	case GPUX_ARG_MAPPED: {
 		uint64_t end;
 		if (a->size == 0 || a->flags != 0 || !add_ok(a->offset, a->size, &end))
 			return -EBADMSG;
@@ -241,7 +242,7 @@ int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret)
 	if (msg->nfds != 0 || m.flags != 0)
 		return -EBADMSG;
 	if (m.nargs > IPC_ARGS_MAX || m.name_len == 0 || m.name_len > IPC_KERNEL_NAME_MAX ||
-	    m.data_len > IPC_PAYLOAD_MAX)
+	    m.data_len > IPC_SCALAR_DATA_MAX)
 		return -EBADMSG;
 	want = sizeof(m) + (uint64_t)m.nargs * sizeof(struct ipc_arg) + m.name_len + m.data_len;
 	if (msg->len != want)

@@ -27,6 +27,7 @@
 #define IPC_FDS_MAX 4u                   /* fds with one message */
 #define IPC_ARGS_MAX 64u                 /* kernel arguments */
 #define IPC_SCALAR_MAX 256u              /* bytes of one scalar argument */
+#define IPC_SCALAR_DATA_MAX (IPC_ARGS_MAX * (IPC_SCALAR_MAX + 8u)) /* all of them, aligned */
 #define IPC_KERNEL_NAME_MAX 255u         /* bytes of a kernel name */
 #define IPC_OPTIONS_MAX 4096u            /* bytes of compiler options */
 #define IPC_INLINE_CODE_MAX (32u * 1024u) /* larger code travels in a sealed memfd */

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 
 #include "macro.h"
 #include "segment.h"
@@ -42,9 +44,15 @@ int ipc_segment_check(int fd, uint64_t size, bool frozen)
 
 	if (size == 0 || size > SIZE_MAX)
 		return -EINVAL;
+	struct statfs sfs;
+
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	if (!S_ISREG(st.st_mode))
+		return -EBADF;
+	/* A hugetlbfs memfd takes seals too, but its pages can run out under a mapping
+	 * (SIGBUS): only shmem, which memfd_create() gives without MFD_HUGETLB. */
+	if (fstatfs(fd, &sfs) < 0 || sfs.f_type != TMPFS_MAGIC)
 		return -EBADF;
 	/* Only memfds (and hugetlbfs) answer F_GET_SEALS; a shm_open or O_TMPFILE file says
 	 * F_SEAL_SEAL alone, which the check below refuses as well. */

@@ -31,8 +31,9 @@ int ipc_segment_create(const char *name, uint64_t size, int *ret_fd);
 int ipc_segment_seal_write(int fd);
 
 /*
- * Check a segment fd received from a peer before mapping it: a regular memfd sealed at
- * least against shrinking (and against writing when `frozen`), at least `size` bytes long.
+ * Check a segment fd received from a peer before mapping it: a regular memfd on shmem (not
+ * hugetlbfs) sealed at least against shrinking (and against writing when `frozen`), at
+ * least `size` bytes long.
  * Returns 0, or -EBADF (not a memfd or not sealed: a shm_open file, a pipe, a plain file),
  * -ENOSPC (shorter than claimed), -EPERM (frozen claimed but writes are not sealed).
  */

@@ -132,7 +132,9 @@ void test_daemon_start(struct test_daemon *d, const char *const *args)
 	argv[argc] = NULL;
 
 	(void)posix_spawn_file_actions_init(&fa);
-	(void)posix_spawn_file_actions_addopen(&fa, 2, d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	/* Nothing of the daemon's may keep this test's output open after it is gone. */
+	(void)posix_spawn_file_actions_addopen(&fa, 1, d->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+	(void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
 	r = posix_spawn(&d->pid, argv[0], &fa, NULL, argv, environ);
 	(void)posix_spawn_file_actions_destroy(&fa);
 	assert_int_equal(r, 0);

@@ -195,6 +195,100 @@ static void test_channel_recv_hangup_returns_zero(void **state)
 	assert_no_fd_leak(before);
 }
 
+/*
+ * sv[1] answers the message sv[0] sent it with `reply` (len bytes, nfds fds) and closes without
+ * reading that message: the kernel then reports ECONNRESET to sv[0] once, before the reply.
+ */
+static void reply_and_reset(int sv[2], const void *reply, size_t len, const int *fds, unsigned nfds)
+{
+	int ours[2];
+	size_t n;
+
+	/* Fds in the unread message too: the kernel drops them with it. */
+	test_open_files(ours, 2);
+	n = test_msg_make(rbuf, IPC_HELLO, 1, 2, NULL, 0);
+	assert_int_equal(ipc_channel_send(sv[0], rbuf, n, ours, 2, 0), 0);
+	test_close_all(ours, 2);
+	assert_int_equal(ipc_channel_send(sv[1], reply, len, fds, nfds, 0), 0);
+	sv[1] = safe_close(sv[1]);
+}
+
+/* After the last record of a peer that is gone: the end (0), or an error, never "wait". */
+static void assert_at_end(int fd)
+{
+	int got[IPC_FDS_MAX];
+	unsigned n = 99;
+	ssize_t r = ipc_channel_recv(fd, rbuf, sizeof(rbuf), got, &n, MSG_DONTWAIT);
+
+	assert_true(r <= 0);
+	assert_int_not_equal(r, -EAGAIN);
+	assert_int_equal(n, 0);
+}
+
+static void test_channel_recv_reply_after_peer_reset(void **state)
+{
+	int before = test_fd_count();
+	int sv[2], got[IPC_FDS_MAX];
+	unsigned n = 99;
+	size_t len = test_msg_make(sbuf, IPC_DONE, 2, 0, "refused", 7);
+	char c;
+
+	/* What the kernel does, which this test is about: ECONNRESET first, then the record. */
+	assert_int_equal(ipc_channel_pair(sv, false), 0);
+	reply_and_reset(sv, sbuf, len, NULL, 0);
+	assert_int_equal(recv(sv[0], &c, 1, MSG_DONTWAIT), -1);
+	assert_int_equal(errno, ECONNRESET);
+	assert_int_equal(recv(sv[0], rbuf, sizeof(rbuf), MSG_DONTWAIT), (ssize_t)len);
+	test_close_all(sv, 2);
+
+	/* ipc_channel_recv() gets the reply, blocking or not. */
+	for (int flags = 0; flags <= MSG_DONTWAIT; flags += MSG_DONTWAIT) {
+		assert_int_equal(ipc_channel_pair(sv, false), 0);
+		reply_and_reset(sv, sbuf, len, NULL, 0);
+		assert_int_equal(ipc_channel_recv(sv[0], rbuf, sizeof(rbuf), got, &n, flags),
+				 (ssize_t)len);
+		assert_memory_equal(rbuf, sbuf, len);
+		assert_int_equal(n, 0);
+		assert_at_end(sv[0]);
+		test_close_all(sv, 2);
+	}
+
+	/* With nothing sent before the reset, that is just the end. */
+	assert_int_equal(ipc_channel_pair(sv, false), 0);
+	assert_int_equal(ipc_channel_send(sv[0], sbuf, len, NULL, 0, 0), 0);
+	sv[1] = safe_close(sv[1]);
+	assert_at_end(sv[0]);
+	test_close_all(sv, 2);
+	assert_no_fd_leak(before);
+}
+
+static void test_channel_recv_reply_with_fds_after_peer_reset(void **state)
+{
+	int before = test_fd_count();
+	struct ipc_msg msg;
+	int sv[2], fds[3];
+	size_t len = test_msg_make(sbuf, IPC_SEG_ADD, 2, 3, "12345678", 8);
+
+	assert_int_equal(ipc_channel_pair(sv, false), 0);
+	test_open_files(fds, 3);
+	reply_and_reset(sv, sbuf, len, fds, 3);
+	assert_int_equal(ipc_channel_recv_msg(sv[0], rbuf, sizeof(rbuf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_SEG_ADD);
+	assert_int_equal(msg.hdr.id, 2);
+	assert_int_equal(msg.nfds, 3);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_true(test_fd_cloexec(msg.fds[i]));
+		assert_true(test_same_file(msg.fds[i], fds[i]));
+	}
+	/* Ours, the peer's socket gone, and the three that came. */
+	assert_int_equal(test_fd_count(), before + 1 + 3 + 3);
+	ipc_msg_close_fds(&msg);
+	test_close_all(fds, 3);
+	assert_at_end(sv[0]);
+	test_close_all(sv, 2);
+	assert_no_fd_leak(before);
+}
+
 static void test_channel_send_to_closed_peer_is_epipe(void **state)
 {
 	int before = test_fd_count();
@@ -500,6 +594,8 @@ int main(void)
 		cmocka_unit_test(test_channel_recv_blocks_until_message),
 		cmocka_unit_test(test_channel_recv_empty_is_eagain),
 		cmocka_unit_test(test_channel_recv_hangup_returns_zero),
+		cmocka_unit_test(test_channel_recv_reply_after_peer_reset),
+		cmocka_unit_test(test_channel_recv_reply_with_fds_after_peer_reset),
 		cmocka_unit_test(test_channel_send_to_closed_peer_is_epipe),
 		cmocka_unit_test(test_channel_send_rejects_too_many_fds),
 		cmocka_unit_test(test_channel_send_full_socket_is_eagain),

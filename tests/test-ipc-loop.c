@@ -522,6 +522,53 @@ static void test_loop_conn_oversized_record_drops_peer(void **state)
 	(void)close(sv[1]);
 }
 
+static void test_loop_conn_reply_after_peer_reset(void **state)
+{
+	struct ipc_loop *l = loop_of(state);
+
+	/*
+	 * The peer answers a message of ours that it never reads, and closes: the kernel reports
+	 * ECONNRESET once, before the answer, which must still be delivered. Our message is sent
+	 * before the loop serves the socket (the first receive meets the reset at once), or by
+	 * the loop (the peer's answer and close race with a receive under way).
+	 */
+	for (unsigned by_loop = 0; by_loop < 2; by_loop++) {
+		size_t len = test_msg_make(sbuf, IPC_HELLO, 1, 0, NULL, 0);
+		int sv[2], fds[2];
+		struct rec r;
+
+		assert_int_equal(ipc_channel_pair(sv, false), 0);
+		if (by_loop) {
+			uint64_t until = mono_ns() + WAIT_MS * NSEC_PER_MSEC;
+
+			rec_init(&r, l, sv[0]);
+			assert_int_equal(ipc_conn_send(r.c, sbuf, len, NULL, 0), 0);
+			while (ipc_conn_queued(r.c) > 0 && mono_ns() < until)
+				assert_int_equal(ipc_loop_iterate(l, 1 * NSEC_PER_MSEC), 0);
+			assert_int_equal(ipc_conn_queued(r.c), 0);
+		} else {
+			assert_int_equal(ipc_channel_send(sv[0], sbuf, len, NULL, 0, 0), 0);
+		}
+		test_open_files(fds, 2);
+		len = test_msg_make(sbuf, IPC_DONE, 1, 2, "refused", 7);
+		assert_int_equal(ipc_channel_send(sv[1], sbuf, len, fds, 2, 0), 0);
+		(void)close(sv[1]);
+		if (!by_loop)
+			rec_init(&r, l, sv[0]);
+		assert_true(test_loop_until(l, &r.closes, 1, WAIT_MS));
+		assert_int_equal(r.msgs_at_close, 1);
+		assert_int_equal(r.hdr.type, IPC_DONE);
+		assert_memory_equal(r.payload, "refused", 7);
+		assert_int_equal(r.nfds, 2);
+		for (unsigned i = 0; i < 2; i++)
+			assert_true(test_same_file(r.fds[i], fds[i]));
+		/* A peer that closed is a hang-up, whatever it left unread. */
+		assert_int_equal(r.error, 0);
+		test_close_all(fds, 2);
+		rec_done(&r);
+	}
+}
+
 static void test_loop_conn_free_in_own_callback(void **state)
 {
 	struct ipc_loop *l = loop_of(state);
@@ -910,6 +957,62 @@ static void test_loop_watch_hangup(void **state)
 	(void)close(p[0]);
 }
 
+/*
+ * The fd is closed under the watch, against ipc_watch_new()'s rule: the watch must not spin or
+ * report readiness of a file it no longer has, at most a single POLLNVAL, and must still be
+ * freed cleanly. Observed (Linux 6.18): io_uring reports POLLNVAL once when the fd was closed
+ * before the loop submitted its poll, and nothing when the poll was under way (it holds the
+ * file); epoll never calls back, the last close of the file having taken it out of the set.
+ */
+static void test_loop_watch_fd_closed_while_watched(void **state)
+{
+	struct fixture *f = *state;
+	struct ipc_loop *l = loop_of(state);
+
+	for (unsigned polled = 0; polled < 2; polled++) {
+		struct watch_rec r = { 0 };
+
+		r.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		assert_true(r.fd >= 0);
+		assert_int_equal(ipc_watch_new(l, r.fd, POLLIN, watch_cb, &r, &r.w), 0);
+		if (polled)
+			assert_int_equal(ipc_loop_iterate(l, 0), 0);
+		(void)close(r.fd);
+		test_loop_spin(l, 30);
+		assert_true(r.calls <= 1);
+		if (r.calls)
+			assert_int_equal(r.revents, POLLNVAL);
+		if (f->kind == IPC_LOOP_URING && !polled)
+			assert_int_equal(r.calls, 1);
+		/* Freed before the fd number can be given to anything else. */
+		ipc_watch_free(r.w);
+		test_loop_spin(l, 10);
+		assert_true(r.calls <= 1);
+	}
+}
+
+static void test_loop_watch_bad_fd_is_ebadf(void **state)
+{
+	struct ipc_loop *l = loop_of(state);
+	struct watch_rec r = { 0 };
+	struct ipc_watch *untouched = (struct ipc_watch *)&r;
+	int closed = eventfd(0, EFD_CLOEXEC);
+	const int bad[] = { closed, -1, 1 << 20 };
+
+	assert_true(closed >= 0);
+	(void)close(closed);
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		struct ipc_watch *w = untouched;
+
+		r.fd = bad[i];
+		assert_int_equal(ipc_watch_new(l, bad[i], POLLIN, watch_cb, &r, &w), -EBADF);
+		assert_ptr_equal(w, untouched);
+	}
+	/* Nothing was left behind to report later. */
+	test_loop_spin(l, 20);
+	assert_int_equal(r.calls, 0);
+}
+
 /* ---- timers ---- */
 
 struct timer_rec {
@@ -1134,6 +1237,29 @@ static void test_loop_run_until_exit(void **state)
 	(void)close(efd);
 }
 
+static void test_loop_exit_before_run(void **state)
+{
+	struct ipc_loop *l = loop_of(state);
+	static const int codes[] = { 13, 0, -5 };
+	unsigned order[2], fired = 0;
+	struct timer_rec r;
+
+	/* Nothing to wait for: a run that did not see the exit would block (and die by SIGALRM). */
+	(void)alarm(10);
+	for (size_t i = 0; i < ARRAY_SIZE(codes); i++) {
+		ipc_loop_exit(l, codes[i]);
+		assert_int_equal(ipc_loop_run(l), codes[i]);
+	}
+	/* The exit was used up: the next run goes on until the next exit. */
+	timers_init(l, &r, 1, order, &fired);
+	r.exit_loop = l;
+	timer_arm_in(&r, 5);
+	assert_int_equal(ipc_loop_run(l), 42);
+	assert_int_equal(fired, 1);
+	(void)alarm(0);
+	ipc_timer_free(r.t);
+}
+
 /* ---- listeners ---- */
 
 struct accept_rec {
@@ -1299,6 +1425,7 @@ int main(void)
 		LOOP_TEST(test_loop_conn_bad_header_drops_peer),
 		LOOP_TEST(test_loop_conn_too_many_fds_drops_peer),
 		LOOP_TEST(test_loop_conn_oversized_record_drops_peer),
+		LOOP_TEST(test_loop_conn_reply_after_peer_reset),
 		LOOP_TEST(test_loop_conn_free_in_own_callback),
 		LOOP_TEST(test_loop_conn_free_other_in_callback),
 		LOOP_TEST(test_loop_conn_free_before_delivery),
@@ -1312,12 +1439,15 @@ int main(void)
 		LOOP_TEST(test_loop_watch_pidfd),
 		LOOP_TEST(test_loop_watch_signalfd),
 		LOOP_TEST(test_loop_watch_hangup),
+		LOOP_TEST(test_loop_watch_fd_closed_while_watched),
+		LOOP_TEST(test_loop_watch_bad_fd_is_ebadf),
 		LOOP_TEST(test_loop_timers_fire_in_order),
 		LOOP_TEST(test_loop_timer_rearm_and_disarm),
 		LOOP_TEST(test_loop_timer_free_other_in_callback),
 		LOOP_TEST(test_loop_timer_rearmed_in_past_yields),
 		LOOP_TEST(test_loop_iterate_wakes_for_timer),
 		LOOP_TEST(test_loop_run_until_exit),
+		LOOP_TEST(test_loop_exit_before_run),
 		LOOP_TEST(test_loop_listener_accepts),
 		LOOP_TEST(test_loop_listener_free_in_callback),
 		LOOP_TEST(test_loop_free_with_work_pending),

@@ -183,13 +183,14 @@ enum gpux_arg_kind {
 	GPUX_ARG_IN = 2,     /* a buffer range copied to the device before the launch */
 	GPUX_ARG_OUT = 3,    /* a buffer range copied back from the device after it */
 	GPUX_ARG_INOUT = 4,  /* both */
+	GPUX_ARG_MAPPED = 5, /* the kernel reads and writes the buffer's own pages, no copy */
 };
 
 struct gpux_arg {
 	uint32_t kind; /* enum gpux_arg_kind */
 	uint32_t flags;
 	union {
-		gpux_buf *buf;     /* IN, OUT, INOUT */
+		gpux_buf *buf;     /* IN, OUT, INOUT, MAPPED */
 		const void *value; /* SCALAR: `size` bytes, at most 256 */
 	};
 	uint64_t offset; /* into buf */
@@ -216,6 +217,11 @@ static inline struct gpux_arg gpux_arg_out(gpux_buf *buf, uint64_t offset, uint6
 static inline struct gpux_arg gpux_arg_inout(gpux_buf *buf, uint64_t offset, uint64_t size)
 {
 	return gpux_arg_buf(GPUX_ARG_INOUT, buf, offset, size);
+}
+
+static inline struct gpux_arg gpux_arg_mapped(gpux_buf *buf, uint64_t offset, uint64_t size)
+{
+	return gpux_arg_buf(GPUX_ARG_MAPPED, buf, offset, size);
 }
 
 static inline struct gpux_arg gpux_arg_scalar(const void *value, uint64_t size)

@@ -28,6 +28,7 @@
 
 #define DEFAULT_IDLE_EXIT_MS 10000
 #define DEFAULT_TIMEOUT_MS 60000
+#define DEFAULT_MAX_TIMEOUT_MS 3600000
 #define DEFAULT_DRAIN_MS 5000
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_MAX_CLIENTS 1024
@@ -59,13 +60,15 @@ static void usage(FILE *f)
 		"  --cache-dir DIR       compiled modules (default $GPUX_CACHE_DIR, else\n"
 		"                        $XDG_CACHE_HOME/gpux)\n"
 		"  --timeout-ms MS       default request deadline (default %d)\n"
+		"  --max-timeout-ms MS   the longest deadline a client may ask for (default %d)\n"
 		"  --drain-ms MS         on SIGTERM, how long requests may finish (default %d)\n"
 		"  --quota-pinned BYTES  shared memory a client may attach per device\n"
 		"  --slots N             streams per worker\n"
 		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660)\n"
 		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
 		"  --max-clients N       (default %d)\n",
-		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_DRAIN_MS, DEFAULT_MAX_CLIENTS);
+		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_DRAIN_MS,
+		DEFAULT_MAX_CLIENTS);
 }
 
 static int parse_u64(const char *s, int base, uint64_t *ret)
@@ -100,7 +103,7 @@ static int parse_group(const char *s, gid_t *ret)
 static int parse_args(int argc, char **argv, struct sup_opts *o)
 {
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
-	       O_TIMEOUT, O_DRAIN, O_QUOTA, O_SLOTS, O_GROUP, O_MODE, O_MAXC };
+	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_SLOTS, O_GROUP, O_MODE, O_MAXC };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -111,6 +114,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "worker", required_argument, NULL, O_WORKER },
 		{ "cache-dir", required_argument, NULL, O_CACHE },
 		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
 		{ "drain-ms", required_argument, NULL, O_DRAIN },
 		{ "quota-pinned", required_argument, NULL, O_QUOTA },
 		{ "slots", required_argument, NULL, O_SLOTS },
@@ -159,6 +163,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		case O_IDLE:
 		case O_HOSTDEV:
 		case O_TIMEOUT:
+		case O_MAXTIMEOUT:
 		case O_DRAIN:
 		case O_QUOTA:
 		case O_SLOTS:
@@ -170,6 +175,8 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 				o->host_devices = (unsigned)MIN(v, IPC_DEVICES_MAX);
 			else if (c == O_TIMEOUT)
 				o->timeout_ms = v;
+			else if (c == O_MAXTIMEOUT)
+				o->max_timeout_ms = v;
 			else if (c == O_DRAIN)
 				o->drain_ms = v;
 			else if (c == O_QUOTA)
@@ -376,6 +383,7 @@ int main(int argc, char **argv)
 		.socket_mode = 0600,
 		.idle_exit_ms = DEFAULT_IDLE_EXIT_MS,
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
+		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
 		.drain_ms = DEFAULT_DRAIN_MS,
 		.quota_pinned = DEFAULT_QUOTA_PINNED,
 		.max_clients = DEFAULT_MAX_CLIENTS,

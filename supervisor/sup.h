@@ -45,6 +45,7 @@ struct sup_opts {
 	unsigned socket_mode;
 	uint64_t idle_exit_ms;
 	uint64_t timeout_ms;
+	uint64_t max_timeout_ms;
 	uint64_t drain_ms;
 	uint64_t quota_pinned;
 	unsigned host_devices;

@@ -114,16 +114,30 @@ static int parse_probe_line(char *line, struct sup_worker *w)
 	return 0;
 }
 
-static int worker_status_page(struct sup_worker *w)
+static void status_page_drop(struct sup_worker *w)
+{
+	if (w->status)
+		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
+	w->status = NULL;
+	w->status_fd = safe_close(w->status_fd);
+	w->status_ro_fd = safe_close(w->status_ro_fd);
+}
+
+/*
+ * A fresh status page for each worker's life. The worker maps it writable as it starts;
+ * once it is ready, F_SEAL_FUTURE_WRITE keeps everybody else (a client reopening its fd
+ * through /proc with O_RDWR included) from writing or sealing it.
+ */
+static int status_page_new(struct sup_worker *w)
 {
 	char path[64];
 	void *p;
 	int r;
 
+	status_page_drop(w);
 	r = ipc_segment_create("gpux-status", IPC_STATUS_PAGE_SIZE, &w->status_fd);
 	if (r < 0)
 		return r;
-	/* Clients get a read-only file: they can neither write the page nor seal it. */
 	(void)snprintf(path, sizeof(path), "/proc/self/fd/%d", w->status_fd);
 	w->status_ro_fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (w->status_ro_fd < 0)
@@ -132,6 +146,13 @@ static int worker_status_page(struct sup_worker *w)
 	if (r < 0)
 		return r;
 	w->status = p;
+	return 0;
+}
+
+static int status_page_seal(struct sup_worker *w)
+{
+	if (fcntl(w->status_fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0)
+		return -errno;
 	return 0;
 }
 
@@ -202,9 +223,6 @@ int sup_workers_probe(struct sup *s)
 		}
 		w->index = s->nworkers;
 		w->info.index = w->index;
-		r = worker_status_page(w);
-		if (r < 0)
-			return r;
 		s->nworkers++;
 	}
 	return s->nworkers > 0 ? 0 : -ENODEV;
@@ -281,7 +299,7 @@ static int dup_high(int fd)
 static int spawn(struct sup_worker *w)
 {
 	struct sup *s = w->s;
-	char dev[16], ppid[16], timeout[24], slots[16], quota[24];
+	char dev[16], ppid[16], timeout[24], maxtimeout[24], slots[16], quota[24];
 	char *argv[24];
 	unsigned argc = 0;
 	posix_spawn_file_actions_t fa;
@@ -291,6 +309,9 @@ static int spawn(struct sup_worker *w)
 	int pair[2], r;
 	pid_t pid;
 
+	r = status_page_new(w);
+	if (r < 0)
+		return r;
 	r = ipc_channel_pair(pair, false);
 	if (r < 0)
 		return r;
@@ -305,6 +326,8 @@ static int spawn(struct sup_worker *w)
 	(void)snprintf(dev, sizeof(dev), "%u", w->index);
 	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
 	(void)snprintf(timeout, sizeof(timeout), "%llu", (unsigned long long)s->opts.timeout_ms);
+	(void)snprintf(maxtimeout, sizeof(maxtimeout), "%llu",
+		       (unsigned long long)s->opts.max_timeout_ms);
 	(void)snprintf(slots, sizeof(slots), "%u", s->opts.slots);
 	(void)snprintf(quota, sizeof(quota), "%llu", (unsigned long long)s->opts.quota_pinned);
 	argv[argc++] = (char *)s->opts.worker_path;
@@ -320,6 +343,8 @@ static int spawn(struct sup_worker *w)
 	argv[argc++] = ppid;
 	argv[argc++] = "--timeout-ms";
 	argv[argc++] = timeout;
+	argv[argc++] = "--max-timeout-ms";
+	argv[argc++] = maxtimeout;
 	argv[argc++] = "--quota-pinned";
 	argv[argc++] = quota;
 	if (s->opts.slots) {
@@ -333,6 +358,9 @@ static int spawn(struct sup_worker *w)
 	argv[argc] = NULL;
 
 	(void)posix_spawn_file_actions_init(&fa);
+	/* Workers log on stderr; stdin and stdout are nobody's business of theirs. */
+	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	(void)posix_spawn_file_actions_adddup2(&fa, ctl_child, 3);
 	(void)posix_spawn_file_actions_adddup2(&fa, status_child, 4);
 	(void)posix_spawnattr_init(&attr);
@@ -424,12 +452,21 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 		break;
 	case A_READY:
 		ipc_timer_arm(w->timer, 0);
+		if (status_page_seal(w) < 0) {
+			sup_log("device %u: cannot seal the status page: %s", w->index,
+				strerror(errno));
+			w->state = W_READY;
+			sup_worker_event(w, E_TIMER);
+			return;
+		}
 		w->generation++;
 		sup_log("device %u: %s ready (worker %d, generation %u)", w->index, w->info.name,
 			(int)w->pid, w->generation);
 		break;
 	case A_DIED: {
-		unsigned recent = record_death(w, now);
+		/* A worker killed for a client's deadline did nothing wrong: no strike. */
+		unsigned recent = w->killed_deadline ? sup_worker_recent_deaths(w)
+						     : record_death(w, now);
 
 		if (recent >= SUP_DEATHS_MAX) {
 			w->state = W_FAILED;
@@ -546,10 +583,7 @@ void sup_workers_free(struct sup *s)
 		ipc_conn_free(w->control);
 		ipc_timer_free(w->timer);
 		(void)safe_close(w->pidfd);
-		(void)safe_close(w->status_fd);
-		(void)safe_close(w->status_ro_fd);
-		if (w->status)
-			(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
+		status_page_drop(w);
 	}
 	ipc_timer_free(s->deadline_timer);
 }

@@ -402,7 +402,9 @@ static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 	if (rc < 0)
 		return rc;
 
-	(void)snprintf(dir, sizeof(dir), "%s/.build-XXXXXX", d->w->opts.cache_dir);
+	/* A fresh private directory (mkdtemp: 0700, ours): nobody can swap the output. */
+	(void)snprintf(dir, sizeof(dir), "%s/gpux-build-XXXXXX",
+		       getenv("TMPDIR") && *getenv("TMPDIR") == '/' ? getenv("TMPDIR") : "/tmp");
 	if (!mkdtemp(dir)) {
 		*ret_log = wrk_strdup_printf("mkdtemp %s: %s", dir, strerror(errno));
 		rc = GPUX_E_IO;
@@ -517,13 +519,18 @@ static void host_module_unload(void *dv, void *mod)
 	free(hm);
 }
 
-/* A symbol of the module itself: dlsym() would also find libc's through its dependencies. */
-static void *own_symbol(struct host_module *hm, const char *name)
+/*
+ * A symbol of the module itself (dlsym() would also find libc's through its dependencies)
+ * of the type asked for: a kernel must be a function, not _init or a variable.
+ */
+static void *own_symbol(struct host_module *hm, const char *name, unsigned type)
 {
 	void *p = dlsym(hm->dl, name);
+	const ElfW(Sym) *sym = NULL;
 	Dl_info info;
 
-	if (!p || dladdr(p, &info) == 0 || (uintptr_t)info.dli_fbase != hm->base)
+	if (!p || dladdr1(p, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || !sym ||
+	    (uintptr_t)info.dli_fbase != hm->base || ELF64_ST_TYPE(sym->st_info) != type)
 		return NULL;
 	return p;
 }
@@ -535,13 +542,13 @@ static int host_kernel_get(void *dv, void *mod, const char *name, struct wrk_ker
 	char pname[IPC_KERNEL_NAME_MAX + 32];
 	const uint32_t *params;
 
-	if (strncmp(name, "gpux_params_", 12) == 0 || !(ret->fn = own_symbol(hm, name))) {
+	if (strncmp(name, "gpux_params_", 12) == 0 || !(ret->fn = own_symbol(hm, name, STT_FUNC))) {
 		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module", name);
 		return GPUX_E_NOTFOUND;
 	}
 	ret->nparams = -1;
 	(void)snprintf(pname, sizeof(pname), "gpux_params_%s", name);
-	params = own_symbol(hm, pname);
+	params = own_symbol(hm, pname, STT_OBJECT);
 	if (params && params[0] <= IPC_ARGS_MAX) {
 		ret->nparams = (int32_t)params[0];
 		for (uint32_t i = 0; i < params[0]; i++)

@@ -10,13 +10,18 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 
 #include "ipc/macro.h"
 #include "wrk.h"
+#ifdef GPUX_HAVE_CUDA
+#include "compiler.h"
+#endif
 
 #define DEFAULT_TIMEOUT_MS (60ULL * 1000)
+#define DEFAULT_MAX_TIMEOUT_MS (3600ULL * 1000)
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 
 static uint32_t log_device = UINT32_MAX;
@@ -121,9 +126,11 @@ static void usage(FILE *f)
 {
 	(void)fprintf(f,
 		      "usage: gpux-worker --probe [--backend auto|host|cuda]\n"
+		      "       gpux-worker --compiler   (the worker's NVRTC helper, on fd 3)\n"
 		      "       gpux-worker --device N --backend host|cuda --control-fd FD "
 		      "--status-fd FD\n"
-		      "                   [--cache-dir DIR] [--timeout-ms MS] [--slots N]\n"
+		      "                   [--cache-dir DIR] [--timeout-ms MS] [--max-timeout-ms MS]\n"
+		      "                   [--slots N]\n"
 		      "                   [--quota-pinned BYTES] [--parent-pid PID]\n"
 		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
 }
@@ -141,18 +148,21 @@ static int parse_u64(const char *s, uint64_t *ret)
 	return 0;
 }
 
-static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe)
+static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe,
+		      bool *ret_compiler)
 {
-	enum { O_PROBE = 256, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
-	       O_SLOTS, O_QUOTA, O_PARENT };
+	enum { O_PROBE = 256, O_COMPILER, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
+	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_PARENT };
 	static const struct option opts[] = {
 		{ "probe", no_argument, NULL, O_PROBE },
+		{ "compiler", no_argument, NULL, O_COMPILER },
 		{ "device", required_argument, NULL, O_DEVICE },
 		{ "backend", required_argument, NULL, O_BACKEND },
 		{ "control-fd", required_argument, NULL, O_CONTROL },
 		{ "status-fd", required_argument, NULL, O_STATUS },
 		{ "cache-dir", required_argument, NULL, O_CACHE },
 		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
+		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
 		{ "slots", required_argument, NULL, O_SLOTS },
 		{ "quota-pinned", required_argument, NULL, O_QUOTA },
 		{ "parent-pid", required_argument, NULL, O_PARENT },
@@ -169,6 +179,9 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		case O_PROBE:
 			*ret_probe = true;
 			break;
+		case O_COMPILER:
+			*ret_compiler = true;
+			break;
 		case O_BACKEND:
 			o->backend = optarg;
 			break;
@@ -182,6 +195,7 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		case O_CONTROL:
 		case O_STATUS:
 		case O_TIMEOUT:
+		case O_MAXTIMEOUT:
 		case O_SLOTS:
 		case O_QUOTA:
 		case O_PARENT:
@@ -196,6 +210,8 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 				o->status_fd = (int)MIN(v, INT_MAX);
 			else if (c == O_TIMEOUT)
 				o->timeout_ms = v;
+			else if (c == O_MAXTIMEOUT)
+				o->max_timeout_ms = v;
 			else if (c == O_SLOTS)
 				o->slots = (unsigned)MIN(v, WRK_SLOTS_MAX);
 			else if (c == O_QUOTA)
@@ -212,12 +228,13 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 	return optind == argc ? 0 : -EINVAL;
 }
 
+/* $GPUX_CACHE_DIR, $XDG_CACHE_HOME/gpux, ~/.cache/gpux; NULL: no disk cache. */
 static char *default_cache_dir(void)
 {
 	const char *x = getenv("GPUX_CACHE_DIR");
 	const char *home;
 
-	if (x && *x)
+	if (x && *x == '/')
 		return strdup(x);
 	x = getenv("XDG_CACHE_HOME");
 	if (x && *x == '/')
@@ -230,7 +247,18 @@ static char *default_cache_dir(void)
 		free(base);
 		return wrk_strdup_printf("%s/.cache/gpux", home);
 	}
-	return wrk_strdup_printf("/tmp/gpux-cache-%u", (unsigned)getuid());
+	return NULL;
+}
+
+/* Every client segment holds a mapping, not an fd; still, clients bring fds: allow many. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }
 
 static int map_status_page(struct wrk *w)
@@ -296,7 +324,7 @@ static int worker_init(struct wrk *w)
 	}
 	r = wrk_modules_start(w);
 	if (r < 0) {
-		wrk_log(w, "module cache %s: %s", w->opts.cache_dir, strerror(-r));
+		wrk_log(w, "compile thread: %s", strerror(-r));
 		return r;
 	}
 	ipc_status_write_begin(w->status);
@@ -328,7 +356,7 @@ int main(int argc, char **argv)
 {
 	static struct wrk w;
 	_cleanup_(freep) char *cache = NULL;
-	bool probe_only = false;
+	bool probe_only = false, compiler = false;
 	sigset_t mask;
 	int r;
 
@@ -337,16 +365,22 @@ int main(int argc, char **argv)
 		.control_fd = -1,
 		.status_fd = -1,
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
+		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
 		.quota_pinned = DEFAULT_QUOTA_PINNED,
 	};
 	w.done_fd = -1;
 	w.signal_fd = -1;
-	if (parse_args(argc, argv, &w.opts, &probe_only) < 0) {
+	if (parse_args(argc, argv, &w.opts, &probe_only, &compiler) < 0) {
 		usage(stderr);
 		return 2;
 	}
 	if (probe_only)
 		return probe(w.opts.backend);
+#ifdef GPUX_HAVE_CUDA
+	/* The worker's own NVRTC helper, on fd 3 (worker/compiler.c). */
+	if (compiler)
+		return wrk_compiler_main(3, w.opts.parent_pid);
+#endif
 	if (w.opts.control_fd < 0 || w.opts.status_fd < 0) {
 		usage(stderr);
 		return 2;
@@ -363,11 +397,10 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGINT);
 	(void)sigprocmask(SIG_BLOCK, &mask, NULL);
 	(void)signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
 
 	if (!w.opts.cache_dir) {
 		cache = default_cache_dir();
-		if (!cache)
-			return WRK_EXIT_INIT;
 		w.opts.cache_dir = cache;
 	}
 	(void)pthread_mutex_init(&w.done_lock, NULL);

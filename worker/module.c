@@ -66,7 +66,9 @@ static int disk_read(struct wrk *w, struct wrk_module *m)
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h))
+	/* Only a file of ours that nobody else could have written. */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h) ||
+	    st.st_uid != geteuid() || (st.st_mode & 022) != 0)
 		return -EINVAL;
 	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
 		return -EIO;
@@ -145,7 +147,7 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 	char *msg = NULL;
 	int r;
 
-	if (disk_read(w, m) == 0) {
+	if (w->disk_cache && disk_read(w, m) == 0) {
 		m->from_disk = true;
 	} else {
 		struct wrk_build b = {
@@ -159,7 +161,7 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 			m->status = r;
 			return;
 		}
-		r = disk_write(w, m);
+		r = w->disk_cache ? disk_write(w, m) : 0;
 		if (r < 0)
 			fprintf(stderr, "gpux-worker[%u]: module cache: writing %s: %s\n",
 				w->opts.device, w->opts.cache_dir, strerror(-r));
@@ -205,12 +207,29 @@ static void *compiler_main(void *arg)
 	}
 }
 
+/*
+ * The disk cache directory must be ours and closed to others: whoever could write there
+ * could plant a module that the next worker loads. Otherwise there is no disk cache.
+ */
+static bool cache_dir_ok(const char *dir)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return false;
+	return lstat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 022) == 0;
+}
+
 int wrk_modules_start(struct wrk *w)
 {
 	int r;
 
-	if (mkdir(w->opts.cache_dir, 0700) < 0 && errno != EEXIST)
-		return -errno;
+	w->disk_cache = w->opts.cache_dir && cache_dir_ok(w->opts.cache_dir);
+	if (!w->disk_cache)
+		wrk_log(w, "no usable module cache directory (%s): compiled modules are kept in "
+			   "memory only",
+			w->opts.cache_dir ? w->opts.cache_dir : "none given");
 	r = pthread_create(&w->compiler, NULL, compiler_main, w);
 	if (r != 0)
 		return -r;
@@ -247,6 +266,18 @@ void wrk_modules_stop(struct wrk *w)
 		(void)pthread_join(w->compiler, NULL);
 		w->compiler_started = false;
 	}
+	/* Builds never started or never taken in: their references go with them. */
+	while ((m = w->jobs_head)) {
+		w->jobs_head = m->next_done;
+		m->status = GPUX_E_WORKER_LOST;
+		m->next_done = w->done_mods;
+		w->done_mods = m;
+	}
+	w->jobs_tail = NULL;
+	m = w->done_mods;
+	w->done_mods = NULL;
+	if (m)
+		wrk_modules_finish(w, m);
 	while ((m = w->idle_head)) {
 		w->idle_head = m->lru_next;
 		(void)ipc_map_remove(&w->modules, m->key.lo);
@@ -340,7 +371,9 @@ static int code_from_fd(int fd, uint32_t code_len, uint8_t **ret)
 	return 0;
 }
 
-static struct ipc_key module_key(struct wrk *w, uint32_t lang, const char *options,
+/* Keyed by user too: a module is never shared between users (whose code could be made to
+ * collide with another's on purpose). */
+static struct ipc_key module_key(struct wrk *w, uint32_t uid, uint32_t lang, const char *options,
 				 const uint8_t *code, size_t code_len, int *ret_err)
 {
 	struct ipc_key_state s;
@@ -350,6 +383,7 @@ static struct ipc_key module_key(struct wrk *w, uint32_t lang, const char *optio
 	if (*ret_err < 0)
 		return k;
 	ipc_key_add(&s, "gpux-module-1", 13);
+	ipc_key_add_u64(&s, uid);
 	ipc_key_add_u64(&s, lang);
 	ipc_key_add(&s, options, strlen(options));
 	ipc_key_add(&s, code, code_len);
@@ -407,6 +441,12 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 					  "load them");
 		return;
 	}
+	/* Code waiting for the compile thread is held in memory: cap it. */
+	if (c->build_bytes + ml.m.code_len > WRK_CLIENT_BUILD_BYTES ||
+	    w->build_bytes + ml.m.code_len > WRK_BUILD_BYTES) {
+		reply(c, id, GPUX_E_QUOTA, "too much code is waiting to be compiled");
+		return;
+	}
 	if (ml.m.flags & IPC_MOD_CODE_FD) {
 		r = code_from_fd(msg->fds[0], ml.m.code_len, &code);
 		if (r == -EBADF) {
@@ -424,7 +464,7 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
-	key = module_key(w, ml.m.lang, options, code, ml.m.code_len, &r);
+	key = module_key(w, c->uid, ml.m.lang, options, code, ml.m.code_len, &r);
 	if (r < 0) {
 		reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
@@ -446,7 +486,13 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 			reply(c, id, GPUX_E_NOMEM, "out of memory");
 			return;
 		}
-		m->refs = 1;
+		/* One reference for the client, one for the build: a client that goes away
+		 * meanwhile does not free what the compile thread works on. */
+		m->refs = 2;
+		m->creator = c;
+		c->refs++;
+		c->build_bytes += ml.m.code_len;
+		w->build_bytes += ml.m.code_len;
 		m->key = key;
 		m->lang = ml.m.lang;
 		m->state = MOD_BUILDING;
@@ -490,8 +536,20 @@ void wrk_module_drop(struct wrk_client *c, uint64_t mod_id)
 }
 
 /* Compile jobs that finished: mark them, answer who waited, let blocked queues go on. */
+/* The build's end: its input bytes and its reference go. */
+static void build_done(struct wrk *w, struct wrk_module *m)
+{
+	m->creator->build_bytes -= m->code_len;
+	w->build_bytes -= m->code_len;
+	wrk_client_unref(m->creator);
+	m->creator = NULL;
+	wrk_module_unref(w, m);
+}
+
 void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 {
+	struct wrk_module *finished = NULL;
+
 	while (done) {
 		struct wrk_module *m = done;
 		struct wrk_waiter *wt;
@@ -526,8 +584,17 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 			wrk_client_unref(wt->client);
 			free(wt);
 		}
+		m->next_done = finished;
+		finished = m;
 	}
 	wrk_kick_all(w);
+	while (finished) {
+		struct wrk_module *m = finished;
+
+		finished = m->next_done;
+		m->next_done = NULL;
+		build_done(w, m);
+	}
 }
 
 /* A kernel of a ready module, looked up once and remembered. */

@@ -11,8 +11,8 @@
 #include "ipc/macro.h"
 #include "wrk.h"
 
-/* The longest deadline a client may ask for. */
-#define TIMEOUT_MAX_MS (24ULL * 3600 * 1000)
+/* How much of a failed build's log each request that needed it gets. */
+#define FAILED_LOG_MAX 2048
 
 static void send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
 		      uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)
@@ -117,10 +117,18 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		return -EBADMSG;
 	q = ipc_map_get(&c->queues, m.queue);
 	if (msg->hdr.type == IPC_QUEUE_CLOSE) {
+		struct wrk_req *r;
+
 		if (!q)
 			return -EBADMSG;
 		(void)ipc_map_remove(&c->queues, m.queue);
 		q->closed = true;
+		/* What it still holds is answered: nobody would kick it again. */
+		while ((r = q->pending_head)) {
+			q->pending_head = r->next;
+			req_fail(r, GPUX_E_INVAL, strdup("its queue was closed"));
+		}
+		q->pending_tail = NULL;
 		wrk_queue_unref(q);
 		return 0;
 	}
@@ -280,7 +288,10 @@ void wrk_queue_kick(struct wrk_queue *q)
 		r->next = NULL;
 
 		if (r->mod->state == MOD_FAILED) {
-			req_fail(r, r->mod->status, r->mod->log ? strdup(r->mod->log) : NULL);
+			/* The start of the log: a thousand failed requests must not carry a
+			 * thousand whole logs. */
+			req_fail(r, r->mod->status,
+				 r->mod->log ? strndup(r->mod->log, FAILED_LOG_MAX) : NULL);
 			continue;
 		}
 		rc = req_check(r, &msg);
@@ -384,7 +395,7 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	memcpy(r->grid, s.m.grid, sizeof(r->grid));
 	memcpy(r->block, s.m.block, sizeof(r->block));
 	r->shared_bytes = s.m.shared_bytes;
-	r->timeout_ms = s.m.timeout_ms ? MIN((uint64_t)s.m.timeout_ms, TIMEOUT_MAX_MS)
+	r->timeout_ms = s.m.timeout_ms ? MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms)
 				       : w->opts.timeout_ms;
 	memcpy(r->name, s.name, sizeof(r->name));
 

@@ -80,6 +80,8 @@ static int mapping_new(int fd, const struct stat *st, uint32_t uid, bool frozen,
 		free(m);
 		return r;
 	}
+	/* The mapping keeps the memory: an fd per segment would let a client use up ours. */
+	m->seg.fd = safe_close(m->seg.fd);
 	*ret = m;
 	return 0;
 }

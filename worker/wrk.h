@@ -28,6 +28,9 @@
 #define WRK_CLIENT_INFLIGHT_MAX 4096u
 #define WRK_CLIENTS_MAX 4096u
 #define WRK_SLOTS_MAX IPC_STATUS_SLOTS
+/* Code waiting to be compiled, per client and in all. */
+#define WRK_CLIENT_BUILD_BYTES (64ULL * 1024 * 1024)
+#define WRK_BUILD_BYTES (512ULL * 1024 * 1024)
 /* Modules nobody uses any more that stay loaded, most recently used first. */
 #define WRK_MODULES_IDLE_MAX 256u
 
@@ -38,6 +41,7 @@ struct wrk_opts {
 	int status_fd;
 	const char *cache_dir;
 	uint64_t timeout_ms;       /* default request deadline */
+	uint64_t max_timeout_ms;   /* the longest a client may ask for */
 	unsigned slots;            /* streams */
 	uint64_t quota_pinned;     /* host bytes a client may have attached */
 	pid_t parent_pid;
@@ -91,6 +95,7 @@ struct wrk_module {
 	uint8_t *image;
 	size_t image_len;
 	bool from_disk;
+	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
 	struct wrk_module *next_done; /* in the job list, then in the finished list */
 	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */
 };
@@ -123,6 +128,7 @@ struct wrk_client {
 	struct ipc_map mods;    /* id -> struct wrk_modref */
 	struct ipc_map queues;  /* id -> struct wrk_queue */
 	uint64_t pinned_bytes;
+	uint64_t build_bytes; /* code of this client's builds not done yet */
 	unsigned inflight;
 	bool gone;
 	struct wrk_client *prev, *next;
@@ -161,6 +167,7 @@ struct wrk_req {
 	uint64_t device_ns;
 	int status;
 	char *error;
+	bool sticky; /* the back end broke its device enqueueing it */
 	void *backend; /* the back end's per-request state */
 };
 
@@ -183,6 +190,7 @@ struct wrk {
 	int done_fd;   /* eventfd: completions and compile results are waiting */
 	int signal_fd;
 	struct ipc_status_page *status;
+	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
 	bool stopping;
 	int exit_code;
 
@@ -190,6 +198,7 @@ struct wrk {
 	unsigned nclients;
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */
+	uint64_t build_bytes;
 	struct wrk_module *idle_head, *idle_tail;
 	unsigned nidle;
 	struct wrk_slot slots[WRK_SLOTS_MAX];

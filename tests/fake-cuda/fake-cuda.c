@@ -1,0 +1,723 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/fake-cuda/fake-cuda.c: a libcuda.so.1 without a GPU, for testing the CUDA back end in CI. */
+#include <ctype.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+/*
+ * Enough of the Driver API for gpux-worker, reached through cuGetProcAddress_v2 as the real
+ * one is. Device memory is host memory; streams run their work at once but complete at the
+ * time their kernels would have ("spin" kernels take their time), so events are not ready
+ * before then. A few kernels are carried out for real, by name, on that memory:
+ *
+ *   saxpy(u64 n, f32 a, f32 *x, f32 *y, f32 *out)   add1(u64 n, f32 *in, f32 *out)
+ *   spin(u32 ms)   fault()   (an illegal address: the context is broken from then on)
+ *
+ * Parameters come from PTX (".entry name(.param .u64 ...)"); for a cubin they are unknown.
+ *
+ * Environment: GPUX_FAKE_CUDA_DEVICES (1), GPUX_FAKE_CUDA_MEM (bytes of "device" memory,
+ * 1 GiB), GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code;
+ * a sticky code breaks the context as a fault would).
+ */
+
+#define MAX_PARAMS 64
+
+struct fake_fn {
+	char name[256];
+	int nparams; /* -1: unknown */
+	size_t size[MAX_PARAMS];
+	size_t offset[MAX_PARAMS];
+	int max_dyn_shared;
+};
+
+struct fake_mod {
+	char *image;
+	size_t len;
+	bool ptx;
+	struct fake_fn *fns[64];
+	unsigned nfns;
+};
+
+struct fake_stream {
+	uint64_t ready_at; /* when the work queued so far is done */
+};
+
+struct fake_event {
+	uint64_t at;
+};
+
+struct fake_alloc {
+	struct fake_alloc *next;
+	void *p;
+	size_t len;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static CUresult sticky = CUDA_SUCCESS;
+static size_t mem_used, mem_total = 1ull << 30;
+static struct fake_alloc *allocs;
+static char fail_fn[64];
+static unsigned fail_at, fail_calls;
+static CUresult fail_code;
+static int ndevices = 1;
+static bool initialized;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	(void)clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static bool is_sticky(CUresult r)
+{
+	return r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED ||
+	       r == CUDA_ERROR_MISALIGNED_ADDRESS || r == CUDA_ERROR_INVALID_PC ||
+	       r == CUDA_ERROR_ILLEGAL_INSTRUCTION || r == CUDA_ERROR_HARDWARE_STACK_ERROR;
+}
+
+/* The Nth call of the function named in GPUX_FAKE_CUDA_FAIL fails; then the context's state. */
+static CUresult enter(const char *fn)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	(void)pthread_mutex_lock(&lock);
+	if (fail_at && strcmp(fn, fail_fn) == 0 && ++fail_calls == fail_at) {
+		r = fail_code;
+		if (is_sticky(r))
+			sticky = r;
+	} else if (sticky != CUDA_SUCCESS) {
+		r = sticky;
+	}
+	(void)pthread_mutex_unlock(&lock);
+	return r;
+}
+
+#define ENTER(name)                                                                                \
+	do {                                                                                       \
+		CUresult _r = enter(name);                                                         \
+		if (_r != CUDA_SUCCESS)                                                            \
+			return _r;                                                                 \
+	} while (0)
+
+static CUresult f_init(unsigned flags)
+{
+	const char *e;
+
+	ENTER("cuInit");
+	(void)pthread_mutex_lock(&lock);
+	if (!initialized) {
+		if ((e = getenv("GPUX_FAKE_CUDA_DEVICES")))
+			ndevices = atoi(e);
+		if ((e = getenv("GPUX_FAKE_CUDA_MEM")))
+			mem_total = strtoull(e, NULL, 10);
+		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
+			char fn[64];
+			unsigned at;
+			int code;
+			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3) {
+				memcpy(fail_fn, fn, sizeof(fail_fn));
+				fail_at = at;
+				fail_code = (CUresult)code;
+			}
+		}
+		initialized = true;
+	}
+	(void)pthread_mutex_unlock(&lock);
+	return ndevices > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+}
+
+static CUresult f_driver_version(int *v)
+{
+	*v = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_error_name(CUresult r, const char **s)
+{
+	static const struct {
+		CUresult r;
+		const char *name;
+	} names[] = {
+		{ CUDA_SUCCESS, "CUDA_SUCCESS" },
+		{ CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE" },
+		{ CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY" },
+		{ CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE" },
+		{ CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND" },
+		{ CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY" },
+		{ CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS" },
+		{ CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES" },
+		{ CUDA_ERROR_MISALIGNED_ADDRESS, "CUDA_ERROR_MISALIGNED_ADDRESS" },
+		{ CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED" },
+		{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (names[i].r == r) {
+			*s = names[i].name;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_device_count(int *n)
+{
+	ENTER("cuDeviceGetCount");
+	*n = ndevices;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_get(CUdevice *d, int i)
+{
+	ENTER("cuDeviceGet");
+	if (i < 0 || i >= ndevices)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*d = i;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_name(char *name, int len, CUdevice d)
+{
+	(void)snprintf(name, (size_t)len, "Fake CUDA device %d", d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_device_uuid(CUuuid *u, CUdevice d)
+{
+	memset(u->bytes, 0x5a, sizeof(u->bytes));
+	u->bytes[0] = (char)d;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_total_mem(size_t *b, CUdevice d)
+{
+	*b = mem_total;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+	switch (a) {
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+		*v = 9;
+		break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+		*v = 0;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+		*v = 132;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+		*v = 1024;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+		*v = 64;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+		*v = 0x7fffffff;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+		*v = 65535;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+		*v = 48 * 1024;
+		break;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+		*v = 227 * 1024;
+		break;
+	default:
+		*v = 1;
+		break;
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_retain(CUcontext *c, CUdevice d)
+{
+	ENTER("cuDevicePrimaryCtxRetain");
+	*c = (CUcontext)(uintptr_t)(0x1000 + d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_release(CUdevice d)
+{
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_set_current(CUcontext c)
+{
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_ctx_sync(void)
+{
+	ENTER("cuCtxSynchronize");
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_mem_info(size_t *free_b, size_t *total)
+{
+	ENTER("cuMemGetInfo");
+	(void)pthread_mutex_lock(&lock);
+	*free_b = mem_total - mem_used;
+	*total = mem_total;
+	(void)pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_stream_create(CUstream *s, unsigned flags)
+{
+	ENTER("cuStreamCreate");
+	*s = calloc(1, sizeof(struct fake_stream));
+	return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult f_stream_destroy(CUstream s)
+{
+	free(s);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_create(CUevent *e, unsigned flags)
+{
+	ENTER("cuEventCreate");
+	*e = calloc(1, sizeof(struct fake_event));
+	return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult f_event_destroy(CUevent e)
+{
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_record(CUevent e, CUstream s)
+{
+	struct fake_event *ev = (struct fake_event *)e;
+	struct fake_stream *st = (struct fake_stream *)s;
+	uint64_t now = now_ns();
+
+	ENTER("cuEventRecord");
+	(void)pthread_mutex_lock(&lock);
+	ev->at = st->ready_at > now ? st->ready_at : now;
+	(void)pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_event_query(CUevent e)
+{
+	struct fake_event *ev = (struct fake_event *)e;
+	bool ready;
+
+	ENTER("cuEventQuery");
+	(void)pthread_mutex_lock(&lock);
+	ready = now_ns() >= ev->at;
+	(void)pthread_mutex_unlock(&lock);
+	return ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult f_event_sync(CUevent e)
+{
+	struct fake_event *ev = (struct fake_event *)e;
+
+	ENTER("cuEventSynchronize");
+	for (;;) {
+		uint64_t now = now_ns(), at;
+
+		(void)pthread_mutex_lock(&lock);
+		at = ev->at;
+		(void)pthread_mutex_unlock(&lock);
+		if (now >= at)
+			break;
+		(void)usleep((useconds_t)((at - now) / 1000 + 1));
+		/* A fault elsewhere breaks this wait too, as on a real device. */
+		ENTER("cuEventSynchronize");
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_elapsed(float *ms, CUevent a, CUevent b)
+{
+	const struct fake_event *x = (const struct fake_event *)a, *y = (const struct fake_event *)b;
+
+	ENTER("cuEventElapsedTime");
+	*ms = (float)((double)(y->at - x->at) / 1e6);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_host_register(void *p, size_t len, unsigned flags)
+{
+	ENTER("cuMemHostRegister");
+	return p && len ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_host_unregister(void *p)
+{
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_host_devptr(CUdeviceptr *d, void *p, unsigned flags)
+{
+	ENTER("cuMemHostGetDevicePointer");
+	*d = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_htod(CUdeviceptr d, const void *h, size_t n, CUstream s)
+{
+	ENTER("cuMemcpyHtoDAsync");
+	memcpy((void *)(uintptr_t)d, h, n);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_dtoh(void *h, CUdeviceptr d, size_t n, CUstream s)
+{
+	ENTER("cuMemcpyDtoHAsync");
+	memcpy(h, (void *)(uintptr_t)d, n);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_default_pool(CUmemoryPool *p, CUdevice d)
+{
+	ENTER("cuDeviceGetDefaultMemPool");
+	*p = (CUmemoryPool)(uintptr_t)(0x2000 + d);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_pool_set(CUmemoryPool p, CUmemPool_attribute a, void *v)
+{
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_pool_trim(CUmemoryPool p, size_t keep)
+{
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
+{
+	struct fake_alloc *a;
+
+	ENTER("cuMemAllocFromPoolAsync");
+	(void)pthread_mutex_lock(&lock);
+	if (mem_used + n > mem_total) {
+		(void)pthread_mutex_unlock(&lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a = calloc(1, sizeof(*a));
+	if (a)
+		a->p = malloc(n ? n : 1);
+	if (!a || !a->p) {
+		free(a);
+		(void)pthread_mutex_unlock(&lock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	/* Uninitialised, as device memory is: poison it. */
+	memset(a->p, 0xa5, n);
+	a->len = n;
+	a->next = allocs;
+	allocs = a;
+	mem_used += n;
+	(void)pthread_mutex_unlock(&lock);
+	*d = (CUdeviceptr)(uintptr_t)a->p;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_free(CUdeviceptr d, CUstream s)
+{
+	ENTER("cuMemFreeAsync");
+	(void)pthread_mutex_lock(&lock);
+	for (struct fake_alloc **pp = &allocs; *pp; pp = &(*pp)->next)
+		if ((*pp)->p == (void *)(uintptr_t)d) {
+			struct fake_alloc *a = *pp;
+			*pp = a->next;
+			mem_used -= a->len;
+			free(a->p);
+			free(a);
+			(void)pthread_mutex_unlock(&lock);
+			return CUDA_SUCCESS;
+		}
+	(void)pthread_mutex_unlock(&lock);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_module_load(CUmodule *m, const void *image)
+{
+	const char *p = image;
+	struct fake_mod *mod;
+
+	ENTER("cuModuleLoadData");
+	mod = calloc(1, sizeof(*mod));
+	if (!mod)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (memcmp(p, "\x7f" "ELF", 4) == 0) {
+		/* A cubin: its size is in its ELF header (section headers end it). */
+		uint64_t shoff;
+		uint16_t shentsize, shnum;
+		memcpy(&shoff, p + 0x28, 8);
+		memcpy(&shentsize, p + 0x3a, 2);
+		memcpy(&shnum, p + 0x3c, 2);
+		mod->len = shoff + (uint64_t)shentsize * shnum;
+	} else if (strstr(p, ".version") && strstr(p, ".entry")) {
+		mod->len = strlen(p);
+		mod->ptx = true;
+	} else {
+		free(mod);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	mod->image = malloc(mod->len + 1);
+	if (!mod->image) {
+		free(mod);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(mod->image, p, mod->len);
+	mod->image[mod->len] = 0;
+	*m = (CUmodule)mod;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_module_unload(CUmodule m)
+{
+	struct fake_mod *mod = (struct fake_mod *)m;
+
+	for (unsigned i = 0; i < mod->nfns; i++)
+		free(mod->fns[i]);
+	free(mod->image);
+	free(mod);
+	return CUDA_SUCCESS;
+}
+
+static size_t ptx_type_size(const char *t)
+{
+	if (!strncmp(t, ".u64", 4) || !strncmp(t, ".s64", 4) || !strncmp(t, ".b64", 4) ||
+	    !strncmp(t, ".f64", 4))
+		return 8;
+	if (!strncmp(t, ".u32", 4) || !strncmp(t, ".s32", 4) || !strncmp(t, ".b32", 4) ||
+	    !strncmp(t, ".f32", 4))
+		return 4;
+	if (!strncmp(t, ".u16", 4) || !strncmp(t, ".s16", 4) || !strncmp(t, ".b16", 4) ||
+	    !strncmp(t, ".f16", 4))
+		return 2;
+	return 1;
+}
+
+/* The parameters of ".entry name( .param .type n_0, .param .align A .b8 n_1[S], ... )". */
+static void ptx_params(const char *entry, struct fake_fn *fn)
+{
+	const char *p = strchr(entry, '(');
+	const char *end = p ? strchr(p, ')') : NULL;
+	size_t off = 0;
+
+	fn->nparams = 0;
+	while (p && end && (p = strstr(p, ".param")) && p < end && fn->nparams < MAX_PARAMS) {
+		size_t size, align;
+		const char *b;
+
+		p += 6;
+		while (isspace((unsigned char)*p))
+			p++;
+		if (!strncmp(p, ".align", 6)) {
+			align = strtoul(p + 6, (char **)&p, 10);
+			while (isspace((unsigned char)*p))
+				p++;
+			b = strchr(p, '[');
+			size = b && b < end ? strtoul(b + 1, NULL, 10) : ptx_type_size(p);
+		} else {
+			size = ptx_type_size(p);
+			align = size;
+		}
+		off = (off + align - 1) / align * align;
+		fn->size[fn->nparams] = size;
+		fn->offset[fn->nparams] = off;
+		off += size;
+		fn->nparams++;
+	}
+}
+
+static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name)
+{
+	struct fake_mod *mod = (struct fake_mod *)m;
+	struct fake_fn *fn;
+	char pat[300];
+	const char *entry;
+
+	ENTER("cuModuleGetFunction");
+	for (unsigned i = 0; i < mod->nfns; i++)
+		if (strcmp(mod->fns[i]->name, name) == 0) {
+			*f = (CUfunction)mod->fns[i];
+			return CUDA_SUCCESS;
+		}
+	if (mod->ptx) {
+		(void)snprintf(pat, sizeof(pat), ".entry %s(", name);
+		entry = strstr(mod->image, pat);
+	} else {
+		(void)snprintf(pat, sizeof(pat), ".text.%s", name);
+		entry = memmem(mod->image, mod->len, pat, strlen(pat) + 1);
+	}
+	if (!entry || mod->nfns == 64 || strlen(name) >= sizeof(fn->name))
+		return CUDA_ERROR_NOT_FOUND;
+	fn = calloc(1, sizeof(*fn));
+	if (!fn)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(fn->name, name, strlen(name) + 1);
+	fn->nparams = -1;
+	fn->max_dyn_shared = 48 * 1024;
+	if (mod->ptx)
+		ptx_params(entry, fn);
+	mod->fns[mod->nfns++] = fn;
+	*f = (CUfunction)fn;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_func_attr(int *v, CUfunction_attribute a, CUfunction f)
+{
+	ENTER("cuFuncGetAttribute");
+	*v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_func_set_attr(CUfunction f, CUfunction_attribute a, int v)
+{
+	struct fake_fn *fn = (struct fake_fn *)f;
+
+	ENTER("cuFuncSetAttribute");
+	if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+		if (v > 227 * 1024)
+			return CUDA_ERROR_INVALID_VALUE;
+		fn->max_dyn_shared = v;
+	}
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_param_info(CUfunction f, size_t i, size_t *off, size_t *size)
+{
+	struct fake_fn *fn = (struct fake_fn *)f;
+
+	ENTER("cuFuncGetParamInfo");
+	if (fn->nparams < 0)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (i >= (size_t)fn->nparams)
+		return CUDA_ERROR_INVALID_VALUE;
+	*off = fn->offset[i];
+	*size = fn->size[i];
+	return CUDA_SUCCESS;
+}
+
+#define P(type, i) (*(type *)params[(i)])
+
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+			 unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
+			 void **extra)
+{
+	struct fake_fn *fn = (struct fake_fn *)f;
+	struct fake_stream *st = (struct fake_stream *)s;
+	uint64_t busy = 5000, now = now_ns();
+
+	ENTER("cuLaunchKernel");
+	if ((uint64_t)bx * by * bz > 1024 || (int)shared > fn->max_dyn_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (strcmp(fn->name, "saxpy") == 0) {
+		uint64_t n = P(uint64_t, 0);
+		float a = P(float, 1);
+		const float *x = P(float *, 2), *y = P(float *, 3);
+		float *out = P(float *, 4);
+		for (uint64_t i = 0; i < n && i < (uint64_t)gx * bx; i++)
+			out[i] = a * x[i] + y[i];
+	} else if (strcmp(fn->name, "add1") == 0) {
+		uint64_t n = P(uint64_t, 0);
+		const float *in = P(float *, 1);
+		float *out = P(float *, 2);
+		for (uint64_t i = 0; i < n && i < (uint64_t)gx * bx; i++)
+			out[i] = in[i] + 1;
+	} else if (strcmp(fn->name, "spin") == 0) {
+		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
+	} else if (strcmp(fn->name, "fault") == 0) {
+		/* Reported later, as a real fault is: at the next synchronisation. */
+		(void)pthread_mutex_lock(&lock);
+		sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+		(void)pthread_mutex_unlock(&lock);
+	}
+	(void)pthread_mutex_lock(&lock);
+	st->ready_at = (st->ready_at > now ? st->ready_at : now) + busy;
+	(void)pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+static const struct {
+	const char *name;
+	void *fn;
+} table[] = {
+	{ "cuInit", f_init },
+	{ "cuDriverGetVersion", f_driver_version },
+	{ "cuGetErrorName", f_error_name },
+	{ "cuDeviceGetCount", f_device_count },
+	{ "cuDeviceGet", f_device_get },
+	{ "cuDeviceGetName", f_device_name },
+	{ "cuDeviceGetUuid", f_device_uuid },
+	{ "cuDeviceTotalMem", f_total_mem },
+	{ "cuDeviceGetAttribute", f_attribute },
+	{ "cuDevicePrimaryCtxRetain", f_ctx_retain },
+	{ "cuDevicePrimaryCtxRelease", f_ctx_release },
+	{ "cuCtxSetCurrent", f_ctx_set_current },
+	{ "cuCtxSynchronize", f_ctx_sync },
+	{ "cuMemGetInfo", f_mem_info },
+	{ "cuStreamCreate", f_stream_create },
+	{ "cuStreamDestroy", f_stream_destroy },
+	{ "cuEventCreate", f_event_create },
+	{ "cuEventDestroy", f_event_destroy },
+	{ "cuEventRecord", f_event_record },
+	{ "cuEventQuery", f_event_query },
+	{ "cuEventSynchronize", f_event_sync },
+	{ "cuEventElapsedTime", f_elapsed },
+	{ "cuMemHostRegister", f_host_register },
+	{ "cuMemHostUnregister", f_host_unregister },
+	{ "cuMemHostGetDevicePointer", f_host_devptr },
+	{ "cuMemcpyHtoDAsync", f_htod },
+	{ "cuMemcpyDtoHAsync", f_dtoh },
+	{ "cuDeviceGetDefaultMemPool", f_default_pool },
+	{ "cuMemPoolSetAttribute", f_pool_set },
+	{ "cuMemPoolTrimTo", f_pool_trim },
+	{ "cuMemAllocFromPoolAsync", f_alloc },
+	{ "cuMemFreeAsync", f_free },
+	{ "cuModuleLoadData", f_module_load },
+	{ "cuModuleUnload", f_module_unload },
+	{ "cuModuleGetFunction", f_get_function },
+	{ "cuFuncGetAttribute", f_func_attr },
+	{ "cuFuncSetAttribute", f_func_set_attr },
+	{ "cuFuncGetParamInfo", f_param_info },
+	{ "cuLaunchKernel", f_launch },
+};
+
+__attribute__((visibility("default"))) CUresult
+cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+		    CUdriverProcAddressQueryResult *status)
+{
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (strcmp(table[i].name, symbol) == 0) {
+			*pfn = table[i].fn;
+			if (status)
+				*status = CU_GET_PROC_ADDRESS_SUCCESS;
+			return CUDA_SUCCESS;
+		}
+	*pfn = NULL;
+	if (status)
+		*status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	return CUDA_ERROR_NOT_FOUND;
+}
+
+__attribute__((visibility("default"))) CUresult cuDriverGetVersion(int *v)
+{
+	return f_driver_version(v);
+}

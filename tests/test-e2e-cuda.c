@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-cuda.c: the CUDA back end through a real gpuxd, on a fake libcuda (no GPU needed). */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+/*
+ * $GPUX_CUDA_LIB is the fake driver (tests/fake-cuda): device memory is host memory and it
+ * carries out saxpy, add1, spin and fault by name; GPUX_FAKE_CUDA_* make it fail on demand.
+ * CUDA C++ goes through the real NVRTC (in the sandboxed compiler) when there is one.
+ */
+
+static const char ptx[] =
+	".version 8.0\n.target sm_90\n.address_size 64\n"
+	".visible .entry saxpy(.param .u64 saxpy_param_0, .param .f32 saxpy_param_1,\n"
+	"\t.param .u64 saxpy_param_2, .param .u64 saxpy_param_3, .param .u64 saxpy_param_4)\n"
+	"{\n\tret;\n}\n"
+	".visible .entry add1(.param .u64 add1_param_0, .param .u64 add1_param_1,\n"
+	"\t.param .u64 add1_param_2)\n{\n\tret;\n}\n"
+	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
+	".visible .entry fault()\n{\n\tret;\n}\n";
+
+static const char cuda_src[] =
+	"extern \"C\" __global__ void saxpy(unsigned long long n, float a, const float *x,\n"
+	"                                  const float *y, float *out)\n"
+	"{\n"
+	"\tunsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"\tif (i < n)\n"
+	"\t\tout[i] = a * x[i] + y[i];\n"
+	"}\n";
+
+static void start(struct test_daemon *d)
+{
+	static const char *const args[] = { "--backend", "cuda", NULL };
+
+	test_daemon_start(d, args);
+}
+
+static gpux_module *load_ptx(gpux_ctx *ctx)
+{
+	gpux_module *m = NULL;
+
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_PTX, ptx, sizeof(ptx), NULL, &m, NULL),
+			 GPUX_OK);
+	return m;
+}
+
+static gpux_status saxpy(gpux_module *m, gpux_buf *x, gpux_buf *y, gpux_buf *out, uint64_t n,
+			 float a, uint32_t out_kind)
+{
+	struct gpux_arg args[] = {
+		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
+		gpux_arg_in(y, 0, n * 4), gpux_arg_buf(out_kind, out, 0, n * 4),
+	};
+	struct gpux_launch l = test_launch_1d(n, 0, NULL);
+
+	return gpux_run(m, "saxpy", &l, args, 5);
+}
+
+static void check_saxpy(gpux_buf *x, gpux_buf *y, gpux_buf *out, uint64_t n, float a)
+{
+	const float *px = gpux_buf_data(x), *py = gpux_buf_data(y), *po = gpux_buf_data(out);
+
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
+}
+
+static uint32_t generation(const struct test_daemon *d)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	return devs[0].generation;
+}
+
+static void test_cuda_fake_device_and_copies(void **state)
+{
+	struct test_daemon d;
+	struct gpux_device_info info;
+	const uint64_t n = 300001;
+	uint64_t seed = 7;
+	gpux_buf *x, *y, *out;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	start(&d);
+	ctx = test_connect(&d);
+	assert_int_equal(gpux_device_info(ctx, 0, &info), GPUX_OK);
+	assert_int_equal(info.backend, GPUX_BACKEND_CUDA);
+	assert_int_equal(info.cc_major, 9);
+	assert_non_null(strstr(info.name, "Fake CUDA"));
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &seed);
+	test_fill_random(gpux_buf_data(y), n, &seed);
+	/* In through device temporaries and back out; then straight into the mapped pages. */
+	for (uint32_t kind = GPUX_ARG_OUT; kind <= GPUX_ARG_MAPPED; kind++) {
+		if (kind == GPUX_ARG_INOUT)
+			continue;
+		memset(gpux_buf_data(out), 0xff, n * 4);
+		assert_int_equal(saxpy(m, x, y, out, n, 1.5f, kind), GPUX_OK);
+		check_saxpy(x, y, out, n, 1.5f);
+	}
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
+static void test_cuda_fake_parameters_checked(void **state)
+{
+	struct test_daemon d;
+	gpux_ctx *ctx;
+	gpux_module *m;
+	gpux_buf *b;
+	gpux_req *r;
+	uint64_t n = 4;
+	uint32_t small = 4;
+	struct gpux_launch l = test_launch_1d(4, 0, NULL);
+
+	start(&d);
+	ctx = test_connect(&d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, 64, &b), GPUX_OK);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(b, 0, 16) };
+		assert_int_equal(gpux_submit(m, "add1", &l, args, 2, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_E_INVAL);
+		assert_non_null(strstr(gpux_req_message(r), "takes 3 arguments, 2 given"));
+		gpux_req_free(r);
+	}
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(small), gpux_arg_in(b, 0, 16),
+					   gpux_arg_out(b, 16, 16) };
+		assert_int_equal(gpux_submit(m, "add1", &l, args, 3, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_E_INVAL);
+		assert_non_null(strstr(gpux_req_message(r), "argument 0"));
+		gpux_req_free(r);
+	}
+	{
+		struct gpux_launch big = { .grid = { 1, 1, 1 }, .block = { 64, 1, 1 },
+					   .shared_bytes = 300 * 1024 };
+		struct gpux_arg arg = GPUX_ARG_VALUE(small);
+		assert_int_equal(gpux_submit(m, "spin", &big, &arg, 1, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_E_INVAL);
+		assert_non_null(strstr(gpux_req_message(r), "shared memory"));
+		gpux_req_free(r);
+		/* Above the default 48 KiB but within the opt-in limit: raised, and it runs. */
+		big.shared_bytes = 100 * 1024;
+		assert_int_equal(gpux_run(m, "spin", &big, &arg, 1), GPUX_OK);
+	}
+	gpux_buf_free(b);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
+/* Out of device memory is not sticky: a clear status, and the worker goes on. */
+static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
+{
+	struct test_daemon d;
+	const uint64_t n = 1 << 20;
+	gpux_buf *x, *y, *out;
+	gpux_module *m;
+	gpux_ctx *ctx;
+	gpux_req *r;
+	uint32_t gen;
+	struct gpux_arg args[] = {
+		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(n), gpux_arg_in(NULL, 0, 0),
+		gpux_arg_in(NULL, 0, 0), gpux_arg_out(NULL, 0, 0),
+	};
+	float a = 2;
+
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_MEM", "10000000", 1), 0);
+	start(&d);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_MEM"), 0);
+	gen = generation(&d);
+	ctx = test_connect(&d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	args[1] = GPUX_ARG_VALUE(a);
+	args[2] = gpux_arg_in(x, 0, n * 4);
+	args[3] = gpux_arg_in(y, 0, n * 4);
+	args[4] = gpux_arg_out(out, 0, n * 4);
+	/* 12 MiB of temporaries where 10 MB exist. */
+	assert_int_equal(gpux_submit(m, "saxpy", &(struct gpux_launch){ .grid = { 8192 },
+							       .block = { 128 } },
+				     args, 5, &r),
+			 GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_E_NOMEM);
+	assert_non_null(strstr(gpux_req_message(r), "CUDA_ERROR_OUT_OF_MEMORY"));
+	gpux_req_free(r);
+	/* A smaller one fits, on the same worker. */
+	args[2] = gpux_arg_in(x, 0, 4096);
+	args[3] = gpux_arg_in(y, 0, 4096);
+	args[4] = gpux_arg_out(out, 0, 4096);
+	{
+		uint64_t k = 1024;
+		args[0] = GPUX_ARG_VALUE(k);
+		assert_int_equal(gpux_run(m, "saxpy", &(struct gpux_launch){ .grid = { 8 },
+							   .block = { 128 } },
+					  args, 5),
+				 GPUX_OK);
+	}
+	assert_int_equal(generation(&d), gen);
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
+static void sticky_case(const char *fail, const char *kernel)
+{
+	struct test_daemon d;
+	gpux_ctx *ctx, *other;
+	gpux_module *m, *om;
+	gpux_req *bad, *victim;
+	uint32_t gen, ms = 2000, zero = 0;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	struct gpux_arg spin = GPUX_ARG_VALUE(ms), quick = GPUX_ARG_VALUE(zero);
+
+	if (fail)
+		assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", fail, 1), 0);
+	start(&d);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
+	gen = generation(&d);
+	ctx = test_connect(&d);
+	other = test_connect(&d);
+	m = load_ptx(ctx);
+	om = load_ptx(other);
+	/* A co-tenant's request in flight on another stream. */
+	{
+		gpux_queue *q;
+		struct gpux_launch lq = l;
+		assert_int_equal(gpux_queue_open(other, 0, &q), GPUX_OK);
+		lq.queue = q;
+		assert_int_equal(gpux_submit(om, "spin", &lq, &spin, 1, &victim), GPUX_OK);
+		assert_int_equal(gpux_submit(m, kernel, &l, &quick, strcmp(kernel, "fault") ? 1 : 0,
+					     &bad),
+				 GPUX_OK);
+		assert_int_equal(gpux_wait(bad, 10000), GPUX_E_KERNEL_FAULT);
+		assert_non_null(strstr(gpux_req_message(bad), "CUDA_ERROR_"));
+		assert_int_equal(gpux_wait(victim, 10000), GPUX_E_WORKER_LOST);
+		gpux_req_free(bad);
+		gpux_req_free(victim);
+		gpux_queue_free(q);
+	}
+	test_wait_generation(&d, 0, gen);
+	assert_int_equal(gpux_run(m, "spin", &l, &quick, 1), GPUX_OK);
+	gpux_module_free(om);
+	gpux_module_free(m);
+	gpux_disconnect(other);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
+/* An illegal address reported at synchronisation, as a real fault is. */
+static void test_cuda_fake_fault_restarts_worker(void **state)
+{
+	sticky_case(NULL, "fault");
+}
+
+/* The driver failing in the middle of a launch, sticky (SQLite-style fault injection). */
+static void test_cuda_fake_injected_launch_failure(void **state)
+{
+	sticky_case("cuLaunchKernel:2:719", "spin");
+}
+
+static bool have_nvrtc(void)
+{
+	return access("/usr/local/cuda/lib64/libnvrtc.so", R_OK) == 0 || getenv("GPUX_NVRTC_LIB");
+}
+
+static uint64_t stat_of(const struct test_daemon *d, size_t off)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	uint64_t v;
+
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	memcpy(&v, (const uint8_t *)&devs[0].stats + off, sizeof(v));
+	return v;
+}
+
+#define STAT(d, field) stat_of((d), offsetof(struct ipc_stats, field))
+
+/* Load the CUDA C++ saxpy and check it on fresh data. */
+static void nvrtc_saxpy(const struct test_daemon *d, float a)
+{
+	const uint64_t n = 1000;
+	uint64_t seed = (uint64_t)(int64_t)(a * 1000);
+	gpux_ctx *ctx = test_connect(d);
+	gpux_buf *x, *y, *out;
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, cuda_src, sizeof(cuda_src) - 1,
+					  "--use_fast_math -DX=1", &m, &log),
+			 GPUX_OK);
+	free(log);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &seed);
+	test_fill_random(gpux_buf_data(y), n, &seed);
+	memset(gpux_buf_data(out), 0xff, n * 4);
+	assert_int_equal(saxpy(m, x, y, out, n, a, GPUX_ARG_OUT), GPUX_OK);
+	check_saxpy(x, y, out, n, a);
+	gpux_disconnect(ctx);
+}
+
+/* Restart gpuxd (new workers) on a copy of the old one's module cache, corrupted if asked. */
+static void restart_with_cache(struct test_daemon *d, bool corrupt)
+{
+	char keep[320], cmd[1200];
+
+	(void)snprintf(keep, sizeof(keep), "%s-cache", d->dir);
+	(void)snprintf(cmd, sizeof(cmd), "cp -r %s %s", d->cache, keep);
+	assert_int_equal(system(cmd), 0);
+	if (corrupt) {
+		(void)snprintf(cmd, sizeof(cmd),
+			       "for f in %s/*.cubin; do printf garbage | "
+			       "dd of=$f bs=1 seek=100 conv=notrunc 2>/dev/null; done",
+			       keep);
+		assert_int_equal(system(cmd), 0);
+	}
+	test_daemon_stop(d);
+	start(d);
+	(void)snprintf(cmd, sizeof(cmd), "rm -rf %s && mv %s %s", d->cache, keep, d->cache);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* CUDA C++ through NVRTC in its sandbox, the disk cache, and a corrupt cache file. */
+static void test_cuda_nvrtc_compile_and_disk_cache(void **state)
+{
+	struct test_daemon d;
+
+	if (!have_nvrtc())
+		skip();
+	start(&d);
+	nvrtc_saxpy(&d, -3.0f);
+	assert_int_equal(STAT(&d, module_compiles), 1);
+	assert_int_equal(STAT(&d, module_disk_hits), 0);
+
+	/* New workers find the cubin on disk: no compile. */
+	restart_with_cache(&d, false);
+	nvrtc_saxpy(&d, 0.5f);
+	assert_int_equal(STAT(&d, module_disk_hits), 1);
+	assert_int_equal(STAT(&d, module_compiles), 0);
+
+	/* A corrupt file is compiled again, never loaded. */
+	restart_with_cache(&d, true);
+	nvrtc_saxpy(&d, 2.0f);
+	assert_int_equal(STAT(&d, module_disk_hits), 0);
+	assert_int_equal(STAT(&d, module_compiles), 1);
+	test_daemon_stop(&d);
+}
+
+static void test_cuda_nvrtc_errors_and_sandbox(void **state)
+{
+	static const char bad[] = "extern \"C\" __global__ void k() { this_is_not_cuda; }\n";
+	static const char sneaky[] = "#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
+	struct test_daemon d;
+	gpux_module *m = NULL;
+	gpux_ctx *ctx;
+	char *log = NULL;
+
+	if (!have_nvrtc())
+		skip();
+	start(&d);
+	ctx = test_connect(&d);
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
+			 GPUX_E_COMPILE);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "this_is_not_cuda"));
+	free(log);
+	log = NULL;
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, sneaky, sizeof(sneaky) - 1, NULL, &m,
+					  &log),
+			 GPUX_E_COMPILE);
+	assert_non_null(log);
+	assert_null(strstr(log, "root:"));
+	assert_non_null(strstr(log, "/etc/passwd"));
+	free(log);
+	log = NULL;
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1,
+					  "-I/etc --gpu-architecture=sm_50", &m, &log),
+			 GPUX_E_INVAL);
+	assert_non_null(strstr(log, "not allowed"));
+	free(log);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cuda_fake_device_and_copies),
+		cmocka_unit_test(test_cuda_fake_parameters_checked),
+		cmocka_unit_test(test_cuda_fake_out_of_memory_is_not_fatal),
+		cmocka_unit_test(test_cuda_fake_fault_restarts_worker),
+		cmocka_unit_test(test_cuda_fake_injected_launch_failure),
+		cmocka_unit_test(test_cuda_nvrtc_compile_and_disk_cache),
+		cmocka_unit_test(test_cuda_nvrtc_errors_and_sandbox),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,522 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-gpu.c: the CUDA back end on a real GPU (suite gpu; exits 77 without one). */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+static const char kernels[] =
+	"#define TILE 16\n"
+	"extern \"C\" __global__ void saxpy(unsigned long long n, float a, const float *x,\n"
+	"                                  const float *y, float *out)\n"
+	"{\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	if (i < n)\n"
+	"		out[i] = a * x[i] + y[i];\n"
+	"}\n"
+	"extern \"C\" __global__ void block_sum(unsigned long long n, const float *x, double *out)\n"
+	"{\n"
+	"	extern __shared__ double sh[];\n"
+	"	unsigned t = threadIdx.x;\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + t;\n"
+	"	sh[t] = i < n ? x[i] : 0.0;\n"
+	"	__syncthreads();\n"
+	"	for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+	"		if (t < s)\n"
+	"			sh[t] += sh[t + s];\n"
+	"		__syncthreads();\n"
+	"	}\n"
+	"	if (t == 0)\n"
+	"		out[blockIdx.x] = sh[0];\n"
+	"}\n"
+	"extern \"C\" __global__ void matmul(int M, int N, int K, const float *A, const float *B,\n"
+	"                                   float *C)\n"
+	"{\n"
+	"	__shared__ float As[TILE][TILE], Bs[TILE][TILE];\n"
+	"	int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;\n"
+	"	float acc = 0;\n"
+	"	for (int t = 0; t < (K + TILE - 1) / TILE; t++) {\n"
+	"		int ka = t * TILE + threadIdx.x, kb = t * TILE + threadIdx.y;\n"
+	"		As[threadIdx.y][threadIdx.x] = row < M && ka < K ? A[row * K + ka] : 0.0f;\n"
+	"		Bs[threadIdx.y][threadIdx.x] = kb < K && col < N ? B[kb * N + col] : 0.0f;\n"
+	"		__syncthreads();\n"
+	"		for (int k = 0; k < TILE; k++)\n"
+	"			acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n"
+	"		__syncthreads();\n"
+	"	}\n"
+	"	if (row < M && col < N)\n"
+	"		C[row * N + col] = acc;\n"
+	"}\n"
+	"extern \"C\" __global__ void scale2p1(unsigned long long n, const float *in, float *out)\n"
+	"{\n"
+	"	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	     i < n; i += (unsigned long long)gridDim.x * blockDim.x)\n"
+	"		out[i] = in[i] * 2.0f + 1.0f;\n"
+	"}\n"
+	"extern \"C\" __global__ void inc(unsigned long long n, float *p)\n"
+	"{\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	if (i < n)\n"
+	"		p[i] += 1.0f;\n"
+	"}\n"
+	"extern \"C\" __global__ void big_shared(unsigned long long n, float *out)\n"
+	"{\n"
+	"	extern __shared__ float shf[];\n"
+	"	for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x)\n"
+	"		shf[i] = (float)i;\n"
+	"	__syncthreads();\n"
+	"	for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x)\n"
+	"		out[i] = shf[n - 1 - i];\n"
+	"}\n"
+	"extern \"C\" __global__ void bad_address(float *p)\n"
+	"{\n"
+	"	p[1ull << 40] = 1.0f;\n"
+	"}\n"
+	"extern \"C\" __global__ void spin(unsigned long long ns)\n"
+	"{\n"
+	"	unsigned long long t0 = clock64();\n"
+	"	while (clock64() - t0 < ns)\n"
+	"		;\n"
+	"}\n";
+
+struct env {
+	struct test_daemon d;
+	char cache[300];
+	gpux_ctx *ctx;
+	gpux_module *m;
+	uint64_t seed;
+};
+
+static void start(struct env *e)
+{
+	const char *const args[] = { "--backend", "cuda", "--cache-dir", e->cache, NULL };
+
+	test_daemon_start(&e->d, args);
+}
+
+static gpux_module *load(gpux_ctx *ctx)
+{
+	gpux_module *m = NULL;
+	char *log = NULL;
+	gpux_status st = gpux_module_load(ctx, GPUX_LANG_CUDA, kernels, sizeof(kernels) - 1,
+					  "-lineinfo", &m, &log);
+
+	if (st != GPUX_OK)
+		fail_msg("compiling the GPU test kernels: %s\n%s", gpux_strerror(st), log ? log : "");
+	free(log);
+	return m;
+}
+
+static int setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+
+	(void)snprintf(e->cache, sizeof(e->cache), "/tmp/gpux-gpu-cache-XXXXXX");
+	assert_non_null(mkdtemp(e->cache));
+	start(e);
+	e->ctx = test_connect(&e->d);
+	e->m = load(e->ctx);
+	e->seed = (uint64_t)mono_ns();
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+	char cmd[400];
+
+	if (!e)
+		return 0;
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", e->cache);
+	(void)system(cmd);
+	free(e);
+	return 0;
+}
+
+static void poison(void *p, size_t bytes)
+{
+	memset(p, 0xff, bytes); /* NaN as floats */
+}
+
+static void test_gpu_saxpy(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 3000017;
+	float a = -1.25f;
+	gpux_buf *x, *y, *out;
+	const float *px, *py, *po;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &e->seed);
+	test_fill_random(gpux_buf_data(y), n, &e->seed);
+	poison(gpux_buf_data(out), n * 4);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a),
+					   gpux_arg_in(x, 0, n * 4), gpux_arg_in(y, 0, n * 4),
+					   gpux_arg_out(out, 0, n * 4) };
+		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+		assert_int_equal(gpux_run(e->m, "saxpy", &l, args, 5), GPUX_OK);
+	}
+	px = gpux_buf_data(x);
+	py = gpux_buf_data(y);
+	po = gpux_buf_data(out);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(po[i], a * px[i] + py[i], 1e-5);
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+}
+
+static void test_gpu_reduction(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 1 << 22;
+	const uint32_t blocks = (uint32_t)(n / 512);
+	gpux_buf *x, *out;
+	double want = 0, got = 0;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, blocks * 8, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &e->seed);
+	poison(gpux_buf_data(out), blocks * 8);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4),
+					   gpux_arg_out(out, 0, blocks * 8) };
+		struct gpux_launch l = { .grid = { blocks }, .block = { 512 },
+					 .shared_bytes = 512 * 8 };
+		assert_int_equal(gpux_run(e->m, "block_sum", &l, args, 3), GPUX_OK);
+	}
+	for (uint64_t i = 0; i < n; i++)
+		want += ((float *)gpux_buf_data(x))[i];
+	for (uint32_t b = 0; b < blocks; b++) {
+		double v = ((double *)gpux_buf_data(out))[b];
+		assert_false(isnan(v));
+		got += v;
+	}
+	assert_float_equal(got, want, 1e-6 * (double)n);
+	gpux_buf_free(out);
+	gpux_buf_free(x);
+}
+
+static void test_gpu_tiled_matmul(void **state)
+{
+	struct env *e = *state;
+	const int M = 517, N = 389, K = 263;
+	gpux_buf *A, *B, *C;
+	double num = 0, den = 0;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, (size_t)M * K * 4, &A), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, (size_t)K * N * 4, &B), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, (size_t)M * N * 4, &C), GPUX_OK);
+	test_fill_random(gpux_buf_data(A), (size_t)M * K, &e->seed);
+	test_fill_random(gpux_buf_data(B), (size_t)K * N, &e->seed);
+	poison(gpux_buf_data(C), (size_t)M * N * 4);
+	{
+		struct gpux_arg args[] = {
+			GPUX_ARG_VALUE(M), GPUX_ARG_VALUE(N), GPUX_ARG_VALUE(K),
+			gpux_arg_in(A, 0, (size_t)M * K * 4), gpux_arg_in(B, 0, (size_t)K * N * 4),
+			gpux_arg_out(C, 0, (size_t)M * N * 4),
+		};
+		struct gpux_launch l = { .grid = { (N + 15) / 16, (M + 15) / 16 }, .block = { 16, 16 } };
+		assert_int_equal(gpux_run(e->m, "matmul", &l, args, 6), GPUX_OK);
+	}
+	for (int i = 0; i < M; i++)
+		for (int j = 0; j < N; j++) {
+			double ref = 0, got = ((float *)gpux_buf_data(C))[i * N + j];
+			for (int k = 0; k < K; k++)
+				ref += (double)((float *)gpux_buf_data(A))[i * K + k] *
+				       ((float *)gpux_buf_data(B))[k * N + j];
+			num += (got - ref) * (got - ref);
+			den += ref * ref;
+		}
+	/* ||C - ref|| / ||ref|| for float32 arithmetic; NaN (an unwritten element) fails. */
+	assert_true(sqrt(num / den) < 1e-5);
+	gpux_buf_free(C);
+	gpux_buf_free(B);
+	gpux_buf_free(A);
+}
+
+static void test_gpu_256mib_in_out(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 64ull << 20;
+	gpux_buf *in, *out;
+	const float *pi, *po;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &in), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(in), n, &e->seed);
+	poison(gpux_buf_data(out), n * 4);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(in, 0, n * 4),
+					   gpux_arg_out(out, 0, n * 4) };
+		struct gpux_launch l = { .grid = { 4096 }, .block = { 256 } };
+		assert_int_equal(gpux_run(e->m, "scale2p1", &l, args, 3), GPUX_OK);
+	}
+	pi = gpux_buf_data(in);
+	po = gpux_buf_data(out);
+	for (uint64_t i = 0; i < n; i++)
+		if (po[i] != pi[i] * 2.0f + 1.0f)
+			fail_msg("element %llu: %g, want %g", (unsigned long long)i, po[i],
+				 pi[i] * 2.0f + 1.0f);
+	gpux_buf_free(out);
+	gpux_buf_free(in);
+}
+
+static void test_gpu_mapped_and_big_shared(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 100000, ns = 100 * 1024 / 4;
+	gpux_buf *p, *out;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &p), GPUX_OK);
+	for (uint64_t i = 0; i < n; i++)
+		((float *)gpux_buf_data(p))[i] = (float)i;
+	{
+		/* The kernel writes the client's own pages through the mapping. */
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_mapped(p, 0, n * 4) };
+		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+		assert_int_equal(gpux_run(e->m, "inc", &l, args, 2), GPUX_OK);
+	}
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(((float *)gpux_buf_data(p))[i], (float)i + 1, 0);
+	assert_int_equal(gpux_buf_alloc(e->ctx, ns * 4, &out), GPUX_OK);
+	poison(gpux_buf_data(out), ns * 4);
+	{
+		/* 100 KiB of dynamic shared memory: past the default 48 KiB, raised for it. */
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(ns), gpux_arg_out(out, 0, ns * 4) };
+		struct gpux_launch l = { .grid = { 1 }, .block = { 256 }, .shared_bytes = ns * 4 };
+		assert_int_equal(gpux_run(e->m, "big_shared", &l, args, 2), GPUX_OK);
+	}
+	for (uint64_t i = 0; i < ns; i++)
+		assert_float_equal(((float *)gpux_buf_data(out))[i], (float)(ns - 1 - i), 0);
+	gpux_buf_free(out);
+	gpux_buf_free(p);
+}
+
+static void expect(struct env *e, const char *k, const struct gpux_arg *args, uint32_t nargs,
+		   const struct gpux_launch *l, gpux_status want, const char *text)
+{
+	gpux_req *r;
+
+	assert_int_equal(gpux_submit(e->m, k, l, args, nargs, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, 30000), want);
+	if (!strstr(gpux_req_message(r), text))
+		fail_msg("\"%s\" lacks \"%s\"", gpux_req_message(r), text);
+	gpux_req_free(r);
+}
+
+static void test_gpu_wrong_arguments_refused(void **state)
+{
+	struct env *e = *state;
+	uint64_t n = 16;
+	uint32_t small = 16;
+	gpux_buf *b;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 32 } };
+	struct gpux_launch huge = { .grid = { 1 }, .block = { 2048 } };
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n) };
+		expect(e, "inc", args, 1, &l, GPUX_E_INVAL, "takes 2 arguments, 1 given");
+	}
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(small), gpux_arg_inout(b, 0, 64) };
+		expect(e, "inc", args, 2, &l, GPUX_E_INVAL, "argument 0");
+		args[0] = GPUX_ARG_VALUE(n);
+		expect(e, "inc", args, 2, &huge, GPUX_E_INVAL, "2048 threads");
+		expect(e, "no_such", args, 2, &l, GPUX_E_NOTFOUND, "no_such");
+		assert_int_equal(gpux_run(e->m, "inc", &l, args, 2), GPUX_OK);
+	}
+	gpux_buf_free(b);
+}
+
+static void test_gpu_compile_errors(void **state)
+{
+	static const char bad[] = "extern \"C\" __global__ void k() { undefined_thing(); }\n";
+	static const char sneaky[] = "#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
+	struct env *e = *state;
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
+			 GPUX_E_COMPILE);
+	assert_non_null(strstr(log, "undefined_thing"));
+	free(log);
+	log = NULL;
+	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_CUDA, sneaky, sizeof(sneaky) - 1, NULL,
+					  &m, &log),
+			 GPUX_E_COMPILE);
+	assert_non_null(strstr(log, "/etc/passwd"));
+	assert_null(strstr(log, "root:"));
+	free(log);
+}
+
+static uint32_t generation(struct env *e)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	return devs[0].generation;
+}
+
+static void test_gpu_illegal_address_restarts_worker(void **state)
+{
+	struct env *e = *state;
+	uint32_t gen = generation(e);
+	gpux_buf *b;
+	gpux_req *r;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	{
+		struct gpux_arg arg = gpux_arg_inout(b, 0, 64);
+		assert_int_equal(gpux_submit(e->m, "bad_address", &l, &arg, 1, &r), GPUX_OK);
+	}
+	assert_int_equal(gpux_wait(r, 30000), GPUX_E_KERNEL_FAULT);
+	assert_non_null(strstr(gpux_req_message(r), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+	gpux_req_free(r);
+	test_wait_generation(&e->d, 0, gen);
+	{
+		uint64_t n = 16;
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_inout(b, 0, 64) };
+		assert_int_equal(gpux_run(e->m, "inc", &l, args, 2), GPUX_OK);
+	}
+	gpux_buf_free(b);
+}
+
+static uint64_t stat_of(struct env *e, size_t off)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	uint64_t v;
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	memcpy(&v, (const uint8_t *)&devs[0].stats + off, sizeof(v));
+	return v;
+}
+
+/* A kernel past its deadline: gpuxd kills the worker, the client is told, it comes back. */
+static void test_gpu_deadline(void **state)
+{
+	struct env *e = *state;
+	uint32_t gen = generation(e);
+	uint64_t cycles = 100ull * 1000 * 1000 * 1000;
+	struct gpux_arg arg = GPUX_ARG_VALUE(cycles);
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .timeout_ms = 300 };
+	gpux_req *r;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, 30000), GPUX_E_TIMEOUT);
+	gpux_req_free(r);
+	test_wait_generation(&e->d, 0, gen);
+	cycles = 1000;
+	l.timeout_ms = 0;
+	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+}
+
+/* A new gpuxd on the same cache directory loads the cubin from disk, without NVRTC. */
+static void test_gpu_module_from_disk_after_restart(void **state)
+{
+	struct env *e = *state;
+
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	start(e);
+	e->ctx = test_connect(&e->d);
+	e->m = load(e->ctx);
+	assert_int_equal(stat_of(e, offsetof(struct ipc_stats, module_disk_hits)), 1);
+	assert_int_equal(stat_of(e, offsetof(struct ipc_stats, module_compiles)), 0);
+}
+
+static void test_gpu_32_forked_children(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 1 << 18;
+	gpux_buf *x, *y, *out;
+	pid_t pids[32];
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 32 * n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &e->seed);
+	test_fill_random(gpux_buf_data(y), n, &e->seed);
+	poison(gpux_buf_data(out), 32 * n * 4);
+	for (unsigned k = 0; k < 32; k++) {
+		pids[k] = fork();
+		assert_true(pids[k] >= 0);
+		if (pids[k] == 0) {
+			float a = (float)k + 0.5f;
+			struct gpux_arg args[] = {
+				GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
+				gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, k * n * 4, n * 4),
+			};
+			struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 } };
+			_exit(gpux_run(e->m, "saxpy", &l, args, 5) == GPUX_OK ? 0 : 1);
+		}
+	}
+	for (unsigned k = 0; k < 32; k++) {
+		int st;
+		assert_int_equal(waitpid(pids[k], &st, 0), pids[k]);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+	for (unsigned k = 0; k < 32; k++)
+		for (uint64_t i = 0; i < n; i++) {
+			float want = ((float)k + 0.5f) * ((float *)gpux_buf_data(x))[i] +
+				     ((float *)gpux_buf_data(y))[i];
+			assert_float_equal(((float *)gpux_buf_data(out))[k * n + i], want, 1e-5);
+		}
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+}
+
+/* Is there a GPU that the worker can use? */
+static bool have_gpu(void)
+{
+	char cmd[600];
+	const char *w = getenv("GPUX_WORKER");
+
+	if (!w)
+		return false;
+	(void)snprintf(cmd, sizeof(cmd), "%s --probe --backend cuda >/dev/null 2>&1", w);
+	return system(cmd) == 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_gpu_saxpy),
+		cmocka_unit_test(test_gpu_reduction),
+		cmocka_unit_test(test_gpu_tiled_matmul),
+		cmocka_unit_test(test_gpu_256mib_in_out),
+		cmocka_unit_test(test_gpu_mapped_and_big_shared),
+		cmocka_unit_test(test_gpu_wrong_arguments_refused),
+		cmocka_unit_test(test_gpu_compile_errors),
+		cmocka_unit_test(test_gpu_illegal_address_restarts_worker),
+		cmocka_unit_test(test_gpu_deadline),
+		cmocka_unit_test(test_gpu_module_from_disk_after_restart),
+		cmocka_unit_test(test_gpu_32_forked_children),
+	};
+
+	if (!have_gpu()) {
+		(void)fprintf(stderr, "no CUDA device: skipped\n");
+		return 77;
+	}
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

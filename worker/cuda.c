@@ -1,0 +1,726 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/cuda.c: the CUDA back end: one device, its streams, zero-copy segments, launches, faults. */
+#include <errno.h>
+#include <pthread.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compiler.h"
+#include "cuda-driver.h"
+#include "ipc/macro.h"
+#include "wrk.h"
+
+/*
+ * The worker's loop thread enqueues each request on its slot's stream: the IN and INOUT
+ * ranges copied from the client's registered pages into temporaries from the device's
+ * stream-ordered pool, the launch, the OUT and INOUT ranges copied back, the temporaries
+ * freed, all between two events. One waiter thread per slot waits for those events in order
+ * (spinning briefly, then blocking) and reports each completion to the loop.
+ */
+
+#define SPIN_NS_DEFAULT (50 * NSEC_PER_USEC)
+#define DEFAULT_SHARED (48u * 1024u)
+
+static const char option_re[] =
+	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
+	"--?use_fast_math|-lineinfo|--generate-line-info|-G|--device-debug|"
+	"--?std=c\\+\\+(11|14|17|20)|--fmad=(true|false)|--ftz=(true|false)|"
+	"--prec-div=(true|false)|--prec-sqrt=(true|false)|--maxrregcount=[0-9]+|"
+	"--extra-device-vectorization|-dopt=(on|off)|--restrict|-default-device|"
+	"--device-as-default-execution-space)$";
+
+struct cuda_req {
+	struct cuda_req *next; /* in its slot's waiting list, or the free list */
+	struct wrk_req *r;
+	CUevent start, end;
+	unsigned ntemp;
+	CUdeviceptr temp[IPC_ARGS_MAX];
+};
+
+struct cuda_dev;
+
+struct cuda_slot {
+	struct cuda_dev *d;
+	CUstream stream;
+	pthread_t waiter;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct cuda_req *head, *tail;
+	bool stop;
+};
+
+struct cuda_dev {
+	struct wrk *w;
+	struct cu_driver cu;
+	CUdevice dev;
+	CUcontext ctx;
+	bool ctx_retained;
+	CUmemoryPool pool;
+	int cc_major, cc_minor;
+	char arch[16];
+	uint32_t nvrtc_version;
+	struct wrk_compiler compiler;
+	struct cuda_slot slots[WRK_SLOTS_MAX];
+	unsigned nslots;
+	pthread_mutex_t free_lock;
+	struct cuda_req *free_reqs;
+	atomic_bool fault_claimed;
+	uint64_t spin_ns;
+};
+
+struct cuda_module {
+	CUmodule mod;
+};
+
+/* "what: CUDA_ERROR_NAME (text)" for a completion's message. */
+static char *cu_msg(struct cuda_dev *d, const char *what, CUresult r)
+{
+	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
+}
+
+/*
+ * A request failed with e (what: where); returns whether the context is gone. The first
+ * request to meet a sticky error is taken for its cause; the others on this device are lost
+ * with the worker.
+ */
+static bool fail_req(struct cuda_dev *d, struct wrk_req *r, CUresult e, const char *what)
+{
+	bool sticky;
+	int st = wrk_cu_err(e, &sticky);
+
+	free(r->error);
+	if (sticky && atomic_exchange(&d->fault_claimed, true)) {
+		r->status = GPUX_E_WORKER_LOST;
+		r->error = wrk_strdup_printf("another request broke the device: %s",
+					     cu_err_name(&d->cu, e));
+	} else {
+		r->status = st;
+		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what,
+					     cu_err_name(&d->cu, e));
+	}
+	return sticky;
+}
+
+/* ---- probe and open ---- */
+
+static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a)
+{
+	int v = 0;
+
+	if (cu->cuDeviceGetAttribute(&v, a, dev) != CUDA_SUCCESS)
+		return 0;
+	return v;
+}
+
+static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
+			struct ipc_device_info *info)
+{
+	CUuuid uuid;
+	size_t mem = 0;
+
+	memset(info, 0, sizeof(*info));
+	info->index = index;
+	info->backend = GPUX_BACKEND_CUDA;
+	if (cu->cuDeviceGetName(info->name, sizeof(info->name) - 1, dev) != CUDA_SUCCESS)
+		(void)snprintf(info->name, sizeof(info->name), "CUDA device %u", index);
+	if (cu->cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
+		memcpy(info->uuid, uuid.bytes, sizeof(info->uuid));
+	(void)cu->cuDeviceTotalMem(&mem, dev);
+	info->mem_total = mem;
+	info->cc_major = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+	info->cc_minor = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+	info->sm_count = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+	info->max_threads_per_block =
+		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+}
+
+static int driver_init(struct cu_driver *cu, char **ret_msg)
+{
+	bool sticky;
+	CUresult r;
+	int rc = cu_driver_load(cu, ret_msg);
+
+	if (rc < 0)
+		return rc;
+	r = cu->cuInit(0);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("cuInit: %s", cu_err_name(cu, r));
+		rc = wrk_cu_err(r, &sticky);
+		cu_driver_unload(cu);
+		return rc == GPUX_E_NODRIVER ? rc : GPUX_E_NODEV;
+	}
+	return 0;
+}
+
+static int cuda_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n, char **ret_msg)
+{
+	struct cu_driver cu;
+	int count = 0, rc;
+
+	*ret_n = 0;
+	rc = driver_init(&cu, ret_msg);
+	if (rc < 0)
+		return rc;
+	if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		count = 0;
+	for (int i = 0; i < count && (unsigned)i < max; i++) {
+		CUdevice dev;
+
+		if (cu.cuDeviceGet(&dev, i) != CUDA_SUCCESS)
+			break;
+		device_info(&cu, dev, (uint32_t)i, &ret[*ret_n]);
+		(*ret_n)++;
+	}
+	cu_driver_unload(&cu);
+	if (*ret_n == 0)
+		*ret_msg = strdup("no CUDA device");
+	return 0;
+}
+
+static void cuda_close(void *dv)
+{
+	struct cuda_dev *d = dv;
+
+	if (!d)
+		return;
+	for (unsigned i = 0; i < d->nslots; i++) {
+		struct cuda_slot *s = &d->slots[i];
+
+		if (s->started) {
+			(void)pthread_mutex_lock(&s->lock);
+			s->stop = true;
+			(void)pthread_cond_signal(&s->cond);
+			(void)pthread_mutex_unlock(&s->lock);
+			(void)pthread_join(s->waiter, NULL);
+		}
+		if (s->stream)
+			(void)d->cu.cuStreamDestroy(s->stream);
+	}
+	while (d->free_reqs) {
+		struct cuda_req *cr = d->free_reqs;
+		d->free_reqs = cr->next;
+		(void)d->cu.cuEventDestroy(cr->start);
+		(void)d->cu.cuEventDestroy(cr->end);
+		free(cr);
+	}
+	wrk_compiler_stop(&d->compiler);
+	if (d->ctx_retained)
+		(void)d->cu.cuDevicePrimaryCtxRelease(d->dev);
+	cu_driver_unload(&d->cu);
+	(void)pthread_mutex_destroy(&d->free_lock);
+	free(d);
+}
+
+static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_device_info *ret_info,
+		     struct wrk_limits *ret_limits, char **ret_msg)
+{
+	struct cuda_dev *d = calloc(1, sizeof(*d));
+	const char *spin = getenv("GPUX_SPIN_US");
+	cuuint64_t keep = UINT64_MAX;
+	CUresult r;
+	int rc;
+
+	if (!d)
+		return GPUX_E_NOMEM;
+	d->w = w;
+	d->compiler = (struct wrk_compiler)WRK_COMPILER_INIT;
+	(void)pthread_mutex_init(&d->free_lock, NULL);
+	d->spin_ns = spin ? strtoull(spin, NULL, 10) * NSEC_PER_USEC : SPIN_NS_DEFAULT;
+	rc = driver_init(&d->cu, ret_msg);
+	if (rc < 0)
+		goto err;
+	r = d->cu.cuDeviceGet(&d->dev, (int)device);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cu_msg(d, "device", r);
+		rc = GPUX_E_NODEV;
+		goto err;
+	}
+	d->ctx_retained = true;
+	/* The loop thread issues everything; other threads set the context as they start. */
+	r = d->cu.cuCtxSetCurrent(d->ctx);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuDeviceGetDefaultMemPool(&d->pool, d->dev);
+	/* Memory freed to the pool stays there for the next request instead of going back. */
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cu_msg(d, "context", r);
+		rc = GPUX_E_DEVICE;
+		goto err;
+	}
+	device_info(&d->cu, d->dev, device, ret_info);
+	d->cc_major = (int)ret_info->cc_major;
+	d->cc_minor = (int)ret_info->cc_minor;
+	(void)snprintf(d->arch, sizeof(d->arch), "sm_%d%d", d->cc_major, d->cc_minor);
+	d->nvrtc_version = wrk_nvrtc_version();
+	*ret_limits = (struct wrk_limits){
+		.max_threads_per_block = ret_info->max_threads_per_block,
+		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z) },
+		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z) },
+		.max_shared_per_block =
+			(uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+		.max_shared_per_block_optin = (uint32_t)attr(
+			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+	};
+	*ret_dev = d;
+	return 0;
+err:
+	cuda_close(d);
+	return rc;
+}
+
+static uint64_t cuda_mem_free(void *dv)
+{
+	struct cuda_dev *d = dv;
+	size_t free_b = 0, total = 0;
+
+	if (d->cu.cuMemGetInfo(&free_b, &total) != CUDA_SUCCESS)
+		return 0;
+	return free_b;
+}
+
+/* ---- segments: registered once, so that copies are DMA from the client's pages ---- */
+
+static int cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP;
+	bool sticky;
+	CUresult r;
+
+	if (m->seg.frozen)
+		flags |= CU_MEMHOSTREGISTER_READ_ONLY;
+	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cu_msg(d, "registering a shared segment", r);
+		return wrk_cu_err(r, &sticky);
+	}
+	m->reg = m->seg.addr;
+	return 0;
+}
+
+static void cuda_map_unregister(void *dv, struct wrk_mapping *m)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuMemHostUnregister(m->reg);
+	m->reg = NULL;
+}
+
+/* ---- modules ---- */
+
+static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
+{
+	struct cuda_dev *d = dv;
+
+	ipc_key_add(s, d->arch, strlen(d->arch));
+	ipc_key_add_u64(s, (uint64_t)d->cu.version);
+	if (lang == GPUX_LANG_CUDA)
+		ipc_key_add_u64(s, d->nvrtc_version);
+}
+
+static int options_check(const char *options, char **ret_log)
+{
+	_cleanup_(freep) char *copy = strdup(options);
+	char *save = NULL;
+	regex_t re;
+	int rc = 0;
+
+	if (!copy || regcomp(&re, option_re, REG_EXTENDED | REG_NOSUB) != 0)
+		return GPUX_E_NOMEM;
+	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0; t = strtok_r(NULL, " \t\n", &save))
+		if (regexec(&re, t, 0, NULL, 0) != 0) {
+			*ret_log = wrk_strdup_printf("compiler option not allowed: %s", t);
+			rc = GPUX_E_INVAL;
+		}
+	regfree(&re);
+	return rc;
+}
+
+static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
+		      char **ret_log)
+{
+	struct cuda_dev *d = dv;
+	uint8_t *img;
+	int rc;
+
+	switch (b->lang) {
+	case GPUX_LANG_CUDA:
+		rc = options_check(b->options, ret_log);
+		if (rc < 0)
+			return rc;
+		return wrk_compiler_build(&d->compiler, d->arch, b->code, b->code_len, b->options,
+					  ret_image, ret_len, ret_log);
+	case GPUX_LANG_PTX:
+	case GPUX_LANG_CUBIN:
+		/* Loaded as they are; PTX must end with a NUL, which is added if missing. */
+		if (*b->options) {
+			*ret_log = strdup("PTX and cubin modules take no options");
+			return GPUX_E_INVAL;
+		}
+		img = malloc(b->code_len + 1);
+		if (!img)
+			return GPUX_E_NOMEM;
+		memcpy(img, b->code, b->code_len);
+		img[b->code_len] = 0;
+		*ret_image = img;
+		*ret_len = b->code_len + (b->lang == GPUX_LANG_PTX && b->code[b->code_len - 1] != 0);
+		return 0;
+	default:
+		*ret_log = strdup("the CUDA back end runs CUDA C++, PTX and cubin modules");
+		return GPUX_E_INVAL;
+	}
+}
+
+static int cuda_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+			    char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m = calloc(1, sizeof(*m));
+	bool sticky;
+	CUresult r;
+
+	if (!m)
+		return GPUX_E_NOMEM;
+	r = d->cu.cuCtxSetCurrent(d->ctx);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuModuleLoadData(&m->mod, image);
+	if (r != CUDA_SUCCESS) {
+		free(m);
+		*ret_msg = cu_msg(d, "loading the module", r);
+		return wrk_cu_err(r, &sticky);
+	}
+	*ret_mod = m;
+	return 0;
+}
+
+static void cuda_module_unload(void *dv, void *mod)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m = mod;
+
+	(void)d->cu.cuModuleUnload(m->mod);
+	free(m);
+}
+
+static int cuda_kernel_get(void *dv, void *mod, const char *name, struct wrk_kernel_info *ret,
+			   char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m = mod;
+	CUfunction fn;
+	int v;
+	CUresult r = d->cu.cuModuleGetFunction(&fn, m->mod, name);
+
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (%s)", name,
+					     cu_err_name(&d->cu, r));
+		return GPUX_E_NOTFOUND;
+	}
+	ret->fn = fn;
+	ret->nparams = -1;
+	if (d->cu.cuFuncGetParamInfo) {
+		size_t off, size;
+		int32_t n = 0;
+
+		while ((r = d->cu.cuFuncGetParamInfo(fn, (size_t)n, &off, &size)) == CUDA_SUCCESS) {
+			if (n < (int32_t)IPC_ARGS_MAX)
+				ret->param_size[n] = (uint32_t)size;
+			n++;
+		}
+		/* Past the last parameter the driver says INVALID_VALUE; anything else means it
+		 * cannot tell (a module without parameter information). */
+		if (r == CUDA_ERROR_INVALID_VALUE)
+			ret->nparams = n;
+	}
+	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn) == CUDA_SUCCESS)
+		ret->max_threads_per_block = (uint32_t)v;
+	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn) == CUDA_SUCCESS)
+		ret->static_shared_bytes = (uint32_t)v;
+	return 0;
+}
+
+/* ---- running ---- */
+
+static void *waiter_main(void *arg);
+
+static int cuda_slot_open(void *dv, unsigned slot, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_slot *s = &d->slots[slot];
+	CUresult r = d->cu.cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	int e;
+
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cu_msg(d, "cuStreamCreate", r);
+		return GPUX_E_DEVICE;
+	}
+	s->d = d;
+	(void)pthread_mutex_init(&s->lock, NULL);
+	(void)pthread_cond_init(&s->cond, NULL);
+	d->nslots = MAX(d->nslots, slot + 1);
+	e = pthread_create(&s->waiter, NULL, waiter_main, s);
+	if (e != 0) {
+		*ret_msg = wrk_strdup_printf("pthread_create: %s", strerror(e));
+		return GPUX_E_NOMEM;
+	}
+	s->started = true;
+	return 0;
+}
+
+static struct cuda_req *cuda_req_get(struct cuda_dev *d, CUresult *ret_err)
+{
+	struct cuda_req *cr;
+	CUresult r;
+
+	(void)pthread_mutex_lock(&d->free_lock);
+	cr = d->free_reqs;
+	if (cr)
+		d->free_reqs = cr->next;
+	(void)pthread_mutex_unlock(&d->free_lock);
+	if (cr)
+		return cr;
+	cr = calloc(1, sizeof(*cr));
+	if (!cr) {
+		*ret_err = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	r = d->cu.cuEventCreate(&cr->start, CU_EVENT_BLOCKING_SYNC);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuEventCreate(&cr->end, CU_EVENT_BLOCKING_SYNC);
+	if (r != CUDA_SUCCESS) {
+		if (cr->start)
+			(void)d->cu.cuEventDestroy(cr->start);
+		free(cr);
+		*ret_err = r;
+		return NULL;
+	}
+	return cr;
+}
+
+static void cuda_req_put(struct cuda_dev *d, struct cuda_req *cr)
+{
+	cr->r = NULL;
+	cr->ntemp = 0;
+	(void)pthread_mutex_lock(&d->free_lock);
+	cr->next = d->free_reqs;
+	d->free_reqs = cr;
+	(void)pthread_mutex_unlock(&d->free_lock);
+}
+
+/*
+ * Enqueue the copies in, the launch, the copies out. Returns the first failure (what failed
+ * in *ret_msg); what was enqueued before it still runs and is waited for.
+ */
+static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_req *cr, CUstream st,
+			char **ret_msg)
+{
+	const struct wrk_kernel_info *ki = &r->kernel->info;
+	CUresult e;
+
+	for (unsigned i = 0; i < r->nargs; i++) {
+		struct wrk_arg *a = &r->args[i];
+		CUdeviceptr p = 0;
+
+		switch (a->kind) {
+		case GPUX_ARG_SCALAR:
+			continue;
+		case GPUX_ARG_MAPPED:
+			e = d->cu.cuMemHostGetDevicePointer(&p, a->map->seg.addr, 0);
+			if (e != CUDA_SUCCESS) {
+				*ret_msg = wrk_strdup_printf("argument %u: mapping its buffer", i);
+				return e;
+			}
+			p += a->offset;
+			break;
+		default:
+			e = d->cu.cuMemAllocFromPoolAsync(&p, a->len, d->pool, st);
+			if (e != CUDA_SUCCESS) {
+				*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device memory",
+							     i, (unsigned long long)a->len);
+				return e;
+			}
+			cr->temp[cr->ntemp++] = p;
+			if (a->kind != GPUX_ARG_OUT) {
+				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
+				if (e != CUDA_SUCCESS) {
+					*ret_msg = wrk_strdup_printf("argument %u: copy to the device", i);
+					return e;
+				}
+			}
+			break;
+		}
+		a->dev = (void *)(uintptr_t)p;
+		r->params[i] = &a->dev;
+	}
+	if (r->shared_bytes > DEFAULT_SHARED) {
+		e = d->cu.cuFuncSetAttribute(ki->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+					     (int)r->shared_bytes);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = strdup("raising the kernel's dynamic shared memory");
+			return e;
+		}
+	}
+	e = d->cu.cuLaunchKernel(ki->fn, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
+				 r->block[2], r->shared_bytes, st, r->params, NULL);
+	if (e != CUDA_SUCCESS) {
+		*ret_msg = strdup("launch");
+		return e;
+	}
+	for (unsigned i = 0; i < r->nargs; i++) {
+		struct wrk_arg *a = &r->args[i];
+
+		if (a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT)
+			continue;
+		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = wrk_strdup_printf("argument %u: copy from the device", i);
+			return e;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_slot *s = &d->slots[r->slot];
+	struct cuda_req *cr;
+	char *what = NULL;
+	bool sticky = false;
+	CUresult e = CUDA_SUCCESS;
+
+	cr = cuda_req_get(d, &e);
+	if (!cr) {
+		*ret_msg = cu_msg(d, "cuEventCreate", e);
+		return wrk_cu_err(e, &sticky);
+	}
+	cr->r = r;
+	r->backend = cr;
+	e = d->cu.cuEventRecord(cr->start, s->stream);
+	if (e != CUDA_SUCCESS) {
+		cuda_req_put(d, cr);
+		*ret_msg = cu_msg(d, "cuEventRecord", e);
+		return wrk_cu_err(e, &sticky);
+	}
+	e = enqueue(d, r, cr, s->stream, &what);
+	if (e != CUDA_SUCCESS) {
+		/* Copies already queued may still read or write the client's pages: the request
+		 * ends only after the stream has passed them. */
+		r->sticky = fail_req(d, r, e, what ? what : "enqueue");
+		free(what);
+	}
+	for (unsigned i = 0; i < cr->ntemp; i++)
+		(void)d->cu.cuMemFreeAsync(cr->temp[i], s->stream);
+	e = d->cu.cuEventRecord(cr->end, s->stream);
+	if (e != CUDA_SUCCESS) {
+		/* Nothing to wait for: the context is gone. */
+		if (r->status == 0)
+			r->sticky = fail_req(d, r, e, "cuEventRecord");
+		cuda_req_put(d, cr);
+		wrk_req_complete(r, true);
+		return 0;
+	}
+	(void)pthread_mutex_lock(&s->lock);
+	cr->next = NULL;
+	if (s->tail)
+		s->tail->next = cr;
+	else
+		s->head = cr;
+	s->tail = cr;
+	(void)pthread_cond_signal(&s->cond);
+	(void)pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* Wait for an event: spin briefly (the round trip of short kernels), then block. */
+static CUresult wait_event(struct cuda_dev *d, CUevent ev)
+{
+	uint64_t until = mono_ns() + d->spin_ns;
+	CUresult r;
+
+	do {
+		r = d->cu.cuEventQuery(ev);
+		if (r != CUDA_ERROR_NOT_READY)
+			return r;
+	} while (mono_ns() < until);
+	return d->cu.cuEventSynchronize(ev);
+}
+
+static void finish(struct cuda_dev *d, struct cuda_req *cr, CUresult e)
+{
+	struct wrk_req *r = cr->r;
+	bool sticky = false;
+	float ms = 0;
+
+	r->t_end = mono_ns();
+	if (e == CUDA_SUCCESS) {
+		if (d->cu.cuEventElapsedTime(&ms, cr->start, cr->end) == CUDA_SUCCESS)
+			r->device_ns = (uint64_t)((double)ms * 1e6);
+	} else {
+		sticky = fail_req(d, r, e, "running");
+	}
+	cuda_req_put(d, cr);
+	wrk_req_complete(r, sticky || r->sticky);
+}
+
+static void *waiter_main(void *arg)
+{
+	struct cuda_slot *s = arg;
+	struct cuda_dev *d = s->d;
+	sigset_t all;
+
+	sigfillset(&all);
+	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
+	(void)d->cu.cuCtxSetCurrent(d->ctx);
+	for (;;) {
+		struct cuda_req *cr;
+		CUresult e;
+
+		(void)pthread_mutex_lock(&s->lock);
+		while (!s->head && !s->stop)
+			(void)pthread_cond_wait(&s->cond, &s->lock);
+		cr = s->head;
+		(void)pthread_mutex_unlock(&s->lock);
+		if (!cr)
+			return NULL;
+		e = wait_event(d, cr->end);
+		/* The loop thread appends behind it meanwhile: take it off under the lock. */
+		(void)pthread_mutex_lock(&s->lock);
+		s->head = cr->next;
+		if (!s->head)
+			s->tail = NULL;
+		(void)pthread_mutex_unlock(&s->lock);
+		finish(d, cr, e);
+	}
+}
+
+const struct wrk_backend_ops wrk_backend_cuda = {
+	.name = "cuda",
+	.backend = GPUX_BACKEND_CUDA,
+	.probe = cuda_probe,
+	.open = cuda_open,
+	.close = cuda_close,
+	.map_register = cuda_map_register,
+	.map_unregister = cuda_map_unregister,
+	.target_key = cuda_target_key,
+	.image_ext = "cubin",
+	.build = cuda_build,
+	.module_load = cuda_module_load,
+	.module_unload = cuda_module_unload,
+	.kernel_get = cuda_kernel_get,
+	.slot_open = cuda_slot_open,
+	.launch = cuda_launch,
+	.mem_free = cuda_mem_free,
+};

@@ -82,8 +82,11 @@ static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **re
 	return 0;
 }
 
-/* Lock held. Tell the workers that have it (on this process's channels) to let it go. */
-static void seg_free(gpux_ctx *ctx, struct cli_seg *s)
+/*
+ * Lock held. Tell the workers that have it (on this process's channels) to let it go.
+ * `mapped`: its pages are still mapped (not replaced by another mapping at that address).
+ */
+static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
 {
 	struct ipc_seg_drop d = { .seg_id = s->id };
 
@@ -101,7 +104,8 @@ static void seg_free(gpux_ctx *ctx, struct cli_seg *s)
 	if (s->next)
 		s->next->prev = s->prev;
 	ctx->nsegs--;
-	(void)munmap(s->addr, s->size);
+	if (mapped)
+		(void)munmap(s->addr, s->size);
 	(void)close(s->fd);
 	free(s);
 }
@@ -195,6 +199,15 @@ GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *b)
 	return b ? (size_t)b->size : 0;
 }
 
+/* Give an arena's pages back (their mapping at that address is the arena's again). */
+static void arena_put(gpux_ctx *ctx, struct cli_seg *a, uint64_t offset, uint64_t size)
+{
+	pages_mark(a, (unsigned)(offset / CLI_PAGE), (unsigned)((size + CLI_PAGE - 1) / CLI_PAGE),
+		   false);
+	if (--a->nbufs == 0)
+		seg_free(ctx, a, true);
+}
+
 /* Lock held. */
 static void buf_free(gpux_ctx *ctx, gpux_buf *b)
 {
@@ -206,11 +219,19 @@ static void buf_free(gpux_ctx *ctx, gpux_buf *b)
 		ctx->bufs = b->next;
 	if (b->next)
 		b->next->prev = b->prev;
-	if (s->arena)
-		pages_mark(s, (unsigned)(b->offset / CLI_PAGE),
-			   (unsigned)((b->size + CLI_PAGE - 1) / CLI_PAGE), false);
-	if (--s->nbufs == 0)
-		seg_free(ctx, s);
+	if (b->arena) {
+		/* Frozen out of an arena: the arena's pages come back under the frozen ones. */
+		uint64_t len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
+		void *p = mmap(s->addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+			       b->arena->fd, (off_t)b->arena_offset);
+
+		seg_free(ctx, s, p == MAP_FAILED);
+		arena_put(ctx, b->arena, b->arena_offset, b->size);
+	} else if (s->arena) {
+		arena_put(ctx, s, b->offset, b->size);
+	} else {
+		seg_free(ctx, s, true);
+	}
 	free(b);
 }
 
@@ -232,5 +253,89 @@ void cli_bufs_free_all(gpux_ctx *ctx)
 	while (ctx->bufs)
 		buf_free(ctx, ctx->bufs);
 	while (ctx->segs)
-		seg_free(ctx, ctx->segs);
+		seg_free(ctx, ctx->segs, true);
+}
+
+/* Lock held: the content key of a range of a frozen segment, computed once. */
+struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size)
+{
+	struct cli_range_key *k;
+
+	for (unsigned i = 0; i < MIN(s->nkeys, CLI_SEG_KEYS); i++)
+		if (s->keys[i].offset == offset && s->keys[i].size == size)
+			return s->keys[i].key;
+	k = &s->keys[s->nkeys++ % CLI_SEG_KEYS];
+	*k = (struct cli_range_key){ offset, size, ipc_key_of(s->addr + offset, size) };
+	return k->key;
+}
+
+/*
+ * A frozen copy: a new memfd with the bytes, sealed against writing, mapped read-only at
+ * the buffer's own address (MAP_FIXED) so that its data pointer does not change.
+ */
+GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
+{
+	gpux_ctx *ctx;
+	struct cli_seg *f, *old;
+	uint64_t len;
+	void *addr, *p;
+	int r;
+
+	if (!b)
+		return GPUX_E_INVAL;
+	ctx = b->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	old = b->seg;
+	if (old->frozen) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_OK;
+	}
+	len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
+	addr = old->addr + b->offset;
+	f = calloc(1, sizeof(*f));
+	if (!f) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_E_NOMEM;
+	}
+	r = ipc_segment_create("gpux-frozen", len, &f->fd);
+	if (r == 0 && pwrite(f->fd, addr, b->size, 0) != (ssize_t)b->size)
+		r = -EIO;
+	if (r == 0)
+		r = ipc_segment_seal_write(f->fd);
+	if (r == 0) {
+		p = mmap(addr, len, PROT_READ, MAP_SHARED | MAP_FIXED, f->fd, 0);
+		if (p == MAP_FAILED)
+			r = -errno;
+	}
+	if (r < 0) {
+		(void)safe_close(f->fd);
+		free(f);
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return r == -ENOMEM || r == -ENOSPC ? GPUX_E_NOMEM : GPUX_E_IO;
+	}
+	f->addr = addr;
+	f->size = len;
+	f->frozen = true;
+	f->nbufs = 1;
+	f->owner = cli_fork_gen;
+	f->id = ++ctx->next_obj_id;
+	f->next = ctx->segs;
+	if (ctx->segs)
+		ctx->segs->prev = f;
+	ctx->segs = f;
+	ctx->nsegs++;
+	(void)cli_seg_key(f, 0, b->size);
+	if (old->arena) {
+		/* Its pages stay taken in the arena until the buffer is freed. */
+		b->arena = old;
+		b->arena_offset = b->offset;
+	} else {
+		/* Its whole mapping was replaced: only the file and the workers' copies remain. */
+		seg_free(ctx, old, false);
+	}
+	b->seg = f;
+	b->offset = 0;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	return GPUX_OK;
 }

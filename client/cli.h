@@ -8,6 +8,7 @@
 
 #include <gpux/gpux.h>
 
+#include "ipc/key.h"
 #include "ipc/map.h"
 #include "ipc/proto.h"
 #include "ipc/status.h"
@@ -25,7 +26,15 @@
 #define CLI_PAGE 4096u
 #define CLI_SEGMENTS_MAX 4096u
 
-/* A memfd segment: an arena of small buffers or one large buffer. */
+/* Content keys of ranges of a frozen segment, for GPUX_ANY's affinity (computed once). */
+#define CLI_SEG_KEYS 4u
+
+struct cli_range_key {
+	uint64_t offset, size;
+	struct ipc_key key;
+};
+
+/* A memfd segment: an arena of small buffers, one large buffer, or one frozen buffer. */
 struct cli_seg {
 	struct cli_seg *prev, *next;
 	uint64_t id;
@@ -38,6 +47,8 @@ struct cli_seg {
 	unsigned nbufs;
 	uint64_t used_pages[CLI_ARENA_SIZE / CLI_PAGE / 64]; /* arena: pages in use */
 	uint64_t sent[IPC_DEVICES_MAX]; /* the channel (chan_gen) that has it, per device */
+	struct cli_range_key keys[CLI_SEG_KEYS]; /* frozen */
+	unsigned nkeys;
 };
 
 struct gpux_buf {
@@ -45,7 +56,18 @@ struct gpux_buf {
 	struct cli_seg *seg;
 	uint64_t offset;
 	uint64_t size;
+	struct cli_seg *arena; /* frozen out of an arena: the pages it still holds there */
+	uint64_t arena_offset;
 	struct gpux_buf *prev, *next;
+};
+
+struct gpux_dbuf {
+	gpux_ctx *ctx;
+	uint64_t id;
+	uint32_t device;
+	uint64_t size;
+	uint64_t chan_gen; /* the channel whose worker holds it; gone with it */
+	struct gpux_dbuf *prev, *next;
 };
 
 struct gpux_module {
@@ -122,6 +144,7 @@ struct gpux_ctx {
 	struct cli_seg *segs;
 	unsigned nsegs;
 	struct gpux_buf *bufs;
+	struct gpux_dbuf *dbufs;
 	struct gpux_module *modules;
 	struct gpux_queue *queues;
 	uint8_t *rbuf;
@@ -152,7 +175,11 @@ void cli_reqs_free_all(gpux_ctx *ctx);
 
 /* client/buf.c */
 int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device);
+struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size);
 void cli_bufs_free_all(gpux_ctx *ctx);
+
+/* client/dbuf.c */
+void cli_dbufs_free_all(gpux_ctx *ctx);
 
 /* client/module.c */
 int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device);

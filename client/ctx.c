@@ -710,6 +710,7 @@ GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx)
 	cli_after_fork(ctx);
 	cli_queues_free_all(ctx);
 	cli_modules_free_all(ctx);
+	cli_dbufs_free_all(ctx);
 	cli_bufs_free_all(ctx);
 	cli_reqs_free_all(ctx);
 	disconnect_fds(ctx);

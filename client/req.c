@@ -126,10 +126,38 @@ int cli_req_wait(struct gpux_req *r, uint64_t deadline)
 
 /* ---- choosing a device ---- */
 
-/* GPUX_ANY: a ready device with the least work queued (its worker's count, then ours). */
-static int pick_device(gpux_ctx *ctx, uint32_t *ret)
+/* Preferring a device that holds a cached input outweighs this many requests of backlog. */
+#define AFFINITY_WEIGHT 64u
+
+/* How many of the launch's cached inputs the device's status page says it holds. */
+static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *snap,
+			 const struct gpux_arg *args, uint32_t nargs)
 {
-	uint64_t best_load = UINT64_MAX;
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < nargs; i++) {
+		const struct gpux_arg *a = &args[i];
+		struct ipc_key k;
+		uint32_t bit[2];
+
+		if (a->kind != GPUX_ARG_IN || !(a->flags & GPUX_ARG_CACHED))
+			continue;
+		k = cli_seg_key(a->buf->seg, a->buf->offset + a->offset, a->size);
+		ipc_affinity_bits((uint32_t)geteuid(), k.lo, k.hi, bit);
+		if ((snap->affinity[bit[0] / 64] >> (bit[0] % 64) & 1) &&
+		    (snap->affinity[bit[1] / 64] >> (bit[1] % 64) & 1))
+			n++;
+	}
+	return n;
+}
+
+/*
+ * GPUX_ANY: the ready device with the least work queued (its worker's count, then ours),
+ * where holding a cached input of the launch counts for AFFINITY_WEIGHT requests.
+ */
+static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs, uint32_t *ret)
+{
+	uint64_t best_score = UINT64_MAX;
 	uint32_t best = UINT32_MAX;
 	int r;
 
@@ -137,14 +165,15 @@ static int pick_device(gpux_ctx *ctx, uint32_t *ret)
 		uint32_t i = (ctx->rr + k) % ctx->ndevices;
 		const struct cli_dev *d = &ctx->devs[i];
 		struct ipc_status_page snap;
-		uint64_t load = d->inflight;
+		uint64_t score = (uint64_t)d->inflight + AFFINITY_WEIGHT * IPC_ARGS_MAX;
 
 		if (d->chan_fd < 0 || d->info.state != GPUX_DEVICE_READY)
 			continue;
 		if (d->status && ipc_status_read(d->status, &snap))
-			load += snap.stats.inflight;
-		if (load < best_load) {
-			best_load = load;
+			score += snap.stats.inflight -
+				 (uint64_t)AFFINITY_WEIGHT * affinity(ctx, &snap, args, nargs);
+		if (score < best_score) {
+			best_score = score;
 			best = i;
 		}
 	}
@@ -168,16 +197,25 @@ static int pick_device(gpux_ctx *ctx, uint32_t *ret)
 
 /* ---- submission ---- */
 
-static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs)
+/*
+ * Check the arguments; *ret_device is the device their device buffers are on (all must be on
+ * one), or GPUX_ANY when there are none.
+ */
+static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs,
+			      uint32_t *ret_device)
 {
+	uint32_t device = GPUX_ANY;
+
 	if (nargs > IPC_ARGS_MAX || (nargs && !args))
 		return GPUX_E_INVAL;
 	for (uint32_t i = 0; i < nargs; i++) {
 		const struct gpux_arg *a = &args[i];
 
+		if (a->flags & ~(uint32_t)GPUX_ARG_CACHED)
+			return GPUX_E_INVAL;
 		switch (a->kind) {
 		case GPUX_ARG_SCALAR:
-			if (!a->value || a->size == 0 || a->size > IPC_SCALAR_MAX)
+			if (!a->value || a->size == 0 || a->size > IPC_SCALAR_MAX || a->flags)
 				return GPUX_E_INVAL;
 			break;
 		case GPUX_ARG_IN:
@@ -187,13 +225,25 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 			if (!a->buf || a->buf->ctx != ctx || a->size == 0 ||
 			    !range_ok(a->offset, a->size, a->buf->size))
 				return GPUX_E_INVAL;
+			/* A frozen buffer is read only, and only a frozen one can be cached. */
 			if (a->kind != GPUX_ARG_IN && a->buf->seg->frozen)
 				return GPUX_E_INVAL;
+			if ((a->flags & GPUX_ARG_CACHED) &&
+			    (a->kind != GPUX_ARG_IN || !a->buf->seg->frozen))
+				return GPUX_E_INVAL;
+			break;
+		case GPUX_ARG_DBUF:
+			if (!a->dbuf || a->dbuf->ctx != ctx || a->size == 0 || a->flags ||
+			    !range_ok(a->offset, a->size, a->dbuf->size) ||
+			    (device != GPUX_ANY && device != a->dbuf->device))
+				return GPUX_E_INVAL;
+			device = a->dbuf->device;
 			break;
 		default:
 			return GPUX_E_INVAL;
 		}
 	}
+	*ret_device = device;
 	return GPUX_OK;
 }
 
@@ -222,12 +272,17 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 		s.block[i] = l->block[i] ? l->block[i] : 1;
 	}
 	for (uint32_t i = 0; i < nargs; i++) {
-		if (args[i].kind != GPUX_ARG_SCALAR) {
+		if (args[i].kind == GPUX_ARG_DBUF) {
+			/* Its memory went with the worker that held it. */
+			if (args[i].dbuf->chan_gen != ctx->devs[device].chan_gen)
+				return GPUX_E_WORKER_LOST;
+		} else if (args[i].kind != GPUX_ARG_SCALAR) {
 			rc = cli_seg_sync(ctx, args[i].buf->seg, device);
 			if (rc < 0)
 				return rc;
 		}
-		data_len = ALIGN_UP(data_len, 8u) + (args[i].kind == GPUX_ARG_SCALAR ? (uint32_t)args[i].size : 0);
+		data_len = ALIGN_UP(data_len, 8u) +
+			   (args[i].kind == GPUX_ARG_SCALAR ? (uint32_t)args[i].size : 0);
 	}
 	if (data_len > sizeof(data)) {
 		big = malloc(data_len);
@@ -244,9 +299,17 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 			wire[i] = (struct ipc_arg){ .kind = a->kind, .offset = data_len, .size = a->size };
 			memcpy(dp + data_len, a->value, a->size);
 			data_len += (uint32_t)a->size;
+		} else if (a->kind == GPUX_ARG_DBUF) {
+			wire[i] = (struct ipc_arg){
+				.kind = a->kind,
+				.ref = a->dbuf->id,
+				.offset = a->offset,
+				.size = a->size,
+			};
 		} else {
 			wire[i] = (struct ipc_arg){
 				.kind = a->kind,
+				.flags = a->flags,
 				.ref = a->buf->seg->id,
 				.offset = a->buf->offset + a->offset,
 				.size = a->size,
@@ -286,7 +349,7 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 {
 	gpux_ctx *ctx;
 	struct gpux_req *r = NULL;
-	uint32_t device;
+	uint32_t device, dbuf_device;
 	size_t klen;
 	int rc;
 
@@ -296,10 +359,14 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	if (klen == 0 || klen > IPC_KERNEL_NAME_MAX)
 		return GPUX_E_INVAL;
 	ctx = m->ctx;
-	rc = check_args(ctx, args, nargs);
+	rc = check_args(ctx, args, nargs, &dbuf_device);
 	if (rc < 0)
 		return (gpux_status)rc;
 	if (l->queue && l->queue->ctx != ctx)
+		return GPUX_E_INVAL;
+	/* Device buffers decide the device: a launch that names another is a mistake. */
+	device = l->queue ? l->queue->device : l->device;
+	if (dbuf_device != GPUX_ANY && device != GPUX_ANY && device != dbuf_device)
 		return GPUX_E_INVAL;
 
 	(void)pthread_mutex_lock(&ctx->lock);
@@ -309,8 +376,10 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	/* Twice at most: a worker that died just as we sent gets the request again. */
 	for (unsigned attempt = 0; attempt < 2; attempt++) {
 		device = l->queue ? l->queue->device : l->device;
+		if (device == GPUX_ANY)
+			device = dbuf_device;
 		if (device == GPUX_ANY) {
-			rc = pick_device(ctx, &device);
+			rc = pick_device(ctx, args, nargs, &device);
 			if (rc < 0)
 				goto out;
 		}

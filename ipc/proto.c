@@ -209,6 +209,39 @@ int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_
 	return 0;
 }
 
+int ipc_decode_dbuf_alloc(const struct ipc_msg *msg, struct ipc_dbuf_alloc *ret)
+{
+	struct ipc_dbuf_alloc m;
+	int r = decode_fixed(msg, IPC_DBUF_ALLOC, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.size == 0 || m.flags != 0)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_dbuf_free(const struct ipc_msg *msg, struct ipc_dbuf_free *ret)
+{
+	return decode_fixed(msg, IPC_DBUF_FREE, ret, sizeof(*ret), 0);
+}
+
+int ipc_decode_copy(const struct ipc_msg *msg, struct ipc_copy *ret)
+{
+	struct ipc_copy m;
+	uint64_t end;
+	int r = decode_fixed(msg, IPC_COPY, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if ((m.dir != IPC_COPY_TO_DBUF && m.dir != IPC_COPY_FROM_DBUF) || m.size == 0 || m.flags ||
+	    !add_ok(m.dbuf_offset, m.size, &end) || !add_ok(m.seg_offset, m.size, &end))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
 static int check_arg(const struct ipc_arg *a, uint32_t data_len)
 {
 	switch (a->kind) {
@@ -219,9 +252,12 @@ static int check_arg(const struct ipc_arg *a, uint32_t data_len)
 	case GPUX_ARG_IN:
 	case GPUX_ARG_OUT:
 	case GPUX_ARG_INOUT:
-	case GPUX_ARG_MAPPED: {
+	case GPUX_ARG_MAPPED:
+	case GPUX_ARG_DBUF: {
 		uint64_t end;
-		if (a->size == 0 || a->flags != 0 || !add_ok(a->offset, a->size, &end))
+		uint32_t allowed = a->kind == GPUX_ARG_IN ? GPUX_ARG_CACHED : 0;
+
+		if (a->size == 0 || (a->flags & ~allowed) || !add_ok(a->offset, a->size, &end))
 			return -EBADMSG;
 		return 0;
 	}
@@ -449,6 +485,9 @@ const char *ipc_type_name(uint16_t type)
 		[IPC_KILLED] = "killed",
 		[IPC_QUEUE_OPEN] = "queue-open",
 		[IPC_QUEUE_CLOSE] = "queue-close",
+		[IPC_DBUF_ALLOC] = "dbuf-alloc",
+		[IPC_DBUF_FREE] = "dbuf-free",
+		[IPC_COPY] = "copy",
 	};
 
 	if (type < IPC_TYPE_MAX_ && names[type])

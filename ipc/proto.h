@@ -64,6 +64,9 @@ enum ipc_type {
 	IPC_KILLED = 14,    /* gpuxd -> client: a request of yours ran past its deadline */
 	IPC_QUEUE_OPEN = 15, /* client -> worker; answered by DONE */
 	IPC_QUEUE_CLOSE = 16, /* client -> worker */
+	IPC_DBUF_ALLOC = 17, /* client -> worker; answered by DONE */
+	IPC_DBUF_FREE = 18, /* client -> worker */
+	IPC_COPY = 19,      /* client -> worker: between a shared buffer and a device buffer; DONE */
 	IPC_TYPE_MAX_
 };
 
@@ -157,6 +160,38 @@ struct ipc_queue_msg {
 	uint32_t flags;
 };
 
+struct ipc_dbuf_alloc {
+	uint64_t dbuf_id;
+	uint64_t size;
+	uint32_t flags; /* none yet: 0 */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_dbuf_alloc) == 24, "wire ABI");
+
+struct ipc_dbuf_free {
+	uint64_t dbuf_id;
+};
+_Static_assert(sizeof(struct ipc_dbuf_free) == 8, "wire ABI");
+
+enum ipc_copy_dir {
+	IPC_COPY_TO_DBUF = 1,
+	IPC_COPY_FROM_DBUF = 2,
+};
+
+/* Ordered in its queue like a launch. */
+struct ipc_copy {
+	uint64_t dbuf_id;
+	uint64_t dbuf_offset;
+	uint64_t seg_id;
+	uint64_t seg_offset;
+	uint64_t size;
+	uint32_t dir; /* enum ipc_copy_dir */
+	uint32_t queue;
+	uint32_t flags; /* none yet: 0 */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_copy) == 56, "wire ABI");
+
 struct ipc_submit {
 	uint64_t mod_id;
 	uint32_t queue;
@@ -176,8 +211,8 @@ _Static_assert(sizeof(struct ipc_submit) == 64, "wire ABI");
 
 struct ipc_arg {
 	uint32_t kind; /* enum gpux_arg_kind */
-	uint32_t flags;
-	uint64_t ref;  /* segment id for buffer kinds */
+	uint32_t flags; /* GPUX_ARG_CACHED (IN only) */
+	uint64_t ref;  /* segment id for buffer kinds, device buffer id for DBUF */
 	uint64_t offset;
 	uint64_t size;
 };
@@ -307,6 +342,9 @@ int ipc_decode_seg_drop(const struct ipc_msg *msg, struct ipc_seg_drop *ret);
 int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret);
 int ipc_decode_mod_drop(const struct ipc_msg *msg, struct ipc_mod_drop *ret);
 int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_msg *ret);
+int ipc_decode_dbuf_alloc(const struct ipc_msg *msg, struct ipc_dbuf_alloc *ret);
+int ipc_decode_dbuf_free(const struct ipc_msg *msg, struct ipc_dbuf_free *ret);
+int ipc_decode_copy(const struct ipc_msg *msg, struct ipc_copy *ret);
 int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret);
 int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret);
 int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret);

@@ -63,6 +63,10 @@ static void usage(FILE *f)
 		"  --max-timeout-ms MS   the longest deadline a client may ask for (default %d)\n"
 		"  --drain-ms MS         on SIGTERM, how long requests may finish (default %d)\n"
 		"  --quota-pinned BYTES  shared memory a client may attach per device\n"
+		"  --quota-device BYTES  device memory a client may hold in device buffers\n"
+		"                        (default half the device's)\n"
+		"  --cache-bytes BYTES   the device cache's budget (default a quarter of the device)\n"
+		"  --cache-ttl-ms MS     cached inputs unused this long go (default 600000)\n"
 		"  --slots N             streams per worker\n"
 		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660)\n"
 		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
@@ -103,7 +107,8 @@ static int parse_group(const char *s, gid_t *ret)
 static int parse_args(int argc, char **argv, struct sup_opts *o)
 {
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
-	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_SLOTS, O_GROUP, O_MODE, O_MAXC };
+	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL,
+	       O_SLOTS, O_GROUP, O_MODE, O_MAXC };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -117,6 +122,9 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
 		{ "drain-ms", required_argument, NULL, O_DRAIN },
 		{ "quota-pinned", required_argument, NULL, O_QUOTA },
+		{ "quota-device", required_argument, NULL, O_QUOTADEV },
+		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
+		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
 		{ "slots", required_argument, NULL, O_SLOTS },
 		{ "allow-group", required_argument, NULL, O_GROUP },
 		{ "socket-mode", required_argument, NULL, O_MODE },
@@ -166,6 +174,9 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		case O_MAXTIMEOUT:
 		case O_DRAIN:
 		case O_QUOTA:
+		case O_QUOTADEV:
+		case O_CACHEBYTES:
+		case O_CACHETTL:
 		case O_SLOTS:
 		case O_MAXC:
 			r = parse_u64(optarg, 10, &v);
@@ -181,6 +192,12 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 				o->drain_ms = v;
 			else if (c == O_QUOTA)
 				o->quota_pinned = v;
+			else if (c == O_QUOTADEV)
+				o->quota_device = v;
+			else if (c == O_CACHEBYTES)
+				o->cache_bytes = v;
+			else if (c == O_CACHETTL)
+				o->cache_ttl_ms = v;
 			else if (c == O_SLOTS)
 				o->slots = (unsigned)MIN(v, IPC_STATUS_SLOTS);
 			else

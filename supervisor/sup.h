@@ -48,6 +48,9 @@ struct sup_opts {
 	uint64_t max_timeout_ms;
 	uint64_t drain_ms;
 	uint64_t quota_pinned;
+	uint64_t quota_device;
+	uint64_t cache_bytes;
+	uint64_t cache_ttl_ms;
 	unsigned host_devices;
 	unsigned slots;
 	unsigned max_clients;

@@ -299,8 +299,9 @@ static int dup_high(int fd)
 static int spawn(struct sup_worker *w)
 {
 	struct sup *s = w->s;
-	char dev[16], ppid[16], timeout[24], maxtimeout[24], slots[16], quota[24];
-	char *argv[24];
+	char dev[16], ppid[16], timeout[24], maxtimeout[24], slots[16], quota[24], qdev[24],
+		cbytes[24], cttl[24];
+	char *argv[32];
 	unsigned argc = 0;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
@@ -330,6 +331,9 @@ static int spawn(struct sup_worker *w)
 		       (unsigned long long)s->opts.max_timeout_ms);
 	(void)snprintf(slots, sizeof(slots), "%u", s->opts.slots);
 	(void)snprintf(quota, sizeof(quota), "%llu", (unsigned long long)s->opts.quota_pinned);
+	(void)snprintf(qdev, sizeof(qdev), "%llu", (unsigned long long)s->opts.quota_device);
+	(void)snprintf(cbytes, sizeof(cbytes), "%llu", (unsigned long long)s->opts.cache_bytes);
+	(void)snprintf(cttl, sizeof(cttl), "%llu", (unsigned long long)s->opts.cache_ttl_ms);
 	argv[argc++] = (char *)s->opts.worker_path;
 	argv[argc++] = "--device";
 	argv[argc++] = dev;
@@ -350,6 +354,19 @@ static int spawn(struct sup_worker *w)
 	if (s->opts.slots) {
 		argv[argc++] = "--slots";
 		argv[argc++] = slots;
+	}
+	/* 0: the worker's own default, from its device's memory. */
+	if (s->opts.quota_device) {
+		argv[argc++] = "--quota-device";
+		argv[argc++] = qdev;
+	}
+	if (s->opts.cache_bytes) {
+		argv[argc++] = "--cache-bytes";
+		argv[argc++] = cbytes;
+	}
+	if (s->opts.cache_ttl_ms) {
+		argv[argc++] = "--cache-ttl-ms";
+		argv[argc++] = cttl;
 	}
 	if (s->opts.cache_dir) {
 		argv[argc++] = "--cache-dir";

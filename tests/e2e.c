@@ -94,6 +94,22 @@ const char test_host_kernels[] =
 	"}\n"
 	"GPUX_HOST_KERNEL(empty)\n"
 	"{\n"
+	"}\n"
+	/* For queues that overlap: one waits (10 s at most) for a flag that the other sets. */
+	"GPUX_HOST_PARAMS(wait_flag, sizeof(int *), sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(wait_flag)\n"
+	"{\n"
+	"	volatile int *flag = GPUX_ARG(int *, 0);\n"
+	"	int *seen = GPUX_ARG(int *, 1);\n"
+	"	struct timespec ms = { 0, 1000000 };\n"
+	"	for (int i = 0; i < 10000 && !*flag; i++)\n"
+	"		nanosleep(&ms, NULL);\n"
+	"	*seen = *flag;\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(set_flag, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(set_flag)\n"
+	"{\n"
+	"	*GPUX_ARG(volatile int *, 0) = 1;\n"
 	"}\n";
 
 const size_t test_host_kernels_len = sizeof(test_host_kernels) - 1;

@@ -159,29 +159,41 @@ static int sample_fixed(void *buf, size_t cap, uint16_t type, unsigned nfds, con
 	return ipc_encode(buf, cap, type, 100 + type, nfds, m, len, NULL, 0);
 }
 
-static int sample_submit(void *buf, size_t cap, bool with_args)
+/* Scalar data that the samples' SCALAR arguments point into. */
+static const uint8_t submit_data[] = { 0, 0, 0x80, 0x3f, 0x10, 0, 0, 0, 0xaa, 0xbb };
+
+static const struct ipc_arg submit_args[] = {
+	{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
+	{ .kind = GPUX_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
+	{ .kind = GPUX_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
+	{ .kind = GPUX_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
+	{ .kind = GPUX_ARG_SCALAR, .offset = 4, .size = 4 },
+	{ .kind = GPUX_ARG_SCALAR, .offset = 8, .size = 2 },
+};
+
+/* Two device buffer ranges, and a cached IN of frozen segment 8 (the seg-add-frozen sample). */
+static const struct ipc_arg submit_dbuf_args[] = {
+	{ .kind = GPUX_ARG_DBUF, .ref = 11, .offset = 0, .size = 1 * MiB },
+	{ .kind = GPUX_ARG_IN, .flags = GPUX_ARG_CACHED, .ref = 8, .offset = 0, .size = 4096 },
+	{ .kind = GPUX_ARG_DBUF, .ref = 12, .offset = 4096, .size = 4096 },
+	{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
+};
+
+static int sample_submit(void *buf, size_t cap, const char *name, const struct ipc_arg *args,
+			 uint32_t nargs)
 {
-	static const uint8_t data[] = { 0, 0, 0x80, 0x3f, 0x10, 0, 0, 0, 0xaa, 0xbb };
-	const struct ipc_arg args[] = {
-		{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
-		{ .kind = GPUX_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
-		{ .kind = GPUX_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
-		{ .kind = GPUX_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
-		{ .kind = GPUX_ARG_SCALAR, .offset = 4, .size = 4 },
-		{ .kind = GPUX_ARG_SCALAR, .offset = 8, .size = 2 },
-	};
 	struct ipc_submit m = {
 		.mod_id = 3,
 		.queue = 1,
-		.nargs = with_args ? ARRAY_SIZE(args) : 0,
+		.nargs = nargs,
 		.grid = { 128, 2, 1 },
 		.block = { 256, 1, 1 },
 		.shared_bytes = 1024,
 		.timeout_ms = 5000,
-		.data_len = with_args ? sizeof(data) : 0,
+		.data_len = nargs ? sizeof(submit_data) : 0,
 	};
 
-	return ipc_encode_submit(buf, cap, 200, &m, args, with_args ? "saxpy" : "empty", data);
+	return ipc_encode_submit(buf, cap, 200, &m, args, name, submit_data);
 }
 
 static int sample_mod_load(void *buf, size_t cap, unsigned form)
@@ -291,10 +303,10 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 	}
 	case 14:
 		*s = (struct test_sample){ "submit", IPC_SUBMIT, 0, 0 };
-		return sample_submit(buf, cap, true);
+		return sample_submit(buf, cap, "saxpy", submit_args, ARRAY_SIZE(submit_args));
 	case 15:
 		*s = (struct test_sample){ "submit-no-args", IPC_SUBMIT, 0, 0 };
-		return sample_submit(buf, cap, false);
+		return sample_submit(buf, cap, "empty", NULL, 0);
 	case 16: {
 		struct ipc_done m = { GPUX_OK, 0, 1000, 20000, 15000 };
 		*s = (struct test_sample){ "done", IPC_DONE, 0, 0 };
@@ -332,6 +344,32 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		*s = (struct test_sample){ "queue-close", IPC_QUEUE_CLOSE, 0, 0 };
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
+	case 24: {
+		struct ipc_dbuf_alloc m = { .dbuf_id = 11, .size = 64 * MiB };
+		*s = (struct test_sample){ "dbuf-alloc", IPC_DBUF_ALLOC, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 25: {
+		struct ipc_dbuf_free m = { 11 };
+		*s = (struct test_sample){ "dbuf-free", IPC_DBUF_FREE, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 26: {
+		struct ipc_copy m = { .dbuf_id = 11, .dbuf_offset = 4096, .seg_id = 7, .seg_offset = 0,
+				      .size = 4096, .dir = IPC_COPY_TO_DBUF, .queue = 1 };
+		*s = (struct test_sample){ "copy-to-dbuf", IPC_COPY, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 27: {
+		struct ipc_copy m = { .dbuf_id = 12, .seg_id = 7, .seg_offset = 1 * MiB, .size = 1 * MiB,
+				      .dir = IPC_COPY_FROM_DBUF };
+		*s = (struct test_sample){ "copy-from-dbuf", IPC_COPY, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
+	case 28:
+		*s = (struct test_sample){ "submit-dbuf-cached", IPC_SUBMIT, 0, 0 };
+		return sample_submit(buf, cap, "stencil", submit_dbuf_args,
+				     ARRAY_SIZE(submit_dbuf_args));
 	default:
 		return -ENOENT;
 	}

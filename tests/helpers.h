@@ -64,7 +64,8 @@ struct test_sample {
 /*
  * Build valid sample message number i into buf (cap bytes; IPC_MSG_MAX is always enough).
  * Samples cover every message type, several forms of some (a DEVICE with and without its
- * channel, inline and memfd code). Returns false when there is no sample i: iterate from 0.
+ * channel, inline and memfd code, a copy each way). Returns false when there is no sample i:
+ * iterate from 0.
  */
 bool test_msg_sample(unsigned i, void *buf, size_t cap, struct test_sample *ret);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "e2e.h"
@@ -282,6 +283,123 @@ static void test_cuda_fake_injected_launch_failure(void **state)
 	sticky_case("cuLaunchKernel:2:719", "spin");
 }
 
+static uint64_t stat_of(const struct test_daemon *d, size_t off);
+#define STAT(d, field) stat_of((d), offsetof(struct ipc_stats, field))
+
+/* add1 with a cached input: the first request uploads it (apart from its stream), later ones
+ * and other buffers with the same bytes use the device copy. */
+static void run_cached_add1(gpux_ctx *ctx, gpux_module *m, gpux_buf *in, uint64_t n)
+{
+	gpux_buf *out;
+	struct gpux_arg args[3];
+	struct gpux_launch l = test_launch_1d(n, 0, NULL);
+
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	memset(gpux_buf_data(out), 0xff, n * 4);
+	args[0] = GPUX_ARG_VALUE(n);
+	args[1] = gpux_arg_cached(in, 0, n * 4);
+	args[2] = gpux_arg_out(out, 0, n * 4);
+	assert_int_equal(gpux_run(m, "add1", &l, args, 3), GPUX_OK);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(((float *)gpux_buf_data(out))[i],
+				   ((float *)gpux_buf_data(in))[i] + 1, 0);
+	gpux_buf_free(out);
+}
+
+static gpux_buf *frozen(gpux_ctx *ctx, uint64_t n, uint64_t seed)
+{
+	gpux_buf *b;
+
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &b), GPUX_OK);
+	test_fill_random(gpux_buf_data(b), n, &seed);
+	assert_int_equal(gpux_buf_freeze(b), GPUX_OK);
+	return b;
+}
+
+static void test_cuda_fake_cache_and_dbufs(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--allow-group", "65534", NULL };
+	struct test_daemon d;
+	const uint64_t n = 20000;
+	gpux_ctx *ctx;
+	gpux_module *m;
+	gpux_buf *a, *b, *x, *y;
+	gpux_dbuf *da, *db;
+	gpux_req *r;
+	pid_t pid;
+	int st;
+
+	test_daemon_start(&d, args);
+	assert_int_equal(chmod(d.dir, 0755), 0);
+	ctx = test_connect(&d);
+	m = load_ptx(ctx);
+	a = frozen(ctx, n, 11);
+	b = frozen(ctx, n, 11);
+	run_cached_add1(ctx, m, a, n);
+	run_cached_add1(ctx, m, a, n);
+	run_cached_add1(ctx, m, b, n);
+	assert_int_equal(STAT(&d, cache_misses), 1);
+	assert_int_equal(STAT(&d, cache_hits), 2);
+
+	/* The same bytes from another user are not the same entry. */
+	if (geteuid() == 0) {
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			gpux_ctx *c;
+			gpux_module *om;
+			gpux_buf *ob, *out;
+			uint64_t seed = 11;
+			struct gpux_launch l = test_launch_1d(n, 0, NULL);
+			struct gpux_arg oa[3];
+
+			if (setgid(65534) < 0 || setuid(65534) < 0 || gpux_connect(d.sock, &c) ||
+			    gpux_module_load(c, GPUX_LANG_PTX, ptx, sizeof(ptx), NULL, &om, NULL) ||
+			    gpux_buf_alloc(c, n * 4, &ob) || gpux_buf_alloc(c, n * 4, &out))
+				_exit(1);
+			test_fill_random(gpux_buf_data(ob), n, &seed);
+			if (gpux_buf_freeze(ob))
+				_exit(2);
+			oa[0] = GPUX_ARG_VALUE(n);
+			oa[1] = gpux_arg_cached(ob, 0, n * 4);
+			oa[2] = gpux_arg_out(out, 0, n * 4);
+			_exit(gpux_run(om, "add1", &l, oa, 3) == GPUX_OK ? 0 : 3);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+		assert_int_equal(STAT(&d, cache_hits), 2);
+		assert_int_equal(STAT(&d, cache_misses), 2);
+	}
+
+	/* x -> device buffer -> add1 -> device buffer -> back: the copies and kernel arguments. */
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &(uint64_t){ 5 });
+	assert_int_equal(gpux_dbuf_alloc(ctx, 0, n * 4, &da), GPUX_OK);
+	assert_int_equal(gpux_dbuf_alloc(ctx, 0, n * 4, &db), GPUX_OK);
+	assert_int_equal(gpux_dbuf_write(da, 0, x, 0, n * 4, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	{
+		struct gpux_arg ka[] = { GPUX_ARG_VALUE(n), gpux_arg_dbuf(da, 0, n * 4),
+					 gpux_arg_dbuf(db, 0, n * 4) };
+		struct gpux_launch l = test_launch_1d(n, GPUX_ANY, NULL);
+		assert_int_equal(gpux_run(m, "add1", &l, ka, 3), GPUX_OK);
+	}
+	assert_int_equal(gpux_dbuf_read(y, 0, db, 0, n * 4, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(((float *)gpux_buf_data(y))[i],
+				   ((float *)gpux_buf_data(x))[i] + 1, 0);
+	gpux_dbuf_free(db);
+	gpux_dbuf_free(da);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
 static bool have_nvrtc(void)
 {
 	return access("/usr/local/cuda/lib64/libnvrtc.so", R_OK) == 0 || getenv("GPUX_NVRTC_LIB");
@@ -297,8 +415,6 @@ static uint64_t stat_of(const struct test_daemon *d, size_t off)
 	memcpy(&v, (const uint8_t *)&devs[0].stats + off, sizeof(v));
 	return v;
 }
-
-#define STAT(d, field) stat_of((d), offsetof(struct ipc_stats, field))
 
 /* Load the CUDA C++ saxpy and check it on fresh data. */
 static void nvrtc_saxpy(const struct test_daemon *d, float a)
@@ -416,6 +532,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_fake_out_of_memory_is_not_fatal),
 		cmocka_unit_test(test_cuda_fake_fault_restarts_worker),
 		cmocka_unit_test(test_cuda_fake_injected_launch_failure),
+		cmocka_unit_test(test_cuda_fake_cache_and_dbufs),
 		cmocka_unit_test(test_cuda_nvrtc_compile_and_disk_cache),
 		cmocka_unit_test(test_cuda_nvrtc_errors_and_sandbox),
 	};

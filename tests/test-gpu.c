@@ -78,6 +78,31 @@ static const char kernels[] =
 	"{\n"
 	"	p[1ull << 40] = 1.0f;\n"
 	"}\n"
+	"extern \"C\" __global__ void add1(unsigned long long n, const float *in, float *out)\n"
+	"{\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	if (i < n)\n"
+	"		out[i] = in[i] + 1.0f;\n"
+	"}\n"
+	"extern \"C\" __global__ void square(unsigned long long n, const float *in, float *out)\n"
+	"{\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	if (i < n)\n"
+	"		out[i] = in[i] * in[i];\n"
+	"}\n"
+	"extern \"C\" __global__ void wait_flag(volatile int *flag, int *seen,\n"
+	"                                      unsigned long long cycles)\n"
+	"{\n"
+	"	unsigned long long t0 = clock64();\n"
+	"	while (!*flag && clock64() - t0 < cycles)\n"
+	"		;\n"
+	"	*seen = *flag;\n"
+	"}\n"
+	"extern \"C\" __global__ void set_flag(volatile int *flag)\n"
+	"{\n"
+	"	*flag = 1;\n"
+	"	__threadfence_system();\n"
+	"}\n"
 	"extern \"C\" __global__ void spin(unsigned long long ns)\n"
 	"{\n"
 	"	unsigned long long t0 = clock64();\n"
@@ -486,6 +511,127 @@ static void test_gpu_32_forked_children(void **state)
 	gpux_buf_free(x);
 }
 
+static void test_gpu_cached_input_hits(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 64ull << 20;
+	gpux_buf *in, *out;
+	uint64_t hits0 = stat_of(e, offsetof(struct ipc_stats, cache_hits));
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &in), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(in), n, &e->seed);
+	assert_int_equal(gpux_buf_freeze(in), GPUX_OK);
+	for (int round = 0; round < 3; round++) {
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_cached(in, 0, n * 4),
+					   gpux_arg_out(out, 0, n * 4) };
+		struct gpux_launch l = { .grid = { 4096 }, .block = { 256 } };
+		const float *pi = gpux_buf_data(in), *po = gpux_buf_data(out);
+
+		poison(gpux_buf_data(out), n * 4);
+		assert_int_equal(gpux_run(e->m, "scale2p1", &l, args, 3), GPUX_OK);
+		for (uint64_t i = 0; i < n; i += 4093)
+			assert_float_equal(po[i], pi[i] * 2.0f + 1.0f, 0);
+		assert_float_equal(po[n - 1], pi[n - 1] * 2.0f + 1.0f, 0);
+	}
+	assert_int_equal(stat_of(e, offsetof(struct ipc_stats, cache_hits)) - hits0, 2);
+	gpux_buf_free(out);
+	gpux_buf_free(in);
+}
+
+/* x -> device buffer -> add1 -> square -> saxpy, never through the host, against the CPU. */
+static void test_gpu_dbuf_chain(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 1 << 22;
+	gpux_buf *x, *y;
+	gpux_dbuf *a, *b, *c;
+	gpux_req *r;
+	float alpha = 0.5f;
+	struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+				 .device = GPUX_ANY };
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &y), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &e->seed);
+	poison(gpux_buf_data(y), n * 4);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, n * 4, &a), GPUX_OK);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, n * 4, &b), GPUX_OK);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, n * 4, &c), GPUX_OK);
+	assert_int_equal(gpux_dbuf_write(a, 0, x, 0, n * 4, NULL, &r), GPUX_OK);
+	gpux_req_free(r);
+	{
+		struct gpux_arg k1[] = { GPUX_ARG_VALUE(n), gpux_arg_dbuf(a, 0, n * 4),
+					 gpux_arg_dbuf(b, 0, n * 4) };
+		struct gpux_arg k2[] = { GPUX_ARG_VALUE(n), gpux_arg_dbuf(b, 0, n * 4),
+					 gpux_arg_dbuf(c, 0, n * 4) };
+		struct gpux_arg k3[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(alpha),
+					 gpux_arg_dbuf(c, 0, n * 4), gpux_arg_dbuf(a, 0, n * 4),
+					 gpux_arg_dbuf(b, 0, n * 4) };
+		gpux_req *q[3];
+
+		/* In order on the default queue; only the last is waited for. */
+		assert_int_equal(gpux_submit(e->m, "add1", &l, k1, 3, &q[0]), GPUX_OK);
+		assert_int_equal(gpux_submit(e->m, "square", &l, k2, 3, &q[1]), GPUX_OK);
+		assert_int_equal(gpux_submit(e->m, "saxpy", &l, k3, 5, &q[2]), GPUX_OK);
+		assert_int_equal(gpux_wait(q[2], 30000), GPUX_OK);
+		for (int i = 0; i < 3; i++) {
+			assert_int_equal(gpux_wait(q[i], 0), GPUX_OK);
+			gpux_req_free(q[i]);
+		}
+	}
+	assert_int_equal(gpux_dbuf_read(y, 0, b, 0, n * 4, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, 30000), GPUX_OK);
+	gpux_req_free(r);
+	for (uint64_t i = 0; i < n; i++) {
+		float xi = ((float *)gpux_buf_data(x))[i], t = xi + 1.0f;
+		assert_float_equal(((float *)gpux_buf_data(y))[i], alpha * (t * t) + xi,
+				   1e-5 * (1 + fabsf(alpha * t * t + xi)));
+	}
+	gpux_dbuf_free(c);
+	gpux_dbuf_free(b);
+	gpux_dbuf_free(a);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+}
+
+/* Two queues run at once: a kernel waits for a flag in mapped memory that only the other
+ * queue's kernel sets (it gives up after some seconds of clock cycles). */
+static void test_gpu_queues_overlap(void **state)
+{
+	struct env *e = *state;
+	gpux_queue *q1, *q2;
+	gpux_buf *flag;
+	gpux_req *w, *s;
+	uint64_t cycles = 20ull * 1000 * 1000 * 1000;
+	int *f;
+
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &q1), GPUX_OK);
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &q2), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 8, &flag), GPUX_OK);
+	f = gpux_buf_data(flag);
+	f[0] = 0;
+	f[1] = -1;
+	{
+		struct gpux_launch l1 = { .grid = { 1 }, .block = { 1 }, .queue = q1 };
+		struct gpux_launch l2 = { .grid = { 1 }, .block = { 1 }, .queue = q2 };
+		struct gpux_arg wa[] = { gpux_arg_mapped(flag, 0, 4), gpux_arg_mapped(flag, 4, 4),
+					 GPUX_ARG_VALUE(cycles) };
+		struct gpux_arg sa[] = { gpux_arg_mapped(flag, 0, 4) };
+
+		assert_int_equal(gpux_submit(e->m, "wait_flag", &l1, wa, 3, &w), GPUX_OK);
+		assert_int_equal(gpux_submit(e->m, "set_flag", &l2, sa, 1, &s), GPUX_OK);
+	}
+	assert_int_equal(gpux_wait(w, 60000), GPUX_OK);
+	assert_int_equal(gpux_wait(s, 60000), GPUX_OK);
+	assert_int_equal(f[1], 1);
+	gpux_req_free(w);
+	gpux_req_free(s);
+	gpux_buf_free(flag);
+	gpux_queue_free(q2);
+	gpux_queue_free(q1);
+}
+
 /* Is there a GPU that the worker can use? */
 static bool have_gpu(void)
 {
@@ -512,6 +658,9 @@ int main(void)
 		cmocka_unit_test(test_gpu_deadline),
 		cmocka_unit_test(test_gpu_module_from_disk_after_restart),
 		cmocka_unit_test(test_gpu_32_forked_children),
+		cmocka_unit_test(test_gpu_cached_input_hits),
+		cmocka_unit_test(test_gpu_dbuf_chain),
+		cmocka_unit_test(test_gpu_queues_overlap),
 	};
 
 	if (!have_gpu()) {

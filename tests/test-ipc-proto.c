@@ -34,6 +34,9 @@ static int decode_as(const struct ipc_msg *msg, uint16_t type)
 		struct ipc_mod_load_msg mod_load;
 		struct ipc_mod_drop mod_drop;
 		struct ipc_queue_msg queue;
+		struct ipc_dbuf_alloc dbuf_alloc;
+		struct ipc_dbuf_free dbuf_free;
+		struct ipc_copy copy;
 		struct ipc_submit_msg submit;
 		struct ipc_done_msg done;
 		struct ipc_status_req status_req;
@@ -73,6 +76,12 @@ static int decode_as(const struct ipc_msg *msg, uint16_t type)
 	case IPC_QUEUE_OPEN:
 	case IPC_QUEUE_CLOSE:
 		return ipc_decode_queue(msg, type, &u.queue);
+	case IPC_DBUF_ALLOC:
+		return ipc_decode_dbuf_alloc(msg, &u.dbuf_alloc);
+	case IPC_DBUF_FREE:
+		return ipc_decode_dbuf_free(msg, &u.dbuf_free);
+	case IPC_COPY:
+		return ipc_decode_copy(msg, &u.copy);
 	}
 	fail_msg("no decoder for type %u", type);
 	return 0;
@@ -338,6 +347,69 @@ static void test_proto_queue_round_trips(void **state)
 	}
 }
 
+static void test_proto_dbuf_alloc_round_trips(void **state)
+{
+	struct ipc_dbuf_alloc in = { UINT64_MAX, UINT64_MAX - 1, 0, 0 }, out;
+	struct ipc_msg msg;
+	int n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_DBUF_ALLOC, 12, 0, &in, sizeof(in), NULL, 0);
+
+	assert_int_equal(n, HDR + 24);
+	check_parsed(msgbuf, n, IPC_DBUF_ALLOC, 12, 0, &msg);
+	assert_int_equal(ipc_decode_dbuf_alloc(&msg, &out), 0);
+	assert_int_equal(out.dbuf_id, in.dbuf_id);
+	assert_int_equal(out.size, in.size);
+
+	/* The smallest buffer. */
+	in = (struct ipc_dbuf_alloc){ 0, 1, 0, 0 };
+	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_DBUF_ALLOC, 13, 0, &in, sizeof(in), NULL, 0);
+	check_parsed(msgbuf, n, IPC_DBUF_ALLOC, 13, 0, &msg);
+	assert_int_equal(ipc_decode_dbuf_alloc(&msg, &out), 0);
+	assert_int_equal(out.dbuf_id, 0);
+	assert_int_equal(out.size, 1);
+}
+
+static void test_proto_dbuf_free_round_trips(void **state)
+{
+	struct ipc_dbuf_free in = { 0x8000000000000001ull }, out;
+	struct ipc_msg msg;
+	int n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_DBUF_FREE, 0, 0, &in, sizeof(in), NULL, 0);
+
+	assert_int_equal(n, HDR + 8);
+	check_parsed(msgbuf, n, IPC_DBUF_FREE, 0, 0, &msg);
+	assert_int_equal(ipc_decode_dbuf_free(&msg, &out), 0);
+	assert_int_equal(out.dbuf_id, in.dbuf_id);
+}
+
+static void test_proto_copy_round_trips(void **state)
+{
+	/* Both directions, each with one range ending exactly at 2^64 - 1. */
+	const struct ipc_copy ins[] = {
+		{ 0x0102030405060708ull, UINT64_MAX - 4096, 0x1112131415161718ull, 0, 4096,
+		  IPC_COPY_TO_DBUF, 7, 0, 0 },
+		{ UINT64_MAX, 0, 0, UINT64_MAX - 1, 1, IPC_COPY_FROM_DBUF, UINT32_MAX, 0, 0 },
+		{ 1, 0, 2, 0, UINT64_MAX, IPC_COPY_TO_DBUF, 0, 0, 0 },
+	};
+
+	for (unsigned i = 0; i < ARRAY_SIZE(ins); i++) {
+		const struct ipc_copy *in = &ins[i];
+		struct ipc_copy out;
+		struct ipc_msg msg;
+		int n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_COPY, 40 + i, 0, in, sizeof(*in),
+				   NULL, 0);
+
+		assert_int_equal(n, HDR + 56);
+		check_parsed(msgbuf, n, IPC_COPY, 40 + i, 0, &msg);
+		assert_int_equal(ipc_decode_copy(&msg, &out), 0);
+		assert_int_equal(out.dbuf_id, in->dbuf_id);
+		assert_int_equal(out.dbuf_offset, in->dbuf_offset);
+		assert_int_equal(out.seg_id, in->seg_id);
+		assert_int_equal(out.seg_offset, in->seg_offset);
+		assert_int_equal(out.size, in->size);
+		assert_int_equal(out.dir, in->dir);
+		assert_int_equal(out.queue, in->queue);
+	}
+}
+
 static void test_proto_submit_round_trips(void **state)
 {
 	static struct ipc_arg args[IPC_ARGS_MAX];
@@ -359,11 +431,15 @@ static void test_proto_submit_round_trips(void **state)
 	int n;
 
 	test_random_fill(data, sizeof(data), 1);
+	/* Scalars between buffer arguments of every kind, some of the IN ones cached. */
 	for (unsigned i = 0; i < IPC_ARGS_MAX; i++) {
+		uint32_t kind = GPUX_ARG_IN + i % 5;
+		uint32_t flags = kind == GPUX_ARG_IN && i % 4 == 1 ? GPUX_ARG_CACHED : 0;
+
 		if (i % 2 == 0)
 			args[i] = (struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, i * 4, 4 };
 		else
-			args[i] = (struct ipc_arg){ GPUX_ARG_IN + i % 3, 0, i, UINT64_MAX - i, i };
+			args[i] = (struct ipc_arg){ kind, flags, i, UINT64_MAX - i, i };
 	}
 	memset(name, 'k', IPC_KERNEL_NAME_MAX);
 	name[IPC_KERNEL_NAME_MAX] = '\0';
@@ -531,6 +607,9 @@ static void test_proto_type_names(void **state)
 	assert_string_equal(ipc_type_name(IPC_TYPE_MAX_), "unknown");
 	assert_string_equal(ipc_type_name(UINT16_MAX), "unknown");
 	assert_string_equal(ipc_type_name(IPC_SUBMIT), "submit");
+	assert_string_equal(ipc_type_name(IPC_DBUF_ALLOC), "dbuf-alloc");
+	assert_string_equal(ipc_type_name(IPC_DBUF_FREE), "dbuf-free");
+	assert_string_equal(ipc_type_name(IPC_COPY), "copy");
 	for (uint16_t t = 1; t < IPC_TYPE_MAX_; t++) {
 		assert_string_not_equal(ipc_type_name(t), "unknown");
 		for (uint16_t u = 1; u < t; u++)
@@ -982,6 +1061,100 @@ static void test_proto_killed_rejects_bad_fields(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_KILLED, 0, m), -EBADMSG);
 }
 
+/* ---- device buffers ---- */
+
+/* A message of `type` whose payload is m with `delta` bytes cut (< 0) or zeros added (> 0). */
+static int decode_resized(uint16_t type, unsigned nfds, const void *m, size_t size, int delta)
+{
+	static const uint8_t zeros[8];
+	struct ipc_part part = { zeros, delta > 0 ? (size_t)delta : 0 };
+
+	assert_true(delta >= -(int)size && delta <= (int)sizeof(zeros));
+	return encode_decode(type, nfds, m, delta < 0 ? size - (size_t)-delta : size, &part, 1);
+}
+
+/* A valid fixed-size m decodes only at its exact size and with no fds. */
+static void check_fixed_shape(uint16_t type, const void *m, size_t size)
+{
+	const int deltas[] = { -(int)size, -8, -1, 1, 8 };
+
+	assert_int_equal(decode_resized(type, 0, m, size, 0), 0);
+	for (unsigned i = 0; i < ARRAY_SIZE(deltas); i++)
+		assert_int_equal(decode_resized(type, 0, m, size, deltas[i]), -EBADMSG);
+	for (unsigned nfds = 1; nfds <= IPC_FDS_MAX; nfds++)
+		assert_int_equal(decode_resized(type, nfds, m, size, 0), -EBADMSG);
+}
+
+static void test_proto_dbuf_alloc_rejects_bad_fields(void **state)
+{
+	struct ipc_dbuf_alloc m = { 1, 4096, 0, 0 };
+
+	check_fixed_shape(IPC_DBUF_ALLOC, &m, sizeof(m));
+	m.size = 0;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_ALLOC, 0, m), -EBADMSG);
+	m.size = UINT64_MAX;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_ALLOC, 0, m), 0);
+	/* No flags are defined yet: any is refused, so that one can be defined later. */
+	m.flags = 1;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_ALLOC, 0, m), -EBADMSG);
+}
+
+static void test_proto_dbuf_free_rejects_bad_shape(void **state)
+{
+	struct ipc_dbuf_free m = { 1 };
+
+	check_fixed_shape(IPC_DBUF_FREE, &m, sizeof(m));
+}
+
+static void test_proto_copy_rejects_bad_fields(void **state)
+{
+	const struct ipc_copy good = { 1, 0, 2, 0, 4096, IPC_COPY_TO_DBUF, 0, 0, 0 };
+	const uint32_t bad_dirs[] = { 0, IPC_COPY_TO_DBUF | IPC_COPY_FROM_DBUF, 4, UINT32_MAX };
+	struct ipc_copy m = good;
+
+	check_fixed_shape(IPC_COPY, &m, sizeof(m));
+	m.flags = 0x80000000u;
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	m = good;
+	m.dir = IPC_COPY_FROM_DBUF;
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), 0);
+	for (unsigned i = 0; i < ARRAY_SIZE(bad_dirs); i++) {
+		m.dir = bad_dirs[i];
+		assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	}
+	m = good;
+	m.size = 0;
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+}
+
+static void test_proto_copy_rejects_overflowing_ranges(void **state)
+{
+	struct ipc_copy m = {
+		1, UINT64_MAX - 4096, 2, UINT64_MAX - 4096, 4096, IPC_COPY_TO_DBUF, 0, 0, 0
+	};
+
+	/* Both ranges end at 2^64 - 1; one byte more wraps either. */
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), 0);
+	m.dbuf_offset++;
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	m.dbuf_offset--;
+	m.seg_offset++;
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	m.seg_offset--;
+	m.size++;
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+
+	/* A wrapped end would land near 0, inside any buffer. */
+	m = (struct ipc_copy){ 1, UINT64_MAX, 2, 0, 2, IPC_COPY_FROM_DBUF, 0, 0, 0 };
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	m = (struct ipc_copy){ 1, 0, 2, UINT64_MAX, 2, IPC_COPY_FROM_DBUF, 0, 0, 0 };
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	m = (struct ipc_copy){ 1, 1, 2, 0, UINT64_MAX, IPC_COPY_TO_DBUF, 0, 0, 0 };
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+	m = (struct ipc_copy){ 1, 0, 2, 1, UINT64_MAX, IPC_COPY_TO_DBUF, 0, 0, 0 };
+	assert_int_equal(DECODE_FIXED(IPC_COPY, 0, m), -EBADMSG);
+}
+
 /* ---- SUBMIT ---- */
 
 /* A SUBMIT as it goes on the wire: a fixed part that may lie about what follows. */
@@ -1173,24 +1346,90 @@ static void test_proto_submit_scalar_limit(void **state)
 
 static void test_proto_submit_rejects_bad_buffer_arg(void **state)
 {
-	const uint32_t kinds[] = { GPUX_ARG_IN, GPUX_ARG_OUT, GPUX_ARG_INOUT, GPUX_ARG_MAPPED };
+	const uint32_t kinds[] = { GPUX_ARG_IN, GPUX_ARG_OUT, GPUX_ARG_INOUT, GPUX_ARG_MAPPED,
+				   GPUX_ARG_DBUF };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(kinds); i++) {
 		uint32_t k = kinds[i];
 
 		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 0, 9, UINT64_MAX - 1, 1 }),
 				 0);
+		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 0, 9, 0, UINT64_MAX }), 0);
 		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 0, 9, UINT64_MAX, 1 }),
 				 -EBADMSG);
 		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 0, 9, 1, UINT64_MAX }),
 				 -EBADMSG);
 		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 0, 9, 0, 0 }), -EBADMSG);
-		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 1, 9, 0, 1 }), -EBADMSG);
 	}
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ 0, 0, 9, 0, 1 }), -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_MAPPED + 1, 0, 9, 0, 1 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_DBUF + 1, 0, 9, 0, 1 }),
 			 -EBADMSG);
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ UINT32_MAX, 0, 9, 0, 1 }), -EBADMSG);
+}
+
+/* A valid argument of `kind` (a scalar into the data, or a buffer range) with these flags. */
+static int submit_flags_decode(uint32_t kind, uint32_t flags)
+{
+	if (kind == GPUX_ARG_SCALAR)
+		return submit_arg_decode((struct ipc_arg){ kind, flags, 0, 0, 4 });
+	return submit_arg_decode((struct ipc_arg){ kind, flags, 9, 0, 4096 });
+}
+
+static void test_proto_submit_arg_flags(void **state)
+{
+	const uint32_t kinds[] = { GPUX_ARG_SCALAR, GPUX_ARG_IN,     GPUX_ARG_OUT,
+				   GPUX_ARG_INOUT,  GPUX_ARG_MAPPED, GPUX_ARG_DBUF };
+	const uint32_t unknown[] = { GPUX_ARG_CACHED << 1, 0x80000000u,
+				     UINT32_MAX & ~GPUX_ARG_CACHED };
+
+	for (unsigned i = 0; i < ARRAY_SIZE(kinds); i++) {
+		uint32_t k = kinds[i];
+
+		assert_int_equal(submit_flags_decode(k, 0), 0);
+		/* Only an IN argument can be cached. */
+		assert_int_equal(submit_flags_decode(k, GPUX_ARG_CACHED),
+				 k == GPUX_ARG_IN ? 0 : -EBADMSG);
+		for (unsigned j = 0; j < ARRAY_SIZE(unknown); j++) {
+			assert_int_equal(submit_flags_decode(k, unknown[j]), -EBADMSG);
+			assert_int_equal(submit_flags_decode(k, unknown[j] | GPUX_ARG_CACHED),
+					 -EBADMSG);
+		}
+	}
+}
+
+/* Every argument's kind and flags come through: a cached IN and device buffer ranges. */
+static void test_proto_submit_dbuf_and_cached_args(void **state)
+{
+	const struct ipc_arg args[] = {
+		{ GPUX_ARG_DBUF, 0, 11, 0, 1 * MiB },
+		{ GPUX_ARG_IN, GPUX_ARG_CACHED, 8, 4096, 4096 },
+		{ GPUX_ARG_IN, 0, 8, 0, 4096 },
+		{ GPUX_ARG_DBUF, 0, UINT64_MAX, UINT64_MAX - 1, 1 },
+		{ GPUX_ARG_MAPPED, 0, 7, 0, 64 },
+	};
+	struct ipc_submit m = {
+		.mod_id = 1, .nargs = ARRAY_SIZE(args), .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }
+	};
+	static struct ipc_submit_msg out;
+	struct ipc_msg msg;
+	int n = ipc_encode_submit(msgbuf, sizeof(msgbuf), 1, &m, args, "k", NULL);
+
+	assert_int_equal(parse(msgbuf, (size_t)n, 0, &msg), 0);
+	assert_int_equal(ipc_decode_submit(&msg, &out), 0);
+	assert_int_equal(out.m.nargs, ARRAY_SIZE(args));
+	for (unsigned i = 0; i < ARRAY_SIZE(args); i++)
+		assert_arg_equal(&out.args[i], &args[i]);
+
+	/* One bad argument refuses the whole message, whichever it is. */
+	for (unsigned i = 0; i < ARRAY_SIZE(args); i++) {
+		struct ipc_arg bad[ARRAY_SIZE(args)];
+
+		memcpy(bad, args, sizeof(bad));
+		bad[i].flags = bad[i].kind == GPUX_ARG_IN ? GPUX_ARG_CACHED << 1 : GPUX_ARG_CACHED;
+		n = ipc_encode_submit(msgbuf, sizeof(msgbuf), 1, &m, bad, "k", NULL);
+		assert_int_equal(parse(msgbuf, (size_t)n, 0, &msg), 0);
+		assert_int_equal(ipc_decode_submit(&msg, &out), -EBADMSG);
+	}
 }
 
 static void test_proto_submit_caps_scalar_data(void **state)
@@ -1419,6 +1658,9 @@ int main(void)
 		cmocka_unit_test(test_proto_mod_load_round_trips),
 		cmocka_unit_test(test_proto_mod_drop_round_trips),
 		cmocka_unit_test(test_proto_queue_round_trips),
+		cmocka_unit_test(test_proto_dbuf_alloc_round_trips),
+		cmocka_unit_test(test_proto_dbuf_free_round_trips),
+		cmocka_unit_test(test_proto_copy_round_trips),
 		cmocka_unit_test(test_proto_submit_round_trips),
 		cmocka_unit_test(test_proto_submit_without_args_round_trips),
 		cmocka_unit_test(test_proto_done_round_trips),
@@ -1450,6 +1692,10 @@ int main(void)
 		cmocka_unit_test(test_proto_queue_rejects_bad_fields),
 		cmocka_unit_test(test_proto_status_req_rejects_flags),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
+		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),
+		cmocka_unit_test(test_proto_dbuf_free_rejects_bad_shape),
+		cmocka_unit_test(test_proto_copy_rejects_bad_fields),
+		cmocka_unit_test(test_proto_copy_rejects_overflowing_ranges),
 		cmocka_unit_test(test_proto_submit_rejects_bad_counts),
 		cmocka_unit_test(test_proto_submit_rejects_bad_name),
 		cmocka_unit_test(test_proto_submit_rejects_bad_data_len),
@@ -1457,6 +1703,8 @@ int main(void)
 		cmocka_unit_test(test_proto_submit_rejects_bad_scalar),
 		cmocka_unit_test(test_proto_submit_scalar_limit),
 		cmocka_unit_test(test_proto_submit_rejects_bad_buffer_arg),
+		cmocka_unit_test(test_proto_submit_arg_flags),
+		cmocka_unit_test(test_proto_submit_dbuf_and_cached_args),
 		cmocka_unit_test(test_proto_submit_caps_scalar_data),
 		cmocka_unit_test(test_proto_done_rejects_bad_status),
 		cmocka_unit_test(test_proto_done_rejects_bad_text_len),

@@ -76,8 +76,19 @@ struct wrk_backend_ops {
 	/* Streams: slot i of the worker's stream slots. */
 	int (*slot_open)(void *dev, unsigned slot, char **ret_msg);
 
-	/* Start a request's work on its slot; completion comes through wrk_req_complete(). */
+	/* Start a request's work (a launch or a copy) on its slot; completion comes through
+	 * wrk_req_complete(). */
 	int (*launch)(void *dev, struct wrk_req *r, char **ret_msg);
+
+	/* Device memory that outlives requests (device buffers, cache entries). */
+	int (*dev_alloc)(void *dev, uint64_t size, void **ret_ptr, char **ret_msg);
+	void (*dev_free)(void *dev, void *ptr);
+	/* Copy to device memory apart from any request; *ret_ready marks the end (NULL: done). */
+	int (*upload)(void *dev, void *dst, const void *src, uint64_t len, void **ret_ready,
+		      char **ret_msg);
+	/* Wait for an upload's end, and let its mark go. */
+	void (*ready_wait)(void *dev, void *ready);
+	void (*ready_free)(void *dev, void *ready);
 
 	/* Free device memory now, or 0 if unknown (status page). */
 	uint64_t (*mem_free)(void *dev);

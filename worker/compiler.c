@@ -20,9 +20,8 @@
 #include <sys/wait.h>
 #include <stdbool.h>
 
-#include <nvrtc.h>
-
 #include "compiler.h"
+#include "nvrtc-loader.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
 #include "ipc/segment.h"
@@ -63,64 +62,6 @@ struct cc_rep {
 };
 
 /* ---- the helper process ---- */
-
-struct nvrtc {
-	void *lib;
-	nvrtcResult (*version)(int *, int *);
-	nvrtcResult (*create)(nvrtcProgram *, const char *, const char *, int, const char *const *,
-			      const char *const *);
-	nvrtcResult (*compile)(nvrtcProgram, int, const char *const *);
-	nvrtcResult (*log_size)(nvrtcProgram, size_t *);
-	nvrtcResult (*log)(nvrtcProgram, char *);
-	nvrtcResult (*cubin_size)(nvrtcProgram, size_t *);
-	nvrtcResult (*cubin)(nvrtcProgram, char *);
-	nvrtcResult (*destroy)(nvrtcProgram *);
-	const char *(*error)(nvrtcResult);
-};
-
-static int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)
-{
-	static const char *const names[] = {
-		"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-		"/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
-		"/usr/local/cuda/lib64/libnvrtc.so",
-	};
-	const char *env = getenv("GPUX_NVRTC_LIB");
-	const char *cuda = getenv("CUDA_PATH");
-	char path[512];
-
-	if (env && *env)
-		n->lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-	if (!n->lib && cuda && *cuda) {
-		(void)snprintf(path, sizeof(path), "%s/lib64/libnvrtc.so", cuda);
-		n->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	}
-	for (unsigned i = 0; !n->lib && i < ARRAY_SIZE(names); i++)
-		n->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (!n->lib) {
-		(void)snprintf(why, why_len, "NVRTC not found (libnvrtc.so; set GPUX_NVRTC_LIB)");
-		return -ENOENT;
-	}
-#define SYM(field, name)                                                                           \
-	do {                                                                                       \
-		*(void **)&n->field = dlsym(n->lib, name);                                         \
-		if (!n->field) {                                                                   \
-			(void)snprintf(why, why_len, "NVRTC lacks %s", name);                      \
-			return -ENOENT;                                                            \
-		}                                                                                  \
-	} while (0)
-	SYM(version, "nvrtcVersion");
-	SYM(create, "nvrtcCreateProgram");
-	SYM(compile, "nvrtcCompileProgram");
-	SYM(log_size, "nvrtcGetProgramLogSize");
-	SYM(log, "nvrtcGetProgramLog");
-	SYM(cubin_size, "nvrtcGetCUBINSize");
-	SYM(cubin, "nvrtcGetCUBIN");
-	SYM(destroy, "nvrtcDestroyProgram");
-	SYM(error, "nvrtcGetErrorString");
-#undef SYM
-	return 0;
-}
 
 uint32_t wrk_nvrtc_version(void)
 {

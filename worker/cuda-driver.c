@@ -5,8 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <gpux/gpux.h>
+
 #include "cuda-driver.h"
-#include "wrk.h"
 
 typedef CUresult get_proc_v2_fn(const char *symbol, void **pfn, int version, cuuint64_t flags,
 				CUdriverProcAddressQueryResult *status);
@@ -36,6 +37,8 @@ static const struct entry entries[] = {
 	E(cuMemGetInfo, 3020),
 	E(cuStreamCreate, 2000),
 	E(cuStreamDestroy, 4000),
+	E(cuStreamSynchronize, 2000),
+	E(cuStreamWaitEvent, 3020),
 	E(cuEventCreate, 2000),
 	E(cuEventDestroy, 4000),
 	E(cuEventRecord, 2000),
@@ -80,7 +83,8 @@ int cu_driver_load(struct cu_driver *d, char **ret_msg)
 	d->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!d->lib) {
 		const char *e = dlerror();
-		*ret_msg = wrk_strdup_printf("no CUDA driver (%s)", e ? e : path);
+		if (asprintf(ret_msg, "no CUDA driver (%s)", e ? e : path) < 0)
+			*ret_msg = NULL;
 		return GPUX_E_NODRIVER;
 	}
 	get_proc = (get_proc_v2_fn *)dlsym(d->lib, "cuGetProcAddress_v2");
@@ -109,8 +113,9 @@ int cu_driver_load(struct cu_driver *d, char **ret_msg)
 				fn = NULL;
 		}
 		if (!fn && required(e)) {
-			*ret_msg = wrk_strdup_printf("the CUDA driver (version %d) lacks %s", version,
-						     e->name);
+			if (asprintf(ret_msg, "the CUDA driver (version %d) lacks %s", version,
+				     e->name) < 0)
+				*ret_msg = NULL;
 			cu_driver_unload(d);
 			return GPUX_E_NODRIVER;
 		}

@@ -34,6 +34,8 @@ struct cu_driver {
 	CU_FN(cuMemGetInfo);
 	CU_FN(cuStreamCreate);
 	CU_FN(cuStreamDestroy);
+	CU_FN(cuStreamSynchronize);
+	CU_FN(cuStreamWaitEvent);
 	CU_FN(cuEventCreate);
 	CU_FN(cuEventDestroy);
 	CU_FN(cuEventRecord);

@@ -36,6 +36,7 @@ static const char option_re[] =
 struct cuda_req {
 	struct cuda_req *next; /* in its slot's waiting list, or the free list */
 	struct wrk_req *r;
+	uint64_t seq; /* launch order, across slots */
 	CUevent start, end;
 	unsigned ntemp;
 	CUdeviceptr temp[IPC_ARGS_MAX];
@@ -67,9 +68,13 @@ struct cuda_dev {
 	struct wrk_compiler compiler;
 	struct cuda_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
+	CUstream aux; /* allocations and uploads that belong to no request */
 	pthread_mutex_t free_lock;
 	struct cuda_req *free_reqs;
-	atomic_bool fault_claimed;
+	atomic_uint_fast64_t seq;       /* requests launched so far */
+	atomic_uint_fast64_t launching; /* the seq of the one being enqueued now, or 0 */
+	pthread_mutex_t fault_lock;
+	uint64_t culprit; /* the seq of the request a sticky error is blamed on; 0: none yet */
 	uint64_t spin_ns;
 };
 
@@ -84,17 +89,41 @@ static char *cu_msg(struct cuda_dev *d, const char *what, CUresult r)
 }
 
 /*
- * A request failed with e (what: where); returns whether the context is gone. The first
- * request to meet a sticky error is taken for its cause; the others on this device are lost
- * with the worker.
+ * Which request a sticky error is blamed on, decided once: every stream sees the error at
+ * about the same time, so the first to see it tells nothing. The newest request still in
+ * flight is taken (the last kernel started is the likeliest to have faulted; with one
+ * request in flight, it is exact).
  */
+static uint64_t culprit(struct cuda_dev *d, uint64_t mine)
+{
+	uint64_t c;
+
+	(void)pthread_mutex_lock(&d->fault_lock);
+	if (!d->culprit) {
+		d->culprit = MAX(mine, (uint64_t)atomic_load(&d->launching));
+		for (unsigned i = 0; i < d->nslots; i++) {
+			struct cuda_slot *s = &d->slots[i];
+
+			(void)pthread_mutex_lock(&s->lock);
+			for (struct cuda_req *cr = s->head; cr; cr = cr->next)
+				d->culprit = MAX(d->culprit, cr->seq);
+			(void)pthread_mutex_unlock(&s->lock);
+		}
+	}
+	c = d->culprit;
+	(void)pthread_mutex_unlock(&d->fault_lock);
+	return c;
+}
+
+/* A request failed with e (what: where); returns whether the context is gone. */
 static bool fail_req(struct cuda_dev *d, struct wrk_req *r, CUresult e, const char *what)
 {
+	struct cuda_req *cr = r->backend;
 	bool sticky;
 	int st = wrk_cu_err(e, &sticky);
 
 	free(r->error);
-	if (sticky && atomic_exchange(&d->fault_claimed, true)) {
+	if (sticky && culprit(d, cr->seq) != cr->seq) {
 		r->status = GPUX_E_WORKER_LOST;
 		r->error = wrk_strdup_printf("another request broke the device: %s",
 					     cu_err_name(&d->cu, e));
@@ -209,10 +238,13 @@ static void cuda_close(void *dv)
 		free(cr);
 	}
 	wrk_compiler_stop(&d->compiler);
+	if (d->aux)
+		(void)d->cu.cuStreamDestroy(d->aux);
 	if (d->ctx_retained)
 		(void)d->cu.cuDevicePrimaryCtxRelease(d->dev);
 	cu_driver_unload(&d->cu);
 	(void)pthread_mutex_destroy(&d->free_lock);
+	(void)pthread_mutex_destroy(&d->fault_lock);
 	free(d);
 }
 
@@ -230,6 +262,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 	d->w = w;
 	d->compiler = (struct wrk_compiler)WRK_COMPILER_INIT;
 	(void)pthread_mutex_init(&d->free_lock, NULL);
+	(void)pthread_mutex_init(&d->fault_lock, NULL);
 	d->spin_ns = spin ? strtoull(spin, NULL, 10) * NSEC_PER_USEC : SPIN_NS_DEFAULT;
 	rc = driver_init(&d->cu, ret_msg);
 	if (rc < 0)
@@ -250,6 +283,8 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 	/* Memory freed to the pool stays there for the next request instead of going back. */
 	if (r == CUDA_SUCCESS)
 		r = d->cu.cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuStreamCreate(&d->aux, CU_STREAM_NON_BLOCKING);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = cu_msg(d, "context", r);
 		rc = GPUX_E_DEVICE;
@@ -520,6 +555,34 @@ static void cuda_req_put(struct cuda_dev *d, struct cuda_req *cr)
 }
 
 /*
+ * Stream-ordered device memory; when there is none, cached inputs nobody uses go first, then
+ * this tries once more.
+ */
+static CUresult pool_alloc(struct cuda_dev *d, CUdeviceptr *p, uint64_t len, CUstream st)
+{
+	CUresult e = d->cu.cuMemAllocFromPoolAsync(p, len, d->pool, st);
+
+	if (e == CUDA_ERROR_OUT_OF_MEMORY && wrk_dcache_reclaim(d->w) > 0) {
+		(void)d->cu.cuStreamSynchronize(d->aux);
+		e = d->cu.cuMemAllocFromPoolAsync(p, len, d->pool, st);
+	}
+	return e;
+}
+
+/* A copy between a shared range (args[0], registered) and a device buffer (args[1]). */
+static CUresult enqueue_copy(struct cuda_dev *d, struct wrk_req *r, CUstream st, char **ret_msg)
+{
+	struct wrk_arg *h = &r->args[0], *dv = &r->args[1];
+	CUdeviceptr p = (CUdeviceptr)(uintptr_t)dv->dbuf->ptr + dv->offset;
+	CUresult e = h->kind == GPUX_ARG_IN ? d->cu.cuMemcpyHtoDAsync(p, h->host, h->len, st)
+					    : d->cu.cuMemcpyDtoHAsync(h->host, p, h->len, st);
+
+	if (e != CUDA_SUCCESS)
+		*ret_msg = strdup("copy");
+	return e;
+}
+
+/*
  * Enqueue the copies in, the launch, the copies out. Returns the first failure (what failed
  * in *ret_msg); what was enqueued before it still runs and is waited for.
  */
@@ -544,8 +607,24 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_req *
 			}
 			p += a->offset;
 			break;
+		case GPUX_ARG_DBUF:
+			p = (CUdeviceptr)(uintptr_t)a->dbuf->ptr + a->offset;
+			break;
 		default:
-			e = d->cu.cuMemAllocFromPoolAsync(&p, a->len, d->pool, st);
+			if (a->centry) {
+				/* A cached input: wait for its upload, if that still runs. */
+				if (a->centry->ready) {
+					e = d->cu.cuStreamWaitEvent(st, (CUevent)a->centry->ready, 0);
+					if (e != CUDA_SUCCESS) {
+						*ret_msg = wrk_strdup_printf("argument %u: waiting for its "
+									     "upload", i);
+						return e;
+					}
+				}
+				p = (CUdeviceptr)(uintptr_t)a->centry->ptr;
+				break;
+			}
+			e = pool_alloc(d, &p, a->len, st);
 			if (e != CUDA_SUCCESS) {
 				*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device memory",
 							     i, (unsigned long long)a->len);
@@ -581,7 +660,7 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_req *
 	for (unsigned i = 0; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
 
-		if (a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT)
+		if ((a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT) || a->centry)
 			continue;
 		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
 		if (e != CUDA_SUCCESS) {
@@ -607,14 +686,19 @@ static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
 		return wrk_cu_err(e, &sticky);
 	}
 	cr->r = r;
+	cr->seq = atomic_fetch_add(&d->seq, 1) + 1;
+	/* In flight from now on, for blaming a fault, though in no slot's list yet. */
+	atomic_store(&d->launching, cr->seq);
 	r->backend = cr;
 	e = d->cu.cuEventRecord(cr->start, s->stream);
 	if (e != CUDA_SUCCESS) {
+		atomic_store(&d->launching, 0);
 		cuda_req_put(d, cr);
 		*ret_msg = cu_msg(d, "cuEventRecord", e);
 		return wrk_cu_err(e, &sticky);
 	}
-	e = enqueue(d, r, cr, s->stream, &what);
+	e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
+				: enqueue(d, r, cr, s->stream, &what);
 	if (e != CUDA_SUCCESS) {
 		/* Copies already queued may still read or write the client's pages: the request
 		 * ends only after the stream has passed them. */
@@ -628,6 +712,7 @@ static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
 		/* Nothing to wait for: the context is gone. */
 		if (r->status == 0)
 			r->sticky = fail_req(d, r, e, "cuEventRecord");
+		atomic_store(&d->launching, 0);
 		cuda_req_put(d, cr);
 		wrk_req_complete(r, true);
 		return 0;
@@ -641,6 +726,7 @@ static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
 	s->tail = cr;
 	(void)pthread_cond_signal(&s->cond);
 	(void)pthread_mutex_unlock(&s->lock);
+	atomic_store(&d->launching, 0);
 	return 0;
 }
 
@@ -706,6 +792,69 @@ static void *waiter_main(void *arg)
 	}
 }
 
+/* ---- memory that outlives requests ---- */
+
+static int cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	CUdeviceptr p = 0;
+	bool sticky;
+	CUresult e = d->cu.cuMemAllocFromPoolAsync(&p, size, d->pool, d->aux);
+
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuStreamSynchronize(d->aux);
+	if (e != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("%llu bytes of device memory: %s",
+					     (unsigned long long)size, cu_err_name(&d->cu, e));
+		return wrk_cu_err(e, &sticky);
+	}
+	*ret_ptr = (void *)(uintptr_t)p;
+	return 0;
+}
+
+static void cuda_dev_free(void *dv, void *ptr)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, d->aux);
+}
+
+static int cuda_upload(void *dv, void *dst, const void *src, uint64_t len, void **ret_ready,
+		       char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	CUevent ev = NULL;
+	bool sticky;
+	CUresult e = d->cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, len, d->aux);
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuEventRecord(ev, d->aux);
+	if (e != CUDA_SUCCESS) {
+		if (ev)
+			(void)d->cu.cuEventDestroy(ev);
+		*ret_msg = cu_msg(d, "upload", e);
+		return wrk_cu_err(e, &sticky);
+	}
+	*ret_ready = ev;
+	return 0;
+}
+
+static void cuda_ready_wait(void *dv, void *ready)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuEventSynchronize((CUevent)ready);
+}
+
+static void cuda_ready_free(void *dv, void *ready)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuEventDestroy((CUevent)ready);
+}
+
 const struct wrk_backend_ops wrk_backend_cuda = {
 	.name = "cuda",
 	.backend = GPUX_BACKEND_CUDA,
@@ -722,5 +871,10 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.kernel_get = cuda_kernel_get,
 	.slot_open = cuda_slot_open,
 	.launch = cuda_launch,
+	.dev_alloc = cuda_dev_alloc,
+	.dev_free = cuda_dev_free,
+	.upload = cuda_upload,
+	.ready_wait = cuda_ready_wait,
+	.ready_free = cuda_ready_free,
 	.mem_free = cuda_mem_free,
 };

@@ -598,6 +598,22 @@ static void run_request(struct wrk_req *r)
 	free(l.shared);
 }
 
+/* A copy between a shared range (args[0]) and a device buffer (args[1]). */
+static void run_copy(struct wrk_req *r)
+{
+	struct wrk_arg *h = &r->args[0], *d = &r->args[1];
+	uint8_t *dev = (uint8_t *)d->dbuf->ptr + d->offset;
+	uint64_t t0 = mono_ns();
+
+	if (h->kind == GPUX_ARG_IN)
+		memcpy(dev, h->host, h->len);
+	else
+		memcpy(h->host, dev, h->len);
+	r->status = 0;
+	r->t_end = mono_ns();
+	r->device_ns = r->t_end - t0;
+}
+
 static void *slot_main(void *arg)
 {
 	struct host_slot *s = arg;
@@ -633,7 +649,10 @@ static void *slot_main(void *arg)
 			s->tail = NULL;
 		(void)pthread_mutex_unlock(&s->lock);
 
-		run_request(r);
+		if (r->kind == REQ_COPY)
+			run_copy(r);
+		else
+			run_request(r);
 		/* A kernel that faulted may have broken anything in this process: exit. */
 		fatal = r->status == GPUX_E_KERNEL_FAULT;
 		wrk_req_complete(r, fatal);
@@ -653,12 +672,21 @@ static int host_launch(void *dv, struct wrk_req *r, char **ret_msg)
 	struct host_dev *d = dv;
 	struct host_slot *s = &d->slots[r->slot];
 
-	/* A buffer's parameter is its data pointer, as for cuLaunchKernel. */
-	for (unsigned i = 0; i < r->nargs; i++)
-		if (r->args[i].kind != GPUX_ARG_SCALAR) {
-			r->args[i].dev = r->args[i].host;
-			r->params[i] = &r->args[i].dev;
-		}
+	/* A buffer's parameter is its data pointer, as for cuLaunchKernel: the client's pages
+	 * themselves, the device buffer's memory, or a cached input's copy. */
+	for (unsigned i = 0; i < r->nargs; i++) {
+		struct wrk_arg *a = &r->args[i];
+
+		if (a->kind == GPUX_ARG_SCALAR)
+			continue;
+		if (a->dbuf)
+			a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
+		else if (a->centry)
+			a->dev = a->centry->ptr;
+		else
+			a->dev = a->host;
+		r->params[i] = &a->dev;
+	}
 	r->backend = NULL;
 	(void)pthread_mutex_lock(&s->lock);
 	if (s->tail)
@@ -669,6 +697,37 @@ static int host_launch(void *dv, struct wrk_req *r, char **ret_msg)
 	(void)pthread_cond_signal(&s->cond);
 	(void)pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+/* ---- memory that outlives requests: host memory here ---- */
+
+static int host_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
+{
+	void *p = size <= SIZE_MAX - 63 ? aligned_alloc(64, ALIGN_UP((size_t)size, 64)) : NULL;
+
+	if (!p) {
+		*ret_msg = wrk_strdup_printf("no memory for %llu bytes", (unsigned long long)size);
+		return GPUX_E_NOMEM;
+	}
+	*ret_ptr = p;
+	return 0;
+}
+
+static void host_dev_free(void *dv, void *ptr)
+{
+	free(ptr);
+}
+
+static int host_upload(void *dv, void *dst, const void *src, uint64_t len, void **ret_ready,
+		       char **ret_msg)
+{
+	memcpy(dst, src, len);
+	*ret_ready = NULL;
+	return 0;
+}
+
+static void host_ready_nop(void *dv, void *ready)
+{
 }
 
 const struct wrk_backend_ops wrk_backend_host = {
@@ -687,5 +746,10 @@ const struct wrk_backend_ops wrk_backend_host = {
 	.kernel_get = host_kernel_get,
 	.slot_open = host_slot_open,
 	.launch = host_launch,
+	.dev_alloc = host_dev_alloc,
+	.dev_free = host_dev_free,
+	.upload = host_upload,
+	.ready_wait = host_ready_nop,
+	.ready_free = host_ready_nop,
 	.mem_free = host_mem_free,
 };

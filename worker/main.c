@@ -23,6 +23,7 @@
 #define DEFAULT_TIMEOUT_MS (60ULL * 1000)
 #define DEFAULT_MAX_TIMEOUT_MS (3600ULL * 1000)
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
+#define DEFAULT_CACHE_TTL_MS (600ULL * 1000)
 
 static uint32_t log_device = UINT32_MAX;
 
@@ -131,7 +132,8 @@ static void usage(FILE *f)
 		      "--status-fd FD\n"
 		      "                   [--cache-dir DIR] [--timeout-ms MS] [--max-timeout-ms MS]\n"
 		      "                   [--slots N]\n"
-		      "                   [--quota-pinned BYTES] [--parent-pid PID]\n"
+		      "                   [--quota-pinned BYTES] [--quota-device BYTES]\n"
+		      "                   [--cache-bytes BYTES] [--cache-ttl-ms MS] [--parent-pid PID]\n"
 		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
 }
 
@@ -152,7 +154,7 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		      bool *ret_compiler)
 {
 	enum { O_PROBE = 256, O_COMPILER, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
-	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_PARENT };
+	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL, O_PARENT };
 	static const struct option opts[] = {
 		{ "probe", no_argument, NULL, O_PROBE },
 		{ "compiler", no_argument, NULL, O_COMPILER },
@@ -165,6 +167,9 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
 		{ "slots", required_argument, NULL, O_SLOTS },
 		{ "quota-pinned", required_argument, NULL, O_QUOTA },
+		{ "quota-device", required_argument, NULL, O_QUOTADEV },
+		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
+		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
 		{ "parent-pid", required_argument, NULL, O_PARENT },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -198,6 +203,9 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		case O_MAXTIMEOUT:
 		case O_SLOTS:
 		case O_QUOTA:
+		case O_QUOTADEV:
+		case O_CACHEBYTES:
+		case O_CACHETTL:
 		case O_PARENT:
 			r = parse_u64(optarg, &v);
 			if (r < 0)
@@ -216,6 +224,12 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 				o->slots = (unsigned)MIN(v, WRK_SLOTS_MAX);
 			else if (c == O_QUOTA)
 				o->quota_pinned = v;
+			else if (c == O_QUOTADEV)
+				o->quota_device = v;
+			else if (c == O_CACHEBYTES)
+				o->cache_bytes = v;
+			else if (c == O_CACHETTL)
+				o->cache_ttl_ms = v;
 			else
 				o->parent_pid = (pid_t)MIN(v, INT_MAX);
 			break;
@@ -327,6 +341,11 @@ static int worker_init(struct wrk *w)
 		wrk_log(w, "compile thread: %s", strerror(-r));
 		return r;
 	}
+	if (!w->opts.quota_device)
+		w->opts.quota_device = w->info.mem_total / 2;
+	r = wrk_dcache_start(w);
+	if (r < 0)
+		return r;
 	ipc_status_write_begin(w->status);
 	w->status->nslots = w->nslots;
 	w->status->ready = 1;
@@ -340,6 +359,8 @@ static void worker_done(struct wrk *w)
 	if (w->loop)
 		wrk_server_stop(w);
 	wrk_modules_stop(w);
+	if (w->dev)
+		wrk_dcache_stop(w);
 	if (w->dev)
 		w->be->close(w->dev);
 	w->done_fd = safe_close(w->done_fd);
@@ -367,6 +388,7 @@ int main(int argc, char **argv)
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
 		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
 		.quota_pinned = DEFAULT_QUOTA_PINNED,
+		.cache_ttl_ms = DEFAULT_CACHE_TTL_MS,
 	};
 	w.done_fd = -1;
 	w.signal_fd = -1;

@@ -52,8 +52,14 @@ static void req_free(struct wrk_req *r)
 {
 	struct wrk *w = r->w;
 
-	for (unsigned i = 0; i < r->nargs; i++)
-		wrk_mapping_unref(w, r->args[i].map);
+	for (unsigned i = 0; i < r->nargs; i++) {
+		struct wrk_arg *a = &r->args[i];
+
+		if (a->centry)
+			wrk_dcache_put(w, a->centry, r->launched);
+		wrk_dbuf_unref(w, a->dbuf);
+		wrk_mapping_unref(w, a->map);
+	}
 	wrk_module_unref(w, r->mod);
 	wrk_queue_unref(r->queue);
 	if (r->client) {
@@ -72,7 +78,7 @@ void wrk_req_discard(struct wrk_req *r)
 }
 
 /* Answer and free a request that never reached a slot. */
-static void req_fail(struct wrk_req *r, int status, char *error)
+void wrk_req_fail(struct wrk_req *r, int status, char *error)
 {
 	send_done(r->client, r->id, status, error, 0, 0, 0);
 	r->w->stats.requests_failed++;
@@ -80,7 +86,7 @@ static void req_fail(struct wrk_req *r, int status, char *error)
 	req_free(r);
 }
 
-#define req_failf(r, status, ...) req_fail((r), (status), wrk_strdup_printf(__VA_ARGS__))
+#define req_failf(r, status, ...) wrk_req_fail((r), (status), wrk_strdup_printf(__VA_ARGS__))
 
 static struct wrk_queue *queue_new(struct wrk_client *c, uint32_t id)
 {
@@ -126,7 +132,7 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		/* What it still holds is answered: nobody would kick it again. */
 		while ((r = q->pending_head)) {
 			q->pending_head = r->next;
-			req_fail(r, GPUX_E_INVAL, strdup("its queue was closed"));
+			wrk_req_fail(r, GPUX_E_INVAL, strdup("its queue was closed"));
 		}
 		q->pending_tail = NULL;
 		wrk_queue_unref(q);
@@ -280,23 +286,23 @@ void wrk_queue_kick(struct wrk_queue *q)
 		char *msg = NULL;
 		int rc;
 
-		if (r->mod->state == MOD_BUILDING || w->fatal)
+		if ((r->mod && r->mod->state == MOD_BUILDING) || w->fatal)
 			return;
 		q->pending_head = r->next;
 		if (!q->pending_head)
 			q->pending_tail = NULL;
 		r->next = NULL;
 
-		if (r->mod->state == MOD_FAILED) {
+		if (r->mod && r->mod->state == MOD_FAILED) {
 			/* The start of the log: a thousand failed requests must not carry a
 			 * thousand whole logs. */
-			req_fail(r, r->mod->status,
+			wrk_req_fail(r, r->mod->status,
 				 r->mod->log ? strndup(r->mod->log, FAILED_LOG_MAX) : NULL);
 			continue;
 		}
-		rc = req_check(r, &msg);
+		rc = r->kind == REQ_LAUNCH ? req_check(r, &msg) : 0;
 		if (rc < 0) {
-			req_fail(r, rc, msg);
+			wrk_req_fail(r, rc, msg);
 			continue;
 		}
 		r->slot = q->slot;
@@ -305,8 +311,10 @@ void wrk_queue_kick(struct wrk_queue *q)
 		if (rc < 0) {
 			/* Refused before any of its work was queued: it never ran. */
 			slot_drop_tail(w, r);
-			req_fail(r, rc, msg);
+			wrk_req_fail(r, rc, msg);
+			continue;
 		}
+		r->launched = true;
 	}
 }
 
@@ -321,46 +329,133 @@ void wrk_kick_all(struct wrk *w)
 	}
 }
 
+/*
+ * The mapping of a client's segment range, held (a reference for the caller), or NULL with
+ * a status and message: no such segment, an unusable one, a range outside it, a write to a
+ * frozen one. `arg` names the argument in the message.
+ */
+struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
+				      uint64_t len, bool write, unsigned arg, int *ret_status,
+				      char **ret_msg)
+{
+	struct wrk_seg *s = ipc_map_get(&c->segs, seg_id);
+
+	if (!s) {
+		*ret_msg = wrk_strdup_printf("argument %u: no such buffer", arg);
+		*ret_status = GPUX_E_INVAL;
+		return NULL;
+	}
+	if (!s->map) {
+		*ret_msg = wrk_strdup_printf("argument %u: %s", arg, s->error ? s->error : "unusable");
+		*ret_status = s->status;
+		return NULL;
+	}
+	if (!range_ok(offset, len, s->map->seg.size)) {
+		*ret_msg = wrk_strdup_printf("argument %u: bytes %llu to %llu lie outside its "
+					     "buffer of %llu bytes",
+					     arg, (unsigned long long)offset,
+					     (unsigned long long)(offset + len),
+					     (unsigned long long)s->map->seg.size);
+		*ret_status = GPUX_E_INVAL;
+		return NULL;
+	}
+	if (s->map->seg.frozen && write) {
+		*ret_msg = wrk_strdup_printf("argument %u: a frozen buffer can only be an input", arg);
+		*ret_status = GPUX_E_INVAL;
+		return NULL;
+	}
+	s->map->refs++;
+	return s->map;
+}
+
 static int resolve_arg(struct wrk_client *c, struct wrk_req *r, unsigned i,
 		       const struct ipc_arg *a, char **ret_msg)
 {
 	struct wrk_arg *d = &r->args[i];
-	struct wrk_seg *s;
+	int status = 0;
 
 	d->kind = a->kind;
-	if (a->kind == GPUX_ARG_SCALAR) {
+	d->offset = a->offset;
+	d->len = a->size;
+	switch (a->kind) {
+	case GPUX_ARG_SCALAR:
 		d->size = (uint32_t)a->size;
 		d->host = r->data + a->offset;
 		r->params[i] = d->host;
 		return 0;
+	case GPUX_ARG_DBUF:
+		d->dbuf = ipc_map_get(&c->dbufs, a->ref);
+		if (!d->dbuf || !range_ok(a->offset, a->size, d->dbuf->size)) {
+			*ret_msg = wrk_strdup_printf("argument %u: %s", i,
+						     d->dbuf ? "range outside its device buffer"
+							     : "no such device buffer");
+			d->dbuf = NULL;
+			return GPUX_E_INVAL;
+		}
+		d->dbuf->refs++;
+		return 0;
+	default:
+		d->map = wrk_segment_range(c, a->ref, a->offset, a->size, a->kind != GPUX_ARG_IN, i,
+					   &status, ret_msg);
+		if (!d->map)
+			return status;
+		d->host = (uint8_t *)d->map->seg.addr + a->offset;
+		if (a->flags & GPUX_ARG_CACHED) {
+			if (!d->map->seg.frozen) {
+				*ret_msg = wrk_strdup_printf("argument %u: only a frozen buffer can be "
+							     "cached", i);
+				return GPUX_E_INVAL;
+			}
+			d->centry = wrk_dcache_get(c, d->map, a->offset, a->size);
+		}
+		return 0;
 	}
-	s = ipc_map_get(&c->segs, a->ref);
-	if (!s) {
-		*ret_msg = wrk_strdup_printf("argument %u: no such buffer", i);
-		return GPUX_E_INVAL;
+}
+
+struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
+{
+	struct wrk *w = c->w;
+	struct wrk_req *r;
+
+	if (c->inflight >= WRK_CLIENT_INFLIGHT_MAX) {
+		send_done(c, id, GPUX_E_QUOTA, "too many requests in flight", 0, 0, 0);
+		return NULL;
 	}
-	if (!s->map) {
-		*ret_msg = wrk_strdup_printf("argument %u: %s", i, s->error ? s->error : "unusable");
-		return s->status;
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		send_done(c, id, GPUX_E_NOMEM, "out of memory", 0, 0, 0);
+		return NULL;
 	}
-	if (!range_ok(a->offset, a->size, s->map->seg.size)) {
-		*ret_msg = wrk_strdup_printf("argument %u: bytes %llu to %llu lie outside its "
-					     "buffer of %llu bytes",
-					     i, (unsigned long long)a->offset,
-					     (unsigned long long)(a->offset + a->size),
-					     (unsigned long long)s->map->seg.size);
-		return GPUX_E_INVAL;
+	r->w = w;
+	r->client = c;
+	c->refs++;
+	c->inflight++;
+	w->stats.inflight++;
+	r->id = id;
+	r->t_arrive = mono_ns();
+	r->timeout_ms = w->opts.timeout_ms;
+	return r;
+}
+
+/* Put a checked request behind the earlier ones of its queue (failing it if none). */
+void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id)
+{
+	struct wrk_queue *q = ipc_map_get(&c->queues, queue_id);
+
+	if (!q && queue_id == 0)
+		q = queue_new(c, 0);
+	if (!q) {
+		req_failf(r, GPUX_E_INVAL, "no such queue %u", queue_id);
+		return;
 	}
-	if (s->map->seg.frozen && a->kind != GPUX_ARG_IN) {
-		*ret_msg = wrk_strdup_printf("argument %u: a frozen buffer can only be an input", i);
-		return GPUX_E_INVAL;
-	}
-	d->map = s->map;
-	d->map->refs++;
-	d->offset = a->offset;
-	d->len = a->size;
-	d->host = (uint8_t *)s->map->seg.addr + a->offset;
-	return 0;
+	r->queue = q;
+	q->refs++;
+	if (q->pending_tail)
+		q->pending_tail->next = r;
+	else
+		q->pending_head = r;
+	q->pending_tail = r;
+	wrk_queue_kick(q);
 }
 
 /* SUBMIT: check what can be checked now, then queue it behind the queue's earlier requests. */
@@ -369,45 +464,21 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	struct wrk *w = c->w;
 	struct ipc_submit_msg s;
 	struct wrk_modref *ref;
-	struct wrk_queue *q;
 	struct wrk_req *r;
 
 	if (ipc_decode_submit(msg, &s) < 0 || msg->hdr.id == 0) {
 		wrk_client_drop(c);
 		return;
 	}
-	if (c->inflight >= WRK_CLIENT_INFLIGHT_MAX) {
-		send_done(c, msg->hdr.id, GPUX_E_QUOTA, "too many requests in flight", 0, 0, 0);
+	r = wrk_req_new(c, msg->hdr.id);
+	if (!r)
 		return;
-	}
-	r = calloc(1, sizeof(*r));
-	if (!r) {
-		send_done(c, msg->hdr.id, GPUX_E_NOMEM, "out of memory", 0, 0, 0);
-		return;
-	}
-	r->w = w;
-	r->client = c;
-	c->refs++;
-	c->inflight++;
-	w->stats.inflight++;
-	r->id = msg->hdr.id;
-	r->t_arrive = mono_ns();
 	memcpy(r->grid, s.m.grid, sizeof(r->grid));
 	memcpy(r->block, s.m.block, sizeof(r->block));
 	r->shared_bytes = s.m.shared_bytes;
-	r->timeout_ms = s.m.timeout_ms ? MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms)
-				       : w->opts.timeout_ms;
+	if (s.m.timeout_ms)
+		r->timeout_ms = MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms);
 	memcpy(r->name, s.name, sizeof(r->name));
-
-	q = ipc_map_get(&c->queues, s.m.queue);
-	if (!q && s.m.queue == 0)
-		q = queue_new(c, 0);
-	if (!q) {
-		req_failf(r, GPUX_E_INVAL, "no such queue %u", s.m.queue);
-		return;
-	}
-	r->queue = q;
-	q->refs++;
 	ref = ipc_map_get(&c->mods, s.m.mod_id);
 	if (!ref) {
 		req_failf(r, GPUX_E_INVAL, "no such module");
@@ -425,20 +496,16 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	}
 	for (unsigned i = 0; i < s.m.nargs; i++) {
 		char *why = NULL;
-		int rc = resolve_arg(c, r, i, &s.args[i], &why);
+		int rc;
+
+		r->nargs = i + 1;
+		rc = resolve_arg(c, r, i, &s.args[i], &why);
 		if (rc < 0) {
-			req_fail(r, rc, why);
+			wrk_req_fail(r, rc, why);
 			return;
 		}
-		r->nargs = i + 1;
 	}
-
-	if (q->pending_tail)
-		q->pending_tail->next = r;
-	else
-		q->pending_head = r;
-	q->pending_tail = r;
-	wrk_queue_kick(q);
+	wrk_req_queue(c, r, s.m.queue);
 }
 
 void wrk_req_complete(struct wrk_req *r, bool fatal)
@@ -527,7 +594,7 @@ void wrk_fail_all(struct wrk *w, int status, const char *why)
 
 			while ((r = q->pending_head)) {
 				q->pending_head = r->next;
-				req_fail(r, status, why ? strdup(why) : NULL);
+				wrk_req_fail(r, status, why ? strdup(why) : NULL);
 			}
 			q->pending_tail = NULL;
 		}

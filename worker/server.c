@@ -57,6 +57,7 @@ void wrk_client_drop(struct wrk_client *c)
 
 	client_free_queues(c);
 	wrk_segments_free(c);
+	wrk_dbufs_free(c);
 	while ((ref = ipc_map_pop(&c->mods))) {
 		wrk_module_unref(w, ref->mod);
 		free(ref);
@@ -98,6 +99,13 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 		break;
 	case IPC_SUBMIT:
 		wrk_submit(c, msg);
+		break;
+	case IPC_DBUF_ALLOC:
+	case IPC_DBUF_FREE:
+		r = wrk_dbuf_msg(c, msg);
+		break;
+	case IPC_COPY:
+		wrk_copy(c, msg);
 		break;
 	default:
 		r = -EBADMSG;

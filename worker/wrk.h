@@ -25,6 +25,7 @@
 #define WRK_CLIENT_SEGS_MAX 4096u
 #define WRK_CLIENT_MODS_MAX 1024u
 #define WRK_CLIENT_QUEUES_MAX 64u
+#define WRK_CLIENT_DBUFS_MAX 4096u
 #define WRK_CLIENT_INFLIGHT_MAX 4096u
 #define WRK_CLIENTS_MAX 4096u
 #define WRK_SLOTS_MAX IPC_STATUS_SLOTS
@@ -44,10 +45,21 @@ struct wrk_opts {
 	uint64_t max_timeout_ms;   /* the longest a client may ask for */
 	unsigned slots;            /* streams */
 	uint64_t quota_pinned;     /* host bytes a client may have attached */
+	uint64_t quota_device;     /* device bytes a client may hold in device buffers; 0: half */
+	uint64_t cache_bytes;      /* the device cache's budget; 0: a quarter of the device */
+	uint64_t cache_ttl_ms;     /* idle entries older than this go */
 	pid_t parent_pid;
 };
 
 /* A mapped memfd, shared by every client that sent the same file (same inode). */
+/* Content keys of ranges of a frozen mapping, computed once each. */
+#define WRK_MAPPING_KEYS 4u
+
+struct wrk_range_key {
+	uint64_t offset, len;
+	struct ipc_key key;
+};
+
 struct wrk_mapping {
 	int refs;
 	dev_t st_dev;
@@ -55,6 +67,34 @@ struct wrk_mapping {
 	struct ipc_segment seg;
 	void *reg; /* the back end's registration */
 	uint32_t uid;
+	struct wrk_range_key keys[WRK_MAPPING_KEYS];
+	unsigned nkeys;
+};
+
+/*
+ * An entry of the device cache: the bytes of a frozen range on the device, shared by every
+ * request of one user that names the same bytes (same length, same XXH3-128 of them,
+ * computed here from the sealed memory, never taken from a client).
+ */
+struct wrk_centry {
+	int refs; /* requests using it; idle (in the LRU list) at 0 */
+	uint32_t uid;
+	uint64_t len;
+	struct ipc_key key;
+	void *ptr;                 /* device memory */
+	void *ready;               /* the back end's mark of its upload's end; NULL: done */
+	struct wrk_mapping *source; /* held while the upload may still read it */
+	uint64_t last_use;
+	struct wrk_centry *hnext;  /* in its hash chain */
+	struct wrk_centry *lru_prev, *lru_next;
+};
+
+/* A client's device buffer. */
+struct wrk_dbuf {
+	int refs; /* the client's id, and each request using it */
+	uint64_t size;
+	void *ptr;
+	struct wrk_client *client;
 };
 
 /* A client's segment id: its mapping, or why it could not be attached. */
@@ -127,6 +167,8 @@ struct wrk_client {
 	struct ipc_map segs;    /* id -> struct wrk_seg */
 	struct ipc_map mods;    /* id -> struct wrk_modref */
 	struct ipc_map queues;  /* id -> struct wrk_queue */
+	struct ipc_map dbufs;   /* id -> struct wrk_dbuf */
+	uint64_t dbuf_bytes;
 	uint64_t pinned_bytes;
 	uint64_t build_bytes; /* code of this client's builds not done yet */
 	unsigned inflight;
@@ -139,12 +181,20 @@ struct wrk_arg {
 	uint32_t size;          /* scalars: bytes; buffers: see len */
 	uint64_t len;
 	struct wrk_mapping *map; /* buffers */
-	uint64_t offset;         /* into the mapping */
+	uint64_t offset;         /* into the mapping, or the device buffer */
 	void *host;              /* map->seg.addr + offset, or the scalar's bytes */
-	void *dev;               /* back end: device copy of a buffer argument */
+	void *dev;               /* back end: the kernel's pointer for a buffer argument */
+	struct wrk_centry *centry; /* a cached IN: its device copy */
+	struct wrk_dbuf *dbuf;   /* DBUF */
+};
+
+enum wrk_req_kind {
+	REQ_LAUNCH,
+	REQ_COPY, /* args[0] is the shared range (IN or OUT), args[1] the device buffer's */
 };
 
 struct wrk_req {
+	enum wrk_req_kind kind;
 	struct wrk_req *next;        /* in its queue's pending list, or the slot's in-flight list */
 	struct wrk_req *next_done;   /* in the completion list */
 	struct wrk *w;
@@ -167,7 +217,8 @@ struct wrk_req {
 	uint64_t device_ns;
 	int status;
 	char *error;
-	bool sticky; /* the back end broke its device enqueueing it */
+	bool launched; /* handed to the back end */
+	bool sticky;   /* the back end broke its device enqueueing it */
 	void *backend; /* the back end's per-request state */
 };
 
@@ -204,6 +255,11 @@ struct wrk {
 	struct wrk_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
 
+	/* The device cache (worker/dcache.c). */
+	struct ipc_map centries; /* hash of (uid, len, key) -> chain of struct wrk_centry */
+	struct wrk_centry *cidle_head, *cidle_tail; /* refs == 0, most recently used first */
+	struct ipc_timer *cache_timer;
+
 	/* Filled by other threads, drained by the loop. */
 	pthread_mutex_t done_lock;
 	struct wrk_req *done_reqs;
@@ -233,6 +289,12 @@ void wrk_status_publish(struct wrk *w);
 
 /* worker/request.c */
 void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
+struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
+void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id);
+void wrk_req_fail(struct wrk_req *r, int status, char *error);
+struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
+				      uint64_t len, bool write, unsigned arg, int *ret_status,
+				      char **ret_msg);
 void wrk_req_discard(struct wrk_req *r);
 int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_queue_kick(struct wrk_queue *q);
@@ -255,6 +317,20 @@ void wrk_module_unref(struct wrk *w, struct wrk_module *m);
 void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
 int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
 		      const struct wrk_kernel **ret, char **ret_msg);
+
+/* worker/dcache.c */
+int wrk_dcache_start(struct wrk *w);
+void wrk_dcache_stop(struct wrk *w);
+struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, uint64_t offset,
+				  uint64_t len);
+void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
+uint64_t wrk_dcache_reclaim(struct wrk *w);
+
+/* worker/dbuf.c */
+int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
+void wrk_dbufs_free(struct wrk_client *c);
+void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
 
 /* worker/segment.c */
 int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);

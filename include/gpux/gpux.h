@@ -58,9 +58,15 @@ GPUX_EXPORT const char *gpux_strerror(gpux_status status);
 /* The library's version as "major.minor.micro", as built. */
 GPUX_EXPORT const char *gpux_version(void);
 
-/* ---- connection and devices ---- */
-
+/* The objects, each made from a gpux_ctx (a connection). */
 typedef struct gpux_ctx gpux_ctx;
+typedef struct gpux_buf gpux_buf;
+typedef struct gpux_dbuf gpux_dbuf;
+typedef struct gpux_module gpux_module;
+typedef struct gpux_queue gpux_queue;
+typedef struct gpux_req gpux_req;
+
+/* ---- connection and devices ---- */
 
 #define GPUX_ANY UINT32_MAX /* a device index meaning: let gpux choose */
 
@@ -118,8 +124,6 @@ GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx);
 
 /* ---- shared buffers ---- */
 
-typedef struct gpux_buf gpux_buf;
-
 /*
  * A buffer of `size` bytes in shared memory, zero-filled, that kernels read and write in
  * place (no copy between this process and gpux). Usable by children forked later.
@@ -134,9 +138,46 @@ GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *buf);
 /* Free a buffer. Requests still using it must be finished first. NULL is accepted. */
 GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
 
-/* ---- modules ---- */
+/*
+ * Freeze a buffer: its bytes can never change again, in this process or any other (its
+ * memory is sealed against writing; the data pointer stays the same and becomes read-only).
+ * A frozen buffer can be an IN argument only, and a cached one (gpux_arg_cached): a worker
+ * then keeps its bytes on the device and does not upload them again, for any request of
+ * this user with the same bytes. Costs one copy of the buffer. Children forked before the
+ * freeze keep seeing the bytes as they were.
+ */
+GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *buf);
 
-typedef struct gpux_module gpux_module;
+/* ---- device buffers ---- */
+
+/*
+ * Memory of `size` bytes on one device that keeps its contents between requests: a
+ * kernel's output can feed the next kernel without a trip through the host. Counted against
+ * the per-client device quota (GPUX_E_QUOTA). Freed with gpux_dbuf_free() or when this
+ * process goes away; lost (GPUX_E_WORKER_LOST for requests using it) if its worker dies.
+ * Requests of different queues that use one device buffer are not ordered between them.
+ */
+GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
+					gpux_dbuf **ret_dbuf);
+
+/* Free a device buffer. Requests still using it must be finished first. NULL is accepted. */
+GPUX_EXPORT void gpux_dbuf_free(gpux_dbuf *dbuf);
+
+GPUX_EXPORT size_t gpux_dbuf_size(const gpux_dbuf *dbuf);
+GPUX_EXPORT uint32_t gpux_dbuf_device(const gpux_dbuf *dbuf);
+
+/*
+ * Copy `size` bytes from a shared buffer into a device buffer (write) or back (read), as a
+ * request in `queue` (NULL: the device's default queue), ordered with that queue's launches.
+ */
+GPUX_EXPORT gpux_status gpux_dbuf_write(gpux_dbuf *dst, uint64_t dst_offset, gpux_buf *src,
+					uint64_t src_offset, uint64_t size, gpux_queue *queue,
+					gpux_req **ret_req);
+GPUX_EXPORT gpux_status gpux_dbuf_read(gpux_buf *dst, uint64_t dst_offset, gpux_dbuf *src,
+				       uint64_t src_offset, uint64_t size, gpux_queue *queue,
+				       gpux_req **ret_req);
+
+/* ---- modules ---- */
 
 enum gpux_lang {
 	GPUX_LANG_CUDA = 1,  /* CUDA C++, compiled by NVRTC for the device */
@@ -162,8 +203,6 @@ GPUX_EXPORT void gpux_module_free(gpux_module *module);
 
 /* ---- queues ---- */
 
-typedef struct gpux_queue gpux_queue;
-
 /*
  * A queue on one device: its requests run in submission order, while different queues may
  * run at the same time (a CUDA stream each). Every device also has a default queue, used
@@ -176,21 +215,24 @@ GPUX_EXPORT void gpux_queue_free(gpux_queue *queue);
 
 /* ---- arguments ---- */
 
-typedef struct gpux_req gpux_req;
-
 enum gpux_arg_kind {
 	GPUX_ARG_SCALAR = 1, /* a value, copied at submission */
 	GPUX_ARG_IN = 2,     /* a buffer range copied to the device before the launch */
 	GPUX_ARG_OUT = 3,    /* a buffer range copied back from the device after it */
 	GPUX_ARG_INOUT = 4,  /* both */
 	GPUX_ARG_MAPPED = 5, /* the kernel reads and writes the buffer's own pages, no copy */
+	GPUX_ARG_DBUF = 6,   /* a range of a device buffer (gpux_dbuf), which stays on the GPU */
 };
+
+/* Flag of an IN argument of a frozen buffer: keep its bytes on the device for next time. */
+#define GPUX_ARG_CACHED 0x1u
 
 struct gpux_arg {
 	uint32_t kind; /* enum gpux_arg_kind */
 	uint32_t flags;
 	union {
 		gpux_buf *buf;     /* IN, OUT, INOUT, MAPPED */
+		gpux_dbuf *dbuf;   /* DBUF */
 		const void *value; /* SCALAR: `size` bytes, at most 256 */
 	};
 	uint64_t offset; /* into buf */
@@ -224,6 +266,22 @@ static inline struct gpux_arg gpux_arg_mapped(gpux_buf *buf, uint64_t offset, ui
 	return gpux_arg_buf(GPUX_ARG_MAPPED, buf, offset, size);
 }
 
+/* An IN argument of a frozen buffer whose bytes the device keeps for next time. */
+static inline struct gpux_arg gpux_arg_cached(gpux_buf *buf, uint64_t offset, uint64_t size)
+{
+	struct gpux_arg a = gpux_arg_buf(GPUX_ARG_IN, buf, offset, size);
+	a.flags = GPUX_ARG_CACHED;
+	return a;
+}
+
+/* A range of a device buffer; the launch goes to that buffer's device. */
+static inline struct gpux_arg gpux_arg_dbuf(gpux_dbuf *dbuf, uint64_t offset, uint64_t size)
+{
+	struct gpux_arg a = { GPUX_ARG_DBUF, 0, { NULL }, offset, size };
+	a.dbuf = dbuf;
+	return a;
+}
+
 static inline struct gpux_arg gpux_arg_scalar(const void *value, uint64_t size)
 {
 	struct gpux_arg a = { GPUX_ARG_SCALAR, 0, { NULL }, 0, size };
@@ -241,7 +299,9 @@ struct gpux_launch {
 	uint32_t block[3];     /* threads per block; a 0 is taken as 1 */
 	uint32_t shared_bytes; /* dynamic shared memory per block */
 	uint32_t timeout_ms;   /* 0: gpuxd's default deadline */
-	uint32_t device;       /* a device index, or GPUX_ANY; ignored when queue is set */
+	uint32_t device;       /* a device index, or GPUX_ANY (gpux chooses: the least busy ready
+				* device, preferring one that holds the cached inputs; a device
+				* buffer argument decides it); ignored when queue is set */
 	uint32_t flags;
 	gpux_queue *queue;     /* NULL: the device's default queue */
 };

@@ -290,6 +290,34 @@ static CUresult f_stream_destroy(CUstream s)
 	return CUDA_SUCCESS;
 }
 
+static CUresult f_stream_sync(CUstream s)
+{
+	struct fake_stream *st = (struct fake_stream *)s;
+	uint64_t now = now_ns(), at;
+
+	ENTER("cuStreamSynchronize");
+	(void)pthread_mutex_lock(&lock);
+	at = st->ready_at;
+	(void)pthread_mutex_unlock(&lock);
+	if (at > now)
+		(void)usleep((useconds_t)((at - now) / 1000 + 1));
+	return CUDA_SUCCESS;
+}
+
+/* Work queued later on s starts after the event: s is busy until then at least. */
+static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+	struct fake_stream *st = (struct fake_stream *)s;
+	struct fake_event *ev = (struct fake_event *)e;
+
+	ENTER("cuStreamWaitEvent");
+	(void)pthread_mutex_lock(&lock);
+	if (ev->at > st->ready_at)
+		st->ready_at = ev->at;
+	(void)pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
 static CUresult f_event_create(CUevent *e, unsigned flags)
 {
 	ENTER("cuEventCreate");
@@ -675,6 +703,8 @@ static const struct {
 	{ "cuMemGetInfo", f_mem_info },
 	{ "cuStreamCreate", f_stream_create },
 	{ "cuStreamDestroy", f_stream_destroy },
+	{ "cuStreamSynchronize", f_stream_sync },
+	{ "cuStreamWaitEvent", f_stream_wait_event },
 	{ "cuEventCreate", f_event_create },
 	{ "cuEventDestroy", f_event_destroy },
 	{ "cuEventRecord", f_event_record },

@@ -104,12 +104,26 @@ static void check_submit(const struct ipc_msg *msg, const struct ipc_submit_msg 
 		if (a->kind == GPUX_ARG_SCALAR) {
 			CHECK(a->size <= IPC_SCALAR_MAX);
 			CHECK(end <= m->m.data_len);
+			CHECK(a->flags == 0 && a->ref == 0);
 		} else {
-			CHECK(a->kind >= GPUX_ARG_IN && a->kind <= GPUX_ARG_INOUT);
+			CHECK(a->kind >= GPUX_ARG_IN && a->kind <= GPUX_ARG_DBUF);
+			CHECK(a->flags == 0 ||
+			      (a->kind == GPUX_ARG_IN && a->flags == GPUX_ARG_CACHED));
 		}
 	}
 	check_same(
 	    ipc_encode_submit(out, sizeof(out), msg->hdr.id, &m->m, m->args, m->name, m->data));
+}
+
+static void check_copy(const struct ipc_msg *msg, const struct ipc_copy *m)
+{
+	uint64_t end;
+
+	CHECK(msg->nfds == 0);
+	CHECK(m->dir == IPC_COPY_TO_DBUF || m->dir == IPC_COPY_FROM_DBUF);
+	CHECK(m->size > 0);
+	CHECK(add_ok(m->dbuf_offset, m->size, &end) && add_ok(m->seg_offset, m->size, &end));
+	check_fixed(msg, m, sizeof(*m));
 }
 
 static void check_done(const struct ipc_msg *msg, const struct ipc_done_msg *m)
@@ -155,6 +169,9 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		struct ipc_mod_load_msg mod_load;
 		struct ipc_mod_drop mod_drop;
 		struct ipc_queue_msg queue;
+		struct ipc_dbuf_alloc dbuf_alloc;
+		struct ipc_dbuf_free dbuf_free;
+		struct ipc_copy copy;
 		struct ipc_submit_msg submit;
 		struct ipc_done_msg done;
 		struct ipc_status_req status_req;
@@ -250,6 +267,25 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		r = ipc_decode_queue(msg, type, &u.queue);
 		if (r == 0)
 			check_fixed(msg, &u.queue, sizeof(u.queue));
+		return r;
+	case IPC_DBUF_ALLOC:
+		r = ipc_decode_dbuf_alloc(msg, &u.dbuf_alloc);
+		if (r == 0) {
+			CHECK(msg->nfds == 0 && u.dbuf_alloc.size > 0);
+			check_fixed(msg, &u.dbuf_alloc, sizeof(u.dbuf_alloc));
+		}
+		return r;
+	case IPC_DBUF_FREE:
+		r = ipc_decode_dbuf_free(msg, &u.dbuf_free);
+		if (r == 0) {
+			CHECK(msg->nfds == 0);
+			check_fixed(msg, &u.dbuf_free, sizeof(u.dbuf_free));
+		}
+		return r;
+	case IPC_COPY:
+		r = ipc_decode_copy(msg, &u.copy);
+		if (r == 0)
+			check_copy(msg, &u.copy);
 		return r;
 	}
 	return ipc_decode_queue(msg, type, &u.queue);

@@ -95,10 +95,16 @@ static void fds_too_many(struct ipc_hdr *h)
 	h->nfds = IPC_FDS_MAX + 1;
 }
 
+static void fds_one(struct ipc_hdr *h)
+{
+	h->nfds = 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct test_sample s;
 	uint64_t u64;
+	uint32_t u32;
 	int32_t i32;
 
 	if (argc != 2) {
@@ -155,6 +161,31 @@ int main(int argc, char **argv)
 		   sizeof(struct ipc_dev_status) + offsetof(struct ipc_device_info, name),
 	       'n', 64);
 	save("bad-status-name-unterminated", 0, buf, s.len);
+
+	/* Device buffers: a fd where none belongs, an empty buffer, copies that are wrong. */
+	save_hdr("bad-dbuf-free-with-fd", "dbuf-free", fds_one);
+	u64 = 0;
+	save_patch("bad-dbuf-alloc-size-zero", "dbuf-alloc", offsetof(struct ipc_dbuf_alloc, size),
+		   &u64, 8);
+	save_patch("bad-copy-size-zero", "copy-to-dbuf", offsetof(struct ipc_copy, size), &u64, 8);
+	u32 = IPC_COPY_TO_DBUF | IPC_COPY_FROM_DBUF;
+	save_patch("bad-copy-dir", "copy-to-dbuf", offsetof(struct ipc_copy, dir), &u32, 4);
+	/* Ranges from offset 2^64 - 4095: their ends (4096 bytes or 1 MiB on) wrap past 0. */
+	u64 = UINT64_MAX - 4094;
+	save_patch("bad-copy-dbuf-offset-wraps", "copy-to-dbuf",
+		   offsetof(struct ipc_copy, dbuf_offset), &u64, 8);
+	save_patch("bad-copy-seg-offset-wraps", "copy-from-dbuf",
+		   offsetof(struct ipc_copy, seg_offset), &u64, 8);
+	/* CACHED on submit-dbuf-cached's first argument (a device buffer), then an unknown flag
+	 * beside CACHED on its second (an IN). */
+	u32 = GPUX_ARG_CACHED;
+	save_patch("bad-submit-cached-on-dbuf", "submit-dbuf-cached",
+		   sizeof(struct ipc_submit) + offsetof(struct ipc_arg, flags), &u32, 4);
+	u32 = GPUX_ARG_CACHED | (GPUX_ARG_CACHED << 1);
+	save_patch("bad-submit-flag-unknown", "submit-dbuf-cached",
+		   sizeof(struct ipc_submit) + sizeof(struct ipc_arg) +
+		       offsetof(struct ipc_arg, flags),
+		   &u32, 4);
 
 	/* One byte over the limit. */
 	memset(buf, 0, sizeof(buf));

@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT */
+/* client/dbuf.c: device buffers, which stay on one GPU between requests, and copies to and from them. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "cli.h"
+#include "ipc/macro.h"
+
+GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
+					gpux_dbuf **ret_dbuf)
+{
+	struct ipc_dbuf_alloc a;
+	struct gpux_req *r;
+	gpux_dbuf *d;
+	int n, rc;
+
+	if (!ctx || !ret_dbuf || size == 0 || device == GPUX_ANY)
+		return GPUX_E_INVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return GPUX_E_NOMEM;
+	(void)pthread_mutex_lock(&ctx->lock);
+	rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
+	if (rc < 0)
+		goto err;
+	d->ctx = ctx;
+	d->id = ++ctx->next_obj_id;
+	d->device = device;
+	d->size = size;
+	r = cli_req_new(ctx, device, true);
+	if (!r) {
+		rc = GPUX_E_NOMEM;
+		goto err;
+	}
+	a = (struct ipc_dbuf_alloc){ .dbuf_id = d->id, .size = size };
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_DBUF_ALLOC, r->id, 0, &a, sizeof(a), NULL, 0);
+	rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+	if (rc == 0) {
+		r->chan_gen = d->chan_gen = ctx->devs[device].chan_gen;
+		(void)cli_req_wait(r, 0);
+		rc = r->status;
+	} else {
+		rc = cli_status_of(rc);
+	}
+	cli_req_release(r);
+	if (rc < 0)
+		goto err;
+	d->next = ctx->dbufs;
+	if (ctx->dbufs)
+		ctx->dbufs->prev = d;
+	ctx->dbufs = d;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	*ret_dbuf = d;
+	return GPUX_OK;
+err:
+	(void)pthread_mutex_unlock(&ctx->lock);
+	free(d);
+	return (gpux_status)rc;
+}
+
+/* Lock held. */
+static void dbuf_free(gpux_ctx *ctx, gpux_dbuf *d)
+{
+	struct ipc_dbuf_free f = { .dbuf_id = d->id };
+
+	if (ctx->fork_gen == cli_fork_gen && ctx->connected &&
+	    d->chan_gen == ctx->devs[d->device].chan_gen) {
+		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_DBUF_FREE, 0, 0, &f, sizeof(f), NULL, 0);
+		if (n > 0)
+			(void)cli_send(ctx, d->device, ctx->sbuf, (size_t)n, NULL, 0);
+	}
+	if (d->prev)
+		d->prev->next = d->next;
+	else
+		ctx->dbufs = d->next;
+	if (d->next)
+		d->next->prev = d->prev;
+	free(d);
+}
+
+GPUX_EXPORT void gpux_dbuf_free(gpux_dbuf *d)
+{
+	gpux_ctx *ctx;
+
+	if (!d)
+		return;
+	ctx = d->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	dbuf_free(ctx, d);
+	(void)pthread_mutex_unlock(&ctx->lock);
+}
+
+void cli_dbufs_free_all(gpux_ctx *ctx)
+{
+	while (ctx->dbufs)
+		dbuf_free(ctx, ctx->dbufs);
+}
+
+GPUX_EXPORT size_t gpux_dbuf_size(const gpux_dbuf *d)
+{
+	return d ? (size_t)d->size : 0;
+}
+
+GPUX_EXPORT uint32_t gpux_dbuf_device(const gpux_dbuf *d)
+{
+	return d ? d->device : GPUX_ANY;
+}
+
+static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b, uint64_t b_off,
+			uint64_t size, gpux_queue *q, gpux_req **ret_req)
+{
+	gpux_ctx *ctx;
+	struct gpux_req *r;
+	struct ipc_copy c;
+	int n, rc;
+
+	if (!d || !b || !ret_req || b->ctx != d->ctx || size == 0 || !range_ok(d_off, size, d->size) ||
+	    !range_ok(b_off, size, b->size) || (q && (q->ctx != d->ctx || q->device != d->device)) ||
+	    (dir == IPC_COPY_FROM_DBUF && b->seg->frozen))
+		return GPUX_E_INVAL;
+	ctx = d->ctx;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	rc = cli_ensure(ctx);
+	if (rc < 0)
+		goto out;
+	if (d->chan_gen != ctx->devs[d->device].chan_gen) {
+		rc = GPUX_E_WORKER_LOST;
+		goto out;
+	}
+	rc = cli_seg_sync(ctx, b->seg, d->device);
+	if (rc == 0 && q)
+		rc = cli_queue_sync(ctx, q);
+	if (rc < 0) {
+		rc = cli_status_of(rc);
+		goto out;
+	}
+	r = cli_req_new(ctx, d->device, false);
+	if (!r) {
+		rc = GPUX_E_NOMEM;
+		goto out;
+	}
+	c = (struct ipc_copy){
+		.dbuf_id = d->id,
+		.dbuf_offset = d_off,
+		.seg_id = b->seg->id,
+		.seg_offset = b->offset + b_off,
+		.size = size,
+		.dir = dir,
+		.queue = q ? q->id : 0,
+	};
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_COPY, r->id, 0, &c, sizeof(c), NULL, 0);
+	rc = n < 0 ? n : cli_send(ctx, d->device, ctx->sbuf, (size_t)n, NULL, 0);
+	if (rc < 0) {
+		cli_req_release(r);
+		rc = cli_status_of(rc);
+		goto out;
+	}
+	r->chan_gen = ctx->devs[d->device].chan_gen;
+	ctx->devs[d->device].inflight++;
+	*ret_req = r;
+out:
+	(void)pthread_mutex_unlock(&ctx->lock);
+	return (gpux_status)rc;
+}
+
+GPUX_EXPORT gpux_status gpux_dbuf_write(gpux_dbuf *dst, uint64_t dst_offset, gpux_buf *src,
+					uint64_t src_offset, uint64_t size, gpux_queue *queue,
+					gpux_req **ret_req)
+{
+	return copy(IPC_COPY_TO_DBUF, dst, dst_offset, src, src_offset, size, queue, ret_req);
+}
+
+GPUX_EXPORT gpux_status gpux_dbuf_read(gpux_buf *dst, uint64_t dst_offset, gpux_dbuf *src,
+				       uint64_t src_offset, uint64_t size, gpux_queue *queue,
+				       gpux_req **ret_req)
+{
+	return copy(IPC_COPY_FROM_DBUF, src, src_offset, dst, dst_offset, size, queue, ret_req);
+}

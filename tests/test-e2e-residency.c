@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-residency.c: the device cache, device buffers, quotas, queues and GPUX_ANY. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+/* Two host "devices", a 3 MiB cache that forgets after a second, small quotas. */
+static const char *const daemon_args[] = {
+	"--host-devices", "2", "--cache-bytes", "3145728", "--cache-ttl-ms", "1000",
+	"--quota-device", "4194304", "--quota-pinned", "67108864", NULL,
+};
+
+struct env {
+	struct test_daemon d;
+	gpux_ctx *ctx;
+	gpux_module *m;
+	uint64_t seed;
+};
+
+static int setup(void **state)
+{
+	struct env *e = calloc(1, sizeof(*e));
+
+	test_daemon_start(&e->d, daemon_args);
+	e->ctx = test_connect(&e->d);
+	e->m = test_load_host_kernels(e->ctx);
+	e->seed = (uint64_t)mono_ns();
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct env *e = *state;
+
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	free(e);
+	return 0;
+}
+
+static struct ipc_dev_status dev_status(struct env *e, uint32_t dev)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	return devs[dev];
+}
+
+/* A frozen buffer of n random floats. */
+static gpux_buf *frozen(struct env *e, uint64_t n, uint64_t seed)
+{
+	gpux_buf *b;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &b), GPUX_OK);
+	test_fill_random(gpux_buf_data(b), n, &seed);
+	assert_int_equal(gpux_buf_freeze(b), GPUX_OK);
+	return b;
+}
+
+/* out = in + 1 with `in` a cached input; checks the result. */
+static uint32_t add1_cached(struct env *e, gpux_buf *in, uint64_t n, uint32_t dev)
+{
+	gpux_buf *out;
+	gpux_req *r;
+	uint32_t got;
+	struct gpux_arg args[3];
+	struct gpux_launch l = test_launch_1d(n, dev, NULL);
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	memset(gpux_buf_data(out), 0xff, n * 4);
+	args[0] = GPUX_ARG_VALUE(n);
+	args[1] = gpux_arg_cached(in, 0, n * 4);
+	args[2] = gpux_arg_out(out, 0, n * 4);
+	assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	got = gpux_req_device(r);
+	gpux_req_free(r);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(((float *)gpux_buf_data(out))[i],
+				   ((float *)gpux_buf_data(in))[i] + 1, 0);
+	gpux_buf_free(out);
+	return got;
+}
+
+static void test_residency_freeze_makes_memory_read_only_and_keeps_bytes(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 1000;
+	gpux_buf *small, *big;
+	float *p;
+	pid_t pid;
+	int st;
+
+	/* Small (from an arena) and large (its own segment): same data, same pointer. */
+	for (int k = 0; k < 2; k++) {
+		uint64_t len = k ? 1 << 20 : n;
+		gpux_buf **b = k ? &big : &small;
+		uint64_t seed = 99;
+
+		assert_int_equal(gpux_buf_alloc(e->ctx, len * 4, b), GPUX_OK);
+		p = gpux_buf_data(*b);
+		test_fill_random(p, len, &seed);
+		assert_int_equal(gpux_buf_freeze(*b), GPUX_OK);
+		assert_ptr_equal(gpux_buf_data(*b), p);
+		seed = 99;
+		{
+			float *want = malloc(len * 4);
+			test_fill_random(want, len, &seed);
+			assert_memory_equal(p, want, len * 4);
+			free(want);
+		}
+		/* A write now faults. */
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			/* cmocka catches SIGSEGV to report a failed test: not here. */
+			(void)signal(SIGSEGV, SIG_DFL);
+			(void)signal(SIGBUS, SIG_DFL);
+			p[0] = 1;
+			_exit(0);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFSIGNALED(st));
+		/* And it cannot be an output. */
+		{
+			gpux_req *r;
+			struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(*b, 0, 16),
+						   gpux_arg_out(*b, 0, 16) };
+			struct gpux_launch l = test_launch_1d(4, 0, NULL);
+			assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_E_INVAL);
+		}
+	}
+	/* Buffers allocated after are not disturbed by the frozen pages around them. */
+	{
+		gpux_buf *x;
+		assert_int_equal(gpux_buf_alloc(e->ctx, 4096, &x), GPUX_OK);
+		memset(gpux_buf_data(x), 7, 4096);
+		gpux_buf_free(x);
+	}
+	gpux_buf_free(small);
+	gpux_buf_free(big);
+}
+
+static void test_residency_cache_hit_after_freeze(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 65536;
+	struct ipc_dev_status before = dev_status(e, 0), after;
+	gpux_buf *a = frozen(e, n, 1), *same = frozen(e, n, 1), *other = frozen(e, n, 2);
+
+	(void)add1_cached(e, a, n, 0);
+	(void)add1_cached(e, a, n, 0);
+	/* Another buffer with the same bytes is the same entry: content addressing. */
+	(void)add1_cached(e, same, n, 0);
+	(void)add1_cached(e, other, n, 0);
+	after = dev_status(e, 0);
+	assert_int_equal(after.stats.cache_misses - before.stats.cache_misses, 2);
+	assert_int_equal(after.stats.cache_hits - before.stats.cache_hits, 2);
+	assert_true(after.stats.cache_bytes >= 2 * n * 4);
+	gpux_buf_free(a);
+	gpux_buf_free(same);
+	gpux_buf_free(other);
+}
+
+/* A 3 MiB budget holds three 1 MiB entries; a fourth evicts the least recently used. */
+static void test_residency_eviction_under_budget(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 1 << 18;
+	struct ipc_dev_status before = dev_status(e, 1), after;
+	gpux_buf *b[4];
+
+	for (int i = 0; i < 4; i++) {
+		b[i] = frozen(e, n, 100 + (uint64_t)i);
+		(void)add1_cached(e, b[i], n, 1);
+	}
+	after = dev_status(e, 1);
+	assert_true(after.stats.cache_evictions > before.stats.cache_evictions);
+	assert_true(after.stats.cache_bytes <= 3 << 20);
+	/* The first one was evicted: a miss; the last one is still there: a hit. */
+	before = after;
+	(void)add1_cached(e, b[3], n, 1);
+	after = dev_status(e, 1);
+	assert_int_equal(after.stats.cache_hits, before.stats.cache_hits + 1);
+	for (int i = 0; i < 4; i++)
+		gpux_buf_free(b[i]);
+}
+
+static bool cache_empty(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.cache_entries == 0 && s->stats.cache_bytes == 0;
+}
+
+static void test_residency_ttl_expiry(void **state)
+{
+	struct env *e = *state;
+	gpux_buf *b = frozen(e, 1000, 5);
+
+	(void)add1_cached(e, b, 1000, 0);
+	assert_true(dev_status(e, 0).stats.cache_entries >= 1);
+	test_wait_stats(&e->d, 0, cache_empty, NULL);
+	gpux_buf_free(b);
+}
+
+/* x -> dbuf A (write) -> add1 -> dbuf B -> mul2 -> dbuf A -> read: never through the host. */
+static void test_residency_dbuf_keeps_content_across_requests(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 100000;
+	gpux_buf *x, *y;
+	gpux_dbuf *a, *b;
+	gpux_req *r;
+	struct gpux_launch l = test_launch_1d(n, GPUX_ANY, NULL);
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &y), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &e->seed);
+	memset(gpux_buf_data(y), 0xff, n * 4);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 1, n * 4, &a), GPUX_OK);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 1, n * 4, &b), GPUX_OK);
+	assert_int_equal(gpux_dbuf_size(a), n * 4);
+	assert_int_equal(gpux_dbuf_device(a), 1);
+	assert_int_equal(gpux_dbuf_write(a, 0, x, 0, n * 4, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_dbuf(a, 0, n * 4),
+					   gpux_arg_dbuf(b, 0, n * 4) };
+		assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_OK);
+		/* GPUX_ANY went where the device buffers are. */
+		assert_int_equal(gpux_req_device(r), 1);
+		assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+		gpux_req_free(r);
+		args[1] = gpux_arg_dbuf(b, 0, n * 4);
+		args[2] = gpux_arg_dbuf(a, 0, n * 4);
+		assert_int_equal(gpux_run(e->m, "mul2", &l, args, 3), GPUX_OK);
+	}
+	assert_int_equal(gpux_dbuf_read(y, 0, a, 0, n * 4, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(((float *)gpux_buf_data(y))[i],
+				   (((float *)gpux_buf_data(x))[i] + 1) * 2, 0);
+	/* A launch that names another device than its device buffers is a mistake. */
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_dbuf(a, 0, 4),
+					   gpux_arg_dbuf(b, 0, 4) };
+		struct gpux_launch l0 = test_launch_1d(1, 0, NULL);
+		assert_int_equal(gpux_submit(e->m, "add1", &l0, args, 3, &r), GPUX_E_INVAL);
+	}
+	gpux_dbuf_free(b);
+	gpux_dbuf_free(a);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+}
+
+static bool no_dbufs(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.dbuf_bytes == *(uint64_t *)arg;
+}
+
+static void test_residency_dbufs_reclaimed_and_quota(void **state)
+{
+	struct env *e = *state;
+	uint64_t base = dev_status(e, 0).stats.dbuf_bytes;
+	gpux_dbuf *d;
+	pid_t pid;
+	int st;
+
+	/* 4 MiB per client: 3 fit, 2 more do not. */
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 3 << 20, &d), GPUX_OK);
+	{
+		gpux_dbuf *more = NULL;
+		assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 2 << 20, &more), GPUX_E_QUOTA);
+		assert_null(more);
+	}
+	gpux_dbuf_free(d);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 2 << 20, &d), GPUX_OK);
+	gpux_dbuf_free(d);
+
+	/* 64 MiB of shared memory per client and device: a larger buffer is refused. */
+	{
+		gpux_buf *big;
+		gpux_req *r;
+		uint64_t n = 4;
+		struct gpux_arg args[3];
+		struct gpux_launch l = test_launch_1d(4, 0, NULL);
+
+		assert_int_equal(gpux_buf_alloc(e->ctx, 65 << 20, &big), GPUX_OK);
+		args[0] = GPUX_ARG_VALUE(n);
+		args[1] = gpux_arg_in(big, 0, 16);
+		args[2] = gpux_arg_out(big, 16, 16);
+		assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_E_QUOTA);
+		assert_non_null(strstr(gpux_req_message(r), "quota"));
+		gpux_req_free(r);
+		gpux_buf_free(big);
+	}
+
+	/* A client that goes away without freeing its device buffers loses them. */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		gpux_ctx *c;
+		gpux_dbuf *x;
+		if (gpux_connect(e->d.sock, &c) || gpux_dbuf_alloc(c, 0, 3 << 20, &x))
+			_exit(1);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	test_wait_stats(&e->d, 0, no_dbufs, &base);
+}
+
+/* Two queues of one device run at once: one waits for a flag that only the other sets. */
+static void test_residency_queues_overlap_and_keep_order(void **state)
+{
+	struct env *e = *state;
+	gpux_queue *q1, *q2;
+	gpux_buf *flag;
+	gpux_req *w, *s;
+	int *f;
+
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &q1), GPUX_OK);
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &q2), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 8, &flag), GPUX_OK);
+	f = gpux_buf_data(flag);
+	f[0] = 0;
+	f[1] = -1;
+	{
+		struct gpux_launch l1 = { .grid = { 1 }, .block = { 1 }, .queue = q1 };
+		struct gpux_launch l2 = { .grid = { 1 }, .block = { 1 }, .queue = q2 };
+		struct gpux_arg wa[] = { gpux_arg_mapped(flag, 0, 4), gpux_arg_mapped(flag, 4, 4) };
+		struct gpux_arg sa[] = { gpux_arg_mapped(flag, 0, 4) };
+
+		assert_int_equal(gpux_submit(e->m, "wait_flag", &l1, wa, 2, &w), GPUX_OK);
+		assert_int_equal(gpux_submit(e->m, "set_flag", &l2, sa, 1, &s), GPUX_OK);
+	}
+	assert_int_equal(gpux_wait(w, -1), GPUX_OK);
+	assert_int_equal(gpux_wait(s, -1), GPUX_OK);
+	/* The waiter saw the flag: the second queue did not wait behind the first. */
+	assert_int_equal(f[1], 1);
+	gpux_req_free(w);
+	gpux_req_free(s);
+	gpux_buf_free(flag);
+	gpux_queue_free(q2);
+	gpux_queue_free(q1);
+}
+
+static void test_residency_any_spreads_over_devices(void **state)
+{
+	struct env *e = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
+	uint32_t ms = 30;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r[8];
+	unsigned on[2] = { 0, 0 };
+
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r[i]), GPUX_OK);
+	for (int i = 0; i < 8; i++) {
+		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
+		on[gpux_req_device(r[i])]++;
+		gpux_req_free(r[i]);
+	}
+	assert_true(on[0] > 0);
+	assert_true(on[1] > 0);
+}
+
+static void test_residency_any_follows_affinity(void **state)
+{
+	struct env *e = *state;
+	const uint64_t n = 50000;
+	gpux_buf *b = frozen(e, n, 77);
+	uint32_t first = add1_cached(e, b, n, GPUX_ANY);
+
+	/* Wherever its bytes were cached first, there it goes again. */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(add1_cached(e, b, n, GPUX_ANY), first);
+	gpux_buf_free(b);
+}
+
+/* One device's worker killed: GPUX_ANY work goes on at once on the other. */
+static void test_residency_any_survives_a_dead_worker(void **state)
+{
+	struct env *e = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
+	uint32_t ms = 1, gen = dev_status(e, 0).generation;
+
+	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
+	for (int i = 0; i < 10; i++) {
+		struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+		gpux_req *r;
+		gpux_status st;
+
+		assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+		st = gpux_wait(r, -1);
+		/* One submitted before the death was noticed may be lost with it. */
+		assert_true(st == GPUX_OK || (st == GPUX_E_WORKER_LOST && gpux_req_device(r) == 0));
+		gpux_req_free(r);
+	}
+	test_wait_generation(&e->d, 0, gen);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_residency_freeze_makes_memory_read_only_and_keeps_bytes),
+		cmocka_unit_test(test_residency_cache_hit_after_freeze),
+		cmocka_unit_test(test_residency_eviction_under_budget),
+		cmocka_unit_test(test_residency_ttl_expiry),
+		cmocka_unit_test(test_residency_dbuf_keeps_content_across_requests),
+		cmocka_unit_test(test_residency_dbufs_reclaimed_and_quota),
+		cmocka_unit_test(test_residency_queues_overlap_and_keep_order),
+		cmocka_unit_test(test_residency_any_spreads_over_devices),
+		cmocka_unit_test(test_residency_any_follows_affinity),
+		cmocka_unit_test(test_residency_any_survives_a_dead_worker),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/dbuf.c: clients' device buffers (kept on the device between requests) and copies. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ipc/macro.h"
+#include "wrk.h"
+
+static void reply(struct wrk_client *c, uint32_t id, int status, const char *text)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_done d = { .status = status };
+	int n;
+
+	if (id == 0 || c->gone)
+		return;
+	n = ipc_encode_done(buf, sizeof(buf), id, &d, text);
+	if (n > 0)
+		(void)ipc_conn_send(c->conn, buf, (size_t)n, NULL, 0);
+}
+
+void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
+{
+	if (!d || --d->refs > 0)
+		return;
+	w->be->dev_free(w->dev, d->ptr);
+	w->stats.dbuf_bytes -= d->size;
+	free(d);
+}
+
+/* The client lets go of its id; requests still using it keep it a while. */
+static void dbuf_release(struct wrk_client *c, struct wrk_dbuf *d)
+{
+	c->dbuf_bytes -= d->size;
+	wrk_dbuf_unref(c->w, d);
+}
+
+void wrk_dbufs_free(struct wrk_client *c)
+{
+	struct wrk_dbuf *d;
+
+	while ((d = ipc_map_pop(&c->dbufs)))
+		dbuf_release(c, d);
+	ipc_map_done(&c->dbufs);
+}
+
+static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_alloc *a)
+{
+	struct wrk *w = c->w;
+	struct wrk_dbuf *d;
+	char *msg = NULL;
+	void *ptr = NULL;
+	int r;
+
+	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
+		reply(c, id, GPUX_E_QUOTA, "too many device buffers");
+		return;
+	}
+	if (c->dbuf_bytes + a->size > w->opts.quota_device) {
+		msg = wrk_strdup_printf("a device buffer of %llu bytes would pass the client's "
+					"device quota (%llu of %llu bytes in use)",
+					(unsigned long long)a->size,
+					(unsigned long long)c->dbuf_bytes,
+					(unsigned long long)w->opts.quota_device);
+		reply(c, id, GPUX_E_QUOTA, msg);
+		free(msg);
+		return;
+	}
+	/* Cached inputs nobody uses go first when device memory runs out. */
+	r = w->be->dev_alloc(w->dev, a->size, &ptr, &msg);
+	if (r == GPUX_E_NOMEM && wrk_dcache_reclaim(w) > 0) {
+		free(msg);
+		msg = NULL;
+		r = w->be->dev_alloc(w->dev, a->size, &ptr, &msg);
+	}
+	d = r == 0 ? calloc(1, sizeof(*d)) : NULL;
+	if (!d) {
+		if (r == 0)
+			w->be->dev_free(w->dev, ptr);
+		reply(c, id, r < 0 ? r : GPUX_E_NOMEM, msg ? msg : "out of memory");
+		free(msg);
+		return;
+	}
+	d->refs = 1;
+	d->size = a->size;
+	d->ptr = ptr;
+	if (ipc_map_put(&c->dbufs, a->dbuf_id, d) < 0) {
+		wrk_dbuf_unref(w, d);
+		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	c->dbuf_bytes += a->size;
+	w->stats.dbuf_bytes += a->size;
+	wrk_status_publish(w);
+	reply(c, id, GPUX_OK, NULL);
+}
+
+/* DBUF_ALLOC and DBUF_FREE; a negative return is a protocol error. */
+int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	if (msg->hdr.type == IPC_DBUF_ALLOC) {
+		struct ipc_dbuf_alloc a;
+
+		if (ipc_decode_dbuf_alloc(msg, &a) < 0 || ipc_map_get(&c->dbufs, a.dbuf_id))
+			return -EBADMSG;
+		dbuf_alloc(c, msg->hdr.id, &a);
+		return 0;
+	} else {
+		struct ipc_dbuf_free f;
+		struct wrk_dbuf *d;
+
+		if (ipc_decode_dbuf_free(msg, &f) < 0)
+			return -EBADMSG;
+		d = ipc_map_remove(&c->dbufs, f.dbuf_id);
+		if (!d)
+			return -EBADMSG;
+		dbuf_release(c, d);
+		wrk_status_publish(c->w);
+		return 0;
+	}
+}
+
+/* COPY: a request like a launch, in its queue: args[0] the shared range, args[1] the dbuf's. */
+void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct ipc_copy m;
+	struct wrk_req *r;
+	struct wrk_arg *h, *dv;
+	bool to_dbuf;
+	char *why = NULL;
+	int status = 0;
+
+	if (ipc_decode_copy(msg, &m) < 0 || msg->hdr.id == 0) {
+		wrk_client_drop(c);
+		return;
+	}
+	r = wrk_req_new(c, msg->hdr.id);
+	if (!r)
+		return;
+	r->kind = REQ_COPY;
+	(void)snprintf(r->name, sizeof(r->name), "copy");
+	to_dbuf = m.dir == IPC_COPY_TO_DBUF;
+	r->nargs = 2;
+	h = &r->args[0];
+	dv = &r->args[1];
+	h->kind = to_dbuf ? GPUX_ARG_IN : GPUX_ARG_OUT;
+	h->offset = m.seg_offset;
+	h->len = m.size;
+	h->map = wrk_segment_range(c, m.seg_id, m.seg_offset, m.size, !to_dbuf, 0, &status, &why);
+	if (!h->map) {
+		wrk_req_fail(r, status, why);
+		return;
+	}
+	h->host = (uint8_t *)h->map->seg.addr + m.seg_offset;
+	dv->kind = GPUX_ARG_DBUF;
+	dv->offset = m.dbuf_offset;
+	dv->len = m.size;
+	dv->dbuf = ipc_map_get(&c->dbufs, m.dbuf_id);
+	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
+		dv->dbuf = NULL;
+		wrk_req_fail(r, GPUX_E_INVAL, strdup("no such device buffer, or a range outside it"));
+		return;
+	}
+	dv->dbuf->refs++;
+	wrk_req_queue(c, r, m.queue);
+}

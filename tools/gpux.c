@@ -35,6 +35,8 @@ static void usage(FILE *f)
 {
 	(void)fprintf(f, "usage: gpux status [--socket PATH] [--json]\n"
 			 "       gpux demo [--socket PATH] [--children N] [--elements N]\n"
+			 "       gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"
+			 "                  (scenarios: rtt bw fork cached modules clients gpus)\n"
 			 "       gpux version\n");
 }
 
@@ -48,6 +50,8 @@ int main(int argc, char **argv)
 		return tool_status(argc - 1, argv + 1);
 	if (strcmp(argv[1], "demo") == 0)
 		return tool_demo(argc - 1, argv + 1);
+	if (strcmp(argv[1], "bench") == 0)
+		return tool_bench(argc - 1, argv + 1);
 	if (strcmp(argv[1], "version") == 0) {
 		printf("gpux %s\n", gpux_version());
 		return TOOL_OK;

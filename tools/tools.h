@@ -15,6 +15,7 @@
 
 int tool_status(int argc, char **argv);
 int tool_demo(int argc, char **argv);
+int tool_bench(int argc, char **argv);
 
 /* The demo's kernels, for each back end: saxpy(n, a, x, y, out) and empty(). */
 extern const char tool_kernels_host[];

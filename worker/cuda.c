@@ -176,6 +176,12 @@ static int driver_init(struct cu_driver *cu, char **ret_msg)
 
 	if (rc < 0)
 		return rc;
+	/*
+	 * Lazy loading would load a kernel at its first launch, and that load synchronizes the
+	 * whole context: queues would stop overlapping. Modules are loaded once per worker and
+	 * cached, so load them whole. A user's own setting wins.
+	 */
+	(void)setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 	r = cu->cuInit(0);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = wrk_strdup_printf("cuInit: %s", cu_err_name(cu, r));

@@ -1,0 +1,675 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/bench.c: gpux bench: each scenario through gpux and in-process CUDA, side by side. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench-kernels.h"
+#include "ipc/macro.h"
+#include "tools.h"
+
+extern char **environ;
+
+#define MAX_RESULTS 64
+#define BASE_OUT_MAX 4096
+
+/*
+ * The benchmarking process never initialises CUDA: the baseline is gpux-bench-base, exec'd
+ * (beside this program, or $GPUX_BENCH_BASE), which prints "key value" lines.
+ */
+
+struct result {
+	char name[64];
+	double gpux;
+	double base; /* NAN: no baseline */
+	const char *unit;
+	const char *target; /* "" when the scenario has none */
+	double ratio;       /* gpux / base (or as the target reads) */
+	bool met;           /* meaningless when the target needs a baseline that is missing */
+};
+
+/* Whether a result can be judged against its target. */
+static bool judged(const struct result *r)
+{
+	return *r->target && !isnan(r->ratio) && !isinf(r->ratio);
+}
+
+struct bench {
+	gpux_ctx *ctx;
+	gpux_module *m;
+	bool cuda;
+	bool quick;
+	char dir[PATH_MAX];  /* where gpux and gpux-bench-base are */
+	char tmp[PATH_MAX];  /* scratch: the baseline's cubin, private daemons */
+	char cubin[PATH_MAX + 16];
+	struct result res[MAX_RESULTS];
+	unsigned nres;
+};
+
+static void add(struct bench *b, const char *name, double gpux, double base, const char *unit,
+		const char *target, double ratio, bool met)
+{
+	struct result *r;
+
+	if (b->nres == MAX_RESULTS)
+		return;
+	r = &b->res[b->nres++];
+	(void)snprintf(r->name, sizeof(r->name), "%s", name);
+	r->gpux = gpux;
+	r->base = base;
+	r->unit = unit;
+	r->target = target;
+	r->ratio = ratio;
+	r->met = met;
+}
+
+/* ---- the baseline process ---- */
+
+struct kv {
+	char out[BASE_OUT_MAX];
+};
+
+/* Run gpux-bench-base with args; its output in kv. */
+static int base_run(struct bench *b, struct kv *kv, const char *const *args)
+{
+	char path[PATH_MAX + 32];
+	const char *env = getenv("GPUX_BENCH_BASE");
+	char *argv[8];
+	unsigned argc = 0;
+	posix_spawn_file_actions_t fa;
+	int p[2], st;
+	size_t len = 0;
+	pid_t pid;
+
+	if (!b->cuda)
+		return -ENODEV;
+	(void)snprintf(path, sizeof(path), "%s/gpux-bench-base", b->dir);
+	argv[argc++] = (char *)(env && *env ? env : path);
+	for (unsigned i = 0; args[i] && argc < 7; i++)
+		argv[argc++] = (char *)args[i];
+	argv[argc] = NULL;
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) != 0) {
+		(void)posix_spawn_file_actions_destroy(&fa);
+		(void)close(p[0]);
+		(void)close(p[1]);
+		return -ENOENT;
+	}
+	(void)posix_spawn_file_actions_destroy(&fa);
+	(void)close(p[1]);
+	for (;;) {
+		ssize_t n = read(p[0], kv->out + len, sizeof(kv->out) - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	kv->out[len] = '\0';
+	(void)close(p[0]);
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		return -EIO;
+	return 0;
+}
+
+static double kv_get(const struct kv *kv, const char *key)
+{
+	size_t klen = strlen(key);
+
+	for (const char *p = kv->out; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (strncmp(p, key, klen) == 0 && p[klen] == ' ')
+			return strtod(p + klen + 1, NULL);
+	return NAN;
+}
+
+/* ---- helpers ---- */
+
+static double median(uint64_t *v, unsigned n)
+{
+	qsort(v, n, sizeof(*v), tool_cmp_u64);
+	return (double)v[n / 2];
+}
+
+static double pct(uint64_t *v, unsigned n, unsigned p)
+{
+	qsort(v, n, sizeof(*v), tool_cmp_u64);
+	return (double)v[(size_t)n * p / 100];
+}
+
+static gpux_status run1(struct bench *b, const char *k, const struct gpux_launch *l,
+			const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns)
+{
+	uint64_t t0 = tool_now();
+	gpux_status st = gpux_run(b->m, k, l, args, nargs);
+
+	*ret_ns = tool_now() - t0;
+	return st;
+}
+
+/* ---- scenarios ---- */
+
+static int s_rtt(struct bench *b)
+{
+	const unsigned n = b->quick ? 500 : 5000;
+	uint64_t *t = calloc(n, sizeof(*t));
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	const char *args[] = { "rtt", b->cubin, b->quick ? "500" : "5000", NULL };
+	double p50, p99, bp50 = NAN, bp99 = NAN;
+	struct kv kv;
+
+	for (unsigned i = 0; i < n + n / 10; i++) {
+		uint64_t ns;
+		if (run1(b, "empty", &l, NULL, 0, &ns) < 0)
+			return -1;
+		if (i >= n / 10)
+			t[i - n / 10] = ns;
+	}
+	p50 = median(t, n);
+	p99 = pct(t, n, 99);
+	free(t);
+	if (base_run(b, &kv, args) == 0) {
+		bp50 = kv_get(&kv, "rtt_p50_ns");
+		bp99 = kv_get(&kv, "rtt_p99_ns");
+	}
+	add(b, "empty kernel round trip, p50", p50 / 1e3, bp50 / 1e3, "us", "<= 2x", p50 / bp50,
+	    p50 <= 2 * bp50);
+	add(b, "empty kernel round trip, p99", p99 / 1e3, bp99 / 1e3, "us", "", p99 / bp99, true);
+	return 0;
+}
+
+/* IN and OUT bandwidth at one size: a kernel that touches one element. */
+static int s_bw_one(struct bench *b, uint64_t size, bool headline)
+{
+	unsigned reps = size >= (256u << 20) ? 5 : size >= (16u << 20) ? 10 : 50;
+	uint64_t *t = calloc(reps, sizeof(*t));
+	gpux_buf *buf;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	char sz[32], rp[16], name[64];
+	const char *args[] = { "bw", sz, rp, NULL };
+	double in, out, h2d = NAN, d2h = NAN, page = NAN;
+	struct kv kv;
+
+	if (reps > 5 && b->quick)
+		reps = 5;
+	if (gpux_buf_alloc(b->ctx, size, &buf) < 0)
+		return -1;
+	memset(gpux_buf_data(buf), 1, size);
+	for (int dir = 0; dir < 2; dir++) {
+		struct gpux_arg a = dir ? gpux_arg_out(buf, 0, size) : gpux_arg_in(buf, 0, size);
+		uint64_t ns;
+
+		(void)run1(b, "touch", &l, &a, 1, &ns);
+		for (unsigned i = 0; i < reps; i++)
+			if (run1(b, "touch", &l, &a, 1, &t[i]) < 0)
+				return -1;
+		if (dir)
+			out = (double)size / median(t, reps);
+		else
+			in = (double)size / median(t, reps);
+	}
+	gpux_buf_free(buf);
+	free(t);
+	(void)snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
+	(void)snprintf(rp, sizeof(rp), "%u", reps);
+	if (base_run(b, &kv, args) == 0) {
+		h2d = (double)size / kv_get(&kv, "pinned_h2d_ns");
+		d2h = (double)size / kv_get(&kv, "pinned_d2h_ns");
+		page = (double)size / kv_get(&kv, "pageable_h2d_ns");
+	}
+	if (size >= 1024 * 1024)
+		(void)snprintf(name, sizeof(name), "IN  %llu MiB vs pinned H2D",
+			       (unsigned long long)(size >> 20));
+	else
+		(void)snprintf(name, sizeof(name), "IN  %llu KiB vs pinned H2D",
+			       (unsigned long long)(size >> 10));
+	add(b, name, in, h2d, "GB/s", headline ? ">= 0.95x" : "", in / h2d,
+	    !headline || in >= 0.95 * h2d);
+	name[0] = 'O';
+	name[1] = 'U';
+	name[2] = 'T';
+	memcpy(strstr(name, "H2D"), "D2H", 3);
+	add(b, name, out, d2h, "GB/s", headline ? ">= 0.95x" : "", out / d2h,
+	    !headline || out >= 0.95 * d2h);
+	if (headline)
+		add(b, "  (pageable H2D in-process)", page, NAN, "GB/s", "", NAN, true);
+	return 0;
+}
+
+static int s_bw(struct bench *b)
+{
+	static const uint64_t sizes[] = { 4096, 65536, 1 << 20, 16 << 20, 256 << 20, 1ull << 30 };
+
+	for (unsigned i = 0; i < ARRAY_SIZE(sizes); i++) {
+		if (b->quick && sizes[i] == 1ull << 30)
+			continue;
+		if (s_bw_one(b, sizes[i], sizes[i] == 256 << 20) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* A forked child's first result (the module already in the worker) vs CUDA start-up. */
+static int s_fork(struct bench *b)
+{
+	const unsigned n = b->quick ? 10 : 30;
+	uint64_t *t = calloc(n, sizeof(*t)), *bt = calloc(5, sizeof(*bt));
+	gpux_buf *times;
+	const char *args[] = { "startup", b->cubin, NULL };
+	double base = NAN;
+	unsigned nb = 0;
+
+	if (gpux_buf_alloc(b->ctx, sizeof(uint64_t), &times) < 0)
+		return -1;
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t t0 = tool_now();
+		pid_t pid = fork();
+		int st;
+
+		if (pid == 0) {
+			struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+			gpux_status s = gpux_run(b->m, "empty", &l, NULL, 0);
+			*(uint64_t *)gpux_buf_data(times) = tool_now() - t0;
+			_exit(s == GPUX_OK ? 0 : 1);
+		}
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+			return -1;
+		t[i] = *(uint64_t *)gpux_buf_data(times);
+	}
+	for (unsigned i = 0; i < 5 && b->cuda; i++) {
+		struct kv kv;
+		if (base_run(b, &kv, args) == 0)
+			bt[nb++] = (uint64_t)kv_get(&kv, "startup_ns");
+	}
+	if (nb)
+		base = median(bt, nb);
+	{
+		double g = median(t, n);
+		add(b, "forked child's first result", g / 1e6, base / 1e6, "ms", "<= 1 ms",
+		    isnan(base) ? g / 1e6 : g / base, g <= 1e6);
+	}
+	gpux_buf_free(times);
+	free(t);
+	free(bt);
+	return 0;
+}
+
+/* 256 MiB input: uploaded every time vs cached on the device. */
+static int s_cached(struct bench *b)
+{
+	const uint64_t n = 64ull << 20;
+	const unsigned reps = b->quick ? 3 : 10;
+	uint64_t *t = calloc(reps, sizeof(*t));
+	gpux_buf *in, *out;
+	struct gpux_launch l = { .grid = { 1024 }, .block = { 256 } };
+	double unc, cac;
+	uint64_t ns;
+
+	if (gpux_buf_alloc(b->ctx, n * 4, &in) < 0 || gpux_buf_alloc(b->ctx, 1024 * 4, &out) < 0)
+		return -1;
+	for (uint64_t i = 0; i < n; i++)
+		((float *)gpux_buf_data(in))[i] = (float)(i & 1023);
+	if (gpux_buf_freeze(in) < 0)
+		return -1;
+	for (int cached = 0; cached < 2; cached++) {
+		struct gpux_arg args[] = {
+			GPUX_ARG_VALUE(n),
+			cached ? gpux_arg_cached(in, 0, n * 4) : gpux_arg_in(in, 0, n * 4),
+			gpux_arg_out(out, 0, 1024 * 4),
+		};
+		(void)run1(b, "block_sum", &l, args, 3, &ns);
+		for (unsigned i = 0; i < reps; i++)
+			if (run1(b, "block_sum", &l, args, 3, &t[i]) < 0)
+				return -1;
+		if (cached)
+			cac = median(t, reps);
+		else
+			unc = median(t, reps);
+	}
+	add(b, "256 MiB input: cached vs uncached", cac / 1e6, unc / 1e6, "ms", "<= 5%",
+	    cac / unc, cac <= 0.05 * unc);
+	gpux_buf_free(out);
+	gpux_buf_free(in);
+	free(t);
+	return 0;
+}
+
+/* ---- private daemons, for the module caches ---- */
+
+static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
+{
+	char path[PATH_MAX + 16];
+	char *argv[] = { path, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+
+	(void)snprintf(path, sizeof(path), "%s/gpuxd", b->dir);
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	if (posix_spawn(&pid, path, &fa, NULL, argv, environ) != 0)
+		pid = -1;
+	(void)posix_spawn_file_actions_destroy(&fa);
+	return pid;
+}
+
+static void daemon_stop(pid_t pid)
+{
+	if (pid > 0) {
+		(void)kill(pid, SIGTERM);
+		(void)waitpid(pid, NULL, 0);
+	}
+}
+
+/* Connect to sock and load the bench kernels: the time of gpux_module_load(). */
+static double load_ms(struct bench *b, const char *sock)
+{
+	gpux_ctx *c = NULL;
+	gpux_module *m = NULL;
+	double ms = NAN;
+	uint64_t t0;
+
+	for (int tries = 0; tries < 500 && gpux_connect(sock, &c) != GPUX_OK; tries++)
+		(void)usleep(20000);
+	if (!c)
+		return NAN;
+	t0 = tool_now();
+	if ((b->cuda ? gpux_module_load(c, GPUX_LANG_CUDA, bench_kernels, sizeof(bench_kernels) - 1,
+					NULL, &m, NULL)
+		     : gpux_module_load(c, GPUX_LANG_HOST, bench_kernels_host,
+					sizeof(bench_kernels_host) - 1, NULL, &m, NULL)) == GPUX_OK)
+		ms = tool_ms(tool_now() - t0);
+	gpux_disconnect(c);
+	return ms;
+}
+
+static int s_modules(struct bench *b)
+{
+	char sock[PATH_MAX + 16], cache[PATH_MAX + 16];
+	const char *args[] = { "compile", b->cubin, NULL };
+	double cold, disk, mem, bcompile = NAN, bload = NAN;
+	struct kv kv;
+	pid_t pid;
+
+	(void)snprintf(sock, sizeof(sock), "%s/m.sock", b->tmp);
+	(void)snprintf(cache, sizeof(cache), "%s/mcache", b->tmp);
+	pid = daemon_start(b, sock, cache);
+	cold = load_ms(b, sock);
+	mem = load_ms(b, sock);
+	daemon_stop(pid);
+	pid = daemon_start(b, sock, cache);
+	disk = load_ms(b, sock);
+	daemon_stop(pid);
+	if (base_run(b, &kv, args) == 0) {
+		bcompile = kv_get(&kv, "compile_ns") / 1e6;
+		bload = kv_get(&kv, "module_load_ns") / 1e6;
+	}
+	add(b, "module: compile (cold)", cold, bcompile, "ms", "", cold / bcompile, true);
+	add(b, "module: from disk cache", disk, bcompile, "ms", "<= 1 ms",
+	    isnan(bcompile) ? disk : disk / bcompile, disk <= 1.0);
+	add(b, "module: in worker memory", mem, bload, "ms", "", mem / bload, true);
+	return 0;
+}
+
+/* ---- many clients ---- */
+
+#define WINDOW 32
+
+/* In a child: keep WINDOW empty kernels in flight until `until`; count what finished. */
+static uint64_t client_loop(struct bench *b, uint64_t from, uint64_t until)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	gpux_req *r[WINDOW] = { NULL };
+	uint64_t done = 0;
+	unsigned k = 0;
+
+	for (;;) {
+		uint64_t now = tool_now();
+
+		if (r[k]) {
+			if (gpux_wait(r[k], -1) != GPUX_OK)
+				return 0;
+			gpux_req_free(r[k]);
+			r[k] = NULL;
+			if (now >= from)
+				done++;
+		}
+		if (now >= until)
+			break;
+		if (gpux_submit(b->m, "empty", &l, NULL, 0, &r[k]) != GPUX_OK)
+			return 0;
+		k = (k + 1) % WINDOW;
+	}
+	for (unsigned i = 0; i < WINDOW; i++)
+		if (r[i]) {
+			(void)gpux_wait(r[i], -1);
+			gpux_req_free(r[i]);
+		}
+	return done;
+}
+
+static int s_clients(struct bench *b)
+{
+	static const unsigned counts[] = { 1, 4, 16, 32, 64 };
+	const char *args[] = { "rate", b->cubin, "200000", NULL };
+	double secs = b->quick ? 1.0 : 3.0, base = NAN;
+	gpux_buf *counts_buf;
+	struct kv kv;
+
+	if (base_run(b, &kv, args) == 0)
+		base = kv_get(&kv, "launches_per_s");
+	if (gpux_buf_alloc(b->ctx, 64 * sizeof(uint64_t), &counts_buf) < 0)
+		return -1;
+	for (unsigned c = 0; c < ARRAY_SIZE(counts); c++) {
+		unsigned n = counts[c];
+		uint64_t from = tool_now() + 500 * 1000000ull, until;
+		uint64_t *cnt = gpux_buf_data(counts_buf), total = 0;
+		char name[64];
+		double rate;
+
+		until = from + (uint64_t)(secs * 1e9);
+		memset(cnt, 0, 64 * sizeof(uint64_t));
+		for (unsigned i = 0; i < n; i++) {
+			pid_t pid = fork();
+			if (pid == 0) {
+				cnt[i] = client_loop(b, from, until);
+				_exit(0);
+			}
+			if (pid < 0)
+				return -1;
+		}
+		for (unsigned i = 0; i < n; i++)
+			(void)wait(NULL);
+		for (unsigned i = 0; i < n; i++)
+			total += cnt[i];
+		rate = (double)total / secs;
+		(void)snprintf(name, sizeof(name), "%u client process%s, async empty kernels", n,
+			       n == 1 ? "" : "es");
+		add(b, name, rate / 1e3, base / 1e3, "k/s", n == 32 ? ">= 0.5x" : "", rate / base,
+		    n != 32 || rate >= 0.5 * base);
+	}
+	gpux_buf_free(counts_buf);
+	return 0;
+}
+
+/* Independent compute-bound requests on every GPU vs on one. */
+static int s_gpus(struct bench *b)
+{
+	uint32_t ndev = gpux_device_count(b->ctx);
+	const unsigned m = b->quick ? 32 : 128;
+	uint64_t iters = b->cuda ? 400000 : 20000000;
+	gpux_buf *o;
+	double t[2];
+
+	if (ndev < 2)
+		return 0;
+	if (gpux_buf_alloc(b->ctx, 4, &o) < 0)
+		return -1;
+	for (int any = 0; any < 2; any++) {
+		gpux_req **r = calloc(m, sizeof(*r));
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(iters), gpux_arg_out(o, 0, 4) };
+		struct gpux_launch l = { .grid = { 132 * 8 }, .block = { 256 },
+					 .device = any ? GPUX_ANY : 0 };
+		uint64_t t0;
+
+		(void)gpux_run(b->m, "burn", &l, args, 2);
+		t0 = tool_now();
+		for (unsigned i = 0; i < m; i++)
+			if (gpux_submit(b->m, "burn", &l, args, 2, &r[i]) < 0)
+				return -1;
+		for (unsigned i = 0; i < m; i++) {
+			(void)gpux_wait(r[i], -1);
+			gpux_req_free(r[i]);
+		}
+		t[any] = (double)(tool_now() - t0) / 1e9;
+		free(r);
+	}
+	add(b, "independent compute, all GPUs vs one", (double)m / t[1], (double)m / t[0], "req/s",
+	    ">= 1.9x", t[0] / t[1], t[0] / t[1] >= 1.9);
+	gpux_buf_free(o);
+	return 0;
+}
+
+/* ---- output ---- */
+
+static void print_table(const struct bench *b)
+{
+	printf("\n%-40s %12s %12s %-6s %8s %10s %s\n", "scenario", "gpux", "baseline", "unit",
+	       "ratio", "target", "");
+	for (unsigned i = 0; i < b->nres; i++) {
+		const struct result *r = &b->res[i];
+		char base[32] = "-", ratio[32] = "-";
+
+		if (!isnan(r->base))
+			(void)snprintf(base, sizeof(base), "%.2f", r->base);
+		if (!isnan(r->ratio) && !isinf(r->ratio))
+			(void)snprintf(ratio, sizeof(ratio), "%.3fx", r->ratio);
+		printf("%-40s %12.2f %12s %-6s %8s %10s %s\n", r->name, r->gpux, base, r->unit,
+		       ratio, r->target,
+		       judged(r) ? (r->met ? "met" : "MISSED") : *r->target ? "n/a" : "");
+	}
+}
+
+static void print_json(const struct bench *b, const struct gpux_device_info *info)
+{
+	printf("{\"device\":\"%s\",\"backend\":\"%s\",\"results\":[", info->name,
+	       info->backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
+	for (unsigned i = 0; i < b->nres; i++) {
+		const struct result *r = &b->res[i];
+		printf("%s{\"scenario\":\"%s\",\"gpux\":%.6g,\"baseline\":", i ? "," : "", r->name,
+		       r->gpux);
+		if (isnan(r->base))
+			printf("null");
+		else
+			printf("%.6g", r->base);
+		printf(",\"unit\":\"%s\",\"target\":\"%s\",\"met\":%s}", r->unit, r->target,
+		       judged(r) ? (r->met ? "true" : "false") : "null");
+	}
+	printf("]}\n");
+}
+
+int tool_bench(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "quick", no_argument, NULL, 'q' },
+		{ "only", required_argument, NULL, 'o' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const struct {
+		const char *name;
+		int (*fn)(struct bench *b);
+	} scenarios[] = {
+		{ "rtt", s_rtt },	  { "bw", s_bw },	    { "fork", s_fork },
+		{ "cached", s_cached },	  { "modules", s_modules }, { "clients", s_clients },
+		{ "gpus", s_gpus },
+	};
+	static struct bench b;
+	struct gpux_device_info info;
+	const char *sock = NULL, *only = NULL;
+	bool json = false;
+	char self[PATH_MAX], *log = NULL;
+	ssize_t n;
+	int c, failed = 0;
+
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+		if (c == 's')
+			sock = optarg;
+		else if (c == 'j')
+			json = true;
+		else if (c == 'q')
+			b.quick = true;
+		else if (c == 'o')
+			only = optarg;
+		else
+			return TOOL_USAGE;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n <= 0)
+		return tool_fail("bench", "cannot find itself");
+	self[n] = '\0';
+	(void)snprintf(b.dir, sizeof(b.dir), "%s", dirname(self));
+	(void)snprintf(b.tmp, sizeof(b.tmp), "/tmp/gpux-bench-XXXXXX");
+	if (!mkdtemp(b.tmp))
+		return tool_fail("bench", "mkdtemp");
+	(void)snprintf(b.cubin, sizeof(b.cubin), "%s/bench.cubin", b.tmp);
+
+	if (gpux_connect(sock, &b.ctx) != GPUX_OK)
+		return tool_fail("connect", "no gpuxd");
+	if (gpux_device_info(b.ctx, 0, &info) != GPUX_OK)
+		return tool_fail("bench", "no device");
+	b.cuda = info.backend == GPUX_BACKEND_CUDA;
+	if (b.cuda) {
+		struct kv kv;
+		const char *args[] = { "compile", b.cubin, NULL };
+		if (base_run(&b, &kv, args) < 0) {
+			(void)fprintf(stderr, "gpux: bench: the in-process baseline failed: none\n");
+			b.cuda = false;
+		}
+	}
+	if (b.cuda)
+		c = gpux_module_load(b.ctx, GPUX_LANG_CUDA, bench_kernels, sizeof(bench_kernels) - 1,
+				     NULL, &b.m, &log);
+	else
+		c = gpux_module_load(b.ctx, GPUX_LANG_HOST, bench_kernels_host,
+				     sizeof(bench_kernels_host) - 1, NULL, &b.m, &log);
+	if (c < 0) {
+		(void)fprintf(stderr, "%s", log ? log : "");
+		return tool_fail("bench", "the kernels do not build");
+	}
+	free(log);
+	(void)fprintf(stderr, "gpux bench on %s (%s)\n", info.name, b.cuda ? "cuda" : "host");
+	for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++) {
+		if (only && !strstr(only, scenarios[i].name))
+			continue;
+		(void)fprintf(stderr, "  %s...\n", scenarios[i].name);
+		if (scenarios[i].fn(&b) < 0) {
+			(void)fprintf(stderr, "gpux: bench: %s failed\n", scenarios[i].name);
+			failed++;
+		}
+	}
+	gpux_module_free(b.m);
+	gpux_disconnect(b.ctx);
+	{
+		char cmd[PATH_MAX + 16];
+		(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", b.tmp);
+		(void)system(cmd);
+	}
+	if (json)
+		print_json(&b, &info);
+	print_table(&b);
+	return failed ? TOOL_FAIL : TOOL_OK;
+}

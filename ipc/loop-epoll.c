@@ -188,7 +188,7 @@ static int epoll_wait_dispatch(struct ipc_loop *l, int64_t timeout_ns)
 			break;
 		}
 	}
-	return 0;
+	return n;
 }
 
 const struct ipc_loop_ops ipc_loop_epoll_ops = {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <liburing.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -110,7 +111,8 @@ struct ipc_loop_ops {
 	const char *name;
 	int (*init)(struct ipc_loop *l);
 	void (*done)(struct ipc_loop *l);
-	/* Wait up to timeout_ns (-1: no limit) and dispatch what happened. */
+	/* Wait up to timeout_ns (-1: no limit) and dispatch what happened; returns how many
+	 * events were dispatched, or -errno. */
 	int (*wait)(struct ipc_loop *l, int64_t timeout_ns);
 	int (*watch_start)(struct ipc_watch *w);
 	void (*watch_stop)(struct ipc_watch *w);
@@ -130,6 +132,10 @@ struct ipc_loop {
 	struct ipc_timer *timers;
 	struct ipc_obj *graveyard;
 	struct ipc_conn *closing, **closing_tail;
+	uint64_t spin_ns;
+	ipc_loop_poll_fn *poll;
+	void *poll_data;
+	atomic_bool spinning;
 
 	/* io_uring */
 	struct io_uring ring;

@@ -319,6 +319,16 @@ static int uring_wait(struct ipc_loop *l, int64_t timeout_ns)
 	struct io_uring_cqe *cqe;
 	int r;
 
+	/* A look without waiting enters the kernel only to submit: on a plain ring, completions
+	 * are posted without it (task work interrupts the task). */
+	if (timeout_ns == 0 && !io_uring_cq_has_overflow(&l->ring)) {
+		if (io_uring_sq_ready(&l->ring) > 0) {
+			r = io_uring_submit(&l->ring);
+			if (r < 0 && r != -EINTR && r != -EBUSY && r != -EAGAIN)
+				return r;
+		}
+		return reap(l);
+	}
 	if (timeout_ns < 0) {
 		r = io_uring_submit_and_wait(&l->ring, 1);
 	} else {
@@ -331,8 +341,7 @@ static int uring_wait(struct ipc_loop *l, int64_t timeout_ns)
 	if (r < 0 && r != -ETIME && r != -EINTR && r != -EBUSY)
 		return r;
 	/* Callbacks may queue operations: they are submitted by the next wait. */
-	(void)reap(l);
-	return 0;
+	return reap(l);
 }
 
 static void uring_done(struct ipc_loop *l)

@@ -8,6 +8,7 @@
 
 #include "loop-internal.h"
 #include "macro.h"
+#include "spin.h"
 
 /* After EMFILE and the like, accept nothing for this long: the failing call would spin. */
 #define ACCEPT_PAUSE_NS (100 * NSEC_PER_MSEC)
@@ -137,6 +138,19 @@ int ipc_loop_fallback(const struct ipc_loop *l)
 	return l->fallback;
 }
 
+void ipc_loop_set_spin(struct ipc_loop *l, uint64_t spin_ns, ipc_loop_poll_fn *poll,
+		       void *userdata)
+{
+	l->spin_ns = spin_ns;
+	l->poll = poll;
+	l->poll_data = userdata;
+}
+
+bool ipc_loop_spinning(struct ipc_loop *l)
+{
+	return atomic_load(&l->spinning);
+}
+
 void ipc_loop_exit(struct ipc_loop *l, int code)
 {
 	l->exit = true;
@@ -163,7 +177,8 @@ static void fire_timers(struct ipc_loop *l)
 	}
 }
 
-int ipc_loop_iterate(struct ipc_loop *l, int64_t timeout_ns)
+/* One round; returns how many events were served, or -errno. */
+static int loop_turn(struct ipc_loop *l, int64_t timeout_ns)
 {
 	int r;
 
@@ -181,16 +196,52 @@ int ipc_loop_iterate(struct ipc_loop *l, int64_t timeout_ns)
 		fire_timers(l);
 	run_closing(l);
 	bury_dead(l);
+	return r;
+}
+
+int ipc_loop_iterate(struct ipc_loop *l, int64_t timeout_ns)
+{
+	int r = loop_turn(l, timeout_ns);
+
 	return r < 0 ? r : 0;
+}
+
+static bool loop_poll(struct ipc_loop *l, bool sleeping)
+{
+	return l->poll && l->poll(l->poll_data, sleeping);
 }
 
 int ipc_loop_run(struct ipc_loop *l)
 {
+	uint64_t busy_until = 0;
+
 	while (!l->exit) {
-		int r = ipc_loop_iterate(l, -1);
-		if (r < 0)
+		bool spin = l->spin_ns && mono_ns() < busy_until;
+		int r;
+
+		if (!spin) {
+			atomic_store(&l->spinning, false);
+			/* What was handed over while the flag was up came without a wake-up. */
+			if (loop_poll(l, true)) {
+				busy_until = mono_ns() + l->spin_ns;
+				atomic_store(&l->spinning, l->spin_ns > 0);
+				continue;
+			}
+		}
+		r = loop_turn(l, spin ? 0 : -1);
+		if (r < 0) {
+			atomic_store(&l->spinning, false);
 			return r;
+		}
+		r += loop_poll(l, false);
+		if (r > 0 && l->spin_ns) {
+			busy_until = mono_ns() + l->spin_ns;
+			atomic_store(&l->spinning, true);
+		} else if (spin) {
+			cpu_relax();
+		}
 	}
+	atomic_store(&l->spinning, false);
 	/* Ready to run again; an exit asked for before running is not lost. */
 	l->exit = false;
 	return l->exit_code;

@@ -52,6 +52,27 @@ int ipc_loop_iterate(struct ipc_loop *l, int64_t timeout_ns);
 
 void ipc_loop_exit(struct ipc_loop *l, int code);
 
+/* ---- spinning ---- */
+
+/*
+ * Look for work that arrives without an fd (another thread's hand-off, a shared ring) and
+ * take it; returns whether there was some. `sleeping`: the loop is about to sleep (producers
+ * must be told to wake it from now on), and this is the last look before it does.
+ */
+typedef bool ipc_loop_poll_fn(void *userdata, bool sleeping);
+
+/*
+ * ipc_loop_run() calls poll (when not NULL) after each round, and with `sleeping` before it
+ * sleeps. After a round that served something it keeps looking without sleeping for spin_ns
+ * (0, the default: it sleeps at once). While it spins, ipc_loop_spinning() is true, and a
+ * thread handing work to it may skip the wake-up (an eventfd write).
+ */
+void ipc_loop_set_spin(struct ipc_loop *l, uint64_t spin_ns, ipc_loop_poll_fn *poll,
+		       void *userdata);
+
+/* Any thread. */
+bool ipc_loop_spinning(struct ipc_loop *l);
+
 /* ---- readiness of an fd (POLLIN/POLLOUT/POLLPRI; POLLERR and POLLHUP always) ---- */
 
 typedef void ipc_watch_fn(struct ipc_watch *w, int fd, uint32_t revents, void *userdata);

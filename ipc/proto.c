@@ -275,7 +275,7 @@ int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret)
 
 	if (r < 0)
 		return r;
-	if (msg->nfds != 0 || m.flags != 0)
+	if (msg->nfds != 0 || (m.flags & ~(uint32_t)GPUX_LAUNCH_TIMED))
 		return -EBADMSG;
 	if (m.nargs > IPC_ARGS_MAX || m.name_len == 0 || m.name_len > IPC_KERNEL_NAME_MAX ||
 	    m.data_len > IPC_SCALAR_DATA_MAX)
@@ -374,6 +374,26 @@ int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret)
 	if (m.reason != IPC_KILL_TIMEOUT || m.device >= IPC_DEVICES_MAX)
 		return -EBADMSG;
 	*ret = m;
+	return 0;
+}
+
+int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret)
+{
+	struct ipc_rings_offer m;
+	int r = decode_fixed(msg, IPC_RINGS, &m, sizeof(m), 1);
+
+	if (r < 0)
+		return r;
+	if (m.flags != 0)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_kick(const struct ipc_msg *msg)
+{
+	if (msg->hdr.type != IPC_KICK || msg->len != 0 || msg->nfds != 0)
+		return -EBADMSG;
 	return 0;
 }
 
@@ -488,6 +508,8 @@ const char *ipc_type_name(uint16_t type)
 		[IPC_DBUF_ALLOC] = "dbuf-alloc",
 		[IPC_DBUF_FREE] = "dbuf-free",
 		[IPC_COPY] = "copy",
+		[IPC_RINGS] = "rings",
+		[IPC_KICK] = "kick",
 	};
 
 	if (type < IPC_TYPE_MAX_ && names[type])

@@ -67,6 +67,8 @@ enum ipc_type {
 	IPC_DBUF_ALLOC = 17, /* client -> worker; answered by DONE */
 	IPC_DBUF_FREE = 18, /* client -> worker */
 	IPC_COPY = 19,      /* client -> worker: between a shared buffer and a device buffer; DONE */
+	IPC_RINGS = 20,     /* worker -> client: the shared rings beside this channel (ipc/ring.h) */
+	IPC_KICK = 21,      /* either way on a channel: look at your ring; no payload */
 	IPC_TYPE_MAX_
 };
 
@@ -228,6 +230,13 @@ struct ipc_done {
 };
 _Static_assert(sizeof(struct ipc_done) == 32, "wire ABI");
 
+/* With one fd: the rings' memfd. */
+struct ipc_rings_offer {
+	uint32_t size; /* IPC_RINGS_BYTES; a client that finds another ignores the offer */
+	uint32_t flags; /* none yet: 0 */
+};
+_Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
+
 struct ipc_status_req {
 	uint32_t flags;
 	uint32_t reserved;
@@ -350,6 +359,8 @@ int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret);
 int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret);
 int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret);
 int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret);
+int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret);
+int ipc_decode_kick(const struct ipc_msg *msg);
 
 /* Read device i of a decoded STATUS (the payload need not be aligned). */
 void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret);

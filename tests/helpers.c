@@ -18,6 +18,7 @@
 #include "helpers.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
+#include "ipc/ring.h"
 
 int test_fd_count(void)
 {
@@ -370,6 +371,14 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		*s = (struct test_sample){ "submit-dbuf-cached", IPC_SUBMIT, 0, 0 };
 		return sample_submit(buf, cap, "stencil", submit_dbuf_args,
 				     ARRAY_SIZE(submit_dbuf_args));
+	case 29: {
+		struct ipc_rings_offer m = { .size = IPC_RINGS_BYTES };
+		*s = (struct test_sample){ "rings", IPC_RINGS, 1, 0 };
+		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
+	}
+	case 30:
+		*s = (struct test_sample){ "kick", IPC_KICK, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, NULL, 0);
 	default:
 		return -ENOENT;
 	}

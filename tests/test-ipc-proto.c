@@ -42,6 +42,7 @@ static int decode_as(const struct ipc_msg *msg, uint16_t type)
 		struct ipc_status_req status_req;
 		struct ipc_status_msg status;
 		struct ipc_killed killed;
+		struct ipc_rings_offer rings;
 	} u;
 
 	switch (type) {
@@ -82,6 +83,10 @@ static int decode_as(const struct ipc_msg *msg, uint16_t type)
 		return ipc_decode_dbuf_free(msg, &u.dbuf_free);
 	case IPC_COPY:
 		return ipc_decode_copy(msg, &u.copy);
+	case IPC_RINGS:
+		return ipc_decode_rings(msg, &u.rings);
+	case IPC_KICK:
+		return ipc_decode_kick(msg);
 	}
 	fail_msg("no decoder for type %u", type);
 	return 0;
@@ -1281,8 +1286,13 @@ static void test_proto_submit_rejects_bad_launch(void **state)
 		c.m.block[d] = 0;
 		assert_int_equal(submit_decode(&c), -EBADMSG);
 	}
+	/* GPUX_LAUNCH_TIMED is the only flag. */
 	submit_init(&c);
-	c.m.flags = 1;
+	c.m.flags = GPUX_LAUNCH_TIMED;
+	assert_int_equal(submit_decode(&c), 0);
+	c.m.flags = GPUX_LAUNCH_TIMED << 1;
+	assert_int_equal(submit_decode(&c), -EBADMSG);
+	c.m.flags = UINT32_MAX;
 	assert_int_equal(submit_decode(&c), -EBADMSG);
 }
 

@@ -177,6 +177,7 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		struct ipc_status_req status_req;
 		struct ipc_status_msg status;
 		struct ipc_killed killed;
+		struct ipc_rings_offer rings;
 	} u;
 	int r;
 
@@ -286,6 +287,18 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		r = ipc_decode_copy(msg, &u.copy);
 		if (r == 0)
 			check_copy(msg, &u.copy);
+		return r;
+	case IPC_RINGS:
+		r = ipc_decode_rings(msg, &u.rings);
+		if (r == 0) {
+			CHECK(msg->nfds == 1 && u.rings.flags == 0);
+			check_fixed(msg, &u.rings, sizeof(u.rings));
+		}
+		return r;
+	case IPC_KICK:
+		r = ipc_decode_kick(msg);
+		if (r == 0)
+			CHECK(msg->nfds == 0 && msg->len == 0);
 		return r;
 	}
 	return ipc_decode_queue(msg, type, &u.queue);

@@ -11,6 +11,8 @@
 #include "ipc/key.h"
 #include "ipc/map.h"
 #include "ipc/proto.h"
+#include "ipc/ring.h"
+#include "ipc/segment.h"
 #include "ipc/status.h"
 
 /* Requests one process keeps in flight per device before a submit waits for completions;
@@ -104,6 +106,14 @@ struct gpux_req {
 	struct gpux_req *prev, *next; /* all of the context's requests */
 };
 
+/* A channel's shared rings (ipc/ring.h): mapped while the channel lasts, and while a reader
+ * that spins on them still looks. */
+struct cli_rings {
+	struct ipc_segment seg;
+	struct ipc_ring up, down;
+	unsigned refs;
+};
+
 struct cli_dev {
 	struct gpux_device_info info;
 	uint32_t generation; /* the worker's, from gpuxd */
@@ -111,6 +121,9 @@ struct cli_dev {
 	uint64_t chan_gen; /* this library's number for the channel; never reused */
 	struct ipc_status_page *status;
 	unsigned inflight;
+	struct cli_rings *rings; /* NULL until the worker offers them, or without */
+	uint32_t sock_in;        /* messages taken from the channel's socket */
+	uint32_t sock_out;       /* messages sent on it */
 };
 
 /* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
@@ -149,6 +162,7 @@ struct gpux_ctx {
 	struct gpux_queue *queues;
 	uint8_t *rbuf;
 	uint8_t *sbuf;
+	uint8_t *ring_buf; /* IPC_RING_REC_MAX: a record taken from a ring */
 };
 
 /* client/ctx.c */

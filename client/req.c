@@ -264,6 +264,7 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 		.nargs = nargs,
 		.shared_bytes = l->shared_bytes,
 		.timeout_ms = l->timeout_ms,
+		.flags = l->flags,
 	};
 	int n, rc;
 
@@ -353,7 +354,7 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	size_t klen;
 	int rc;
 
-	if (!m || !kernel || !l || !ret_req)
+	if (!m || !kernel || !l || !ret_req || (l->flags & ~(uint32_t)GPUX_LAUNCH_TIMED))
 		return GPUX_E_INVAL;
 	klen = strlen(kernel);
 	if (klen == 0 || klen > IPC_KERNEL_NAME_MAX)

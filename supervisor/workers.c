@@ -124,9 +124,10 @@ static void status_page_drop(struct sup_worker *w)
 }
 
 /*
- * A fresh status page for each worker's life. The worker maps it writable as it starts;
- * once it is ready, F_SEAL_FUTURE_WRITE keeps everybody else (a client reopening its fd
- * through /proc with O_RDWR included) from writing or sealing it.
+ * A fresh status page for each worker's life. The worker maps it writable as it starts, and
+ * so does gpuxd, to mark it gone when the worker dies; once it is ready, F_SEAL_FUTURE_WRITE
+ * keeps everybody else (a client reopening its fd through /proc with O_RDWR included) from
+ * writing or sealing it.
  */
 static int status_page_new(struct sup_worker *w)
 {
@@ -142,7 +143,7 @@ static int status_page_new(struct sup_worker *w)
 	w->status_ro_fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (w->status_ro_fd < 0)
 		return -errno;
-	r = ipc_segment_map(w->status_fd, IPC_STATUS_PAGE_SIZE, false, &p);
+	r = ipc_segment_map(w->status_fd, IPC_STATUS_PAGE_SIZE, true, &p);
 	if (r < 0)
 		return r;
 	w->status = p;
@@ -256,6 +257,9 @@ static void reap(struct sup_worker *w)
 				WTERMSIG(st));
 	}
 	w->pid = 0;
+	/* Clients look here before they send: a ring gives no EPIPE. */
+	if (w->status)
+		__atomic_store_n(&w->status->gone, 1, __ATOMIC_RELEASE);
 	sup_worker_event(w, E_DIED);
 }
 

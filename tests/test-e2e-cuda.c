@@ -271,6 +271,43 @@ static void sticky_case(const char *fail, const char *kernel)
 	test_daemon_stop(&d);
 }
 
+/* Device time is measured (timing events) only when asked for: they cost every launch. */
+static void test_cuda_fake_device_time_when_asked(void **state)
+{
+	struct test_daemon d;
+	const uint32_t ms = 30;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	struct gpux_times t;
+	gpux_module *m;
+	gpux_ctx *ctx;
+	gpux_req *r;
+
+	start(&d);
+	ctx = test_connect(&d);
+	m = load_ptx(ctx);
+	for (int timed = 0; timed < 2; timed++) {
+		l.flags = timed ? GPUX_LAUNCH_TIMED : 0;
+		assert_int_equal(gpux_submit(m, "spin", &l, &arg, 1, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+		assert_int_equal(gpux_req_times(r, &t), GPUX_OK);
+		assert_true(t.run_ns >= ms * 1000000ull);
+		if (timed) {
+			assert_true(t.device_ns >= ms * 1000000ull);
+			assert_true(t.device_ns <= t.run_ns + 1000000ull);
+		} else {
+			assert_int_equal(t.device_ns, 0);
+		}
+		gpux_req_free(r);
+	}
+	/* No other flag exists. */
+	l.flags = GPUX_LAUNCH_TIMED << 1;
+	assert_int_equal(gpux_submit(m, "spin", &l, &arg, 1, &r), GPUX_E_INVAL);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+}
+
 /* An illegal address reported at synchronisation, as a real fault is. */
 static void test_cuda_fake_fault_restarts_worker(void **state)
 {
@@ -530,6 +567,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_fake_device_and_copies),
 		cmocka_unit_test(test_cuda_fake_parameters_checked),
 		cmocka_unit_test(test_cuda_fake_out_of_memory_is_not_fatal),
+		cmocka_unit_test(test_cuda_fake_device_time_when_asked),
 		cmocka_unit_test(test_cuda_fake_fault_restarts_worker),
 		cmocka_unit_test(test_cuda_fake_injected_launch_failure),
 		cmocka_unit_test(test_cuda_fake_cache_and_dbufs),

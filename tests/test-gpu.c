@@ -453,6 +453,31 @@ static void test_gpu_deadline(void **state)
 	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
 }
 
+/* The device's own time, with timing events, only when asked for. */
+static void test_gpu_device_time_when_asked(void **state)
+{
+	struct env *e = *state;
+	uint64_t cycles = 10ull * 1000 * 1000; /* a few ms at any clock */
+	struct gpux_arg arg = GPUX_ARG_VALUE(cycles);
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	struct gpux_times t;
+	gpux_req *r;
+
+	for (int timed = 0; timed < 2; timed++) {
+		l.flags = timed ? GPUX_LAUNCH_TIMED : 0;
+		assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, 30000), GPUX_OK);
+		assert_int_equal(gpux_req_times(r, &t), GPUX_OK);
+		if (timed) {
+			assert_true(t.device_ns >= 1000000ull && t.device_ns <= 1000000000ull);
+			assert_true(t.device_ns <= t.run_ns);
+		} else {
+			assert_int_equal(t.device_ns, 0);
+		}
+		gpux_req_free(r);
+	}
+}
+
 /* A new gpuxd on the same cache directory loads the cubin from disk, without NVRTC. */
 static void test_gpu_module_from_disk_after_restart(void **state)
 {
@@ -656,6 +681,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_compile_errors),
 		cmocka_unit_test(test_gpu_illegal_address_restarts_worker),
 		cmocka_unit_test(test_gpu_deadline),
+		cmocka_unit_test(test_gpu_device_time_when_asked),
 		cmocka_unit_test(test_gpu_module_from_disk_after_restart),
 		cmocka_unit_test(test_gpu_32_forked_children),
 		cmocka_unit_test(test_gpu_cached_input_hits),

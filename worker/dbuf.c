@@ -8,19 +8,6 @@
 #include "ipc/macro.h"
 #include "wrk.h"
 
-static void reply(struct wrk_client *c, uint32_t id, int status, const char *text)
-{
-	static uint8_t buf[IPC_MSG_MAX];
-	struct ipc_done d = { .status = status };
-	int n;
-
-	if (id == 0 || c->gone)
-		return;
-	n = ipc_encode_done(buf, sizeof(buf), id, &d, text);
-	if (n > 0)
-		(void)ipc_conn_send(c->conn, buf, (size_t)n, NULL, 0);
-}
-
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
 {
 	if (!d || --d->refs > 0)
@@ -55,7 +42,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	int r;
 
 	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
-		reply(c, id, GPUX_E_QUOTA, "too many device buffers");
+		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
 		return;
 	}
 	if (c->dbuf_bytes + a->size > w->opts.quota_device) {
@@ -64,7 +51,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 					(unsigned long long)a->size,
 					(unsigned long long)c->dbuf_bytes,
 					(unsigned long long)w->opts.quota_device);
-		reply(c, id, GPUX_E_QUOTA, msg);
+		wrk_reply(c, id, GPUX_E_QUOTA, msg);
 		free(msg);
 		return;
 	}
@@ -79,7 +66,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	if (!d) {
 		if (r == 0)
 			w->be->dev_free(w->dev, ptr);
-		reply(c, id, r < 0 ? r : GPUX_E_NOMEM, msg ? msg : "out of memory");
+		wrk_reply(c, id, r < 0 ? r : GPUX_E_NOMEM, msg ? msg : "out of memory");
 		free(msg);
 		return;
 	}
@@ -88,13 +75,13 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	d->ptr = ptr;
 	if (ipc_map_put(&c->dbufs, a->dbuf_id, d) < 0) {
 		wrk_dbuf_unref(w, d);
-		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
 	c->dbuf_bytes += a->size;
 	w->stats.dbuf_bytes += a->size;
 	wrk_status_publish(w);
-	reply(c, id, GPUX_OK, NULL);
+	wrk_reply(c, id, GPUX_OK, NULL);
 }
 
 /* DBUF_ALLOC and DBUF_FREE; a negative return is a protocol error. */

@@ -45,6 +45,7 @@ struct host_slot {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct wrk_req *head, *tail;
+	atomic_uint queued; /* in head..tail: what a thread about to sleep spins on */
 	bool stop;
 };
 
@@ -637,6 +638,11 @@ static void *slot_main(void *arg)
 		bool fatal;
 
 		(void)pthread_mutex_lock(&s->lock);
+		if (!s->head && !s->stop) {
+			(void)pthread_mutex_unlock(&s->lock);
+			wrk_spin_for_work(s->dev->w, &s->queued);
+			(void)pthread_mutex_lock(&s->lock);
+		}
 		while (!s->head && !s->stop)
 			(void)pthread_cond_wait(&s->cond, &s->lock);
 		if (!s->head) {
@@ -647,6 +653,7 @@ static void *slot_main(void *arg)
 		s->head = r->backend;
 		if (!s->head)
 			s->tail = NULL;
+		atomic_fetch_sub(&s->queued, 1);
 		(void)pthread_mutex_unlock(&s->lock);
 
 		if (r->kind == REQ_COPY)
@@ -694,6 +701,7 @@ static int host_launch(void *dv, struct wrk_req *r, char **ret_msg)
 	else
 		s->head = r;
 	s->tail = r;
+	atomic_fetch_add(&s->queued, 1);
 	(void)pthread_cond_signal(&s->cond);
 	(void)pthread_mutex_unlock(&s->lock);
 	return 0;

@@ -15,6 +15,7 @@
 #include <sys/sysinfo.h>
 
 #include "ipc/macro.h"
+#include "ipc/spin.h"
 #include "wrk.h"
 #ifdef GPUX_HAVE_CUDA
 #include "compiler.h"
@@ -425,6 +426,7 @@ int main(int argc, char **argv)
 		cache = default_cache_dir();
 		w.opts.cache_dir = cache;
 	}
+	w.spin_ns = ipc_spin_ns();
 	(void)pthread_mutex_init(&w.done_lock, NULL);
 	(void)pthread_mutex_init(&w.job_lock, NULL);
 	(void)pthread_cond_init(&w.job_cond, NULL);

@@ -202,6 +202,7 @@ static void *compiler_main(void *arg)
 		(void)pthread_mutex_lock(&w->done_lock);
 		m->next_done = w->done_mods;
 		w->done_mods = m;
+		atomic_store(&w->done_any, true);
 		(void)pthread_mutex_unlock(&w->done_lock);
 		(void)write(w->done_fd, &one, sizeof(one));
 	}
@@ -336,19 +337,6 @@ void wrk_module_unref(struct wrk *w, struct wrk_module *m)
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 }
 
-static void reply(struct wrk_client *c, uint32_t id, int status, const char *text)
-{
-	static uint8_t buf[IPC_MSG_MAX];
-	struct ipc_done d = { .status = status };
-	int n;
-
-	if (id == 0 || c->gone)
-		return;
-	n = ipc_encode_done(buf, sizeof(buf), id, &d, text);
-	if (n > 0)
-		(void)ipc_conn_send(c->conn, buf, (size_t)n, NULL, 0);
-}
-
 /* Read code sent in a memfd: sealed against every change, at least code_len long. */
 static int code_from_fd(int fd, uint32_t code_len, uint8_t **ret)
 {
@@ -399,7 +387,7 @@ static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id)
 		return;
 	wt = calloc(1, sizeof(*wt));
 	if (!wt) {
-		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
 	c->refs++;
@@ -431,20 +419,20 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		return;
 	}
 	if (ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX) {
-		reply(c, id, GPUX_E_QUOTA, "too many modules loaded by this client");
+		wrk_reply(c, id, GPUX_E_QUOTA, "too many modules loaded by this client");
 		return;
 	}
 	/* A host kernel is native code in this process: only gpuxd's own user (or root) may
 	 * run one here, not the members of an --allow-group. */
 	if (w->be->backend == GPUX_BACKEND_HOST && c->uid != geteuid() && c->uid != 0) {
-		reply(c, id, GPUX_E_PERM, "host kernels run as gpuxd's user: only that user may "
+		wrk_reply(c, id, GPUX_E_PERM, "host kernels run as gpuxd's user: only that user may "
 					  "load them");
 		return;
 	}
 	/* Code waiting for the compile thread is held in memory: cap it. */
 	if (c->build_bytes + ml.m.code_len > WRK_CLIENT_BUILD_BYTES ||
 	    w->build_bytes + ml.m.code_len > WRK_BUILD_BYTES) {
-		reply(c, id, GPUX_E_QUOTA, "too much code is waiting to be compiled");
+		wrk_reply(c, id, GPUX_E_QUOTA, "too much code is waiting to be compiled");
 		return;
 	}
 	if (ml.m.flags & IPC_MOD_CODE_FD) {
@@ -461,18 +449,18 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	}
 	options = strndup(ml.options, ml.m.options_len);
 	if (r < 0 || !options) {
-		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
 	key = module_key(w, c->uid, ml.m.lang, options, code, ml.m.code_len, &r);
 	if (r < 0) {
-		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
 
 	ref = calloc(1, sizeof(*ref));
 	if (!ref) {
-		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
 	m = ipc_map_get(&w->modules, key.lo);
@@ -483,7 +471,7 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		m = calloc(1, sizeof(*m));
 		if (!m) {
 			free(ref);
-			reply(c, id, GPUX_E_NOMEM, "out of memory");
+			wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 			return;
 		}
 		/* One reference for the client, one for the build: a client that goes away
@@ -515,14 +503,14 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	if (r < 0) {
 		wrk_module_unref(w, m);
 		free(ref);
-		reply(c, id, GPUX_E_NOMEM, "out of memory");
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 	if (m->state == MOD_BUILDING)
 		module_wait(m, c, id);
 	else
-		reply(c, id, m->state == MOD_READY ? GPUX_OK : m->status, m->log);
+		wrk_reply(c, id, m->state == MOD_READY ? GPUX_OK : m->status, m->log);
 }
 
 void wrk_module_drop(struct wrk_client *c, uint64_t mod_id)
@@ -579,7 +567,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 		m->options = NULL;
 		while ((wt = m->waiters)) {
 			m->waiters = wt->next;
-			reply(wt->client, wt->reply_id, m->state == MOD_READY ? GPUX_OK : m->status,
+			wrk_reply(wt->client, wt->reply_id, m->state == MOD_READY ? GPUX_OK : m->status,
 			      m->log);
 			wrk_client_unref(wt->client);
 			free(wt);

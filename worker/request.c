@@ -9,13 +9,14 @@
 
 #include "ipc/channel.h"
 #include "ipc/macro.h"
+#include "ipc/spin.h"
 #include "wrk.h"
 
 /* How much of a failed build's log each request that needed it gets. */
 #define FAILED_LOG_MAX 2048
 
-static void send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
-		      uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)
+void wrk_send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
+		   uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)
 {
 	static uint8_t buf[IPC_MSG_MAX];
 	struct ipc_done d = {
@@ -26,11 +27,16 @@ static void send_done(struct wrk_client *c, uint32_t id, int status, const char 
 	};
 	int n;
 
-	if (c->gone)
+	if (id == 0 || c->gone)
 		return;
 	n = ipc_encode_done(buf, sizeof(buf), id, &d, text);
 	if (n > 0)
-		(void)ipc_conn_send(c->conn, buf, (size_t)n, NULL, 0);
+		wrk_client_send(c, buf, (size_t)n);
+}
+
+void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text)
+{
+	wrk_send_done(c, id, status, text, 0, 0, 0);
 }
 
 void wrk_client_unref(struct wrk_client *c)
@@ -80,7 +86,7 @@ void wrk_req_discard(struct wrk_req *r)
 /* Answer and free a request that never reached a slot. */
 void wrk_req_fail(struct wrk_req *r, int status, char *error)
 {
-	send_done(r->client, r->id, status, error, 0, 0, 0);
+	wrk_send_done(r->client, r->id, status, error, 0, 0, 0);
 	r->w->stats.requests_failed++;
 	free(error);
 	req_free(r);
@@ -145,7 +151,7 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 	else
 		r = queue_new(c, m.queue) ? GPUX_OK : GPUX_E_NOMEM;
 	if (msg->hdr.id)
-		send_done(c, msg->hdr.id, r, r == GPUX_E_QUOTA ? "too many queues" : NULL, 0, 0, 0);
+		wrk_send_done(c, msg->hdr.id, r, r == GPUX_E_QUOTA ? "too many queues" : NULL, 0, 0, 0);
 	return 0;
 }
 
@@ -166,13 +172,25 @@ static void status_running(struct wrk *w, unsigned slot)
 	ipc_status_write_end(w->status);
 }
 
-void wrk_status_publish(struct wrk *w)
+/* The counters, and free memory when asked (a driver call: µs) or when it is older than
+ * MEM_FREE_MAX_AGE_NS. */
+static void status_publish(struct wrk *w, bool mem)
 {
+	uint64_t now = mono_ns();
+
 	w->stats.clients = w->nclients;
-	w->stats.mem_free = w->be->mem_free(w->dev);
+	if (mem || now - w->mem_checked_ns >= MEM_FREE_MAX_AGE_NS) {
+		w->stats.mem_free = w->be->mem_free(w->dev);
+		w->mem_checked_ns = now;
+	}
 	ipc_status_write_begin(w->status);
 	w->status->stats = w->stats;
 	ipc_status_write_end(w->status);
+}
+
+void wrk_status_publish(struct wrk *w)
+{
+	status_publish(w, true);
 }
 
 /* Everything that needs the module: the kernel, its parameters, the launch's shape. */
@@ -418,12 +436,12 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 	struct wrk_req *r;
 
 	if (c->inflight >= WRK_CLIENT_INFLIGHT_MAX) {
-		send_done(c, id, GPUX_E_QUOTA, "too many requests in flight", 0, 0, 0);
+		wrk_send_done(c, id, GPUX_E_QUOTA, "too many requests in flight", 0, 0, 0);
 		return NULL;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		send_done(c, id, GPUX_E_NOMEM, "out of memory", 0, 0, 0);
+		wrk_send_done(c, id, GPUX_E_NOMEM, "out of memory", 0, 0, 0);
 		return NULL;
 	}
 	r->w = w;
@@ -476,6 +494,7 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	memcpy(r->grid, s.m.grid, sizeof(r->grid));
 	memcpy(r->block, s.m.block, sizeof(r->block));
 	r->shared_bytes = s.m.shared_bytes;
+	r->timed = s.m.flags & GPUX_LAUNCH_TIMED;
 	if (s.m.timeout_ms)
 		r->timeout_ms = MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms);
 	memcpy(r->name, s.name, sizeof(r->name));
@@ -518,10 +537,13 @@ void wrk_req_complete(struct wrk_req *r, bool fatal)
 	(void)pthread_mutex_lock(&w->done_lock);
 	r->next_done = w->done_reqs;
 	w->done_reqs = r;
+	atomic_store(&w->done_any, true);
 	if (fatal)
 		w->fatal = true;
 	(void)pthread_mutex_unlock(&w->done_lock);
-	(void)write(w->done_fd, &one, sizeof(one));
+	/* A spinning loop finds it without being woken (see ipc_loop_set_spin()). */
+	if (!ipc_loop_spinning(w->loop))
+		(void)write(w->done_fd, &one, sizeof(one));
 }
 
 static void req_finish(struct wrk *w, struct wrk_req *r)
@@ -545,7 +567,7 @@ static void req_finish(struct wrk *w, struct wrk_req *r)
 		w->stats.requests_failed++;
 	else
 		w->stats.requests_done++;
-	send_done(r->client, r->id, r->status, r->error, r->t_start - r->t_arrive,
+	wrk_send_done(r->client, r->id, r->status, r->error, r->t_start - r->t_arrive,
 		  r->t_end - r->t_start, r->device_ns);
 	req_free(r);
 }
@@ -555,14 +577,13 @@ void wrk_drain_done(struct wrk *w)
 {
 	struct wrk_req *reqs, *rev = NULL;
 	struct wrk_module *mods;
-	uint64_t v;
 
-	(void)read(w->done_fd, &v, sizeof(v));
 	(void)pthread_mutex_lock(&w->done_lock);
 	reqs = w->done_reqs;
 	mods = w->done_mods;
 	w->done_reqs = NULL;
 	w->done_mods = NULL;
+	atomic_store(&w->done_any, false);
 	(void)pthread_mutex_unlock(&w->done_lock);
 
 	/* The list is newest first: turn it round so that each slot's order holds. */
@@ -579,7 +600,19 @@ void wrk_drain_done(struct wrk *w)
 	}
 	if (mods)
 		wrk_modules_finish(w, mods);
-	wrk_status_publish(w);
+	/* After every round of completions: free memory only now and then. */
+	status_publish(w, false);
+}
+
+void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued)
+{
+	uint64_t until;
+
+	if (!w->spin_ns)
+		return;
+	until = mono_ns() + w->spin_ns;
+	while (!atomic_load_explicit(queued, memory_order_relaxed) && mono_ns() < until)
+		cpu_relax();
 }
 
 /* Fail every request not yet launched (a fatal error, or stopping). */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 
 #include "ipc/channel.h"
@@ -14,6 +15,8 @@
 
 /* How long a worker that must exit keeps sending what it owes its clients. */
 #define FLUSH_NS (200 * NSEC_PER_MSEC)
+/* Records taken from one client's ring at a time, for fairness between clients. */
+#define RING_TAKE_MAX 64u
 
 static void client_free_queues(struct wrk_client *c)
 {
@@ -47,6 +50,9 @@ void wrk_client_drop(struct wrk_client *c)
 	c->gone = true;
 	ipc_conn_free(c->conn);
 	c->conn = NULL;
+	if (c->rings)
+		(void)munmap(c->rings, IPC_RINGS_BYTES);
+	c->rings = NULL;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -67,9 +73,9 @@ void wrk_client_drop(struct wrk_client *c)
 	wrk_client_unref(c);
 }
 
-static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
+/* A message from a client, by its socket or its ring. */
+static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 {
-	struct wrk_client *c = userdata;
 	struct ipc_seg_drop sd;
 	struct ipc_mod_drop md;
 	int r = 0;
@@ -107,6 +113,11 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	case IPC_COPY:
 		wrk_copy(c, msg);
 		break;
+	case IPC_KICK:
+		/* Its ring was looked at before this message was taken. */
+		r = ipc_decode_kick(msg);
+		c->rings_used = c->rings != NULL;
+		break;
 	default:
 		r = -EBADMSG;
 		break;
@@ -117,6 +128,94 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 			strerror(-r));
 		wrk_client_drop(c);
 	}
+}
+
+/*
+ * Take what the client's ring holds that was sent after fewer than `seq_ok` socket messages,
+ * up to RING_TAKE_MAX records (the loop comes back for the rest). Returns how many.
+ */
+static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok)
+{
+	static uint8_t buf[IPC_RING_REC_MAX];
+	unsigned n = 0;
+
+	while (c->rings && !c->gone && n < RING_TAKE_MAX) {
+		struct ipc_msg msg;
+		int len = ipc_ring_get(&c->up, buf, sizeof(buf), seq_ok);
+
+		if (len == 0)
+			break;
+		n++;
+		c->rings_used = true;
+		if (len < 0 || ipc_msg_parse(buf, (size_t)len, NULL, 0, &msg) < 0) {
+			wrk_log(c->w, "client %llu (pid %u): corrupt ring; dropped",
+				(unsigned long long)c->id, c->pid);
+			wrk_client_drop(c);
+			break;
+		}
+		client_msg(c, &msg);
+	}
+	return n;
+}
+
+static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
+{
+	struct wrk_client *c = userdata;
+
+	/* Records sent before this message come first. */
+	c->refs++;
+	(void)ring_take(c, c->sock_in);
+	c->sock_in++;
+	if (!c->gone)
+		client_msg(c, msg);
+	wrk_client_unref(c);
+}
+
+void wrk_client_send(struct wrk_client *c, const void *buf, size_t len)
+{
+	static const struct ipc_hdr kick = {
+		.magic = IPC_MAGIC,
+		.version = IPC_VERSION,
+		.type = IPC_KICK,
+	};
+	int r;
+
+	if (c->gone)
+		return;
+	if (c->rings_used && !c->ring_bad) {
+		r = ipc_ring_put(&c->down, buf, (uint32_t)len, c->sock_out);
+		if (r == 1 && ipc_conn_send(c->conn, &kick, sizeof(kick), NULL, 0) == 0)
+			c->sock_out++;
+		if (r >= 0)
+			return;
+		/* The client broke its ring: dropped at the loop's next look (poll_work()), not
+		 * here, in the middle of what its callers are doing. */
+		if (r == -EPROTO)
+			c->ring_bad = true;
+	}
+	if (ipc_conn_send(c->conn, buf, len, NULL, 0) == 0)
+		c->sock_out++;
+}
+
+/* Give a new client its rings; without them (out of memory) it uses the socket alone. */
+static void client_rings(struct wrk_client *c)
+{
+	static uint8_t buf[64];
+	struct ipc_rings_offer o = { .size = IPC_RINGS_BYTES };
+	int fd, n;
+
+	if (ipc_rings_create(&fd, &c->rings) < 0)
+		return;
+	ipc_ring_init(&c->up, c->rings, IPC_RING_UP);
+	ipc_ring_init(&c->down, c->rings, IPC_RING_DOWN);
+	n = ipc_encode(buf, sizeof(buf), IPC_RINGS, 0, 1, &o, sizeof(o), NULL, 0);
+	if (n < 0 || ipc_conn_send(c->conn, buf, (size_t)n, &fd, 1) < 0) {
+		(void)munmap(c->rings, IPC_RINGS_BYTES);
+		c->rings = NULL;
+	} else {
+		c->sock_out++;
+	}
+	(void)safe_close(fd);
 }
 
 static void on_client_close(struct ipc_conn *conn, int error, void *userdata)
@@ -159,6 +258,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 		w->clients->prev = c;
 	w->clients = c;
 	w->nclients++;
+	client_rings(c);
 	wrk_status_publish(w);
 }
 
@@ -183,10 +283,8 @@ static void on_control_close(struct ipc_conn *conn, int error, void *userdata)
 	ipc_loop_exit(w->loop, WRK_EXIT_OK);
 }
 
-static void on_done(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+static void take_done(struct wrk *w)
 {
-	struct wrk *w = userdata;
-
 	wrk_drain_done(w);
 	if (w->fatal && !w->stopping) {
 		wrk_log(w, "sticky device error: failing what is in flight and exiting");
@@ -195,6 +293,52 @@ static void on_done(struct ipc_watch *watch, int fd, uint32_t revents, void *use
 		wrk_fail_all(w, GPUX_E_WORKER_LOST, "the worker hit a sticky device error");
 		ipc_loop_exit(w->loop, WRK_EXIT_FAULT);
 	}
+}
+
+static void on_done(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct wrk *w = userdata;
+	uint64_t v;
+
+	(void)read(fd, &v, sizeof(v));
+	take_done(w);
+}
+
+/*
+ * After each round of the loop and before it sleeps: the clients' rings, and completions
+ * handed over without a wake-up. While the loop spins, the rings say so (no kicks needed);
+ * before it sleeps, they say it no longer does, then are looked at once more.
+ */
+static bool poll_work(void *userdata, bool sleeping)
+{
+	struct wrk *w = userdata;
+	bool polling = !sleeping && w->spin_ns > 0, found = false;
+	struct wrk_client *c = w->clients;
+
+	while (c) {
+		/* Taking a client's messages may drop that client, never another. */
+		struct wrk_client *next = c->next;
+
+		if (c->ring_bad) {
+			wrk_log(w, "client %llu (pid %u): corrupt ring; dropped",
+				(unsigned long long)c->id, c->pid);
+			wrk_client_drop(c);
+		} else if (c->rings) {
+			if (c->polling != polling) {
+				ipc_ring_set_polling(&c->up, polling);
+				c->polling = polling;
+			}
+			c->refs++;
+			found |= ring_take(c, c->sock_in) > 0;
+			wrk_client_unref(c);
+		}
+		c = next;
+	}
+	if (atomic_load(&w->done_any)) {
+		take_done(w);
+		found = true;
+	}
+	return found;
 }
 
 static void on_signal(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
@@ -221,6 +365,7 @@ int wrk_server_start(struct wrk *w)
 	r = ipc_watch_new(w->loop, w->done_fd, POLLIN, on_done, w, &w->done_watch);
 	if (r < 0)
 		return r;
+	ipc_loop_set_spin(w->loop, w->spin_ns, poll_work, w);
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);

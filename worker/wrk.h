@@ -3,6 +3,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include "ipc/loop.h"
 #include "ipc/map.h"
 #include "ipc/proto.h"
+#include "ipc/ring.h"
 #include "ipc/segment.h"
 #include "ipc/status.h"
 
@@ -28,6 +30,8 @@
 #define WRK_CLIENT_DBUFS_MAX 4096u
 #define WRK_CLIENT_INFLIGHT_MAX 4096u
 #define WRK_CLIENTS_MAX 4096u
+/* How stale the free memory in the status page may get while requests complete. */
+#define MEM_FREE_MAX_AGE_NS (10ull * 1000 * 1000)
 #define WRK_SLOTS_MAX IPC_STATUS_SLOTS
 /* Code waiting to be compiled, per client and in all. */
 #define WRK_CLIENT_BUILD_BYTES (64ULL * 1024 * 1024)
@@ -174,6 +178,15 @@ struct wrk_client {
 	unsigned inflight;
 	bool gone;
 	struct wrk_client *prev, *next;
+
+	/* The shared rings beside the channel (ipc/ring.h); NULL: the socket only. */
+	struct ipc_rings *rings;
+	struct ipc_ring up, down;
+	bool rings_used;   /* the client has used them: it reads its ring too */
+	bool polling;      /* up's polling word is set */
+	bool ring_bad;     /* the client broke its ring: drop it */
+	uint32_t sock_in;  /* socket messages taken */
+	uint32_t sock_out; /* socket messages sent */
 };
 
 struct wrk_arg {
@@ -218,6 +231,7 @@ struct wrk_req {
 	int status;
 	char *error;
 	bool launched; /* handed to the back end */
+	bool timed;    /* GPUX_LAUNCH_TIMED: measure device_ns */
 	bool sticky;   /* the back end broke its device enqueueing it */
 	void *backend; /* the back end's per-request state */
 };
@@ -264,7 +278,10 @@ struct wrk {
 	pthread_mutex_t done_lock;
 	struct wrk_req *done_reqs;
 	struct wrk_module *done_mods;
-	bool fatal; /* a sticky device error: fail everything and exit */
+	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
+	bool fatal;           /* a sticky device error: fail everything and exit */
+	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
+	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
 
 	/* The compile thread. */
 	pthread_t compiler;
@@ -284,6 +301,12 @@ char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2
 /* worker/server.c */
 int wrk_server_start(struct wrk *w);
 void wrk_client_drop(struct wrk_client *c);
+/* Send a message without fds: by the client's ring when it fits there, else its socket. */
+void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
+/* Answer request `id` (0: nobody waits for an answer) with a DONE. */
+void wrk_send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
+		   uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns);
+void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text);
 void wrk_server_stop(struct wrk *w);
 void wrk_status_publish(struct wrk *w);
 
@@ -300,6 +323,12 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_queue_kick(struct wrk_queue *q);
 void wrk_kick_all(struct wrk *w);
 void wrk_drain_done(struct wrk *w);
+
+/*
+ * For a back end's thread about to sleep on its queue: look for up to w->spin_ns for
+ * *queued (kept beside the queue, under its lock) to become non-zero. Lock not held.
+ */
+void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
 void wrk_queue_unref(struct wrk_queue *q);
 void wrk_client_unref(struct wrk_client *c);
 void wrk_fail_all(struct wrk *w, int status, const char *why);

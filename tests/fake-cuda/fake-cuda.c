@@ -52,6 +52,7 @@ struct fake_stream {
 
 struct fake_event {
 	uint64_t at;
+	unsigned flags;
 };
 
 struct fake_alloc {
@@ -320,9 +321,15 @@ static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
 
 static CUresult f_event_create(CUevent *e, unsigned flags)
 {
+	struct fake_event *ev;
+
 	ENTER("cuEventCreate");
-	*e = calloc(1, sizeof(struct fake_event));
-	return *e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ev->flags = flags;
+	*e = (CUevent)ev;
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_event_destroy(CUevent e)
@@ -381,6 +388,9 @@ static CUresult f_elapsed(float *ms, CUevent a, CUevent b)
 	const struct fake_event *x = (const struct fake_event *)a, *y = (const struct fake_event *)b;
 
 	ENTER("cuEventElapsedTime");
+	/* As the driver does: events made without timing have none to give. */
+	if ((x->flags | y->flags) & CU_EVENT_DISABLE_TIMING)
+		return CUDA_ERROR_INVALID_HANDLE;
 	*ms = (float)((double)(y->at - x->at) / 1e6);
 	return CUDA_SUCCESS;
 }

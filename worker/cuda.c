@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 
 #include "compiler.h"
@@ -30,10 +31,13 @@
 /* Host-device copies go at most this fast (bytes per ns): 60 GB/s, above what PCIe 5 and an
  * H200 give (55 GB/s), so that a waiter that sleeps for a copy wakes before it ends. */
 #define COPY_BYTES_PER_NS 60u
-/* A waiter sleeps through a long copy in naps this long at most, and wakes this much before
- * the copy should end: timers are late by up to the thread's timer slack (50 µs). */
+/* A waiter sleeps through a long copy in naps this long at most until shortly before it should
+ * end, then looks every NAP_FINE_NS until twice that time has passed (its timer slack is set
+ * to 1 µs, so naps are about as long as asked). */
 #define NAP_MAX_NS (200 * NSEC_PER_USEC)
-#define NAP_EARLY_NS (100 * NSEC_PER_USEC)
+#define NAP_EARLY_NS (30 * NSEC_PER_USEC)
+#define NAP_FINE_NS (10 * NSEC_PER_USEC)
+#define WAITER_TIMER_SLACK_NS 1000ul
 
 static const char option_re[] =
 	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
@@ -776,27 +780,29 @@ static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
 }
 
 /*
- * Wait for an event. Through the copies that must come first, sleep in naps (a blocked wait
- * wakes late: measured 0.2-0.4 ms on an H200); then look briefly (the round trip of short
- * kernels); then block. Not too often: each query takes a lock of the driver's that the
- * launching thread needs (measured on an H200: a thread querying without pause costs launches
- * 23% of their rate).
+ * Wait for an event. A request with copies longer than a spin naps through them and looks
+ * closely around when they should end (a blocked wait wakes late: measured 0.2-0.4 ms on an
+ * H200); any other looks briefly (the round trip of short kernels); then it blocks. Looks are
+ * paced: each query takes a lock of the driver's that the launching thread needs (measured on
+ * an H200: a thread querying without pause costs launches 23% of their rate).
  */
 static CUresult wait_event(struct cuda_dev *d, CUevent ev, uint64_t copy_ns)
 {
 	uint64_t now = mono_ns(), until;
 	CUresult r;
 
-	if (copy_ns > NAP_EARLY_NS) {
-		uint64_t wake = now + copy_ns - NAP_EARLY_NS;
+	if (copy_ns > d->w->spin_ns) {
+		uint64_t coarse = now + copy_ns - NAP_EARLY_NS, fine = now + 2 * copy_ns;
 
-		while (now < wake && (r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY) {
-			uint64_t nap = MIN(wake - now, NAP_MAX_NS);
+		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < fine) {
+			uint64_t nap = now < coarse ? MIN(coarse - now, NAP_MAX_NS) : NAP_FINE_NS;
 			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)nap };
 
 			(void)nanosleep(&ts, NULL);
 			now = mono_ns();
 		}
+		if (r != CUDA_ERROR_NOT_READY)
+			return r;
 	}
 	until = now + d->w->spin_ns;
 	for (;;) {
@@ -835,6 +841,7 @@ static void *waiter_main(void *arg)
 
 	sigfillset(&all);
 	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
+	(void)prctl(PR_SET_TIMERSLACK, WAITER_TIMER_SLACK_NS);
 	(void)d->cu.cuCtxSetCurrent(d->ctx);
 	for (;;) {
 		struct cuda_req *cr, *last;

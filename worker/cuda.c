@@ -786,18 +786,24 @@ static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
  * paced: each query takes a lock of the driver's that the launching thread needs (measured on
  * an H200: a thread querying without pause costs launches 23% of their rate).
  */
-static CUresult wait_event(struct cuda_dev *d, CUevent ev, uint64_t copy_ns)
+static CUresult wait_event(struct cuda_dev *d, struct cuda_req *cr)
 {
 	uint64_t now = mono_ns(), until;
+	CUevent ev = cr->fin;
 	CUresult r;
 
-	if (copy_ns > d->w->spin_ns) {
-		uint64_t coarse = now + copy_ns - NAP_EARLY_NS, fine = now + 2 * copy_ns;
+	if (cr->copy_ns > d->w->spin_ns) {
+		uint64_t coarse = now + cr->copy_ns - NAP_EARLY_NS, fine = now + 2 * cr->copy_ns;
+		bool told = false;
 
 		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < fine) {
 			uint64_t nap = now < coarse ? MIN(coarse - now, NAP_MAX_NS) : NAP_FINE_NS;
 			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)nap };
 
+			if (now >= coarse && !told) {
+				wrk_req_soon(cr->r);
+				told = true;
+			}
 			(void)nanosleep(&ts, NULL);
 			now = mono_ns();
 		}
@@ -866,7 +872,7 @@ static void *waiter_main(void *arg)
 			e = CUDA_SUCCESS;
 		} else {
 			last = cr;
-			e = wait_event(d, cr->fin, cr->copy_ns);
+			e = wait_event(d, cr);
 		}
 		/* The loop thread appends behind them meanwhile: take them off under the lock. */
 		(void)pthread_mutex_lock(&s->lock);

@@ -527,6 +527,20 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	wrk_req_queue(c, r, s.m.queue);
 }
 
+void wrk_req_soon(struct wrk_req *r)
+{
+	struct wrk *w = r->w;
+	uint64_t one = 1;
+
+	(void)pthread_mutex_lock(&w->done_lock);
+	r->next_soon = w->soon_reqs;
+	w->soon_reqs = r;
+	atomic_store(&w->done_any, true);
+	(void)pthread_mutex_unlock(&w->done_lock);
+	if (!ipc_loop_spinning(w->loop))
+		(void)write(w->done_fd, &one, sizeof(one));
+}
+
 void wrk_req_complete(struct wrk_req *r, bool fatal)
 {
 	struct wrk *w = r->w;
@@ -575,16 +589,24 @@ static void req_finish(struct wrk *w, struct wrk_req *r)
 /* Take in what other threads finished: requests (in each slot's order) and module builds. */
 void wrk_drain_done(struct wrk *w)
 {
-	struct wrk_req *reqs, *rev = NULL;
+	struct wrk_req *reqs, *soon, *rev = NULL;
 	struct wrk_module *mods;
 
 	(void)pthread_mutex_lock(&w->done_lock);
 	reqs = w->done_reqs;
+	soon = w->soon_reqs;
 	mods = w->done_mods;
 	w->done_reqs = NULL;
+	w->soon_reqs = NULL;
 	w->done_mods = NULL;
 	atomic_store(&w->done_any, false);
 	(void)pthread_mutex_unlock(&w->done_lock);
+
+	/* Announced before they complete, so never finished yet: taken first. */
+	for (; soon; soon = soon->next_soon) {
+		w->awake_until = mono_ns() + WRK_SOON_NS;
+		wrk_client_wake(soon->client);
+	}
 
 	/* The list is newest first: turn it round so that each slot's order holds. */
 	while (reqs) {

@@ -171,21 +171,34 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	wrk_client_unref(c);
 }
 
-void wrk_client_send(struct wrk_client *c, const void *buf, size_t len)
+static void client_kick(struct wrk_client *c)
 {
 	static const struct ipc_hdr kick = {
 		.magic = IPC_MAGIC,
 		.version = IPC_VERSION,
 		.type = IPC_KICK,
 	};
+
+	if (ipc_conn_send(c->conn, &kick, sizeof(kick), NULL, 0) == 0)
+		c->sock_out++;
+}
+
+void wrk_client_wake(struct wrk_client *c)
+{
+	if (!c->gone && c->rings_used && !c->ring_bad && !atomic_load(&c->down.ctl->polling))
+		client_kick(c);
+}
+
+void wrk_client_send(struct wrk_client *c, const void *buf, size_t len)
+{
 	int r;
 
 	if (c->gone)
 		return;
 	if (c->rings_used && !c->ring_bad) {
 		r = ipc_ring_put(&c->down, buf, (uint32_t)len, c->sock_out);
-		if (r == 1 && ipc_conn_send(c->conn, &kick, sizeof(kick), NULL, 0) == 0)
-			c->sock_out++;
+		if (r == 1)
+			client_kick(c);
 		if (r >= 0)
 			return;
 		/* The client broke its ring: dropped at the loop's next look (poll_work()), not
@@ -338,7 +351,8 @@ static bool poll_work(void *userdata, bool sleeping)
 		take_done(w);
 		found = true;
 	}
-	return found;
+	/* A request about to end: be there for it, not asleep. */
+	return found || (w->awake_until && mono_ns() < w->awake_until);
 }
 
 static void on_signal(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)

@@ -210,6 +210,7 @@ struct wrk_req {
 	enum wrk_req_kind kind;
 	struct wrk_req *next;        /* in its queue's pending list, or the slot's in-flight list */
 	struct wrk_req *next_done;   /* in the completion list */
+	struct wrk_req *next_soon;   /* in the list of requests about to end */
 	struct wrk *w;
 	struct wrk_client *client;
 	struct wrk_queue *queue;
@@ -277,11 +278,13 @@ struct wrk {
 	/* Filled by other threads, drained by the loop. */
 	pthread_mutex_t done_lock;
 	struct wrk_req *done_reqs;
+	struct wrk_req *soon_reqs; /* see wrk_req_soon() */
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
 	bool fatal;           /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
+	uint64_t awake_until;    /* a request should end by then: the loop stays awake */
 
 	/* The compile thread. */
 	pthread_t compiler;
@@ -301,6 +304,8 @@ char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2
 /* worker/server.c */
 int wrk_server_start(struct wrk *w);
 void wrk_client_drop(struct wrk_client *c);
+/* Kick a client that does not spin on its ring: something comes for it soon. */
+void wrk_client_wake(struct wrk_client *c);
 /* Send a message without fds: by the client's ring when it fits there, else its socket. */
 void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
 /* Answer request `id` (0: nobody waits for an answer) with a DONE. */
@@ -336,6 +341,14 @@ void wrk_fail_all(struct wrk *w, int status, const char *why);
 /* Called by a back end, from any thread, when a request's work has finished (or failed:
  * r->status and r->error set). A sticky error also sets fatal. */
 void wrk_req_complete(struct wrk_req *r, bool fatal);
+/*
+ * Any thread: r, long running, should end within tens of µs. The loop and r's client are
+ * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that
+ * its end costs no wake-up (two of them cost a 256 MiB copy 3 to 5 % of its rate). Before
+ * wrk_req_complete(r), at most once.
+ */
+#define WRK_SOON_NS (200ull * 1000)
+void wrk_req_soon(struct wrk_req *r);
 
 /* worker/module.c */
 int wrk_modules_start(struct wrk *w);

@@ -503,9 +503,12 @@ int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *
 				return -errno;
 			}
 			/* A full batch may have left some out: then look at everything. */
-			if (n == (int)ARRAY_SIZE(ev))
+			if (n == (int)ARRAY_SIZE(ev)) {
+				uint64_t v;
+
+				(void)read(ctx->wake_fd, &v, sizeof(v));
 				cli_pump(ctx);
-			else if (n > 0)
+			} else if (n > 0)
 				pump_events(ctx, ev, n);
 			if (ring)
 				(void)rings_take_all(ctx);
@@ -859,9 +862,10 @@ int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const 
 	if (d->rings && nfds == 0) {
 		int r = ipc_ring_put(&d->rings->up, msg, (uint32_t)len, d->sock_out);
 
-		if (r == 1)
-			return chan_send(ctx, device, &kick, sizeof(kick), NULL, 0);
-		if (r == 0)
+		/* The message is on its way: only a worker that is gone makes it fail. */
+		if (r == 1 && chan_send(ctx, device, &kick, sizeof(kick), NULL, 0) == -EPIPE)
+			return -EPIPE;
+		if (r >= 0)
 			return 0;
 	}
 	return chan_send(ctx, device, msg, len, fds, nfds);

@@ -216,19 +216,20 @@ int ipc_loop_run(struct ipc_loop *l)
 	uint64_t busy_until = 0;
 
 	while (!l->exit) {
-		bool spin = l->spin_ns && mono_ns() < busy_until;
+		bool spin = l->spin_ns && mono_ns() < busy_until, found = false;
 		int r;
 
 		if (!spin) {
 			atomic_store(&l->spinning, false);
 			/* What was handed over while the flag was up came without a wake-up. */
-			if (loop_poll(l, true)) {
+			found = loop_poll(l, true);
+			if (found) {
 				busy_until = mono_ns() + l->spin_ns;
 				atomic_store(&l->spinning, l->spin_ns > 0);
-				continue;
 			}
 		}
-		r = loop_turn(l, spin ? 0 : -1);
+		/* Found work or not, the fds are served each time round. */
+		r = loop_turn(l, spin || found ? 0 : -1);
 		if (r < 0) {
 			atomic_store(&l->spinning, false);
 			return r;

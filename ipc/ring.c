@@ -81,8 +81,10 @@ int ipc_ring_put(struct ipc_ring *r, const void *msg, uint32_t len, uint32_t seq
 
 int ipc_ring_get(struct ipc_ring *r, void *buf, uint32_t cap, uint32_t seq_ok)
 {
+	/* Read once: a producer that keeps publishing pads cannot keep this call going. */
+	uint32_t tail = atomic_load(&r->ctl->tail);
+
 	for (;;) {
-		uint32_t tail = atomic_load(&r->ctl->tail);
 		uint32_t avail = tail - r->pos, off = r->pos % IPC_RING_SIZE, size;
 		struct ipc_ring_rec rec;
 
@@ -117,6 +119,16 @@ int ipc_ring_get(struct ipc_ring *r, void *buf, uint32_t cap, uint32_t seq_ok)
 bool ipc_ring_pending(const struct ipc_ring *r)
 {
 	return atomic_load(&r->ctl->tail) != r->pos;
+}
+
+uint32_t ipc_ring_published(const struct ipc_ring *r)
+{
+	return atomic_load(&r->ctl->tail);
+}
+
+bool ipc_ring_before(const struct ipc_ring *r, uint32_t mark)
+{
+	return (int32_t)(mark - r->pos) > 0;
 }
 
 void ipc_ring_set_polling(struct ipc_ring *r, bool on)

@@ -94,6 +94,15 @@ int ipc_ring_get(struct ipc_ring *r, void *buf, uint32_t cap, uint32_t seq_ok);
 bool ipc_ring_pending(const struct ipc_ring *r);
 
 /*
+ * Consumer: where the producer has published up to now, and whether what is left to take
+ * starts before such a mark. Taking "everything published before socket message k arrived"
+ * is taking while ipc_ring_before(r, mark), with mark read when it arrived: bounded, whatever
+ * the producer publishes meanwhile.
+ */
+uint32_t ipc_ring_published(const struct ipc_ring *r);
+bool ipc_ring_before(const struct ipc_ring *r, uint32_t mark);
+
+/*
  * Consumer: say whether it spins on the ring. After turning it off, look once more
  * (ipc_ring_pending()) before sleeping: a record published meanwhile came without a kick.
  */

@@ -106,6 +106,13 @@ const char test_host_kernels[] =
 	"		nanosleep(&ms, NULL);\n"
 	"	*seen = *flag;\n"
 	"}\n"
+	/* Appends its index to a log: the order requests of one queue ran in. */
+	"GPUX_HOST_PARAMS(append, 4, sizeof(uint32_t *));\n"
+	"GPUX_HOST_KERNEL(append)\n"
+	"{\n"
+	"	uint32_t *log = GPUX_ARG(uint32_t *, 1);\n"
+	"	log[1 + log[0]++] = GPUX_ARG(uint32_t, 0);\n"
+	"}\n"
 	"GPUX_HOST_PARAMS(set_flag, sizeof(int *));\n"
 	"GPUX_HOST_KERNEL(set_flag)\n"
 	"{\n"

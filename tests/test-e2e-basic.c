@@ -144,6 +144,42 @@ static void test_e2e_pipeline_waits_on_last(void **state)
 	gpux_queue_free(q);
 }
 
+/*
+ * A burst larger than the submit ring on one queue: the requests that overflow to the socket
+ * must not overtake those still in the ring. Each appends its index to a mapped log.
+ */
+static void test_e2e_burst_runs_in_order(void **state)
+{
+	struct env *e = *state;
+	enum { N = 1000 };
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	gpux_req *r[N];
+	gpux_queue *q;
+	gpux_buf *log;
+	uint32_t *p;
+
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &q), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, (N + 1) * 4, &log), GPUX_OK);
+	p = gpux_buf_data(log);
+	memset(p, 0xff, (N + 1) * 4);
+	p[0] = 0;
+	l.queue = q;
+	for (uint32_t i = 0; i < N; i++) {
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(i), gpux_arg_mapped(log, 0, (N + 1) * 4) };
+		assert_int_equal(gpux_submit(e->m, "append", &l, args, 2, &r[i]), GPUX_OK);
+	}
+	for (uint32_t i = 0; i < N; i++) {
+		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
+		gpux_req_free(r[i]);
+	}
+	assert_int_equal(p[0], N);
+	for (uint32_t i = 0; i < N; i++)
+		if (p[1 + i] != i)
+			fail_msg("position %u ran request %u", i, p[1 + i]);
+	gpux_buf_free(log);
+	gpux_queue_free(q);
+}
+
 struct thread_arg {
 	struct env *e;
 	unsigned index;
@@ -353,6 +389,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_saxpy_matches_cpu),
 		cmocka_unit_test(test_e2e_block_sum_uses_shared_memory),
 		cmocka_unit_test(test_e2e_pipeline_waits_on_last),
+		cmocka_unit_test(test_e2e_burst_runs_in_order),
 		cmocka_unit_test(test_e2e_threads_submit_at_once),
 		cmocka_unit_test(test_e2e_compile_error_returns_log),
 		cmocka_unit_test(test_e2e_compiler_options_are_checked),

@@ -792,8 +792,10 @@ static CUresult wait_event(struct cuda_dev *d, struct cuda_req *cr)
 	CUevent ev = cr->fin;
 	CUresult r;
 
-	if (cr->copy_ns > d->w->spin_ns) {
-		uint64_t coarse = now + cr->copy_ns - NAP_EARLY_NS, fine = now + 2 * cr->copy_ns;
+	/* Naps are a kind of spinning: not where threads must not spin (GPUX_SPIN_US=0). */
+	if (d->w->spin_ns > 0 && cr->copy_ns > d->w->spin_ns) {
+		uint64_t coarse = now + cr->copy_ns - MIN(cr->copy_ns, NAP_EARLY_NS);
+		uint64_t fine = now + 2 * cr->copy_ns;
 		bool told = false;
 
 		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < fine) {

@@ -131,15 +131,19 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 }
 
 /*
- * Take what the client's ring holds that was sent after fewer than `seq_ok` socket messages,
- * up to RING_TAKE_MAX records (the loop comes back for the rest). Returns how many.
+ * Take what the client's ring holds that was sent after fewer than `seq_ok` socket messages:
+ * up to RING_TAKE_MAX records (the loop comes back for the rest), or, with `all`, every
+ * record published by now (all those stamped seq_ok or less, since they were published
+ * before the socket message that made seq_ok). Returns how many.
  */
-static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok)
+static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all)
 {
 	static uint8_t buf[IPC_RING_REC_MAX];
+	uint32_t mark = c->rings ? ipc_ring_published(&c->up) : 0;
 	unsigned n = 0;
 
-	while (c->rings && !c->gone && n < RING_TAKE_MAX) {
+	while (c->rings && !c->gone &&
+	       (all ? ipc_ring_before(&c->up, mark) : n < RING_TAKE_MAX)) {
 		struct ipc_msg msg;
 		int len = ipc_ring_get(&c->up, buf, sizeof(buf), seq_ok);
 
@@ -162,9 +166,9 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 {
 	struct wrk_client *c = userdata;
 
-	/* Records sent before this message come first. */
+	/* Records sent before this message come first, all of them. */
 	c->refs++;
-	(void)ring_take(c, c->sock_in);
+	(void)ring_take(c, c->sock_in, true);
 	c->sock_in++;
 	if (!c->gone)
 		client_msg(c, msg);
@@ -342,7 +346,7 @@ static bool poll_work(void *userdata, bool sleeping)
 				c->polling = polling;
 			}
 			c->refs++;
-			found |= ring_take(c, c->sock_in) > 0;
+			found |= ring_take(c, c->sock_in, false) > 0;
 			wrk_client_unref(c);
 		}
 		c = next;

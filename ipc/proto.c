@@ -20,7 +20,8 @@ int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, st
 	memcpy(&h, buf, sizeof(h));
 	if (h.magic != IPC_MAGIC)
 		return -EBADMSG;
-	if (h.version < IPC_VERSION_MIN || h.version > IPC_VERSION)
+	if ((h.version < IPC_VERSION_MIN || h.version > IPC_VERSION) &&
+	    !(h.type == IPC_HELLO && h.version >= 1))
 		return -EPROTONOSUPPORT;
 	if ((size_t)h.len != len - sizeof(h))
 		return -EBADMSG;

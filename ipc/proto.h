@@ -19,8 +19,14 @@
  */
 
 #define IPC_MAGIC 0x5847u /* "GX" */
-#define IPC_VERSION_MIN 1u
-#define IPC_VERSION 1u
+/*
+ * 2: shared rings (IPC_RINGS, IPC_KICK), GPUX_LAUNCH_TIMED, the status page's `gone`.
+ * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
+ * hello is parsed whatever version its header says, and a peer with no version in common is
+ * refused with a DONE in its own version, which it can read.
+ */
+#define IPC_VERSION_MIN 2u
+#define IPC_VERSION 2u
 
 #define IPC_MSG_MAX (64u * 1024u)        /* a whole message, header included */
 #define IPC_PAYLOAD_MAX (IPC_MSG_MAX - sizeof(struct ipc_hdr))

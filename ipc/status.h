@@ -17,7 +17,7 @@
  * even and unchanged, then use only the copy.
  */
 
-#define IPC_STATUS_MAGIC 0x47505853u /* "GPXS" */
+#define IPC_STATUS_MAGIC 0x32585047u /* "GPX2": the layout of protocol version 2 */
 #define IPC_STATUS_SLOTS 64u         /* streams a worker runs at once */
 #define IPC_AFFINITY_BITS 4096u
 

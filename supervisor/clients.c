@@ -180,10 +180,19 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	version = MIN(h.max_version, IPC_VERSION);
 	if (version < MAX(h.min_version, IPC_VERSION_MIN)) {
 		struct ipc_done d = { .status = GPUX_E_VERSION };
+		struct ipc_hdr hdr;
+
 		n = ipc_encode_done(msgbuf, sizeof(msgbuf), msg->hdr.id, &d,
 				    "no protocol version in common with gpuxd");
-		if (n > 0)
+		if (n > 0) {
+			/* In the client's newest version, which it can parse. */
+			memcpy(&hdr, msgbuf, sizeof(hdr));
+			hdr.version = (uint8_t)MIN(MAX(h.max_version, 1u), UINT8_MAX);
+			memcpy(msgbuf, &hdr, sizeof(hdr));
 			(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
+		}
+		c->refused = true;
+		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
 		return 0;
 	}
 	c->id = ++s->next_client_id;
@@ -218,7 +227,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	struct ipc_status_req sr;
 	int r = -EBADMSG;
 
-	if (!c->hello_done && msg->hdr.type == IPC_HELLO)
+	if (!c->hello_done && !c->refused && msg->hdr.type == IPC_HELLO)
 		r = hello(c, msg);
 	else if (c->hello_done && c->admin && msg->hdr.type == IPC_STATUS_REQ &&
 		 ipc_decode_status_req(msg, &sr) == 0) {
@@ -246,7 +255,8 @@ static void on_hello_timeout(struct ipc_timer *t, void *userdata)
 {
 	struct sup_client *c = userdata;
 
-	sup_log("client pid %d uid %u: no hello: dropped", (int)c->pid, (unsigned)c->uid);
+	sup_log("client pid %d uid %u: %s: dropped", (int)c->pid, (unsigned)c->uid,
+		c->refused ? "no protocol version in common" : "no hello");
 	client_free(c);
 }
 

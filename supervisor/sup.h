@@ -26,6 +26,8 @@
 #define SUP_DEADLINE_TICK_NS (50ULL * 1000000ULL)
 /* A client has this long to say hello. */
 #define SUP_HELLO_TIMEOUT_NS (5ULL * 1000000000ULL)
+/* A client refused at hello is dropped this long after being told why. */
+#define SUP_REFUSED_LINGER_NS (100ULL * 1000000ULL)
 
 /* Exit codes. */
 #define SUP_EXIT_OK 0
@@ -108,6 +110,7 @@ struct sup_client {
 	gid_t gid;
 	pid_t pid;
 	bool hello_done;
+	bool refused; /* told there is no version in common; dropped when hello_timer fires */
 	bool admin;
 	struct ipc_timer *hello_timer;
 	struct sup_client *prev, *next;

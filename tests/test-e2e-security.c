@@ -168,6 +168,37 @@ static void test_e2e_garbage_to_gpuxd_drops_only_that_client(void **state)
 	still_serves(e);
 }
 
+/* A client of an older protocol is told, in its own version, that none is in common. */
+static void test_e2e_old_client_told_why(void **state)
+{
+	struct env *e = *state;
+	struct ipc_hello h = { .min_version = 1, .max_version = 1 };
+	uint8_t buf[IPC_MSG_MAX];
+	struct ipc_hdr hdr;
+	struct ipc_done d;
+	int fd = raw_connect(e->d.sock), n;
+	ssize_t got;
+
+	n = ipc_encode(buf, sizeof(buf), IPC_HELLO, 9, 0, &h, sizeof(h), NULL, 0);
+	assert_true(n > 0);
+	memcpy(&hdr, buf, sizeof(hdr));
+	hdr.version = 1;
+	memcpy(buf, &hdr, sizeof(hdr));
+	assert_int_equal(ipc_channel_send(fd, buf, (size_t)n, NULL, 0, 0), 0);
+	got = recv(fd, buf, sizeof(buf), 0);
+	assert_true(got >= (ssize_t)(sizeof(hdr) + sizeof(d)));
+	memcpy(&hdr, buf, sizeof(hdr));
+	memcpy(&d, buf + sizeof(hdr), sizeof(d));
+	assert_int_equal(hdr.magic, IPC_MAGIC);
+	assert_int_equal(hdr.version, 1);
+	assert_int_equal(hdr.type, IPC_DONE);
+	assert_int_equal(hdr.id, 9);
+	assert_int_equal(d.status, GPUX_E_VERSION);
+	assert_true(closed_by_peer(fd));
+	(void)close(fd);
+	still_serves(e);
+}
+
 /* A client's own channel to the worker, obtained as the library would. */
 static int raw_channel(struct env *e, int *ret_sup)
 {
@@ -308,6 +339,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_other_user_refused),
 		cmocka_unit_test(test_e2e_group_member_may_not_load_host_kernels),
 		cmocka_unit_test(test_e2e_garbage_to_gpuxd_drops_only_that_client),
+		cmocka_unit_test(test_e2e_old_client_told_why),
 		cmocka_unit_test(test_e2e_garbage_on_a_channel_drops_only_it),
 		cmocka_unit_test(test_e2e_bad_segments_drop_the_client),
 		cmocka_unit_test(test_e2e_out_of_range_argument_refused),

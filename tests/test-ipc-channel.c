@@ -480,7 +480,7 @@ static void test_channel_recv_msg_refuses_bad_headers(void **state)
 	assert_int_equal(ipc_channel_recv_msg(sv[1], rbuf, sizeof(rbuf), &msg, 0), -EBADMSG);
 	assert_int_equal(test_fd_count(), before + 2 + 3);
 
-	len = test_msg_make(sbuf, IPC_HELLO, 1, 2, NULL, 0);
+	len = test_msg_make(sbuf, IPC_SEG_DROP, 1, 2, NULL, 0);
 	h = test_hdr_get(sbuf);
 	h.version = IPC_VERSION + 1;
 	test_hdr_set(sbuf, &h);

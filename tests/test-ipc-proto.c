@@ -771,7 +771,8 @@ static void test_proto_parse_rejects_unsupported_version(void **state)
 	const uint8_t versions[] = { 0, IPC_VERSION_MIN - 1, IPC_VERSION + 1, 0x80, UINT8_MAX };
 	struct test_sample s;
 
-	assert_true(test_msg_sample(0, msgbuf, sizeof(msgbuf), &s));
+	assert_true(test_msg_sample(2, msgbuf, sizeof(msgbuf), &s));
+	assert_int_not_equal(s.type, IPC_HELLO);
 	for (unsigned i = 0; i < ARRAY_SIZE(versions); i++) {
 		struct ipc_hdr h = test_hdr_get(msgbuf);
 		struct ipc_msg msg;
@@ -780,6 +781,31 @@ static void test_proto_parse_rejects_unsupported_version(void **state)
 		test_hdr_set(msgbuf, &h);
 		assert_int_equal(parse(msgbuf, s.len, s.nfds, &msg), -EPROTONOSUPPORT);
 	}
+}
+
+/* A hello from any version is read, so that gpuxd can say there is none in common. */
+static void test_proto_parse_reads_hello_of_any_version(void **state)
+{
+	const uint8_t versions[] = { 1, IPC_VERSION + 1, UINT8_MAX };
+	struct test_sample s;
+	struct ipc_msg msg;
+	struct ipc_hdr h;
+
+	assert_true(test_msg_sample(0, msgbuf, sizeof(msgbuf), &s));
+	assert_int_equal(s.type, IPC_HELLO);
+	for (unsigned i = 0; i < ARRAY_SIZE(versions); i++) {
+		struct ipc_hello m;
+
+		h = test_hdr_get(msgbuf);
+		h.version = versions[i];
+		test_hdr_set(msgbuf, &h);
+		assert_int_equal(parse(msgbuf, s.len, s.nfds, &msg), 0);
+		assert_int_equal(ipc_decode_hello(&msg, &m), 0);
+	}
+	h = test_hdr_get(msgbuf);
+	h.version = 0;
+	test_hdr_set(msgbuf, &h);
+	assert_int_equal(parse(msgbuf, s.len, s.nfds, &msg), -EPROTONOSUPPORT);
 }
 
 static void test_proto_parse_rejects_len_mismatch(void **state)
@@ -1687,6 +1713,7 @@ int main(void)
 		cmocka_unit_test(test_proto_parse_rejects_oversized_len),
 		cmocka_unit_test(test_proto_parse_rejects_wrong_magic),
 		cmocka_unit_test(test_proto_parse_rejects_unsupported_version),
+		cmocka_unit_test(test_proto_parse_reads_hello_of_any_version),
 		cmocka_unit_test(test_proto_parse_rejects_len_mismatch),
 		cmocka_unit_test(test_proto_parse_rejects_nfds_mismatch),
 		cmocka_unit_test(test_proto_parse_rejects_unknown_type),

@@ -360,6 +360,21 @@ static void wake_reader(gpux_ctx *ctx)
 		(void)write(ctx->wake_fd, &one, sizeof(one));
 }
 
+/* Take what the rings hold; returns whether there was anything. */
+static bool rings_take_all(gpux_ctx *ctx)
+{
+	bool any = false;
+
+	for (uint32_t i = 0; i < ctx->ndevices; i++) {
+		int n = ctx->devs[i].rings ? ring_take(ctx, i, ctx->devs[i].sock_in) : 0;
+
+		if (n < 0)
+			dev_close_channel(ctx, i);
+		any |= n != 0;
+	}
+	return any;
+}
+
 /* The rings a reader spins on, each held (refs) while the lock is not. */
 struct spin_set {
 	unsigned n;
@@ -409,6 +424,7 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 {
 	uint64_t until = mono_ns() + ipc_spin_ns();
 	struct spin_set s = { 0 };
+	bool taken = false;
 	int n = 0;
 
 	if (deadline && deadline < until)
@@ -422,9 +438,17 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 			continue;
 		r->refs++;
 		ipc_ring_set_polling(&r->down, true);
-		/* Records there already wait for a socket message (their stamp), not for us. */
 		s.seen[s.n] = atomic_load(&r->down.ctl->tail);
 		s.rings[s.n++] = r;
+	}
+	/*
+	 * What a worker published since the caller last looked and before it saw the polling
+	 * word came without a kick, and is older than `seen`: take it now. Whatever is left
+	 * waits for a socket message (its stamp), which will wake us.
+	 */
+	if (s.n > 0 && rings_take_all(ctx)) {
+		until = 0;
+		taken = true;
 	}
 	(void)pthread_mutex_unlock(&ctx->lock);
 	for (unsigned k = 0; mono_ns() < until; k++) {
@@ -442,7 +466,7 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 	/* From now on the workers kick; what came before that without one is seen here. */
 	for (unsigned i = 0; i < s.n; i++)
 		ipc_ring_set_polling(&s.rings[i]->down, false);
-	*ret_ring = spin_set_changed(&s);
+	*ret_ring = taken || spin_set_changed(&s);
 	for (unsigned i = 0; i < s.n; i++)
 		rings_unref(s.rings[i]);
 	if (n != 0 || *ret_ring)
@@ -451,21 +475,6 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 	n = epoll_wait(ctx->epfd, ev, nev, ms);
 	(void)pthread_mutex_lock(&ctx->lock);
 	return n;
-}
-
-/* Take what the rings hold; returns whether there was anything. */
-static bool rings_take_all(gpux_ctx *ctx)
-{
-	bool any = false;
-
-	for (uint32_t i = 0; i < ctx->ndevices; i++) {
-		int n = ctx->devs[i].rings ? ring_take(ctx, i, ctx->devs[i].sock_in) : 0;
-
-		if (n < 0)
-			dev_close_channel(ctx, i);
-		any |= n != 0;
-	}
-	return any;
 }
 
 /*

@@ -90,13 +90,8 @@ static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
 {
 	struct ipc_seg_drop d = { .seg_id = s->id };
 
-	if (ctx->fork_gen == cli_fork_gen && ctx->connected) {
-		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_SEG_DROP, 0, 0, &d, sizeof(d), NULL, 0);
-
-		for (uint32_t i = 0; i < ctx->ndevices && n > 0; i++)
-			if (s->sent[i] && s->sent[i] == ctx->devs[i].chan_gen)
-				(void)cli_send(ctx, i, ctx->sbuf, (size_t)n, NULL, 0);
-	}
+	for (uint32_t i = 0; i < ctx->ndevices; i++)
+		cli_send_drop(ctx, i, s->sent[i], IPC_SEG_DROP, &d, sizeof(d));
 	if (s->prev)
 		s->prev->next = s->next;
 	else

@@ -172,6 +172,13 @@ void cli_after_fork(gpux_ctx *ctx);
 int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds);
+/*
+ * Lock held: tell device's worker that an object it was given on channel `gen` (0: never
+ * sent) is gone, when that channel is still this process's and open. A child after fork()
+ * never speaks for its parent's objects.
+ */
+void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
+		   const void *payload, size_t len);
 int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
 		   uint64_t deadline);
 void cli_pump(gpux_ctx *ctx);

@@ -855,6 +855,19 @@ static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len
 	return r;
 }
 
+void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
+		   const void *payload, size_t len)
+{
+	int n;
+
+	if (ctx->fork_gen != cli_fork_gen || !ctx->connected || !gen ||
+	    gen != ctx->devs[device].chan_gen)
+		return;
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, 0, 0, payload, len, NULL, 0);
+	if (n > 0)
+		(void)cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+}
+
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds)
 {

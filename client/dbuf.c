@@ -63,12 +63,7 @@ static void dbuf_free(gpux_ctx *ctx, gpux_dbuf *d)
 {
 	struct ipc_dbuf_free f = { .dbuf_id = d->id };
 
-	if (ctx->fork_gen == cli_fork_gen && ctx->connected &&
-	    d->chan_gen == ctx->devs[d->device].chan_gen) {
-		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_DBUF_FREE, 0, 0, &f, sizeof(f), NULL, 0);
-		if (n > 0)
-			(void)cli_send(ctx, d->device, ctx->sbuf, (size_t)n, NULL, 0);
-	}
+	cli_send_drop(ctx, d->device, d->chan_gen, IPC_DBUF_FREE, &f, sizeof(f));
 	if (d->prev)
 		d->prev->next = d->next;
 	else

@@ -69,13 +69,8 @@ static void module_free(gpux_ctx *ctx, gpux_module *m)
 {
 	struct ipc_mod_drop d = { .mod_id = m->id };
 
-	if (ctx->fork_gen == cli_fork_gen && ctx->connected) {
-		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_MOD_DROP, 0, 0, &d, sizeof(d), NULL, 0);
-
-		for (uint32_t i = 0; i < ctx->ndevices && n > 0; i++)
-			if (m->sent[i] && m->sent[i] == ctx->devs[i].chan_gen)
-				(void)cli_send(ctx, i, ctx->sbuf, (size_t)n, NULL, 0);
-	}
+	for (uint32_t i = 0; i < ctx->ndevices; i++)
+		cli_send_drop(ctx, i, m->sent[i], IPC_MOD_DROP, &d, sizeof(d));
 	if (m->prev)
 		m->prev->next = m->next;
 	else

@@ -79,12 +79,7 @@ static void queue_free(gpux_ctx *ctx, gpux_queue *q)
 {
 	struct ipc_queue_msg m = { .queue = q->id };
 
-	if (ctx->fork_gen == cli_fork_gen && ctx->connected && q->sent &&
-	    q->sent == ctx->devs[q->device].chan_gen) {
-		int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_QUEUE_CLOSE, 0, 0, &m, sizeof(m), NULL, 0);
-		if (n > 0)
-			(void)cli_send(ctx, q->device, ctx->sbuf, (size_t)n, NULL, 0);
-	}
+	cli_send_drop(ctx, q->device, q->sent, IPC_QUEUE_CLOSE, &m, sizeof(m));
 	if (q->prev)
 		q->prev->next = q->next;
 	else

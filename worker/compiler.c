@@ -234,13 +234,17 @@ static void compile_one(struct nvrtc *nv, int fd, const struct cc_req *rq, const
 	r = nv->compile(prog, (int)argc, argv);
 	if (nv->log_size(prog, &log_len) == NVRTC_SUCCESS && log_len > 1) {
 		log = malloc(log_len);
-		if (log && nv->log(prog, log) != NVRTC_SUCCESS)
-			log_len = 0;
+		/* A log NVRTC did not fill is no log. */
+		if (log && nv->log(prog, log) != NVRTC_SUCCESS) {
+			free(log);
+			log = NULL;
+		}
 	}
+	log_len = log ? strnlen(log, log_len) : 0;
 	if (r != NVRTC_SUCCESS) {
 		const char *e = nv->error(r);
-		if (log && log_len > 1)
-			(void)reply(fd, GPUX_E_COMPILE, log, strlen(log), 0, -1);
+		if (log_len > 0)
+			(void)reply(fd, GPUX_E_COMPILE, log, log_len, 0, -1);
 		else
 			(void)reply(fd, GPUX_E_COMPILE, e, strlen(e), 0, -1);
 		(void)nv->destroy(&prog);
@@ -254,7 +258,7 @@ static void compile_one(struct nvrtc *nv, int fd, const struct cc_req *rq, const
 		return;
 	}
 	(void)nv->destroy(&prog);
-	(void)reply(fd, 0, log ? log : "", log ? strlen(log) : 0, 0, image_fd);
+	(void)reply(fd, 0, log ? log : "", log_len, 0, image_fd);
 }
 
 int wrk_compiler_main(int fd, pid_t parent)
@@ -402,7 +406,6 @@ int wrk_compiler_start(struct wrk_compiler *c, char **ret_msg)
 		return r == 0 && hello.status == GPUX_E_NODRIVER ? GPUX_E_NODRIVER : GPUX_E_COMPILE;
 	}
 	free(log);
-	c->nvrtc_version = hello.version;
 	return 0;
 }
 

@@ -9,10 +9,9 @@
 struct wrk_compiler {
 	pid_t pid;
 	int fd;
-	uint32_t nvrtc_version; /* major * 1000 + minor * 10 */
 };
 
-#define WRK_COMPILER_INIT { .pid = 0, .fd = -1, .nvrtc_version = 0 }
+#define WRK_COMPILER_INIT { .pid = 0, .fd = -1 }
 
 /* NVRTC's version (major * 1000 + minor * 10) as the worker would load it, or 0 if none. */
 uint32_t wrk_nvrtc_version(void);

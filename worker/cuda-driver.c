@@ -22,7 +22,6 @@ struct entry {
 
 static const struct entry entries[] = {
 	E(cuInit, 2000),
-	E(cuDriverGetVersion, 2020),
 	E(cuGetErrorName, 6000),
 	E(cuDeviceGetCount, 2000),
 	E(cuDeviceGet, 2000),
@@ -33,7 +32,6 @@ static const struct entry entries[] = {
 	E(cuDevicePrimaryCtxRetain, 7000),
 	E(cuDevicePrimaryCtxRelease, 11000),
 	E(cuCtxSetCurrent, 4000),
-	E(cuCtxSynchronize, 2000),
 	E(cuMemGetInfo, 3020),
 	E(cuStreamCreate, 2000),
 	E(cuStreamDestroy, 4000),
@@ -52,7 +50,6 @@ static const struct entry entries[] = {
 	E(cuMemcpyDtoHAsync, 3020),
 	E(cuDeviceGetDefaultMemPool, 11020),
 	E(cuMemPoolSetAttribute, 11020),
-	E(cuMemPoolTrimTo, 11020),
 	E(cuMemAllocFromPoolAsync, 11020),
 	E(cuMemFreeAsync, 11020),
 	E(cuModuleLoadData, 2000),

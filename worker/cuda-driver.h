@@ -19,7 +19,6 @@ struct cu_driver {
 	void *lib;
 	int version; /* cuDriverGetVersion */
 	CU_FN(cuInit);
-	CU_FN(cuDriverGetVersion);
 	CU_FN(cuGetErrorName);
 	CU_FN(cuDeviceGetCount);
 	CU_FN(cuDeviceGet);
@@ -30,7 +29,6 @@ struct cu_driver {
 	CU_FN(cuDevicePrimaryCtxRetain);
 	CU_FN(cuDevicePrimaryCtxRelease);
 	CU_FN(cuCtxSetCurrent);
-	CU_FN(cuCtxSynchronize);
 	CU_FN(cuMemGetInfo);
 	CU_FN(cuStreamCreate);
 	CU_FN(cuStreamDestroy);
@@ -49,7 +47,6 @@ struct cu_driver {
 	CU_FN(cuMemcpyDtoHAsync);
 	CU_FN(cuDeviceGetDefaultMemPool);
 	CU_FN(cuMemPoolSetAttribute);
-	CU_FN(cuMemPoolTrimTo);
 	CU_FN(cuMemAllocFromPoolAsync);
 	CU_FN(cuMemFreeAsync);
 	CU_FN(cuModuleLoadData);

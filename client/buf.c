@@ -46,6 +46,18 @@ static int pages_find(const struct cli_seg *s, unsigned n)
 	return -1;
 }
 
+/* Lock held: a new segment of this process joins the context's list. */
+static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
+{
+	s->owner = cli_fork_gen;
+	s->id = ++ctx->next_obj_id;
+	s->next = ctx->segs;
+	if (ctx->segs)
+		ctx->segs->prev = s;
+	ctx->segs = s;
+	ctx->nsegs++;
+}
+
 static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **ret)
 {
 	struct cli_seg *s;
@@ -71,13 +83,7 @@ static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **re
 	s->addr = addr;
 	s->size = size;
 	s->arena = arena;
-	s->owner = cli_fork_gen;
-	s->id = ++ctx->next_obj_id;
-	s->next = ctx->segs;
-	if (ctx->segs)
-		ctx->segs->prev = s;
-	ctx->segs = s;
-	ctx->nsegs++;
+	seg_link(ctx, s);
 	*ret = s;
 	return 0;
 }
@@ -221,7 +227,8 @@ static void buf_free(gpux_ctx *ctx, gpux_buf *b)
 			       b->arena->fd, (off_t)b->arena_offset);
 
 		seg_free(ctx, s, p == MAP_FAILED);
-		arena_put(ctx, b->arena, b->arena_offset, b->size);
+		/* Pages that could not be mapped again stay taken: they are a hole now. */
+		arena_put(ctx, b->arena, b->arena_offset, p == MAP_FAILED ? 0 : b->size);
 	} else if (s->arena) {
 		arena_put(ctx, s, b->offset, b->size);
 	} else {
@@ -286,6 +293,11 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_OK;
 	}
+	/* Out of an arena, the frozen pages are one segment more. */
+	if (old->arena && ctx->nsegs >= CLI_SEGMENTS_MAX) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_E_QUOTA;
+	}
 	len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
 	addr = old->addr + b->offset;
 	f = calloc(1, sizeof(*f));
@@ -293,6 +305,7 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_E_NOMEM;
 	}
+	f->fd = -1;
 	r = ipc_segment_create("gpux-frozen", len, &f->fd);
 	if (r == 0 && pwrite(f->fd, addr, b->size, 0) != (ssize_t)b->size)
 		r = -EIO;
@@ -313,13 +326,7 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 	f->size = len;
 	f->frozen = true;
 	f->nbufs = 1;
-	f->owner = cli_fork_gen;
-	f->id = ++ctx->next_obj_id;
-	f->next = ctx->segs;
-	if (ctx->segs)
-		ctx->segs->prev = f;
-	ctx->segs = f;
-	ctx->nsegs++;
+	seg_link(ctx, f);
 	(void)cli_seg_key(f, 0, b->size);
 	if (old->arena) {
 		/* Its pages stay taken in the arena until the buffer is freed. */

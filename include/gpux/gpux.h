@@ -144,7 +144,8 @@ GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
  * A frozen buffer can be an IN argument only, and a cached one (gpux_arg_cached): a worker
  * then keeps its bytes on the device and does not upload them again, for any request of
  * this user with the same bytes. Costs one copy of the buffer. Children forked before the
- * freeze keep seeing the bytes as they were.
+ * freeze keep seeing the bytes as they were. GPUX_E_QUOTA: a small buffer's frozen copy would
+ * be one shared segment more than a process may have (4096).
  */
 GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *buf);
 

@@ -51,7 +51,8 @@ static bool judged(const struct result *r)
 struct bench {
 	gpux_ctx *ctx;
 	gpux_module *m;
-	bool cuda;
+	bool cuda; /* the device runs CUDA */
+	bool base; /* and the in-process baseline runs beside it */
 	bool quick;
 	char dir[PATH_MAX];  /* where gpux and gpux-bench-base are */
 	char tmp[PATH_MAX];  /* scratch: the baseline's cubin, private daemons */
@@ -95,7 +96,7 @@ static int base_run(struct bench *b, struct kv *kv, const char *const *args)
 	size_t len = 0;
 	pid_t pid;
 
-	if (!b->cuda)
+	if (!b->base)
 		return -ENODEV;
 	(void)snprintf(path, sizeof(path), "%s/gpux-bench-base", b->dir);
 	argv[argc++] = (char *)(env && *env ? env : path);
@@ -317,7 +318,7 @@ static int s_fork(struct bench *b)
 			return -1;
 		t[i] = *(uint64_t *)gpux_buf_data(times);
 	}
-	for (unsigned i = 0; i < 5 && b->cuda; i++) {
+	for (unsigned i = 0; i < 5 && b->base; i++) {
 		struct kv kv;
 		if (base_run(b, &kv, args) == 0)
 			bt[nb++] = (uint64_t)kv_get(&kv, "startup_ns");
@@ -404,6 +405,7 @@ static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
 
 	(void)snprintf(path, sizeof(path), "%s/gpuxd", b->dir);
 	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	if (posix_spawn(&pid, path, &fa, NULL, argv, environ) != 0)
 		pid = -1;
@@ -642,6 +644,64 @@ static void print_json(const struct bench *b, const struct gpux_device_info *inf
 	printf("]}\n");
 }
 
+/* Connect, load the kernels and run the scenarios asked for: how many failed, or -1. */
+static int run(struct bench *b, const char *sock, struct gpux_device_info *info, const char *only)
+{
+	static const struct {
+		const char *name;
+		int (*fn)(struct bench *b);
+	} scenarios[] = {
+		{ "rtt", s_rtt },	  { "bw", s_bw },	    { "fork", s_fork },
+		{ "cached", s_cached },	  { "modules", s_modules }, { "clients", s_clients },
+		{ "gpus", s_gpus },
+	};
+	char *log = NULL;
+	int c, failed = 0;
+
+	if (gpux_connect(sock, &b->ctx) != GPUX_OK) {
+		(void)tool_fail("connect", "no gpuxd");
+		return -1;
+	}
+	if (gpux_device_info(b->ctx, 0, info) != GPUX_OK) {
+		(void)tool_fail("bench", "no device");
+		return -1;
+	}
+	b->cuda = b->base = info->backend == GPUX_BACKEND_CUDA;
+	if (b->base) {
+		struct kv kv;
+		const char *args[] = { "compile", b->cubin, NULL };
+		if (base_run(b, &kv, args) < 0) {
+			(void)fprintf(stderr, "gpux: bench: the in-process baseline failed: none\n");
+			b->base = false;
+		}
+	}
+	if (b->cuda)
+		c = gpux_module_load(b->ctx, GPUX_LANG_CUDA, bench_kernels, sizeof(bench_kernels) - 1,
+				     NULL, &b->m, &log);
+	else
+		c = gpux_module_load(b->ctx, GPUX_LANG_HOST, bench_kernels_host,
+				     sizeof(bench_kernels_host) - 1, NULL, &b->m, &log);
+	if (c < 0) {
+		(void)fprintf(stderr, "%s", log ? log : "");
+		free(log);
+		(void)tool_fail("bench", "the kernels do not build");
+		return -1;
+	}
+	free(log);
+	(void)fprintf(stderr, "gpux bench on %s (%s)\n", info->name, b->cuda ? "cuda" : "host");
+	warm_up(b);
+	for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++) {
+		if (only && !strstr(only, scenarios[i].name))
+			continue;
+		(void)fprintf(stderr, "  %s...\n", scenarios[i].name);
+		if (scenarios[i].fn(b) < 0) {
+			(void)fprintf(stderr, "gpux: bench: %s failed\n", scenarios[i].name);
+			failed++;
+		}
+	}
+	return failed;
+}
+
 int tool_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -651,21 +711,13 @@ int tool_bench(int argc, char **argv)
 		{ "only", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static const struct {
-		const char *name;
-		int (*fn)(struct bench *b);
-	} scenarios[] = {
-		{ "rtt", s_rtt },	  { "bw", s_bw },	    { "fork", s_fork },
-		{ "cached", s_cached },	  { "modules", s_modules }, { "clients", s_clients },
-		{ "gpus", s_gpus },
-	};
 	static struct bench b;
 	struct gpux_device_info info;
 	const char *sock = NULL, *only = NULL;
 	bool json = false;
-	char self[PATH_MAX], *log = NULL;
+	char self[PATH_MAX];
 	ssize_t n;
-	int c, failed = 0;
+	int c, rc;
 
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
 		if (c == 's')
@@ -689,41 +741,8 @@ int tool_bench(int argc, char **argv)
 		return tool_fail("bench", "mkdtemp");
 	(void)snprintf(b.cubin, sizeof(b.cubin), "%s/bench.cubin", b.tmp);
 
-	if (gpux_connect(sock, &b.ctx) != GPUX_OK)
-		return tool_fail("connect", "no gpuxd");
-	if (gpux_device_info(b.ctx, 0, &info) != GPUX_OK)
-		return tool_fail("bench", "no device");
-	b.cuda = info.backend == GPUX_BACKEND_CUDA;
-	if (b.cuda) {
-		struct kv kv;
-		const char *args[] = { "compile", b.cubin, NULL };
-		if (base_run(&b, &kv, args) < 0) {
-			(void)fprintf(stderr, "gpux: bench: the in-process baseline failed: none\n");
-			b.cuda = false;
-		}
-	}
-	if (b.cuda)
-		c = gpux_module_load(b.ctx, GPUX_LANG_CUDA, bench_kernels, sizeof(bench_kernels) - 1,
-				     NULL, &b.m, &log);
-	else
-		c = gpux_module_load(b.ctx, GPUX_LANG_HOST, bench_kernels_host,
-				     sizeof(bench_kernels_host) - 1, NULL, &b.m, &log);
-	if (c < 0) {
-		(void)fprintf(stderr, "%s", log ? log : "");
-		return tool_fail("bench", "the kernels do not build");
-	}
-	free(log);
-	(void)fprintf(stderr, "gpux bench on %s (%s)\n", info.name, b.cuda ? "cuda" : "host");
-	warm_up(&b);
-	for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++) {
-		if (only && !strstr(only, scenarios[i].name))
-			continue;
-		(void)fprintf(stderr, "  %s...\n", scenarios[i].name);
-		if (scenarios[i].fn(&b) < 0) {
-			(void)fprintf(stderr, "gpux: bench: %s failed\n", scenarios[i].name);
-			failed++;
-		}
-	}
+	/* From here on, every way out removes the scratch folder. */
+	rc = run(&b, sock, &info, only);
 	gpux_module_free(b.m);
 	gpux_disconnect(b.ctx);
 	{
@@ -731,8 +750,10 @@ int tool_bench(int argc, char **argv)
 		(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", b.tmp);
 		(void)system(cmd);
 	}
+	if (rc < 0)
+		return TOOL_FAIL;
 	if (json)
 		print_json(&b, &info);
 	print_table(&b);
-	return failed ? TOOL_FAIL : TOOL_OK;
+	return rc > 0 ? TOOL_FAIL : TOOL_OK;
 }

@@ -281,6 +281,10 @@ static void test_residency_dbufs_reclaimed_and_quota(void **state)
 		gpux_dbuf *more = NULL;
 		assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 2 << 20, &more), GPUX_E_QUOTA);
 		assert_null(more);
+		/* So is a size whose sum with what is in use wraps round. */
+		assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, SIZE_MAX - (1 << 20), &more),
+				 GPUX_E_QUOTA);
+		assert_null(more);
 	}
 	gpux_dbuf_free(d);
 	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 2 << 20, &d), GPUX_OK);

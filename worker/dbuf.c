@@ -45,7 +45,8 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
 		return;
 	}
-	if (c->dbuf_bytes + a->size > w->opts.quota_device) {
+	/* dbuf_bytes never passes the quota; the size may be anything up to 2^64 - 1. */
+	if (a->size > w->opts.quota_device - c->dbuf_bytes) {
 		msg = wrk_strdup_printf("a device buffer of %llu bytes would pass the client's "
 					"device quota (%llu of %llu bytes in use)",
 					(unsigned long long)a->size,

@@ -201,9 +201,12 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	w->stats.cache_misses++;
 	if (len > w->opts.cache_bytes)
 		return NULL;
-	while (w->stats.cache_bytes + len > w->opts.cache_bytes && w->cidle_tail)
+	while ((w->stats.cache_bytes + len > w->opts.cache_bytes ||
+		w->stats.cache_entries >= WRK_CACHE_ENTRIES_MAX) &&
+	       w->cidle_tail)
 		evict(w, w->cidle_tail);
-	if (w->stats.cache_bytes + len > w->opts.cache_bytes)
+	if (w->stats.cache_bytes + len > w->opts.cache_bytes ||
+	    w->stats.cache_entries >= WRK_CACHE_ENTRIES_MAX)
 		return NULL;
 	r = w->be->dev_alloc(w->dev, len, &ptr, &msg);
 	if (r == GPUX_E_NOMEM && wrk_dcache_reclaim(w) > 0) {

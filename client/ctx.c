@@ -871,11 +871,6 @@ void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds)
 {
-	static const struct ipc_hdr kick = {
-		.magic = IPC_MAGIC,
-		.version = IPC_VERSION,
-		.type = IPC_KICK,
-	};
 	struct cli_dev *d = &ctx->devs[device];
 
 	if (d->chan_fd < 0)
@@ -885,7 +880,7 @@ int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const 
 		int r = ipc_ring_put(&d->rings->up, msg, (uint32_t)len, d->sock_out);
 
 		/* The message is on its way: only a worker that is gone makes it fail. */
-		if (r == 1 && chan_send(ctx, device, &kick, sizeof(kick), NULL, 0) == -EPIPE)
+		if (r == 1 && chan_send(ctx, device, &ipc_kick, sizeof(ipc_kick), NULL, 0) == -EPIPE)
 			return -EPIPE;
 		if (r >= 0)
 			return 0;

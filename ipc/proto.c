@@ -391,6 +391,12 @@ int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret)
 	return 0;
 }
 
+const struct ipc_hdr ipc_kick = {
+	.magic = IPC_MAGIC,
+	.version = IPC_VERSION,
+	.type = IPC_KICK,
+};
+
 int ipc_decode_kick(const struct ipc_msg *msg)
 {
 	if (msg->hdr.type != IPC_KICK || msg->len != 0 || msg->nfds != 0)

@@ -368,6 +368,9 @@ int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret);
 int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret);
 int ipc_decode_kick(const struct ipc_msg *msg);
 
+/* A whole KICK message: a header, nothing after it. */
+extern const struct ipc_hdr ipc_kick;
+
 /* Read device i of a decoded STATUS (the payload need not be aligned). */
 void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret);
 

@@ -783,6 +783,17 @@ static void test_proto_parse_rejects_unsupported_version(void **state)
 	}
 }
 
+/* The kick both sides send is a well-formed KICK. */
+static void test_proto_kick_is_a_kick(void **state)
+{
+	struct ipc_msg msg;
+
+	memcpy(msgbuf, &ipc_kick, sizeof(ipc_kick));
+	assert_int_equal(parse(msgbuf, sizeof(ipc_kick), 0, &msg), 0);
+	assert_int_equal(msg.hdr.type, IPC_KICK);
+	assert_int_equal(ipc_decode_kick(&msg), 0);
+}
+
 /* A hello from any version is read, so that gpuxd can say there is none in common. */
 static void test_proto_parse_reads_hello_of_any_version(void **state)
 {
@@ -1714,6 +1725,7 @@ int main(void)
 		cmocka_unit_test(test_proto_parse_rejects_wrong_magic),
 		cmocka_unit_test(test_proto_parse_rejects_unsupported_version),
 		cmocka_unit_test(test_proto_parse_reads_hello_of_any_version),
+		cmocka_unit_test(test_proto_kick_is_a_kick),
 		cmocka_unit_test(test_proto_parse_rejects_len_mismatch),
 		cmocka_unit_test(test_proto_parse_rejects_nfds_mismatch),
 		cmocka_unit_test(test_proto_parse_rejects_unknown_type),

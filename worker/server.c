@@ -177,13 +177,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 
 static void client_kick(struct wrk_client *c)
 {
-	static const struct ipc_hdr kick = {
-		.magic = IPC_MAGIC,
-		.version = IPC_VERSION,
-		.type = IPC_KICK,
-	};
-
-	if (ipc_conn_send(c->conn, &kick, sizeof(kick), NULL, 0) == 0)
+	if (ipc_conn_send(c->conn, &ipc_kick, sizeof(ipc_kick), NULL, 0) == 0)
 		c->sock_out++;
 }
 

@@ -357,3 +357,23 @@ struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q)
 	};
 	return l;
 }
+
+struct test_env *test_env_open(const char *const *args)
+{
+	struct test_env *e = calloc(1, sizeof(*e));
+
+	assert_non_null(e);
+	test_daemon_start(&e->d, args);
+	e->ctx = test_connect(&e->d);
+	e->m = test_load_host_kernels(e->ctx);
+	e->seed = (uint64_t)mono_ns();
+	return e;
+}
+
+void test_env_close(struct test_env *e)
+{
+	gpux_module_free(e->m);
+	gpux_disconnect(e->ctx);
+	test_daemon_stop(&e->d);
+	free(e);
+}

@@ -58,6 +58,18 @@ extern const size_t test_host_kernels_len;
 /* Load test_host_kernels; asserts. */
 gpux_module *test_load_host_kernels(gpux_ctx *ctx);
 
+/* Most e2e tests' state: a daemon, a connection to it, the host kernels, a random seed. */
+struct test_env {
+	struct test_daemon d;
+	gpux_ctx *ctx;
+	gpux_module *m;
+	uint64_t seed;
+};
+
+/* test_daemon_start(args), test_connect() and test_load_host_kernels(); asserts. */
+struct test_env *test_env_open(const char *const *args);
+void test_env_close(struct test_env *e);
+
 /* Uniform floats in [-1, 1) from a seed. */
 void test_fill_random(float *p, size_t n, uint64_t *seed);
 

@@ -9,34 +9,17 @@
 #include "e2e.h"
 #include "helpers.h"
 
-struct env {
-	struct test_daemon d;
-	gpux_ctx *ctx;
-	gpux_module *m;
-	uint64_t seed;
-};
-
 static int setup(void **state)
 {
 	static const char *const args[] = { "--host-devices", "2", NULL };
-	struct env *e = calloc(1, sizeof(*e));
 
-	test_daemon_start(&e->d, args);
-	e->ctx = test_connect(&e->d);
-	e->m = test_load_host_kernels(e->ctx);
-	e->seed = (uint64_t)mono_ns();
-	*state = e;
+	*state = test_env_open(args);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct env *e = *state;
-
-	gpux_module_free(e->m);
-	gpux_disconnect(e->ctx);
-	test_daemon_stop(&e->d);
-	free(e);
+	test_env_close(*state);
 	return 0;
 }
 
@@ -48,7 +31,7 @@ static void poison(float *p, size_t n)
 
 static void test_e2e_saxpy_matches_cpu(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 100003;
 	gpux_buf *x, *y, *out;
 	float a = 0.75f;
@@ -79,7 +62,7 @@ static void test_e2e_saxpy_matches_cpu(void **state)
 
 static void test_e2e_block_sum_uses_shared_memory(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 50000;
 	const uint32_t blocks = (uint32_t)((n + 255) / 256);
 	gpux_buf *x, *out;
@@ -109,7 +92,7 @@ static void test_e2e_block_sum_uses_shared_memory(void **state)
 /* x -> add1 -> y -> mul2 -> z -> sub3 -> w on one queue, waiting only for the last. */
 static void test_e2e_pipeline_waits_on_last(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 65536;
 	gpux_buf *b[4];
 	gpux_queue *q;
@@ -150,7 +133,7 @@ static void test_e2e_pipeline_waits_on_last(void **state)
  */
 static void test_e2e_burst_runs_in_order(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	enum { N = 1000 };
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	gpux_req *r[N];
@@ -181,7 +164,7 @@ static void test_e2e_burst_runs_in_order(void **state)
 }
 
 struct thread_arg {
-	struct env *e;
+	struct test_env *e;
 	unsigned index;
 	int failures;
 };
@@ -225,7 +208,7 @@ static void *submitter(void *p)
 
 static void test_e2e_threads_submit_at_once(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	pthread_t th[8];
 	struct thread_arg args[8];
 
@@ -241,7 +224,7 @@ static void test_e2e_threads_submit_at_once(void **state)
 
 static void test_e2e_compile_error_returns_log(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	static const char bad[] = "GPUX_HOST_KERNEL(k)\n{\n\tthis_is_not_c;\n}\n";
 	gpux_module *m = NULL;
 	char *log = NULL;
@@ -258,7 +241,7 @@ static void test_e2e_compile_error_returns_log(void **state)
 
 static void test_e2e_compiler_options_are_checked(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	static const char ok[] = "GPUX_HOST_KERNEL(k)\n{\n#ifndef FOO\n#error no FOO\n#endif\n}\n";
 	gpux_module *m = NULL;
 	char *log = NULL;
@@ -277,7 +260,7 @@ static void test_e2e_compiler_options_are_checked(void **state)
 	free(log);
 }
 
-static void expect_refused(struct env *e, const char *kernel, const struct gpux_arg *args,
+static void expect_refused(struct test_env *e, const char *kernel, const struct gpux_arg *args,
 			   uint32_t nargs, const struct gpux_launch *l, gpux_status want,
 			   const char *text)
 {
@@ -292,7 +275,7 @@ static void expect_refused(struct env *e, const char *kernel, const struct gpux_
 
 static void test_e2e_bad_requests_are_refused_clearly(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 16;
 	uint32_t small = 1;
 	gpux_buf *x;
@@ -337,7 +320,7 @@ static void test_e2e_bad_requests_are_refused_clearly(void **state)
 
 static void test_e2e_devices_and_status(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct gpux_device_info info;
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
@@ -359,7 +342,7 @@ static void test_e2e_devices_and_status(void **state)
 
 static void test_e2e_pollable_fd(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	uint32_t ms = 20;
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);

@@ -9,36 +9,21 @@
 #include "e2e.h"
 #include "helpers.h"
 
-struct env {
-	struct test_daemon d;
-	gpux_ctx *ctx;
-	gpux_module *m;
-};
-
 static int setup(void **state)
 {
 	static const char *const args[] = { "--host-devices", "2", "--slots", "2", NULL };
-	struct env *e = calloc(1, sizeof(*e));
 
-	test_daemon_start(&e->d, args);
-	e->ctx = test_connect(&e->d);
-	e->m = test_load_host_kernels(e->ctx);
-	*state = e;
+	*state = test_env_open(args);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct env *e = *state;
-
-	gpux_module_free(e->m);
-	gpux_disconnect(e->ctx);
-	test_daemon_stop(&e->d);
-	free(e);
+	test_env_close(*state);
 	return 0;
 }
 
-static uint32_t generation(struct env *e, uint32_t dev)
+static uint32_t generation(struct test_env *e, uint32_t dev)
 {
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
@@ -47,7 +32,7 @@ static uint32_t generation(struct env *e, uint32_t dev)
 	return devs[dev].generation;
 }
 
-static gpux_req *spin(struct env *e, uint32_t dev, gpux_queue *q, uint32_t ms, uint32_t timeout)
+static gpux_req *spin(struct test_env *e, uint32_t dev, gpux_queue *q, uint32_t ms, uint32_t timeout)
 {
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = dev,
 				 .queue = q, .timeout_ms = timeout };
@@ -58,7 +43,7 @@ static gpux_req *spin(struct env *e, uint32_t dev, gpux_queue *q, uint32_t ms, u
 	return r;
 }
 
-static void run_ok(struct env *e, uint32_t dev)
+static void run_ok(struct test_env *e, uint32_t dev)
 {
 	gpux_req *r = spin(e, dev, NULL, 1, 0);
 
@@ -68,7 +53,7 @@ static void run_ok(struct env *e, uint32_t dev)
 
 static void test_e2e_worker_killed_mid_request(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	uint32_t gen = generation(e, 0);
 	gpux_queue *q;
 	gpux_req *r[6];
@@ -98,7 +83,7 @@ static void test_e2e_worker_killed_mid_request(void **state)
 
 static void test_e2e_kernel_fault_restarts_worker(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	uint32_t gen = generation(e, 1);
 	gpux_ctx *other = test_connect(&e->d);
 	gpux_module *om = test_load_host_kernels(other);
@@ -131,7 +116,7 @@ static void test_e2e_kernel_fault_restarts_worker(void **state)
 
 static void test_e2e_deadline_passed_gives_timeout(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	uint32_t gen = generation(e, 0);
 	gpux_req *r = spin(e, 0, NULL, 20000, 150);
 	uint64_t t0 = mono_ns();
@@ -162,7 +147,7 @@ static bool holds_more(const struct ipc_dev_status *s, void *arg)
 
 static void test_e2e_client_killed_mid_request_is_reclaimed(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct ipc_status st;
 	struct ipc_dev_status before[IPC_DEVICES_MAX];
 	int pipefd[2], status;
@@ -228,7 +213,7 @@ static bool is_down_or_new(const struct ipc_dev_status *s, void *arg)
 /* Five deaths within a minute mark a device failed; the other device goes on. */
 static void test_e2e_device_failed_after_repeated_deaths(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct gpux_device_info info;
 	gpux_req *r;
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 1 };

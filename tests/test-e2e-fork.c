@@ -12,32 +12,17 @@
 #define CHILDREN 16
 #define N 8192
 
-struct env {
-	struct test_daemon d;
-	gpux_ctx *ctx;
-	gpux_module *m;
-};
-
 static int setup(void **state)
 {
 	static const char *const args[] = { "--host-devices", "2", NULL };
-	struct env *e = calloc(1, sizeof(*e));
 
-	test_daemon_start(&e->d, args);
-	e->ctx = test_connect(&e->d);
-	e->m = test_load_host_kernels(e->ctx);
-	*state = e;
+	*state = test_env_open(args);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct env *e = *state;
-
-	gpux_module_free(e->m);
-	gpux_disconnect(e->ctx);
-	test_daemon_stop(&e->d);
-	free(e);
+	test_env_close(*state);
 	return 0;
 }
 
@@ -66,7 +51,7 @@ static bool slice_ok(gpux_buf *x, gpux_buf *y, gpux_buf *out, uint64_t slice, fl
 }
 
 /* In a child: the inherited module and buffers, and a buffer of its own. */
-static int child_main(struct env *e, unsigned k, gpux_buf *x, gpux_buf *y, gpux_buf *out)
+static int child_main(struct test_env *e, unsigned k, gpux_buf *x, gpux_buf *y, gpux_buf *out)
 {
 	uint64_t n = 1000, seed = k + 1;
 	gpux_buf *mine, *res;
@@ -95,7 +80,7 @@ static int child_main(struct env *e, unsigned k, gpux_buf *x, gpux_buf *y, gpux_
 
 static void test_e2e_fork_children_use_inherited_objects(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	uint64_t seed = (uint64_t)getpid();
 	gpux_buf *x, *y, *out;
 	pid_t pids[CHILDREN];
@@ -133,7 +118,7 @@ static void test_e2e_fork_children_use_inherited_objects(void **state)
 
 static void test_e2e_fork_parent_requests_stay_the_parents(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	uint32_t ms = 200;
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);

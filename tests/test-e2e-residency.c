@@ -15,37 +15,19 @@ static const char *const daemon_args[] = {
 	"--quota-device", "4194304", "--quota-pinned", "67108864", NULL,
 };
 
-struct env {
-	struct test_daemon d;
-	gpux_ctx *ctx;
-	gpux_module *m;
-	uint64_t seed;
-};
-
 static int setup(void **state)
 {
-	struct env *e = calloc(1, sizeof(*e));
-
-	test_daemon_start(&e->d, daemon_args);
-	e->ctx = test_connect(&e->d);
-	e->m = test_load_host_kernels(e->ctx);
-	e->seed = (uint64_t)mono_ns();
-	*state = e;
+	*state = test_env_open(daemon_args);
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct env *e = *state;
-
-	gpux_module_free(e->m);
-	gpux_disconnect(e->ctx);
-	test_daemon_stop(&e->d);
-	free(e);
+	test_env_close(*state);
 	return 0;
 }
 
-static struct ipc_dev_status dev_status(struct env *e, uint32_t dev)
+static struct ipc_dev_status dev_status(struct test_env *e, uint32_t dev)
 {
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
@@ -55,7 +37,7 @@ static struct ipc_dev_status dev_status(struct env *e, uint32_t dev)
 }
 
 /* A frozen buffer of n random floats. */
-static gpux_buf *frozen(struct env *e, uint64_t n, uint64_t seed)
+static gpux_buf *frozen(struct test_env *e, uint64_t n, uint64_t seed)
 {
 	gpux_buf *b;
 
@@ -66,7 +48,7 @@ static gpux_buf *frozen(struct env *e, uint64_t n, uint64_t seed)
 }
 
 /* out = in + 1 with `in` a cached input; checks the result. */
-static uint32_t add1_cached(struct env *e, gpux_buf *in, uint64_t n, uint32_t dev)
+static uint32_t add1_cached(struct test_env *e, gpux_buf *in, uint64_t n, uint32_t dev)
 {
 	gpux_buf *out;
 	gpux_req *r;
@@ -92,7 +74,7 @@ static uint32_t add1_cached(struct env *e, gpux_buf *in, uint64_t n, uint32_t de
 
 static void test_residency_freeze_makes_memory_read_only_and_keeps_bytes(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 1000;
 	gpux_buf *small, *big;
 	float *p;
@@ -151,7 +133,7 @@ static void test_residency_freeze_makes_memory_read_only_and_keeps_bytes(void **
 
 static void test_residency_cache_hit_after_freeze(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 65536;
 	struct ipc_dev_status before = dev_status(e, 0), after;
 	gpux_buf *a = frozen(e, n, 1), *same = frozen(e, n, 1), *other = frozen(e, n, 2);
@@ -173,7 +155,7 @@ static void test_residency_cache_hit_after_freeze(void **state)
 /* A 3 MiB budget holds three 1 MiB entries; a fourth evicts the least recently used. */
 static void test_residency_eviction_under_budget(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 1 << 18;
 	struct ipc_dev_status before = dev_status(e, 1), after;
 	gpux_buf *b[4];
@@ -201,7 +183,7 @@ static bool cache_empty(const struct ipc_dev_status *s, void *arg)
 
 static void test_residency_ttl_expiry(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	gpux_buf *b = frozen(e, 1000, 5);
 
 	(void)add1_cached(e, b, 1000, 0);
@@ -213,7 +195,7 @@ static void test_residency_ttl_expiry(void **state)
 /* x -> dbuf A (write) -> add1 -> dbuf B -> mul2 -> dbuf A -> read: never through the host. */
 static void test_residency_dbuf_keeps_content_across_requests(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 100000;
 	gpux_buf *x, *y;
 	gpux_dbuf *a, *b;
@@ -269,7 +251,7 @@ static bool no_dbufs(const struct ipc_dev_status *s, void *arg)
 
 static void test_residency_dbufs_reclaimed_and_quota(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	uint64_t base = dev_status(e, 0).stats.dbuf_bytes;
 	gpux_dbuf *d;
 	pid_t pid;
@@ -328,7 +310,7 @@ static void test_residency_dbufs_reclaimed_and_quota(void **state)
 /* Two queues of one device run at once: one waits for a flag that only the other sets. */
 static void test_residency_queues_overlap_and_keep_order(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	gpux_queue *q1, *q2;
 	gpux_buf *flag;
 	gpux_req *w, *s;
@@ -362,7 +344,7 @@ static void test_residency_queues_overlap_and_keep_order(void **state)
 
 static void test_residency_any_spreads_over_devices(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
 	uint32_t ms = 30;
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
@@ -382,7 +364,7 @@ static void test_residency_any_spreads_over_devices(void **state)
 
 static void test_residency_any_follows_affinity(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	const uint64_t n = 50000;
 	gpux_buf *b = frozen(e, n, 77);
 	uint32_t first = add1_cached(e, b, n, GPUX_ANY);
@@ -396,7 +378,7 @@ static void test_residency_any_follows_affinity(void **state)
 /* One device's worker killed: GPUX_ANY work goes on at once on the other. */
 static void test_residency_any_survives_a_dead_worker(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
 	uint32_t ms = 1, gen = dev_status(e, 0).generation;
 

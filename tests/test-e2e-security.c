@@ -16,38 +16,24 @@
 #include "ipc/channel.h"
 #include "ipc/segment.h"
 
-struct env {
-	struct test_daemon d;
-	gpux_ctx *ctx;
-	gpux_module *m;
-};
-
 static int setup(void **state)
 {
 	static const char *const args[] = { "--socket-mode", "0666", NULL };
-	struct env *e = calloc(1, sizeof(*e));
+	struct test_env *e = test_env_open(args);
 
-	test_daemon_start(&e->d, args);
 	/* Let any user reach the socket: only gpuxd's own check stands in the way. */
 	assert_int_equal(chmod(e->d.dir, 0755), 0);
-	e->ctx = test_connect(&e->d);
-	e->m = test_load_host_kernels(e->ctx);
 	*state = e;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct env *e = *state;
-
-	gpux_module_free(e->m);
-	gpux_disconnect(e->ctx);
-	test_daemon_stop(&e->d);
-	free(e);
+	test_env_close(*state);
 	return 0;
 }
 
-static void still_serves(struct env *e)
+static void still_serves(struct test_env *e)
 {
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 
@@ -89,7 +75,7 @@ static bool closed_by_peer(int fd)
 
 static void test_e2e_other_user_refused(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	pid_t pid;
@@ -147,7 +133,7 @@ static void test_e2e_group_member_may_not_load_host_kernels(void **state)
 
 static void test_e2e_garbage_to_gpuxd_drops_only_that_client(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	static const char junk[] = "GET / HTTP/1.1\r\n\r\n";
 	uint8_t msg[64];
 	int fd = raw_connect(e->d.sock);
@@ -171,7 +157,7 @@ static void test_e2e_garbage_to_gpuxd_drops_only_that_client(void **state)
 /* A client of an older protocol is told, in its own version, that none is in common. */
 static void test_e2e_old_client_told_why(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	struct ipc_hello h = { .min_version = 1, .max_version = 1 };
 	uint8_t buf[IPC_MSG_MAX];
 	struct ipc_hdr hdr;
@@ -200,7 +186,7 @@ static void test_e2e_old_client_told_why(void **state)
 }
 
 /* A client's own channel to the worker, obtained as the library would. */
-static int raw_channel(struct env *e, int *ret_sup)
+static int raw_channel(struct test_env *e, int *ret_sup)
 {
 	struct ipc_hello h = { .min_version = 1, .max_version = IPC_VERSION };
 	uint8_t buf[IPC_MSG_MAX];
@@ -226,7 +212,7 @@ static int raw_channel(struct env *e, int *ret_sup)
 
 static void test_e2e_garbage_on_a_channel_drops_only_it(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	pid_t worker = test_worker_pid(&e->d, 0);
 	uint8_t junk[300];
 	int sup, chan;
@@ -252,7 +238,7 @@ static void send_seg(int chan, uint64_t id, uint64_t size, int fd)
 
 static void test_e2e_bad_segments_drop_the_client(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	pid_t worker = test_worker_pid(&e->d, 0);
 	int sup, chan, p[2], fd;
 
@@ -292,7 +278,7 @@ static void test_e2e_bad_segments_drop_the_client(void **state)
 /* A request that names bytes outside its segment is refused, and the client stays. */
 static void test_e2e_out_of_range_argument_refused(void **state)
 {
-	struct env *e = *state;
+	struct test_env *e = *state;
 	static const char code[] = "GPUX_HOST_KERNEL(k)\n{\n}\n";
 	uint8_t buf[IPC_MSG_MAX];
 	struct ipc_msg msg;

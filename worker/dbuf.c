@@ -56,13 +56,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 		free(msg);
 		return;
 	}
-	/* Cached inputs nobody uses go first when device memory runs out. */
-	r = w->be->dev_alloc(w->dev, a->size, &ptr, &msg);
-	if (r == GPUX_E_NOMEM && wrk_dcache_reclaim(w) > 0) {
-		free(msg);
-		msg = NULL;
-		r = w->be->dev_alloc(w->dev, a->size, &ptr, &msg);
-	}
+	r = wrk_dev_alloc(w, a->size, &ptr, &msg);
 	d = r == 0 ? calloc(1, sizeof(*d)) : NULL;
 	if (!d) {
 		if (r == 0)

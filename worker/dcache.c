@@ -125,6 +125,18 @@ uint64_t wrk_dcache_reclaim(struct wrk *w)
 	return freed;
 }
 
+int wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg)
+{
+	int r = w->be->dev_alloc(w->dev, len, ret_ptr, ret_msg);
+
+	if (r == GPUX_E_NOMEM && wrk_dcache_reclaim(w) > 0) {
+		free(*ret_msg);
+		*ret_msg = NULL;
+		r = w->be->dev_alloc(w->dev, len, ret_ptr, ret_msg);
+	}
+	return r;
+}
+
 static void on_ttl(struct ipc_timer *t, void *userdata)
 {
 	struct wrk *w = userdata;
@@ -208,12 +220,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	if (w->stats.cache_bytes + len > w->opts.cache_bytes ||
 	    w->stats.cache_entries >= WRK_CACHE_ENTRIES_MAX)
 		return NULL;
-	r = w->be->dev_alloc(w->dev, len, &ptr, &msg);
-	if (r == GPUX_E_NOMEM && wrk_dcache_reclaim(w) > 0) {
-		free(msg);
-		msg = NULL;
-		r = w->be->dev_alloc(w->dev, len, &ptr, &msg);
-	}
+	r = wrk_dev_alloc(w, len, &ptr, &msg);
 	if (r == 0) {
 		r = w->be->upload(w->dev, ptr, (const uint8_t *)m->seg.addr + offset, len, &ready,
 				  &msg);

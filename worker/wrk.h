@@ -369,6 +369,8 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 				  uint64_t len);
 void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
 uint64_t wrk_dcache_reclaim(struct wrk *w);
+/* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
+int wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
 
 /* worker/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);

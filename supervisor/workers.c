@@ -424,12 +424,11 @@ static int spawn(struct sup_worker *w)
 	return 0;
 }
 
-/* Count this death; the window keeps the last SUP_DEATHS_MAX times. */
-static unsigned record_death(struct sup_worker *w, uint64_t now)
+/* Deaths within the window before `now`. */
+static unsigned recent_deaths(const struct sup_worker *w, uint64_t now)
 {
 	unsigned recent = 0;
 
-	w->deaths[w->ndeaths++ % SUP_DEATHS_MAX] = now;
 	for (unsigned i = 0; i < MIN(w->ndeaths, SUP_DEATHS_MAX); i++)
 		if (now - w->deaths[i] <= SUP_DEATH_WINDOW_NS)
 			recent++;
@@ -438,13 +437,14 @@ static unsigned record_death(struct sup_worker *w, uint64_t now)
 
 unsigned sup_worker_recent_deaths(const struct sup_worker *w)
 {
-	uint64_t now = mono_ns();
-	unsigned recent = 0;
+	return recent_deaths(w, mono_ns());
+}
 
-	for (unsigned i = 0; i < MIN(w->ndeaths, SUP_DEATHS_MAX); i++)
-		if (now - w->deaths[i] <= SUP_DEATH_WINDOW_NS)
-			recent++;
-	return recent;
+/* Count this death; the window keeps the last SUP_DEATHS_MAX times. */
+static unsigned record_death(struct sup_worker *w, uint64_t now)
+{
+	w->deaths[w->ndeaths++ % SUP_DEATHS_MAX] = now;
+	return recent_deaths(w, now);
 }
 
 void sup_worker_event(struct sup_worker *w, enum sup_event ev)

@@ -15,8 +15,9 @@
 /* How much of a failed build's log each request that needed it gets. */
 #define FAILED_LOG_MAX 2048
 
-void wrk_send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
-		   uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)
+/* Answer request `id` (0: nobody waits for an answer) with a DONE. */
+static void send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
+		      uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)
 {
 	static uint8_t buf[IPC_MSG_MAX];
 	struct ipc_done d = {
@@ -36,7 +37,7 @@ void wrk_send_done(struct wrk_client *c, uint32_t id, int status, const char *te
 
 void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text)
 {
-	wrk_send_done(c, id, status, text, 0, 0, 0);
+	send_done(c, id, status, text, 0, 0, 0);
 }
 
 void wrk_client_unref(struct wrk_client *c)
@@ -86,7 +87,7 @@ void wrk_req_discard(struct wrk_req *r)
 /* Answer and free a request that never reached a slot. */
 void wrk_req_fail(struct wrk_req *r, int status, char *error)
 {
-	wrk_send_done(r->client, r->id, status, error, 0, 0, 0);
+	wrk_reply(r->client, r->id, status, error);
 	r->w->stats.requests_failed++;
 	free(error);
 	req_free(r);
@@ -118,6 +119,18 @@ static struct wrk_queue *queue_new(struct wrk_client *c, uint32_t id)
 	return q;
 }
 
+/* Answer what a queue holds and has not started: it will never run. */
+static void queue_fail_pending(struct wrk_queue *q, int status, const char *why)
+{
+	struct wrk_req *r;
+
+	while ((r = q->pending_head)) {
+		q->pending_head = r->next;
+		wrk_req_fail(r, status, why ? strdup(why) : NULL);
+	}
+	q->pending_tail = NULL;
+}
+
 /* QUEUE_OPEN and QUEUE_CLOSE. Queue 0, the default, exists without being opened. */
 int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 {
@@ -129,18 +142,12 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		return -EBADMSG;
 	q = ipc_map_get(&c->queues, m.queue);
 	if (msg->hdr.type == IPC_QUEUE_CLOSE) {
-		struct wrk_req *r;
-
 		if (!q)
 			return -EBADMSG;
 		(void)ipc_map_remove(&c->queues, m.queue);
 		q->closed = true;
-		/* What it still holds is answered: nobody would kick it again. */
-		while ((r = q->pending_head)) {
-			q->pending_head = r->next;
-			wrk_req_fail(r, GPUX_E_INVAL, strdup("its queue was closed"));
-		}
-		q->pending_tail = NULL;
+		/* Nobody would kick what it still holds again. */
+		queue_fail_pending(q, GPUX_E_INVAL, "its queue was closed");
 		wrk_queue_unref(q);
 		return 0;
 	}
@@ -150,8 +157,7 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		r = GPUX_E_QUOTA;
 	else
 		r = queue_new(c, m.queue) ? GPUX_OK : GPUX_E_NOMEM;
-	if (msg->hdr.id)
-		wrk_send_done(c, msg->hdr.id, r, r == GPUX_E_QUOTA ? "too many queues" : NULL, 0, 0, 0);
+	wrk_reply(c, msg->hdr.id, r, r == GPUX_E_QUOTA ? "too many queues" : NULL);
 	return 0;
 }
 
@@ -436,12 +442,12 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 	struct wrk_req *r;
 
 	if (c->inflight >= WRK_CLIENT_INFLIGHT_MAX) {
-		wrk_send_done(c, id, GPUX_E_QUOTA, "too many requests in flight", 0, 0, 0);
+		wrk_reply(c, id, GPUX_E_QUOTA, "too many requests in flight");
 		return NULL;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r) {
-		wrk_send_done(c, id, GPUX_E_NOMEM, "out of memory", 0, 0, 0);
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return NULL;
 	}
 	r->w = w;
@@ -581,7 +587,7 @@ static void req_finish(struct wrk *w, struct wrk_req *r)
 		w->stats.requests_failed++;
 	else
 		w->stats.requests_done++;
-	wrk_send_done(r->client, r->id, r->status, r->error, r->t_start - r->t_arrive,
+	send_done(r->client, r->id, r->status, r->error, r->t_start - r->t_arrive,
 		  r->t_end - r->t_start, r->device_ns);
 	req_free(r);
 }
@@ -644,14 +650,7 @@ void wrk_fail_all(struct wrk *w, int status, const char *why)
 		struct wrk_queue *q;
 		size_t it = 0;
 
-		while (ipc_map_next(&c->queues, &it, NULL, (void **)&q)) {
-			struct wrk_req *r;
-
-			while ((r = q->pending_head)) {
-				q->pending_head = r->next;
-				wrk_req_fail(r, status, why ? strdup(why) : NULL);
-			}
-			q->pending_tail = NULL;
-		}
+		while (ipc_map_next(&c->queues, &it, NULL, (void **)&q))
+			queue_fail_pending(q, status, why);
 	}
 }

@@ -310,9 +310,7 @@ void wrk_client_drop(struct wrk_client *c);
 void wrk_client_wake(struct wrk_client *c);
 /* Send a message without fds: by the client's ring when it fits there, else its socket. */
 void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
-/* Answer request `id` (0: nobody waits for an answer) with a DONE. */
-void wrk_send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
-		   uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns);
+/* Answer request `id` (0: nobody waits for an answer) with a DONE and no times. */
 void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text);
 void wrk_server_stop(struct wrk *w);
 void wrk_status_publish(struct wrk *w);

@@ -10,29 +10,6 @@
 #include "ipc/macro.h"
 #include "ipc/segment.h"
 
-/* Large code travels in a memfd sealed against every change, made once per module. */
-static int code_memfd(const void *code, size_t size, int *ret_fd)
-{
-	_cleanup_(closep) int fd = memfd_create("gpux-module", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	const uint8_t *p = code;
-	size_t off = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (off < size) {
-		ssize_t n = write(fd, p + off, size - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		off += (size_t)n;
-	}
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-		return -errno;
-	*ret_fd = TAKE_FD(fd);
-	return 0;
-}
-
 static int send_load(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint32_t id)
 {
 	bool fd = m->code_fd >= 0;
@@ -151,7 +128,7 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 	m->code_len = (uint32_t)size;
 	m->options = strdup(options);
 	if (size > IPC_INLINE_CODE_MAX) {
-		rc = code_memfd(code, size, &m->code_fd);
+		rc = ipc_blob_new("gpux-module", code, size, &m->code_fd);
 	} else {
 		m->code = malloc(size);
 		rc = m->code ? 0 : -ENOMEM;

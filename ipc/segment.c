@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -109,4 +111,53 @@ void ipc_segment_done(struct ipc_segment *s)
 	s->addr = NULL;
 	s->fd = safe_close(s->fd);
 	s->size = 0;
+}
+
+int ipc_blob_new(const char *name, const void *data, size_t len, int *ret_fd)
+{
+	_cleanup_(closep) int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	size_t off = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (off < len) {
+		ssize_t k = write(fd, (const uint8_t *)data + off, len - off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		off += (size_t)k;
+	}
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		return -errno;
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+int ipc_blob_read(int fd, size_t len, size_t max, uint8_t **ret, size_t *ret_len)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	struct stat st;
+	uint8_t *p;
+
+	if (seals < 0 || (seals & (F_SEAL_WRITE | F_SEAL_SHRINK)) != (F_SEAL_WRITE | F_SEAL_SHRINK))
+		return -EBADF;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return -EBADF;
+	if (len == 0)
+		len = (size_t)st.st_size;
+	if ((uint64_t)st.st_size < len || len > max || len == 0)
+		return -EBADF;
+	p = malloc(len + 1);
+	if (!p)
+		return -ENOMEM;
+	if (pread(fd, p, len, 0) != (ssize_t)len) {
+		free(p);
+		return -EIO;
+	}
+	p[len] = 0;
+	*ret = p;
+	if (ret_len)
+		*ret_len = len;
+	return 0;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The seals every segment carries before it is sent: its size can never change. */
@@ -51,3 +52,16 @@ int ipc_segment_map(int fd, uint64_t size, bool writable, void **ret_addr);
 
 /* Unmap and close; accepts a segment left at IPC_SEGMENT_INIT. */
 void ipc_segment_done(struct ipc_segment *s);
+
+/*
+ * Blobs: bytes handed over once (large module code, a compiled image), in a memfd sealed
+ * against every change. ipc_blob_new() writes and seals one; *ret_fd owns it.
+ */
+int ipc_blob_new(const char *name, const void *data, size_t len, int *ret_fd);
+
+/*
+ * Read `len` bytes (0: all of it, at most `max`) of a blob received from a peer, into a new
+ * buffer with a NUL after them. Refuses (-EBADF) anything but a regular file sealed against
+ * writing and shrinking, at least `len` long.
+ */
+int ipc_blob_read(int fd, size_t len, size_t max, uint8_t **ret, size_t *ret_len);

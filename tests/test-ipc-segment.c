@@ -406,6 +406,37 @@ static void test_segment_status_affinity_bits(void **state)
 	assert_true(differ > 990);
 }
 
+static void test_blob_round_trip_and_refusals(void **state)
+{
+	static const char text[] = "extern \"C\" __global__ void k() {}";
+	int before = test_fd_count(), fd, plain;
+	uint8_t *p = NULL;
+	size_t len = 0;
+
+	assert_int_equal(ipc_blob_new("test-blob", text, sizeof(text) - 1, &fd), 0);
+	assert_true(fcntl(fd, F_GET_SEALS) & F_SEAL_WRITE);
+	assert_int_equal(ipc_blob_read(fd, 0, 4096, &p, &len), 0);
+	assert_int_equal(len, sizeof(text) - 1);
+	assert_string_equal((char *)p, text);
+	free(p);
+	assert_int_equal(ipc_blob_read(fd, 8, 4096, &p, &len), 0);
+	assert_int_equal(len, 8);
+	assert_int_equal(p[8], 0);
+	free(p);
+	/* Longer than it is, or than the caller takes. */
+	assert_int_equal(ipc_blob_read(fd, sizeof(text), 4096, &p, &len), -EBADF);
+	assert_int_equal(ipc_blob_read(fd, 0, 8, &p, &len), -EBADF);
+	(void)close(fd);
+
+	/* A memfd its sender could still change is refused. */
+	plain = memfd_create("test-unsealed", MFD_CLOEXEC);
+	assert_true(plain >= 0);
+	assert_int_equal(write(plain, text, sizeof(text)), (ssize_t)sizeof(text));
+	assert_int_equal(ipc_blob_read(plain, 0, 4096, &p, &len), -EBADF);
+	(void)close(plain);
+	assert_int_equal(test_fd_count(), before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +457,7 @@ int main(void)
 		cmocka_unit_test(test_segment_peer_cannot_shrink),
 		cmocka_unit_test(test_segment_status_page_snapshot),
 		cmocka_unit_test(test_segment_status_affinity_bits),
+		cmocka_unit_test(test_blob_round_trip_and_refusals),
 	};
 
 	return cmocka_run_group_tests_name("ipc-segment", tests, NULL, NULL);

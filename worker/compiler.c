@@ -139,55 +139,6 @@ static int reply(int fd, int status, const char *log, size_t log_len, uint32_t v
 				0);
 }
 
-/* A sealed memfd holding len bytes. */
-static int memfd_of(const char *name, const void *data, size_t len, int *ret_fd)
-{
-	_cleanup_(closep) int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	size_t off = 0;
-
-	if (fd < 0)
-		return -errno;
-	while (off < len) {
-		ssize_t k = write(fd, (const uint8_t *)data + off, len - off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		off += (size_t)k;
-	}
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-		return -errno;
-	*ret_fd = TAKE_FD(fd);
-	return 0;
-}
-
-/* Read len bytes (0: all) of a sealed memfd (the peer's code or image), NUL-terminated. */
-static int memfd_read(int fd, size_t len, size_t max, uint8_t **ret, size_t *ret_len)
-{
-	struct stat st;
-	uint8_t *p;
-	int seals = fcntl(fd, F_GET_SEALS);
-
-	if (seals < 0 || !(seals & F_SEAL_WRITE) || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0)
-		return -EBADF;
-	if (len == 0)
-		len = (size_t)st.st_size;
-	if ((uint64_t)st.st_size < len || len > max || len == 0)
-		return -EBADF;
-	p = malloc(len + 1);
-	if (!p)
-		return -ENOMEM;
-	if (pread(fd, p, len, 0) != (ssize_t)len) {
-		free(p);
-		return -EIO;
-	}
-	p[len] = 0;
-	*ret = p;
-	if (ret_len)
-		*ret_len = len;
-	return 0;
-}
-
 /* Split options at white space into argv (pointers into the copy opts). */
 static unsigned split(char *opts, const char **argv, unsigned max)
 {
@@ -215,7 +166,7 @@ static void compile_one(struct nvrtc *nv, int fd, const struct cc_req *rq, const
 	nvrtcResult r;
 	int rc;
 
-	rc = memfd_read(code_fd, rq->code_len, IPC_CODE_MAX, &code, NULL);
+	rc = ipc_blob_read(code_fd, rq->code_len, IPC_CODE_MAX, &code, NULL);
 	if (rc < 0 || !opts || !memchr(rq->arch, 0, sizeof(rq->arch))) {
 		(void)reply(fd, GPUX_E_INVAL, "bad compile request", 19, 0, -1);
 		return;
@@ -252,7 +203,7 @@ static void compile_one(struct nvrtc *nv, int fd, const struct cc_req *rq, const
 	}
 	if (nv->cubin_size(prog, &cubin_len) != NVRTC_SUCCESS || cubin_len == 0 ||
 	    !(cubin = malloc(cubin_len)) || nv->cubin(prog, cubin) != NVRTC_SUCCESS ||
-	    memfd_of("gpux-cubin", cubin, cubin_len, &image_fd) < 0) {
+	    ipc_blob_new("gpux-cubin", cubin, cubin_len, &image_fd) < 0) {
 		(void)reply(fd, GPUX_E_COMPILE, "NVRTC made no cubin", 19, 0, -1);
 		(void)nv->destroy(&prog);
 		return;
@@ -431,7 +382,7 @@ int wrk_compiler_build(struct wrk_compiler *c, const char *arch, const uint8_t *
 	memcpy(rq.arch, arch, strlen(arch) + 1);
 	memcpy(buf, &rq, sizeof(rq));
 	memcpy(buf + sizeof(rq), options, rq.options_len);
-	if (memfd_of("gpux-source", code, code_len, &code_fd) < 0)
+	if (ipc_blob_new("gpux-source", code, code_len, &code_fd) < 0)
 		return GPUX_E_NOMEM;
 	r = ipc_channel_send(c->fd, buf, sizeof(rq) + rq.options_len, &code_fd, 1, 0);
 	if (r == 0)
@@ -448,7 +399,7 @@ int wrk_compiler_build(struct wrk_compiler *c, const char *arch, const uint8_t *
 		*ret_log = log;
 		return rep.status;
 	}
-	r = memfd_read(image_fd, 0, IMAGE_MAX, ret_image, ret_len);
+	r = ipc_blob_read(image_fd, 0, IMAGE_MAX, ret_image, ret_len);
 	if (r < 0) {
 		free(log);
 		*ret_log = strdup("the compiler sent no usable image");

@@ -12,6 +12,7 @@
 
 #include "ipc/channel.h"
 #include "ipc/macro.h"
+#include "ipc/segment.h"
 #include "wrk.h"
 
 /*
@@ -337,28 +338,6 @@ void wrk_module_unref(struct wrk *w, struct wrk_module *m)
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 }
 
-/* Read code sent in a memfd: sealed against every change, at least code_len long. */
-static int code_from_fd(int fd, uint32_t code_len, uint8_t **ret)
-{
-	int seals = fcntl(fd, F_GET_SEALS);
-	struct stat st;
-	uint8_t *p;
-
-	if (seals < 0 || (seals & (F_SEAL_WRITE | F_SEAL_SHRINK)) != (F_SEAL_WRITE | F_SEAL_SHRINK))
-		return -EBADF;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < code_len)
-		return -EBADF;
-	p = malloc(code_len);
-	if (!p)
-		return -ENOMEM;
-	if (pread(fd, p, code_len, 0) != (ssize_t)code_len) {
-		free(p);
-		return -EIO;
-	}
-	*ret = p;
-	return 0;
-}
-
 /* Keyed by user too: a module is never shared between users (whose code could be made to
  * collide with another's on purpose). */
 static struct ipc_key module_key(struct wrk *w, uint32_t uid, uint32_t lang, const char *options,
@@ -436,7 +415,7 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		return;
 	}
 	if (ml.m.flags & IPC_MOD_CODE_FD) {
-		r = code_from_fd(msg->fds[0], ml.m.code_len, &code);
+		r = ipc_blob_read(msg->fds[0], ml.m.code_len, IPC_CODE_MAX, &code, NULL);
 		if (r == -EBADF) {
 			wrk_client_drop(c);
 			return;

@@ -557,6 +557,19 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 			 GPUX_E_INVAL);
 	assert_non_null(strstr(log, "not allowed"));
 	free(log);
+	log = NULL;
+	/* More options than the compiler's argv holds: refused, not cut short. */
+	{
+		char many[33 * 4 + 1] = "";
+
+		for (int i = 0; i < 33; i++)
+			strcat(many, "-DA ");
+		assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, many,
+						  &m, &log),
+				 GPUX_E_INVAL);
+		assert_non_null(strstr(log, "too many compiler options"));
+		free(log);
+	}
 	gpux_disconnect(ctx);
 	test_daemon_stop(&d);
 }

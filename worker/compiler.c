@@ -159,7 +159,7 @@ static void compile_one(struct nvrtc *nv, int fd, const struct cc_req *rq, const
 	_cleanup_(freep) char *cubin = NULL;
 	_cleanup_(closep) int image_fd = -1;
 	char arch_opt[48];
-	const char *argv[80];
+	const char *argv[2 + WRK_OPTIONS_MAX];
 	unsigned argc = 0;
 	nvrtcProgram prog = NULL;
 	size_t log_len = 0, cubin_len = 0;

@@ -2,7 +2,6 @@
 /* worker/cuda.c: the CUDA back end: one device, its streams, zero-copy segments, launches, faults. */
 #include <errno.h>
 #include <pthread.h>
-#include <regex.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -387,24 +386,6 @@ static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 		ipc_key_add_u64(s, d->nvrtc_version);
 }
 
-static int options_check(const char *options, char **ret_log)
-{
-	_cleanup_(freep) char *copy = strdup(options);
-	char *save = NULL;
-	regex_t re;
-	int rc = 0;
-
-	if (!copy || regcomp(&re, option_re, REG_EXTENDED | REG_NOSUB) != 0)
-		return GPUX_E_NOMEM;
-	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0; t = strtok_r(NULL, " \t\n", &save))
-		if (regexec(&re, t, 0, NULL, 0) != 0) {
-			*ret_log = wrk_strdup_printf("compiler option not allowed: %s", t);
-			rc = GPUX_E_INVAL;
-		}
-	regfree(&re);
-	return rc;
-}
-
 static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
 		      char **ret_log)
 {
@@ -414,7 +395,7 @@ static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 
 	switch (b->lang) {
 	case GPUX_LANG_CUDA:
-		rc = options_check(b->options, ret_log);
+		rc = wrk_options_check(option_re, b->options, ret_log);
 		if (rc < 0)
 			return rc;
 		return wrk_compiler_build(&d->compiler, d->arch, b->code, b->code_len, b->options,

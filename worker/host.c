@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <link.h>
 #include <pthread.h>
-#include <regex.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <spawn.h>
@@ -248,38 +247,28 @@ static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 	ipc_key_add(s, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1);
 }
 
-/* Split options at spaces into argv, refusing any option not in the allowed set. */
-static int options_split(const char *options, char **argv, unsigned max, unsigned *ret_n,
-			 char **ret_log)
+/* Split options at blanks into argv (at most WRK_OPTIONS_MAX), each one allowed. */
+static int options_split(const char *options, char **argv, unsigned *ret_n, char **ret_log)
 {
 	_cleanup_(freep) char *copy = strdup(options);
-	regex_t re;
-	unsigned n = 0;
 	char *save = NULL;
+	unsigned n = 0;
+	int rc;
 
 	if (!copy)
 		return GPUX_E_NOMEM;
-	if (regcomp(&re, option_re, REG_EXTENDED | REG_NOSUB) != 0)
-		return GPUX_E_NOMEM;
+	rc = wrk_options_check(option_re, options, ret_log);
+	if (rc < 0)
+		return rc;
 	for (char *t = strtok_r(copy, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
-		if (n == max || regexec(&re, t, 0, NULL, 0) != 0) {
-			*ret_log = n == max ? strdup("too many compiler options")
-					    : wrk_strdup_printf("compiler option not allowed: %s", t);
-			regfree(&re);
-			while (n)
-				free(argv[--n]);
-			return GPUX_E_INVAL;
-		}
 		argv[n] = strdup(t);
 		if (!argv[n]) {
-			regfree(&re);
 			while (n)
 				free(argv[--n]);
 			return GPUX_E_NOMEM;
 		}
 		n++;
 	}
-	regfree(&re);
 	*ret_n = n;
 	return 0;
 }
@@ -399,7 +388,7 @@ static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 		*ret_log = strdup("the host back end runs C kernels (GPUX_LANG_HOST) only");
 		return GPUX_E_INVAL;
 	}
-	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(fixed), 32, &nopt, ret_log);
+	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(fixed), &nopt, ret_log);
 	if (rc < 0)
 		return rc;
 

@@ -2,6 +2,7 @@
 /* worker/module.c: the module caches (memory and disk) and the compile thread. */
 #include <errno.h>
 #include <fcntl.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -593,4 +594,27 @@ int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
 	m->kernels = k;
 	*ret = k;
 	return 0;
+}
+
+int wrk_options_check(const char *pattern, const char *options, char **ret_log)
+{
+	_cleanup_(freep) char *copy = strdup(options);
+	char *save = NULL;
+	unsigned n = 0;
+	regex_t re;
+	int rc = 0;
+
+	if (!copy || regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
+		return GPUX_E_NOMEM;
+	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0; t = strtok_r(NULL, " \t\n", &save)) {
+		if (++n > WRK_OPTIONS_MAX) {
+			*ret_log = strdup("too many compiler options");
+			rc = GPUX_E_INVAL;
+		} else if (regexec(&re, t, 0, NULL, 0) != 0) {
+			*ret_log = wrk_strdup_printf("compiler option not allowed: %s", t);
+			rc = GPUX_E_INVAL;
+		}
+	}
+	regfree(&re);
+	return rc;
 }

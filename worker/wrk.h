@@ -360,6 +360,15 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
 int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
 		      const struct wrk_kernel **ret, char **ret_msg);
 
+/* Compiler options a module may have: each back end's compiler takes them in a fixed argv. */
+#define WRK_OPTIONS_MAX 32u
+/*
+ * Check a module's options, split at blanks: at most WRK_OPTIONS_MAX, each one matching
+ * `pattern` (an extended regular expression, anchored by the caller). GPUX_E_INVAL with a
+ * log naming the culprit otherwise.
+ */
+int wrk_options_check(const char *pattern, const char *options, char **ret_log);
+
 /* worker/dcache.c */
 int wrk_dcache_start(struct wrk *w);
 void wrk_dcache_stop(struct wrk *w);

@@ -31,6 +31,7 @@
 
 #define EP_SUP 1ull
 #define EP_WAKE 2ull
+#define EP_CHAN0 16ull /* + device index: that device's channel */
 
 extern char **environ;
 
@@ -186,7 +187,7 @@ static void on_device(gpux_ctx *ctx, struct ipc_msg *msg)
 	d->inflight = 0;
 	dev_set_status_page(d, msg->fds[1]);
 	{
-		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 16 + i };
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EP_CHAN0 + i };
 		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, d->chan_fd, &ev);
 	}
 }
@@ -347,8 +348,8 @@ static void pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
 	for (int i = 0; i < n; i++) {
 		if (ev[i].data.u64 == EP_WAKE)
 			(void)read(ctx->wake_fd, &v, sizeof(v));
-		else if (ev[i].data.u64 >= 16 && ev[i].data.u64 - 16 < ctx->ndevices)
-			chan_drain(ctx, (uint32_t)(ev[i].data.u64 - 16));
+		else if (ev[i].data.u64 >= EP_CHAN0 && ev[i].data.u64 - EP_CHAN0 < ctx->ndevices)
+			chan_drain(ctx, (uint32_t)(ev[i].data.u64 - EP_CHAN0));
 	}
 }
 

@@ -84,7 +84,7 @@ static uint32_t generation(const struct test_daemon *d)
 
 static void test_cuda_fake_device_and_copies(void **state)
 {
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 	struct gpux_device_info info;
 	const uint64_t n = 300001;
 	uint64_t seed = 7;
@@ -92,8 +92,8 @@ static void test_cuda_fake_device_and_copies(void **state)
 	gpux_module *m;
 	gpux_ctx *ctx;
 
-	start(&d);
-	ctx = test_connect(&d);
+	start(d);
+	ctx = test_connect(d);
 	assert_int_equal(gpux_device_info(ctx, 0, &info), GPUX_OK);
 	assert_int_equal(info.backend, GPUX_BACKEND_CUDA);
 	assert_int_equal(info.cc_major, 9);
@@ -117,12 +117,12 @@ static void test_cuda_fake_device_and_copies(void **state)
 	gpux_buf_free(x);
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
 
 static void test_cuda_fake_parameters_checked(void **state)
 {
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 	gpux_ctx *ctx;
 	gpux_module *m;
 	gpux_buf *b;
@@ -131,8 +131,8 @@ static void test_cuda_fake_parameters_checked(void **state)
 	uint32_t small = 4;
 	struct gpux_launch l = test_launch_1d(4, 0, NULL);
 
-	start(&d);
-	ctx = test_connect(&d);
+	start(d);
+	ctx = test_connect(d);
 	m = load_ptx(ctx);
 	assert_int_equal(gpux_buf_alloc(ctx, 64, &b), GPUX_OK);
 	{
@@ -165,13 +165,13 @@ static void test_cuda_fake_parameters_checked(void **state)
 	gpux_buf_free(b);
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
 
 /* Out of device memory is not sticky: a clear status, and the worker goes on. */
 static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 {
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 	const uint64_t n = 1 << 20;
 	gpux_buf *x, *y, *out;
 	gpux_module *m;
@@ -185,10 +185,10 @@ static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 	float a = 2;
 
 	assert_int_equal(setenv("GPUX_FAKE_CUDA_MEM", "10000000", 1), 0);
-	start(&d);
+	start(d);
 	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_MEM"), 0);
-	gen = generation(&d);
-	ctx = test_connect(&d);
+	gen = generation(d);
+	ctx = test_connect(d);
 	m = load_ptx(ctx);
 	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
@@ -217,18 +217,17 @@ static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 					  args, 5),
 				 GPUX_OK);
 	}
-	assert_int_equal(generation(&d), gen);
+	assert_int_equal(generation(d), gen);
 	gpux_buf_free(out);
 	gpux_buf_free(y);
 	gpux_buf_free(x);
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
 
-static void sticky_case(const char *fail, const char *kernel)
+static void sticky_case(struct test_daemon *d, const char *fail, const char *kernel)
 {
-	struct test_daemon d;
 	gpux_ctx *ctx, *other;
 	gpux_module *m, *om;
 	gpux_req *bad, *victim;
@@ -238,11 +237,11 @@ static void sticky_case(const char *fail, const char *kernel)
 
 	if (fail)
 		assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", fail, 1), 0);
-	start(&d);
+	start(d);
 	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
-	gen = generation(&d);
-	ctx = test_connect(&d);
-	other = test_connect(&d);
+	gen = generation(d);
+	ctx = test_connect(d);
+	other = test_connect(d);
 	m = load_ptx(ctx);
 	om = load_ptx(other);
 	/* A co-tenant's request in flight on another stream. */
@@ -262,19 +261,19 @@ static void sticky_case(const char *fail, const char *kernel)
 		gpux_req_free(victim);
 		gpux_queue_free(q);
 	}
-	test_wait_generation(&d, 0, gen);
+	test_wait_generation(d, 0, gen);
 	assert_int_equal(gpux_run(m, "spin", &l, &quick, 1), GPUX_OK);
 	gpux_module_free(om);
 	gpux_module_free(m);
 	gpux_disconnect(other);
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
 
 /* Device time is measured (timing events) only when asked for: they cost every launch. */
 static void test_cuda_fake_device_time_when_asked(void **state)
 {
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 	const uint32_t ms = 30;
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
@@ -283,8 +282,8 @@ static void test_cuda_fake_device_time_when_asked(void **state)
 	gpux_ctx *ctx;
 	gpux_req *r;
 
-	start(&d);
-	ctx = test_connect(&d);
+	start(d);
+	ctx = test_connect(d);
 	m = load_ptx(ctx);
 	for (int timed = 0; timed < 2; timed++) {
 		l.flags = timed ? GPUX_LAUNCH_TIMED : 0;
@@ -305,19 +304,19 @@ static void test_cuda_fake_device_time_when_asked(void **state)
 	assert_int_equal(gpux_submit(m, "spin", &l, &arg, 1, &r), GPUX_E_INVAL);
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
 
 /* An illegal address reported at synchronisation, as a real fault is. */
 static void test_cuda_fake_fault_restarts_worker(void **state)
 {
-	sticky_case(NULL, "fault");
+	sticky_case(*state, NULL, "fault");
 }
 
 /* The driver failing in the middle of a launch, sticky (SQLite-style fault injection). */
 static void test_cuda_fake_injected_launch_failure(void **state)
 {
-	sticky_case("cuLaunchKernel:2:719", "spin");
+	sticky_case(*state, "cuLaunchKernel:2:719", "spin");
 }
 
 static uint64_t stat_of(const struct test_daemon *d, size_t off);
@@ -356,7 +355,7 @@ static gpux_buf *frozen(gpux_ctx *ctx, uint64_t n, uint64_t seed)
 static void test_cuda_fake_cache_and_dbufs(void **state)
 {
 	static const char *const args[] = { "--backend", "cuda", "--allow-group", "65534", NULL };
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 	const uint64_t n = 20000;
 	gpux_ctx *ctx;
 	gpux_module *m;
@@ -366,17 +365,17 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 	pid_t pid;
 	int st;
 
-	test_daemon_start(&d, args);
-	assert_int_equal(chmod(d.dir, 0755), 0);
-	ctx = test_connect(&d);
+	test_daemon_start(d, args);
+	assert_int_equal(chmod(d->dir, 0755), 0);
+	ctx = test_connect(d);
 	m = load_ptx(ctx);
 	a = frozen(ctx, n, 11);
 	b = frozen(ctx, n, 11);
 	run_cached_add1(ctx, m, a, n);
 	run_cached_add1(ctx, m, a, n);
 	run_cached_add1(ctx, m, b, n);
-	assert_int_equal(STAT(&d, cache_misses), 1);
-	assert_int_equal(STAT(&d, cache_hits), 2);
+	assert_int_equal(STAT(d, cache_misses), 1);
+	assert_int_equal(STAT(d, cache_hits), 2);
 
 	/* The same bytes from another user are not the same entry. */
 	if (geteuid() == 0) {
@@ -390,7 +389,7 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 			struct gpux_launch l = test_launch_1d(n, 0, NULL);
 			struct gpux_arg oa[3];
 
-			if (setgid(65534) < 0 || setuid(65534) < 0 || gpux_connect(d.sock, &c) ||
+			if (setgid(65534) < 0 || setuid(65534) < 0 || gpux_connect(d->sock, &c) ||
 			    gpux_module_load(c, GPUX_LANG_PTX, ptx, sizeof(ptx), NULL, &om, NULL) ||
 			    gpux_buf_alloc(c, n * 4, &ob) || gpux_buf_alloc(c, n * 4, &out))
 				_exit(1);
@@ -405,8 +404,8 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 		assert_int_equal(waitpid(pid, &st, 0), pid);
 		assert_true(WIFEXITED(st));
 		assert_int_equal(WEXITSTATUS(st), 0);
-		assert_int_equal(STAT(&d, cache_hits), 2);
-		assert_int_equal(STAT(&d, cache_misses), 2);
+		assert_int_equal(STAT(d, cache_hits), 2);
+		assert_int_equal(STAT(d, cache_misses), 2);
 	}
 
 	/* x -> device buffer -> add1 -> device buffer -> back: the copies and kernel arguments. */
@@ -434,7 +433,7 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 	gpux_dbuf_free(da);
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
 
 static bool have_nvrtc(void)
@@ -502,42 +501,42 @@ static void restart_with_cache(struct test_daemon *d, bool corrupt)
 /* CUDA C++ through NVRTC in its sandbox, the disk cache, and a corrupt cache file. */
 static void test_cuda_nvrtc_compile_and_disk_cache(void **state)
 {
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 
 	if (!have_nvrtc())
 		skip();
-	start(&d);
-	nvrtc_saxpy(&d, -3.0f);
-	assert_int_equal(STAT(&d, module_compiles), 1);
-	assert_int_equal(STAT(&d, module_disk_hits), 0);
+	start(d);
+	nvrtc_saxpy(d, -3.0f);
+	assert_int_equal(STAT(d, module_compiles), 1);
+	assert_int_equal(STAT(d, module_disk_hits), 0);
 
 	/* New workers find the cubin on disk: no compile. */
-	restart_with_cache(&d, false);
-	nvrtc_saxpy(&d, 0.5f);
-	assert_int_equal(STAT(&d, module_disk_hits), 1);
-	assert_int_equal(STAT(&d, module_compiles), 0);
+	restart_with_cache(d, false);
+	nvrtc_saxpy(d, 0.5f);
+	assert_int_equal(STAT(d, module_disk_hits), 1);
+	assert_int_equal(STAT(d, module_compiles), 0);
 
 	/* A corrupt file is compiled again, never loaded. */
-	restart_with_cache(&d, true);
-	nvrtc_saxpy(&d, 2.0f);
-	assert_int_equal(STAT(&d, module_disk_hits), 0);
-	assert_int_equal(STAT(&d, module_compiles), 1);
-	test_daemon_stop(&d);
+	restart_with_cache(d, true);
+	nvrtc_saxpy(d, 2.0f);
+	assert_int_equal(STAT(d, module_disk_hits), 0);
+	assert_int_equal(STAT(d, module_compiles), 1);
+	test_daemon_stop(d);
 }
 
 static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 {
 	static const char bad[] = "extern \"C\" __global__ void k() { this_is_not_cuda; }\n";
 	static const char sneaky[] = "#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
-	struct test_daemon d;
+	struct test_daemon *d = *state;
 	gpux_module *m = NULL;
 	gpux_ctx *ctx;
 	char *log = NULL;
 
 	if (!have_nvrtc())
 		skip();
-	start(&d);
-	ctx = test_connect(&d);
+	start(d);
+	ctx = test_connect(d);
 	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
 			 GPUX_E_COMPILE);
 	assert_non_null(log);
@@ -571,21 +570,37 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 		free(log);
 	}
 	gpux_disconnect(ctx);
-	test_daemon_stop(&d);
+	test_daemon_stop(d);
 }
+
+/* Each test's own daemon, stopped after it whatever happened in it. */
+static int daemon_setup(void **state)
+{
+	*state = calloc(1, sizeof(struct test_daemon));
+	return *state ? 0 : -1;
+}
+
+static int daemon_teardown(void **state)
+{
+	test_daemon_stop(*state);
+	free(*state);
+	return 0;
+}
+
+#define WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, daemon_setup, daemon_teardown)
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_cuda_fake_device_and_copies),
-		cmocka_unit_test(test_cuda_fake_parameters_checked),
-		cmocka_unit_test(test_cuda_fake_out_of_memory_is_not_fatal),
-		cmocka_unit_test(test_cuda_fake_device_time_when_asked),
-		cmocka_unit_test(test_cuda_fake_fault_restarts_worker),
-		cmocka_unit_test(test_cuda_fake_injected_launch_failure),
-		cmocka_unit_test(test_cuda_fake_cache_and_dbufs),
-		cmocka_unit_test(test_cuda_nvrtc_compile_and_disk_cache),
-		cmocka_unit_test(test_cuda_nvrtc_errors_and_sandbox),
+		WITH_DAEMON(test_cuda_fake_device_and_copies),
+		WITH_DAEMON(test_cuda_fake_parameters_checked),
+		WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
+		WITH_DAEMON(test_cuda_fake_device_time_when_asked),
+		WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
+		WITH_DAEMON(test_cuda_fake_injected_launch_failure),
+		WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
+		WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),
+		WITH_DAEMON(test_cuda_nvrtc_errors_and_sandbox),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

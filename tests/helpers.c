@@ -545,17 +545,23 @@ ssize_t test_recv_wait(int sock, void *buf, size_t cap, int *fds, unsigned *ret_
 	return ipc_channel_recv(sock, buf, cap, fds, ret_nfds, MSG_DONTWAIT);
 }
 
+uint64_t test_random_next(uint64_t *seed)
+{
+	uint64_t z = (*seed += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
 void test_random_fill(void *buf, size_t len, uint64_t seed)
 {
 	uint8_t *p = buf;
 
 	while (len > 0) {
-		uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+		uint64_t z = test_random_next(&seed);
 		size_t k = MIN(len, sizeof(z));
 
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		z ^= z >> 31;
 		memcpy(p, &z, k);
 		p += k;
 		len -= k;

@@ -115,5 +115,8 @@ void test_send_raw(int sock, const void *buf, size_t len, const int *fds, unsign
 ssize_t test_recv_wait(int sock, void *buf, size_t cap, int *fds, unsigned *ret_nfds,
 		       unsigned timeout_ms);
 
-/* Fill buf with len pseudo-random bytes, the same for the same seed (splitmix64). */
+/* splitmix64: the next of a pseudo-random sequence, the same for the same seed. */
+uint64_t test_random_next(uint64_t *seed);
+
+/* Fill buf with len pseudo-random bytes, the same for the same seed (test_random_next). */
 void test_random_fill(void *buf, size_t len, uint64_t seed);

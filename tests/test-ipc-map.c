@@ -48,22 +48,12 @@ void *calloc(size_t n, size_t size)
 	return p;
 }
 
-/* splitmix64: the same sequence for the same seed. */
-static uint64_t rng_next(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 static void shuffle(size_t *order, size_t n, uint64_t *seed)
 {
 	for (size_t i = 0; i < n; i++)
 		order[i] = i;
 	for (size_t i = n; i > 1; i--) {
-		size_t j = rng_next(seed) % i, t = order[i - 1];
+		size_t j = test_random_next(seed) % i, t = order[i - 1];
 
 		order[i - 1] = order[j];
 		order[j] = t;
@@ -127,7 +117,7 @@ static uint64_t *random_keys(size_t n, uint64_t seed)
 
 	assert_non_null(keys);
 	for (size_t i = 0; i < n; i++)
-		keys[i] = rng_next(&seed);
+		keys[i] = test_random_next(&seed);
 	return keys;
 }
 
@@ -246,7 +236,7 @@ static void test_map_grows_to_many_keys(void **state)
 	/* The load stays under 3/4. */
 	assert_true(m.cap * 3 >= MANY * 4);
 	for (size_t i = 0; i < 1000; i++) {
-		uint64_t k = rng_next(&seed);
+		uint64_t k = test_random_next(&seed);
 
 		assert_null(ipc_map_get(&m, k));
 	}
@@ -274,12 +264,12 @@ static void test_map_remove_random_order_keeps_others(void **state)
 
 	/* Small tables, mostly: long probe runs that wrap around the end, at every load. */
 	for (unsigned trial = 0; trial < 4000; trial++) {
-		size_t n = 1 + rng_next(&seed) % 48;
-		uint64_t *keys = random_keys(n, rng_next(&seed));
+		size_t n = 1 + test_random_next(&seed) % 48;
+		uint64_t *keys = random_keys(n, test_random_next(&seed));
 		struct ipc_map m = IPC_MAP_INIT;
 
 		put_all(&m, keys, n);
-		remove_all_checked(&m, keys, n, rng_next(&seed));
+		remove_all_checked(&m, keys, n, test_random_next(&seed));
 		ipc_map_done(&m);
 		free(keys);
 	}

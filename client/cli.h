@@ -190,6 +190,13 @@ struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal);
 void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, size_t len,
 		    const struct gpux_times *t);
 void cli_req_release(struct gpux_req *r);
+
+/*
+ * Lock held: send a message with no buffers to device's worker as request and wait for its
+ * answer. Returns its status (a gpux_status); on sending, *ret_gen is the channel it took.
+ */
+int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
+	     uint64_t *ret_gen);
 int cli_req_wait(struct gpux_req *r, uint64_t deadline);
 void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen);
 void cli_reqs_free_all(gpux_ctx *ctx);

@@ -10,9 +10,8 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 					gpux_dbuf **ret_dbuf)
 {
 	struct ipc_dbuf_alloc a;
-	struct gpux_req *r;
 	gpux_dbuf *d;
-	int n, rc;
+	int rc;
 
 	if (!ctx || !ret_dbuf || size == 0 || device == GPUX_ANY)
 		return GPUX_E_INVAL;
@@ -27,22 +26,8 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 	d->id = ++ctx->next_obj_id;
 	d->device = device;
 	d->size = size;
-	r = cli_req_new(ctx, device, true);
-	if (!r) {
-		rc = GPUX_E_NOMEM;
-		goto err;
-	}
 	a = (struct ipc_dbuf_alloc){ .dbuf_id = d->id, .size = size };
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_DBUF_ALLOC, r->id, 0, &a, sizeof(a), NULL, 0);
-	rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
-	if (rc == 0) {
-		r->chan_gen = d->chan_gen = ctx->devs[device].chan_gen;
-		(void)cli_req_wait(r, 0);
-		rc = r->status;
-	} else {
-		rc = cli_status_of(rc);
-	}
-	cli_req_release(r);
+	rc = cli_call(ctx, device, IPC_DBUF_ALLOC, &a, sizeof(a), &d->chan_gen);
 	if (rc < 0)
 		goto err;
 	d->next = ctx->dbufs;

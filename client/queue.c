@@ -30,7 +30,7 @@ int cli_queue_sync(gpux_ctx *ctx, gpux_queue *q)
 
 GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_queue **ret_queue)
 {
-	struct gpux_req *r;
+	struct ipc_queue_msg m;
 	gpux_queue *q;
 	int rc;
 
@@ -46,20 +46,8 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
 	q->ctx = ctx;
 	q->device = device;
 	q->id = ++ctx->next_queue_id;
-	r = cli_req_new(ctx, device, true);
-	if (!r) {
-		rc = GPUX_E_NOMEM;
-		goto err;
-	}
-	rc = send_open(ctx, q, r->id);
-	if (rc == 0) {
-		r->chan_gen = ctx->devs[device].chan_gen;
-		(void)cli_req_wait(r, 0);
-		rc = r->status;
-	} else {
-		rc = cli_status_of(rc);
-	}
-	cli_req_release(r);
+	m = (struct ipc_queue_msg){ .queue = q->id };
+	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent);
 	if (rc < 0)
 		goto err;
 	q->next = ctx->queues;

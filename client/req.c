@@ -511,3 +511,24 @@ GPUX_EXPORT gpux_status gpux_run(gpux_module *m, const char *kernel, const struc
 	gpux_req_free(r);
 	return st;
 }
+
+int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
+	     uint64_t *ret_gen)
+{
+	struct gpux_req *r = cli_req_new(ctx, device, true);
+	int n, rc;
+
+	if (!r)
+		return GPUX_E_NOMEM;
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);
+	rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+	if (rc == 0) {
+		r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
+		(void)cli_req_wait(r, 0);
+		rc = r->status;
+	} else {
+		rc = cli_status_of(rc);
+	}
+	cli_req_release(r);
+	return rc;
+}

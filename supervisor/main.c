@@ -19,6 +19,7 @@
 #include <sys/un.h>
 
 #include "ipc/macro.h"
+#include "ipc/parse.h"
 #include "ipc/path.h"
 #include "sup.h"
 
@@ -75,25 +76,12 @@ static void usage(FILE *f)
 		DEFAULT_MAX_CLIENTS);
 }
 
-static int parse_u64(const char *s, int base, uint64_t *ret)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, base);
-	if (errno || end == s || *end)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
 static int parse_group(const char *s, gid_t *ret)
 {
 	uint64_t v;
 	struct group *g;
 
-	if (parse_u64(s, 10, &v) == 0) {
+	if (ipc_parse_u64(s, 10, &v) == 0) {
 		*ret = (gid_t)v;
 		return 0;
 	}
@@ -164,7 +152,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 			o->allow_group = true;
 			break;
 		case O_MODE:
-			r = parse_u64(optarg, 8, &v);
+			r = ipc_parse_u64(optarg, 8, &v);
 			o->socket_mode = (unsigned)(v & 0777);
 			mode_set = true;
 			break;
@@ -179,7 +167,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		case O_CACHETTL:
 		case O_SLOTS:
 		case O_MAXC:
-			r = parse_u64(optarg, 10, &v);
+			r = ipc_parse_u64(optarg, 10, &v);
 			if (c == O_IDLE)
 				o->idle_exit_ms = v;
 			else if (c == O_HOSTDEV)

@@ -15,6 +15,7 @@
 #include <sys/sysinfo.h>
 
 #include "ipc/macro.h"
+#include "ipc/parse.h"
 #include "ipc/spin.h"
 #include "wrk.h"
 #ifdef GPUX_HAVE_CUDA
@@ -138,19 +139,6 @@ static void usage(FILE *f)
 		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
 }
 
-static int parse_u64(const char *s, uint64_t *ret)
-{
-	char *end;
-	unsigned long long v;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
-
 static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe,
 		      bool *ret_compiler)
 {
@@ -208,7 +196,7 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		case O_CACHEBYTES:
 		case O_CACHETTL:
 		case O_PARENT:
-			r = parse_u64(optarg, &v);
+			r = ipc_parse_u64(optarg, 10, &v);
 			if (r < 0)
 				break;
 			if (c == O_DEVICE)

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/parse.c: numbers from command lines, for gpuxd's and gpux-worker's options. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "parse.h"
+
+int ipc_parse_u64(const char *s, int base, uint64_t *ret)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, base);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}

@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/parse.h: numbers from command lines, for gpuxd's and gpux-worker's options. */
+#pragma once
+
+#include <stdint.h>
+
+/*
+ * The whole of s as an unsigned number in `base` (as strtoull() reads it). Returns 0 and sets
+ * *ret, or -EINVAL when s is empty, has anything after the number, or does not fit.
+ */
+int ipc_parse_u64(const char *s, int base, uint64_t *ret);

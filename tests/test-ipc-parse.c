@@ -14,6 +14,7 @@ struct number {
 
 static void test_parse_u64_reads_whole_numbers(void **state)
 {
+	/* clang-format off */
 	static const struct number good[] = {
 		{ "0", 10, 0 },
 		{ "42", 10, 42 },
@@ -21,6 +22,7 @@ static void test_parse_u64_reads_whole_numbers(void **state)
 		{ "600", 8, 0600 },
 		{ "0660", 8, 0660 },
 	};
+	/* clang-format on */
 
 	for (unsigned i = 0; i < ARRAY_SIZE(good); i++) {
 		uint64_t v = 7;
@@ -40,6 +42,9 @@ static void test_parse_u64_rejects_the_rest(void **state)
 		{ "18446744073709551616", 10, 0 },
 		{ "8", 8, 0 },
 		{ "0x10", 10, 0 },
+		{ "-1", 10, 0 },
+		{ "+1", 10, 0 },
+		{ " 12", 10, 0 },
 	};
 
 	for (unsigned i = 0; i < ARRAY_SIZE(bad); i++) {

@@ -4,7 +4,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,31 +25,6 @@
 #define DEFAULT_MAX_TIMEOUT_MS (3600ULL * 1000)
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_CACHE_TTL_MS (600ULL * 1000)
-
-static uint32_t log_device = UINT32_MAX;
-
-void wrk_log(struct wrk *w, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	(void)fprintf(stderr, "gpux-worker[%u]: ", w ? w->opts.device : log_device);
-	(void)vfprintf(stderr, fmt, ap);
-	(void)fputc('\n', stderr);
-	va_end(ap);
-}
-
-char *wrk_strdup_printf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	return n < 0 ? NULL : s;
-}
 
 const struct wrk_backend_ops *wrk_backend_find(const char *name)
 {
@@ -396,7 +370,6 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	log_device = w.opts.device;
 
 	/* Die with gpuxd; if it is gone already, go at once. */
 	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -299,7 +299,7 @@ struct wrk {
 	struct ipc_stats stats;
 };
 
-/* worker/main.c */
+/* worker/log.c; w may be NULL */
 void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -26,17 +26,6 @@
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_CACHE_TTL_MS (600ULL * 1000)
 
-const struct wrk_backend_ops *wrk_backend_find(const char *name)
-{
-	if (strcmp(name, "host") == 0)
-		return &wrk_backend_host;
-#ifdef GPUX_HAVE_CUDA
-	if (strcmp(name, "cuda") == 0)
-		return &wrk_backend_cuda;
-#endif
-	return NULL;
-}
-
 /* One line per device, tab-separated, for gpuxd: see supervisor/devices.c. */
 static void probe_print(const char *backend, const struct ipc_device_info *d)
 {

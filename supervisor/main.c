@@ -8,7 +8,6 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,17 +33,6 @@
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_MAX_CLIENTS 1024
 #define DRAIN_TICK_NS (20 * NSEC_PER_MSEC)
-
-void sup_log(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	(void)fprintf(stderr, "gpuxd: ");
-	(void)vfprintf(stderr, fmt, ap);
-	(void)fputc('\n', stderr);
-	va_end(ap);
-}
 
 static void usage(FILE *f)
 {

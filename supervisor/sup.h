@@ -141,8 +141,10 @@ struct sup {
 	uint64_t started_ns;
 };
 
-/* supervisor/main.c */
+/* supervisor/log.c */
 void sup_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* supervisor/main.c */
 void sup_stop(struct sup *s);
 
 /* supervisor/workers.c */

@@ -32,7 +32,6 @@
 #define DEFAULT_DRAIN_MS 5000
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_MAX_CLIENTS 1024
-#define DRAIN_TICK_NS (20 * NSEC_PER_MSEC)
 
 static void usage(FILE *f)
 {
@@ -306,33 +305,6 @@ static void notify(int *fd, char c)
 	*fd = safe_close(*fd);
 }
 
-static void drain_tick(struct ipc_timer *t, void *userdata)
-{
-	struct sup *s = userdata;
-
-	if (sup_workers_inflight(s) > 0 && mono_ns() < s->stop_deadline) {
-		ipc_timer_arm(t, mono_ns() + DRAIN_TICK_NS);
-		return;
-	}
-	for (unsigned i = 0; i < s->nworkers; i++)
-		sup_worker_event(&s->workers[i], E_STOP);
-	if (sup_workers_all_down(s))
-		ipc_loop_exit(s->loop, SUP_EXIT_OK);
-}
-
-/* Stop: accept nobody new, let requests in flight finish (bounded), then stop the workers. */
-void sup_stop(struct sup *s)
-{
-	if (s->stopping)
-		return;
-	s->stopping = true;
-	ipc_listener_free(s->listener);
-	s->listener = NULL;
-	(void)unlink(s->socket_path);
-	s->stop_deadline = mono_ns() + s->opts.drain_ms * NSEC_PER_MSEC;
-	drain_tick(s->stop_timer, s);
-}
-
 static void on_signal(struct ipc_watch *w, int fd, uint32_t revents, void *userdata)
 {
 	struct sup *s = userdata;
@@ -428,7 +400,7 @@ int main(int argc, char **argv)
 		sup_log("no devices: %s", strerror(-r));
 		goto out;
 	}
-	r = ipc_timer_new(s.loop, drain_tick, &s, &s.stop_timer);
+	r = sup_stop_setup(&s);
 	if (r < 0)
 		goto out;
 	r = sup_workers_start(&s);

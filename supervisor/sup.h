@@ -144,7 +144,10 @@ struct sup {
 /* supervisor/log.c */
 void sup_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* supervisor/main.c */
+/* supervisor/stop.c */
+/* The stop's timer, made before anything may call sup_stop(). */
+int sup_stop_setup(struct sup *s);
+/* Stop: accept nobody new, let requests in flight finish (bounded), then stop the workers. */
 void sup_stop(struct sup *s);
 
 /* supervisor/workers.c */

@@ -323,6 +323,11 @@ void ipc_timer_arm(struct ipc_timer *t, uint64_t when_ns)
 	*p = t;
 }
 
+uint64_t ipc_timer_when(const struct ipc_timer *t)
+{
+	return t->when;
+}
+
 void ipc_timer_free(struct ipc_timer *t)
 {
 	if (!t)

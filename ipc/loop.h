@@ -93,6 +93,8 @@ typedef void ipc_timer_fn(struct ipc_timer *t, void *userdata);
 int ipc_timer_new(struct ipc_loop *l, ipc_timer_fn *fn, void *userdata, struct ipc_timer **ret);
 /* Fire once at `when_ns` (mono_ns() clock); 0 disarms. Re-arming moves it. */
 void ipc_timer_arm(struct ipc_timer *t, uint64_t when_ns);
+/* When it fires next (mono_ns() clock), or 0 when it is not armed. */
+uint64_t ipc_timer_when(const struct ipc_timer *t);
 void ipc_timer_free(struct ipc_timer *t);
 
 /* ---- message connections ---- */

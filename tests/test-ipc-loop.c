@@ -1095,17 +1095,22 @@ static void test_loop_timer_rearm_and_disarm(void **state)
 	struct timer_rec r[3];
 
 	timers_init(l, r, 3, order, &fired);
+	assert_int_equal(ipc_timer_when(r[0].t), 0);
 	/* Re-arming moves a timer: 0 now fires after 1. */
 	timer_arm_in(&r[0], 10);
 	timer_arm_in(&r[1], 20);
 	timer_arm_in(&r[0], 40);
+	assert_int_equal(ipc_timer_when(r[0].t), r[0].due);
 	/* Disarmed: never fires. */
 	timer_arm_in(&r[2], 5);
 	ipc_timer_arm(r[2].t, 0);
+	assert_int_equal(ipc_timer_when(r[2].t), 0);
 	assert_true(test_loop_until(l, &fired, 2, WAIT_MS));
 	assert_int_equal(order[0], 1);
 	assert_int_equal(order[1], 0);
 	assert_true(r[0].at >= r[0].due);
+	/* A timer that fired is no longer armed. */
+	assert_int_equal(ipc_timer_when(r[0].t), 0);
 	test_loop_spin(l, 30);
 	assert_int_equal(fired, 2);
 

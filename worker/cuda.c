@@ -38,7 +38,7 @@
 #define NAP_FINE_NS (10 * NSEC_PER_USEC)
 #define WAITER_TIMER_SLACK_NS 1000ul
 
-static const char option_re[] =
+const char wrk_cuda_options_re[] =
 	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
 	"--?use_fast_math|-lineinfo|--generate-line-info|-G|--device-debug|"
 	"--?std=c\\+\\+(11|14|17|20)|--fmad=(true|false)|--ftz=(true|false)|"
@@ -395,7 +395,7 @@ static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 
 	switch (b->lang) {
 	case GPUX_LANG_CUDA:
-		rc = wrk_options_check(option_re, b->options, ret_log);
+		rc = wrk_options_check(wrk_cuda_options_re, b->options, ret_log);
 		if (rc < 0)
 			return rc;
 		return wrk_compiler_build(&d->compiler, d->arch, b->code, b->code_len, b->options,

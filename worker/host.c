@@ -31,7 +31,7 @@ extern char **environ;
  * Options a client may pass to the compiler. Anything else (-o, -I, -fplugin, -Wl, ...)
  * could make the compiler read or write files of the worker's choosing, so it is refused.
  */
-static const char option_re[] =
+const char wrk_host_options_re[] =
 	"^-(O[0-3sg]?|g|D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|U[A-Za-z_][A-Za-z0-9_]*|"
 	"std=(c|gnu)(99|11|17|2x)|ffast-math|fno-math-errno|funroll-loops|march=native|"
 	"mtune=native|fopenmp-simd|W[a-z-]*)$";
@@ -257,7 +257,7 @@ static int options_split(const char *options, char **argv, unsigned *ret_n, char
 
 	if (!copy)
 		return GPUX_E_NOMEM;
-	rc = wrk_options_check(option_re, options, ret_log);
+	rc = wrk_options_check(wrk_host_options_re, options, ret_log);
 	if (rc < 0)
 		return rc;
 	for (char *t = strtok_r(copy, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {

@@ -368,6 +368,11 @@ int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
  * log naming the culprit otherwise.
  */
 int wrk_options_check(const char *pattern, const char *options, char **ret_log);
+/* The options each back end's compiler takes (worker/host.c, worker/cuda.c). */
+extern const char wrk_host_options_re[];
+#ifdef GPUX_HAVE_CUDA
+extern const char wrk_cuda_options_re[];
+#endif
 
 /* worker/dcache.c */
 int wrk_dcache_start(struct wrk *w);

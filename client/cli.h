@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 
 #include <gpux/gpux.h>
 
@@ -165,11 +166,32 @@ struct gpux_ctx {
 	uint8_t *ring_buf; /* IPC_RING_REC_MAX: a record taken from a ring */
 };
 
+/* The context's epoll ids (data.u64): gpuxd's socket, the wake-up eventfd, the channels. */
+#define CLI_EP_SUP 1ull
+#define CLI_EP_WAKE 2ull
+#define CLI_EP_CHAN0 16ull /* + device index: that device's channel */
+
 /* client/ctx.c */
 extern uint64_t cli_fork_gen;
 int cli_ensure(gpux_ctx *ctx);
 void cli_after_fork(gpux_ctx *ctx);
 int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
+gpux_status cli_status_of(int err);
+
+/* client/connect.c */
+/* Lock held: connect to gpuxd (starting a private one if need be) and say hello. */
+int cli_connect(gpux_ctx *ctx);
+/* Lock held: close gpuxd's socket and every channel, telling nobody. */
+void cli_disconnect(gpux_ctx *ctx);
+
+/* client/channel.c */
+void cli_rings_unref(struct cli_rings *r);
+void cli_dev_drop_rings(struct cli_dev *d);
+/* Lock held: gpuxd's news of a device (a DEVICE message), with its channel or without. */
+void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg);
+void cli_pump(gpux_ctx *ctx);
+void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n);
+bool cli_rings_take_all(gpux_ctx *ctx);
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds);
 /*
@@ -179,11 +201,11 @@ int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const 
  */
 void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
 		   const void *payload, size_t len);
+
+/* client/wait.c */
 int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
 		   uint64_t deadline);
-void cli_pump(gpux_ctx *ctx);
 void cli_wake(gpux_ctx *ctx);
-gpux_status cli_status_of(int err);
 
 /* client/req.c */
 struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal);

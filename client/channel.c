@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: MIT */
+/* client/channel.c: the channels to gpuxd and the workers: what arrives, in order, and sending. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "cli.h"
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+
+void cli_rings_unref(struct cli_rings *r)
+{
+	if (r && --r->refs == 0) {
+		ipc_segment_done(&r->seg);
+		free(r);
+	}
+}
+
+void cli_dev_drop_rings(struct cli_dev *d)
+{
+	cli_rings_unref(d->rings);
+	d->rings = NULL;
+	d->sock_in = d->sock_out = 0;
+}
+
+static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
+{
+	struct cli_dev *d = &ctx->devs[i];
+
+	if (d->chan_fd < 0)
+		return;
+	cli_dev_drop_rings(d);
+	d->chan_fd = safe_close(d->chan_fd);
+	cli_reqs_lost(ctx, i, d->chan_gen);
+	d->inflight = 0;
+	if (d->info.state == GPUX_DEVICE_READY)
+		d->info.state = GPUX_DEVICE_RESTARTING;
+}
+
+static void dev_set_status_page(struct cli_dev *d, int fd)
+{
+	void *p = mmap(NULL, IPC_STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+
+	if (p == MAP_FAILED)
+		return;
+	if (d->status)
+		(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);
+	d->status = p;
+}
+
+static void chan_drain(gpux_ctx *ctx, uint32_t i);
+
+void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
+{
+	struct ipc_device dm;
+	struct cli_dev *d;
+	uint32_t i;
+
+	if (ipc_decode_device(msg, &dm) < 0 || dm.info.index >= ctx->ndevices)
+		return;
+	i = dm.info.index;
+	d = &ctx->devs[i];
+	d->info.index = i;
+	d->info.backend = dm.info.backend;
+	d->info.cc_major = dm.info.cc_major;
+	d->info.cc_minor = dm.info.cc_minor;
+	d->info.sm_count = dm.info.sm_count;
+	d->info.mem_total = dm.info.mem_total;
+	memcpy(d->info.uuid, dm.info.uuid, sizeof(d->info.uuid));
+	memcpy(d->info.name, dm.info.name, sizeof(d->info.name));
+	if (!(dm.flags & IPC_DEVICE_CHANNEL)) {
+		/* gpuxd saw the worker die: what it answered before is in the channel; the rest
+		 * is lost. Its end of the channel may outlive it for a while (a dead process's
+		 * io_uring lets go of sockets late), so gpuxd's word is what counts. */
+		chan_drain(ctx, i);
+		dev_close_channel(ctx, i);
+		d->info.state = dm.state;
+		return;
+	}
+	if (d->chan_fd >= 0) {
+		chan_drain(ctx, i);
+		dev_close_channel(ctx, i);
+	}
+	cli_dev_drop_rings(d);
+	d->chan_fd = ipc_msg_take_fd(msg, 0);
+	d->chan_gen = ++ctx->chan_counter;
+	d->generation = dm.generation;
+	d->info.state = dm.state;
+	d->inflight = 0;
+	dev_set_status_page(d, msg->fds[1]);
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_CHAN0 + i };
+		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, d->chan_fd, &ev);
+	}
+}
+
+static void on_killed(gpux_ctx *ctx, struct ipc_msg *msg)
+{
+	struct ipc_killed k;
+	struct gpux_req *r;
+
+	if (ipc_decode_killed(msg, &k) < 0 || k.device >= ctx->ndevices)
+		return;
+	ctx->killed[ctx->nkilled++ % CLI_KILLED_MAX] = k;
+	r = ipc_map_get(&ctx->reqs, k.req_id);
+	if (r && r->device == k.device && ctx->devs[k.device].generation == k.generation)
+		cli_req_finish(r, GPUX_E_TIMEOUT, "the request ran past its deadline", 33, NULL);
+}
+
+static void sup_lost(gpux_ctx *ctx)
+{
+	/* gpuxd is gone; its workers follow it. The next call connects again. */
+	(void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ctx->sup_fd, NULL);
+	ctx->sup_fd = safe_close(ctx->sup_fd);
+	ctx->connected = false;
+	for (uint32_t i = 0; i < ctx->ndevices; i++) {
+		chan_drain(ctx, i);
+		dev_close_channel(ctx, i);
+	}
+}
+
+static void sup_drain(gpux_ctx *ctx)
+{
+	while (ctx->sup_fd >= 0) {
+		struct ipc_msg msg;
+		int r = ipc_channel_recv_msg(ctx->sup_fd, ctx->rbuf, IPC_MSG_MAX, &msg, MSG_DONTWAIT);
+
+		if (r == -EAGAIN)
+			return;
+		if (r <= 0) {
+			sup_lost(ctx);
+			return;
+		}
+		if (msg.hdr.type == IPC_DEVICE)
+			cli_device_msg(ctx, &msg);
+		else if (msg.hdr.type == IPC_KILLED)
+			on_killed(ctx, &msg);
+		ipc_msg_close_fds(&msg);
+	}
+}
+
+static void on_done(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
+{
+	struct ipc_done_msg d;
+	struct gpux_req *r;
+	struct gpux_times t;
+
+	if (ipc_decode_done(msg, &d) < 0)
+		return;
+	r = ipc_map_get(&ctx->reqs, msg->hdr.id);
+	if (!r || r->device != device)
+		return;
+	t = (struct gpux_times){ d.m.queue_ns, d.m.run_ns, d.m.device_ns };
+	cli_req_finish(r, (gpux_status)d.m.status, d.text, d.m.text_len, &t);
+}
+
+/* The worker's offer of shared rings: taken when it is what this library knows. */
+static void on_rings(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg)
+{
+	struct cli_dev *d = &ctx->devs[i];
+	struct ipc_rings_offer o;
+	struct cli_rings *r;
+
+	if (d->rings || ipc_decode_rings(msg, &o) < 0 || o.size != IPC_RINGS_BYTES)
+		return;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	if (ipc_segment_attach_take_fd(ipc_msg_take_fd(msg, 0), IPC_RINGS_BYTES, false,
+				       &r->seg) < 0) {
+		free(r);
+		return;
+	}
+	/* The mapping is what counts: one fd fewer per channel. */
+	r->seg.fd = safe_close(r->seg.fd);
+	ipc_ring_init(&r->up, r->seg.addr, IPC_RING_UP);
+	ipc_ring_init(&r->down, r->seg.addr, IPC_RING_DOWN);
+	r->refs = 1;
+	d->rings = r;
+}
+
+/* Take the completions on a channel's ring that were sent after fewer than `seq_ok` socket
+ * messages. Returns how many, or -EBADMSG when the ring is corrupt. */
+static int ring_take(gpux_ctx *ctx, uint32_t i, uint32_t seq_ok)
+{
+	struct cli_dev *d = &ctx->devs[i];
+	int taken = 0;
+
+	while (d->rings) {
+		struct ipc_msg msg;
+		int n = ipc_ring_get(&d->rings->down, ctx->ring_buf, IPC_RING_REC_MAX, seq_ok);
+
+		if (n == 0)
+			break;
+		if (n < 0 || ipc_msg_parse(ctx->ring_buf, (size_t)n, NULL, 0, &msg) < 0)
+			return -EBADMSG;
+		if (msg.hdr.type == IPC_DONE)
+			on_done(ctx, i, &msg);
+		taken++;
+	}
+	return taken;
+}
+
+/* Read what a channel holds, its socket and its ring in the order they were sent; at its end
+ * (the worker died) fail what is still in flight. */
+static void chan_drain(gpux_ctx *ctx, uint32_t i)
+{
+	struct cli_dev *d = &ctx->devs[i];
+
+	while (d->chan_fd >= 0) {
+		struct ipc_msg msg;
+		int r = ipc_channel_recv_msg(d->chan_fd, ctx->rbuf, IPC_MSG_MAX, &msg, MSG_DONTWAIT);
+
+		if (r == -EAGAIN)
+			break;
+		if (r <= 0 || ring_take(ctx, i, d->sock_in) < 0) {
+			if (r > 0)
+				ipc_msg_close_fds(&msg);
+			else
+				(void)ring_take(ctx, i, d->sock_in);
+			dev_close_channel(ctx, i);
+			return;
+		}
+		d->sock_in++;
+		if (msg.hdr.type == IPC_DONE)
+			on_done(ctx, i, &msg);
+		else if (msg.hdr.type == IPC_RINGS)
+			on_rings(ctx, i, &msg);
+		ipc_msg_close_fds(&msg);
+	}
+	if (d->chan_fd >= 0 && ring_take(ctx, i, d->sock_in) < 0)
+		dev_close_channel(ctx, i);
+}
+
+/* Take in everything that has arrived, gpuxd's news first (a deadline kill comes before
+ * the death it causes). Lock held. */
+void cli_pump(gpux_ctx *ctx)
+{
+	sup_drain(ctx);
+	for (uint32_t i = 0; i < ctx->ndevices; i++)
+		chan_drain(ctx, i);
+}
+
+/* cli_pump(), reading only the channels that epoll reported. Lock held. */
+void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
+{
+	uint64_t v;
+
+	sup_drain(ctx);
+	for (int i = 0; i < n; i++) {
+		if (ev[i].data.u64 == CLI_EP_WAKE)
+			(void)read(ctx->wake_fd, &v, sizeof(v));
+		else if (ev[i].data.u64 >= CLI_EP_CHAN0 && ev[i].data.u64 - CLI_EP_CHAN0 < ctx->ndevices)
+			chan_drain(ctx, (uint32_t)(ev[i].data.u64 - CLI_EP_CHAN0));
+	}
+}
+
+/* Take what the rings hold; returns whether there was anything. */
+bool cli_rings_take_all(gpux_ctx *ctx)
+{
+	bool any = false;
+
+	for (uint32_t i = 0; i < ctx->ndevices; i++) {
+		int n = ctx->devs[i].rings ? ring_take(ctx, i, ctx->devs[i].sock_in) : 0;
+
+		if (n < 0)
+			dev_close_channel(ctx, i);
+		any |= n != 0;
+	}
+	return any;
+}
+
+/* Lock held: send on the device's channel; -EPIPE when its worker is gone (channel closed). */
+static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len,
+		     const int *fds, unsigned nfds)
+{
+	struct cli_dev *d = &ctx->devs[device];
+	int r = ipc_channel_send(d->chan_fd, msg, len, fds, nfds, 0);
+
+	if (r == -EPIPE || r == -ECONNRESET) {
+		chan_drain(ctx, device);
+		dev_close_channel(ctx, device);
+		return -EPIPE;
+	}
+	if (r == 0)
+		d->sock_out++;
+	return r;
+}
+
+void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
+		   const void *payload, size_t len)
+{
+	int n;
+
+	if (ctx->fork_gen != cli_fork_gen || !ctx->connected || !gen ||
+	    gen != ctx->devs[device].chan_gen)
+		return;
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, 0, 0, payload, len, NULL, 0);
+	if (n > 0)
+		(void)cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+}
+
+int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
+	     unsigned nfds)
+{
+	struct cli_dev *d = &ctx->devs[device];
+
+	if (d->chan_fd < 0)
+		return -EPIPE;
+	/* The ring when it can carry the message, and the worker is told only if it sleeps. */
+	if (d->rings && nfds == 0) {
+		int r = ipc_ring_put(&d->rings->up, msg, (uint32_t)len, d->sock_out);
+
+		/* The message is on its way: only a worker that is gone makes it fail. */
+		if (r == 1 && chan_send(ctx, device, &ipc_kick, sizeof(ipc_kick), NULL, 0) == -EPIPE)
+			return -EPIPE;
+		if (r >= 0)
+			return 0;
+	}
+	return chan_send(ctx, device, msg, len, fds, nfds);
+}

@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/* client/connect.c: reaching gpuxd: its socket, a private gpuxd when none listens, the hello. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+#include "cli.h"
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+
+#ifndef GPUX_LIBEXECDIR
+#define GPUX_LIBEXECDIR "/usr/local/libexec"
+#endif
+
+extern char **environ;
+
+/* gpuxd: $GPUX_DAEMON, beside this library, or where it was installed. */
+static char *find_daemon(void)
+{
+	const char *e = getenv("GPUX_DAEMON");
+	Dl_info info;
+	char *p;
+
+	if (e && *e)
+		return strdup(e);
+	if (dladdr((void *)gpux_connect, &info) && info.dli_fname && strchr(info.dli_fname, '/')) {
+		char *copy = strdup(info.dli_fname);
+		if (copy && asprintf(&p, "%s/gpuxd", dirname(copy)) >= 0) {
+			free(copy);
+			if (access(p, X_OK) == 0)
+				return p;
+			free(p);
+		} else
+			free(copy);
+	}
+	return strdup(GPUX_LIBEXECDIR "/gpuxd");
+}
+
+/*
+ * Start a private gpuxd. It daemonizes and its first process exits once the socket
+ * listens, so waiting for that process is waiting for readiness, and leaves no zombie.
+ */
+static int autospawn(const char *path)
+{
+	_cleanup_(freep) char *daemon = find_daemon();
+	char *argv[] = { "gpuxd", "--private", "--daemonize", "--socket", (char *)path, NULL };
+	const char *log = getenv("GPUX_LOG_FILE");
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none;
+	pid_t pid;
+	int r, st;
+
+	if (!daemon)
+		return -ENOMEM;
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, log && *log ? log : "/dev/null",
+					       O_WRONLY | O_APPEND | O_CREAT, 0600);
+	(void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	/* The program's own fds, close-on-exec or not, are none of gpuxd's business. */
+	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+	(void)posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	(void)posix_spawnattr_setsigmask(&attr, &none);
+	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+	r = posix_spawn(&pid, daemon, &fa, &attr, argv, environ);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	(void)posix_spawnattr_destroy(&attr);
+	if (r != 0)
+		return -r;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return 0; /* reaped by the program's own SIGCHLD handling: just try */
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -ECONNREFUSED;
+}
+
+static int connect_socket(const char *path, int *ret_fd)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	_cleanup_(closep) int fd = -1;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, strlen(path));
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -errno;
+	*ret_fd = TAKE_FD(fd);
+	return 0;
+}
+
+/* Receive one message, waiting at most until the deadline. */
+static int recv_until(int fd, uint8_t *buf, struct ipc_msg *msg, uint64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		uint64_t now = mono_ns();
+		int r;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		r = poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1);
+		if (r < 0 && errno != EINTR)
+			return -errno;
+		if (r <= 0)
+			continue;
+		r = ipc_channel_recv_msg(fd, buf, IPC_MSG_MAX, msg, MSG_DONTWAIT);
+		if (r == -EAGAIN)
+			continue;
+		return r == 0 ? -ECONNRESET : r;
+	}
+}
+
+static int hello(gpux_ctx *ctx, uint64_t deadline)
+{
+	struct ipc_hello h = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION };
+	struct ipc_welcome wel;
+	struct ipc_msg msg;
+	int n, r;
+
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+	/* A refusal may be waiting already, and the socket closed behind it: read it anyway. */
+	(void)ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
+	r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
+	if (r < 0)
+		return GPUX_E_CONNECT;
+	if (msg.hdr.type == IPC_DONE) {
+		struct ipc_done_msg d;
+		r = ipc_decode_done(&msg, &d) == 0 && d.m.status < 0 ? d.m.status : GPUX_E_PROTO;
+		ipc_msg_close_fds(&msg);
+		return r;
+	}
+	r = ipc_decode_welcome(&msg, &wel);
+	ipc_msg_close_fds(&msg);
+	if (r < 0 || wel.ndevices == 0)
+		return GPUX_E_PROTO;
+	ctx->client_id = wel.client_id;
+	ctx->ndevices = wel.ndevices;
+	/* One DEVICE per device follows at once. */
+	for (uint32_t i = 0; i < wel.ndevices; i++) {
+		r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
+		if (r < 0)
+			return GPUX_E_CONNECT;
+		if (msg.hdr.type == IPC_DEVICE)
+			cli_device_msg(ctx, &msg);
+		ipc_msg_close_fds(&msg);
+	}
+	return 0;
+}
+
+void cli_disconnect(gpux_ctx *ctx)
+{
+	for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++) {
+		struct cli_dev *d = &ctx->devs[i];
+
+		cli_dev_drop_rings(d);
+		d->chan_fd = safe_close(d->chan_fd);
+		if (d->status)
+			(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);
+		d->status = NULL;
+		d->inflight = 0;
+	}
+	ctx->sup_fd = safe_close(ctx->sup_fd);
+	ctx->connected = false;
+}
+
+int cli_connect(gpux_ctx *ctx)
+{
+	uint64_t deadline = mono_ns() + CLI_CONNECT_NS;
+	bool spawned = false;
+	int r;
+
+	for (unsigned backoff_us = 1000;; backoff_us = MIN(backoff_us * 2, 100000u)) {
+		r = connect_socket(ctx->path, &ctx->sup_fd);
+		if (r == 0)
+			break;
+		if (r != -ENOENT && r != -ECONNREFUSED)
+			return r == -EACCES ? GPUX_E_PERM : GPUX_E_CONNECT;
+		if (!ctx->autospawn || mono_ns() > deadline)
+			return GPUX_E_CONNECT;
+		if (!spawned) {
+			spawned = true;
+			if (autospawn(ctx->path) < 0)
+				return GPUX_E_CONNECT;
+			continue;
+		}
+		(void)usleep(backoff_us);
+	}
+	r = hello(ctx, deadline);
+	if (r < 0) {
+		cli_disconnect(ctx);
+		return r;
+	}
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_SUP };
+		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->sup_fd, &ev);
+	}
+	ctx->connected = true;
+	return 0;
+}

@@ -110,7 +110,7 @@ static void on_killed(gpux_ctx *ctx, struct ipc_msg *msg)
 		cli_req_finish(r, GPUX_E_TIMEOUT, "the request ran past its deadline", 33, NULL);
 }
 
-static void sup_lost(gpux_ctx *ctx)
+static void daemon_lost(gpux_ctx *ctx)
 {
 	/* gpuxd is gone; its workers follow it. The next call connects again. */
 	(void)epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, ctx->sup_fd, NULL);
@@ -122,7 +122,8 @@ static void sup_lost(gpux_ctx *ctx)
 	}
 }
 
-static void sup_drain(gpux_ctx *ctx)
+/* Take in what gpuxd sent: its news of devices, and of deadline kills. */
+static void daemon_drain(gpux_ctx *ctx)
 {
 	while (ctx->sup_fd >= 0) {
 		struct ipc_msg msg;
@@ -131,7 +132,7 @@ static void sup_drain(gpux_ctx *ctx)
 		if (r == -EAGAIN)
 			return;
 		if (r <= 0) {
-			sup_lost(ctx);
+			daemon_lost(ctx);
 			return;
 		}
 		if (msg.hdr.type == IPC_DEVICE)
@@ -239,7 +240,7 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
  * the death it causes). Lock held. */
 void cli_pump(gpux_ctx *ctx)
 {
-	sup_drain(ctx);
+	daemon_drain(ctx);
 	for (uint32_t i = 0; i < ctx->ndevices; i++)
 		chan_drain(ctx, i);
 }
@@ -249,7 +250,7 @@ void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
 {
 	uint64_t v;
 
-	sup_drain(ctx);
+	daemon_drain(ctx);
 	for (int i = 0; i < n; i++) {
 		if (ev[i].data.u64 == CLI_EP_WAKE)
 			(void)read(ctx->wake_fd, &v, sizeof(v));

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* client/ctx.c: the context: made, connected in this process (after fork too), freed; its devices. */
+/* client/ctx.c: the context: made, connected in this process (after fork too), freed. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* client/wait.c: waiting for what the workers send: spinning on the rings, then sleeping in epoll. */
+/* client/wait.c: waiting for the workers: spinning on the rings, then sleeping in epoll. */
 #include <errno.h>
 #include <limits.h>
 #include <sched.h>

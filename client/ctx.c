@@ -80,6 +80,17 @@ gpux_status cli_status_of(int err)
 	}
 }
 
+/* The condition variable waits with deadlines on the clock of mono_ns(). */
+static void cond_init(gpux_ctx *ctx)
+{
+	pthread_condattr_t ca;
+
+	(void)pthread_condattr_init(&ca);
+	(void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	(void)pthread_cond_init(&ctx->cond, &ca);
+	(void)pthread_condattr_destroy(&ca);
+}
+
 /* After fork(), in the child: drop the parent's connection (our copies only) and its requests. */
 static void forget_parent(gpux_ctx *ctx)
 {
@@ -98,13 +109,7 @@ static void forget_parent(gpux_ctx *ctx)
 	ctx->reader = false;
 	ctx->nkilled = 0;
 	(void)pthread_cond_destroy(&ctx->cond);
-	{
-		pthread_condattr_t ca;
-		(void)pthread_condattr_init(&ca);
-		(void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		(void)pthread_cond_init(&ctx->cond, &ca);
-		(void)pthread_condattr_destroy(&ca);
-	}
+	cond_init(ctx);
 }
 
 static int poll_fds(gpux_ctx *ctx)
@@ -193,91 +198,28 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 
 /* ---- public ---- */
 
-GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx)
+/* A context with nothing in it yet, which ctx_free() takes as it is. */
+static gpux_ctx *ctx_new(void)
 {
-	char dir[128], path[128];
-	pthread_mutexattr_t ma;
-	pthread_condattr_t ca;
-	gpux_ctx *ctx;
-	const char *env = getenv("GPUX_SOCKET");
-	int r;
+	gpux_ctx *ctx = calloc(1, sizeof(*ctx));
 
-	if (!ret_ctx)
-		return GPUX_E_INVAL;
-	(void)pthread_once(&atfork_once, atfork_register);
-	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
-		return GPUX_E_NOMEM;
+		return NULL;
 	ctx->sup_fd = ctx->epfd = ctx->wake_fd = -1;
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		ctx->devs[i].chan_fd = -1;
 	ctx->fork_gen = cli_fork_gen;
-	ctx->rbuf = malloc(IPC_MSG_MAX);
-	ctx->ring_buf = malloc(IPC_RING_REC_MAX);
-	ctx->sbuf = malloc(IPC_MSG_MAX);
-	if (socket_path)
-		ctx->path = strdup(socket_path);
-	else if (env && *env)
-		ctx->path = strdup(env);
-	else if (ipc_default_socket(dir, path, sizeof(path)) == 0 && ipc_private_dir(dir) == 0) {
-		ctx->path = strdup(path);
-		ctx->autospawn = true;
-	}
-	if (!ctx->rbuf || !ctx->sbuf || !ctx->ring_buf || !ctx->path) {
-		r = ctx->path || socket_path || (env && *env) ? GPUX_E_NOMEM : GPUX_E_CONNECT;
-		free(ctx->rbuf);
-		free(ctx->sbuf);
-		free(ctx->ring_buf);
-		free(ctx->path);
-		free(ctx);
-		return r;
-	}
-	(void)pthread_mutexattr_init(&ma);
-	(void)pthread_mutex_init(&ctx->lock, &ma);
-	(void)pthread_mutexattr_destroy(&ma);
-	(void)pthread_condattr_init(&ca);
-	(void)pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	(void)pthread_cond_init(&ctx->cond, &ca);
-	(void)pthread_condattr_destroy(&ca);
-
-	(void)pthread_mutex_lock(&ctx->lock);
-	r = cli_ensure(ctx);
-	(void)pthread_mutex_unlock(&ctx->lock);
-	if (r < 0) {
-		ctx->epfd = safe_close(ctx->epfd);
-		ctx->wake_fd = safe_close(ctx->wake_fd);
-		(void)pthread_mutex_destroy(&ctx->lock);
-		(void)pthread_cond_destroy(&ctx->cond);
-		free(ctx->rbuf);
-		free(ctx->sbuf);
-		free(ctx->ring_buf);
-		free(ctx->path);
-		free(ctx);
-		return (gpux_status)r;
-	}
-	(void)pthread_mutex_lock(&all_lock);
-	ctx->next = all_ctx;
-	if (all_ctx)
-		all_ctx->prev = ctx;
-	all_ctx = ctx;
-	(void)pthread_mutex_unlock(&all_lock);
-	*ret_ctx = ctx;
-	return GPUX_OK;
+	(void)pthread_mutex_init(&ctx->lock, NULL);
+	cond_init(ctx);
+	return ctx;
 }
 
-GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx)
+/*
+ * Free a context, whole or half-built, with every object still made from it. It must be out
+ * of the list of contexts: a fork() now does not wait for its lock.
+ */
+static void ctx_free(gpux_ctx *ctx)
 {
-	if (!ctx)
-		return;
-	(void)pthread_mutex_lock(&all_lock);
-	if (ctx->prev)
-		ctx->prev->next = ctx->next;
-	else
-		all_ctx = ctx->next;
-	if (ctx->next)
-		ctx->next->prev = ctx->prev;
-	(void)pthread_mutex_unlock(&all_lock);
-
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
 	cli_queues_free_all(ctx);
@@ -296,6 +238,76 @@ GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx)
 	free(ctx->ring_buf);
 	free(ctx->path);
 	free(ctx);
+}
+
+GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx)
+{
+	char dir[128], path[128];
+	const char *env = getenv("GPUX_SOCKET");
+	gpux_ctx *ctx;
+	int r;
+
+	if (!ret_ctx)
+		return GPUX_E_INVAL;
+	(void)pthread_once(&atfork_once, atfork_register);
+	ctx = ctx_new();
+	if (!ctx)
+		return GPUX_E_NOMEM;
+	ctx->rbuf = malloc(IPC_MSG_MAX);
+	ctx->ring_buf = malloc(IPC_RING_REC_MAX);
+	ctx->sbuf = malloc(IPC_MSG_MAX);
+	if (!ctx->rbuf || !ctx->sbuf || !ctx->ring_buf) {
+		r = GPUX_E_NOMEM;
+		goto err;
+	}
+	if (socket_path)
+		ctx->path = strdup(socket_path);
+	else if (env && *env)
+		ctx->path = strdup(env);
+	else if (ipc_default_socket(dir, path, sizeof(path)) == 0 && ipc_private_dir(dir) == 0) {
+		ctx->path = strdup(path);
+		ctx->autospawn = true;
+	} else {
+		/* No default place to find gpuxd at, or to start one. */
+		r = GPUX_E_CONNECT;
+		goto err;
+	}
+	if (!ctx->path) {
+		r = GPUX_E_NOMEM;
+		goto err;
+	}
+
+	(void)pthread_mutex_lock(&ctx->lock);
+	r = cli_ensure(ctx);
+	(void)pthread_mutex_unlock(&ctx->lock);
+	if (r < 0)
+		goto err;
+	(void)pthread_mutex_lock(&all_lock);
+	ctx->next = all_ctx;
+	if (all_ctx)
+		all_ctx->prev = ctx;
+	all_ctx = ctx;
+	(void)pthread_mutex_unlock(&all_lock);
+	*ret_ctx = ctx;
+	return GPUX_OK;
+err:
+	ctx_free(ctx);
+	return (gpux_status)r;
+}
+
+GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	(void)pthread_mutex_lock(&all_lock);
+	if (ctx->prev)
+		ctx->prev->next = ctx->next;
+	else
+		all_ctx = ctx->next;
+	if (ctx->next)
+		ctx->next->prev = ctx->prev;
+	(void)pthread_mutex_unlock(&all_lock);
+	ctx_free(ctx);
 }
 
 GPUX_EXPORT uint32_t gpux_device_count(gpux_ctx *ctx)

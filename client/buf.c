@@ -65,20 +65,20 @@ static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **re
 	int r;
 
 	if (ctx->nsegs >= CLI_SEGMENTS_MAX)
-		return GPUX_E_QUOTA;
+		return -EDQUOT;
 	s = calloc(1, sizeof(*s));
 	if (!s)
-		return GPUX_E_NOMEM;
+		return -ENOMEM;
 	r = ipc_segment_create(arena ? "gpux-arena" : "gpux-buffer", size, &s->fd);
 	if (r < 0) {
 		free(s);
-		return r == -ENOMEM || r == -ENOSPC ? GPUX_E_NOMEM : GPUX_E_IO;
+		return r == -ENOMEM || r == -ENOSPC ? -ENOMEM : -EIO;
 	}
 	r = ipc_segment_map(s->fd, size, true, &addr);
 	if (r < 0) {
 		(void)close(s->fd);
 		free(s);
-		return GPUX_E_NOMEM;
+		return -ENOMEM;
 	}
 	s->addr = addr;
 	s->size = size;
@@ -175,7 +175,7 @@ GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **re
 	if (r < 0) {
 		(void)pthread_mutex_unlock(&ctx->lock);
 		free(b);
-		return (gpux_status)r;
+		return cli_status_from_errno(r);
 	}
 	if (!b->seg->arena)
 		b->seg->nbufs = 1;

@@ -166,6 +166,19 @@ struct gpux_ctx {
 	uint8_t *ring_buf; /* IPC_RING_REC_MAX: a record taken from a ring */
 };
 
+/*
+ * Errors: inside the library, functions return 0 (or a count) or -errno, and each exported
+ * function turns that into its gpux_status once, with cli_status_from_errno(). A status a
+ * peer answers with (a worker's DONE) is data: it is kept in the request, never returned
+ * mixed with errno values.
+ */
+
+/* client/error.c */
+/* The status of an exported function that failed with err (0: GPUX_OK). */
+gpux_status cli_status_from_errno(int err);
+/* The errno that cli_status_from_errno() turns into status; -EPROTO for one with none. */
+int cli_errno_from_status(int32_t status);
+
 /* The context's epoll ids (data.u64): gpuxd's socket, the wake-up eventfd, the channels. */
 #define CLI_EP_SUP 1ull
 #define CLI_EP_WAKE 2ull
@@ -176,7 +189,6 @@ extern uint64_t cli_fork_gen;
 int cli_ensure(gpux_ctx *ctx);
 void cli_after_fork(gpux_ctx *ctx);
 int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
-gpux_status cli_status_of(int err);
 
 /* client/connect.c */
 /* Lock held: connect to gpuxd (starting a private one if need be) and say hello. */
@@ -203,6 +215,7 @@ void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
 		   const void *payload, size_t len);
 
 /* client/wait.c */
+/* Returns 0 once pred() holds, -ETIMEDOUT at the deadline, -EIO if waiting itself failed. */
 int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
 		   uint64_t deadline);
 void cli_wake(gpux_ctx *ctx);
@@ -214,11 +227,12 @@ void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, si
 void cli_req_release(struct gpux_req *r);
 
 /*
- * Lock held: send a message with no buffers to device's worker as request and wait for its
- * answer. Returns its status (a gpux_status); on sending, *ret_gen is the channel it took.
+ * Lock held: send a message with no buffers to device's worker as a request and wait for
+ * its answer. Returns 0, with *ret_status the worker's answer and *ret_gen the channel the
+ * request took, or -errno when it could not be sent.
  */
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
-	     uint64_t *ret_gen);
+	     uint64_t *ret_gen, gpux_status *ret_status);
 int cli_req_wait(struct gpux_req *r, uint64_t deadline);
 void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen);
 void cli_reqs_free_all(gpux_ctx *ctx);

@@ -136,26 +136,31 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
 	/* A refusal may be waiting already, and the socket closed behind it: read it anyway. */
 	(void)ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
+	/* No answer is as good as nobody there. */
 	r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
 	if (r < 0)
-		return GPUX_E_CONNECT;
+		return -ECONNREFUSED;
 	if (msg.hdr.type == IPC_DONE) {
 		struct ipc_done_msg d;
-		r = ipc_decode_done(&msg, &d) == 0 && d.m.status < 0 ? d.m.status : GPUX_E_PROTO;
+
+		/* Refused: gpuxd's status (this user, no version in common, too many clients). */
+		r = -EPROTO;
+		if (ipc_decode_done(&msg, &d) == 0 && d.m.status < 0)
+			r = cli_errno_from_status(d.m.status);
 		ipc_msg_close_fds(&msg);
 		return r;
 	}
 	r = ipc_decode_welcome(&msg, &wel);
 	ipc_msg_close_fds(&msg);
 	if (r < 0 || wel.ndevices == 0)
-		return GPUX_E_PROTO;
+		return -EPROTO;
 	ctx->client_id = wel.client_id;
 	ctx->ndevices = wel.ndevices;
 	/* One DEVICE per device follows at once. */
 	for (uint32_t i = 0; i < wel.ndevices; i++) {
 		r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
 		if (r < 0)
-			return GPUX_E_CONNECT;
+			return -ECONNREFUSED;
 		if (msg.hdr.type == IPC_DEVICE)
 			cli_device_msg(ctx, &msg);
 		ipc_msg_close_fds(&msg);
@@ -189,14 +194,15 @@ int cli_connect(gpux_ctx *ctx)
 		r = connect_socket(ctx->path, &ctx->sup_fd);
 		if (r == 0)
 			break;
+		/* A socket this user may not use; any other failure: nobody to reach. */
 		if (r != -ENOENT && r != -ECONNREFUSED)
-			return r == -EACCES ? GPUX_E_PERM : GPUX_E_CONNECT;
+			return r == -EACCES ? -EACCES : -ECONNREFUSED;
 		if (!ctx->autospawn || mono_ns() > deadline)
-			return GPUX_E_CONNECT;
+			return -ECONNREFUSED;
 		if (!spawned) {
 			spawned = true;
 			if (autospawn(ctx->path) < 0)
-				return GPUX_E_CONNECT;
+				return -ECONNREFUSED;
 			continue;
 		}
 		(void)usleep(backoff_us);

@@ -56,30 +56,6 @@ static void atfork_register(void)
 	(void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
-gpux_status cli_status_of(int err)
-{
-	switch (err) {
-	case 0:
-		return GPUX_OK;
-	case -ENOMEM:
-		return GPUX_E_NOMEM;
-	case -EINVAL:
-		return GPUX_E_INVAL;
-	case -ETIMEDOUT:
-		return GPUX_E_TIMEOUT;
-	case -EPIPE:
-	case -ECONNRESET:
-		return GPUX_E_WORKER_LOST;
-	case -ENODEV:
-		return GPUX_E_NODEV;
-	case -EBADMSG:
-	case -EPROTO:
-		return GPUX_E_PROTO;
-	default:
-		return err < 0 && err >= GPUX_E_VERSION ? (gpux_status)err : GPUX_E_IO;
-	}
-}
-
 /* The condition variable waits with deadlines on the clock of mono_ns(). */
 static void cond_init(gpux_ctx *ctx)
 {
@@ -148,9 +124,10 @@ int cli_ensure(gpux_ctx *ctx)
 	cli_after_fork(ctx);
 	if (ctx->connected)
 		return 0;
+	/* The epoll fd's and the eventfd's own errors mean nothing to a caller. */
 	r = poll_fds(ctx);
 	if (r < 0)
-		return GPUX_E_IO;
+		return -EIO;
 	return cli_connect(ctx);
 }
 
@@ -176,7 +153,7 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 		if (r < 0)
 			return r;
 		if (device >= ctx->ndevices)
-			return GPUX_E_NODEV;
+			return -ENODEV;
 		/* The common case, without a system call: a channel whose worker gpuxd has not
 		 * seen die. (A message put on a ring gets no EPIPE from a dead worker.) */
 		if (ctx->devs[device].chan_fd >= 0 && !worker_gone(&ctx->devs[device]))
@@ -184,16 +161,16 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 		cli_pump(ctx);
 		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, deadline);
 		if (r == -ETIMEDOUT)
-			return GPUX_E_NODEV;
+			return -ENODEV;
 		if (r < 0)
-			return GPUX_E_IO;
+			return r;
 		if (!ctx->connected)
 			continue; /* gpuxd went away meanwhile: connect again */
 		if (ctx->devs[device].chan_fd >= 0)
 			return 0;
-		return GPUX_E_NODEV;
+		return -ENODEV;
 	}
-	return GPUX_E_CONNECT;
+	return -ECONNREFUSED;
 }
 
 /* ---- public ---- */
@@ -257,7 +234,7 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 	ctx->ring_buf = malloc(IPC_RING_REC_MAX);
 	ctx->sbuf = malloc(IPC_MSG_MAX);
 	if (!ctx->rbuf || !ctx->sbuf || !ctx->ring_buf) {
-		r = GPUX_E_NOMEM;
+		r = -ENOMEM;
 		goto err;
 	}
 	if (socket_path)
@@ -269,11 +246,11 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 		ctx->autospawn = true;
 	} else {
 		/* No default place to find gpuxd at, or to start one. */
-		r = GPUX_E_CONNECT;
+		r = -ECONNREFUSED;
 		goto err;
 	}
 	if (!ctx->path) {
-		r = GPUX_E_NOMEM;
+		r = -ENOMEM;
 		goto err;
 	}
 
@@ -292,7 +269,7 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 	return GPUX_OK;
 err:
 	ctx_free(ctx);
-	return (gpux_status)r;
+	return cli_status_from_errno(r);
 }
 
 GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx)
@@ -332,13 +309,13 @@ GPUX_EXPORT gpux_status gpux_device_info(gpux_ctx *ctx, uint32_t device,
 	(void)pthread_mutex_lock(&ctx->lock);
 	r = cli_ensure(ctx);
 	if (r == 0 && device >= ctx->ndevices)
-		r = GPUX_E_NODEV;
+		r = -ENODEV;
 	if (r == 0) {
 		cli_pump(ctx);
 		*ret_info = ctx->devs[device].info;
 	}
 	(void)pthread_mutex_unlock(&ctx->lock);
-	return (gpux_status)r;
+	return cli_status_from_errno(r);
 }
 
 GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd)
@@ -352,7 +329,7 @@ GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd)
 	if (r == 0)
 		*ret_fd = ctx->epfd;
 	(void)pthread_mutex_unlock(&ctx->lock);
-	return (gpux_status)r;
+	return cli_status_from_errno(r);
 }
 
 GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx)
@@ -366,5 +343,5 @@ GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx)
 	if (r == 0 && !ctx->reader)
 		cli_pump(ctx);
 	(void)pthread_mutex_unlock(&ctx->lock);
-	return (gpux_status)r;
+	return cli_status_from_errno(r);
 }

@@ -10,6 +10,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 					gpux_dbuf **ret_dbuf)
 {
 	struct ipc_dbuf_alloc a;
+	gpux_status st;
 	gpux_dbuf *d;
 	int rc;
 
@@ -20,15 +21,19 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 		return GPUX_E_NOMEM;
 	(void)pthread_mutex_lock(&ctx->lock);
 	rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
-	if (rc < 0)
+	if (rc < 0) {
+		st = cli_status_from_errno(rc);
 		goto err;
+	}
 	d->ctx = ctx;
 	d->id = ++ctx->next_obj_id;
 	d->device = device;
 	d->size = size;
 	a = (struct ipc_dbuf_alloc){ .dbuf_id = d->id, .size = size };
-	rc = cli_call(ctx, device, IPC_DBUF_ALLOC, &a, sizeof(a), &d->chan_gen);
+	rc = cli_call(ctx, device, IPC_DBUF_ALLOC, &a, sizeof(a), &d->chan_gen, &st);
 	if (rc < 0)
+		st = cli_status_from_errno(rc);
+	if (st < 0)
 		goto err;
 	d->next = ctx->dbufs;
 	if (ctx->dbufs)
@@ -40,7 +45,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 err:
 	(void)pthread_mutex_unlock(&ctx->lock);
 	free(d);
-	return (gpux_status)rc;
+	return st;
 }
 
 /* Lock held. */
@@ -105,20 +110,19 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 	rc = cli_ensure(ctx);
 	if (rc < 0)
 		goto out;
+	/* Its memory went with the worker that held it. */
 	if (d->chan_gen != ctx->devs[d->device].chan_gen) {
-		rc = GPUX_E_WORKER_LOST;
+		rc = -ECONNRESET;
 		goto out;
 	}
 	rc = cli_seg_sync(ctx, b->seg, d->device);
 	if (rc == 0 && q)
 		rc = cli_queue_sync(ctx, q);
-	if (rc < 0) {
-		rc = cli_status_of(rc);
+	if (rc < 0)
 		goto out;
-	}
 	r = cli_req_new(ctx, d->device, false);
 	if (!r) {
-		rc = GPUX_E_NOMEM;
+		rc = -ENOMEM;
 		goto out;
 	}
 	c = (struct ipc_copy){
@@ -134,7 +138,6 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 	rc = n < 0 ? n : cli_send(ctx, d->device, ctx->sbuf, (size_t)n, NULL, 0);
 	if (rc < 0) {
 		cli_req_release(r);
-		rc = cli_status_of(rc);
 		goto out;
 	}
 	r->chan_gen = ctx->devs[d->device].chan_gen;
@@ -142,7 +145,7 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 	*ret_req = r;
 out:
 	(void)pthread_mutex_unlock(&ctx->lock);
-	return (gpux_status)rc;
+	return cli_status_from_errno(rc);
 }
 
 GPUX_EXPORT gpux_status gpux_dbuf_write(gpux_dbuf *dst, uint64_t dst_offset, gpux_buf *src,

@@ -60,8 +60,11 @@ static void module_free(gpux_ctx *ctx, gpux_module *m)
 	free(m);
 }
 
-/* Load on the first device that is up, and wait for the answer: compile errors show now. */
-static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log)
+/*
+ * Load on the first device that is up, and wait for the answer: compile errors show now.
+ * Returns 0 with *ret_status the worker's answer (and *ret_log its log, if any), or -errno.
+ */
+static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *ret_status)
 {
 	struct gpux_req *r;
 	uint32_t device = UINT32_MAX;
@@ -78,10 +81,10 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log)
 			if (cli_device_wait(ctx, i, mono_ns() + CLI_DEVICE_WAIT_NS) == 0)
 				device = i;
 		if (device == UINT32_MAX)
-			return GPUX_E_NODEV;
+			return -ENODEV;
 		r = cli_req_new(ctx, device, true);
 		if (!r)
-			return GPUX_E_NOMEM;
+			return -ENOMEM;
 		rc = send_load(ctx, m, device, r->id);
 		if (rc == -EPIPE) {
 			cli_req_release(r);
@@ -90,17 +93,17 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log)
 		}
 		if (rc < 0) {
 			cli_req_release(r);
-			return cli_status_of(rc);
+			return rc;
 		}
 		r->chan_gen = ctx->devs[device].chan_gen;
 		(void)cli_req_wait(r, 0);
-		rc = r->status;
+		*ret_status = r->status;
 		if (ret_log && r->message && *r->message)
 			*ret_log = strdup(r->message);
 		cli_req_release(r);
-		return rc;
+		return 0;
 	}
-	return GPUX_E_WORKER_LOST;
+	return -EPIPE;
 }
 
 GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
@@ -108,6 +111,7 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 					 gpux_module **ret_module, char **ret_log)
 {
 	gpux_module *m;
+	gpux_status st;
 	int rc;
 
 	if (ret_log)
@@ -149,12 +153,14 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 	if (ctx->modules)
 		ctx->modules->prev = m;
 	ctx->modules = m;
-	rc = load_now(ctx, m, ret_log);
+	rc = load_now(ctx, m, ret_log, &st);
 	if (rc < 0)
+		st = cli_status_from_errno(rc);
+	if (st < 0)
 		module_free(ctx, m);
 	(void)pthread_mutex_unlock(&ctx->lock);
-	if (rc < 0)
-		return (gpux_status)rc;
+	if (st < 0)
+		return st;
 	*ret_module = m;
 	return GPUX_OK;
 }

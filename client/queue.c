@@ -31,6 +31,7 @@ int cli_queue_sync(gpux_ctx *ctx, gpux_queue *q)
 GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_queue **ret_queue)
 {
 	struct ipc_queue_msg m;
+	gpux_status st;
 	gpux_queue *q;
 	int rc;
 
@@ -41,14 +42,18 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
 		return GPUX_E_NOMEM;
 	(void)pthread_mutex_lock(&ctx->lock);
 	rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
-	if (rc < 0)
+	if (rc < 0) {
+		st = cli_status_from_errno(rc);
 		goto err;
+	}
 	q->ctx = ctx;
 	q->device = device;
 	q->id = ++ctx->next_queue_id;
 	m = (struct ipc_queue_msg){ .queue = q->id };
-	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent);
+	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent, &st);
 	if (rc < 0)
+		st = cli_status_from_errno(rc);
+	if (st < 0)
 		goto err;
 	q->next = ctx->queues;
 	if (ctx->queues)
@@ -60,7 +65,7 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
 err:
 	(void)pthread_mutex_unlock(&ctx->lock);
 	free(q);
-	return (gpux_status)rc;
+	return st;
 }
 
 static void queue_free(gpux_ctx *ctx, gpux_queue *q)

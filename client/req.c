@@ -192,7 +192,7 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 			return 0;
 		}
 	}
-	return GPUX_E_NODEV;
+	return -ENODEV;
 }
 
 /* ---- submission ---- */
@@ -274,9 +274,9 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	}
 	for (uint32_t i = 0; i < nargs; i++) {
 		if (args[i].kind == GPUX_ARG_DBUF) {
-			/* Its memory went with the worker that held it. */
+			/* Its memory went with the worker that held it (not -EPIPE: no retry). */
 			if (args[i].dbuf->chan_gen != ctx->devs[device].chan_gen)
-				return GPUX_E_WORKER_LOST;
+				return -ECONNRESET;
 		} else if (args[i].kind != GPUX_ARG_SCALAR) {
 			rc = cli_seg_sync(ctx, args[i].buf->seg, device);
 			if (rc < 0)
@@ -351,6 +351,7 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	gpux_ctx *ctx;
 	struct gpux_req *r = NULL;
 	uint32_t device, dbuf_device;
+	gpux_status st;
 	size_t klen;
 	int rc;
 
@@ -360,9 +361,9 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	if (klen == 0 || klen > IPC_KERNEL_NAME_MAX)
 		return GPUX_E_INVAL;
 	ctx = m->ctx;
-	rc = check_args(ctx, args, nargs, &dbuf_device);
-	if (rc < 0)
-		return (gpux_status)rc;
+	st = check_args(ctx, args, nargs, &dbuf_device);
+	if (st < 0)
+		return st;
 	if (l->queue && l->queue->ctx != ctx)
 		return GPUX_E_INVAL;
 	/* Device buffers decide the device: a launch that names another is a mistake. */
@@ -388,14 +389,12 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 		if (rc < 0)
 			goto out;
 		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, 0);
-		if (rc < 0) {
-			rc = GPUX_E_IO;
+		if (rc < 0)
 			goto out;
-		}
 		if (!r) {
 			r = cli_req_new(ctx, device, false);
 			if (!r) {
-				rc = GPUX_E_NOMEM;
+				rc = -ENOMEM;
 				goto out;
 			}
 		}
@@ -407,13 +406,12 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	if (rc < 0) {
 		cli_req_release(r);
 		r = NULL;
-		rc = cli_status_of(rc);
 		goto out;
 	}
 	*ret_req = r;
 out:
 	(void)pthread_mutex_unlock(&ctx->lock);
-	return (gpux_status)rc;
+	return cli_status_from_errno(rc);
 }
 
 GPUX_EXPORT gpux_status gpux_wait(gpux_req *r, int64_t timeout_ms)
@@ -432,7 +430,10 @@ GPUX_EXPORT gpux_status gpux_wait(gpux_req *r, int64_t timeout_ms)
 		return GPUX_E_INVAL;
 	}
 	rc = cli_req_wait(r, timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC + 1);
-	st = rc == -ETIMEDOUT ? GPUX_E_AGAIN : rc < 0 ? GPUX_E_IO : r->status;
+	if (rc == -ETIMEDOUT)
+		st = GPUX_E_AGAIN;
+	else
+		st = rc < 0 ? cli_status_from_errno(rc) : r->status;
 	(void)pthread_mutex_unlock(&ctx->lock);
 	return st;
 }
@@ -513,21 +514,19 @@ GPUX_EXPORT gpux_status gpux_run(gpux_module *m, const char *kernel, const struc
 }
 
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
-	     uint64_t *ret_gen)
+	     uint64_t *ret_gen, gpux_status *ret_status)
 {
 	struct gpux_req *r = cli_req_new(ctx, device, true);
 	int n, rc;
 
 	if (!r)
-		return GPUX_E_NOMEM;
+		return -ENOMEM;
 	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);
 	rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
 	if (rc == 0) {
 		r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
 		(void)cli_req_wait(r, 0);
-		rc = r->status;
-	} else {
-		rc = cli_status_of(rc);
+		*ret_status = r->status;
 	}
 	cli_req_release(r);
 	return rc;

@@ -149,9 +149,10 @@ int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *
 			ctx->reader = true;
 			n = wait_events(ctx, ev, (int)ARRAY_SIZE(ev), ms, deadline, &ring);
 			ctx->reader = false;
+			/* epoll_wait()'s own errors (EBADF, EINVAL) mean nothing to a caller. */
 			if (n < 0 && errno != EINTR) {
 				(void)pthread_cond_broadcast(&ctx->cond);
-				return -errno;
+				return -EIO;
 			}
 			/* A full batch may have left some out: then look at everything. */
 			if (n == (int)ARRAY_SIZE(ev)) {

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/proto-helpers.c: what the tests of ipc/proto share: a buffer, fake fds, decoding. */
+#include "proto-helpers.h"
+
+const int test_fake_fds[IPC_FDS_MAX + 4] = { 100, 101, 102, 103, 104, 105, 106, 107 };
+
+uint8_t test_msgbuf[IPC_MSG_MAX + 64];
+
+int test_parse(const void *buf, size_t len, unsigned nfds, struct ipc_msg *ret)
+{
+	return ipc_msg_parse(buf, len, test_fake_fds, nfds, ret);
+}
+
+int test_decode_as(const struct ipc_msg *msg, uint16_t type, union test_decoded *ret)
+{
+	static union test_decoded scratch;
+	union test_decoded *u = ret ? ret : &scratch;
+
+	switch (type) {
+	case IPC_HELLO:
+		return ipc_decode_hello(msg, &u->hello);
+	case IPC_WELCOME:
+		return ipc_decode_welcome(msg, &u->welcome);
+	case IPC_DEVICE:
+		return ipc_decode_device(msg, &u->device);
+	case IPC_ATTACH:
+		return ipc_decode_attach(msg, &u->attach);
+	case IPC_READY:
+		return ipc_decode_ready(msg, &u->ready);
+	case IPC_SEG_ADD:
+		return ipc_decode_seg_add(msg, &u->seg_add);
+	case IPC_SEG_DROP:
+		return ipc_decode_seg_drop(msg, &u->seg_drop);
+	case IPC_MOD_LOAD:
+		return ipc_decode_mod_load(msg, &u->mod_load);
+	case IPC_MOD_DROP:
+		return ipc_decode_mod_drop(msg, &u->mod_drop);
+	case IPC_SUBMIT:
+		return ipc_decode_submit(msg, &u->submit);
+	case IPC_DONE:
+		return ipc_decode_done(msg, &u->done);
+	case IPC_STATUS_REQ:
+		return ipc_decode_status_req(msg, &u->status_req);
+	case IPC_STATUS:
+		return ipc_decode_status(msg, &u->status);
+	case IPC_KILLED:
+		return ipc_decode_killed(msg, &u->killed);
+	case IPC_QUEUE_OPEN:
+	case IPC_QUEUE_CLOSE:
+		return ipc_decode_queue(msg, type, &u->queue);
+	case IPC_DBUF_ALLOC:
+		return ipc_decode_dbuf_alloc(msg, &u->dbuf_alloc);
+	case IPC_DBUF_FREE:
+		return ipc_decode_dbuf_free(msg, &u->dbuf_free);
+	case IPC_COPY:
+		return ipc_decode_copy(msg, &u->copy);
+	case IPC_RINGS:
+		return ipc_decode_rings(msg, &u->rings);
+	case IPC_KICK:
+		return ipc_decode_kick(msg);
+	}
+	fail_msg("no decoder for type %u", type);
+	return 0;
+}
+
+int test_encode_decode(uint16_t type, unsigned nfds, const void *fixed, size_t fixed_len,
+		       const struct ipc_part *parts, unsigned nparts)
+{
+	struct ipc_msg msg;
+	int n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), type, 1, nfds, fixed, fixed_len, parts,
+			   nparts);
+
+	assert_true(n > 0);
+	assert_int_equal(test_parse(test_msgbuf, (size_t)n, nfds, &msg), 0);
+	return test_decode_as(&msg, type, NULL);
+}
+
+struct ipc_device_info test_good_info(uint32_t index)
+{
+	struct ipc_device_info info = TEST_GOOD_INFO(index, GPUX_BACKEND_HOST);
+
+	return info;
+}
+
+struct ipc_dev_status test_good_dev_status(uint32_t index)
+{
+	struct ipc_dev_status d = {
+		.info = test_good_info(index),
+		.state = GPUX_DEVICE_STARTING + index % 4,
+		.pid = 1000 + index,
+		.generation = index * 3,
+		.restarts = index,
+		.deaths_recent = index % 5,
+	};
+
+	test_random_fill(&d.stats, sizeof(d.stats), index);
+	return d;
+}
+
+void assert_arg_equal(const struct ipc_arg *a, const struct ipc_arg *b)
+{
+	assert_int_equal(a->kind, b->kind);
+	assert_int_equal(a->flags, b->flags);
+	assert_int_equal(a->ref, b->ref);
+	assert_int_equal(a->offset, b->offset);
+	assert_int_equal(a->size, b->size);
+}

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* supervisor/main.c: gpuxd: options, the listening socket, signals, start and stop. */
+/* supervisor/main.c: gpuxd: options, the listening socket, signals, daemonizing, the loop. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

@@ -55,7 +55,7 @@ struct wrk_backend_ops {
 		    struct wrk_limits *ret_limits, char **ret_msg);
 	void (*close)(void *dev);
 
-	/* Make a mapped segment usable for copies (register, pin); undone by unregister(). */
+	/* Make a mapped segment usable for copies (register, pin); undone by map_unregister(). */
 	int (*map_register)(void *dev, struct wrk_mapping *m, char **ret_msg);
 	void (*map_unregister)(void *dev, struct wrk_mapping *m);
 

@@ -98,7 +98,7 @@ struct cuda_module {
 	CUmodule mod;
 };
 
-/* "what: CUDA_ERROR_NAME (text)" for a completion's message. */
+/* "what: CUDA_ERROR_NAME" for a completion's message. */
 static char *cu_msg(struct cuda_dev *d, const char *what, CUresult r)
 {
 	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));

@@ -26,7 +26,7 @@
 #define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_CACHE_TTL_MS (600ULL * 1000)
 
-/* One line per device, tab-separated, for gpuxd: see supervisor/devices.c. */
+/* One line per device, tab-separated, for gpuxd: see parse_probe_line() in supervisor/workers.c. */
 static void probe_print(const char *backend, const struct ipc_device_info *d)
 {
 	char uuid[33];

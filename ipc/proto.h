@@ -267,7 +267,14 @@ struct ipc_stats {
 	uint64_t cache_entries;
 	uint64_t cache_evictions;
 	uint64_t dbuf_bytes;
-	uint64_t reserved[7];
+	/* How requests were handed on: a slow mode (wake-ups instead of spinning) shows here. */
+	uint64_t graph_launches; /* groups of requests launched as one CUDA graph */
+	uint64_t graph_requests; /* the requests in them */
+	uint64_t loop_sleeps;    /* times the worker's loop went to sleep: a wake-up each */
+	uint64_t kicks_sent;     /* IPC_KICKs to clients that were not looking at their ring */
+	uint64_t socket_msgs;    /* client messages that came by the socket, not the ring */
+	uint64_t blocking_waits; /* a back end's thread blocked for a request's end */
+	uint64_t slot_waits;     /* a queue waited in line for room in its slot */
 };
 _Static_assert(sizeof(struct ipc_stats) == 192, "wire ABI");
 

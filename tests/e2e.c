@@ -85,6 +85,16 @@ const char test_host_kernels[] =
 	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
 	"	while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);\n"
 	"}\n"
+	/* Busy for us microseconds: requests that take a while but not long. */
+	"GPUX_HOST_PARAMS(spin_us, 4);\n"
+	"GPUX_HOST_KERNEL(spin_us)\n"
+	"{\n"
+	"	uint32_t us = GPUX_ARG(uint32_t, 0);\n"
+	"	struct timespec a, b;\n"
+	"	clock_gettime(CLOCK_MONOTONIC, &a);\n"
+	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
+	"	while ((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000 < us);\n"
+	"}\n"
 	/* An illegal address, as a faulting GPU kernel has. */
 	"GPUX_HOST_PARAMS(crash, sizeof(float *));\n"
 	"GPUX_HOST_KERNEL(crash)\n"

@@ -110,7 +110,10 @@ static void print_json(const char *path, const struct ipc_status_msg *st)
 		       "\"modules\":%llu,\"module_mem_hits\":%llu,\"module_disk_hits\":%llu,"
 		       "\"module_compiles\":%llu,\"cache_hits\":%llu,\"cache_misses\":%llu,"
 		       "\"cache_bytes\":%llu,\"cache_entries\":%llu,\"cache_evictions\":%llu,"
-		       "\"dbuf_bytes\":%llu,\"mem_total\":%llu,\"mem_free\":%llu}",
+		       "\"dbuf_bytes\":%llu,\"mem_total\":%llu,\"mem_free\":%llu,"
+		       "\"graph_launches\":%llu,\"graph_requests\":%llu,\"loop_sleeps\":%llu,"
+		       "\"kicks_sent\":%llu,\"socket_msgs\":%llu,\"blocking_waits\":%llu,"
+		       "\"slot_waits\":%llu}",
 		       i ? "," : "", i, d.info.name,
 		       d.info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host", state_name(d.state),
 		       d.pid, d.generation, d.restarts, d.deaths_recent,
@@ -123,7 +126,10 @@ static void print_json(const char *path, const struct ipc_status_msg *st)
 		       (unsigned long long)s->cache_misses, (unsigned long long)s->cache_bytes,
 		       (unsigned long long)s->cache_entries, (unsigned long long)s->cache_evictions,
 		       (unsigned long long)s->dbuf_bytes, (unsigned long long)d.info.mem_total,
-		       (unsigned long long)s->mem_free);
+		       (unsigned long long)s->mem_free, (unsigned long long)s->graph_launches,
+		       (unsigned long long)s->graph_requests, (unsigned long long)s->loop_sleeps,
+		       (unsigned long long)s->kicks_sent, (unsigned long long)s->socket_msgs,
+		       (unsigned long long)s->blocking_waits, (unsigned long long)s->slot_waits);
 	}
 	printf("]}\n");
 }
@@ -158,6 +164,12 @@ static void print_table(const char *path, const struct ipc_status_msg *st)
 			       (unsigned long long)s->cache_entries,
 			       (unsigned long long)s->cache_bytes,
 			       (unsigned long long)s->cache_evictions);
+		printf("     hand-offs: %llu graphs of %llu requests, %llu loop sleeps, %llu kicks "
+		       "sent, %llu socket messages, %llu blocking waits, %llu slot waits\n",
+		       (unsigned long long)s->graph_launches, (unsigned long long)s->graph_requests,
+		       (unsigned long long)s->loop_sleeps, (unsigned long long)s->kicks_sent,
+		       (unsigned long long)s->socket_msgs, (unsigned long long)s->blocking_waits,
+		       (unsigned long long)s->slot_waits);
 	}
 }
 

@@ -20,6 +20,7 @@ struct wrk_kernel_info {
 	uint32_t param_size[IPC_ARGS_MAX];
 	uint32_t max_threads_per_block; /* for this kernel; 0: the device's limit */
 	uint32_t static_shared_bytes;
+	uint32_t shared_optin; /* the back end's: dynamic shared memory the kernel was allowed */
 };
 
 /* The device's launch limits, checked before every launch. */
@@ -76,9 +77,14 @@ struct wrk_backend_ops {
 	/* Streams: slot i of the worker's stream slots. */
 	int (*slot_open)(void *dev, unsigned slot, char **ret_msg);
 
-	/* Start a request's work (a launch or a copy) on its slot; completion comes through
-	 * wrk_req_complete(). */
-	int (*launch)(void *dev, struct wrk_req *r, char **ret_msg);
+	/*
+	 * Start the work of n requests (launches or copies), the next ones of slot `slot` in
+	 * order: first, first->next, ... (r->next stays the caller's). Every one of them ends
+	 * through wrk_reqs_complete(), in this order, r->status and r->error saying what failed
+	 * (a request the device refused too). The back end sets r->launched once all of a
+	 * request's work is queued.
+	 */
+	void (*launch)(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
 
 	/* Device memory that outlives requests (device buffers, cache entries). */
 	int (*dev_alloc)(void *dev, uint64_t size, void **ret_ptr, char **ret_msg);

@@ -59,6 +59,13 @@ static const struct entry entries[] = {
 	E(cuFuncSetAttribute, 9000),
 	E(cuFuncGetParamInfo, 12040),
 	E(cuLaunchKernel, 4000),
+	E(cuGraphCreate, 10000),
+	E(cuGraphDestroy, 10000),
+	E(cuGraphAddKernelNode, 12000),
+	E(cuGraphInstantiateWithFlags, 11040),
+	E(cuGraphExecDestroy, 10000),
+	E(cuGraphExecKernelNodeSetParams, 12000),
+	E(cuGraphLaunch, 10000),
 };
 
 /* Entries the worker cannot do without. */

@@ -56,6 +56,13 @@ struct cu_driver {
 	CU_FN(cuFuncSetAttribute);
 	CU_FN(cuFuncGetParamInfo); /* CUDA 12.4 and later; NULL before */
 	CU_FN(cuLaunchKernel);
+	CU_FN(cuGraphCreate);
+	CU_FN(cuGraphDestroy);
+	CU_FN(cuGraphAddKernelNode);
+	CU_FN(cuGraphInstantiateWithFlags);
+	CU_FN(cuGraphExecDestroy);
+	CU_FN(cuGraphExecKernelNodeSetParams);
+	CU_FN(cuGraphLaunch);
 };
 
 /*

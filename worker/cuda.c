@@ -1,42 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda.c: the CUDA back end: one device, its streams, zero-copy segments, launches, faults. */
+/* worker/cuda.c: the CUDA back end: one device, its context, memory, zero-copy segments, modules. */
 #include <errno.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <time.h>
 
-#include "compiler.h"
-#include "cuda-driver.h"
+#include "cuda-dev.h"
 #include "ipc/macro.h"
-#include "ipc/spin.h"
-#include "wrk.h"
-
-/*
- * The worker's loop thread enqueues each request on its slot's stream: the IN and INOUT
- * ranges copied from the client's registered pages into temporaries from the device's
- * stream-ordered pool, the launch, the OUT and INOUT ranges copied back, the temporaries
- * freed, all between two events. One waiter thread per slot waits for those events in order
- * (spinning briefly, then blocking) and reports each completion to the loop.
- */
-
-#define DEFAULT_SHARED (48u * 1024u)
-/* Between two looks at an event while spinning. */
-#define QUERY_GAP_NS 600u
-/* Host-device copies go at most this fast (bytes per ns): 60 GB/s, above what PCIe 5 and an
- * H200 give (55 GB/s), so that a waiter that sleeps for a copy wakes before it ends. */
-#define COPY_BYTES_PER_NS 60u
-/* A waiter sleeps through a long copy in naps this long at most until shortly before it should
- * end, then looks every NAP_FINE_NS until twice that time has passed (its timer slack is set
- * to 1 µs, so naps are about as long as asked). */
-#define NAP_MAX_NS (200 * NSEC_PER_USEC)
-#define NAP_EARLY_NS (30 * NSEC_PER_USEC)
-#define NAP_FINE_NS (10 * NSEC_PER_USEC)
-#define WAITER_TIMER_SLACK_NS 1000ul
 
 const char wrk_cuda_options_re[] =
 	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
@@ -46,109 +16,9 @@ const char wrk_cuda_options_re[] =
 	"--extra-device-vectorization|-dopt=(on|off)|--restrict|-default-device|"
 	"--device-as-default-execution-space)$";
 
-struct cuda_req {
-	struct cuda_req *next; /* in its slot's waiting list, or the free list */
-	struct wrk_req *r;
-	uint64_t seq; /* launch order, across slots */
-	CUevent start, end; /* timing events, around a request that asked for its device time */
-	CUevent done;       /* without timing (a twelfth of the cost): after any other request */
-	CUevent fin;        /* end or done: what the waiter waits for */
-	uint64_t copy_ns;   /* how long its copies take at least: the waiter sleeps through that */
-	unsigned ntemp;
-	CUdeviceptr temp[IPC_ARGS_MAX];
-};
-
-struct cuda_dev;
-
-struct cuda_slot {
-	struct cuda_dev *d;
-	CUstream stream;
-	pthread_t waiter;
-	bool started;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	struct cuda_req *head, *tail;
-	atomic_uint queued; /* in head..tail: what a waiter about to sleep spins on */
-	bool stop;
-};
-
-struct cuda_dev {
-	struct wrk *w;
-	struct cu_driver cu;
-	CUdevice dev;
-	CUcontext ctx;
-	bool ctx_retained;
-	CUmemoryPool pool;
-	int cc_major, cc_minor;
-	char arch[16];
-	uint32_t nvrtc_version;
-	struct wrk_compiler compiler;
-	struct cuda_slot slots[WRK_SLOTS_MAX];
-	unsigned nslots;
-	CUstream aux; /* allocations and uploads that belong to no request */
-	pthread_mutex_t free_lock;
-	struct cuda_req *free_reqs;
-	atomic_uint_fast64_t seq;       /* requests launched so far */
-	atomic_uint_fast64_t launching; /* the seq of the one being enqueued now, or 0 */
-	pthread_mutex_t fault_lock;
-	uint64_t culprit; /* the seq of the request a sticky error is blamed on; 0: none yet */
-};
-
-struct cuda_module {
-	CUmodule mod;
-};
-
-/* "what: CUDA_ERROR_NAME" for a completion's message. */
-static char *cu_msg(struct cuda_dev *d, const char *what, CUresult r)
+char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
 {
 	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
-}
-
-/*
- * Which request a sticky error is blamed on, decided once: every stream sees the error at
- * about the same time, so the first to see it tells nothing. The newest request still in
- * flight is taken (the last kernel started is the likeliest to have faulted; with one
- * request in flight, it is exact).
- */
-static uint64_t culprit(struct cuda_dev *d, uint64_t mine)
-{
-	uint64_t c;
-
-	(void)pthread_mutex_lock(&d->fault_lock);
-	if (!d->culprit) {
-		d->culprit = MAX(mine, (uint64_t)atomic_load(&d->launching));
-		for (unsigned i = 0; i < d->nslots; i++) {
-			struct cuda_slot *s = &d->slots[i];
-
-			(void)pthread_mutex_lock(&s->lock);
-			for (struct cuda_req *cr = s->head; cr; cr = cr->next)
-				d->culprit = MAX(d->culprit, cr->seq);
-			(void)pthread_mutex_unlock(&s->lock);
-		}
-	}
-	c = d->culprit;
-	(void)pthread_mutex_unlock(&d->fault_lock);
-	return c;
-}
-
-/* A request failed with e (what: where); returns whether the context is gone. */
-static bool fail_req(struct cuda_dev *d, struct wrk_req *r, CUresult e, const char *what)
-{
-	struct cuda_req *cr = r->backend;
-	bool sticky;
-	int st = wrk_cu_err(e, &sticky);
-
-	free(r->error);
-	if (sticky && culprit(d, cr->seq) != cr->seq) {
-		r->status = GPUX_E_WORKER_LOST;
-		r->error = wrk_strdup_printf("another request broke the device: %s",
-					     cu_err_name(&d->cu, e));
-	} else {
-		r->status = st;
-		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what,
-					     cu_err_name(&d->cu, e));
-	}
-	return sticky;
 }
 
 /* ---- probe and open ---- */
@@ -239,27 +109,7 @@ static void cuda_close(void *dv)
 
 	if (!d)
 		return;
-	for (unsigned i = 0; i < d->nslots; i++) {
-		struct cuda_slot *s = &d->slots[i];
-
-		if (s->started) {
-			(void)pthread_mutex_lock(&s->lock);
-			s->stop = true;
-			(void)pthread_cond_signal(&s->cond);
-			(void)pthread_mutex_unlock(&s->lock);
-			(void)pthread_join(s->waiter, NULL);
-		}
-		if (s->stream)
-			(void)d->cu.cuStreamDestroy(s->stream);
-	}
-	while (d->free_reqs) {
-		struct cuda_req *cr = d->free_reqs;
-		d->free_reqs = cr->next;
-		(void)d->cu.cuEventDestroy(cr->start);
-		(void)d->cu.cuEventDestroy(cr->end);
-		(void)d->cu.cuEventDestroy(cr->done);
-		free(cr);
-	}
+	cuda_slots_close(d);
 	wrk_compiler_stop(&d->compiler);
 	if (d->aux)
 		(void)d->cu.cuStreamDestroy(d->aux);
@@ -292,7 +142,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 	if (r == CUDA_SUCCESS)
 		r = d->cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
 	if (r != CUDA_SUCCESS) {
-		*ret_msg = cu_msg(d, "device", r);
+		*ret_msg = cuda_msg(d, "device", r);
 		rc = GPUX_E_NODEV;
 		goto err;
 	}
@@ -307,7 +157,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 	if (r == CUDA_SUCCESS)
 		r = d->cu.cuStreamCreate(&d->aux, CU_STREAM_NON_BLOCKING);
 	if (r != CUDA_SUCCESS) {
-		*ret_msg = cu_msg(d, "context", r);
+		*ret_msg = cuda_msg(d, "context", r);
 		rc = GPUX_E_DEVICE;
 		goto err;
 	}
@@ -352,6 +202,7 @@ static int cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP;
+	CUdeviceptr p = 0;
 	bool sticky;
 	CUresult r;
 
@@ -359,10 +210,18 @@ static int cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 		flags |= CU_MEMHOSTREGISTER_READ_ONLY;
 	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
 	if (r != CUDA_SUCCESS) {
-		*ret_msg = cu_msg(d, "registering a shared segment", r);
+		*ret_msg = cuda_msg(d, "registering a shared segment", r);
+		return wrk_cu_err(r, &sticky);
+	}
+	/* Mapped arguments point at these pages themselves: their device address, once. */
+	r = d->cu.cuMemHostGetDevicePointer(&p, m->seg.addr, 0);
+	if (r != CUDA_SUCCESS) {
+		(void)d->cu.cuMemHostUnregister(m->seg.addr);
+		*ret_msg = cuda_msg(d, "the device address of a shared segment", r);
 		return wrk_cu_err(r, &sticky);
 	}
 	m->reg = m->seg.addr;
+	m->dev_addr = p;
 	return 0;
 }
 
@@ -372,6 +231,7 @@ static void cuda_map_unregister(void *dv, struct wrk_mapping *m)
 
 	(void)d->cu.cuMemHostUnregister(m->reg);
 	m->reg = NULL;
+	m->dev_addr = 0;
 }
 
 /* ---- modules ---- */
@@ -436,7 +296,7 @@ static int cuda_module_load(void *dv, const uint8_t *image, size_t len, void **r
 		r = d->cu.cuModuleLoadData(&m->mod, image);
 	if (r != CUDA_SUCCESS) {
 		free(m);
-		*ret_msg = cu_msg(d, "loading the module", r);
+		*ret_msg = cuda_msg(d, "loading the module", r);
 		return wrk_cu_err(r, &sticky);
 	}
 	*ret_mod = m;
@@ -448,6 +308,7 @@ static void cuda_module_unload(void *dv, void *mod)
 	struct cuda_dev *d = dv;
 	struct cuda_module *m = mod;
 
+	cuda_graphs_forget(d, m);
 	(void)d->cu.cuModuleUnload(m->mod);
 	free(m);
 }
@@ -487,393 +348,6 @@ static int cuda_kernel_get(void *dv, void *mod, const char *name, struct wrk_ker
 	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn) == CUDA_SUCCESS)
 		ret->static_shared_bytes = (uint32_t)v;
 	return 0;
-}
-
-/* ---- running ---- */
-
-static void *waiter_main(void *arg);
-
-static int cuda_slot_open(void *dv, unsigned slot, char **ret_msg)
-{
-	struct cuda_dev *d = dv;
-	struct cuda_slot *s = &d->slots[slot];
-	CUresult r = d->cu.cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
-	int e;
-
-	if (r != CUDA_SUCCESS) {
-		*ret_msg = cu_msg(d, "cuStreamCreate", r);
-		return GPUX_E_DEVICE;
-	}
-	s->d = d;
-	(void)pthread_mutex_init(&s->lock, NULL);
-	(void)pthread_cond_init(&s->cond, NULL);
-	d->nslots = MAX(d->nslots, slot + 1);
-	e = pthread_create(&s->waiter, NULL, waiter_main, s);
-	if (e != 0) {
-		*ret_msg = wrk_strdup_printf("pthread_create: %s", strerror(e));
-		return GPUX_E_NOMEM;
-	}
-	s->started = true;
-	return 0;
-}
-
-static struct cuda_req *cuda_req_get(struct cuda_dev *d, CUresult *ret_err)
-{
-	struct cuda_req *cr;
-	CUresult r;
-
-	(void)pthread_mutex_lock(&d->free_lock);
-	cr = d->free_reqs;
-	if (cr)
-		d->free_reqs = cr->next;
-	(void)pthread_mutex_unlock(&d->free_lock);
-	if (cr)
-		return cr;
-	cr = calloc(1, sizeof(*cr));
-	if (!cr) {
-		*ret_err = CUDA_ERROR_OUT_OF_MEMORY;
-		return NULL;
-	}
-	r = d->cu.cuEventCreate(&cr->start, CU_EVENT_BLOCKING_SYNC);
-	if (r == CUDA_SUCCESS)
-		r = d->cu.cuEventCreate(&cr->end, CU_EVENT_BLOCKING_SYNC);
-	if (r == CUDA_SUCCESS)
-		r = d->cu.cuEventCreate(&cr->done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
-	if (r != CUDA_SUCCESS) {
-		if (cr->start)
-			(void)d->cu.cuEventDestroy(cr->start);
-		if (cr->end)
-			(void)d->cu.cuEventDestroy(cr->end);
-		free(cr);
-		*ret_err = r;
-		return NULL;
-	}
-	return cr;
-}
-
-static void cuda_req_put(struct cuda_dev *d, struct cuda_req *cr)
-{
-	cr->r = NULL;
-	cr->ntemp = 0;
-	(void)pthread_mutex_lock(&d->free_lock);
-	cr->next = d->free_reqs;
-	d->free_reqs = cr;
-	(void)pthread_mutex_unlock(&d->free_lock);
-}
-
-/*
- * Stream-ordered device memory; when there is none, cached inputs nobody uses go first, then
- * this tries once more.
- */
-static CUresult pool_alloc(struct cuda_dev *d, CUdeviceptr *p, uint64_t len, CUstream st)
-{
-	CUresult e = d->cu.cuMemAllocFromPoolAsync(p, len, d->pool, st);
-
-	if (e == CUDA_ERROR_OUT_OF_MEMORY && wrk_dcache_reclaim(d->w) > 0) {
-		(void)d->cu.cuStreamSynchronize(d->aux);
-		e = d->cu.cuMemAllocFromPoolAsync(p, len, d->pool, st);
-	}
-	return e;
-}
-
-/* A copy between a shared range (args[0], registered) and a device buffer (args[1]). */
-static CUresult enqueue_copy(struct cuda_dev *d, struct wrk_req *r, CUstream st, char **ret_msg)
-{
-	struct wrk_arg *h = &r->args[0], *dv = &r->args[1];
-	CUdeviceptr p = (CUdeviceptr)(uintptr_t)dv->dbuf->ptr + dv->offset;
-	CUresult e = h->kind == GPUX_ARG_IN ? d->cu.cuMemcpyHtoDAsync(p, h->host, h->len, st)
-					    : d->cu.cuMemcpyDtoHAsync(h->host, p, h->len, st);
-
-	if (e != CUDA_SUCCESS)
-		*ret_msg = strdup("copy");
-	return e;
-}
-
-/*
- * Enqueue the copies in, the launch, the copies out. Returns the first failure (what failed
- * in *ret_msg); what was enqueued before it still runs and is waited for.
- */
-static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_req *cr, CUstream st,
-			char **ret_msg)
-{
-	const struct wrk_kernel_info *ki = &r->kernel->info;
-	CUresult e;
-
-	for (unsigned i = 0; i < r->nargs; i++) {
-		struct wrk_arg *a = &r->args[i];
-		CUdeviceptr p = 0;
-
-		switch (a->kind) {
-		case GPUX_ARG_SCALAR:
-			continue;
-		case GPUX_ARG_MAPPED:
-			e = d->cu.cuMemHostGetDevicePointer(&p, a->map->seg.addr, 0);
-			if (e != CUDA_SUCCESS) {
-				*ret_msg = wrk_strdup_printf("argument %u: mapping its buffer", i);
-				return e;
-			}
-			p += a->offset;
-			break;
-		case GPUX_ARG_DBUF:
-			p = (CUdeviceptr)(uintptr_t)a->dbuf->ptr + a->offset;
-			break;
-		default:
-			if (a->centry) {
-				/* A cached input: wait for its upload, if that still runs. */
-				if (a->centry->ready) {
-					e = d->cu.cuStreamWaitEvent(st, (CUevent)a->centry->ready, 0);
-					if (e != CUDA_SUCCESS) {
-						*ret_msg = wrk_strdup_printf("argument %u: waiting for its "
-									     "upload", i);
-						return e;
-					}
-				}
-				p = (CUdeviceptr)(uintptr_t)a->centry->ptr;
-				break;
-			}
-			e = pool_alloc(d, &p, a->len, st);
-			if (e != CUDA_SUCCESS) {
-				*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device memory",
-							     i, (unsigned long long)a->len);
-				return e;
-			}
-			cr->temp[cr->ntemp++] = p;
-			if (a->kind != GPUX_ARG_OUT) {
-				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
-				if (e != CUDA_SUCCESS) {
-					*ret_msg = wrk_strdup_printf("argument %u: copy to the device", i);
-					return e;
-				}
-			}
-			break;
-		}
-		a->dev = (void *)(uintptr_t)p;
-		r->params[i] = &a->dev;
-	}
-	if (r->shared_bytes > DEFAULT_SHARED) {
-		e = d->cu.cuFuncSetAttribute(ki->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-					     (int)r->shared_bytes);
-		if (e != CUDA_SUCCESS) {
-			*ret_msg = strdup("raising the kernel's dynamic shared memory");
-			return e;
-		}
-	}
-	e = d->cu.cuLaunchKernel(ki->fn, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
-				 r->block[2], r->shared_bytes, st, r->params, NULL);
-	if (e != CUDA_SUCCESS) {
-		*ret_msg = strdup("launch");
-		return e;
-	}
-	for (unsigned i = 0; i < r->nargs; i++) {
-		struct wrk_arg *a = &r->args[i];
-
-		if ((a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT) || a->centry)
-			continue;
-		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
-		if (e != CUDA_SUCCESS) {
-			*ret_msg = wrk_strdup_printf("argument %u: copy from the device", i);
-			return e;
-		}
-	}
-	return CUDA_SUCCESS;
-}
-
-/* The bytes a request copies between host and device. */
-static uint64_t copy_bytes(const struct wrk_req *r)
-{
-	uint64_t n = 0;
-
-	if (r->kind == REQ_COPY)
-		return r->args[0].len;
-	for (unsigned i = 0; i < r->nargs; i++) {
-		const struct wrk_arg *a = &r->args[i];
-
-		if (a->centry)
-			continue;
-		if (a->kind == GPUX_ARG_IN || a->kind == GPUX_ARG_OUT)
-			n += a->len;
-		else if (a->kind == GPUX_ARG_INOUT)
-			n += 2 * a->len;
-	}
-	return n;
-}
-
-static int cuda_launch(void *dv, struct wrk_req *r, char **ret_msg)
-{
-	struct cuda_dev *d = dv;
-	struct cuda_slot *s = &d->slots[r->slot];
-	struct cuda_req *cr;
-	char *what = NULL;
-	bool sticky = false;
-	CUresult e = CUDA_SUCCESS;
-
-	cr = cuda_req_get(d, &e);
-	if (!cr) {
-		*ret_msg = cu_msg(d, "cuEventCreate", e);
-		return wrk_cu_err(e, &sticky);
-	}
-	cr->r = r;
-	cr->seq = atomic_fetch_add(&d->seq, 1) + 1;
-	/* In flight from now on, for blaming a fault, though in no slot's list yet. */
-	atomic_store(&d->launching, cr->seq);
-	r->backend = cr;
-	cr->fin = r->timed ? cr->end : cr->done;
-	cr->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
-	e = r->timed ? d->cu.cuEventRecord(cr->start, s->stream) : CUDA_SUCCESS;
-	if (e != CUDA_SUCCESS) {
-		atomic_store(&d->launching, 0);
-		cuda_req_put(d, cr);
-		*ret_msg = cu_msg(d, "cuEventRecord", e);
-		return wrk_cu_err(e, &sticky);
-	}
-	e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
-				: enqueue(d, r, cr, s->stream, &what);
-	if (e != CUDA_SUCCESS) {
-		/* Copies already queued may still read or write the client's pages: the request
-		 * ends only after the stream has passed them. */
-		r->sticky = fail_req(d, r, e, what ? what : "enqueue");
-		free(what);
-	}
-	for (unsigned i = 0; i < cr->ntemp; i++)
-		(void)d->cu.cuMemFreeAsync(cr->temp[i], s->stream);
-	e = d->cu.cuEventRecord(cr->fin, s->stream);
-	if (e != CUDA_SUCCESS) {
-		/* Nothing to wait for: the context is gone. */
-		if (r->status == 0)
-			r->sticky = fail_req(d, r, e, "cuEventRecord");
-		atomic_store(&d->launching, 0);
-		cuda_req_put(d, cr);
-		wrk_req_complete(r, true);
-		return 0;
-	}
-	(void)pthread_mutex_lock(&s->lock);
-	cr->next = NULL;
-	if (s->tail)
-		s->tail->next = cr;
-	else
-		s->head = cr;
-	s->tail = cr;
-	atomic_fetch_add(&s->queued, 1);
-	(void)pthread_cond_signal(&s->cond);
-	(void)pthread_mutex_unlock(&s->lock);
-	atomic_store(&d->launching, 0);
-	return 0;
-}
-
-/*
- * Wait for an event. A request with copies longer than a spin naps through them and looks
- * closely around when they should end (a blocked wait wakes late: measured 0.2-0.4 ms on an
- * H200); any other looks briefly (the round trip of short kernels); then it blocks. Looks are
- * paced: each query takes a lock of the driver's that the launching thread needs (measured on
- * an H200: a thread querying without pause costs launches 23% of their rate).
- */
-static CUresult wait_event(struct cuda_dev *d, struct cuda_req *cr)
-{
-	uint64_t now = mono_ns(), until;
-	CUevent ev = cr->fin;
-	CUresult r;
-
-	/* Naps are a kind of spinning: not where threads must not spin (GPUX_SPIN_US=0). */
-	if (d->w->spin_ns > 0 && cr->copy_ns > d->w->spin_ns) {
-		uint64_t coarse = now + cr->copy_ns - MIN(cr->copy_ns, NAP_EARLY_NS);
-		uint64_t fine = now + 2 * cr->copy_ns;
-		bool told = false;
-
-		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < fine) {
-			uint64_t nap = now < coarse ? MIN(coarse - now, NAP_MAX_NS) : NAP_FINE_NS;
-			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)nap };
-
-			if (now >= coarse && !told) {
-				wrk_req_soon(cr->r);
-				told = true;
-			}
-			(void)nanosleep(&ts, NULL);
-			now = mono_ns();
-		}
-		if (r != CUDA_ERROR_NOT_READY)
-			return r;
-	}
-	until = now + d->w->spin_ns;
-	for (;;) {
-		r = d->cu.cuEventQuery(ev);
-		if (r != CUDA_ERROR_NOT_READY)
-			return r;
-		for (uint64_t next = now + QUERY_GAP_NS; (now = mono_ns()) < next;)
-			cpu_relax();
-		if (now >= until)
-			return d->cu.cuEventSynchronize(ev);
-	}
-}
-
-static void finish(struct cuda_dev *d, struct cuda_req *cr, CUresult e)
-{
-	struct wrk_req *r = cr->r;
-	bool sticky = false;
-	float ms = 0;
-
-	r->t_end = mono_ns();
-	if (e == CUDA_SUCCESS) {
-		if (r->timed && d->cu.cuEventElapsedTime(&ms, cr->start, cr->end) == CUDA_SUCCESS)
-			r->device_ns = (uint64_t)((double)ms * 1e6);
-	} else {
-		sticky = fail_req(d, r, e, "running");
-	}
-	cuda_req_put(d, cr);
-	wrk_req_complete(r, sticky || r->sticky);
-}
-
-static void *waiter_main(void *arg)
-{
-	struct cuda_slot *s = arg;
-	struct cuda_dev *d = s->d;
-	sigset_t all;
-
-	sigfillset(&all);
-	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
-	(void)prctl(PR_SET_TIMERSLACK, WAITER_TIMER_SLACK_NS);
-	(void)d->cu.cuCtxSetCurrent(d->ctx);
-	for (;;) {
-		struct cuda_req *cr, *last;
-		CUresult e;
-
-		(void)pthread_mutex_lock(&s->lock);
-		if (!s->head && !s->stop) {
-			(void)pthread_mutex_unlock(&s->lock);
-			wrk_spin_for_work(d->w, &s->queued);
-			(void)pthread_mutex_lock(&s->lock);
-		}
-		while (!s->head && !s->stop)
-			(void)pthread_cond_wait(&s->cond, &s->lock);
-		cr = s->head;
-		last = s->tail;
-		(void)pthread_mutex_unlock(&s->lock);
-		if (!cr)
-			return NULL;
-		/* Under load, many wait in line: when the newest is done, all are (one stream), and
-		 * one query of the driver's stands for them all. */
-		if (last != cr && d->cu.cuEventQuery(last->fin) == CUDA_SUCCESS) {
-			e = CUDA_SUCCESS;
-		} else {
-			last = cr;
-			e = wait_event(d, cr);
-		}
-		/* The loop thread appends behind them meanwhile: take them off under the lock. */
-		(void)pthread_mutex_lock(&s->lock);
-		s->head = last->next;
-		if (!s->head)
-			s->tail = NULL;
-		(void)pthread_mutex_unlock(&s->lock);
-		for (;;) {
-			struct cuda_req *next = cr->next;
-			bool end = cr == last;
-
-			atomic_fetch_sub(&s->queued, 1);
-			finish(d, cr, e);
-			if (end)
-				break;
-			cr = next;
-		}
-	}
 }
 
 /* ---- memory that outlives requests ---- */
@@ -918,7 +392,7 @@ static int cuda_upload(void *dv, void *dst, const void *src, uint64_t len, void 
 	if (e != CUDA_SUCCESS) {
 		if (ev)
 			(void)d->cu.cuEventDestroy(ev);
-		*ret_msg = cu_msg(d, "upload", e);
+		*ret_msg = cuda_msg(d, "upload", e);
 		return wrk_cu_err(e, &sticky);
 	}
 	*ret_ready = ev;

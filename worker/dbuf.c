@@ -124,21 +124,22 @@ void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	r->kind = REQ_COPY;
 	(void)snprintf(r->name, sizeof(r->name), "copy");
 	to_dbuf = m.dir == IPC_COPY_TO_DBUF;
-	r->nargs = 2;
+	/* A request is reused: every field of its arguments is set, each counted once set. */
 	h = &r->args[0];
 	dv = &r->args[1];
-	h->kind = to_dbuf ? GPUX_ARG_IN : GPUX_ARG_OUT;
-	h->offset = m.seg_offset;
-	h->len = m.size;
+	*h = (struct wrk_arg){
+		.kind = to_dbuf ? GPUX_ARG_IN : GPUX_ARG_OUT,
+		.offset = m.seg_offset,
+		.len = m.size,
+	};
+	*dv = (struct wrk_arg){ .kind = GPUX_ARG_DBUF, .offset = m.dbuf_offset, .len = m.size };
+	r->nargs = 2;
 	h->map = wrk_segment_range(c, m.seg_id, m.seg_offset, m.size, !to_dbuf, 0, &status, &why);
 	if (!h->map) {
 		wrk_req_fail(r, status, why);
 		return;
 	}
 	h->host = (uint8_t *)h->map->seg.addr + m.seg_offset;
-	dv->kind = GPUX_ARG_DBUF;
-	dv->offset = m.dbuf_offset;
-	dv->len = m.size;
 	dv->dbuf = ipc_map_get(&c->dbufs, m.dbuf_id);
 	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
 		dv->dbuf = NULL;

@@ -651,7 +651,7 @@ static void *slot_main(void *arg)
 			run_request(r);
 		/* A kernel that faulted may have broken anything in this process: exit. */
 		fatal = r->status == GPUX_E_KERNEL_FAULT;
-		wrk_req_complete(r, fatal);
+		wrk_reqs_complete(&r, 1, fatal);
 		if (fatal)
 			break;
 	}
@@ -663,37 +663,43 @@ static void *slot_main(void *arg)
 	return NULL;
 }
 
-static int host_launch(void *dv, struct wrk_req *r, char **ret_msg)
+static void host_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned n)
 {
 	struct host_dev *d = dv;
-	struct host_slot *s = &d->slots[r->slot];
+	struct host_slot *s = &d->slots[slot];
+	struct wrk_req *r = first, *last = NULL;
 
-	/* A buffer's parameter is its data pointer, as for cuLaunchKernel: the client's pages
-	 * themselves, the device buffer's memory, or a cached input's copy. */
-	for (unsigned i = 0; i < r->nargs; i++) {
-		struct wrk_arg *a = &r->args[i];
+	for (unsigned k = 0; k < n; k++, r = r->next) {
+		/* A buffer's parameter is its data pointer, as for cuLaunchKernel: the client's
+		 * pages themselves, the device buffer's memory, or a cached input's copy. */
+		for (unsigned i = 0; i < r->nargs; i++) {
+			struct wrk_arg *a = &r->args[i];
 
-		if (a->kind == GPUX_ARG_SCALAR)
-			continue;
-		if (a->dbuf)
-			a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
-		else if (a->centry)
-			a->dev = a->centry->ptr;
-		else
-			a->dev = a->host;
-		r->params[i] = &a->dev;
+			if (a->kind == GPUX_ARG_SCALAR)
+				continue;
+			if (a->dbuf)
+				a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
+			else if (a->centry)
+				a->dev = a->centry->ptr;
+			else
+				a->dev = a->host;
+			r->params[i] = &a->dev;
+		}
+		r->launched = true;
+		r->backend = NULL;
+		if (last)
+			last->backend = r;
+		last = r;
 	}
-	r->backend = NULL;
 	(void)pthread_mutex_lock(&s->lock);
 	if (s->tail)
-		s->tail->backend = r;
+		s->tail->backend = first;
 	else
-		s->head = r;
-	s->tail = r;
-	atomic_fetch_add(&s->queued, 1);
+		s->head = first;
+	s->tail = last;
+	atomic_fetch_add(&s->queued, n);
 	(void)pthread_cond_signal(&s->cond);
 	(void)pthread_mutex_unlock(&s->lock);
-	return 0;
 }
 
 /* ---- memory that outlives requests: host memory here ---- */

@@ -317,6 +317,7 @@ static void worker_done(struct wrk *w)
 		w->be->close(w->dev);
 	w->done_fd = safe_close(w->done_fd);
 	ipc_map_done(&w->mappings);
+	wrk_reqs_free_cache(w);
 	ipc_loop_free(w->loop);
 	if (w->status)
 		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);

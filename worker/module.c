@@ -567,7 +567,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 
 /* A kernel of a ready module, looked up once and remembered. */
 int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
-		      const struct wrk_kernel **ret, char **ret_msg)
+		      struct wrk_kernel **ret, char **ret_msg)
 {
 	struct wrk_kernel *k;
 	int r;

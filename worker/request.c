@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/request.c: requests from submission to completion: checks, queues, slots, replies. */
-#include <assert.h>
+/* worker/request.c: requests from submission to completion: checks, completions, replies. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +12,9 @@
 #include "ipc/spin.h"
 #include "wrk.h"
 
-/* How much of a failed build's log each request that needed it gets. */
-#define FAILED_LOG_MAX 2048
+/* Ended requests kept for reuse: a request is 7 KiB, and most are made and ended by the
+ * hundred thousand a second. */
+#define FREE_REQS_MAX 1024u
 
 /* Answer request `id` (0: nobody waits for an answer) with a DONE. */
 static void send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
@@ -47,14 +48,6 @@ void wrk_client_unref(struct wrk_client *c)
 	free(c);
 }
 
-void wrk_queue_unref(struct wrk_queue *q)
-{
-	if (!q || --q->refs > 0)
-		return;
-	q->client->w->slots[q->slot].queues--;
-	free(q);
-}
-
 static void req_free(struct wrk_req *r)
 {
 	struct wrk *w = r->w;
@@ -74,9 +67,27 @@ static void req_free(struct wrk_req *r)
 		wrk_client_unref(r->client);
 	}
 	w->stats.inflight--;
-	free(r->data);
+	if (r->data != r->data_inline)
+		free(r->data);
 	free(r->error);
-	free(r);
+	if (w->nfree_reqs < FREE_REQS_MAX) {
+		r->next_done = w->free_reqs;
+		w->free_reqs = r;
+		w->nfree_reqs++;
+	} else {
+		free(r);
+	}
+}
+
+void wrk_reqs_free_cache(struct wrk *w)
+{
+	while (w->free_reqs) {
+		struct wrk_req *r = w->free_reqs;
+
+		w->free_reqs = r->next_done;
+		free(r);
+	}
+	w->nfree_reqs = 0;
 }
 
 void wrk_req_discard(struct wrk_req *r)
@@ -95,89 +106,6 @@ void wrk_req_fail(struct wrk_req *r, int status, char *error)
 
 #define req_failf(r, status, ...) wrk_req_fail((r), (status), wrk_strdup_printf(__VA_ARGS__))
 
-static struct wrk_queue *queue_new(struct wrk_client *c, uint32_t id)
-{
-	struct wrk *w = c->w;
-	struct wrk_queue *q = calloc(1, sizeof(*q));
-	unsigned best = 0;
-
-	if (!q)
-		return NULL;
-	/* The slot with the fewest queues, so that queues of different clients overlap. */
-	for (unsigned i = 1; i < w->nslots; i++)
-		if (w->slots[i].queues < w->slots[best].queues)
-			best = i;
-	q->id = id;
-	q->slot = best;
-	q->client = c;
-	q->refs = 1;
-	if (ipc_map_put(&c->queues, id, q) < 0) {
-		free(q);
-		return NULL;
-	}
-	w->slots[best].queues++;
-	return q;
-}
-
-/* Answer what a queue holds and has not started: it will never run. */
-static void queue_fail_pending(struct wrk_queue *q, int status, const char *why)
-{
-	struct wrk_req *r;
-
-	while ((r = q->pending_head)) {
-		q->pending_head = r->next;
-		wrk_req_fail(r, status, why ? strdup(why) : NULL);
-	}
-	q->pending_tail = NULL;
-}
-
-/* QUEUE_OPEN and QUEUE_CLOSE. Queue 0, the default, exists without being opened. */
-int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
-{
-	struct ipc_queue_msg m;
-	struct wrk_queue *q;
-	int r = ipc_decode_queue(msg, msg->hdr.type, &m);
-
-	if (r < 0 || m.queue == 0)
-		return -EBADMSG;
-	q = ipc_map_get(&c->queues, m.queue);
-	if (msg->hdr.type == IPC_QUEUE_CLOSE) {
-		if (!q)
-			return -EBADMSG;
-		(void)ipc_map_remove(&c->queues, m.queue);
-		q->closed = true;
-		/* Nobody would kick what it still holds again. */
-		queue_fail_pending(q, GPUX_E_INVAL, "its queue was closed");
-		wrk_queue_unref(q);
-		return 0;
-	}
-	if (q)
-		return -EBADMSG;
-	if (ipc_map_size(&c->queues) >= WRK_CLIENT_QUEUES_MAX)
-		r = GPUX_E_QUOTA;
-	else
-		r = queue_new(c, m.queue) ? GPUX_OK : GPUX_E_NOMEM;
-	wrk_reply(c, msg->hdr.id, r, r == GPUX_E_QUOTA ? "too many queues" : NULL);
-	return 0;
-}
-
-static void status_running(struct wrk *w, unsigned slot)
-{
-	struct wrk_req *r = w->slots[slot].head;
-	struct ipc_running *run = &w->status->running[slot];
-
-	ipc_status_write_begin(w->status);
-	if (r) {
-		run->client_id = r->client ? r->client->id : 0;
-		run->req_id = r->id;
-		run->started_ns = r->t_start;
-		run->deadline_ns = r->t_start + r->timeout_ms * NSEC_PER_MSEC;
-	} else {
-		memset(run, 0, sizeof(*run));
-	}
-	ipc_status_write_end(w->status);
-}
-
 /* The counters, and free memory when asked (a driver call: µs) or when it is older than
  * MEM_FREE_MAX_AGE_NS. */
 static void status_publish(struct wrk *w, bool mem)
@@ -185,6 +113,7 @@ static void status_publish(struct wrk *w, bool mem)
 	uint64_t now = mono_ns();
 
 	w->stats.clients = w->nclients;
+	w->stats.blocking_waits = atomic_load(&w->blocking_waits);
 	if (mem || now - w->mem_checked_ns >= MEM_FREE_MAX_AGE_NS) {
 		w->stats.mem_free = w->be->mem_free(w->dev);
 		w->mem_checked_ns = now;
@@ -199,8 +128,7 @@ void wrk_status_publish(struct wrk *w)
 	status_publish(w, true);
 }
 
-/* Everything that needs the module: the kernel, its parameters, the launch's shape. */
-static int req_check(struct wrk_req *r, char **ret_msg)
+int wrk_req_check(struct wrk_req *r, char **ret_msg)
 {
 	struct wrk *w = r->w;
 	const struct wrk_limits *lim = &w->limits;
@@ -265,94 +193,6 @@ static int req_check(struct wrk_req *r, char **ret_msg)
 	return 0;
 }
 
-static void slot_push(struct wrk *w, struct wrk_req *r)
-{
-	struct wrk_slot *s = &w->slots[r->slot];
-
-	r->next = NULL;
-	if (s->tail)
-		s->tail->next = r;
-	else
-		s->head = r;
-	s->tail = r;
-	if (s->head == r) {
-		r->t_start = mono_ns();
-		status_running(w, r->slot);
-	}
-}
-
-/* Take back the request just pushed, when its launch was refused. */
-static void slot_drop_tail(struct wrk *w, struct wrk_req *r)
-{
-	struct wrk_slot *s = &w->slots[r->slot];
-	struct wrk_req *prev = NULL;
-
-	assert(s->tail == r);
-	if (s->head != r)
-		for (prev = s->head; prev->next != r; prev = prev->next)
-			;
-	if (prev)
-		prev->next = NULL;
-	else
-		s->head = NULL;
-	s->tail = prev;
-	if (!prev)
-		status_running(w, r->slot);
-}
-
-/* Launch the queue's pending requests, in order, until one waits for its module. */
-void wrk_queue_kick(struct wrk_queue *q)
-{
-	struct wrk *w = q->client->w;
-	struct wrk_req *r;
-
-	while ((r = q->pending_head)) {
-		char *msg = NULL;
-		int rc;
-
-		if ((r->mod && r->mod->state == MOD_BUILDING) || w->fatal)
-			return;
-		q->pending_head = r->next;
-		if (!q->pending_head)
-			q->pending_tail = NULL;
-		r->next = NULL;
-
-		if (r->mod && r->mod->state == MOD_FAILED) {
-			/* The start of the log: a thousand failed requests must not carry a
-			 * thousand whole logs. */
-			wrk_req_fail(r, r->mod->status,
-				 r->mod->log ? strndup(r->mod->log, FAILED_LOG_MAX) : NULL);
-			continue;
-		}
-		rc = r->kind == REQ_LAUNCH ? req_check(r, &msg) : 0;
-		if (rc < 0) {
-			wrk_req_fail(r, rc, msg);
-			continue;
-		}
-		r->slot = q->slot;
-		slot_push(w, r);
-		rc = w->be->launch(w->dev, r, &msg);
-		if (rc < 0) {
-			/* Refused before any of its work was queued: it never ran. */
-			slot_drop_tail(w, r);
-			wrk_req_fail(r, rc, msg);
-			continue;
-		}
-		r->launched = true;
-	}
-}
-
-void wrk_kick_all(struct wrk *w)
-{
-	for (struct wrk_client *c = w->clients; c; c = c->next) {
-		struct wrk_queue *q;
-		size_t it = 0;
-
-		while (ipc_map_next(&c->queues, &it, NULL, (void **)&q))
-			wrk_queue_kick(q);
-	}
-}
-
 /*
  * The mapping of a client's segment range, held (a reference for the caller), or NULL with
  * a status and message: no such segment, an unusable one, a range outside it, a write to a
@@ -398,9 +238,7 @@ static int resolve_arg(struct wrk_client *c, struct wrk_req *r, unsigned i,
 	struct wrk_arg *d = &r->args[i];
 	int status = 0;
 
-	d->kind = a->kind;
-	d->offset = a->offset;
-	d->len = a->size;
+	*d = (struct wrk_arg){ .kind = a->kind, .offset = a->offset, .len = a->size };
 	switch (a->kind) {
 	case GPUX_ARG_SCALAR:
 		d->size = (uint32_t)a->size;
@@ -445,11 +283,19 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 		wrk_reply(c, id, GPUX_E_QUOTA, "too many requests in flight");
 		return NULL;
 	}
-	r = calloc(1, sizeof(*r));
-	if (!r) {
-		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
-		return NULL;
+	r = w->free_reqs;
+	if (r) {
+		w->free_reqs = r->next_done;
+		w->nfree_reqs--;
+	} else {
+		r = malloc(sizeof(*r));
+		if (!r) {
+			wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
+			return NULL;
+		}
 	}
+	/* The arguments are set one by one as they are resolved (nargs counts them). */
+	memset(r, 0, offsetof(struct wrk_req, args));
 	r->w = w;
 	r->client = c;
 	c->refs++;
@@ -458,28 +304,8 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 	r->id = id;
 	r->t_arrive = mono_ns();
 	r->timeout_ms = w->opts.timeout_ms;
+	r->data = r->data_inline;
 	return r;
-}
-
-/* Put a checked request behind the earlier ones of its queue (failing it if none). */
-void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id)
-{
-	struct wrk_queue *q = ipc_map_get(&c->queues, queue_id);
-
-	if (!q && queue_id == 0)
-		q = queue_new(c, 0);
-	if (!q) {
-		req_failf(r, GPUX_E_INVAL, "no such queue %u", queue_id);
-		return;
-	}
-	r->queue = q;
-	q->refs++;
-	if (q->pending_tail)
-		q->pending_tail->next = r;
-	else
-		q->pending_head = r;
-	q->pending_tail = r;
-	wrk_queue_kick(q);
 }
 
 /* SUBMIT: check what can be checked now, then queue it behind the queue's earlier requests. */
@@ -503,7 +329,7 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	r->timed = s.m.flags & GPUX_LAUNCH_TIMED;
 	if (s.m.timeout_ms)
 		r->timeout_ms = MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms);
-	memcpy(r->name, s.name, sizeof(r->name));
+	memcpy(r->name, s.name, strlen(s.name) + 1);
 	ref = ipc_map_get(&c->mods, s.m.mod_id);
 	if (!ref) {
 		req_failf(r, GPUX_E_INVAL, "no such module");
@@ -511,14 +337,16 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	}
 	r->mod = ref->mod;
 	r->mod->refs++;
-	if (s.m.data_len) {
+	if (s.m.data_len > sizeof(r->data_inline)) {
 		r->data = malloc(s.m.data_len);
 		if (!r->data) {
+			r->data = r->data_inline;
 			req_failf(r, GPUX_E_NOMEM, "out of memory");
 			return;
 		}
-		memcpy(r->data, s.data, s.m.data_len);
 	}
+	if (s.m.data_len)
+		memcpy(r->data, s.data, s.m.data_len);
 	for (unsigned i = 0; i < s.m.nargs; i++) {
 		char *why = NULL;
 		int rc;
@@ -547,40 +375,32 @@ void wrk_req_soon(struct wrk_req *r)
 		(void)write(w->done_fd, &one, sizeof(one));
 }
 
-void wrk_req_complete(struct wrk_req *r, bool fatal)
+void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 {
-	struct wrk *w = r->w;
-	uint64_t one = 1;
+	struct wrk *w = reqs[0]->w;
+	uint64_t one = 1, now = mono_ns();
 
-	if (!r->t_end)
-		r->t_end = mono_ns();
 	(void)pthread_mutex_lock(&w->done_lock);
-	r->next_done = w->done_reqs;
-	w->done_reqs = r;
+	for (unsigned i = 0; i < n; i++) {
+		struct wrk_req *r = reqs[i];
+
+		if (!r->t_end)
+			r->t_end = now;
+		r->next_done = w->done_reqs;
+		w->done_reqs = r;
+	}
 	atomic_store(&w->done_any, true);
 	if (fatal)
 		w->fatal = true;
 	(void)pthread_mutex_unlock(&w->done_lock);
-	/* A spinning loop finds it without being woken (see ipc_loop_set_spin()). */
+	/* A spinning loop finds them without being woken (see ipc_loop_set_spin()). */
 	if (!ipc_loop_spinning(w->loop))
 		(void)write(w->done_fd, &one, sizeof(one));
 }
 
 static void req_finish(struct wrk *w, struct wrk_req *r)
 {
-	struct wrk_slot *s = &w->slots[r->slot];
-	struct wrk_req *next;
-
-	/* A slot completes in order: this is its head. */
-	assert(s->head == r);
-	s->head = r->next;
-	if (!s->head)
-		s->tail = NULL;
-	next = s->head;
-	if (next)
-		next->t_start = MAX(r->t_end, next->t_arrive);
-	status_running(w, r->slot);
-
+	wrk_slot_end(w, r);
 	if (r->t_start > r->t_end)
 		r->t_start = r->t_end;
 	if (r->status < 0)
@@ -641,16 +461,4 @@ void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued)
 	until = mono_ns() + w->spin_ns;
 	while (!atomic_load_explicit(queued, memory_order_relaxed) && mono_ns() < until)
 		cpu_relax();
-}
-
-/* Fail every request not yet launched (a fatal error, or stopping). */
-void wrk_fail_all(struct wrk *w, int status, const char *why)
-{
-	for (struct wrk_client *c = w->clients; c; c = c->next) {
-		struct wrk_queue *q;
-		size_t it = 0;
-
-		while (ipc_map_next(&c->queues, &it, NULL, (void **)&q))
-			queue_fail_pending(q, status, why);
-	}
 }

@@ -18,27 +18,6 @@
 /* Records taken from one client's ring at a time, for fairness between clients. */
 #define RING_TAKE_MAX 64u
 
-static void client_free_queues(struct wrk_client *c)
-{
-	struct wrk_queue *q;
-
-	while ((q = ipc_map_pop(&c->queues))) {
-		struct wrk_req *r;
-
-		/* Requests not launched yet are dropped without an answer: nobody listens. */
-		while ((r = q->pending_head)) {
-			q->pending_head = r->next;
-			r->next = NULL;
-			r->status = GPUX_E_WORKER_LOST;
-			wrk_req_discard(r);
-		}
-		q->pending_tail = NULL;
-		q->closed = true;
-		wrk_queue_unref(q);
-	}
-	ipc_map_done(&c->queues);
-}
-
 /* Forget a client: its conn, segments, modules and queues. Requests in flight finish alone. */
 void wrk_client_drop(struct wrk_client *c)
 {
@@ -61,7 +40,7 @@ void wrk_client_drop(struct wrk_client *c)
 		c->next->prev = c->prev;
 	w->nclients--;
 
-	client_free_queues(c);
+	wrk_queues_free(c);
 	wrk_segments_free(c);
 	wrk_dbufs_free(c);
 	while ((ref = ipc_map_pop(&c->mods))) {
@@ -166,6 +145,8 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 {
 	struct wrk_client *c = userdata;
 
+	c->w->stats.socket_msgs++;
+
 	/* Records sent before this message come first, all of them. */
 	c->refs++;
 	(void)ring_take(c, c->sock_in, true);
@@ -177,6 +158,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 
 static void client_kick(struct wrk_client *c)
 {
+	c->w->stats.kicks_sent++;
 	if (ipc_conn_send(c->conn, &ipc_kick, sizeof(ipc_kick), NULL, 0) == 0)
 		c->sock_out++;
 }
@@ -349,8 +331,13 @@ static bool poll_work(void *userdata, bool sleeping)
 		take_done(w);
 		found = true;
 	}
+	/* What this round moved into the slots starts now, one batch per slot. */
+	wrk_slots_flush(w);
 	/* A request about to end: be there for it, not asleep. */
-	return found || (w->awake_until && mono_ns() < w->awake_until);
+	found |= w->awake_until && mono_ns() < w->awake_until;
+	if (sleeping && !found)
+		w->stats.loop_sleeps++;
+	return found;
 }
 
 static void on_signal(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)

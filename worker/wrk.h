@@ -72,6 +72,7 @@ struct wrk_mapping {
 	ino_t st_ino;
 	struct ipc_segment seg;
 	void *reg; /* the back end's registration */
+	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
 	uint32_t uid;
 	struct wrk_range_key keys[WRK_MAPPING_KEYS];
 	unsigned nkeys;
@@ -161,6 +162,8 @@ struct wrk_queue {
 	struct wrk_req *pending_head, *pending_tail; /* not launched yet, in order */
 	struct wrk_client *client;
 	bool closed;
+	bool waiting;               /* in its slot's line of queues waiting for room */
+	struct wrk_queue *wait_next;
 	int refs;
 };
 
@@ -208,40 +211,58 @@ enum wrk_req_kind {
 	REQ_COPY, /* args[0] is the shared range (IN or OUT), args[1] the device buffer's */
 };
 
+/* Scalar bytes a request keeps inline; more are allocated. */
+#define WRK_REQ_DATA_INLINE 512u
+
 struct wrk_req {
 	enum wrk_req_kind kind;
-	struct wrk_req *next;        /* in its queue's pending list, or the slot's in-flight list */
-	struct wrk_req *next_done;   /* in the completion list */
+	struct wrk_req *next;        /* in its queue's pending list, then its slot's list */
+	struct wrk_req *next_done;   /* in the completion list, or the free list */
 	struct wrk_req *next_soon;   /* in the list of requests about to end */
 	struct wrk *w;
 	struct wrk_client *client;
 	struct wrk_queue *queue;
 	struct wrk_module *mod;
-	const struct wrk_kernel *kernel;
+	struct wrk_kernel *kernel;
 	uint32_t id;
 	unsigned slot;
 	uint32_t grid[3], block[3];
 	uint32_t shared_bytes;
 	uint64_t timeout_ms;
-	char name[IPC_KERNEL_NAME_MAX + 1];
-	unsigned nargs;
-	struct wrk_arg args[IPC_ARGS_MAX];
-	uint8_t *data; /* scalar bytes */
-	void *params[IPC_ARGS_MAX];
-
 	uint64_t t_arrive, t_start, t_end;
 	uint64_t device_ns;
 	int status;
 	char *error;
-	bool launched; /* handed to the back end */
+	bool launched; /* the back end queued all of its work (its waits for uploads too) */
 	bool timed;    /* GPUX_LAUNCH_TIMED: measure device_ns */
 	bool sticky;   /* the back end broke its device enqueueing it */
 	void *backend; /* the back end's per-request state */
+	uint8_t *data; /* scalar bytes: data_inline, or allocated */
+	unsigned nargs;
+	/* Only the first nargs of these are set: a request is reused without clearing them. */
+	struct wrk_arg args[IPC_ARGS_MAX];
+	void *params[IPC_ARGS_MAX];
+	uint8_t data_inline[WRK_REQ_DATA_INLINE];
+	char name[IPC_KERNEL_NAME_MAX + 1];
 };
 
-/* A stream slot: requests launched there, in order. */
+/*
+ * Requests in flight on one slot (a stream) at most. Beyond it, queues wait in line and are
+ * let in turn by turn as requests end, so that one busy client cannot put a thousand
+ * requests between another's and the device. Deep enough to keep a GPU busy with empty
+ * kernels between two rounds of the worker's loop.
+ */
+#define WRK_SLOT_DEPTH 256u
+/* Requests a waiting queue may put in its slot per turn while others wait too. */
+#define WRK_QUEUE_TURN 16u
+
+/* A stream slot: requests handed to it, in order. */
 struct wrk_slot {
 	struct wrk_req *head, *tail;
+	struct wrk_req *unlaunched; /* from here to tail: taken this round, not handed over yet */
+	unsigned nunlaunched;
+	unsigned inflight;          /* head..tail */
+	struct wrk_queue *wait_head, *wait_tail; /* queues with work waiting for room, in turn */
 	unsigned queues; /* bound to it, for choosing the least used */
 };
 
@@ -271,6 +292,8 @@ struct wrk {
 	unsigned nidle;
 	struct wrk_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
+	struct wrk_req *free_reqs; /* ended requests kept for reuse */
+	unsigned nfree_reqs;
 
 	/* The device cache (worker/dcache.c). */
 	struct ipc_map centries; /* hash of (uid, len, key) -> chain of struct wrk_centry */
@@ -283,6 +306,7 @@ struct wrk {
 	struct wrk_req *soon_reqs; /* see wrk_req_soon() */
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
+	atomic_uint_fast64_t blocking_waits; /* a back end's thread blocked for a request's end */
 	bool fatal;           /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
@@ -318,37 +342,57 @@ void wrk_status_publish(struct wrk *w);
 /* worker/request.c */
 void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
 struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
-void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id);
 void wrk_req_fail(struct wrk_req *r, int status, char *error);
 struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
 				      uint64_t len, bool write, unsigned arg, int *ret_status,
 				      char **ret_msg);
+/* Free a request that never reached a slot, without an answer. */
 void wrk_req_discard(struct wrk_req *r);
-int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
-void wrk_queue_kick(struct wrk_queue *q);
-void wrk_kick_all(struct wrk *w);
+/* Check what needs the module: the kernel, its parameters, the launch's shape. */
+int wrk_req_check(struct wrk_req *r, char **ret_msg);
 void wrk_drain_done(struct wrk *w);
+/* The requests kept for reuse go (the worker stops). */
+void wrk_reqs_free_cache(struct wrk *w);
 
 /*
  * For a back end's thread about to sleep on its queue: look for up to w->spin_ns for
  * *queued (kept beside the queue, under its lock) to become non-zero. Lock not held.
  */
 void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
-void wrk_queue_unref(struct wrk_queue *q);
 void wrk_client_unref(struct wrk_client *c);
-void wrk_fail_all(struct wrk *w, int status, const char *why);
 
-/* Called by a back end, from any thread, when a request's work has finished (or failed:
- * r->status and r->error set). A sticky error also sets fatal. */
-void wrk_req_complete(struct wrk_req *r, bool fatal);
+/*
+ * Called by a back end, from any thread, when the work of n requests has finished (or
+ * failed: r->status and r->error set), each slot's in the order they were handed over. A
+ * sticky error also sets fatal.
+ */
+void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
 /*
  * Any thread: r, long running, should end within tens of µs. The loop and r's client are
  * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that
  * its end costs no wake-up (two of them cost a 256 MiB copy 3 to 5 % of its rate). Before
- * wrk_req_complete(r), at most once.
+ * r completes, at most once.
  */
 #define WRK_SOON_NS (200ull * 1000)
 void wrk_req_soon(struct wrk_req *r);
+
+/* worker/queue.c */
+int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
+/* Put a request, its arguments resolved, behind the earlier ones of its queue. */
+void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id);
+/* Move what a queue can start now into its slot (a module it waits for may be ready). */
+void wrk_queue_kick(struct wrk_queue *q);
+void wrk_queue_unref(struct wrk_queue *q);
+/* A client goes: its queues' requests not started are dropped without an answer. */
+void wrk_queues_free(struct wrk_client *c);
+void wrk_kick_all(struct wrk *w);
+/* Hand each slot's requests taken this round to the back end, in one batch per slot. */
+void wrk_slots_flush(struct wrk *w);
+/* A request handed to a slot has ended: take it off (the slot's first, but after a fault),
+ * publish what the slot runs now, and let waiting queues in. */
+void wrk_slot_end(struct wrk *w, struct wrk_req *r);
+/* Fail every request not yet started (a fatal error, or stopping). */
+void wrk_fail_all(struct wrk *w, int status, const char *why);
 
 /* worker/module.c */
 int wrk_modules_start(struct wrk *w);
@@ -358,7 +402,7 @@ void wrk_module_drop(struct wrk_client *c, uint64_t mod_id);
 void wrk_module_unref(struct wrk *w, struct wrk_module *m);
 void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
 int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
-		      const struct wrk_kernel **ret, char **ret_msg);
+		      struct wrk_kernel **ret, char **ret_msg);
 
 /* Compiler options a module may have: each back end's compiler takes them in a fixed argv. */
 #define WRK_OPTIONS_MAX 32u

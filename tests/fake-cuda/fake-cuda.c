@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cuda.h>
+#include "fake-cuda.h"
 
 /*
  * Enough of the Driver API for gpux-worker, reached through cuGetProcAddress_v2 as the real
@@ -19,56 +19,28 @@
  * before then. A few kernels are carried out for real, by name, on that memory:
  *
  *   saxpy(u64 n, f32 a, f32 *x, f32 *y, f32 *out)   add1(u64 n, f32 *in, f32 *out)
+ *   append(u32 v, u32 *log): log[1 + log[0]++] = v (the order kernels ran in)
  *   spin(u32 ms)   fault()   (an illegal address: the context is broken from then on)
  *
- * Parameters come from PTX (".entry name(.param .u64 ...)"); for a cubin they are unknown.
+ * Parameters come from PTX (".entry name(.param .u64 ...)"); for a cubin they are unknown to
+ * cuFuncGetParamInfo. Graphs (fake-graph.c) are chains of kernel nodes run in order.
  *
  * Environment: GPUX_FAKE_CUDA_DEVICES (1), GPUX_FAKE_CUDA_MEM (bytes of "device" memory,
- * 1 GiB), GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code;
- * a sticky code breaks the context as a fault would).
+ * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
+ * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
+ * code breaks the context as a fault would).
  */
 
-#define MAX_PARAMS 64
-
-struct fake_fn {
-	char name[256];
-	int nparams; /* -1: unknown */
-	size_t size[MAX_PARAMS];
-	size_t offset[MAX_PARAMS];
-	int max_dyn_shared;
-};
-
-struct fake_mod {
-	char *image;
-	size_t len;
-	bool ptx;
-	struct fake_fn *fns[64];
-	unsigned nfns;
-};
-
-struct fake_stream {
-	uint64_t ready_at; /* when the work queued so far is done */
-};
-
-struct fake_event {
-	uint64_t at;
-	unsigned flags;
-};
-
-struct fake_alloc {
-	struct fake_alloc *next;
-	void *p;
-	size_t len;
-};
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static CUresult sticky = CUDA_SUCCESS;
+pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
+CUresult fake_sticky = CUDA_SUCCESS;
 static size_t mem_used, mem_total = 1ull << 30;
 static struct fake_alloc *allocs;
 static char fail_fn[64];
 static unsigned fail_at, fail_calls;
 static CUresult fail_code;
 static int ndevices = 1;
+/* How long a kernel the fake does not know keeps its stream busy. */
+static uint64_t kernel_ns = 5000;
 static bool initialized;
 
 static uint64_t now_ns(void)
@@ -86,41 +58,35 @@ static bool is_sticky(CUresult r)
 	       r == CUDA_ERROR_ILLEGAL_INSTRUCTION || r == CUDA_ERROR_HARDWARE_STACK_ERROR;
 }
 
-/* The Nth call of the function named in GPUX_FAKE_CUDA_FAIL fails; then the context's state. */
-static CUresult enter(const char *fn)
+CUresult fake_enter(const char *fn)
 {
 	CUresult r = CUDA_SUCCESS;
 
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	if (fail_at && strcmp(fn, fail_fn) == 0 && ++fail_calls == fail_at) {
 		r = fail_code;
 		if (is_sticky(r))
-			sticky = r;
-	} else if (sticky != CUDA_SUCCESS) {
-		r = sticky;
+			fake_sticky = r;
+	} else if (fake_sticky != CUDA_SUCCESS) {
+		r = fake_sticky;
 	}
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return r;
 }
-
-#define ENTER(name)                                                                                \
-	do {                                                                                       \
-		CUresult _r = enter(name);                                                         \
-		if (_r != CUDA_SUCCESS)                                                            \
-			return _r;                                                                 \
-	} while (0)
 
 static CUresult f_init(unsigned flags)
 {
 	const char *e;
 
 	ENTER("cuInit");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	if (!initialized) {
 		if ((e = getenv("GPUX_FAKE_CUDA_DEVICES")))
 			ndevices = atoi(e);
 		if ((e = getenv("GPUX_FAKE_CUDA_MEM")))
 			mem_total = strtoull(e, NULL, 10);
+		if ((e = getenv("GPUX_FAKE_CUDA_KERNEL_NS")))
+			kernel_ns = strtoull(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
 			char fn[64];
 			unsigned at;
@@ -133,7 +99,7 @@ static CUresult f_init(unsigned flags)
 		}
 		initialized = true;
 	}
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return ndevices > 0 ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
@@ -271,10 +237,10 @@ static CUresult f_ctx_sync(void)
 static CUresult f_mem_info(size_t *free_b, size_t *total)
 {
 	ENTER("cuMemGetInfo");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	*free_b = mem_total - mem_used;
 	*total = mem_total;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -297,9 +263,9 @@ static CUresult f_stream_sync(CUstream s)
 	uint64_t now = now_ns(), at;
 
 	ENTER("cuStreamSynchronize");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	at = st->ready_at;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	if (at > now)
 		(void)usleep((useconds_t)((at - now) / 1000 + 1));
 	return CUDA_SUCCESS;
@@ -312,10 +278,10 @@ static CUresult f_stream_wait_event(CUstream s, CUevent e, unsigned flags)
 	struct fake_event *ev = (struct fake_event *)e;
 
 	ENTER("cuStreamWaitEvent");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	if (ev->at > st->ready_at)
 		st->ready_at = ev->at;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -345,9 +311,9 @@ static CUresult f_event_record(CUevent e, CUstream s)
 	uint64_t now = now_ns();
 
 	ENTER("cuEventRecord");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	ev->at = st->ready_at > now ? st->ready_at : now;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -357,9 +323,9 @@ static CUresult f_event_query(CUevent e)
 	bool ready;
 
 	ENTER("cuEventQuery");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	ready = now_ns() >= ev->at;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -371,9 +337,9 @@ static CUresult f_event_sync(CUevent e)
 	for (;;) {
 		uint64_t now = now_ns(), at;
 
-		(void)pthread_mutex_lock(&lock);
+		(void)pthread_mutex_lock(&fake_lock);
 		at = ev->at;
-		(void)pthread_mutex_unlock(&lock);
+		(void)pthread_mutex_unlock(&fake_lock);
 		if (now >= at)
 			break;
 		(void)usleep((useconds_t)((at - now) / 1000 + 1));
@@ -449,9 +415,9 @@ static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
 	struct fake_alloc *a;
 
 	ENTER("cuMemAllocFromPoolAsync");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	if (mem_used + n > mem_total) {
-		(void)pthread_mutex_unlock(&lock);
+		(void)pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a = calloc(1, sizeof(*a));
@@ -459,7 +425,7 @@ static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
 		a->p = malloc(n ? n : 1);
 	if (!a || !a->p) {
 		free(a);
-		(void)pthread_mutex_unlock(&lock);
+		(void)pthread_mutex_unlock(&fake_lock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	/* Uninitialised, as device memory is: poison it. */
@@ -468,7 +434,7 @@ static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
 	a->next = allocs;
 	allocs = a;
 	mem_used += n;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	*d = (CUdeviceptr)(uintptr_t)a->p;
 	return CUDA_SUCCESS;
 }
@@ -476,7 +442,7 @@ static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
 static CUresult f_free(CUdeviceptr d, CUstream s)
 {
 	ENTER("cuMemFreeAsync");
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	for (struct fake_alloc **pp = &allocs; *pp; pp = &(*pp)->next)
 		if ((*pp)->p == (void *)(uintptr_t)d) {
 			struct fake_alloc *a = *pp;
@@ -484,10 +450,10 @@ static CUresult f_free(CUdeviceptr d, CUstream s)
 			mem_used -= a->len;
 			free(a->p);
 			free(a);
-			(void)pthread_mutex_unlock(&lock);
+			(void)pthread_mutex_unlock(&fake_lock);
 			return CUDA_SUCCESS;
 		}
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -655,17 +621,36 @@ static CUresult f_param_info(CUfunction f, size_t i, size_t *off, size_t *size)
 
 #define P(type, i) (*(type *)params[(i)])
 
-static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-			 unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
-			 void **extra)
+int fake_param_sizes(const struct fake_fn *fn, size_t *sizes)
 {
-	struct fake_fn *fn = (struct fake_fn *)f;
-	struct fake_stream *st = (struct fake_stream *)s;
-	uint64_t busy = 5000, now = now_ns();
+	static const struct {
+		const char *name;
+		int n;
+		size_t sizes[5];
+	} known[] = {
+		{ "saxpy", 5, { 8, 4, 8, 8, 8 } }, { "add1", 3, { 8, 8, 8 } },
+		{ "spin", 1, { 4 } },		     { "append", 2, { 4, 8 } },
+	};
 
-	ENTER("cuLaunchKernel");
-	if ((uint64_t)bx * by * bz > 1024 || (int)shared > fn->max_dyn_shared)
-		return CUDA_ERROR_INVALID_VALUE;
+	if (fn->nparams >= 0) {
+		memcpy(sizes, fn->size, (size_t)fn->nparams * sizeof(*sizes));
+		return fn->nparams;
+	}
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (strcmp(fn->name, known[i].name) == 0) {
+			memcpy(sizes, known[i].sizes, (size_t)known[i].n * sizeof(*sizes));
+			return known[i].n;
+		}
+	return 0;
+}
+
+#define P(type, i) (*(type *)params[(i)])
+
+CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fake_stream *st,
+			 void **params)
+{
+	uint64_t busy = kernel_ns, now = now_ns();
+
 	if (strcmp(fn->name, "saxpy") == 0) {
 		uint64_t n = P(uint64_t, 0);
 		float a = P(float, 1);
@@ -679,18 +664,33 @@ static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 		float *out = P(float *, 2);
 		for (uint64_t i = 0; i < n && i < (uint64_t)gx * bx; i++)
 			out[i] = in[i] + 1;
+	} else if (strcmp(fn->name, "append") == 0) {
+		uint32_t *log = P(uint32_t *, 1);
+		log[1 + log[0]++] = P(uint32_t, 0);
 	} else if (strcmp(fn->name, "spin") == 0) {
 		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
 	} else if (strcmp(fn->name, "fault") == 0) {
 		/* Reported later, as a real fault is: at the next synchronisation. */
-		(void)pthread_mutex_lock(&lock);
-		sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
-		(void)pthread_mutex_unlock(&lock);
+		(void)pthread_mutex_lock(&fake_lock);
+		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+		(void)pthread_mutex_unlock(&fake_lock);
 	}
-	(void)pthread_mutex_lock(&lock);
+	(void)pthread_mutex_lock(&fake_lock);
 	st->ready_at = (st->ready_at > now ? st->ready_at : now) + busy;
-	(void)pthread_mutex_unlock(&lock);
+	(void)pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
+}
+
+static CUresult f_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+			 unsigned by, unsigned bz, unsigned shared, CUstream s, void **params,
+			 void **extra)
+{
+	struct fake_fn *fn = (struct fake_fn *)f;
+
+	ENTER("cuLaunchKernel");
+	if ((uint64_t)bx * by * bz > 1024 || (int)shared > fn->max_dyn_shared)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fake_run_kernel(fn, gx, bx, (struct fake_stream *)s, params);
 }
 
 static const struct {
@@ -738,6 +738,13 @@ static const struct {
 	{ "cuFuncSetAttribute", f_func_set_attr },
 	{ "cuFuncGetParamInfo", f_param_info },
 	{ "cuLaunchKernel", f_launch },
+	{ "cuGraphCreate", fake_graph_create },
+	{ "cuGraphDestroy", fake_graph_destroy },
+	{ "cuGraphAddKernelNode", fake_graph_add_kernel },
+	{ "cuGraphInstantiateWithFlags", fake_graph_instantiate },
+	{ "cuGraphExecDestroy", fake_exec_destroy },
+	{ "cuGraphExecKernelNodeSetParams", fake_exec_set_kernel },
+	{ "cuGraphLaunch", fake_graph_launch },
 };
 
 __attribute__((visibility("default"))) CUresult

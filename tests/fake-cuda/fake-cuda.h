@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/fake-cuda/fake-cuda.h: what the fake driver's files share. */
+#pragma once
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda.h>
+
+#define MAX_PARAMS 64
+
+struct fake_fn {
+	char name[256];
+	int nparams; /* -1: unknown */
+	size_t size[MAX_PARAMS];
+	size_t offset[MAX_PARAMS];
+	int max_dyn_shared;
+};
+
+struct fake_mod {
+	char *image;
+	size_t len;
+	bool ptx;
+	struct fake_fn *fns[64];
+	unsigned nfns;
+};
+
+struct fake_stream {
+	uint64_t ready_at; /* when the work queued so far is done */
+};
+
+struct fake_event {
+	uint64_t at;
+	unsigned flags;
+};
+
+struct fake_alloc {
+	struct fake_alloc *next;
+	void *p;
+	size_t len;
+};
+
+extern pthread_mutex_t fake_lock;
+extern CUresult fake_sticky;
+
+/* The Nth call of the function named in GPUX_FAKE_CUDA_FAIL fails; then the context's state. */
+CUresult fake_enter(const char *fn);
+
+#define ENTER(name)                                                                                \
+	do {                                                                                       \
+		CUresult _r = fake_enter(name);                                                    \
+		if (_r != CUDA_SUCCESS)                                                            \
+			return _r;                                                                 \
+	} while (0)
+
+/* The sizes of a kernel's parameters: from its PTX, else as the kernels the fake knows take
+ * them; how many. */
+int fake_param_sizes(const struct fake_fn *fn, size_t *sizes);
+
+/* Carry out a launch on stream s (its checks done): what the kernels the fake knows do. */
+CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fake_stream *st,
+			 void **params);
+
+/* fake-graph.c: the graph entry points, for cuGetProcAddress. */
+CUresult fake_graph_create(CUgraph *g, unsigned flags);
+CUresult fake_graph_destroy(CUgraph g);
+CUresult fake_graph_add_kernel(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
+			       const CUDA_KERNEL_NODE_PARAMS *p);
+CUresult fake_graph_instantiate(CUgraphExec *e, CUgraph g, unsigned long long flags);
+CUresult fake_exec_destroy(CUgraphExec e);
+CUresult fake_exec_set_kernel(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p);
+CUresult fake_graph_launch(CUgraphExec e, CUstream s);

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-cuda-graphs.c: the CUDA back end's batches as graphs, on the fake libcuda. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+/*
+ * A worker launches runs of one client's plain launches as one CUDA graph. To have such runs
+ * for sure, these tests fill a slot (one slot of WRK_SLOT_DEPTH = 256) behind a long kernel
+ * and put more behind it: when the long one ends (the fake's other kernels take no time,
+ * GPUX_FAKE_CUDA_KERNEL_NS=0), the waiting requests go in at once, one batch.
+ */
+
+#define SLOT_DEPTH 256u
+
+static const char ptx[] =
+	".version 8.0\n.target sm_90\n.address_size 64\n"
+	".visible .entry append(.param .u32 append_param_0, .param .u64 append_param_1)\n"
+	"{\n\tret;\n}\n"
+	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n";
+
+static void start(struct test_daemon *d, const char *fail)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "1", NULL };
+
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_KERNEL_NS", "0", 1), 0);
+	if (fail)
+		assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", fail, 1), 0);
+	test_daemon_start(d, args);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_KERNEL_NS"), 0);
+}
+
+static gpux_module *load_ptx(gpux_ctx *ctx)
+{
+	gpux_module *m = NULL;
+
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_PTX, ptx, sizeof(ptx), NULL, &m, NULL),
+			 GPUX_OK);
+	return m;
+}
+
+static struct ipc_stats stats(const struct test_daemon *d)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	return devs[0].stats;
+}
+
+static gpux_buf *new_log(gpux_ctx *ctx, uint32_t n)
+{
+	gpux_buf *b;
+
+	assert_int_equal(gpux_buf_alloc(ctx, (n + 1) * sizeof(uint32_t), &b), GPUX_OK);
+	memset(gpux_buf_data(b), 0, (n + 1) * sizeof(uint32_t));
+	return b;
+}
+
+static void submit_spin(gpux_module *m, uint32_t ms, gpux_req **ret)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	struct gpux_arg a = GPUX_ARG_VALUE(ms);
+
+	assert_int_equal(gpux_submit(m, "spin", &l, &a, 1, ret), GPUX_OK);
+}
+
+static void submit_append(gpux_module *m, uint32_t v, gpux_buf *log, gpux_req **ret)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	struct gpux_arg args[] = { GPUX_ARG_VALUE(v), gpux_arg_mapped(log, 0, gpux_buf_size(log)) };
+
+	assert_int_equal(gpux_submit(m, "append", &l, args, 2, ret), GPUX_OK);
+}
+
+/*
+ * Behind a full slot: appends of changing values to two logs in turn, then the same launch
+ * again and again (its nodes left as they are). Every log holds what was appended, in order,
+ * and most of it went through graphs.
+ */
+static void test_graphs_keep_order_and_parameters(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 3 * SLOT_DEPTH, SAME = 200 };
+	static gpux_req *r[N + SAME];
+	gpux_buf *a, *b, *c;
+	const uint32_t *pa, *pb, *pc;
+	gpux_req *spin;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	start(d, NULL);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	a = new_log(ctx, N);
+	b = new_log(ctx, N);
+	c = new_log(ctx, SAME);
+	submit_spin(m, 300, &spin);
+	for (uint32_t i = 0; i < N; i++)
+		submit_append(m, i, i % 2 ? b : a, &r[i]);
+	for (uint32_t i = 0; i < SAME; i++)
+		submit_append(m, 7, c, &r[N + i]);
+	assert_int_equal(gpux_wait(spin, -1), GPUX_OK);
+	gpux_req_free(spin);
+	for (uint32_t i = 0; i < N + SAME; i++) {
+		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
+		gpux_req_free(r[i]);
+	}
+	pa = gpux_buf_data(a);
+	pb = gpux_buf_data(b);
+	pc = gpux_buf_data(c);
+	assert_int_equal(pa[0], N / 2);
+	assert_int_equal(pb[0], N / 2);
+	for (uint32_t i = 0; i < N / 2; i++) {
+		if (pa[1 + i] != 2 * i || pb[1 + i] != 2 * i + 1)
+			fail_msg("position %u: %u and %u", i, pa[1 + i], pb[1 + i]);
+	}
+	assert_int_equal(pc[0], SAME);
+	for (uint32_t i = 0; i < SAME; i++)
+		assert_int_equal(pc[1 + i], 7);
+	/* What waited behind the full slot went in batches (its first refill alone is the
+	 * depth, less the long kernel's place). */
+	assert_true(stats(d).graph_requests >= SLOT_DEPTH / 2);
+	gpux_buf_free(c);
+	gpux_buf_free(b);
+	gpux_buf_free(a);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
+/* A node the driver refuses (not sticky): the batch goes one request at a time instead. */
+static void test_graphs_refused_node_falls_back(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 2 * SLOT_DEPTH };
+	static gpux_req *r[N];
+	gpux_req *spin;
+	gpux_buf *log;
+	gpux_module *m;
+	gpux_ctx *ctx;
+	const uint32_t *p;
+
+	start(d, "cuGraphExecKernelNodeSetParams:5:1");
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	log = new_log(ctx, N);
+	submit_spin(m, 300, &spin);
+	for (uint32_t i = 0; i < N; i++)
+		submit_append(m, i, log, &r[i]);
+	assert_int_equal(gpux_wait(spin, -1), GPUX_OK);
+	gpux_req_free(spin);
+	for (uint32_t i = 0; i < N; i++) {
+		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
+		gpux_req_free(r[i]);
+	}
+	p = gpux_buf_data(log);
+	assert_int_equal(p[0], N);
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(p[1 + i], i);
+	gpux_buf_free(log);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
+/*
+ * Two clients wait behind a full slot; the second graph launched breaks the device. Which
+ * kernel of a graph faulted the device does not say, so a graph holds one client's requests
+ * only: GPUX_E_KERNEL_FAULT goes to one client, the other sees GPUX_E_WORKER_LOST.
+ */
+static void test_graphs_fault_stays_with_one_client(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 200 };
+	static gpux_req *r[2][N], *fill[SLOT_DEPTH];
+	gpux_ctx *ctx[2];
+	gpux_module *m[2];
+	gpux_buf *log[2];
+	gpux_req *spin;
+	unsigned faults[2] = { 0, 0 };
+
+	start(d, "cuGraphLaunch:2:719");
+	for (int k = 0; k < 2; k++) {
+		ctx[k] = test_connect(d);
+		m[k] = load_ptx(ctx[k]);
+		log[k] = new_log(ctx[k], N);
+	}
+	submit_spin(m[0], 300, &spin);
+	/* The slot filled with launches that are no graph's (timed ones). */
+	for (uint32_t i = 0; i < SLOT_DEPTH; i++) {
+		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .flags = GPUX_LAUNCH_TIMED };
+		uint32_t zero = 0;
+		struct gpux_arg a = GPUX_ARG_VALUE(zero);
+
+		assert_int_equal(gpux_submit(m[0], "spin", &l, &a, 1, &fill[i]), GPUX_OK);
+	}
+	for (uint32_t i = 0; i < N; i++)
+		for (int k = 0; k < 2; k++)
+			submit_append(m[k], i, log[k], &r[k][i]);
+	(void)gpux_wait(spin, -1);
+	gpux_req_free(spin);
+	for (int k = 0; k < 2; k++)
+		for (uint32_t i = 0; i < N; i++) {
+			gpux_status st = gpux_wait(r[k][i], -1);
+
+			assert_true(st == GPUX_OK || st == GPUX_E_KERNEL_FAULT ||
+				    st == GPUX_E_WORKER_LOST);
+			if (st == GPUX_E_KERNEL_FAULT) {
+				assert_non_null(strstr(gpux_req_message(r[k][i]),
+						       "launched together"));
+				faults[k]++;
+			}
+			gpux_req_free(r[k][i]);
+		}
+	for (uint32_t i = 0; i < SLOT_DEPTH; i++) {
+		(void)gpux_wait(fill[i], -1);
+		gpux_req_free(fill[i]);
+	}
+	assert_true(faults[0] + faults[1] > 0);
+	assert_true(faults[0] == 0 || faults[1] == 0);
+	for (int k = 0; k < 2; k++) {
+		gpux_buf_free(log[k]);
+		gpux_module_free(m[k]);
+		gpux_disconnect(ctx[k]);
+	}
+	test_daemon_stop(d);
+}
+
+static int daemon_setup(void **state)
+{
+	*state = calloc(1, sizeof(struct test_daemon));
+	return *state ? 0 : -1;
+}
+
+static int daemon_teardown(void **state)
+{
+	test_daemon_stop(*state);
+	free(*state);
+	return 0;
+}
+
+#define WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, daemon_setup, daemon_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		WITH_DAEMON(test_graphs_keep_order_and_parameters),
+		WITH_DAEMON(test_graphs_refused_node_falls_back),
+		WITH_DAEMON(test_graphs_fault_stays_with_one_client),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/cuda-dev.h: the CUDA back end's device, shared by its device part and its launch part. */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compiler.h"
+#include "cuda-driver.h"
+#include "wrk.h"
+
+struct cuda_dev;
+struct cuda_group;
+struct cuda_graph;
+
+/* Requests launched as one CUDA graph at most; graphs of 2, 4, ... up to this many nodes. */
+#define CUDA_GRAPH_MAX 64u
+#define CUDA_GRAPH_SIZES 6u
+
+/* A stream, the requests launched on it in groups, and the thread that waits for them. */
+struct cuda_slot {
+	struct cuda_dev *d;
+	CUstream stream;
+	pthread_t waiter;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct cuda_group *head, *tail; /* launched, not ended, in order */
+	atomic_uint queued;             /* groups in head..tail: what a waiter about to sleep spins on */
+	bool stop;
+	struct cuda_graph *graphs[CUDA_GRAPH_SIZES]; /* loop thread; made when first needed */
+};
+
+struct cuda_dev {
+	struct wrk *w;
+	struct cu_driver cu;
+	CUdevice dev;
+	CUcontext ctx;
+	bool ctx_retained;
+	CUmemoryPool pool;
+	int cc_major, cc_minor;
+	char arch[16];
+	uint32_t nvrtc_version;
+	struct wrk_compiler compiler;
+	struct cuda_slot slots[WRK_SLOTS_MAX];
+	unsigned nslots;
+	CUstream aux; /* allocations and uploads that belong to no request */
+	pthread_mutex_t free_lock;
+	struct cuda_group *free_groups;
+	atomic_uint_fast64_t seq;       /* groups launched so far */
+	atomic_uint_fast64_t launching; /* the seq of the one being enqueued now, or 0 */
+	pthread_mutex_t fault_lock;
+	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
+};
+
+struct cuda_module {
+	CUmodule mod;
+};
+
+/* "what: CUDA_ERROR_NAME" for a completion's message. */
+char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r);
+
+/* worker/cuda-launch.c */
+int cuda_slot_open(void *dev, unsigned slot, char **ret_msg);
+/* Stop the waiters, let go of the streams, graphs and groups. */
+void cuda_slots_close(struct cuda_dev *d);
+void cuda_launch(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
+/* A module goes: graphs whose nodes last ran one of its kernels go too (loop thread). */
+void cuda_graphs_forget(struct cuda_dev *d, struct cuda_module *m);

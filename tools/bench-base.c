@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tools/bench-base.c: gpux-bench-base, the in-process CUDA baseline that gpux bench runs beside it. */
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,15 @@
  *   gpux-bench-base compile CUBIN     NVRTC in this process: write the cubin, its time
  *   gpux-bench-base rtt CUBIN N       empty kernel, launch and synchronise, N times
  *   gpux-bench-base rate CUBIN N      N launches back to back, one synchronisation
- *   gpux-bench-base bw BYTES REPS     copies from and to pinned memory, from pageable
+ *   gpux-bench-base threads CUBIN T N N launches from T threads of one context, a stream each
+ *   gpux-bench-base graph CUBIN L N   N launches as graphs of L kernel nodes in a chain, every
+ *                                     node's parameters set before each launch of its graph
+ *   gpux-bench-base bw CUBIN BYTES REPS
+ *                                     copies from and to pinned memory, from pageable; and a
+ *                                     copy in, the touch kernel, a copy out (what gpux's IN and
+ *                                     OUT arguments do)
+ *   gpux-bench-base costs CUBIN       what single driver calls cost, and round trips that end
+ *                                     in different ways (for choosing how gpux waits)
  *   gpux-bench-base startup CUBIN     cuInit, context, module, first result, from main()
  */
 
@@ -178,6 +188,223 @@ static int do_rate(const char *cubin, unsigned n)
 	return 0;
 }
 
+struct launcher {
+	CUfunction f;
+	unsigned n;
+	pthread_barrier_t *start;
+	uint64_t ns;
+};
+
+static void *launcher_main(void *arg)
+{
+	struct launcher *l = arg;
+	CUstream st;
+	uint64_t t0;
+
+	CHECK(cu.cuCtxSetCurrent(ctx));
+	CHECK(cu.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+	for (unsigned i = 0; i < 1000; i++)
+		CHECK(cu.cuLaunchKernel(l->f, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
+	CHECK(cu.cuStreamSynchronize(st));
+	(void)pthread_barrier_wait(l->start);
+	t0 = now();
+	for (unsigned i = 0; i < l->n; i++)
+		CHECK(cu.cuLaunchKernel(l->f, 1, 1, 1, 1, 1, 1, 0, st, NULL, NULL));
+	CHECK(cu.cuStreamSynchronize(st));
+	l->ns = now() - t0;
+	return NULL;
+}
+
+/* T threads of one context, a stream each: the rate of all of them together. */
+static int do_threads(const char *cubin, unsigned t, unsigned n)
+{
+	pthread_t th[64];
+	struct launcher l[64];
+	pthread_barrier_t start;
+	uint64_t slowest = 0;
+	CUfunction f;
+
+	if (t == 0 || t > 64)
+		return 2;
+	init();
+	f = load(cubin, "empty");
+	(void)pthread_barrier_init(&start, NULL, t);
+	for (unsigned i = 0; i < t; i++) {
+		l[i] = (struct launcher){ .f = f, .n = n / t, .start = &start };
+		if (pthread_create(&th[i], NULL, launcher_main, &l[i]) != 0)
+			return 1;
+	}
+	for (unsigned i = 0; i < t; i++) {
+		(void)pthread_join(th[i], NULL);
+		if (l[i].ns > slowest)
+			slowest = l[i].ns;
+	}
+	printf("launches_per_s %.0f\n", (double)(n / t * t) / ((double)slowest / 1e9));
+	return 0;
+}
+
+/* A chain of len kernel nodes of f, instantiated. */
+static CUgraphExec chain(CUfunction f, unsigned len, CUgraphNode *nodes)
+{
+	CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+				      .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1 };
+	CUgraphExec exec;
+	CUgraph g;
+
+	CHECK(cu.cuGraphCreate(&g, 0));
+	for (unsigned i = 0; i < len; i++)
+		CHECK(cu.cuGraphAddKernelNode(&nodes[i], g, i ? &nodes[i - 1] : NULL, i ? 1 : 0, &p));
+	CHECK(cu.cuGraphInstantiateWithFlags(&exec, g, 0));
+	return exec;
+}
+
+/* Graphs of len nodes, every node's parameters set before each launch: launches per second. */
+static int do_graph(const char *cubin, unsigned len, unsigned n)
+{
+	CUgraphNode nodes[512];
+	CUgraphExec exec;
+	CUfunction f;
+	uint64_t t0;
+
+	if (len == 0 || len > 512)
+		return 2;
+	init();
+	f = load(cubin, "empty");
+	exec = chain(f, len, nodes);
+	for (unsigned round = 0; round < 2; round++) {
+		CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1,
+					      .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+					      .blockDimZ = 1 };
+		unsigned graphs = round ? n / len : 1000 / len + 1;
+
+		t0 = now();
+		for (unsigned i = 0; i < graphs; i++) {
+			for (unsigned k = 0; k < len; k++)
+				CHECK(cu.cuGraphExecKernelNodeSetParams(exec, nodes[k], &p));
+			CHECK(cu.cuGraphLaunch(exec, stream));
+		}
+		CHECK(cu.cuStreamSynchronize(stream));
+		if (round)
+			printf("launches_per_s %.0f\n",
+			       (double)(graphs * len) / ((double)(now() - t0) / 1e9));
+	}
+	return 0;
+}
+
+/* An entry point of the driver that gpux itself does not use. */
+static void *driver_fn(const char *name)
+{
+	CUresult (*get)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *) =
+		(CUresult(*)(const char *, void **, int, cuuint64_t,
+			     CUdriverProcAddressQueryResult *))dlsym(cu.lib, "cuGetProcAddress_v2");
+	CUdriverProcAddressQueryResult found;
+	void *fn = NULL;
+
+	if (!get || get(name, &fn, cu.version, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS)
+		return NULL;
+	return fn;
+}
+
+static uint64_t median_of(uint64_t *t, unsigned n)
+{
+	qsort(t, n, sizeof(*t), cmp);
+	return t[n / 2];
+}
+
+/*
+ * What single calls cost (ns each, averaged over many), and round trips of an empty kernel
+ * that end in four ways: cuStreamSynchronize; an event, spun on with cuEventQuery; an event,
+ * waited for with cuEventSynchronize; a 64-bit word the stream writes to mapped host memory,
+ * spun on (cuStreamWriteValue64).
+ */
+static int do_costs(const char *cubin)
+{
+	enum { N = 20000, RTT = 2000 };
+	static uint64_t t[RTT];
+	CUresult (*write64)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
+	CUresult (*host_alloc)(void **, size_t, unsigned);
+	volatile uint64_t *word = NULL;
+	CUdeviceptr word_dev = 0;
+	CUgraphNode nodes[64];
+	CUgraphExec exec;
+	CUfunction f;
+	CUevent ev;
+	uint64_t t0;
+
+	init();
+	f = load(cubin, "empty");
+	write64 = driver_fn("cuStreamWriteValue64");
+	host_alloc = driver_fn("cuMemHostAlloc");
+	CHECK(cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+	if (write64 && host_alloc &&
+	    host_alloc((void **)&word, 4096, CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS)
+		CHECK(cu.cuMemHostGetDevicePointer(&word_dev, (void *)word, 0));
+	t0 = now();
+	for (unsigned i = 0; i < N; i++)
+		CHECK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
+	CHECK(cu.cuStreamSynchronize(stream));
+	printf("launch_ns %.1f\n", (double)(now() - t0) / N);
+	t0 = now();
+	for (unsigned i = 0; i < N; i++)
+		CHECK(cu.cuEventRecord(ev, stream));
+	CHECK(cu.cuStreamSynchronize(stream));
+	printf("event_record_ns %.1f\n", (double)(now() - t0) / N);
+	t0 = now();
+	for (unsigned i = 0; i < N; i++)
+		(void)cu.cuEventQuery(ev);
+	printf("event_query_ns %.1f\n", (double)(now() - t0) / N);
+	exec = chain(f, 64, nodes);
+	{
+		CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1,
+					      .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+					      .blockDimZ = 1 };
+		t0 = now();
+		for (unsigned i = 0; i < N; i++)
+			CHECK(cu.cuGraphExecKernelNodeSetParams(exec, nodes[i % 64], &p));
+		printf("graph_node_set_ns %.1f\n", (double)(now() - t0) / N);
+	}
+	t0 = now();
+	for (unsigned i = 0; i < N / 64; i++)
+		CHECK(cu.cuGraphLaunch(exec, stream));
+	CHECK(cu.cuStreamSynchronize(stream));
+	printf("graph64_launch_ns %.1f\n", (double)(now() - t0) / (N / 64));
+	if (word_dev) {
+		t0 = now();
+		for (unsigned i = 0; i < N; i++)
+			CHECK(write64(stream, word_dev, i, 0));
+		CHECK(cu.cuStreamSynchronize(stream));
+		printf("write_value_ns %.1f\n", (double)(now() - t0) / N);
+	}
+	for (unsigned how = 0; how < 4; how++) {
+		if (how == 3 && !word_dev)
+			break;
+		for (unsigned i = 0; i < RTT; i++) {
+			uint64_t a = now();
+
+			CHECK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
+			if (how == 0) {
+				CHECK(cu.cuStreamSynchronize(stream));
+			} else if (how == 1) {
+				CHECK(cu.cuEventRecord(ev, stream));
+				while (cu.cuEventQuery(ev) == CUDA_ERROR_NOT_READY)
+					;
+			} else if (how == 2) {
+				CHECK(cu.cuEventRecord(ev, stream));
+				CHECK(cu.cuEventSynchronize(ev));
+			} else {
+				CHECK(write64(stream, word_dev, i + 1, 0));
+				while (*word != i + 1)
+					;
+			}
+			t[i] = now() - a;
+		}
+		printf("rtt_%s_p50_ns %llu\n",
+		       how == 0 ? "sync" : how == 1 ? "event_spin" : how == 2 ? "event_sync" : "word_spin",
+		       (unsigned long long)median_of(t + RTT / 10, RTT - RTT / 10));
+	}
+	return 0;
+}
+
 /* The median time of reps copies of `bytes`, host to device or back. */
 static uint64_t copy_ns(void *host, CUdeviceptr d, size_t bytes, unsigned reps, int to_device)
 {
@@ -199,14 +426,40 @@ static uint64_t copy_ns(void *host, CUdeviceptr d, size_t bytes, unsigned reps, 
 	return m;
 }
 
-static int do_bw(size_t bytes, unsigned reps)
+/* The median time of reps of: a copy in, the touch kernel on it, or the kernel, a copy out. */
+static uint64_t kernel_copy_ns(CUfunction touch, void *host, CUdeviceptr d, size_t bytes,
+			       unsigned reps, int to_device)
+{
+	uint64_t *t = calloc(reps, sizeof(*t)), m;
+	void *params[] = { &d };
+
+	for (unsigned i = 0; i < reps + 1; i++) {
+		uint64_t t0 = now();
+		if (to_device)
+			CHECK(cu.cuMemcpyHtoDAsync(d, host, bytes, stream));
+		CHECK(cu.cuLaunchKernel(touch, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+		if (!to_device)
+			CHECK(cu.cuMemcpyDtoHAsync(host, d, bytes, stream));
+		CHECK(cu.cuStreamSynchronize(stream));
+		if (i > 0)
+			t[i - 1] = now() - t0;
+	}
+	qsort(t, reps, sizeof(*t), cmp);
+	m = t[reps / 2];
+	free(t);
+	return m;
+}
+
+static int do_bw(const char *cubin, size_t bytes, unsigned reps)
 {
 	CUmemoryPool pool;
 	CUdeviceptr d;
+	CUfunction touch;
 	void *pinned, *pageable;
-	uint64_t h2d, d2h, page;
+	uint64_t h2d, d2h, page, in_k, out_k;
 
 	init();
+	touch = load(cubin, "touch");
 	CHECK(cu.cuDeviceGetDefaultMemPool(&pool, dev));
 	CHECK(cu.cuMemAllocFromPoolAsync(&d, bytes, pool, stream));
 	pageable = malloc(bytes);
@@ -219,8 +472,12 @@ static int do_bw(size_t bytes, unsigned reps)
 	h2d = copy_ns(pinned, d, bytes, reps, 1);
 	d2h = copy_ns(pinned, d, bytes, reps, 0);
 	page = copy_ns(pageable, d, bytes, reps, 1);
-	printf("pinned_h2d_ns %llu\npinned_d2h_ns %llu\npageable_h2d_ns %llu\n",
-	       (unsigned long long)h2d, (unsigned long long)d2h, (unsigned long long)page);
+	in_k = kernel_copy_ns(touch, pinned, d, bytes, reps, 1);
+	out_k = kernel_copy_ns(touch, pinned, d, bytes, reps, 0);
+	printf("pinned_h2d_ns %llu\npinned_d2h_ns %llu\npageable_h2d_ns %llu\n"
+	       "h2d_kernel_ns %llu\nkernel_d2h_ns %llu\n",
+	       (unsigned long long)h2d, (unsigned long long)d2h, (unsigned long long)page,
+	       (unsigned long long)in_k, (unsigned long long)out_k);
 	return 0;
 }
 
@@ -245,10 +502,19 @@ int main(int argc, char **argv)
 		return do_rtt(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
 	if (argc == 4 && strcmp(argv[1], "rate") == 0)
 		return do_rate(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
-	if (argc == 4 && strcmp(argv[1], "bw") == 0)
-		return do_bw(strtoull(argv[2], NULL, 10), (unsigned)strtoul(argv[3], NULL, 10));
+	if (argc == 5 && strcmp(argv[1], "threads") == 0)
+		return do_threads(argv[2], (unsigned)strtoul(argv[3], NULL, 10),
+				  (unsigned)strtoul(argv[4], NULL, 10));
+	if (argc == 5 && strcmp(argv[1], "graph") == 0)
+		return do_graph(argv[2], (unsigned)strtoul(argv[3], NULL, 10),
+				(unsigned)strtoul(argv[4], NULL, 10));
+	if (argc == 5 && strcmp(argv[1], "bw") == 0)
+		return do_bw(argv[2], strtoull(argv[3], NULL, 10), (unsigned)strtoul(argv[4], NULL, 10));
+	if (argc == 3 && strcmp(argv[1], "costs") == 0)
+		return do_costs(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "startup") == 0)
 		return do_startup(argv[2]);
-	(void)fprintf(stderr, "usage: gpux-bench-base compile|rtt|rate|bw|startup ...\n");
+	(void)fprintf(stderr, "usage: gpux-bench-base compile|rtt|rate|threads|graph|bw|costs|startup "
+			      "...\n");
 	return 2;
 }

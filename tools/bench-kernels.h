@@ -6,6 +6,10 @@ static const char bench_kernels[] =
 	"extern \"C\" __global__ void empty()\n"
 	"{\n"
 	"}\n"
+	/* An empty kernel with a parameter: launches that differ each time. */
+	"extern \"C\" __global__ void scalar(unsigned v)\n"
+	"{\n"
+	"}\n"
 	/* Touches one element: the arguments' copies are what is measured. */
 	"extern \"C\" __global__ void touch(float *p)\n"
 	"{\n"
@@ -51,6 +55,10 @@ static const char bench_kernels[] =
 static const char bench_kernels_host[] =
 	"GPUX_HOST_PARAMS(empty);\n"
 	"GPUX_HOST_KERNEL(empty)\n"
+	"{\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(scalar, 4);\n"
+	"GPUX_HOST_KERNEL(scalar)\n"
 	"{\n"
 	"}\n"
 	"GPUX_HOST_PARAMS(touch, sizeof(float *));\n"

@@ -18,29 +18,12 @@
 #include <unistd.h>
 
 #include "bench-kernels.h"
+#include "bench.h"
 #include "ipc/macro.h"
-#include "tools.h"
 
 extern char **environ;
 
-#define MAX_RESULTS 64
 #define WARM_UP_NS (1000ull * 1000 * 1000)
-#define BASE_OUT_MAX 4096
-
-/*
- * The benchmarking process never initialises CUDA: the baseline is gpux-bench-base, exec'd
- * (beside this program, or $GPUX_BENCH_BASE), which prints "key value" lines.
- */
-
-struct result {
-	char name[64];
-	double gpux;
-	double base; /* NAN: no baseline */
-	const char *unit;
-	const char *target; /* "" when the scenario has none */
-	double ratio;       /* gpux / base (or as the target reads) */
-	bool met;           /* meaningless when the target needs a baseline that is missing */
-};
 
 /* Whether a result can be judged against its target. */
 static bool judged(const struct result *r)
@@ -48,21 +31,8 @@ static bool judged(const struct result *r)
 	return *r->target && !isnan(r->ratio) && !isinf(r->ratio);
 }
 
-struct bench {
-	gpux_ctx *ctx;
-	gpux_module *m;
-	bool cuda; /* the device runs CUDA */
-	bool base; /* and the in-process baseline runs beside it */
-	bool quick;
-	char dir[PATH_MAX];  /* where gpux and gpux-bench-base are */
-	char tmp[PATH_MAX];  /* scratch: the baseline's cubin, private daemons */
-	char cubin[PATH_MAX + 16];
-	struct result res[MAX_RESULTS];
-	unsigned nres;
-};
-
-static void add(struct bench *b, const char *name, double gpux, double base, const char *unit,
-		const char *target, double ratio, bool met)
+void bench_add(struct bench *b, const char *name, double gpux, double base, const char *unit,
+	       const char *target, double ratio, bool met)
 {
 	struct result *r;
 
@@ -80,15 +50,10 @@ static void add(struct bench *b, const char *name, double gpux, double base, con
 
 /* ---- the baseline process ---- */
 
-struct kv {
-	char out[BASE_OUT_MAX];
-};
-
-/* Run gpux-bench-base with args; its output in kv. */
-static int base_run(struct bench *b, struct kv *kv, const char *const *args)
+/* Run program (its path) with args, its standard output into kv; stderr to /dev/null when
+ * `quiet`. */
+static int spawn_kv(char *program, const char *const *args, bool quiet, struct kv *kv)
 {
-	char path[PATH_MAX + 32];
-	const char *env = getenv("GPUX_BENCH_BASE");
 	char *argv[8];
 	unsigned argc = 0;
 	posix_spawn_file_actions_t fa;
@@ -96,10 +61,7 @@ static int base_run(struct bench *b, struct kv *kv, const char *const *args)
 	size_t len = 0;
 	pid_t pid;
 
-	if (!b->base)
-		return -ENODEV;
-	(void)snprintf(path, sizeof(path), "%s/gpux-bench-base", b->dir);
-	argv[argc++] = (char *)(env && *env ? env : path);
+	argv[argc++] = program;
 	for (unsigned i = 0; args[i] && argc < 7; i++)
 		argv[argc++] = (char *)args[i];
 	argv[argc] = NULL;
@@ -107,6 +69,8 @@ static int base_run(struct bench *b, struct kv *kv, const char *const *args)
 		return -errno;
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	if (quiet)
+		(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) != 0) {
 		(void)posix_spawn_file_actions_destroy(&fa);
 		(void)close(p[0]);
@@ -128,7 +92,42 @@ static int base_run(struct bench *b, struct kv *kv, const char *const *args)
 	return 0;
 }
 
-static double kv_get(const struct kv *kv, const char *key)
+/* $name_env, else `file` beside this program (the build tree), else in libexecdir. */
+static void helper_path(const struct bench *b, const char *name_env, const char *file, char *buf,
+			size_t len)
+{
+	const char *env = getenv(name_env);
+
+	if (env && *env) {
+		(void)snprintf(buf, len, "%s", env);
+		return;
+	}
+	(void)snprintf(buf, len, "%s/%s", b->dir, file);
+	if (access(buf, X_OK) != 0)
+		(void)snprintf(buf, len, "%s/%s", GPUX_LIBEXECDIR, file);
+}
+
+int bench_base_run(struct bench *b, struct kv *kv, const char *const *args)
+{
+	char path[PATH_MAX + 32];
+
+	if (!b->base)
+		return -ENODEV;
+	helper_path(b, "GPUX_BENCH_BASE", "gpux-bench-base", path, sizeof(path));
+	return spawn_kv(path, args, false, kv);
+}
+
+int bench_cupy_run(struct bench *b, struct kv *kv, const char *const *args)
+{
+	char path[PATH_MAX + 32];
+
+	if (!b->cuda)
+		return -ENODEV;
+	helper_path(b, "GPUX_BENCH_CUPY", "gpux-bench-cupy", path, sizeof(path));
+	return spawn_kv(path, args, true, kv);
+}
+
+double bench_kv_get(const struct kv *kv, const char *key)
 {
 	size_t klen = strlen(key);
 
@@ -140,20 +139,20 @@ static double kv_get(const struct kv *kv, const char *key)
 
 /* ---- helpers ---- */
 
-static double median(uint64_t *v, unsigned n)
+double bench_median(uint64_t *v, unsigned n)
 {
 	qsort(v, n, sizeof(*v), tool_cmp_u64);
 	return (double)v[n / 2];
 }
 
-static double pct(uint64_t *v, unsigned n, unsigned p)
+double bench_pct(uint64_t *v, unsigned n, unsigned p)
 {
 	qsort(v, n, sizeof(*v), tool_cmp_u64);
 	return (double)v[(size_t)n * p / 100];
 }
 
-static gpux_status run1(struct bench *b, const char *k, const struct gpux_launch *l,
-			const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns)
+gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
+		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns)
 {
 	uint64_t t0 = tool_now();
 	gpux_status st = gpux_run(b->m, k, l, args, nargs);
@@ -172,109 +171,114 @@ static void warm_up(struct bench *b)
 	uint64_t until = tool_now() + WARM_UP_NS;
 	uint64_t ns;
 
-	while (tool_now() < until && run1(b, "empty", &l, NULL, 0, &ns) == GPUX_OK)
+	while (tool_now() < until && bench_run1(b, "empty", &l, NULL, 0, &ns) == GPUX_OK)
 		;
 }
 
-static int s_rtt(struct bench *b)
+/* The median time of reps of one request: an argument's copy and the touch kernel, or a copy
+ * between a shared buffer and a device buffer (kernel NULL). */
+static double copy_rate(struct bench *b, uint64_t size, unsigned reps, const struct gpux_arg *a,
+			gpux_dbuf *dbuf, gpux_buf *buf, bool to_device)
 {
-	const unsigned n = b->quick ? 500 : 5000;
-	uint64_t *t = calloc(2 * (size_t)n, sizeof(*t)), *in = t + n;
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
-	const char *args[] = { "rtt", b->cubin, b->quick ? "500" : "5000", NULL };
-	double p50, p99, worker, bp50 = NAN, bp99 = NAN;
-	struct kv kv;
+	uint64_t *t = calloc(reps + 1, sizeof(*t));
+	double rate = NAN;
 
 	if (!t)
-		return -1;
-	for (unsigned i = 0; i < n + n / 10; i++) {
+		return NAN;
+	for (unsigned i = 0; i < reps + 1; i++) {
 		uint64_t t0 = tool_now();
-		struct gpux_times times;
+		gpux_status st;
 		gpux_req *r;
 
-		if (gpux_submit(b->m, "empty", &l, NULL, 0, &r) != GPUX_OK) {
-			free(t);
-			return -1;
+		if (a) {
+			st = gpux_run(b->m, "touch", &l, a, 1);
+		} else {
+			st = to_device ? gpux_dbuf_write(dbuf, 0, buf, 0, size, NULL, &r)
+				       : gpux_dbuf_read(buf, 0, dbuf, 0, size, NULL, &r);
+			if (st == GPUX_OK) {
+				st = gpux_wait(r, -1);
+				gpux_req_free(r);
+			}
 		}
-		(void)gpux_wait(r, -1);
-		if (i >= n / 10) {
-			t[i - n / 10] = tool_now() - t0;
-			(void)gpux_req_times(r, &times);
-			in[i - n / 10] = times.queue_ns + times.run_ns;
-		}
-		gpux_req_free(r);
+		if (st != GPUX_OK)
+			goto out;
+		t[i] = tool_now() - t0;
 	}
-	p50 = median(t, n);
-	p99 = pct(t, n, 99);
-	worker = median(in, n);
+	/* The first one is the warm-up. */
+	rate = (double)size / bench_median(t + 1, reps);
+out:
 	free(t);
-	if (base_run(b, &kv, args) == 0) {
-		bp50 = kv_get(&kv, "rtt_p50_ns");
-		bp99 = kv_get(&kv, "rtt_p99_ns");
-	}
-	add(b, "empty kernel round trip, p50", p50 / 1e3, bp50 / 1e3, "us", "<= 2x", p50 / bp50,
-	    p50 <= 2 * bp50);
-	add(b, "empty kernel round trip, p99", p99 / 1e3, bp99 / 1e3, "us", "", p99 / bp99, true);
-	/* The rest of the round trip is the way there and back: sockets and wake-ups. */
-	add(b, "  of it in the worker, p50", worker / 1e3, NAN, "us", "", NAN, true);
-	return 0;
+	return rate;
 }
 
-/* IN and OUT bandwidth at one size: a kernel that touches one element. */
+/* Size as "4 KiB" or "16 MiB". */
+static void size_name(uint64_t size, char *buf, size_t len)
+{
+	if (size >= 1024 * 1024)
+		(void)snprintf(buf, len, "%llu MiB", (unsigned long long)(size >> 20));
+	else
+		(void)snprintf(buf, len, "%llu KiB", (unsigned long long)(size >> 10));
+}
+
+/*
+ * Copies of one size: IN and OUT arguments of the touch kernel against the same in-process
+ * (pinned copy and kernel, synchronised), and copies to and from a device buffer against bare
+ * pinned copies. The target is DESIGN's: 0.8 of in-process up to 1 MiB, 0.95 from 16 MiB.
+ */
 static int s_bw_one(struct bench *b, uint64_t size, bool headline)
 {
 	unsigned reps = size >= (256u << 20) ? 15 : size >= (16u << 20) ? 30 : 100;
-	uint64_t *t = calloc(reps, sizeof(*t));
+	double want = size >= (16u << 20) ? 0.95 : 0.8;
+	const char *target = want > 0.9 ? ">= 0.95x" : ">= 0.8x";
+	char sz[32], rp[16], name[64], sname[32];
+	const char *args[] = { "bw", b->cubin, sz, rp, NULL };
+	double in, out, dw, dr, in_k = NAN, out_k = NAN, h2d = NAN, d2h = NAN, page = NAN;
+	gpux_dbuf *dbuf;
 	gpux_buf *buf;
-	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
-	char sz[32], rp[16], name[64];
-	const char *args[] = { "bw", sz, rp, NULL };
-	double in, out, h2d = NAN, d2h = NAN, page = NAN;
 	struct kv kv;
 
 	if (reps > 5 && b->quick)
 		reps = 5;
 	if (gpux_buf_alloc(b->ctx, size, &buf) < 0)
 		return -1;
-	memset(gpux_buf_data(buf), 1, size);
-	for (int dir = 0; dir < 2; dir++) {
-		struct gpux_arg a = dir ? gpux_arg_out(buf, 0, size) : gpux_arg_in(buf, 0, size);
-		uint64_t ns;
-
-		(void)run1(b, "touch", &l, &a, 1, &ns);
-		for (unsigned i = 0; i < reps; i++)
-			if (run1(b, "touch", &l, &a, 1, &t[i]) < 0)
-				return -1;
-		if (dir)
-			out = (double)size / median(t, reps);
-		else
-			in = (double)size / median(t, reps);
+	if (gpux_dbuf_alloc(b->ctx, 0, size, &dbuf) < 0) {
+		gpux_buf_free(buf);
+		return -1;
 	}
+	memset(gpux_buf_data(buf), 1, size);
+	{
+		struct gpux_arg ain = gpux_arg_in(buf, 0, size), aout = gpux_arg_out(buf, 0, size);
+
+		in = copy_rate(b, size, reps, &ain, NULL, NULL, true);
+		out = copy_rate(b, size, reps, &aout, NULL, NULL, false);
+		dw = copy_rate(b, size, reps, NULL, dbuf, buf, true);
+		dr = copy_rate(b, size, reps, NULL, dbuf, buf, false);
+	}
+	gpux_dbuf_free(dbuf);
 	gpux_buf_free(buf);
-	free(t);
+	if (isnan(in) || isnan(out) || isnan(dw) || isnan(dr))
+		return -1;
 	(void)snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
 	(void)snprintf(rp, sizeof(rp), "%u", reps);
-	if (base_run(b, &kv, args) == 0) {
-		h2d = (double)size / kv_get(&kv, "pinned_h2d_ns");
-		d2h = (double)size / kv_get(&kv, "pinned_d2h_ns");
-		page = (double)size / kv_get(&kv, "pageable_h2d_ns");
+	if (bench_base_run(b, &kv, args) == 0) {
+		h2d = (double)size / bench_kv_get(&kv, "pinned_h2d_ns");
+		d2h = (double)size / bench_kv_get(&kv, "pinned_d2h_ns");
+		page = (double)size / bench_kv_get(&kv, "pageable_h2d_ns");
+		in_k = (double)size / bench_kv_get(&kv, "h2d_kernel_ns");
+		out_k = (double)size / bench_kv_get(&kv, "kernel_d2h_ns");
 	}
-	if (size >= 1024 * 1024)
-		(void)snprintf(name, sizeof(name), "IN  %llu MiB vs pinned H2D",
-			       (unsigned long long)(size >> 20));
-	else
-		(void)snprintf(name, sizeof(name), "IN  %llu KiB vs pinned H2D",
-			       (unsigned long long)(size >> 10));
-	add(b, name, in, h2d, "GB/s", headline ? ">= 0.95x" : "", in / h2d,
-	    !headline || in >= 0.95 * h2d);
-	name[0] = 'O';
-	name[1] = 'U';
-	name[2] = 'T';
-	memcpy(strstr(name, "H2D"), "D2H", 3);
-	add(b, name, out, d2h, "GB/s", headline ? ">= 0.95x" : "", out / d2h,
-	    !headline || out >= 0.95 * d2h);
+	size_name(size, sname, sizeof(sname));
+	(void)snprintf(name, sizeof(name), "IN  %s + kernel", sname);
+	bench_add(b, name, in, in_k, "GB/s", target, in / in_k, in >= want * in_k);
+	(void)snprintf(name, sizeof(name), "OUT %s + kernel", sname);
+	bench_add(b, name, out, out_k, "GB/s", target, out / out_k, out >= want * out_k);
+	(void)snprintf(name, sizeof(name), "copy %s to a device buffer", sname);
+	bench_add(b, name, dw, h2d, "GB/s", target, dw / h2d, dw >= want * h2d);
+	(void)snprintf(name, sizeof(name), "copy %s from a device buffer", sname);
+	bench_add(b, name, dr, d2h, "GB/s", target, dr / d2h, dr >= want * d2h);
 	if (headline)
-		add(b, "  (pageable H2D in-process)", page, NAN, "GB/s", "", NAN, true);
+		bench_add(b, "  (pageable H2D in-process)", page, NAN, "GB/s", "", NAN, true);
 	return 0;
 }
 
@@ -320,15 +324,15 @@ static int s_fork(struct bench *b)
 	}
 	for (unsigned i = 0; i < 5 && b->base; i++) {
 		struct kv kv;
-		if (base_run(b, &kv, args) == 0)
-			bt[nb++] = (uint64_t)kv_get(&kv, "startup_ns");
+		if (bench_base_run(b, &kv, args) == 0)
+			bt[nb++] = (uint64_t)bench_kv_get(&kv, "startup_ns");
 	}
 	if (nb)
-		base = median(bt, nb);
+		base = bench_median(bt, nb);
 	{
-		double g = median(t, n);
-		add(b, "forked child's first result", g / 1e6, base / 1e6, "ms", "<= 1 ms",
-		    isnan(base) ? g / 1e6 : g / base, g <= 1e6);
+		double g = bench_median(t, n);
+		bench_add(b, "forked child's first result", g / 1e6, base / 1e6, "ms", "<= 0.2 ms",
+			  isnan(base) ? g / 1e6 : g / base, g <= 0.2e6);
 	}
 	gpux_buf_free(times);
 	free(t);
@@ -359,16 +363,16 @@ static int s_cached(struct bench *b)
 			cached ? gpux_arg_cached(in, 0, n * 4) : gpux_arg_in(in, 0, n * 4),
 			gpux_arg_out(out, 0, 1024 * 4),
 		};
-		(void)run1(b, "block_sum", &l, args, 3, &ns);
+		(void)bench_run1(b, "block_sum", &l, args, 3, &ns);
 		for (unsigned i = 0; i < reps; i++)
-			if (run1(b, "block_sum", &l, args, 3, &t[i]) < 0)
+			if (bench_run1(b, "block_sum", &l, args, 3, &t[i]) < 0)
 				return -1;
 		if (cached)
-			cac = median(t, reps);
+			cac = bench_median(t, reps);
 		else
-			unc = median(t, reps);
+			unc = bench_median(t, reps);
 	}
-	add(b, "256 MiB input: cached vs uncached", cac / 1e6, unc / 1e6, "ms", "<= 5%",
+	bench_add(b, "256 MiB input: cached vs uncached", cac / 1e6, unc / 1e6, "ms", "<= 5%",
 	    cac / unc, cac <= 0.05 * unc);
 	/* What no cache saves: the kernel reading its 256 MiB on the device. */
 	for (unsigned i = 0; i < reps; i++) {
@@ -386,7 +390,7 @@ static int s_cached(struct bench *b)
 		gpux_req_free(r);
 		t[i] = tm.device_ns;
 	}
-	add(b, "  of it the kernel, on the device", median(t, reps) / 1e6, NAN, "ms", "", NAN,
+	bench_add(b, "  of it the kernel, on the device", bench_median(t, reps) / 1e6, NAN, "ms", "", NAN,
 	    true);
 	gpux_buf_free(out);
 	gpux_buf_free(in);
@@ -475,96 +479,15 @@ static int s_modules(struct bench *b)
 	pid = daemon_start(b, sock, cache);
 	disk = load_ms(b, sock, NULL);
 	daemon_stop(pid);
-	if (base_run(b, &kv, args) == 0) {
-		bcompile = kv_get(&kv, "compile_ns") / 1e6;
-		bload = kv_get(&kv, "module_load_ns") / 1e6;
+	if (bench_base_run(b, &kv, args) == 0) {
+		bcompile = bench_kv_get(&kv, "compile_ns") / 1e6;
+		bload = bench_kv_get(&kv, "module_load_ns") / 1e6;
 	}
-	add(b, "module: compile (first)", cold, bcompile, "ms", "", cold / bcompile, true);
-	add(b, "module: compile (later)", warm, bcompile, "ms", "", warm / bcompile, true);
-	add(b, "module: from disk cache", disk, bcompile, "ms", "<= 1 ms",
+	bench_add(b, "module: compile (first)", cold, bcompile, "ms", "", cold / bcompile, true);
+	bench_add(b, "module: compile (later)", warm, bcompile, "ms", "", warm / bcompile, true);
+	bench_add(b, "module: from disk cache", disk, bcompile, "ms", "<= 1 ms",
 	    isnan(bcompile) ? disk : disk / bcompile, disk <= 1.0);
-	add(b, "module: in worker memory", mem, bload, "ms", "", mem / bload, true);
-	return 0;
-}
-
-/* ---- many clients ---- */
-
-#define WINDOW 32
-
-/* In a child: keep WINDOW empty kernels in flight until `until`; count what finished. */
-static uint64_t client_loop(struct bench *b, uint64_t from, uint64_t until)
-{
-	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
-	gpux_req *r[WINDOW] = { NULL };
-	uint64_t done = 0;
-	unsigned k = 0;
-
-	for (;;) {
-		uint64_t now = tool_now();
-
-		if (r[k]) {
-			if (gpux_wait(r[k], -1) != GPUX_OK)
-				return 0;
-			gpux_req_free(r[k]);
-			r[k] = NULL;
-			if (now >= from)
-				done++;
-		}
-		if (now >= until)
-			break;
-		if (gpux_submit(b->m, "empty", &l, NULL, 0, &r[k]) != GPUX_OK)
-			return 0;
-		k = (k + 1) % WINDOW;
-	}
-	for (unsigned i = 0; i < WINDOW; i++)
-		if (r[i]) {
-			(void)gpux_wait(r[i], -1);
-			gpux_req_free(r[i]);
-		}
-	return done;
-}
-
-static int s_clients(struct bench *b)
-{
-	static const unsigned counts[] = { 1, 4, 16, 32, 64 };
-	const char *args[] = { "rate", b->cubin, "200000", NULL };
-	double secs = b->quick ? 1.0 : 3.0, base = NAN;
-	gpux_buf *counts_buf;
-	struct kv kv;
-
-	if (base_run(b, &kv, args) == 0)
-		base = kv_get(&kv, "launches_per_s");
-	if (gpux_buf_alloc(b->ctx, 64 * sizeof(uint64_t), &counts_buf) < 0)
-		return -1;
-	for (unsigned c = 0; c < ARRAY_SIZE(counts); c++) {
-		unsigned n = counts[c];
-		uint64_t from = tool_now() + 500 * 1000000ull, until;
-		uint64_t *cnt = gpux_buf_data(counts_buf), total = 0;
-		char name[64];
-		double rate;
-
-		until = from + (uint64_t)(secs * 1e9);
-		memset(cnt, 0, 64 * sizeof(uint64_t));
-		for (unsigned i = 0; i < n; i++) {
-			pid_t pid = fork();
-			if (pid == 0) {
-				cnt[i] = client_loop(b, from, until);
-				_exit(0);
-			}
-			if (pid < 0)
-				return -1;
-		}
-		for (unsigned i = 0; i < n; i++)
-			(void)wait(NULL);
-		for (unsigned i = 0; i < n; i++)
-			total += cnt[i];
-		rate = (double)total / secs;
-		(void)snprintf(name, sizeof(name), "%u client process%s, async empty kernels", n,
-			       n == 1 ? "" : "es");
-		add(b, name, rate / 1e3, base / 1e3, "k/s", n == 32 ? ">= 0.5x" : "", rate / base,
-		    n != 32 || rate >= 0.5 * base);
-	}
-	gpux_buf_free(counts_buf);
+	bench_add(b, "module: in worker memory", mem, bload, "ms", "", mem / bload, true);
 	return 0;
 }
 
@@ -600,7 +523,7 @@ static int s_gpus(struct bench *b)
 		t[any] = (double)(tool_now() - t0) / 1e9;
 		free(r);
 	}
-	add(b, "independent compute, all GPUs vs one", (double)m / t[1], (double)m / t[0], "req/s",
+	bench_add(b, "independent compute, all GPUs vs one", (double)m / t[1], (double)m / t[0], "req/s",
 	    ">= 1.9x", t[0] / t[1], t[0] / t[1] >= 1.9);
 	gpux_buf_free(o);
 	return 0;
@@ -610,17 +533,19 @@ static int s_gpus(struct bench *b)
 
 static void print_table(const struct bench *b)
 {
-	printf("\n%-40s %12s %12s %-6s %8s %10s %s\n", "scenario", "gpux", "baseline", "unit",
+	printf("\n%-48s %12s %12s %-6s %8s %12s %s\n", "scenario", "gpux", "baseline", "unit",
 	       "ratio", "target", "");
 	for (unsigned i = 0; i < b->nres; i++) {
 		const struct result *r = &b->res[i];
-		char base[32] = "-", ratio[32] = "-";
+		char gpux[32] = "-", base[32] = "-", ratio[32] = "-";
 
+		if (!isnan(r->gpux))
+			(void)snprintf(gpux, sizeof(gpux), "%.2f", r->gpux);
 		if (!isnan(r->base))
 			(void)snprintf(base, sizeof(base), "%.2f", r->base);
 		if (!isnan(r->ratio) && !isinf(r->ratio))
 			(void)snprintf(ratio, sizeof(ratio), "%.3fx", r->ratio);
-		printf("%-40s %12.2f %12s %-6s %8s %10s %s\n", r->name, r->gpux, base, r->unit,
+		printf("%-48s %12s %12s %-6s %8s %12s %s\n", r->name, gpux, base, r->unit,
 		       ratio, r->target,
 		       judged(r) ? (r->met ? "met" : "MISSED") : *r->target ? "n/a" : "");
 	}
@@ -632,8 +557,12 @@ static void print_json(const struct bench *b, const struct gpux_device_info *inf
 	       info->backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
 	for (unsigned i = 0; i < b->nres; i++) {
 		const struct result *r = &b->res[i];
-		printf("%s{\"scenario\":\"%s\",\"gpux\":%.6g,\"baseline\":", i ? "," : "", r->name,
-		       r->gpux);
+		printf("%s{\"scenario\":\"%s\",\"gpux\":", i ? "," : "", r->name);
+		if (isnan(r->gpux))
+			printf("null");
+		else
+			printf("%.6g", r->gpux);
+		printf(",\"baseline\":");
 		if (isnan(r->base))
 			printf("null");
 		else
@@ -651,9 +580,9 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		const char *name;
 		int (*fn)(struct bench *b);
 	} scenarios[] = {
-		{ "rtt", s_rtt },	  { "bw", s_bw },	    { "fork", s_fork },
-		{ "cached", s_cached },	  { "modules", s_modules }, { "clients", s_clients },
-		{ "gpus", s_gpus },
+		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", s_fork },
+		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
+		{ "fair", bench_fair },	  { "gpus", s_gpus },
 	};
 	char *log = NULL;
 	int c, failed = 0;
@@ -670,7 +599,7 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 	if (b->base) {
 		struct kv kv;
 		const char *args[] = { "compile", b->cubin, NULL };
-		if (base_run(b, &kv, args) < 0) {
+		if (bench_base_run(b, &kv, args) < 0) {
 			(void)fprintf(stderr, "gpux: bench: the in-process baseline failed: none\n");
 			b->base = false;
 		}

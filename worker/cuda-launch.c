@@ -713,13 +713,14 @@ static void finish(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 {
 	struct wrk_req *reqs[CUDA_GRAPH_MAX];
 	unsigned n = g->n;
+	uint64_t now = mono_ns();
 	bool fatal = false;
 	float ms = 0;
 
 	for (unsigned i = 0; i < n; i++) {
 		struct wrk_req *r = g->reqs[i];
 
-		r->t_end = mono_ns();
+		r->t_end = now;
 		if (e == CUDA_SUCCESS) {
 			if (r->timed && d->cu.cuEventElapsedTime(&ms, g->start, g->end) == CUDA_SUCCESS)
 				r->device_ns = (uint64_t)((double)ms * 1e6);

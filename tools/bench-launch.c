@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/bench-launch.c: gpux bench's launch scenarios: round trip, many clients, fairness. */
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "ipc/macro.h"
+
+/* Launches a client keeps in flight. */
+#define WINDOW 32
+/* ... and a busy neighbour in the fairness scenario. */
+#define BUSY_WINDOW 512
+
+static int s_rtt_inner(struct bench *b, unsigned n, uint64_t *t, uint64_t *in)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+
+	for (unsigned i = 0; i < n + n / 10; i++) {
+		uint64_t t0 = tool_now();
+		struct gpux_times times;
+		gpux_req *r;
+
+		if (gpux_submit(b->m, "empty", &l, NULL, 0, &r) != GPUX_OK)
+			return -1;
+		(void)gpux_wait(r, -1);
+		if (i >= n / 10) {
+			t[i - n / 10] = tool_now() - t0;
+			(void)gpux_req_times(r, &times);
+			if (in)
+				in[i - n / 10] = times.queue_ns + times.run_ns;
+		}
+		gpux_req_free(r);
+	}
+	return 0;
+}
+
+int bench_rtt(struct bench *b)
+{
+	const unsigned n = b->quick ? 500 : 5000;
+	uint64_t *t = calloc(2 * (size_t)n, sizeof(*t)), *in = t + n;
+	const char *args[] = { "rtt", b->cubin, b->quick ? "500" : "5000", NULL };
+	double p50, p99, worker, bp50 = NAN, bp99 = NAN;
+	struct kv kv;
+
+	if (!t || s_rtt_inner(b, n, t, in) < 0) {
+		free(t);
+		return -1;
+	}
+	p50 = bench_median(t, n);
+	p99 = bench_pct(t, n, 99);
+	worker = bench_median(in, n);
+	free(t);
+	if (bench_base_run(b, &kv, args) == 0) {
+		bp50 = bench_kv_get(&kv, "rtt_p50_ns");
+		bp99 = bench_kv_get(&kv, "rtt_p99_ns");
+	}
+	bench_add(b, "empty kernel round trip, p50", p50 / 1e3, bp50 / 1e3, "us", "<= 1.1x",
+		  p50 / bp50, p50 <= 1.1 * bp50);
+	bench_add(b, "empty kernel round trip, p99", p99 / 1e3, bp99 / 1e3, "us", "", p99 / bp99,
+		  true);
+	/* The rest of the round trip is the way there and back: rings and wake-ups. */
+	bench_add(b, "  of it in the worker, p50", worker / 1e3, NAN, "us", "", NAN, true);
+	if (bench_base_run(b, &kv, (const char *const[]){ "costs", b->cubin, NULL }) == 0) {
+		static const struct {
+			const char *key, *name;
+		} costs[] = {
+			{ "rtt_event_spin_p50_ns", "  in-process: launch, event, spin on it, p50" },
+			{ "rtt_word_spin_p50_ns", "  in-process: launch, stream writes a word, p50" },
+			{ "launch_ns", "  in-process: cuLaunchKernel" },
+			{ "event_record_ns", "  in-process: cuEventRecord" },
+			{ "event_query_ns", "  in-process: cuEventQuery" },
+			{ "graph_node_set_ns", "  in-process: cuGraphExecKernelNodeSetParams" },
+			{ "graph64_launch_ns", "  in-process: cuGraphLaunch of 64 nodes" },
+			{ "write_value_ns", "  in-process: cuStreamWriteValue64" },
+		};
+
+		for (unsigned i = 0; i < ARRAY_SIZE(costs); i++) {
+			double v = bench_kv_get(&kv, costs[i].key);
+
+			if (!isnan(v))
+				bench_add(b, costs[i].name, NAN, v / 1e3, "us", "", NAN, true);
+		}
+	}
+	return 0;
+}
+
+/* ---- many clients ---- */
+
+/*
+ * In a child: keep `window` launches of `kernel` in flight until `until`; count what finished
+ * after `from`. With `scalar`, every launch passes a new value (a graph node must be set).
+ */
+static uint64_t client_loop(struct bench *b, const char *kernel, bool scalar, unsigned window,
+			    uint64_t from, uint64_t until)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	gpux_req **r = calloc(window, sizeof(*r));
+	uint64_t done = 0;
+	uint32_t v = 0;
+	unsigned k = 0;
+
+	if (!r)
+		return 0;
+	for (;;) {
+		uint64_t now = tool_now();
+		struct gpux_arg a = GPUX_ARG_VALUE(v);
+
+		if (r[k]) {
+			if (gpux_wait(r[k], -1) != GPUX_OK)
+				return 0;
+			gpux_req_free(r[k]);
+			r[k] = NULL;
+			if (now >= from)
+				done++;
+		}
+		if (now >= until)
+			break;
+		v++;
+		if (gpux_submit(b->m, kernel, &l, scalar ? &a : NULL, scalar, &r[k]) != GPUX_OK)
+			return 0;
+		k = (k + 1) % window;
+	}
+	for (unsigned i = 0; i < window; i++)
+		if (r[i]) {
+			(void)gpux_wait(r[i], -1);
+			gpux_req_free(r[i]);
+		}
+	free(r);
+	return done;
+}
+
+/* n client processes for secs seconds after a half-second start: their launches per second. */
+static double clients_rate(struct bench *b, unsigned n, const char *kernel, bool scalar,
+			   double secs)
+{
+	uint64_t from = tool_now() + 500 * 1000000ull, until = from + (uint64_t)(secs * 1e9);
+	uint64_t *cnt, total = 0;
+	gpux_buf *counts;
+	int failed = 0;
+
+	if (gpux_buf_alloc(b->ctx, n * sizeof(uint64_t), &counts) < 0)
+		return NAN;
+	cnt = gpux_buf_data(counts);
+	for (unsigned i = 0; i < n; i++) {
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			cnt[i] = client_loop(b, kernel, scalar, WINDOW, from, until);
+			_exit(cnt[i] ? 0 : 1);
+		}
+		if (pid < 0)
+			failed++;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		int st;
+
+		if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			failed++;
+	}
+	for (unsigned i = 0; i < n; i++)
+		total += cnt[i];
+	gpux_buf_free(counts);
+	return failed ? NAN : (double)total / secs;
+}
+
+/* What gpux's launch rate is held against, in launches per second (NAN: not measured). */
+struct alternatives {
+	double thread1;    /* one thread, one stream */
+	double threads[3]; /* 4, 8, 16 threads of one context, a stream each */
+	double graph64;    /* one thread, graphs of 64 nodes set before every launch */
+	double cupy[3];    /* CuPy, 4, 16, 32 processes, a context each */
+	double best;       /* the highest of them */
+};
+
+static void alternatives_measure(struct bench *b, struct alternatives *a)
+{
+	static const char *const nthreads[] = { "4", "8", "16" };
+	static const char *const nprocs[] = { "procs_4", "procs_16", "procs_32" };
+	struct kv kv;
+
+	*a = (struct alternatives){ NAN, { NAN, NAN, NAN }, NAN, { NAN, NAN, NAN }, NAN };
+	if (bench_base_run(b, &kv, (const char *const[]){ "rate", b->cubin, "200000", NULL }) == 0)
+		a->thread1 = bench_kv_get(&kv, "launches_per_s");
+	for (unsigned i = 0; i < 3; i++)
+		if (bench_base_run(b, &kv, (const char *const[]){ "threads", b->cubin, nthreads[i],
+								  "400000", NULL }) == 0)
+			a->threads[i] = bench_kv_get(&kv, "launches_per_s");
+	if (bench_base_run(b, &kv, (const char *const[]){ "graph", b->cubin, "64", "409600",
+							  NULL }) == 0)
+		a->graph64 = bench_kv_get(&kv, "launches_per_s");
+	if (bench_cupy_run(b, &kv, (const char *const[]){ "--rates", b->quick ? "--quick" : NULL,
+							  NULL }) == 0)
+		for (unsigned i = 0; i < 3; i++)
+			a->cupy[i] = bench_kv_get(&kv, nprocs[i]);
+	a->best = a->thread1;
+	for (unsigned i = 0; i < 3; i++) {
+		a->best = fmax(a->best, a->threads[i]);
+		a->best = fmax(a->best, a->cupy[i]);
+	}
+	a->best = fmax(a->best, a->graph64);
+}
+
+/*
+ * Async empty launches from 1 to 64 client processes against the best in-process way to
+ * launch (one thread for one client; else whichever is fastest of N threads, graphs and CuPy
+ * processes). Targets: one client 0.9 of one thread; 16 to 64 clients 1.0 M/s.
+ */
+int bench_clients(struct bench *b)
+{
+	static const unsigned counts[] = { 1, 4, 16, 32, 64 };
+	double secs = b->quick ? 1.0 : 3.0;
+	struct alternatives alt;
+	char name[64];
+
+	alternatives_measure(b, &alt);
+	for (unsigned c = 0; c < ARRAY_SIZE(counts); c++) {
+		unsigned n = counts[c];
+		double rate = clients_rate(b, n, "empty", false, secs);
+
+		if (isnan(rate))
+			return -1;
+		(void)snprintf(name, sizeof(name), "%u client process%s, async empty kernels", n,
+			       n == 1 ? "" : "es");
+		if (n == 1)
+			bench_add(b, name, rate / 1e3, alt.thread1 / 1e3, "k/s", ">= 0.9x",
+				  rate / alt.thread1, rate >= 0.9 * alt.thread1);
+		else
+			bench_add(b, name, rate / 1e3, alt.best / 1e3, "k/s",
+				  n >= 16 ? ">= 1000 k/s" : "", rate / alt.best,
+				  n < 16 || rate >= 1e6);
+	}
+	{
+		double rate = clients_rate(b, 16, "scalar", true, secs);
+
+		if (isnan(rate))
+			return -1;
+		bench_add(b, "16 processes, a new argument each launch", rate / 1e3, alt.best / 1e3,
+			  "k/s", "", rate / alt.best, true);
+	}
+	bench_add(b, "  in-process: 1 thread", NAN, alt.thread1 / 1e3, "k/s", "", NAN, true);
+	for (unsigned i = 0; i < 3; i++) {
+		(void)snprintf(name, sizeof(name), "  in-process: %u threads, a stream each", 4u << i);
+		bench_add(b, name, NAN, alt.threads[i] / 1e3, "k/s", "", NAN, true);
+	}
+	bench_add(b, "  in-process: graphs of 64 nodes, 1 thread", NAN, alt.graph64 / 1e3, "k/s", "",
+		  NAN, true);
+	for (unsigned i = 0; i < 3; i++) {
+		static const unsigned procs[] = { 4, 16, 32 };
+
+		if (isnan(alt.cupy[i]))
+			continue;
+		(void)snprintf(name, sizeof(name), "  CuPy: %u processes, a context each", procs[i]);
+		bench_add(b, name, NAN, alt.cupy[i] / 1e3, "k/s", "", NAN, true);
+	}
+	return 0;
+}
+
+/* ---- fairness ---- */
+
+/*
+ * A client doing round trips alone, then beside a busy one (BUSY_WINDOW empty kernels in
+ * flight all the time, on the same device): how much the busy one slows it, and what the busy
+ * one gets meanwhile.
+ */
+int bench_fair(struct bench *b)
+{
+	const unsigned n = b->quick ? 300 : 2000;
+	uint64_t *alone = calloc(n, sizeof(*alone)), *beside = calloc(n, sizeof(*beside));
+	double p50a, p99a, p50b, p99b, busy = NAN;
+	gpux_buf *count;
+	uint64_t from, until;
+	pid_t pid;
+	int st;
+
+	if (!alone || !beside || gpux_buf_alloc(b->ctx, sizeof(uint64_t), &count) < 0)
+		goto fail;
+	if (s_rtt_inner(b, n, alone, NULL) < 0)
+		goto fail_count;
+	from = tool_now() + 300 * 1000000ull;
+	until = from + (b->quick ? 2 : 6) * 1000000000ull;
+	pid = fork();
+	if (pid == 0) {
+		uint64_t *c = gpux_buf_data(count);
+
+		*c = client_loop(b, "empty", false, BUSY_WINDOW, from, until);
+		_exit(*c ? 0 : 1);
+	}
+	if (pid < 0)
+		goto fail_count;
+	while (tool_now() < from)
+		(void)usleep(1000);
+	if (s_rtt_inner(b, n, beside, NULL) < 0 || tool_now() > until) {
+		(void)kill(pid, SIGKILL);
+		(void)waitpid(pid, NULL, 0);
+		goto fail_count;
+	}
+	if (waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		busy = (double)*(uint64_t *)gpux_buf_data(count) / ((double)(until - from) / 1e9);
+	p50a = bench_median(alone, n);
+	p99a = bench_pct(alone, n, 99);
+	p50b = bench_median(beside, n);
+	p99b = bench_pct(beside, n, 99);
+	bench_add(b, "round trip beside a busy client, p50", p50b / 1e3, p50a / 1e3, "us", "",
+		  p50b / p50a, true);
+	bench_add(b, "round trip beside a busy client, p99", p99b / 1e3, p99a / 1e3, "us", "",
+		  p99b / p99a, true);
+	bench_add(b, "  the busy client meanwhile", busy / 1e3, NAN, "k/s", "", NAN, true);
+	gpux_buf_free(count);
+	free(alone);
+	free(beside);
+	return isnan(busy) ? -1 : 0;
+fail_count:
+	gpux_buf_free(count);
+fail:
+	free(alone);
+	free(beside);
+	return -1;
+}

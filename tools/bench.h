@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/bench.h: what gpux bench's scenarios share. */
+#pragma once
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tools.h"
+
+#define MAX_RESULTS 64
+#define BASE_OUT_MAX 4096
+
+/*
+ * The benchmarking process never initialises CUDA: the baseline is gpux-bench-base, exec'd
+ * (beside this program, or $GPUX_BENCH_BASE), which prints "key value" lines; so is the CuPy
+ * peer (gpux-bench-cupy, or $GPUX_BENCH_CUPY), when CuPy is there.
+ */
+
+struct result {
+	char name[64];
+	double gpux;
+	double base; /* NAN: no baseline */
+	const char *unit;
+	const char *target; /* "" when the scenario has none */
+	double ratio;       /* gpux / base (or as the target reads) */
+	bool met;           /* meaningless when the target needs a baseline that is missing */
+};
+
+struct bench {
+	gpux_ctx *ctx;
+	gpux_module *m;
+	bool cuda; /* the device runs CUDA */
+	bool base; /* and the in-process baseline runs beside it */
+	bool quick;
+	char dir[PATH_MAX];  /* where gpux and gpux-bench-base are */
+	char tmp[PATH_MAX];  /* scratch: the baseline's cubin, private daemons */
+	char cubin[PATH_MAX + 16];
+	struct result res[MAX_RESULTS];
+	unsigned nres;
+};
+
+struct kv {
+	char out[BASE_OUT_MAX];
+};
+
+/* Add a row: gpux's value, the baseline's (NAN: none), the target and whether it was met. */
+void bench_add(struct bench *b, const char *name, double gpux, double base, const char *unit,
+	       const char *target, double ratio, bool met);
+
+/* Run gpux-bench-base with args; its output in kv. 0 or -errno. */
+int bench_base_run(struct bench *b, struct kv *kv, const char *const *args);
+/* Run the CuPy peer with args; its output in kv. 0 or -errno (no Python, no CuPy, no GPU). */
+int bench_cupy_run(struct bench *b, struct kv *kv, const char *const *args);
+/* A value of kv, or NAN. */
+double bench_kv_get(const struct kv *kv, const char *key);
+
+double bench_median(uint64_t *v, unsigned n);
+double bench_pct(uint64_t *v, unsigned n, unsigned p);
+
+/* gpux_run() of kernel k of the bench kernels, timed. */
+gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
+		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns);
+
+/* tools/bench-launch.c */
+int bench_rtt(struct bench *b);
+int bench_clients(struct bench *b);
+int bench_fair(struct bench *b);

@@ -50,7 +50,6 @@ struct cuda_dev {
 	pthread_mutex_t free_lock;
 	struct cuda_group *free_groups;
 	atomic_uint_fast64_t seq;       /* groups launched so far */
-	atomic_uint_fast64_t launching; /* the seq of the one being enqueued now, or 0 */
 	pthread_mutex_t fault_lock;
 	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
 };

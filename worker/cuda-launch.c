@@ -46,6 +46,7 @@ struct cuda_group {
 	struct cuda_group *next; /* in its slot's list, or the free list */
 	struct wrk_req *reqs[CUDA_GRAPH_MAX];
 	unsigned n;
+	unsigned slot;
 	uint64_t seq;       /* launch order, across slots */
 	CUevent start, end; /* timing events, around a request that asked for its device time */
 	CUevent done;       /* without timing (a twelfth of the cost): after any other group */
@@ -74,23 +75,26 @@ struct cuda_graph {
 
 /*
  * Which group a sticky error is blamed on, decided once: every stream sees the error at about
- * the same time, so the first to see it tells nothing. The newest group still in flight is
- * taken (the last kernel started is the likeliest to have faulted; with one request in flight,
- * it is exact).
+ * the same time, so the first to see it tells nothing. A slot's groups run in order, so what
+ * broke the device is one that was running: in each slot the oldest not ended (for the slot
+ * whose waiter asks, the group it waited for). Of those, the one launched last is taken; with
+ * one slot (or one slot busy) that is exact, to the group: a graph holds one client's requests.
  */
-static uint64_t culprit(struct cuda_dev *d, uint64_t mine)
+static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine)
 {
 	uint64_t c;
 
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
-		d->culprit = MAX(mine, (uint64_t)atomic_load(&d->launching));
+		d->culprit = mine->seq;
 		for (unsigned i = 0; i < d->nslots; i++) {
 			struct cuda_slot *s = &d->slots[i];
 
+			if (i == mine->slot)
+				continue;
 			(void)pthread_mutex_lock(&s->lock);
-			for (struct cuda_group *g = s->head; g; g = g->next)
-				d->culprit = MAX(d->culprit, g->seq);
+			if (s->head)
+				d->culprit = MAX(d->culprit, s->head->seq);
 			(void)pthread_mutex_unlock(&s->lock);
 		}
 	}
@@ -108,7 +112,7 @@ static bool fail_req(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 	int st = wrk_cu_err(e, &sticky);
 
 	free(r->error);
-	if (sticky && culprit(d, g->seq) != g->seq) {
+	if (sticky && culprit(d, g) != g->seq) {
 		r->status = GPUX_E_WORKER_LOST;
 		r->error = wrk_strdup_printf("another request broke the device: %s",
 					     cu_err_name(&d->cu, e));
@@ -422,9 +426,8 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	}
 	g->reqs[0] = r;
 	g->n = 1;
+	g->slot = (unsigned)(s - d->slots);
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
-	/* In flight from now on, for blaming a fault, though in no slot's list yet. */
-	atomic_store(&d->launching, g->seq);
 	g->fin = r->timed ? g->end : g->done;
 	g->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
 	e = r->timed ? d->cu.cuEventRecord(g->start, s->stream) : CUDA_SUCCESS;
@@ -444,7 +447,6 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	for (unsigned i = 0; i < g->ntemp; i++)
 		(void)d->cu.cuMemFreeAsync(g->temp[i], s->stream);
 	e = d->cu.cuEventRecord(g->fin, s->stream);
-	atomic_store(&d->launching, 0);
 	if (e != CUDA_SUCCESS)
 		group_end_now(d, g, e);
 	else
@@ -580,8 +582,8 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	}
 	memcpy(g->reqs, reqs, n * sizeof(*reqs));
 	g->n = n;
+	g->slot = (unsigned)(s - d->slots);
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
-	atomic_store(&d->launching, g->seq);
 	g->fin = g->done;
 	e = d->cu.cuGraphLaunch(gr->exec, s->stream);
 	d->w->stats.graph_launches++;
@@ -593,7 +595,6 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 		for (unsigned i = 0; i < n; i++)
 			reqs[i]->sticky = fail_req(d, g, i, e, "graph launch");
 	e = d->cu.cuEventRecord(g->fin, s->stream);
-	atomic_store(&d->launching, 0);
 	if (e != CUDA_SUCCESS)
 		group_end_now(d, g, e);
 	else

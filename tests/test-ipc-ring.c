@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-ipc-ring.c: the shared rings: order, wrap, stamps, kicks, a hostile peer, two processes. */
+/* tests/test-ipc-ring.c: the shared rings: order, wrap, stamps, kicks, every hand-off, a hostile peer. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -248,6 +248,124 @@ static void test_ring_consumer_refuses_forged_records(void **state)
 	assert_memory_equal(out, "hello", 5);
 }
 
+/* ---- every hand-off state, one step at a time ---- */
+
+/*
+ * A script of one producer's and one consumer's steps, run in order in one thread:
+ *   p  put a record (a kick is owed when put says so)
+ *   P  send a socket message, then put a record (stamped after it: it waits for that one)
+ *   k  the consumer reads one socket message (a kick, or the one a stamp waits for)
+ *   o  the consumer sets its polling word     f  it clears it
+ *   t  the consumer takes everything it may   s  the consumer goes to sleep
+ * and what each step must give: for p/P whether it asks for a kick, for t how many it took.
+ * At every sleep, what is left on the ring must have a socket message owed: else a record
+ * would wait for a wake-up that never comes. That is the whole contract of ipc/ring.h.
+ */
+struct handoff_step {
+	char op;
+	int want; /* p/P: 1 kick, 0 none; t: records taken */
+};
+
+struct handoff_case {
+	const char *what;
+	struct handoff_step steps[12];
+};
+
+static const struct handoff_case handoff_cases[] = {
+	{ "caught up, not polling: a kick",
+	  { { 'p', 1 }, { 'k', 0 }, { 't', 1 }, { 's', 0 } } },
+	{ "polling: no kick, the spin finds it",
+	  { { 'o', 0 }, { 'p', 0 }, { 't', 1 }, { 'f', 0 }, { 't', 0 }, { 's', 0 } } },
+	{ "published while the word goes down: the last look finds it",
+	  { { 'o', 0 }, { 't', 0 }, { 'p', 0 }, { 'f', 0 }, { 't', 1 }, { 's', 0 } } },
+	{ "published after the word went down: a kick",
+	  { { 'o', 0 }, { 't', 0 }, { 'f', 0 }, { 't', 0 }, { 'p', 1 }, { 's', 0 }, { 'k', 0 },
+	    { 't', 1 } } },
+	{ "an older record left: no kick, taken with it",
+	  { { 'p', 1 }, { 'p', 0 }, { 'p', 0 }, { 'k', 0 }, { 't', 3 }, { 's', 0 } } },
+	{ "records left without a kick before a spin: its first look takes them",
+	  { { 'p', 1 }, { 'k', 0 }, { 'p', 0 }, { 'o', 0 }, { 't', 2 }, { 'p', 0 }, { 'f', 0 },
+	    { 't', 1 }, { 's', 0 } } },
+	{ "stamped ahead: held back until its socket message, which wakes",
+	  { { 'P', 1 }, { 't', 0 }, { 's', 0 }, { 'k', 0 }, { 't', 1 }, { 's', 0 } } },
+	{ "stamped ahead while polling: no kick, its socket message wakes",
+	  { { 'o', 0 }, { 'P', 0 }, { 't', 0 }, { 'f', 0 }, { 't', 0 }, { 's', 0 }, { 'k', 0 },
+	    { 't', 1 } } },
+};
+
+static void run_handoff(struct fixture *f, const struct handoff_case *c)
+{
+	uint8_t msg[40] = { 0 }, out[64];
+	uint32_t sent = 0, read = 0; /* socket messages: sent by the producer, read by the consumer */
+	unsigned owed = 0;           /* of them not read yet */
+
+	for (unsigned i = 0; i < ARRAY_SIZE(c->steps) && c->steps[i].op; i++) {
+		const struct handoff_step *st = &c->steps[i];
+		int r, n = 0;
+
+		switch (st->op) {
+		case 'p':
+		case 'P':
+			/* P: a socket message (one with fds, say) went just before the record. */
+			if (st->op == 'P') {
+				sent++;
+				owed++;
+			}
+			r = ipc_ring_put(&f->prod, msg, sizeof(msg), sent);
+			if (r < 0 || r != st->want)
+				fail_msg("%s: step %u: put gave %d, want %d", c->what, i, r, st->want);
+			if (r == 1) {
+				sent++;
+				owed++;
+			}
+			break;
+		case 'k':
+			assert_true(owed > 0);
+			owed--;
+			read++;
+			break;
+		case 'o':
+		case 'f':
+			ipc_ring_set_polling(&f->cons, st->op == 'o');
+			break;
+		case 't':
+			while ((r = ipc_ring_get(&f->cons, out, sizeof(out), read)) > 0)
+				n++;
+			assert_int_equal(r, 0);
+			if (n != st->want)
+				fail_msg("%s: step %u: took %d, want %d", c->what, i, n, st->want);
+			break;
+		case 's':
+			if (ipc_ring_pending(&f->cons) && owed == 0)
+				fail_msg("%s: step %u: asleep with a record and no wake-up owed", c->what,
+					 i);
+			break;
+		}
+	}
+}
+
+static void test_ring_every_handoff_state(void **state)
+{
+	for (unsigned k = 0; k < ARRAY_SIZE(handoff_cases); k++) {
+		struct fixture *f = *state;
+
+		/* Each case from a fresh ring, at a place that makes it wrap half-way too. */
+		for (unsigned wrap = 0; wrap < 2; wrap++) {
+			uint8_t m[IPC_RING_REC_MAX / 2], out[IPC_RING_REC_MAX];
+
+			ipc_ring_set_polling(&f->cons, false);
+			memset(f->area, 0, sizeof(f->area->ctl));
+			ipc_ring_init(&f->prod, f->area, IPC_RING_UP);
+			ipc_ring_init(&f->cons, f->area, IPC_RING_UP);
+			for (unsigned i = 0; wrap && i < 2 * IPC_RING_SIZE / sizeof(m) - 1; i++) {
+				assert_true(ipc_ring_put(&f->prod, m, sizeof(m) - 8, 0) >= 0);
+				assert_true(ipc_ring_get(&f->cons, out, sizeof(out), 0) > 0);
+			}
+			run_handoff(f, &handoff_cases[k]);
+		}
+	}
+}
+
 /* ---- two processes: the wake-up protocol under load ---- */
 
 #define XP_MESSAGES 500000u
@@ -348,6 +466,7 @@ int main(void)
 		RING_TEST(test_ring_refuses_what_does_not_fit),
 		RING_TEST(test_ring_stamps_hold_records_back),
 		RING_TEST(test_ring_kicks_only_a_consumer_that_may_sleep),
+		RING_TEST(test_ring_every_handoff_state),
 		RING_TEST(test_ring_producer_refuses_impossible_head),
 		RING_TEST(test_ring_consumer_refuses_forged_records),
 		RING_TEST(test_ring_two_processes_lose_no_wakeup),

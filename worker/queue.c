@@ -219,6 +219,20 @@ void wrk_slot_end(struct wrk *w, struct wrk_req *r)
 	}
 }
 
+/* Hand what moved into the slot since the last time to the back end, as one batch. */
+static void slot_hand_over(struct wrk *w, unsigned slot)
+{
+	struct wrk_slot *s = &w->slots[slot];
+	struct wrk_req *first = s->unlaunched;
+	unsigned n = s->nunlaunched;
+
+	if (!n)
+		return;
+	s->unlaunched = NULL;
+	s->nunlaunched = 0;
+	w->be->launch(w->dev, slot, first, n);
+}
+
 /* ---- from queue to slot ---- */
 
 enum take_stop {
@@ -262,6 +276,9 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 		}
 		r->slot = q->slot;
 		slot_push(w, r);
+		/* A round of many clients takes a while: a full batch need not wait for its end. */
+		if (s->nunlaunched == WRK_BATCH_MAX)
+			slot_hand_over(w, q->slot);
 		n++;
 	}
 	return TAKE_EMPTY;
@@ -330,18 +347,8 @@ static void slot_serve(struct wrk *w, struct wrk_slot *s)
 void wrk_slots_flush(struct wrk *w)
 {
 	for (unsigned i = 0; i < w->nslots; i++) {
-		struct wrk_slot *s = &w->slots[i];
-		struct wrk_req *first;
-		unsigned n;
-
-		slot_serve(w, s);
-		if (!s->nunlaunched)
-			continue;
-		first = s->unlaunched;
-		n = s->nunlaunched;
-		s->unlaunched = NULL;
-		s->nunlaunched = 0;
-		w->be->launch(w->dev, i, first, n);
+		slot_serve(w, &w->slots[i]);
+		slot_hand_over(w, i);
 	}
 }
 

@@ -255,6 +255,9 @@ struct wrk_req {
 #define WRK_SLOT_DEPTH 256u
 /* Requests a waiting queue may put in its slot per turn while others wait too. */
 #define WRK_QUEUE_TURN 16u
+/* A slot's batch is handed over when it has this many, before the round of the loop ends
+ * (the most a CUDA graph of the back end holds). */
+#define WRK_BATCH_MAX 64u
 
 /* A stream slot: requests handed to it, in order. */
 struct wrk_slot {

@@ -185,20 +185,15 @@ static void group_free(struct cuda_dev *d, struct cuda_group *g)
 	free(g);
 }
 
-/* A group that could not be made: its requests end now, with the error. */
-static void group_abandon(struct cuda_dev *d, struct wrk_req *const *reqs, unsigned n,
-			  CUresult e, const char *what)
+/* A request without a group (none could be made): it ends now, with the error. */
+static void group_abandon(struct cuda_dev *d, struct wrk_req *r, CUresult e, const char *what)
 {
 	bool sticky;
-	int st = wrk_cu_err(e, &sticky);
 
-	for (unsigned i = 0; i < n; i++) {
-		free(reqs[i]->error);
-		reqs[i]->status = st;
-		reqs[i]->error = wrk_strdup_printf("kernel \"%s\": %s: %s", reqs[i]->name, what,
-						   cu_err_name(&d->cu, e));
-	}
-	wrk_reqs_complete(reqs, n, sticky);
+	free(r->error);
+	r->status = wrk_cu_err(e, &sticky);
+	r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what, cu_err_name(&d->cu, e));
+	wrk_reqs_complete(&r, 1, sticky);
 }
 
 /* A group whose end cannot be waited for (the context is gone): its requests end now. */
@@ -421,7 +416,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 
 	g = group_get(d, &e);
 	if (!g) {
-		group_abandon(d, &r, 1, e, "cuEventCreate");
+		group_abandon(d, r, e, "cuEventCreate");
 		return;
 	}
 	g->reqs[0] = r;

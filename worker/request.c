@@ -398,7 +398,8 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 		(void)write(w->done_fd, &one, sizeof(one));
 }
 
-static void req_finish(struct wrk *w, struct wrk_req *r)
+/* A request ended: off its slot, counted. */
+static void req_end(struct wrk *w, struct wrk_req *r)
 {
 	wrk_slot_end(w, r);
 	if (r->t_start > r->t_end)
@@ -407,6 +408,10 @@ static void req_finish(struct wrk *w, struct wrk_req *r)
 		w->stats.requests_failed++;
 	else
 		w->stats.requests_done++;
+}
+
+static void req_reply(struct wrk_req *r)
+{
 	send_done(r->client, r->id, r->status, r->error, r->t_start - r->t_arrive,
 		  r->t_end - r->t_start, r->device_ns);
 	req_free(r);
@@ -441,14 +446,21 @@ void wrk_drain_done(struct wrk *w)
 		r->next_done = rev;
 		rev = r;
 	}
+	/* Counted and published before they are answered: a client that asks for the status
+	 * after its answer finds its request in it (free memory only now and then). */
+	for (struct wrk_req *r = rev; r; r = r->next_done)
+		req_end(w, r);
+	if (rev)
+		status_publish(w, false);
 	while (rev) {
 		struct wrk_req *r = rev;
+
 		rev = r->next_done;
-		req_finish(w, r);
+		req_reply(r);
 	}
 	if (mods)
 		wrk_modules_finish(w, mods);
-	/* After every round of completions: free memory only now and then. */
+	/* And once they are gone: what is in flight now. */
 	status_publish(w, false);
 }
 

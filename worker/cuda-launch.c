@@ -705,15 +705,15 @@ static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
 	}
 }
 
-static void finish(struct cuda_dev *d, struct cuda_group *g, CUresult e)
+/* A group's requests' ends, the event having said e: their times, or why they failed.
+ * Returns whether the device is broken. */
+static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 {
-	struct wrk_req *reqs[CUDA_GRAPH_MAX];
-	unsigned n = g->n;
 	uint64_t now = mono_ns();
 	bool fatal = false;
 	float ms = 0;
 
-	for (unsigned i = 0; i < n; i++) {
+	for (unsigned i = 0; i < g->n; i++) {
 		struct wrk_req *r = g->reqs[i];
 
 		r->t_end = now;
@@ -724,10 +724,29 @@ static void finish(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 			r->sticky |= fail_req(d, g, i, e, "running");
 		}
 		fatal |= r->sticky;
-		reqs[i] = r;
 	}
+	return fatal;
+}
+
+/* Hand a group's requests to the loop and let the group go. */
+static void group_complete(struct cuda_dev *d, struct cuda_group *g, bool fatal)
+{
+	struct wrk_req *reqs[CUDA_GRAPH_MAX];
+	unsigned n = g->n;
+
+	memcpy(reqs, g->reqs, n * sizeof(*reqs));
 	group_put(d, g);
 	wrk_reqs_complete(reqs, n, fatal);
+}
+
+/* Take the slot's groups up to `last` off its list (the loop thread appends meanwhile). */
+static void slot_take(struct cuda_slot *s, struct cuda_group *last)
+{
+	(void)pthread_mutex_lock(&s->lock);
+	s->head = last->next;
+	if (!s->head)
+		s->tail = NULL;
+	(void)pthread_mutex_unlock(&s->lock);
 }
 
 static void *waiter_main(void *arg)
@@ -765,18 +784,23 @@ static void *waiter_main(void *arg)
 			last = g;
 			e = wait_event(d, g);
 		}
-		/* The loop thread appends behind them meanwhile: take them off under the lock. */
-		(void)pthread_mutex_lock(&s->lock);
-		s->head = last->next;
-		if (!s->head)
-			s->tail = NULL;
-		(void)pthread_mutex_unlock(&s->lock);
+		if (e != CUDA_SUCCESS) {
+			/* Its requests learn why while it is still its slot's first: that is where
+			 * the culprit of a fault is looked for. */
+			bool fatal = group_result(d, g, e);
+
+			slot_take(s, g);
+			atomic_fetch_sub(&s->queued, 1);
+			group_complete(d, g, fatal);
+			continue;
+		}
+		slot_take(s, last);
 		for (;;) {
 			struct cuda_group *next = g->next;
 			bool end = g == last;
 
 			atomic_fetch_sub(&s->queued, 1);
-			finish(d, g, e);
+			group_complete(d, g, group_result(d, g, CUDA_SUCCESS));
 			if (end)
 				break;
 			g = next;

@@ -59,6 +59,7 @@ struct host_dev {
 struct host_module {
 	void *dl;
 	uintptr_t base;
+	int fd; /* the memfd it was loaded from: its name stays this module's while it is open */
 };
 
 /* ---- faults: a kernel that crashes fails its request, then the worker exits ---- */
@@ -461,13 +462,34 @@ out:
 
 /* ---- modules: the image is dlopen()ed from a memfd, so what was checked is what runs ---- */
 
-static int host_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
-			    char **ret_msg)
+/*
+ * dlopen() hands back an object it has loaded already under the same name, and a module's
+ * name is "/proc/self/fd/N": a memfd closed after its load would leave N to the next module,
+ * which would then run the first one's code. So each module keeps its memfd open while it is
+ * loaded (no other module can get N), and a load checks that nothing holds the name before
+ * and that it got an object of its own after.
+ */
+#define NAME_TRIES 4
+
+static void module_name(int fd, char path[static 32])
+{
+	(void)snprintf(path, 32, "/proc/self/fd/%d", fd);
+}
+
+/* Whether an object is loaded under this name now. */
+static bool name_taken(const char *path)
+{
+	void *dl = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
+
+	if (!dl)
+		return false;
+	(void)dlclose(dl);
+	return true;
+}
+
+static int image_memfd(const uint8_t *image, size_t len, char **ret_msg)
 {
 	_cleanup_(closep) int fd = memfd_create("gpux-host-module", MFD_CLOEXEC);
-	struct host_module *hm;
-	struct link_map *lm = NULL;
-	char path[64];
 	size_t off = 0;
 
 	if (fd < 0) {
@@ -484,19 +506,73 @@ static int host_module_load(void *dv, const uint8_t *image, size_t len, void **r
 		}
 		off += (size_t)n;
 	}
+	return TAKE_FD(fd);
+}
+
+/* An fd of the image whose /proc/self/fd name no loaded object has. */
+static int fresh_name(int fd, char **ret_msg)
+{
+	int taken[NAME_TRIES];
+	unsigned n = 0;
+	char path[32];
+
+	module_name(fd, path);
+	while (name_taken(path) && n < NAME_TRIES) {
+		int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+		if (d < 0)
+			break;
+		taken[n++] = fd;
+		fd = d;
+		module_name(fd, path);
+	}
+	while (n > 0)
+		(void)close(taken[--n]);
+	if (name_taken(path)) {
+		(void)close(fd);
+		*ret_msg = wrk_strdup_printf("no free name to load the module under");
+		return GPUX_E_DEVICE;
+	}
+	return fd;
+}
+
+static int host_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+			    char **ret_msg)
+{
+	_cleanup_(closep) int fd = -1;
+	struct host_module *hm;
+	struct link_map *lm = NULL;
+	char path[32];
+	void *dl;
+
+	fd = image_memfd(image, len, ret_msg);
+	if (fd >= 0)
+		fd = fresh_name(TAKE_FD(fd), ret_msg);
+	if (fd < 0)
+		return fd;
 	hm = calloc(1, sizeof(*hm));
 	if (!hm)
 		return GPUX_E_NOMEM;
-	(void)snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	hm->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!hm->dl) {
+	module_name(fd, path);
+	dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!dl) {
 		const char *e = dlerror();
 		*ret_msg = wrk_strdup_printf("loading the module: %s", e ? e : "dlopen failed");
 		free(hm);
 		return GPUX_E_DEVICE;
 	}
-	if (dlinfo(hm->dl, RTLD_DI_LINKMAP, &lm) == 0 && lm)
-		hm->base = (uintptr_t)lm->l_addr;
+	/* Another object with this file or its soname would come back under its own name. */
+	if (dlinfo(dl, RTLD_DI_LINKMAP, &lm) != 0 || !lm || !lm->l_name ||
+	    strcmp(lm->l_name, path) != 0) {
+		(void)dlclose(dl);
+		*ret_msg = wrk_strdup_printf("loading the module gave another object (%s)",
+					     lm && lm->l_name ? lm->l_name : "unknown");
+		free(hm);
+		return GPUX_E_DEVICE;
+	}
+	hm->dl = dl;
+	hm->base = (uintptr_t)lm->l_addr;
+	hm->fd = TAKE_FD(fd);
 	*ret_mod = hm;
 	return 0;
 }
@@ -504,8 +580,14 @@ static int host_module_load(void *dv, const uint8_t *image, size_t len, void **r
 static void host_module_unload(void *dv, void *mod)
 {
 	struct host_module *hm = mod;
+	char path[32];
 
 	(void)dlclose(hm->dl);
+	/* An object that stays loaded (marked NODELETE) keeps its name: its fd is never closed,
+	 * so that no later module is given that name. */
+	module_name(hm->fd, path);
+	if (!name_taken(path))
+		(void)close(hm->fd);
 	free(hm);
 }
 

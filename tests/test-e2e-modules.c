@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-modules.c: host modules loaded one after another each run their own code. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+/* Two modules with a kernel of the same name, and one kernel only the second has. */
+static const char code_a[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+			     "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 111; }\n";
+static const char code_b[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+			     "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 222; }\n"
+			     "GPUX_HOST_PARAMS(g, sizeof(int *));\n"
+			     "GPUX_HOST_KERNEL(g) { *GPUX_ARG(int *, 0) = 333; }\n";
+/* Another client's own module. */
+static const char code_c[] = "GPUX_HOST_PARAMS(h, sizeof(int *));\n"
+			     "GPUX_HOST_KERNEL(h) { *GPUX_ARG(int *, 0) = 444; }\n";
+
+static int setup(void **state)
+{
+	*state = test_env_open(NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	test_env_close(*state);
+	return 0;
+}
+
+static gpux_module *load(gpux_ctx *ctx, const char *code)
+{
+	gpux_module *m = NULL;
+	char *log = NULL;
+	gpux_status st = gpux_module_load(ctx, GPUX_LANG_HOST, code, strlen(code), NULL, &m, &log);
+
+	if (st != GPUX_OK)
+		fail_msg("loading a module: %s\n%s", gpux_strerror(st), log ? log : "");
+	free(log);
+	return m;
+}
+
+/* Run kernel k of module m on one int; returns the launch's status, the int in *ret. */
+static gpux_status run_one(gpux_ctx *ctx, gpux_module *m, const char *k, int *ret)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	gpux_buf *b;
+	struct gpux_arg arg;
+	gpux_status st;
+
+	assert_int_equal(gpux_buf_alloc(ctx, sizeof(int), &b), GPUX_OK);
+	*(int *)gpux_buf_data(b) = -1;
+	arg = gpux_arg_out(b, 0, sizeof(int));
+	st = gpux_run(m, k, &l, &arg, 1);
+	*ret = *(int *)gpux_buf_data(b);
+	gpux_buf_free(b);
+	return st;
+}
+
+static void expect(gpux_ctx *ctx, gpux_module *m, const char *k, int want)
+{
+	int got;
+
+	assert_int_equal(run_one(ctx, m, k, &got), GPUX_OK);
+	assert_int_equal(got, want);
+}
+
+/* A.f writes 111; A is freed; B.f must write 222 and B.g be found; C of another client works. */
+static void test_e2e_modules_freed_module_is_not_run_for_the_next(void **state)
+{
+	struct test_env *e = *state;
+	gpux_module *a, *b, *c;
+	gpux_ctx *other;
+	int got;
+
+	a = load(e->ctx, code_a);
+	expect(e->ctx, a, "f", 111);
+	gpux_module_free(a);
+
+	b = load(e->ctx, code_b);
+	expect(e->ctx, b, "f", 222);
+	expect(e->ctx, b, "g", 333);
+	assert_int_equal(run_one(e->ctx, b, "h", &got), GPUX_E_NOTFOUND);
+
+	other = test_connect(&e->d);
+	c = load(other, code_c);
+	expect(other, c, "h", 444);
+	expect(e->ctx, b, "f", 222);
+	gpux_module_free(c);
+	gpux_disconnect(other);
+	gpux_module_free(b);
+}
+
+/* Different modules loaded at the same time, and the same code loaded twice. */
+static void test_e2e_modules_loaded_together_stay_apart(void **state)
+{
+	struct test_env *e = *state;
+	gpux_module *a = load(e->ctx, code_a), *b = load(e->ctx, code_b);
+	gpux_module *a2 = load(e->ctx, code_a), *c = load(e->ctx, code_c);
+
+	expect(e->ctx, a, "f", 111);
+	expect(e->ctx, b, "f", 222);
+	expect(e->ctx, a2, "f", 111);
+	expect(e->ctx, c, "h", 444);
+	gpux_module_free(a);
+	expect(e->ctx, a2, "f", 111);
+	expect(e->ctx, b, "g", 333);
+	gpux_module_free(a2);
+	gpux_module_free(b);
+	gpux_module_free(c);
+}
+
+/*
+ * Many modules built, freed and loaded again, from the memory cache and then, after the
+ * worker's restart, from the disk cache: each run is its own module's.
+ */
+static void test_e2e_modules_reloaded_from_the_caches_stay_apart(void **state)
+{
+	struct test_env *e = *state;
+	char code[8][160];
+	pid_t worker;
+
+	for (int round = 0; round < 3; round++) {
+		if (round == 2) {
+			/* The memory cache goes with the worker; its successor reads the disk. */
+			worker = test_worker_pid(&e->d, 0);
+			assert_int_equal(kill(worker, SIGKILL), 0);
+			test_wait_generation(&e->d, 0, 1);
+			/* Take in gpuxd's news of it: the new worker's channel. */
+			assert_int_equal(gpux_process(e->ctx), GPUX_OK);
+		}
+		for (int i = 0; i < 8; i++) {
+			gpux_module *m;
+
+			(void)snprintf(code[i], sizeof(code[i]),
+				       "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+				       "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = %d; }\n",
+				       1000 + i);
+			m = load(e->ctx, code[i]);
+			expect(e->ctx, m, "f", 1000 + i);
+			gpux_module_free(m);
+		}
+	}
+	{
+		struct ipc_status st;
+		struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+		assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+		assert_true(devs[0].stats.module_disk_hits >= 8);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_e2e_modules_freed_module_is_not_run_for_the_next,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_e2e_modules_loaded_together_stay_apart, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_e2e_modules_reloaded_from_the_caches_stay_apart,
+						setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -243,13 +243,17 @@ int ipc_decode_copy(const struct ipc_msg *msg, struct ipc_copy *ret)
 	return 0;
 }
 
-static int check_arg(const struct ipc_arg *a, uint32_t data_len)
+/* Why an argument cannot be, or NULL. */
+static const char *arg_refusal(const struct ipc_arg *a, uint32_t data_len)
 {
 	switch (a->kind) {
 	case GPUX_ARG_SCALAR:
-		if (a->size == 0 || a->size > IPC_SCALAR_MAX || a->flags != 0 || a->ref != 0)
-			return -EBADMSG;
-		return range_ok(a->offset, a->size, data_len) ? 0 : -EBADMSG;
+		if (a->size == 0 || a->size > IPC_SCALAR_MAX)
+			return "a scalar argument of 0 or more than 256 bytes";
+		if (a->flags != 0 || a->ref != 0)
+			return "a scalar argument with flags or a buffer";
+		return range_ok(a->offset, a->size, data_len) ? NULL
+							      : "a scalar argument outside the data";
 	case GPUX_ARG_IN:
 	case GPUX_ARG_OUT:
 	case GPUX_ARG_INOUT:
@@ -258,46 +262,73 @@ static int check_arg(const struct ipc_arg *a, uint32_t data_len)
 		uint64_t end;
 		uint32_t allowed = a->kind == GPUX_ARG_IN ? GPUX_ARG_CACHED : 0;
 
-		if (a->size == 0 || (a->flags & ~allowed) || !add_ok(a->offset, a->size, &end))
-			return -EBADMSG;
-		return 0;
+		if (a->size == 0 || !add_ok(a->offset, a->size, &end))
+			return "a buffer argument of 0 bytes, or one whose end overflows";
+		return (a->flags & ~allowed) ? "a buffer argument with flags it cannot have" : NULL;
 	}
 	default:
-		return -EBADMSG;
+		return "an argument of an unknown kind";
 	}
+}
+
+/* Why a SUBMIT cannot be decoded, or NULL; *m is its fixed part when there is one. */
+static const char *submit_refusal(const struct ipc_msg *msg, struct ipc_submit *m)
+{
+	const uint8_t *p;
+	uint64_t want;
+
+	if (decode_head(msg, IPC_SUBMIT, m, sizeof(*m)) < 0)
+		return "not a submit message, or shorter than its fixed part";
+	if (msg->nfds != 0)
+		return "fds with a submit message";
+	if (m->flags & ~(uint32_t)GPUX_LAUNCH_TIMED)
+		return "unknown launch flags";
+	if (m->nargs > IPC_ARGS_MAX)
+		return "more than 64 arguments";
+	if (m->name_len == 0 || m->name_len > IPC_KERNEL_NAME_MAX)
+		return "a kernel name of 0 or more than 255 bytes";
+	if (m->data_len > IPC_SCALAR_DATA_MAX)
+		return "too many bytes of scalar arguments";
+	want = sizeof(*m) + (uint64_t)m->nargs * sizeof(struct ipc_arg) + m->name_len + m->data_len;
+	if (msg->len != want)
+		return "its length does not match its counts";
+	for (unsigned i = 0; i < 3; i++) {
+		if (m->grid[i] == 0 || m->grid[i] > IPC_GRID_MAX)
+			return "a grid dimension of 0 or more than 2^31 - 1";
+		if (m->block[i] == 0)
+			return "a block dimension of 0";
+	}
+	/* Every argument is checked in place before anything is written out. */
+	p = msg->payload + sizeof(*m);
+	for (unsigned i = 0; i < m->nargs; i++) {
+		struct ipc_arg a;
+		const char *why;
+
+		memcpy(&a, p + i * sizeof(a), sizeof(a));
+		why = arg_refusal(&a, m->data_len);
+		if (why)
+			return why;
+	}
+	if (memchr(p + (size_t)m->nargs * sizeof(struct ipc_arg), 0, m->name_len))
+		return "a NUL in the kernel name";
+	return NULL;
+}
+
+const char *ipc_submit_refusal(const struct ipc_msg *msg)
+{
+	struct ipc_submit m;
+
+	return submit_refusal(msg, &m);
 }
 
 int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret)
 {
 	struct ipc_submit m;
 	const uint8_t *p;
-	uint64_t want;
-	int r = decode_head(msg, IPC_SUBMIT, &m, sizeof(m));
 
-	if (r < 0)
-		return r;
-	if (msg->nfds != 0 || (m.flags & ~(uint32_t)GPUX_LAUNCH_TIMED))
+	if (submit_refusal(msg, &m))
 		return -EBADMSG;
-	if (m.nargs > IPC_ARGS_MAX || m.name_len == 0 || m.name_len > IPC_KERNEL_NAME_MAX ||
-	    m.data_len > IPC_SCALAR_DATA_MAX)
-		return -EBADMSG;
-	want = sizeof(m) + (uint64_t)m.nargs * sizeof(struct ipc_arg) + m.name_len + m.data_len;
-	if (msg->len != want)
-		return -EBADMSG;
-	for (unsigned i = 0; i < 3; i++)
-		if (m.grid[i] == 0 || m.grid[i] > IPC_GRID_MAX || m.block[i] == 0)
-			return -EBADMSG;
-
-	/* Every argument is checked in place before anything is written out. */
 	p = msg->payload + sizeof(m);
-	for (unsigned i = 0; i < m.nargs; i++) {
-		struct ipc_arg a;
-		memcpy(&a, p + i * sizeof(a), sizeof(a));
-		if (check_arg(&a, m.data_len) < 0)
-			return -EBADMSG;
-	}
-	if (memchr(p + (size_t)m.nargs * sizeof(struct ipc_arg), 0, m.name_len))
-		return -EBADMSG;
 	memcpy(ret->args, p, (size_t)m.nargs * sizeof(struct ipc_arg));
 	p += (size_t)m.nargs * sizeof(struct ipc_arg);
 	memcpy(ret->name, p, m.name_len);

@@ -368,6 +368,8 @@ int ipc_decode_dbuf_alloc(const struct ipc_msg *msg, struct ipc_dbuf_alloc *ret)
 int ipc_decode_dbuf_free(const struct ipc_msg *msg, struct ipc_dbuf_free *ret);
 int ipc_decode_copy(const struct ipc_msg *msg, struct ipc_copy *ret);
 int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret);
+/* Why ipc_decode_submit() refuses msg, in a few words (static text), or NULL if it does not. */
+const char *ipc_submit_refusal(const struct ipc_msg *msg);
 int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret);
 int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret);
 int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret);

@@ -387,3 +387,95 @@ void test_env_close(struct test_env *e)
 	test_daemon_stop(&e->d);
 	free(e);
 }
+
+int test_raw_connect(const struct test_daemon *d)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	memcpy(sa.sun_path, d->sock, strlen(d->sock));
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+int test_raw_channel(const struct test_daemon *d, int *ret_sup)
+{
+	struct ipc_hello h = { .min_version = 1, .max_version = IPC_VERSION };
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_msg msg;
+	int sup = test_raw_connect(d), chan = -1, n;
+
+	n = ipc_encode(buf, sizeof(buf), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+	assert_int_equal(ipc_channel_send(sup, buf, (size_t)n, NULL, 0, 0), 0);
+	assert_int_equal(ipc_channel_recv_msg(sup, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_WELCOME);
+	assert_int_equal(ipc_channel_recv_msg(sup, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_DEVICE);
+	assert_int_equal(msg.nfds, 2);
+	chan = ipc_msg_take_fd(&msg, 0);
+	ipc_msg_close_fds(&msg);
+	/* The worker offers its rings first; a client that ignores them has the socket. */
+	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_RINGS);
+	ipc_msg_close_fds(&msg);
+	*ret_sup = sup;
+	return chan;
+}
+
+bool test_closed_by_peer(int fd)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+
+	for (int i = 0; i < 100; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int fds[IPC_FDS_MAX];
+		unsigned nfds;
+		ssize_t n;
+
+		if (poll(&p, 1, 100) <= 0)
+			continue;
+		n = ipc_channel_recv(fd, buf, sizeof(buf), fds, &nfds, MSG_DONTWAIT);
+		for (unsigned k = 0; k < nfds && n > 0; k++)
+			(void)close(fds[k]);
+		if (n == 0 || (n < 0 && n != -EAGAIN))
+			return true;
+	}
+	return false;
+}
+
+void test_send_seg(int chan, uint64_t id, uint64_t size, uint32_t flags, int fd)
+{
+	uint8_t buf[128];
+	struct ipc_seg_add a = { .seg_id = id, .size = size, .flags = flags };
+	int n = ipc_encode(buf, sizeof(buf), IPC_SEG_ADD, 0, 1, &a, sizeof(a), NULL, 0);
+
+	assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, &fd, 1, 0), 0);
+}
+
+int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_hdr h;
+
+	memcpy(&h, msg, sizeof(h));
+	assert_int_equal(ipc_channel_send(chan, msg, n, NULL, 0, 0), 0);
+	for (;;) {
+		struct pollfd p = { .fd = chan, .events = POLLIN };
+		struct ipc_done_msg d;
+		struct ipc_msg m;
+
+		assert_int_equal(poll(&p, 1, 10000), 1);
+		assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &m, 0), 1);
+		ipc_msg_close_fds(&m);
+		if (m.hdr.type != IPC_DONE || m.hdr.id != h.id)
+			continue;
+		assert_int_equal(ipc_decode_done(&m, &d), 0);
+		if (cap) {
+			size_t len = MIN((size_t)d.m.text_len, cap - 1);
+			memcpy(text, d.text, len);
+			text[len] = '\0';
+		}
+		return d.m.status;
+	}
+}

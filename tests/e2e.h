@@ -75,3 +75,28 @@ void test_fill_random(float *p, size_t n, uint64_t *seed);
 
 /* A launch of one thread per element, 128 threads per block, on a device or queue. */
 struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q);
+
+/* ---- a client that speaks the protocol itself, as a hostile one could ---- */
+
+/* A SOCK_SEQPACKET socket connected to the daemon's; asserts. */
+int test_raw_connect(const struct test_daemon *d);
+
+/*
+ * Say hello to the daemon as the library would and take device 0's channel (its rings offer
+ * read and ignored: the channel works by its socket alone). *ret_sup is the connection to
+ * gpuxd, which must stay open while the channel is used. Asserts.
+ */
+int test_raw_channel(const struct test_daemon *d, int *ret_sup);
+
+/* Whether the peer closed the socket within a few seconds (reading what it sent first). */
+bool test_closed_by_peer(int fd);
+
+/* Send a SEG_ADD of segment `id`, `size` bytes, with fd; asserts. */
+void test_send_seg(int chan, uint64_t id, uint64_t size, uint32_t flags, int fd);
+
+/*
+ * Send n bytes of a message on a raw channel and receive the DONE that answers it (waiting at
+ * most 10 s): its status, and its text (NUL-terminated, cut to fit) in text[cap]. Asserts
+ * that a DONE with the message's id came.
+ */
+int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap);

@@ -152,6 +152,48 @@ static int submit_arg_decode(struct ipc_arg a)
 	return submit_decode(&c);
 }
 
+/* The refusal of submit case c, as ipc_submit_refusal() words it; NULL when it decodes. */
+static const char *submit_why(const struct submit_case *c)
+{
+	struct ipc_part parts[3] = {
+		{ c->args, c->nargs * sizeof(struct ipc_arg) },
+		{ c->name, c->name_len },
+		{ c->data, c->data_len },
+	};
+	struct ipc_msg msg;
+	int n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_SUBMIT, 1, 0, &c->m, sizeof(c->m),
+			   parts, 3);
+
+	assert_true(n > 0);
+	assert_int_equal(test_parse(test_msgbuf, (size_t)n, 0, &msg), 0);
+	/* Words exactly when the decoder refuses. */
+	assert_int_equal(test_decode_as(&msg, IPC_SUBMIT, NULL) < 0,
+			 ipc_submit_refusal(&msg) != NULL);
+	return ipc_submit_refusal(&msg);
+}
+
+static void test_proto_submit_refusal_says_why(void **state)
+{
+	struct submit_case c;
+
+	submit_init(&c);
+	assert_null(submit_why(&c));
+	c.m.grid[0] = IPC_GRID_MAX + 1u;
+	assert_non_null(strstr(submit_why(&c), "grid"));
+	submit_init(&c);
+	c.m.block[2] = 0;
+	assert_non_null(strstr(submit_why(&c), "block"));
+	submit_init(&c);
+	c.m.flags = 0x80;
+	assert_non_null(strstr(submit_why(&c), "flags"));
+	submit_init(&c);
+	c.m.data_len = (uint32_t)c.data_len + 8;
+	assert_non_null(strstr(submit_why(&c), "length"));
+	submit_init(&c);
+	c.args[0].kind = 99;
+	assert_non_null(strstr(submit_why(&c), "kind"));
+}
+
 static void test_proto_submit_rejects_bad_scalar(void **state)
 {
 	/* 16 bytes of scalar data. */
@@ -318,6 +360,7 @@ int main(void)
 		cmocka_unit_test(test_proto_submit_rejects_bad_name),
 		cmocka_unit_test(test_proto_submit_rejects_bad_data_len),
 		cmocka_unit_test(test_proto_submit_rejects_bad_launch),
+		cmocka_unit_test(test_proto_submit_refusal_says_why),
 		cmocka_unit_test(test_proto_submit_rejects_bad_scalar),
 		cmocka_unit_test(test_proto_submit_scalar_limit),
 		cmocka_unit_test(test_proto_submit_rejects_bad_buffer_arg),

@@ -79,14 +79,18 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	wrk_reply(c, id, GPUX_OK, NULL);
 }
 
-/* DBUF_ALLOC and DBUF_FREE; a negative return is a protocol error. */
+/* DBUF_ALLOC and DBUF_FREE; a negative return: the message does not decode. */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg)
 {
 	if (msg->hdr.type == IPC_DBUF_ALLOC) {
 		struct ipc_dbuf_alloc a;
 
-		if (ipc_decode_dbuf_alloc(msg, &a) < 0 || ipc_map_get(&c->dbufs, a.dbuf_id))
+		if (ipc_decode_dbuf_alloc(msg, &a) < 0)
 			return -EBADMSG;
+		if (ipc_map_get(&c->dbufs, a.dbuf_id)) {
+			wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, "that device buffer id is in use");
+			return 0;
+		}
 		dbuf_alloc(c, msg->hdr.id, &a);
 		return 0;
 	} else {
@@ -95,9 +99,10 @@ int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg)
 
 		if (ipc_decode_dbuf_free(msg, &f) < 0)
 			return -EBADMSG;
+		/* Freeing what is not there changes nothing. */
 		d = ipc_map_remove(&c->dbufs, f.dbuf_id);
 		if (!d)
-			return -EBADMSG;
+			return 0;
 		dbuf_release(c, d);
 		wrk_status_publish(c->w);
 		return 0;
@@ -105,7 +110,7 @@ int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg)
 }
 
 /* COPY: a request like a launch, in its queue: args[0] the shared range, args[1] the dbuf's. */
-void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
+int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 {
 	struct ipc_copy m;
 	struct wrk_req *r;
@@ -114,13 +119,11 @@ void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	char *why = NULL;
 	int status = 0;
 
-	if (ipc_decode_copy(msg, &m) < 0 || msg->hdr.id == 0) {
-		wrk_client_drop(c);
-		return;
-	}
+	if (ipc_decode_copy(msg, &m) < 0 || msg->hdr.id == 0)
+		return -EBADMSG;
 	r = wrk_req_new(c, msg->hdr.id);
 	if (!r)
-		return;
+		return 0;
 	r->kind = REQ_COPY;
 	(void)snprintf(r->name, sizeof(r->name), "copy");
 	to_dbuf = m.dir == IPC_COPY_TO_DBUF;
@@ -137,15 +140,16 @@ void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	h->map = wrk_segment_range(c, m.seg_id, m.seg_offset, m.size, !to_dbuf, 0, &status, &why);
 	if (!h->map) {
 		wrk_req_fail(r, status, why);
-		return;
+		return 0;
 	}
 	h->host = (uint8_t *)h->map->seg.addr + m.seg_offset;
 	dv->dbuf = ipc_map_get(&c->dbufs, m.dbuf_id);
 	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
 		dv->dbuf = NULL;
 		wrk_req_fail(r, GPUX_E_INVAL, strdup("no such device buffer, or a range outside it"));
-		return;
+		return 0;
 	}
 	dv->dbuf->refs++;
 	wrk_req_queue(c, r, m.queue);
+	return 0;
 }

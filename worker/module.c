@@ -378,10 +378,41 @@ static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id)
 }
 
 /*
+ * Refuse a MOD_LOAD: answer it (when it has an id) and bind the module id to the refusal, so
+ * that the requests naming it get the reason too: a load sent without an id (to a device
+ * other than the first) has nobody else to tell.
+ */
+static void module_refuse(struct wrk_client *c, uint32_t id, uint64_t mod_id, int status,
+			  const char *text)
+{
+	struct wrk_modref *ref;
+	struct wrk_module *m;
+
+	wrk_reply(c, id, status, text);
+	if (ipc_map_get(&c->mods, mod_id) || ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX)
+		return;
+	ref = calloc(1, sizeof(*ref));
+	m = calloc(1, sizeof(*m));
+	if (!ref || !m || !(m->log = strdup(text))) {
+		free(m);
+		free(ref);
+		return;
+	}
+	m->refs = 1;
+	m->state = MOD_FAILED;
+	m->status = status;
+	ref->mod = m;
+	if (ipc_map_put(&c->mods, mod_id, ref) < 0) {
+		module_free(c->w, m);
+		free(ref);
+	}
+}
+
+/*
  * MOD_LOAD: bind the client's module id to the shared module of that key, starting its
  * build when nobody has it yet. Answered (when the message has an id) once it is ready.
  */
-void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
+int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 {
 	struct wrk *w = c->w;
 	struct ipc_mod_load_msg ml;
@@ -393,33 +424,36 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	uint32_t id = msg->hdr.id;
 	int r;
 
-	r = ipc_decode_mod_load(msg, &ml);
-	if (r < 0 || ipc_map_get(&c->mods, ml.m.mod_id)) {
-		wrk_client_drop(c);
-		return;
+	if (ipc_decode_mod_load(msg, &ml) < 0)
+		return -EBADMSG;
+	if (ipc_map_get(&c->mods, ml.m.mod_id)) {
+		wrk_reply(c, id, GPUX_E_INVAL, "that module id is in use");
+		return 0;
 	}
 	if (ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX) {
 		wrk_reply(c, id, GPUX_E_QUOTA, "too many modules loaded by this client");
-		return;
+		return 0;
 	}
 	/* A host kernel is native code in this process: only gpuxd's own user (or root) may
 	 * run one here, not the members of an --allow-group. */
 	if (w->be->backend == GPUX_BACKEND_HOST && c->uid != geteuid() && c->uid != 0) {
-		wrk_reply(c, id, GPUX_E_PERM, "host kernels run as gpuxd's user: only that user may "
-					  "load them");
-		return;
+		module_refuse(c, id, ml.m.mod_id, GPUX_E_PERM,
+			      "host kernels run as gpuxd's user: only that user may load them");
+		return 0;
 	}
 	/* Code waiting for the compile thread is held in memory: cap it. */
 	if (c->build_bytes + ml.m.code_len > WRK_CLIENT_BUILD_BYTES ||
 	    w->build_bytes + ml.m.code_len > WRK_BUILD_BYTES) {
-		wrk_reply(c, id, GPUX_E_QUOTA, "too much code is waiting to be compiled");
-		return;
+		module_refuse(c, id, ml.m.mod_id, GPUX_E_QUOTA,
+			      "too much code is waiting to be compiled");
+		return 0;
 	}
 	if (ml.m.flags & IPC_MOD_CODE_FD) {
 		r = ipc_blob_read(msg->fds[0], ml.m.code_len, IPC_CODE_MAX, &code, NULL);
 		if (r == -EBADF) {
-			wrk_client_drop(c);
-			return;
+			module_refuse(c, id, ml.m.mod_id, GPUX_E_INVAL,
+				      "the module's code is not in a sealed memfd of its length");
+			return 0;
 		}
 	} else {
 		code = malloc(ml.m.code_len);
@@ -429,19 +463,19 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	}
 	options = strndup(ml.options, ml.m.options_len);
 	if (r < 0 || !options) {
-		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
-		return;
+		module_refuse(c, id, ml.m.mod_id, GPUX_E_NOMEM, "out of memory");
+		return 0;
 	}
 	key = module_key(w, c->uid, ml.m.lang, options, code, ml.m.code_len, &r);
 	if (r < 0) {
-		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
-		return;
+		module_refuse(c, id, ml.m.mod_id, GPUX_E_NOMEM, "out of memory");
+		return 0;
 	}
 
 	ref = calloc(1, sizeof(*ref));
 	if (!ref) {
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
-		return;
+		return 0;
 	}
 	m = ipc_map_get(&w->modules, key.lo);
 	if (m && ipc_key_equal(m->key, key) && m->lang == ml.m.lang) {
@@ -452,7 +486,7 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		if (!m) {
 			free(ref);
 			wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
-			return;
+			return 0;
 		}
 		/* One reference for the client, one for the build: a client that goes away
 		 * meanwhile does not free what the compile thread works on. */
@@ -484,13 +518,14 @@ void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		wrk_module_unref(w, m);
 		free(ref);
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
-		return;
+		return 0;
 	}
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 	if (m->state == MOD_BUILDING)
 		module_wait(m, c, id);
 	else
 		wrk_reply(c, id, m->state == MOD_READY ? GPUX_OK : m->status, m->log);
+	return 0;
 }
 
 void wrk_module_drop(struct wrk_client *c, uint64_t mod_id)

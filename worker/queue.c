@@ -130,12 +130,13 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 	struct wrk_queue *q;
 	int r = ipc_decode_queue(msg, msg->hdr.type, &m);
 
-	if (r < 0 || m.queue == 0)
-		return -EBADMSG;
-	q = ipc_map_get(&c->queues, m.queue);
+	if (r < 0)
+		return r;
+	q = m.queue ? ipc_map_get(&c->queues, m.queue) : NULL;
 	if (msg->hdr.type == IPC_QUEUE_CLOSE) {
+		/* Closing what is not open changes nothing. */
 		if (!q)
-			return -EBADMSG;
+			return 0;
 		(void)ipc_map_remove(&c->queues, m.queue);
 		q->closed = true;
 		/* Nobody would kick what it still holds again. */
@@ -143,8 +144,11 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		wrk_queue_unref(q);
 		return 0;
 	}
-	if (q)
-		return -EBADMSG;
+	if (m.queue == 0 || q) {
+		wrk_reply(c, msg->hdr.id, GPUX_E_INVAL,
+			  m.queue ? "that queue is open already" : "queue 0 is the default queue");
+		return 0;
+	}
 	if (ipc_map_size(&c->queues) >= WRK_CLIENT_QUEUES_MAX)
 		r = GPUX_E_QUOTA;
 	else

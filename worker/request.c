@@ -309,20 +309,18 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 }
 
 /* SUBMIT: check what can be checked now, then queue it behind the queue's earlier requests. */
-void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
+int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 {
 	struct wrk *w = c->w;
 	struct ipc_submit_msg s;
 	struct wrk_modref *ref;
 	struct wrk_req *r;
 
-	if (ipc_decode_submit(msg, &s) < 0 || msg->hdr.id == 0) {
-		wrk_client_drop(c);
-		return;
-	}
+	if (ipc_decode_submit(msg, &s) < 0 || msg->hdr.id == 0)
+		return -EBADMSG;
 	r = wrk_req_new(c, msg->hdr.id);
 	if (!r)
-		return;
+		return 0;
 	memcpy(r->grid, s.m.grid, sizeof(r->grid));
 	memcpy(r->block, s.m.block, sizeof(r->block));
 	r->shared_bytes = s.m.shared_bytes;
@@ -332,8 +330,13 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	memcpy(r->name, s.name, strlen(s.name) + 1);
 	ref = ipc_map_get(&c->mods, s.m.mod_id);
 	if (!ref) {
-		req_failf(r, GPUX_E_INVAL, "no such module");
-		return;
+		/* A module refused for the client's cap was not kept: say so. */
+		if (ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX)
+			req_failf(r, GPUX_E_QUOTA, "no such module: this client has %u loaded, "
+						   "the most it may", WRK_CLIENT_MODS_MAX);
+		else
+			req_failf(r, GPUX_E_INVAL, "no such module");
+		return 0;
 	}
 	r->mod = ref->mod;
 	r->mod->refs++;
@@ -342,7 +345,7 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 		if (!r->data) {
 			r->data = r->data_inline;
 			req_failf(r, GPUX_E_NOMEM, "out of memory");
-			return;
+			return 0;
 		}
 	}
 	if (s.m.data_len)
@@ -355,10 +358,11 @@ void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 		rc = resolve_arg(c, r, i, &s.args[i], &why);
 		if (rc < 0) {
 			wrk_req_fail(r, rc, why);
-			return;
+			return 0;
 		}
 	}
 	wrk_req_queue(c, r, s.m.queue);
+	return 0;
 }
 
 void wrk_req_soon(struct wrk_req *r)

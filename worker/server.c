@@ -52,7 +52,34 @@ void wrk_client_drop(struct wrk_client *c)
 	wrk_client_unref(c);
 }
 
-/* A message from a client, by its socket or its ring. */
+/*
+ * A message that does not decode, or has no business on a channel. A request (a message with
+ * an id) is answered with why, and the client stays. One that nobody waits an answer for
+ * cannot be tied to anything the client will ask about later: the client is dropped.
+ */
+static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, const char *why)
+{
+	const char *what = msg->hdr.type == IPC_SUBMIT ? ipc_submit_refusal(msg) : NULL;
+	_cleanup_(freep) char *text = NULL;
+
+	if (why)
+		text = wrk_strdup_printf("a %s message is not for a worker", why);
+	else
+		text = wrk_strdup_printf("malformed %s message%s%s", ipc_type_name(msg->hdr.type),
+					 what ? ": " : "", what ? what : "");
+	if (msg->hdr.id != 0) {
+		wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, text ? text : "malformed message");
+		return;
+	}
+	wrk_log(c->w, "client %llu (pid %u): %s; dropped", (unsigned long long)c->id, c->pid,
+		text ? text : "malformed message");
+	wrk_client_drop(c);
+}
+
+/*
+ * A message from a client, by its socket or its ring. Each handler answers what it refuses
+ * itself; a negative return means the message could not be read at all.
+ */
 static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 {
 	struct ipc_seg_drop sd;
@@ -71,7 +98,7 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 			wrk_segment_drop(c, sd.seg_id);
 		break;
 	case IPC_MOD_LOAD:
-		wrk_module_load(c, msg);
+		r = wrk_module_load(c, msg);
 		break;
 	case IPC_MOD_DROP:
 		r = ipc_decode_mod_drop(msg, &md);
@@ -83,14 +110,14 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 		r = wrk_queue_msg(c, msg);
 		break;
 	case IPC_SUBMIT:
-		wrk_submit(c, msg);
+		r = wrk_submit(c, msg);
 		break;
 	case IPC_DBUF_ALLOC:
 	case IPC_DBUF_FREE:
 		r = wrk_dbuf_msg(c, msg);
 		break;
 	case IPC_COPY:
-		wrk_copy(c, msg);
+		r = wrk_copy(c, msg);
 		break;
 	case IPC_KICK:
 		/* Its ring was looked at before this message was taken. */
@@ -98,15 +125,11 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 		c->rings_used = c->rings != NULL;
 		break;
 	default:
-		r = -EBADMSG;
-		break;
+		client_refuse(c, msg, ipc_type_name(msg->hdr.type));
+		return;
 	}
-	if (r < 0) {
-		wrk_log(c->w, "client %llu (pid %u): %s message refused: %s; dropped",
-			(unsigned long long)c->id, c->pid, ipc_type_name(msg->hdr.type),
-			strerror(-r));
-		wrk_client_drop(c);
-	}
+	if (r < 0)
+		client_refuse(c, msg, NULL);
 }
 
 /*

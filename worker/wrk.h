@@ -343,7 +343,9 @@ void wrk_server_stop(struct wrk *w);
 void wrk_status_publish(struct wrk *w);
 
 /* worker/request.c */
-void wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
+/* Handlers of client messages: they answer what they refuse; a negative return means the
+ * message could not be read at all (worker/server.c decides what then). */
+int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
 struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
 void wrk_req_fail(struct wrk_req *r, int status, char *error);
 struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
@@ -400,7 +402,7 @@ void wrk_fail_all(struct wrk *w, int status, const char *why);
 /* worker/module.c */
 int wrk_modules_start(struct wrk *w);
 void wrk_modules_stop(struct wrk *w);
-void wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg);
+int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_module_drop(struct wrk_client *c, uint64_t mod_id);
 void wrk_module_unref(struct wrk *w, struct wrk_module *m);
 void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
@@ -435,7 +437,7 @@ int wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
 void wrk_dbufs_free(struct wrk_client *c);
-void wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
+int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
 
 /* worker/segment.c */
 int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);

@@ -240,6 +240,8 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		return r;
 	case IPC_SUBMIT:
 		r = ipc_decode_submit(msg, &u.submit);
+		/* A refusal is worded exactly when the decoder refuses. */
+		CHECK((r == 0) == (ipc_submit_refusal(msg) == NULL));
 		if (r == 0)
 			check_submit(msg, &u.submit);
 		return r;

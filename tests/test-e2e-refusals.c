@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-refusals.c: what a worker refuses is answered with why, and the client stays. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+#include "ipc/channel.h"
+#include "ipc/segment.h"
+
+static const char code[] = "GPUX_HOST_KERNEL(k)\n{\n}\n";
+
+static int setup(void **state)
+{
+	*state = test_env_open(NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	test_env_close(*state);
+	return 0;
+}
+
+static void still_serves(struct test_env *e)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+
+	assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
+}
+
+/* A raw channel with module 7 (kernel "k") loaded. */
+static int channel_with_module(struct test_env *e, int *ret_sup)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_mod_load ml = { .mod_id = 7, .lang = GPUX_LANG_HOST, .code_len = sizeof(code) - 1 };
+	int chan = test_raw_channel(&e->d, ret_sup);
+	int n = ipc_encode_mod_load(buf, sizeof(buf), 1, &ml, "", code);
+
+	assert_int_equal(test_raw_call(chan, buf, (size_t)n, NULL, 0), GPUX_OK);
+	return chan;
+}
+
+/* A SUBMIT of kernel "k" with its fixed part as given (module 7 unless it names another). */
+static size_t submit_msg(uint8_t *buf, uint32_t id, struct ipc_submit s, const struct ipc_arg *args)
+{
+	struct ipc_part parts[2] = { { args, (size_t)s.nargs * sizeof(*args) }, { "k", 1 } };
+	int n;
+
+	if (!s.mod_id)
+		s.mod_id = 7;
+	s.name_len = 1;
+	n = ipc_encode(buf, IPC_MSG_MAX, IPC_SUBMIT, id, 0, &s, sizeof(s), parts, 2);
+	assert_true(n > 0);
+	return (size_t)n;
+}
+
+static const struct ipc_submit one = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+
+/* Send a message and expect the DONE that answers it to carry `status` and `words`. */
+static void expect_refusal(int chan, const void *msg, size_t n, int status, const char *words)
+{
+	char text[512];
+
+	assert_int_equal(test_raw_call(chan, msg, n, text, sizeof(text)), status);
+	if (!strstr(text, words))
+		fail_msg("\"%s\" does not say \"%s\"", text, words);
+}
+
+static void test_e2e_refusals_malformed_requests_are_answered(void **state)
+{
+	struct test_env *e = *state;
+	static uint8_t buf[IPC_MSG_MAX];
+	static struct ipc_arg many[IPC_ARGS_MAX + 1];
+	pid_t worker = test_worker_pid(&e->d, 0);
+	struct ipc_submit s = one;
+	int sup, chan = channel_with_module(e, &sup), n;
+
+	/* A grid dimension of 2^31, and more arguments than there may be. */
+	s.grid[0] = 1u << 31;
+	expect_refusal(chan, buf, submit_msg(buf, 2, s, NULL), GPUX_E_INVAL, "grid");
+	s = one;
+	s.nargs = IPC_ARGS_MAX + 1;
+	for (unsigned i = 0; i < s.nargs; i++)
+		many[i] = (struct ipc_arg){ .kind = GPUX_ARG_SCALAR, .size = 4 };
+	expect_refusal(chan, buf, submit_msg(buf, 3, s, many), GPUX_E_INVAL, "arguments");
+
+	/* A module in no language, and a module id used twice. */
+	{
+		struct ipc_mod_load ml = { .mod_id = 8, .lang = 99, .code_len = sizeof(code) - 1 };
+		struct ipc_part parts[1] = { { code, sizeof(code) - 1 } };
+
+		n = ipc_encode(buf, sizeof(buf), IPC_MOD_LOAD, 4, 0, &ml, sizeof(ml), parts, 1);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "malformed mod-load");
+		ml.mod_id = 7;
+		ml.lang = GPUX_LANG_HOST;
+		n = ipc_encode_mod_load(buf, sizeof(buf), 5, &ml, "", code);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "in use");
+	}
+
+	/*
+	 * A load that asks for no answer (as the library sends them to other devices than the
+	 * first) whose code is not sealed: the requests naming it are told.
+	 */
+	{
+		struct ipc_mod_load ml = { .mod_id = 9, .lang = GPUX_LANG_HOST,
+					   .flags = IPC_MOD_CODE_FD, .code_len = sizeof(code) - 1 };
+		int fd = memfd_create("unsealed", MFD_CLOEXEC);
+
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, code, sizeof(code) - 1), (ssize_t)sizeof(code) - 1);
+		n = ipc_encode_mod_load(buf, sizeof(buf), 0, &ml, "", NULL);
+		assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, &fd, 1, 0), 0);
+		(void)close(fd);
+		s = one;
+		s.mod_id = 9;
+		expect_refusal(chan, buf, submit_msg(buf, 15, s, NULL), GPUX_E_INVAL, "sealed");
+	}
+
+	/* The default queue opened, a queue opened twice. */
+	{
+		struct ipc_queue_msg q = { .queue = 0 };
+
+		n = ipc_encode(buf, sizeof(buf), IPC_QUEUE_OPEN, 6, 0, &q, sizeof(q), NULL, 0);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "default");
+		q.queue = 3;
+		n = ipc_encode(buf, sizeof(buf), IPC_QUEUE_OPEN, 7, 0, &q, sizeof(q), NULL, 0);
+		assert_int_equal(test_raw_call(chan, buf, (size_t)n, NULL, 0), GPUX_OK);
+		n = ipc_encode(buf, sizeof(buf), IPC_QUEUE_OPEN, 8, 0, &q, sizeof(q), NULL, 0);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "open already");
+	}
+
+	/* A device buffer of no bytes, one id twice, a copy in no direction. */
+	{
+		struct ipc_dbuf_alloc a = { .dbuf_id = 1, .size = 0 };
+		struct ipc_copy c = { .dbuf_id = 1, .seg_id = 1, .size = 4, .dir = 9 };
+
+		n = ipc_encode(buf, sizeof(buf), IPC_DBUF_ALLOC, 9, 0, &a, sizeof(a), NULL, 0);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "malformed dbuf-alloc");
+		a.size = 64;
+		n = ipc_encode(buf, sizeof(buf), IPC_DBUF_ALLOC, 10, 0, &a, sizeof(a), NULL, 0);
+		assert_int_equal(test_raw_call(chan, buf, (size_t)n, NULL, 0), GPUX_OK);
+		n = ipc_encode(buf, sizeof(buf), IPC_DBUF_ALLOC, 11, 0, &a, sizeof(a), NULL, 0);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "in use");
+		n = ipc_encode(buf, sizeof(buf), IPC_COPY, 12, 0, &c, sizeof(c), NULL, 0);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "malformed copy");
+	}
+
+	/* A message that has no business on a channel, but asks for an answer. */
+	{
+		struct ipc_hello h = { .min_version = IPC_VERSION, .max_version = IPC_VERSION };
+
+		n = ipc_encode(buf, sizeof(buf), IPC_HELLO, 13, 0, &h, sizeof(h), NULL, 0);
+		expect_refusal(chan, buf, (size_t)n, GPUX_E_INVAL, "not for a worker");
+	}
+
+	/* Letting go of what is not there changes nothing. */
+	{
+		struct ipc_queue_msg q = { .queue = 42 };
+		struct ipc_dbuf_free f = { .dbuf_id = 42 };
+		struct ipc_seg_drop sd = { .seg_id = 42 };
+		struct ipc_mod_drop md = { .mod_id = 42 };
+
+		n = ipc_encode(buf, sizeof(buf), IPC_QUEUE_CLOSE, 0, 0, &q, sizeof(q), NULL, 0);
+		assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, NULL, 0, 0), 0);
+		n = ipc_encode(buf, sizeof(buf), IPC_DBUF_FREE, 0, 0, &f, sizeof(f), NULL, 0);
+		assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, NULL, 0, 0), 0);
+		n = ipc_encode(buf, sizeof(buf), IPC_SEG_DROP, 0, 0, &sd, sizeof(sd), NULL, 0);
+		assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, NULL, 0, 0), 0);
+		n = ipc_encode(buf, sizeof(buf), IPC_MOD_DROP, 0, 0, &md, sizeof(md), NULL, 0);
+		assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, NULL, 0, 0), 0);
+	}
+
+	/* The same channel still serves. */
+	assert_int_equal(test_raw_call(chan, buf, submit_msg(buf, 14, one, NULL), NULL, 0), GPUX_OK);
+	(void)close(chan);
+	(void)close(sup);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+	still_serves(e);
+}
+
+/* A broken message that asks for no answer: only its client goes. */
+static void test_e2e_refusals_unanswerable_message_drops_only_its_client(void **state)
+{
+	struct test_env *e = *state;
+	static uint8_t buf[IPC_MSG_MAX];
+	pid_t worker = test_worker_pid(&e->d, 0);
+	struct ipc_submit s = one;
+	int sup, chan = channel_with_module(e, &sup);
+	size_t n;
+
+	s.grid[1] = 0;
+	n = submit_msg(buf, 0, s, NULL);
+	assert_int_equal(ipc_channel_send(chan, buf, n, NULL, 0, 0), 0);
+	assert_true(test_closed_by_peer(chan));
+	(void)close(chan);
+	(void)close(sup);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+	still_serves(e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_e2e_refusals_malformed_requests_are_answered),
+		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -182,6 +182,63 @@ static void test_e2e_refusals_malformed_requests_are_answered(void **state)
 	still_serves(e);
 }
 
+/* A SUBMIT reading 16 bytes of segment `seg`. */
+static size_t submit_reading(uint8_t *buf, uint32_t id, uint64_t seg)
+{
+	struct ipc_arg arg = { .kind = GPUX_ARG_IN, .ref = seg, .size = 16 };
+	struct ipc_submit s = one;
+
+	s.nargs = 1;
+	return submit_msg(buf, id, s, &arg);
+}
+
+/* Segments the worker cannot use are refused to the requests that name them, with why. */
+static void test_e2e_refusals_refused_segments_are_told_on_use(void **state)
+{
+	struct test_env *e = *state;
+	static uint8_t buf[IPC_MSG_MAX];
+	pid_t worker = test_worker_pid(&e->d, 0);
+	int sup, chan = channel_with_module(e, &sup), p[2], fd;
+
+	/* A pipe. */
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	test_send_seg(chan, 1, 4096, 0, p[0]);
+	(void)close(p[0]);
+	(void)close(p[1]);
+	expect_refusal(chan, buf, submit_reading(buf, 2, 1), GPUX_E_INVAL, "sealed");
+
+	/* A memfd that could still shrink (a SIGBUS waiting to happen). */
+	fd = memfd_create("unsealed", MFD_CLOEXEC);
+	assert_int_equal(ftruncate(fd, 4096), 0);
+	test_send_seg(chan, 2, 4096, 0, fd);
+	(void)close(fd);
+	expect_refusal(chan, buf, submit_reading(buf, 3, 2), GPUX_E_INVAL, "sealed");
+
+	/* A sealed memfd shorter than it claims. */
+	assert_int_equal(ipc_segment_create("short", 4096, &fd), 0);
+	test_send_seg(chan, 3, 1 << 20, 0, fd);
+	expect_refusal(chan, buf, submit_reading(buf, 4, 3), GPUX_E_INVAL, "4096 bytes");
+
+	/* Frozen, it says, yet writable. */
+	test_send_seg(chan, 4, 4096, IPC_SEG_FROZEN, fd);
+	expect_refusal(chan, buf, submit_reading(buf, 5, 4), GPUX_E_PERM, "writing");
+
+	/* A good one, then its id again. */
+	test_send_seg(chan, 5, 4096, 0, fd);
+	assert_int_equal(test_raw_call(chan, buf, submit_reading(buf, 6, 5), NULL, 0), GPUX_OK);
+	test_send_seg(chan, 5, 4096, 0, fd);
+	expect_refusal(chan, buf, submit_reading(buf, 7, 5), GPUX_E_INVAL, "twice");
+
+	/* The channel still serves, segments as well. */
+	test_send_seg(chan, 6, 4096, 0, fd);
+	(void)close(fd);
+	assert_int_equal(test_raw_call(chan, buf, submit_reading(buf, 8, 6), NULL, 0), GPUX_OK);
+	(void)close(chan);
+	(void)close(sup);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+	still_serves(e);
+}
+
 /* A broken message that asks for no answer: only its client goes. */
 static void test_e2e_refusals_unanswerable_message_drops_only_its_client(void **state)
 {
@@ -206,6 +263,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_e2e_refusals_malformed_requests_are_answered),
+		cmocka_unit_test(test_e2e_refusals_refused_segments_are_told_on_use),
 		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
 	};
 

@@ -204,6 +204,14 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 {
 	struct wrk_seg *s = ipc_map_get(&c->segs, seg_id);
 
+	if (!s && ipc_map_size(&c->segs) >= WRK_CLIENT_SEGS_MAX) {
+		/* Sent past the cap on segments, so not kept. */
+		*ret_msg = wrk_strdup_printf("argument %u: no such buffer: this client has %u "
+					     "segments attached, the most it may", arg,
+					     WRK_CLIENT_SEGS_MAX);
+		*ret_status = GPUX_E_QUOTA;
+		return NULL;
+	}
 	if (!s) {
 		*ret_msg = wrk_strdup_printf("argument %u: no such buffer", arg);
 		*ret_status = GPUX_E_INVAL;

@@ -86,10 +86,34 @@ static int mapping_new(int fd, const struct stat *st, uint32_t uid, bool frozen,
 	return 0;
 }
 
+/* Why ipc_segment_check() refused a segment, as a client should hear it. */
+static int check_refusal(int r, const struct ipc_seg_add *m, int fd, char **ret_text)
+{
+	struct stat st;
+
+	switch (r) {
+	case -ENOSPC:
+		*ret_text = wrk_strdup_printf("the segment is %lld bytes, not the %llu it claims",
+					      fstat(fd, &st) == 0 ? (long long)st.st_size : -1LL,
+					      (unsigned long long)m->size);
+		return GPUX_E_INVAL;
+	case -EPERM:
+		*ret_text = strdup("a frozen segment must be sealed against writing");
+		return GPUX_E_PERM;
+	case -EBADF:
+		*ret_text = strdup("a segment must be a memfd sealed against shrinking");
+		return GPUX_E_INVAL;
+	default:
+		*ret_text = wrk_strdup_printf("the segment cannot be used: %s", strerror(-r));
+		return GPUX_E_INVAL;
+	}
+}
+
 /*
- * SEG_ADD. A malformed message or a file that is not a sealed memfd of the claimed size is a
- * protocol error (negative return: the caller drops the client). A segment that is fine but
- * cannot be used (quota, registration) is bound to its error, which requests naming it get.
+ * SEG_ADD. Only a message that does not decode is refused (negative return): nothing could
+ * tell the client why. A segment that cannot be used (not a sealed memfd of the size it
+ * claims, an id sent twice, quota, registration) is bound to its error, which the requests
+ * naming it get; past the cap on segments it is not kept, and requests naming it are told so.
  */
 int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 {
@@ -108,14 +132,22 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 	if (r < 0)
 		return r;
 	fd = ipc_msg_take_fd(mm, 0);
-	if (ipc_map_get(&c->segs, m.seg_id) || ipc_map_size(&c->segs) >= WRK_CLIENT_SEGS_MAX)
-		return -EBADMSG;
+	if (ipc_map_get(&c->segs, m.seg_id)) {
+		wrk_segment_drop(c, m.seg_id);
+		return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
+				      strdup("the segment's id was sent twice"));
+	}
+	if (ipc_map_size(&c->segs) >= WRK_CLIENT_SEGS_MAX)
+		return 0;
 	frozen = m.flags & IPC_SEG_FROZEN;
 	r = ipc_segment_check(fd, m.size, frozen);
-	if (r < 0)
-		return r;
+	if (r < 0) {
+		r = check_refusal(r, &m, fd, &why);
+		return seg_bind_error(c, m.seg_id, r, why);
+	}
 	if (fstat(fd, &st) < 0)
-		return -errno;
+		return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
+				      wrk_strdup_printf("fstat: %s", strerror(errno)));
 
 	if (c->pinned_bytes + (uint64_t)st.st_size > w->opts.quota_pinned)
 		return seg_bind_error(c, m.seg_id, GPUX_E_QUOTA,
@@ -136,7 +168,9 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 					      wrk_strdup_printf("no memory to map a segment of %lld "
 								"bytes", (long long)st.st_size));
 		if (r < 0)
-			return r;
+			return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
+					      wrk_strdup_printf("the segment cannot be mapped: %s",
+								strerror(-r)));
 		r = w->be->map_register(w->dev, map, &why);
 		if (r < 0) {
 			ipc_segment_done(&map->seg);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* client/channel.c: the channels to gpuxd and the workers: what arrives, in order, and sending. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -26,6 +27,11 @@ void cli_dev_drop_rings(struct cli_dev *d)
 	d->sock_in = d->sock_out = 0;
 }
 
+/*
+ * The channel ended. A worker that said why it drops us lives on: a new channel is asked of
+ * gpuxd when the device is next needed. Otherwise the worker died, and gpuxd hands a new
+ * channel to everyone once its successor is ready.
+ */
 static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 {
 	struct cli_dev *d = &ctx->devs[i];
@@ -36,8 +42,12 @@ static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 	d->chan_fd = safe_close(d->chan_fd);
 	cli_reqs_lost(ctx, i, d->chan_gen);
 	d->inflight = 0;
-	if (d->info.state == GPUX_DEVICE_READY)
+	if (d->dropped)
+		d->want_channel = true;
+	else if (d->info.state == GPUX_DEVICE_READY)
 		d->info.state = GPUX_DEVICE_RESTARTING;
+	free(d->dropped);
+	d->dropped = NULL;
 }
 
 static void dev_set_status_page(struct cli_dev *d, int fd)
@@ -151,6 +161,16 @@ static void on_done(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 
 	if (ipc_decode_done(msg, &d) < 0)
 		return;
+	/* No id: the worker's last word, why it drops this channel; the end follows. */
+	if (msg->hdr.id == 0) {
+		struct cli_dev *dev = &ctx->devs[device];
+
+		free(dev->dropped);
+		if (asprintf(&dev->dropped, "the worker dropped this connection: %.*s",
+			     (int)d.m.text_len, d.text) < 0)
+			dev->dropped = NULL;
+		return;
+	}
 	r = ipc_map_get(&ctx->reqs, msg->hdr.id);
 	if (!r || r->device != device)
 		return;

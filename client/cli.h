@@ -125,6 +125,8 @@ struct cli_dev {
 	struct cli_rings *rings; /* NULL until the worker offers them, or without */
 	uint32_t sock_in;        /* messages taken from the channel's socket */
 	uint32_t sock_out;       /* messages sent on it */
+	char *dropped;           /* why the worker is dropping the channel (its last word) */
+	bool want_channel;       /* the worker dropped it, alive: ask gpuxd for a new one */
 };
 
 /* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
@@ -189,6 +191,8 @@ extern uint64_t cli_fork_gen;
 int cli_ensure(gpux_ctx *ctx);
 void cli_after_fork(gpux_ctx *ctx);
 int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
+/* Lock held: ask gpuxd for new channels to the devices whose workers dropped ours. */
+void cli_channels_request(gpux_ctx *ctx);
 
 /* client/connect.c */
 /* Lock held: connect to gpuxd (starting a private one if need be) and say hello. */

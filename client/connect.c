@@ -179,6 +179,9 @@ void cli_disconnect(gpux_ctx *ctx)
 			(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);
 		d->status = NULL;
 		d->inflight = 0;
+		free(d->dropped);
+		d->dropped = NULL;
+		d->want_channel = false;
 	}
 	ctx->sup_fd = safe_close(ctx->sup_fd);
 	ctx->connected = false;

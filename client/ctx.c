@@ -8,6 +8,7 @@
 #include <sys/eventfd.h>
 
 #include "cli.h"
+#include "ipc/channel.h"
 #include "ipc/macro.h"
 #include "ipc/path.h"
 
@@ -136,6 +137,26 @@ static bool worker_gone(const struct cli_dev *d)
 	return d->status && __atomic_load_n(&d->status->gone, __ATOMIC_ACQUIRE);
 }
 
+/* Lock held: ask gpuxd for a new channel to a device whose worker dropped ours. */
+static void channel_request(gpux_ctx *ctx, uint32_t device)
+{
+	struct ipc_channel_req q = { .device = device };
+	int n;
+
+	if (!ctx->devs[device].want_channel || !ctx->connected)
+		return;
+	ctx->devs[device].want_channel = false;
+	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
+	if (n > 0)
+		(void)ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
+}
+
+void cli_channels_request(gpux_ctx *ctx)
+{
+	for (uint32_t i = 0; i < ctx->ndevices; i++)
+		channel_request(ctx, i);
+}
+
 static bool dev_settled(gpux_ctx *ctx, void *arg)
 {
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
@@ -159,6 +180,7 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 		if (ctx->devs[device].chan_fd >= 0 && !worker_gone(&ctx->devs[device]))
 			return 0;
 		cli_pump(ctx);
+		channel_request(ctx, device);
 		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, deadline);
 		if (r == -ETIMEDOUT)
 			return -ENODEV;

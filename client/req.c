@@ -81,9 +81,13 @@ void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, si
 	cli_wake(ctx);
 }
 
-/* The channel to a device ended: what was in flight there is lost, or was killed on time. */
+/*
+ * The channel to a device ended: what was in flight there is lost, or was killed on time, or
+ * (when the worker said so before it dropped the channel) refused for breaking the protocol.
+ */
 void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen)
 {
+	const char *dropped = ctx->devs[device].dropped;
 	struct gpux_req *lost[64];
 	unsigned n;
 
@@ -106,6 +110,9 @@ void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen)
 			if (timeout)
 				cli_req_finish(lost[i], GPUX_E_TIMEOUT,
 					       "the request ran past its deadline", 33, NULL);
+			else if (dropped)
+				cli_req_finish(lost[i], GPUX_E_PROTO, dropped, strlen(dropped),
+					       NULL);
 			else
 				cli_req_finish(lost[i], GPUX_E_WORKER_LOST,
 					       "the worker running the request died", 36, NULL);
@@ -161,6 +168,8 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 	uint32_t best = UINT32_MAX;
 	int r;
 
+	/* A device whose worker dropped our channel comes back for the next request. */
+	cli_channels_request(ctx);
 	for (uint32_t k = 0; k < ctx->ndevices; k++) {
 		uint32_t i = (ctx->rr + k) % ctx->ndevices;
 		const struct cli_dev *d = &ctx->devs[i];

@@ -435,6 +435,19 @@ int ipc_decode_kick(const struct ipc_msg *msg)
 	return 0;
 }
 
+int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *ret)
+{
+	struct ipc_channel_req m;
+	int r = decode_fixed(msg, IPC_CHANNEL_REQ, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.flags != 0 || m.device >= IPC_DEVICES_MAX)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
 int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
 	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts)
 {
@@ -548,6 +561,7 @@ const char *ipc_type_name(uint16_t type)
 		[IPC_COPY] = "copy",
 		[IPC_RINGS] = "rings",
 		[IPC_KICK] = "kick",
+		[IPC_CHANNEL_REQ] = "channel-req",
 	};
 
 	if (type < IPC_TYPE_MAX_ && names[type])

@@ -21,12 +21,13 @@
 #define IPC_MAGIC 0x5847u /* "GX" */
 /*
  * 2: shared rings (IPC_RINGS, IPC_KICK), GPUX_LAUNCH_TIMED, the status page's `gone`.
+ * 3: IPC_CHANNEL_REQ; a DONE without an id on a channel says why the worker ends it.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
  */
-#define IPC_VERSION_MIN 2u
-#define IPC_VERSION 2u
+#define IPC_VERSION_MIN 3u
+#define IPC_VERSION 3u
 
 #define IPC_MSG_MAX (64u * 1024u)        /* a whole message, header included */
 #define IPC_PAYLOAD_MAX (IPC_MSG_MAX - sizeof(struct ipc_hdr))
@@ -75,6 +76,7 @@ enum ipc_type {
 	IPC_COPY = 19,      /* client -> worker: between a shared buffer and a device buffer; DONE */
 	IPC_RINGS = 20,     /* worker -> client: the shared rings beside this channel (ipc/ring.h) */
 	IPC_KICK = 21,      /* either way on a channel: look at your ring; no payload */
+	IPC_CHANNEL_REQ = 22, /* client -> gpuxd: a new channel to a device's worker, please */
 	IPC_TYPE_MAX_
 };
 
@@ -226,6 +228,10 @@ struct ipc_arg {
 };
 _Static_assert(sizeof(struct ipc_arg) == 32, "wire ABI");
 
+/*
+ * Answers request `id` of the header. A DONE with id 0 on a channel is the worker's last word
+ * before it closes the channel: why (status and text) it drops this client.
+ */
 struct ipc_done {
 	int32_t status; /* gpux_status */
 	uint32_t text_len;
@@ -242,6 +248,16 @@ struct ipc_rings_offer {
 	uint32_t flags; /* none yet: 0 */
 };
 _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
+
+/*
+ * Answered by a DEVICE: with a new channel when the worker is ready (its worker lets go of
+ * the client's earlier channel, if it still has one), else with the device's state.
+ */
+struct ipc_channel_req {
+	uint32_t device;
+	uint32_t flags; /* none yet: 0 */
+};
+_Static_assert(sizeof(struct ipc_channel_req) == 8, "wire ABI");
 
 struct ipc_status_req {
 	uint32_t flags;
@@ -376,6 +392,7 @@ int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret);
 int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret);
 int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret);
 int ipc_decode_kick(const struct ipc_msg *msg);
+int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *ret);
 
 /* A whole KICK message: a header, nothing after it. */
 extern const struct ipc_hdr ipc_kick;

@@ -221,6 +221,23 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	return 0;
 }
 
+/* A client lost its channel to a device's worker (the worker dropped it, telling why). */
+static int channel_req(struct sup_client *c, const struct ipc_msg *msg)
+{
+	struct sup *s = c->s;
+	struct ipc_channel_req q;
+	struct sup_worker *w;
+
+	if (ipc_decode_channel_req(msg, &q) < 0 || q.device >= s->nworkers)
+		return -EBADMSG;
+	w = &s->workers[q.device];
+	if (w->state == W_READY && w->control)
+		sup_client_give_channel(c, w);
+	else
+		send_device(c, w, NULL);
+	return 0;
+}
+
 static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
 {
 	struct sup_client *c = userdata;
@@ -233,7 +250,8 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 		 ipc_decode_status_req(msg, &sr) == 0) {
 		send_status(c, msg->hdr.id);
 		r = 0;
-	}
+	} else if (c->hello_done && !c->admin && msg->hdr.type == IPC_CHANNEL_REQ)
+		r = channel_req(c, msg);
 	if (r < 0) {
 		sup_log("client pid %d uid %u: bad %s message: dropped", (int)c->pid, (unsigned)c->uid,
 			ipc_type_name(msg->hdr.type));

@@ -379,6 +379,11 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 	case 30:
 		*s = (struct test_sample){ "kick", IPC_KICK, 0, 0 };
 		return sample_fixed(buf, cap, s->type, 0, NULL, 0);
+	case 31: {
+		struct ipc_channel_req m = { .device = 3 };
+		*s = (struct test_sample){ "channel-req", IPC_CHANNEL_REQ, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
 	default:
 		return -ENOENT;
 	}

@@ -58,6 +58,8 @@ int test_decode_as(const struct ipc_msg *msg, uint16_t type, union test_decoded 
 		return ipc_decode_rings(msg, &u->rings);
 	case IPC_KICK:
 		return ipc_decode_kick(msg);
+	case IPC_CHANNEL_REQ:
+		return ipc_decode_channel_req(msg, &u->channel_req);
 	}
 	fail_msg("no decoder for type %u", type);
 	return 0;

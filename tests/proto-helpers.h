@@ -38,6 +38,7 @@ union test_decoded {
 	struct ipc_status_msg status;
 	struct ipc_killed killed;
 	struct ipc_rings_offer rings;
+	struct ipc_channel_req channel_req;
 };
 
 /*

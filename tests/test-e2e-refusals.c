@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-refusals.c: what a worker refuses is answered with why, and the client stays. */
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "e2e.h"
@@ -239,6 +242,80 @@ static void test_e2e_refusals_refused_segments_are_told_on_use(void **state)
 	still_serves(e);
 }
 
+/* The channel's last message says why it is dropped (a DONE without an id), then it ends. */
+static void told_dropped(int chan, const char *words)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	bool told = false;
+
+	for (;;) {
+		struct pollfd p = { .fd = chan, .events = POLLIN };
+		struct ipc_done_msg d;
+		struct ipc_msg m;
+		int r;
+
+		assert_int_equal(poll(&p, 1, 10000), 1);
+		r = ipc_channel_recv_msg(chan, buf, sizeof(buf), &m, 0);
+		if (r <= 0)
+			break;
+		ipc_msg_close_fds(&m);
+		if (m.hdr.type != IPC_DONE || m.hdr.id != 0)
+			continue;
+		assert_int_equal(ipc_decode_done(&m, &d), 0);
+		assert_int_equal(d.m.status, GPUX_E_PROTO);
+		assert_non_null(memmem(d.text, d.m.text_len, words, strlen(words)));
+		told = true;
+	}
+	assert_true(told);
+}
+
+/* The library's channel to device 0: its SOCK_SEQPACKET socket with an unnamed peer. */
+static int library_channel(void)
+{
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_un sa;
+		socklen_t len = sizeof(sa);
+		int type;
+		socklen_t tlen = sizeof(type);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && len == sizeof(sa_family_t))
+			return fd;
+	}
+	fail_msg("no channel socket found");
+	return -1;
+}
+
+/*
+ * A worker that drops the library's channel says why: the requests in flight there fail
+ * with GPUX_E_PROTO and that reason, and the next call gets a new channel from gpuxd.
+ */
+static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	pid_t worker = test_worker_pid(&e->d, 0);
+	uint8_t junk[300];
+	uint32_t ms = 300;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+
+	still_serves(e);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	/* A record the worker cannot frame: it can tie it to nothing, so it drops the channel. */
+	memset(junk, 0xa5, sizeof(junk));
+	assert_int_equal(send(library_channel(), junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
+	assert_int_equal(gpux_wait(r, 10000), GPUX_E_PROTO);
+	assert_non_null(strstr(gpux_req_message(r), "dropped"));
+	gpux_req_free(r);
+
+	/* Not a dead device: the next requests run, on a channel of their own. */
+	still_serves(e);
+	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+}
+
 /* A broken message that asks for no answer: only its client goes. */
 static void test_e2e_refusals_unanswerable_message_drops_only_its_client(void **state)
 {
@@ -252,7 +329,7 @@ static void test_e2e_refusals_unanswerable_message_drops_only_its_client(void **
 	s.grid[1] = 0;
 	n = submit_msg(buf, 0, s, NULL);
 	assert_int_equal(ipc_channel_send(chan, buf, n, NULL, 0, 0), 0);
-	assert_true(test_closed_by_peer(chan));
+	told_dropped(chan, "grid");
 	(void)close(chan);
 	(void)close(sup);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
@@ -265,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_refusals_malformed_requests_are_answered),
 		cmocka_unit_test(test_e2e_refusals_refused_segments_are_told_on_use),
 		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
+		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -222,6 +222,18 @@ static void test_proto_status_req_rejects_flags(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_STATUS_REQ, 0, m), -EBADMSG);
 }
 
+static void test_proto_channel_req_rejects_bad_fields(void **state)
+{
+	struct ipc_channel_req m = { 0, 1 };
+
+	assert_int_equal(DECODE_FIXED(IPC_CHANNEL_REQ, 0, m), -EBADMSG);
+	m = (struct ipc_channel_req){ IPC_DEVICES_MAX, 0 };
+	assert_int_equal(DECODE_FIXED(IPC_CHANNEL_REQ, 0, m), -EBADMSG);
+	m.device = 0;
+	assert_int_equal(DECODE_FIXED(IPC_CHANNEL_REQ, 0, m), 0);
+	assert_int_equal(DECODE_FIXED(IPC_CHANNEL_REQ, 1, m), -EBADMSG);
+}
+
 static void test_proto_killed_rejects_bad_fields(void **state)
 {
 	struct ipc_killed m = { 0, IPC_KILL_TIMEOUT, 1, 1 };
@@ -453,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_proto_queue_rejects_bad_fields),
 		cmocka_unit_test(test_proto_status_req_rejects_flags),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
+		cmocka_unit_test(test_proto_channel_req_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_free_rejects_bad_shape),
 		cmocka_unit_test(test_proto_copy_rejects_bad_fields),

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -53,6 +54,31 @@ void wrk_client_drop(struct wrk_client *c)
 }
 
 /*
+ * Drop a client that broke the protocol, telling it why first: a DONE without an id, as the
+ * channel's last message (what is still queued is dropped with the channel). It goes on the
+ * ring, which the client reads once more when the channel ends, and on the socket, at once,
+ * unless that is shut already (a receive that failed shuts it). The client then knows that
+ * the worker lives, and asks gpuxd for a new channel.
+ */
+void wrk_client_refuse(struct wrk_client *c, const char *why)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_done d = { .status = GPUX_E_PROTO };
+	int n;
+
+	if (c->gone)
+		return;
+	wrk_log(c->w, "client %llu (pid %u): %s; dropped", (unsigned long long)c->id, c->pid, why);
+	n = ipc_encode_done(buf, sizeof(buf), 0, &d, why);
+	if (n > 0) {
+		if (c->rings_used && !c->ring_bad)
+			(void)ipc_ring_put(&c->down, buf, (uint32_t)n, c->sock_out);
+		(void)ipc_channel_send(ipc_conn_fd(c->conn), buf, (size_t)n, NULL, 0, MSG_DONTWAIT);
+	}
+	wrk_client_drop(c);
+}
+
+/*
  * A message that does not decode, or has no business on a channel. A request (a message with
  * an id) is answered with why, and the client stays. One that nobody waits an answer for
  * cannot be tied to anything the client will ask about later: the client is dropped.
@@ -67,13 +93,10 @@ static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, const
 	else
 		text = wrk_strdup_printf("malformed %s message%s%s", ipc_type_name(msg->hdr.type),
 					 what ? ": " : "", what ? what : "");
-	if (msg->hdr.id != 0) {
+	if (msg->hdr.id != 0)
 		wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, text ? text : "malformed message");
-		return;
-	}
-	wrk_log(c->w, "client %llu (pid %u): %s; dropped", (unsigned long long)c->id, c->pid,
-		text ? text : "malformed message");
-	wrk_client_drop(c);
+	else
+		wrk_client_refuse(c, text ? text : "malformed message");
 }
 
 /*
@@ -154,9 +177,7 @@ static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all)
 		n++;
 		c->rings_used = true;
 		if (len < 0 || ipc_msg_parse(buf, (size_t)len, NULL, 0, &msg) < 0) {
-			wrk_log(c->w, "client %llu (pid %u): corrupt ring; dropped",
-				(unsigned long long)c->id, c->pid);
-			wrk_client_drop(c);
+			wrk_client_refuse(c, "its shared ring is corrupt");
 			break;
 		}
 		client_msg(c, &msg);
@@ -237,10 +258,15 @@ static void client_rings(struct wrk_client *c)
 static void on_client_close(struct ipc_conn *conn, int error, void *userdata)
 {
 	struct wrk_client *c = userdata;
+	char why[128];
 
-	if (error < 0)
-		wrk_log(c->w, "client %llu (pid %u): %s; dropped", (unsigned long long)c->id,
-			c->pid, strerror(-error));
+	/* A client that went away hears nothing; one whose message could not be read, or
+	 * that did not read its own, is told why. */
+	if (error < 0 && error != -ECONNRESET && error != -EPIPE) {
+		(void)snprintf(why, sizeof(why), "its channel failed: %s", strerror(-error));
+		wrk_client_refuse(c, why);
+		return;
+	}
 	wrk_client_drop(c);
 }
 
@@ -249,6 +275,12 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	struct wrk_client *c;
 	int r;
 
+	/* A client that asked gpuxd for a new channel has one channel here, not two. */
+	for (c = w->clients; c; c = c->next)
+		if (c->id == a->client_id) {
+			wrk_client_drop(c);
+			break;
+		}
 	if (w->nclients >= WRK_CLIENTS_MAX || w->stopping) {
 		(void)safe_close(fd);
 		return;
@@ -336,9 +368,7 @@ static bool poll_work(void *userdata, bool sleeping)
 		struct wrk_client *next = c->next;
 
 		if (c->ring_bad) {
-			wrk_log(w, "client %llu (pid %u): corrupt ring; dropped",
-				(unsigned long long)c->id, c->pid);
-			wrk_client_drop(c);
+			wrk_client_refuse(c, "its shared ring is corrupt");
 		} else if (c->rings) {
 			if (c->polling != polling) {
 				ipc_ring_set_polling(&c->up, polling);

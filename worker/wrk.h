@@ -333,6 +333,8 @@ char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2
 /* worker/server.c */
 int wrk_server_start(struct wrk *w);
 void wrk_client_drop(struct wrk_client *c);
+/* Drop a client that broke the protocol, telling it why (a DONE without an id) first. */
+void wrk_client_refuse(struct wrk_client *c, const char *why);
 /* Kick a client that does not spin on its ring: something comes for it soon. */
 void wrk_client_wake(struct wrk_client *c);
 /* Send a message without fds: by the client's ring when it fits there, else its socket. */

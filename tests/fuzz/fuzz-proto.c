@@ -178,6 +178,7 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		struct ipc_status_msg status;
 		struct ipc_killed killed;
 		struct ipc_rings_offer rings;
+		struct ipc_channel_req channel_req;
 	} u;
 	int r;
 
@@ -301,6 +302,14 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		r = ipc_decode_kick(msg);
 		if (r == 0)
 			CHECK(msg->nfds == 0 && msg->len == 0);
+		return r;
+	case IPC_CHANNEL_REQ:
+		r = ipc_decode_channel_req(msg, &u.channel_req);
+		if (r == 0) {
+			CHECK(msg->nfds == 0 && u.channel_req.flags == 0);
+			CHECK(u.channel_req.device < IPC_DEVICES_MAX);
+			check_fixed(msg, &u.channel_req, sizeof(u.channel_req));
+		}
 		return r;
 	}
 	return ipc_decode_queue(msg, type, &u.queue);

@@ -52,6 +52,7 @@ static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 
 static void dev_set_status_page(struct cli_dev *d, int fd)
 {
+	struct ipc_status_page snap;
 	void *p = mmap(NULL, IPC_STATUS_PAGE_SIZE, PROT_READ, MAP_SHARED, fd, 0);
 
 	if (p == MAP_FAILED)
@@ -59,6 +60,10 @@ static void dev_set_status_page(struct cli_dev *d, int fd)
 	if (d->status)
 		(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);
 	d->status = p;
+	/* Written before the worker was ready, never changed. */
+	memset(&d->limits, 0, sizeof(d->limits));
+	if (ipc_status_read(d->status, &snap))
+		d->limits = snap.limits;
 }
 
 static void chan_drain(gpux_ctx *ctx, uint32_t i);

@@ -121,6 +121,7 @@ struct cli_dev {
 	int chan_fd;
 	uint64_t chan_gen; /* this library's number for the channel; never reused */
 	struct ipc_status_page *status;
+	struct ipc_launch_limits limits; /* from the status page; zeros: not known */
 	unsigned inflight;
 	struct cli_rings *rings; /* NULL until the worker offers them, or without */
 	uint32_t sock_in;        /* messages taken from the channel's socket */

@@ -256,6 +256,30 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 	return GPUX_OK;
 }
 
+/*
+ * A launch's shape against what the wire carries and what the device allows (its limits, as
+ * its worker published them): -EINVAL for what the worker would refuse, before anything is
+ * sent. A kernel's own limits (fewer threads, static shared memory) are the worker's to check.
+ */
+static int launch_check(const struct gpux_launch *l, const struct ipc_launch_limits *lim)
+{
+	uint64_t threads = 1;
+
+	for (unsigned i = 0; i < 3; i++) {
+		uint32_t g = l->grid[i] ? l->grid[i] : 1, b = l->block[i] ? l->block[i] : 1;
+
+		if (g > IPC_GRID_MAX)
+			return -EINVAL;
+		if (lim->max_threads_per_block && (g > lim->max_grid[i] || b > lim->max_block[i]))
+			return -EINVAL;
+		threads *= b;
+	}
+	if (lim->max_threads_per_block && (threads > lim->max_threads_per_block ||
+					   l->shared_bytes > lim->max_shared_per_block))
+		return -EINVAL;
+	return 0;
+}
+
 /* Lock held: send the worker what the request needs, then the request. */
 static int send_submit(gpux_module *m, const char *kernel, const struct gpux_launch *l,
 		       const struct gpux_arg *args, uint32_t nargs, uint32_t device,
@@ -360,11 +384,13 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	gpux_ctx *ctx;
 	struct gpux_req *r = NULL;
 	uint32_t device, dbuf_device;
+	static const struct ipc_launch_limits any = { 0 };
 	gpux_status st;
 	size_t klen;
 	int rc;
 
-	if (!m || !kernel || !l || !ret_req || (l->flags & ~(uint32_t)GPUX_LAUNCH_TIMED))
+	if (!m || !kernel || !l || !ret_req || (l->flags & ~(uint32_t)GPUX_LAUNCH_TIMED) ||
+	    launch_check(l, &any) < 0)
 		return GPUX_E_INVAL;
 	klen = strlen(kernel);
 	if (klen == 0 || klen > IPC_KERNEL_NAME_MAX)
@@ -397,6 +423,12 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 		rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
 		if (rc < 0)
 			goto out;
+		rc = launch_check(l, &ctx->devs[device].limits);
+		if (rc < 0) {
+			if (r)
+				cli_req_release(r);
+			goto out;
+		}
 		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, 0);
 		if (rc < 0)
 			goto out;

@@ -17,7 +17,7 @@
  * even and unchanged, then use only the copy.
  */
 
-#define IPC_STATUS_MAGIC 0x32585047u /* "GPX2": the layout of protocol version 2 */
+#define IPC_STATUS_MAGIC 0x33585047u /* "GPX3": the layout of protocol version 3 */
 #define IPC_STATUS_SLOTS 64u         /* streams a worker runs at once */
 #define IPC_AFFINITY_BITS 4096u
 
@@ -29,6 +29,15 @@ struct ipc_running {
 	uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: none */
 };
 
+/* The device's launch limits, written before the worker is ready and never changed. */
+struct ipc_launch_limits {
+	uint32_t max_threads_per_block;
+	uint32_t max_block[3];
+	uint32_t max_grid[3];
+	uint32_t max_shared_per_block; /* dynamic shared memory, the kernel's limit raised */
+};
+_Static_assert(sizeof(struct ipc_launch_limits) == 32, "status page ABI");
+
 struct ipc_status_page {
 	uint32_t magic;
 	uint32_t seq;
@@ -39,6 +48,7 @@ struct ipc_status_page {
 	struct ipc_stats stats;
 	struct ipc_running running[IPC_STATUS_SLOTS];
 	uint64_t affinity[IPC_AFFINITY_BITS / 64];
+	struct ipc_launch_limits limits; /* so that a client refuses what the device would */
 };
 
 #define IPC_STATUS_PAGE_SIZE 8192u

@@ -298,13 +298,14 @@ static void test_e2e_bad_requests_are_refused_clearly(void **state)
 		expect_refused(e, "no_such_kernel", args, 3, &l, GPUX_E_NOTFOUND, "no_such_kernel");
 		/* A libc function is not a kernel of the module. */
 		expect_refused(e, "abort", NULL, 0, &l, GPUX_E_NOTFOUND, "abort");
-		expect_refused(e, "add1", args, 3, &huge, GPUX_E_INVAL, "2048 threads");
 	}
-	/* Caught before sending: a range outside the buffer, a scalar too large. */
+	/* Caught before sending: a block past the device's, a range outside the buffer, a
+	 * scalar too large. */
 	{
 		gpux_req *r;
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 8, n * 4),
 					   gpux_arg_out(x, 0, n * 4) };
+		assert_int_equal(gpux_submit(e->m, "add1", &huge, args, 3, &r), GPUX_E_INVAL);
 		assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_E_INVAL);
 		args[0] = gpux_arg_scalar(&n, 4096);
 		assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_E_INVAL);

@@ -242,6 +242,47 @@ static void test_e2e_refusals_refused_segments_are_told_on_use(void **state)
 	still_serves(e);
 }
 
+static uint64_t requests_failed(struct test_env *e)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	return devs[0].stats.requests_failed;
+}
+
+/* A launch the device cannot run is refused by the library, and only it: nothing is sent. */
+static void test_e2e_refusals_bad_launch_shape_refused_at_submit(void **state)
+{
+	struct test_env *e = *state;
+	static const struct gpux_launch bad[] = {
+		{ .grid = { 1u << 31, 1, 1 }, .block = { 1, 1, 1 } },
+		{ .grid = { 1, UINT32_MAX, 1 }, .block = { 1, 1, 1 } },
+		{ .grid = { 1, 65536, 1 }, .block = { 1, 1, 1 } },
+		{ .grid = { 1, 1, 1 }, .block = { 1025, 1, 1 } },
+		{ .grid = { 1, 1, 1 }, .block = { 64, 64, 1 } },
+		{ .grid = { 1, 1, 1 }, .block = { 1, 1, 65 } },
+		{ .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .shared_bytes = 2u << 20 },
+	};
+	uint64_t failed = requests_failed(e);
+
+	for (unsigned i = 0; i < ARRAY_SIZE(bad); i++) {
+		gpux_req *r = (gpux_req *)&failed;
+
+		assert_int_equal(gpux_submit(e->m, "empty", &bad[i], NULL, 0, &r), GPUX_E_INVAL);
+		assert_ptr_equal(r, (gpux_req *)&failed);
+		assert_int_equal(gpux_run(e->m, "empty", &bad[i], NULL, 0), GPUX_E_INVAL);
+	}
+	assert_int_equal(requests_failed(e), failed);
+	still_serves(e);
+	{
+		/* The largest the device allows is fine. */
+		struct gpux_launch l = { .grid = { 3, 1, 1 }, .block = { 1024, 1, 1 },
+					 .shared_bytes = 1u << 20 };
+		assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
+	}
+}
+
 /* The channel's last message says why it is dropped (a DONE without an id), then it ends. */
 static void told_dropped(int chan, const char *words)
 {
@@ -340,6 +381,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_e2e_refusals_malformed_requests_are_answered),
+		cmocka_unit_test(test_e2e_refusals_bad_launch_shape_refused_at_submit),
 		cmocka_unit_test(test_e2e_refusals_refused_segments_are_told_on_use),
 		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
 		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),

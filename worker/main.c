@@ -300,6 +300,13 @@ static int worker_init(struct wrk *w)
 		return r;
 	ipc_status_write_begin(w->status);
 	w->status->nslots = w->nslots;
+	w->status->limits = (struct ipc_launch_limits){
+		.max_threads_per_block = w->limits.max_threads_per_block,
+		.max_block = { w->limits.max_block[0], w->limits.max_block[1],
+			       w->limits.max_block[2] },
+		.max_grid = { w->limits.max_grid[0], w->limits.max_grid[1], w->limits.max_grid[2] },
+		.max_shared_per_block = w->limits.max_shared_per_block_optin,
+	};
 	w->status->ready = 1;
 	ipc_status_write_end(w->status);
 	wrk_status_publish(w);

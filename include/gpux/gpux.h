@@ -325,6 +325,11 @@ struct gpux_times {
  * request runs after the earlier ones of its queue. On success *ret_req is the request:
  * wait for it with gpux_wait() or gpux_test(), then gpux_req_free() it. Buffers named in
  * args must not be freed, nor their OUT ranges read, before the request is finished.
+ * GPUX_E_INVAL, with nothing sent, for a launch its device cannot run: a grid or block
+ * dimension past the device's limits (a grid dimension is at most 2^31 - 1 anywhere), more
+ * threads per block or more dynamic shared memory than it allows. A kernel's own limits
+ * (fewer threads, its static shared memory) are checked by the worker: the request then
+ * ends with GPUX_E_INVAL and a message.
  */
 GPUX_EXPORT gpux_status gpux_submit(gpux_module *module, const char *kernel,
 				    const struct gpux_launch *launch, const struct gpux_arg *args,

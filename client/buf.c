@@ -46,6 +46,20 @@ static int pages_find(const struct cli_seg *s, unsigned n)
 	return -1;
 }
 
+/*
+ * Lock held: -EDQUOT when `size` bytes more of segments would pass gpuxd's cap on this
+ * client's shared memory (--quota-shared). Checked before a memfd is made, so that a
+ * request for too much touches no memory: posix_fallocate() of it would charge the pages to
+ * this process's memory cgroup, whose OOM killer may pick anyone in it (a private gpuxd and
+ * its workers among them). The workers check the same cap again.
+ */
+static int quota_check(const gpux_ctx *ctx, uint64_t size)
+{
+	if (size > ctx->quota_shared - MIN(ctx->shared_bytes, ctx->quota_shared))
+		return -EDQUOT;
+	return 0;
+}
+
 /* Lock held: a new segment of this process joins the context's list. */
 static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
 {
@@ -56,6 +70,7 @@ static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
 		ctx->segs->prev = s;
 	ctx->segs = s;
 	ctx->nsegs++;
+	ctx->shared_bytes += s->size;
 }
 
 static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **ret)
@@ -64,7 +79,7 @@ static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **re
 	void *addr;
 	int r;
 
-	if (ctx->nsegs >= CLI_SEGMENTS_MAX)
+	if (ctx->nsegs >= CLI_SEGMENTS_MAX || quota_check(ctx, size) < 0)
 		return -EDQUOT;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -105,6 +120,7 @@ static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
 	if (s->next)
 		s->next->prev = s->prev;
 	ctx->nsegs--;
+	ctx->shared_bytes -= s->size;
 	if (mapped)
 		(void)munmap(s->addr, s->size);
 	(void)close(s->fd);
@@ -293,12 +309,12 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_OK;
 	}
-	/* Out of an arena, the frozen pages are one segment more. */
-	if (old->arena && ctx->nsegs >= CLI_SEGMENTS_MAX) {
+	len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
+	/* Out of an arena, the frozen pages are one segment more, and memory more. */
+	if (old->arena && (ctx->nsegs >= CLI_SEGMENTS_MAX || quota_check(ctx, len) < 0)) {
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_E_QUOTA;
 	}
-	len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
 	addr = old->addr + b->offset;
 	f = calloc(1, sizeof(*f));
 	if (!f) {

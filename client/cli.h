@@ -160,6 +160,8 @@ struct gpux_ctx {
 	unsigned nkilled;
 	struct cli_seg *segs;
 	unsigned nsegs;
+	uint64_t shared_bytes; /* of all segs */
+	uint64_t quota_shared; /* gpuxd's cap on shared_bytes, from its welcome */
 	struct gpux_buf *bufs;
 	struct gpux_dbuf *dbufs;
 	struct gpux_module *modules;

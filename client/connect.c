@@ -156,6 +156,7 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 		return -EPROTO;
 	ctx->client_id = wel.client_id;
 	ctx->ndevices = wel.ndevices;
+	ctx->quota_shared = wel.quota_shared;
 	/* One DEVICE per device follows at once. */
 	for (uint32_t i = 0; i < wel.ndevices; i++) {
 		r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);

@@ -21,7 +21,8 @@
 #define IPC_MAGIC 0x5847u /* "GX" */
 /*
  * 2: shared rings (IPC_RINGS, IPC_KICK), GPUX_LAUNCH_TIMED, the status page's `gone`.
- * 3: IPC_CHANNEL_REQ; a DONE without an id on a channel says why the worker ends it.
+ * 3: IPC_CHANNEL_REQ; a DONE without an id on a channel says why the worker ends it; the
+ *    shared-memory quota in WELCOME; the device's launch limits in the status page.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
@@ -108,8 +109,10 @@ struct ipc_welcome {
 	uint32_t version;
 	uint32_t ndevices;
 	uint64_t client_id;
+	uint64_t quota_shared; /* shared-buffer bytes this client may have (3) */
+	uint64_t reserved;
 };
-_Static_assert(sizeof(struct ipc_welcome) == 16, "wire ABI");
+_Static_assert(sizeof(struct ipc_welcome) == 32, "wire ABI");
 
 #define IPC_DEVICE_CHANNEL 0x1u /* two fds follow: the channel and the status page */
 

@@ -203,7 +203,12 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	c->admin = h.flags & IPC_HELLO_ADMIN;
 	ipc_timer_arm(c->hello_timer, 0);
 
-	wel = (struct ipc_welcome){ .version = version, .ndevices = s->nworkers, .client_id = c->id };
+	wel = (struct ipc_welcome){
+		.version = version,
+		.ndevices = s->nworkers,
+		.client_id = c->id,
+		.quota_shared = s->opts.quota_shared,
+	};
 	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_WELCOME, msg->hdr.id, 0, &wel, sizeof(wel), NULL, 0);
 	if (n < 0)
 		return n;

@@ -15,6 +15,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/un.h>
 
 #include "ipc/macro.h"
@@ -30,7 +31,6 @@
 #define DEFAULT_TIMEOUT_MS 60000
 #define DEFAULT_MAX_TIMEOUT_MS 3600000
 #define DEFAULT_DRAIN_MS 5000
-#define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_MAX_CLIENTS 1024
 
 static void usage(FILE *f)
@@ -50,7 +50,11 @@ static void usage(FILE *f)
 		"  --timeout-ms MS       default request deadline (default %d)\n"
 		"  --max-timeout-ms MS   the longest deadline a client may ask for (default %d)\n"
 		"  --drain-ms MS         on SIGTERM, how long requests may finish (default %d)\n"
-		"  --quota-pinned BYTES  shared memory a client may attach per device\n"
+		"  --quota-shared BYTES  shared-buffer memory one client may have (default a\n"
+		"                        quarter of the machine's): the library refuses more at\n"
+		"                        once, and workers do not map more\n"
+		"  --quota-shared-user BYTES  what all clients of one user together may have\n"
+		"                        mapped by a worker (default half the machine's memory)\n"
 		"  --quota-device BYTES  device memory a client may hold in device buffers\n"
 		"                        (default half the device's)\n"
 		"  --cache-bytes BYTES   the device cache's budget (default a quarter of the device)\n"
@@ -82,8 +86,8 @@ static int parse_group(const char *s, gid_t *ret)
 static int parse_args(int argc, char **argv, struct sup_opts *o)
 {
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
-	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL,
-	       O_SLOTS, O_GROUP, O_MODE, O_MAXC };
+	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES,
+	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -96,7 +100,8 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
 		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
 		{ "drain-ms", required_argument, NULL, O_DRAIN },
-		{ "quota-pinned", required_argument, NULL, O_QUOTA },
+		{ "quota-shared", required_argument, NULL, O_QUOTA },
+		{ "quota-shared-user", required_argument, NULL, O_QUOTAUSER },
 		{ "quota-device", required_argument, NULL, O_QUOTADEV },
 		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
 		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
@@ -149,6 +154,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		case O_MAXTIMEOUT:
 		case O_DRAIN:
 		case O_QUOTA:
+		case O_QUOTAUSER:
 		case O_QUOTADEV:
 		case O_CACHEBYTES:
 		case O_CACHETTL:
@@ -166,7 +172,9 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 			else if (c == O_DRAIN)
 				o->drain_ms = v;
 			else if (c == O_QUOTA)
-				o->quota_pinned = v;
+				o->quota_shared = v;
+			else if (c == O_QUOTAUSER)
+				o->quota_shared_user = v;
 			else if (c == O_QUOTADEV)
 				o->quota_device = v;
 			else if (c == O_CACHEBYTES)
@@ -190,6 +198,23 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	if (!mode_set && o->allow_group)
 		o->socket_mode = 0660;
 	return optind == argc ? 0 : -EINVAL;
+}
+
+/*
+ * Shared buffers are the clients' memory (charged to whoever allocates them), but every
+ * worker maps them and a CUDA worker pins every page: so the defaults are fractions of the
+ * machine's memory, a client's within its user's.
+ */
+static void shared_quotas(struct sup_opts *o)
+{
+	struct sysinfo si;
+	uint64_t mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
+
+	if (!o->quota_shared_user)
+		o->quota_shared_user = mem ? mem / 2 : UINT64_MAX;
+	if (!o->quota_shared)
+		o->quota_shared = mem ? mem / 4 : UINT64_MAX;
+	o->quota_shared = MIN(o->quota_shared, o->quota_shared_user);
 }
 
 /* gpux-worker: --worker, $GPUX_WORKER, beside gpuxd, or where it was installed. */
@@ -350,7 +375,6 @@ int main(int argc, char **argv)
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
 		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
 		.drain_ms = DEFAULT_DRAIN_MS,
-		.quota_pinned = DEFAULT_QUOTA_PINNED,
 		.max_clients = DEFAULT_MAX_CLIENTS,
 	};
 	s.listen_fd = -1;
@@ -360,6 +384,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return SUP_EXIT_USAGE;
 	}
+	shared_quotas(&s.opts);
 	worker = find_worker(s.opts.worker_path);
 	if (!worker)
 		return SUP_EXIT_FAIL;

@@ -49,7 +49,8 @@ struct sup_opts {
 	uint64_t timeout_ms;
 	uint64_t max_timeout_ms;
 	uint64_t drain_ms;
-	uint64_t quota_pinned;
+	uint64_t quota_shared;      /* shared-buffer bytes of one client */
+	uint64_t quota_shared_user; /* of one user's clients together, at a worker */
 	uint64_t quota_device;
 	uint64_t cache_bytes;
 	uint64_t cache_ttl_ms;

@@ -303,8 +303,8 @@ static int dup_high(int fd)
 static int spawn(struct sup_worker *w)
 {
 	struct sup *s = w->s;
-	char dev[16], ppid[16], timeout[24], maxtimeout[24], slots[16], quota[24], qdev[24],
-		cbytes[24], cttl[24];
+	char dev[16], ppid[16], timeout[24], maxtimeout[24], slots[16], quota[24], quser[24],
+		qdev[24], cbytes[24], cttl[24];
 	char *argv[32];
 	unsigned argc = 0;
 	posix_spawn_file_actions_t fa;
@@ -334,7 +334,8 @@ static int spawn(struct sup_worker *w)
 	(void)snprintf(maxtimeout, sizeof(maxtimeout), "%llu",
 		       (unsigned long long)s->opts.max_timeout_ms);
 	(void)snprintf(slots, sizeof(slots), "%u", s->opts.slots);
-	(void)snprintf(quota, sizeof(quota), "%llu", (unsigned long long)s->opts.quota_pinned);
+	(void)snprintf(quota, sizeof(quota), "%llu", (unsigned long long)s->opts.quota_shared);
+	(void)snprintf(quser, sizeof(quser), "%llu", (unsigned long long)s->opts.quota_shared_user);
 	(void)snprintf(qdev, sizeof(qdev), "%llu", (unsigned long long)s->opts.quota_device);
 	(void)snprintf(cbytes, sizeof(cbytes), "%llu", (unsigned long long)s->opts.cache_bytes);
 	(void)snprintf(cttl, sizeof(cttl), "%llu", (unsigned long long)s->opts.cache_ttl_ms);
@@ -353,8 +354,10 @@ static int spawn(struct sup_worker *w)
 	argv[argc++] = timeout;
 	argv[argc++] = "--max-timeout-ms";
 	argv[argc++] = maxtimeout;
-	argv[argc++] = "--quota-pinned";
+	argv[argc++] = "--quota-shared";
 	argv[argc++] = quota;
+	argv[argc++] = "--quota-shared-user";
+	argv[argc++] = quser;
 	if (s->opts.slots) {
 		argv[argc++] = "--slots";
 		argv[argc++] = slots;

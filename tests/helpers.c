@@ -248,7 +248,7 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
 	case 2: {
-		struct ipc_welcome m = { IPC_VERSION, 2, 0x1122334455667788ull };
+		struct ipc_welcome m = { IPC_VERSION, 2, 0x1122334455667788ull, 1ull << 34, 0 };
 		*s = (struct test_sample){ "welcome", IPC_WELCOME, 0, 0 };
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}

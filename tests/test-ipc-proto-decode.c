@@ -26,14 +26,14 @@ static void test_proto_hello_rejects_bad_fields(void **state)
 
 static void test_proto_welcome_rejects_bad_fields(void **state)
 {
-	struct ipc_welcome m = { IPC_VERSION, IPC_DEVICES_MAX, 1 };
+	struct ipc_welcome m = { IPC_VERSION, IPC_DEVICES_MAX, 1, 0, 0 };
 
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), 0);
 	m.ndevices = IPC_DEVICES_MAX + 1;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
 	m.ndevices = UINT32_MAX;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
-	m = (struct ipc_welcome){ IPC_VERSION_MIN - 1, 1, 1 };
+	m = (struct ipc_welcome){ IPC_VERSION_MIN - 1, 1, 1, 0, 0 };
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
 	m.version = IPC_VERSION + 1;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);

@@ -48,8 +48,8 @@ struct round_trip {
 static const struct round_trip trips[] = {
 	TRIP(IPC_HELLO, 42, 0, 16, struct ipc_hello, IPC_VERSION_MIN, IPC_VERSION, IPC_HELLO_ADMIN,
 	     0),
-	TRIP(IPC_WELCOME, 7, 0, 16, struct ipc_welcome, IPC_VERSION, IPC_DEVICES_MAX,
-	     UINT64_MAX - 5),
+	TRIP(IPC_WELCOME, 7, 0, 32, struct ipc_welcome, IPC_VERSION, IPC_DEVICES_MAX,
+	     UINT64_MAX - 5, UINT64_MAX - 7, 0),
 	/* A device without its channel, and with it (the channel and the status page). */
 	TRIP(IPC_DEVICE, 0, 0, 128, struct ipc_device,
 	     .info = TEST_GOOD_INFO(IPC_DEVICES_MAX - 1, GPUX_BACKEND_HOST),

@@ -23,7 +23,6 @@
 
 #define DEFAULT_TIMEOUT_MS (60ULL * 1000)
 #define DEFAULT_MAX_TIMEOUT_MS (3600ULL * 1000)
-#define DEFAULT_QUOTA_PINNED (64ULL * GiB)
 #define DEFAULT_CACHE_TTL_MS (600ULL * 1000)
 
 /* One line per device, tab-separated, for gpuxd: see parse_probe_line() in supervisor/workers.c. */
@@ -97,7 +96,8 @@ static void usage(FILE *f)
 		      "--status-fd FD\n"
 		      "                   [--cache-dir DIR] [--timeout-ms MS] [--max-timeout-ms MS]\n"
 		      "                   [--slots N]\n"
-		      "                   [--quota-pinned BYTES] [--quota-device BYTES]\n"
+		      "                   [--quota-shared BYTES] [--quota-shared-user BYTES]\n"
+		      "                   [--quota-device BYTES]\n"
 		      "                   [--cache-bytes BYTES] [--cache-ttl-ms MS] [--parent-pid PID]\n"
 		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
 }
@@ -106,7 +106,8 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		      bool *ret_compiler)
 {
 	enum { O_PROBE = 256, O_COMPILER, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
-	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL, O_PARENT };
+	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL,
+	       O_PARENT };
 	static const struct option opts[] = {
 		{ "probe", no_argument, NULL, O_PROBE },
 		{ "compiler", no_argument, NULL, O_COMPILER },
@@ -118,7 +119,8 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
 		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
 		{ "slots", required_argument, NULL, O_SLOTS },
-		{ "quota-pinned", required_argument, NULL, O_QUOTA },
+		{ "quota-shared", required_argument, NULL, O_QUOTA },
+		{ "quota-shared-user", required_argument, NULL, O_QUOTAUSER },
 		{ "quota-device", required_argument, NULL, O_QUOTADEV },
 		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
 		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
@@ -155,6 +157,7 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		case O_MAXTIMEOUT:
 		case O_SLOTS:
 		case O_QUOTA:
+		case O_QUOTAUSER:
 		case O_QUOTADEV:
 		case O_CACHEBYTES:
 		case O_CACHETTL:
@@ -175,7 +178,9 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 			else if (c == O_SLOTS)
 				o->slots = (unsigned)MIN(v, WRK_SLOTS_MAX);
 			else if (c == O_QUOTA)
-				o->quota_pinned = v;
+				o->quota_shared = v;
+			else if (c == O_QUOTAUSER)
+				o->quota_shared_user = v;
 			else if (c == O_QUOTADEV)
 				o->quota_device = v;
 			else if (c == O_CACHEBYTES)
@@ -325,6 +330,7 @@ static void worker_done(struct wrk *w)
 	w->done_fd = safe_close(w->done_fd);
 	ipc_map_done(&w->mappings);
 	wrk_reqs_free_cache(w);
+	ipc_map_done(&w->users);
 	ipc_loop_free(w->loop);
 	if (w->status)
 		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
@@ -347,7 +353,8 @@ int main(int argc, char **argv)
 		.status_fd = -1,
 		.timeout_ms = DEFAULT_TIMEOUT_MS,
 		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
-		.quota_pinned = DEFAULT_QUOTA_PINNED,
+		.quota_shared = UINT64_MAX,
+		.quota_shared_user = UINT64_MAX,
 		.cache_ttl_ms = DEFAULT_CACHE_TTL_MS,
 	};
 	w.done_fd = -1;

@@ -15,10 +15,50 @@ static uint64_t mapping_key(dev_t dev, ino_t ino)
 	return (uint64_t)ino ^ ((uint64_t)dev << 40);
 }
 
+/* A user's shared memory mapped here: every mapping once, whichever clients share it. */
+static uint64_t user_bytes(struct wrk *w, uint32_t uid)
+{
+	struct wrk_user *u = ipc_map_get(&w->users, uid);
+
+	return u ? u->shared_bytes : 0;
+}
+
+static int user_charge(struct wrk *w, uint32_t uid, uint64_t bytes)
+{
+	struct wrk_user *u = ipc_map_get(&w->users, uid);
+	int r;
+
+	if (!u) {
+		u = calloc(1, sizeof(*u));
+		if (!u)
+			return -ENOMEM;
+		r = ipc_map_put(&w->users, uid, u);
+		if (r < 0) {
+			free(u);
+			return r;
+		}
+	}
+	u->shared_bytes += bytes;
+	u->mappings++;
+	return 0;
+}
+
+static void user_uncharge(struct wrk *w, uint32_t uid, uint64_t bytes)
+{
+	struct wrk_user *u = ipc_map_get(&w->users, uid);
+
+	if (!u)
+		return;
+	u->shared_bytes -= bytes;
+	if (--u->mappings == 0)
+		free(ipc_map_remove(&w->users, uid));
+}
+
 void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
 {
 	if (!m || --m->refs > 0)
 		return;
+	user_uncharge(w, m->uid, m->seg.size);
 	if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
 		(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
 	if (m->reg)
@@ -148,20 +188,42 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 	if (fstat(fd, &st) < 0)
 		return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
 				      wrk_strdup_printf("fstat: %s", strerror(errno)));
+	/*
+	 * Its pages must all exist already: they are the client's, charged to its memory
+	 * cgroup. A page first touched here (registering it, a kernel writing it) would be
+	 * charged to this worker's instead.
+	 */
+	if ((uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
+		return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
+				      strdup("the segment's memory is not allocated (posix_fallocate "
+					     "it before sending it)"));
 
-	if (c->pinned_bytes + (uint64_t)st.st_size > w->opts.quota_pinned)
+	if ((uint64_t)st.st_size > w->opts.quota_shared - MIN(c->shared_bytes,
+							      w->opts.quota_shared))
 		return seg_bind_error(c, m.seg_id, GPUX_E_QUOTA,
 				      wrk_strdup_printf("a segment of %lld bytes would pass the "
-							"client's pinned-memory quota (%llu of %llu "
+							"client's shared-memory quota (%llu of %llu "
 							"bytes in use)",
 							(long long)st.st_size,
-							(unsigned long long)c->pinned_bytes,
-							(unsigned long long)w->opts.quota_pinned));
+							(unsigned long long)c->shared_bytes,
+							(unsigned long long)w->opts.quota_shared));
 
 	map = mapping_find(w, &st, c->uid, frozen);
 	if (map) {
 		map->refs++;
 	} else {
+		uint64_t used = user_bytes(w, c->uid);
+
+		if ((uint64_t)st.st_size > w->opts.quota_shared_user -
+						   MIN(used, w->opts.quota_shared_user))
+			return seg_bind_error(c, m.seg_id, GPUX_E_QUOTA,
+					      wrk_strdup_printf("a segment of %lld bytes would pass "
+								"the user's shared-memory quota "
+								"(%llu of %llu bytes in use)",
+								(long long)st.st_size,
+								(unsigned long long)used,
+								(unsigned long long)
+									w->opts.quota_shared_user));
 		r = mapping_new(TAKE_FD(fd), &st, c->uid, frozen, &map);
 		if (r == -ENOMEM)
 			return seg_bind_error(c, m.seg_id, GPUX_E_NOMEM,
@@ -177,6 +239,13 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 			free(map);
 			return seg_bind_error(c, m.seg_id, r,
 					      why ? why : strdup("segment could not be registered"));
+		}
+		r = user_charge(w, c->uid, map->seg.size);
+		if (r < 0) {
+			w->be->map_unregister(w->dev, map);
+			ipc_segment_done(&map->seg);
+			free(map);
+			return r;
 		}
 		w->stats.segments++;
 		w->stats.segment_bytes += map->seg.size;
@@ -196,14 +265,14 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 		free(s);
 		return r;
 	}
-	c->pinned_bytes += map->seg.size;
+	c->shared_bytes += map->seg.size;
 	return 0;
 }
 
 static void seg_free(struct wrk_client *c, struct wrk_seg *s)
 {
 	if (s->map) {
-		c->pinned_bytes -= s->map->seg.size;
+		c->shared_bytes -= s->map->seg.size;
 		wrk_mapping_unref(c->w, s->map);
 	}
 	free(s->error);

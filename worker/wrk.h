@@ -50,7 +50,8 @@ struct wrk_opts {
 	uint64_t timeout_ms;       /* default request deadline */
 	uint64_t max_timeout_ms;   /* the longest a client may ask for */
 	unsigned slots;            /* streams */
-	uint64_t quota_pinned;     /* host bytes a client may have attached */
+	uint64_t quota_shared;      /* shared-buffer bytes a client may have attached */
+	uint64_t quota_shared_user; /* those of one user's clients together (mappings) */
 	uint64_t quota_device;     /* device bytes a client may hold in device buffers; 0: half */
 	uint64_t cache_bytes;      /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;     /* idle entries older than this go */
@@ -94,6 +95,12 @@ struct wrk_centry {
 	uint64_t last_use;
 	struct wrk_centry *hnext;  /* in its hash chain */
 	struct wrk_centry *lru_prev, *lru_next;
+};
+
+/* A user's shared memory mapped here: each mapping once, whichever clients share it. */
+struct wrk_user {
+	uint64_t shared_bytes;
+	unsigned mappings;
 };
 
 /* A client's device buffer. */
@@ -178,7 +185,7 @@ struct wrk_client {
 	struct ipc_map queues;  /* id -> struct wrk_queue */
 	struct ipc_map dbufs;   /* id -> struct wrk_dbuf */
 	uint64_t dbuf_bytes;
-	uint64_t pinned_bytes;
+	uint64_t shared_bytes; /* of the segments attached (each counts, shared or not) */
 	uint64_t build_bytes; /* code of this client's builds not done yet */
 	unsigned inflight;
 	bool gone;
@@ -289,6 +296,7 @@ struct wrk {
 	struct wrk_client *clients;
 	unsigned nclients;
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
+	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */
 	uint64_t build_bytes;
 	struct wrk_module *idle_head, *idle_tail;

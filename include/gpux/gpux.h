@@ -126,7 +126,11 @@ GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx);
 
 /*
  * A buffer of `size` bytes in shared memory, zero-filled, that kernels read and write in
- * place (no copy between this process and gpux). Usable by children forked later.
+ * place (no copy between this process and gpux). Usable by children forked later. Its memory
+ * is this process's (charged to its memory cgroup). GPUX_E_QUOTA, before any memory is
+ * touched, when this connection's buffers would pass gpuxd's cap on shared memory per client
+ * (gpuxd --quota-shared; small buffers share 4 MiB arenas, which count whole);
+ * GPUX_E_NOMEM when the memory cannot be had.
  */
 GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **ret_buf);
 

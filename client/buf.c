@@ -195,6 +195,7 @@ GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **re
 	}
 	if (!b->seg->arena)
 		b->seg->nbufs = 1;
+	b->magic = CLI_BUF_MAGIC;
 	b->ctx = ctx;
 	b->size = size;
 	b->next = ctx->bufs;
@@ -208,12 +209,12 @@ GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **re
 
 GPUX_EXPORT void *gpux_buf_data(gpux_buf *b)
 {
-	return b ? b->seg->addr + b->offset : NULL;
+	return cli_alive(b, CLI_BUF_MAGIC) ? b->seg->addr + b->offset : NULL;
 }
 
 GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *b)
 {
-	return b ? (size_t)b->size : 0;
+	return cli_alive(b, CLI_BUF_MAGIC) ? (size_t)b->size : 0;
 }
 
 /* Give an arena's pages back (their mapping at that address is the arena's again). */
@@ -225,8 +226,8 @@ static void arena_put(gpux_ctx *ctx, struct cli_seg *a, uint64_t offset, uint64_
 		seg_free(ctx, a, true);
 }
 
-/* Lock held. */
-static void buf_free(gpux_ctx *ctx, gpux_buf *b)
+/* Lock held. `retire`: keep the handle to recognize it (client/handle.c). */
+static void buf_free(gpux_ctx *ctx, gpux_buf *b, bool retire)
 {
 	struct cli_seg *s = b->seg;
 
@@ -250,26 +251,31 @@ static void buf_free(gpux_ctx *ctx, gpux_buf *b)
 	} else {
 		seg_free(ctx, s, true);
 	}
-	free(b);
+	if (retire)
+		cli_retire(ctx, b);
+	else
+		free(b);
 }
 
 GPUX_EXPORT void gpux_buf_free(gpux_buf *b)
 {
 	gpux_ctx *ctx;
 
-	if (!b)
+	if (!cli_alive(b, CLI_BUF_MAGIC))
 		return;
 	ctx = b->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
-	buf_free(ctx, b);
+	/* Again under the lock: another thread may have freed it meanwhile. */
+	if (cli_alive(b, CLI_BUF_MAGIC))
+		buf_free(ctx, b, true);
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 
 void cli_bufs_free_all(gpux_ctx *ctx)
 {
 	while (ctx->bufs)
-		buf_free(ctx, ctx->bufs);
+		buf_free(ctx, ctx->bufs, false);
 	while (ctx->segs)
 		seg_free(ctx, ctx->segs, true);
 }
@@ -299,11 +305,15 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 	void *addr, *p;
 	int r;
 
-	if (!b)
+	if (!cli_alive(b, CLI_BUF_MAGIC))
 		return GPUX_E_INVAL;
 	ctx = b->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
+	if (!cli_alive(b, CLI_BUF_MAGIC)) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_E_INVAL;
+	}
 	old = b->seg;
 	if (old->frozen) {
 		(void)pthread_mutex_unlock(&ctx->lock);

@@ -29,6 +29,18 @@
 #define CLI_PAGE 4096u
 #define CLI_SEGMENTS_MAX 4096u
 
+/*
+ * Every handle starts with its type's magic (client/handle.c); a freed one says DEAD and
+ * stays in its context's quarantine of the CLI_RETIRED_MAX most recently freed.
+ */
+#define CLI_BUF_MAGIC 0x66756278u   /* "xbuf" */
+#define CLI_DBUF_MAGIC 0x66756264u  /* "dbuf" */
+#define CLI_MOD_MAGIC 0x646f6d78u   /* "xmod" */
+#define CLI_QUEUE_MAGIC 0x65757178u /* "xque" */
+#define CLI_REQ_MAGIC 0x71657278u   /* "xreq" */
+#define CLI_DEAD_MAGIC 0x64616564u  /* "dead" */
+#define CLI_RETIRED_MAX 128u
+
 /* Content keys of ranges of a frozen segment, for GPUX_ANY's affinity (computed once). */
 #define CLI_SEG_KEYS 4u
 
@@ -55,6 +67,7 @@ struct cli_seg {
 };
 
 struct gpux_buf {
+	uint32_t magic; /* first: see client/handle.c */
 	gpux_ctx *ctx;
 	struct cli_seg *seg;
 	uint64_t offset;
@@ -65,6 +78,7 @@ struct gpux_buf {
 };
 
 struct gpux_dbuf {
+	uint32_t magic; /* first: see client/handle.c */
 	gpux_ctx *ctx;
 	uint64_t id;
 	uint32_t device;
@@ -74,6 +88,7 @@ struct gpux_dbuf {
 };
 
 struct gpux_module {
+	uint32_t magic; /* first: see client/handle.c */
 	gpux_ctx *ctx;
 	uint64_t id;
 	uint32_t lang;
@@ -86,6 +101,7 @@ struct gpux_module {
 };
 
 struct gpux_queue {
+	uint32_t magic; /* first: see client/handle.c */
 	gpux_ctx *ctx;
 	uint32_t id;
 	uint32_t device;
@@ -94,6 +110,7 @@ struct gpux_queue {
 };
 
 struct gpux_req {
+	uint32_t magic; /* first: see client/handle.c */
 	gpux_ctx *ctx;
 	uint32_t id;
 	uint32_t device;
@@ -166,6 +183,8 @@ struct gpux_ctx {
 	struct gpux_dbuf *dbufs;
 	struct gpux_module *modules;
 	struct gpux_queue *queues;
+	void *retired[CLI_RETIRED_MAX]; /* freed handles, kept to be recognized */
+	unsigned nretired;
 	uint8_t *rbuf;
 	uint8_t *sbuf;
 	uint8_t *ring_buf; /* IPC_RING_REC_MAX: a record taken from a ring */
@@ -226,6 +245,13 @@ void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
 int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
 		   uint64_t deadline);
 void cli_wake(gpux_ctx *ctx);
+
+/* client/handle.c */
+/* Whether obj (NULL accepted) is a live handle of the type with `magic`. Any thread. */
+bool cli_alive(const void *obj, uint32_t magic);
+/* Lock held: obj, unlinked and emptied, becomes a dead handle in ctx's quarantine. */
+void cli_retire(gpux_ctx *ctx, void *obj);
+void cli_retired_free_all(gpux_ctx *ctx);
 
 /* client/req.c */
 struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal);

@@ -226,6 +226,7 @@ static void ctx_free(gpux_ctx *ctx)
 	cli_dbufs_free_all(ctx);
 	cli_bufs_free_all(ctx);
 	cli_reqs_free_all(ctx);
+	cli_retired_free_all(ctx);
 	cli_disconnect(ctx);
 	ctx->epfd = safe_close(ctx->epfd);
 	ctx->wake_fd = safe_close(ctx->wake_fd);

@@ -35,6 +35,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 		st = cli_status_from_errno(rc);
 	if (st < 0)
 		goto err;
+	d->magic = CLI_DBUF_MAGIC;
 	d->next = ctx->dbufs;
 	if (ctx->dbufs)
 		ctx->dbufs->prev = d;
@@ -48,8 +49,8 @@ err:
 	return st;
 }
 
-/* Lock held. */
-static void dbuf_free(gpux_ctx *ctx, gpux_dbuf *d)
+/* Lock held. `retire`: keep the handle to recognize it (client/handle.c). */
+static void dbuf_free(gpux_ctx *ctx, gpux_dbuf *d, bool retire)
 {
 	struct ipc_dbuf_free f = { .dbuf_id = d->id };
 
@@ -60,36 +61,41 @@ static void dbuf_free(gpux_ctx *ctx, gpux_dbuf *d)
 		ctx->dbufs = d->next;
 	if (d->next)
 		d->next->prev = d->prev;
-	free(d);
+	if (retire)
+		cli_retire(ctx, d);
+	else
+		free(d);
 }
 
 GPUX_EXPORT void gpux_dbuf_free(gpux_dbuf *d)
 {
 	gpux_ctx *ctx;
 
-	if (!d)
+	if (!cli_alive(d, CLI_DBUF_MAGIC))
 		return;
 	ctx = d->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
-	dbuf_free(ctx, d);
+	/* Again under the lock: another thread may have freed it meanwhile. */
+	if (cli_alive(d, CLI_DBUF_MAGIC))
+		dbuf_free(ctx, d, true);
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 
 void cli_dbufs_free_all(gpux_ctx *ctx)
 {
 	while (ctx->dbufs)
-		dbuf_free(ctx, ctx->dbufs);
+		dbuf_free(ctx, ctx->dbufs, false);
 }
 
 GPUX_EXPORT size_t gpux_dbuf_size(const gpux_dbuf *d)
 {
-	return d ? (size_t)d->size : 0;
+	return cli_alive(d, CLI_DBUF_MAGIC) ? (size_t)d->size : 0;
 }
 
 GPUX_EXPORT uint32_t gpux_dbuf_device(const gpux_dbuf *d)
 {
-	return d ? d->device : GPUX_ANY;
+	return cli_alive(d, CLI_DBUF_MAGIC) ? d->device : GPUX_ANY;
 }
 
 static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b, uint64_t b_off,
@@ -100,7 +106,9 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 	struct ipc_copy c;
 	int n, rc;
 
-	if (!d || !b || !ret_req || b->ctx != d->ctx || size == 0 || !range_ok(d_off, size, d->size) ||
+	if (!cli_alive(d, CLI_DBUF_MAGIC) || !cli_alive(b, CLI_BUF_MAGIC) ||
+	    (q && !cli_alive(q, CLI_QUEUE_MAGIC)) || !ret_req || b->ctx != d->ctx || size == 0 ||
+	    !range_ok(d_off, size, d->size) ||
 	    !range_ok(b_off, size, b->size) || (q && (q->ctx != d->ctx || q->device != d->device)) ||
 	    (dir == IPC_COPY_FROM_DBUF && b->seg->frozen))
 		return GPUX_E_INVAL;

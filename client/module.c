@@ -42,7 +42,8 @@ int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device)
 	return send_load(ctx, m, device, 0);
 }
 
-static void module_free(gpux_ctx *ctx, gpux_module *m)
+/* Lock held. `retire`: keep the handle to recognize it (client/handle.c). */
+static void module_free(gpux_ctx *ctx, gpux_module *m, bool retire)
 {
 	struct ipc_mod_drop d = { .mod_id = m->id };
 
@@ -54,10 +55,13 @@ static void module_free(gpux_ctx *ctx, gpux_module *m)
 		ctx->modules = m->next;
 	if (m->next)
 		m->next->prev = m->prev;
-	(void)safe_close(m->code_fd);
+	m->code_fd = safe_close(m->code_fd);
 	free(m->code);
 	free(m->options);
-	free(m);
+	if (retire)
+		cli_retire(ctx, m);
+	else
+		free(m);
 }
 
 /*
@@ -157,7 +161,9 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 	if (rc < 0)
 		st = cli_status_from_errno(rc);
 	if (st < 0)
-		module_free(ctx, m);
+		module_free(ctx, m, false);
+	else
+		m->magic = CLI_MOD_MAGIC;
 	(void)pthread_mutex_unlock(&ctx->lock);
 	if (st < 0)
 		return st;
@@ -169,17 +175,19 @@ GPUX_EXPORT void gpux_module_free(gpux_module *m)
 {
 	gpux_ctx *ctx;
 
-	if (!m)
+	if (!cli_alive(m, CLI_MOD_MAGIC))
 		return;
 	ctx = m->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
-	module_free(ctx, m);
+	/* Again under the lock: another thread may have freed it meanwhile. */
+	if (cli_alive(m, CLI_MOD_MAGIC))
+		module_free(ctx, m, true);
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 
 void cli_modules_free_all(gpux_ctx *ctx)
 {
 	while (ctx->modules)
-		module_free(ctx, ctx->modules);
+		module_free(ctx, ctx->modules, false);
 }

@@ -55,6 +55,7 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
 		st = cli_status_from_errno(rc);
 	if (st < 0)
 		goto err;
+	q->magic = CLI_QUEUE_MAGIC;
 	q->next = ctx->queues;
 	if (ctx->queues)
 		ctx->queues->prev = q;
@@ -68,7 +69,8 @@ err:
 	return st;
 }
 
-static void queue_free(gpux_ctx *ctx, gpux_queue *q)
+/* Lock held. `retire`: keep the handle to recognize it (client/handle.c). */
+static void queue_free(gpux_ctx *ctx, gpux_queue *q, bool retire)
 {
 	struct ipc_queue_msg m = { .queue = q->id };
 
@@ -79,24 +81,29 @@ static void queue_free(gpux_ctx *ctx, gpux_queue *q)
 		ctx->queues = q->next;
 	if (q->next)
 		q->next->prev = q->prev;
-	free(q);
+	if (retire)
+		cli_retire(ctx, q);
+	else
+		free(q);
 }
 
 GPUX_EXPORT void gpux_queue_free(gpux_queue *q)
 {
 	gpux_ctx *ctx;
 
-	if (!q)
+	if (!cli_alive(q, CLI_QUEUE_MAGIC))
 		return;
 	ctx = q->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
-	queue_free(ctx, q);
+	/* Again under the lock: another thread may have freed it meanwhile. */
+	if (cli_alive(q, CLI_QUEUE_MAGIC))
+		queue_free(ctx, q, true);
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 
 void cli_queues_free_all(gpux_ctx *ctx)
 {
 	while (ctx->queues)
-		queue_free(ctx, ctx->queues);
+		queue_free(ctx, ctx->queues, false);
 }

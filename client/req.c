@@ -20,6 +20,7 @@ struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal)
 		free(r);
 		return NULL;
 	}
+	r->magic = CLI_REQ_MAGIC;
 	r->ctx = ctx;
 	r->device = device;
 	r->internal = internal;
@@ -49,7 +50,8 @@ void cli_req_release(struct gpux_req *r)
 	if (r->next)
 		r->next->prev = r->prev;
 	free(r->message);
-	free(r);
+	r->message = NULL;
+	cli_retire(ctx, r);
 }
 
 void cli_reqs_free_all(gpux_ctx *ctx)
@@ -231,7 +233,7 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 		case GPUX_ARG_OUT:
 		case GPUX_ARG_INOUT:
 		case GPUX_ARG_MAPPED:
-			if (!a->buf || a->buf->ctx != ctx || a->size == 0 ||
+			if (!cli_alive(a->buf, CLI_BUF_MAGIC) || a->buf->ctx != ctx || a->size == 0 ||
 			    !range_ok(a->offset, a->size, a->buf->size))
 				return GPUX_E_INVAL;
 			/* A frozen buffer is read only, and only a frozen one can be cached. */
@@ -242,7 +244,8 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 				return GPUX_E_INVAL;
 			break;
 		case GPUX_ARG_DBUF:
-			if (!a->dbuf || a->dbuf->ctx != ctx || a->size == 0 || a->flags ||
+			if (!cli_alive(a->dbuf, CLI_DBUF_MAGIC) || a->dbuf->ctx != ctx || a->size == 0 ||
+			    a->flags ||
 			    !range_ok(a->offset, a->size, a->dbuf->size) ||
 			    (device != GPUX_ANY && device != a->dbuf->device))
 				return GPUX_E_INVAL;
@@ -389,8 +392,9 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 	size_t klen;
 	int rc;
 
-	if (!m || !kernel || !l || !ret_req || (l->flags & ~(uint32_t)GPUX_LAUNCH_TIMED) ||
-	    launch_check(l, &any) < 0)
+	if (!cli_alive(m, CLI_MOD_MAGIC) || !kernel || !l || !ret_req ||
+	    (l->flags & ~(uint32_t)GPUX_LAUNCH_TIMED) || launch_check(l, &any) < 0 ||
+	    (l->queue && !cli_alive(l->queue, CLI_QUEUE_MAGIC)))
 		return GPUX_E_INVAL;
 	klen = strlen(kernel);
 	if (klen == 0 || klen > IPC_KERNEL_NAME_MAX)
@@ -461,7 +465,7 @@ GPUX_EXPORT gpux_status gpux_wait(gpux_req *r, int64_t timeout_ms)
 	gpux_status st;
 	int rc;
 
-	if (!r)
+	if (!cli_alive(r, CLI_REQ_MAGIC))
 		return GPUX_E_INVAL;
 	ctx = r->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
@@ -484,7 +488,7 @@ GPUX_EXPORT gpux_status gpux_test(gpux_req *r)
 	gpux_ctx *ctx;
 	gpux_status st;
 
-	if (!r)
+	if (!cli_alive(r, CLI_REQ_MAGIC))
 		return GPUX_E_INVAL;
 	ctx = r->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
@@ -499,7 +503,7 @@ GPUX_EXPORT const char *gpux_req_message(gpux_req *r)
 {
 	const char *m;
 
-	if (!r)
+	if (!cli_alive(r, CLI_REQ_MAGIC))
 		return "";
 	(void)pthread_mutex_lock(&r->ctx->lock);
 	m = r->done && r->message ? r->message : "";
@@ -511,7 +515,7 @@ GPUX_EXPORT gpux_status gpux_req_times(gpux_req *r, struct gpux_times *ret_times
 {
 	gpux_status st = GPUX_E_AGAIN;
 
-	if (!r || !ret_times)
+	if (!cli_alive(r, CLI_REQ_MAGIC) || !ret_times)
 		return GPUX_E_INVAL;
 	(void)pthread_mutex_lock(&r->ctx->lock);
 	if (r->done) {
@@ -524,20 +528,23 @@ GPUX_EXPORT gpux_status gpux_req_times(gpux_req *r, struct gpux_times *ret_times
 
 GPUX_EXPORT uint32_t gpux_req_device(gpux_req *r)
 {
-	return r ? r->device : GPUX_ANY;
+	return cli_alive(r, CLI_REQ_MAGIC) ? r->device : GPUX_ANY;
 }
 
 GPUX_EXPORT void gpux_req_free(gpux_req *r)
 {
 	gpux_ctx *ctx;
 
-	if (!r)
+	if (!cli_alive(r, CLI_REQ_MAGIC))
 		return;
 	ctx = r->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
-	if (!r->done && r->fork_gen == cli_fork_gen && ctx->fork_gen == cli_fork_gen)
+	/* Again under the lock, and after the wait: another thread may free it meanwhile. */
+	if (cli_alive(r, CLI_REQ_MAGIC) && !r->done && r->fork_gen == cli_fork_gen &&
+	    ctx->fork_gen == cli_fork_gen)
 		(void)cli_req_wait(r, 0);
-	cli_req_release(r);
+	if (cli_alive(r, CLI_REQ_MAGIC))
+		cli_req_release(r);
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 

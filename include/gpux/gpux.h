@@ -29,6 +29,15 @@ extern "C" {
  * Every function that can fail returns a gpux_status: GPUX_OK (0) or a negative code.
  * Out-parameters are named ret_* and are written only on success. All functions are
  * thread-safe; objects belong to the gpux_ctx they were made from and must not outlive it.
+ *
+ * Handles (gpux_buf, gpux_dbuf, gpux_module, gpux_queue, gpux_req) are checked when they are
+ * passed in: one freed already, or of another type, gives GPUX_E_INVAL (0, NULL, "" or
+ * GPUX_ANY from the functions that return those), and a second free of the same handle is
+ * ignored. This is a help against mistakes, not a guarantee: the library recognizes the
+ * last 128 handles freed in a context (it keeps their memory that long); an older freed
+ * handle, a handle used after gpux_disconnect() of its context, a freed gpux_ctx, or a
+ * pointer that never was a handle is undefined behaviour, as a double free() is. Using a
+ * handle in one thread while another thread frees it is undefined too.
  */
 
 typedef enum gpux_status {
@@ -139,7 +148,8 @@ GPUX_EXPORT void *gpux_buf_data(gpux_buf *buf);
 
 GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *buf);
 
-/* Free a buffer. Requests still using it must be finished first. NULL is accepted. */
+/* Free a buffer. Requests still using it must be finished first. NULL is accepted; a
+ * handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
 
 /*
@@ -165,7 +175,8 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *buf);
 GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
 					gpux_dbuf **ret_dbuf);
 
-/* Free a device buffer. Requests still using it must be finished first. NULL is accepted. */
+/* Free a device buffer. Requests still using it must be finished first. NULL is accepted;
+ * a handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_dbuf_free(gpux_dbuf *dbuf);
 
 GPUX_EXPORT size_t gpux_dbuf_size(const gpux_dbuf *dbuf);
@@ -203,7 +214,8 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 					 size_t size, const char *options,
 					 gpux_module **ret_module, char **ret_log);
 
-/* Unload a module. Requests still using it must be finished first. NULL is accepted. */
+/* Unload a module. Requests still using it must be finished first. NULL is accepted; a
+ * handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_module_free(gpux_module *module);
 
 /* ---- queues ---- */
@@ -215,7 +227,8 @@ GPUX_EXPORT void gpux_module_free(gpux_module *module);
  */
 GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_queue **ret_queue);
 
-/* Close a queue. Requests still in it must be finished first. NULL is accepted. */
+/* Close a queue. Requests still in it must be finished first. NULL is accepted; a handle
+ * freed already is ignored (see above). */
 GPUX_EXPORT void gpux_queue_free(gpux_queue *queue);
 
 /* ---- arguments ---- */
@@ -359,7 +372,7 @@ GPUX_EXPORT uint32_t gpux_req_device(gpux_req *req);
 
 /*
  * Free a request. A request still running is waited for first, so that its buffers are
- * free to reuse afterwards. NULL is accepted.
+ * free to reuse afterwards. NULL is accepted; a handle freed already is ignored (see above).
  */
 GPUX_EXPORT void gpux_req_free(gpux_req *req);
 

@@ -79,24 +79,29 @@ void wrk_client_refuse(struct wrk_client *c, const char *why)
 }
 
 /*
- * A message that does not decode, or has no business on a channel. A request (a message with
- * an id) is answered with why, and the client stays. One that nobody waits an answer for
- * cannot be tied to anything the client will ask about later: the client is dropped.
+ * A message that could not be taken: it does not decode (-EBADMSG), has no business on a
+ * channel (`stray`), or the worker lacked memory for it. A request (a message with an id) is
+ * answered with why, and the client stays. One that nobody waits an answer for cannot be
+ * tied to anything the client will ask about later: the client is dropped.
  */
-static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, const char *why)
+static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, int err, bool stray)
 {
+	const char *type = ipc_type_name(msg->hdr.type);
 	const char *what = msg->hdr.type == IPC_SUBMIT ? ipc_submit_refusal(msg) : NULL;
 	_cleanup_(freep) char *text = NULL;
 
-	if (why)
-		text = wrk_strdup_printf("a %s message is not for a worker", why);
+	if (stray)
+		text = wrk_strdup_printf("a %s message is not for a worker", type);
+	else if (err != -EBADMSG)
+		text = wrk_strdup_printf("%s message: %s", type, strerror(-err));
 	else
-		text = wrk_strdup_printf("malformed %s message%s%s", ipc_type_name(msg->hdr.type),
-					 what ? ": " : "", what ? what : "");
+		text = wrk_strdup_printf("malformed %s message%s%s", type, what ? ": " : "",
+					 what ? what : "");
 	if (msg->hdr.id != 0)
-		wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, text ? text : "malformed message");
+		wrk_reply(c, msg->hdr.id, err == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_INVAL,
+			  text ? text : "refused");
 	else
-		wrk_client_refuse(c, text ? text : "malformed message");
+		wrk_client_refuse(c, text ? text : "refused");
 }
 
 /*
@@ -148,11 +153,11 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 		c->rings_used = c->rings != NULL;
 		break;
 	default:
-		client_refuse(c, msg, ipc_type_name(msg->hdr.type));
+		client_refuse(c, msg, -EBADMSG, true);
 		return;
 	}
 	if (r < 0)
-		client_refuse(c, msg, NULL);
+		client_refuse(c, msg, r, false);
 }
 
 /*

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* client/buf.c: shared buffers: small ones carved from arena segments, large ones in their own. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "ipc/macro.h"
@@ -215,6 +217,82 @@ GPUX_EXPORT void *gpux_buf_data(gpux_buf *b)
 GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *b)
 {
 	return cli_alive(b, CLI_BUF_MAGIC) ? (size_t)b->size : 0;
+}
+
+GPUX_EXPORT gpux_status gpux_buf_fd(gpux_buf *b, int *ret_fd, uint64_t *ret_offset)
+{
+	if (!b || !ret_fd || !ret_offset)
+		return GPUX_E_INVAL;
+	/* Under the lock: a freeze on another thread replaces the segment. */
+	(void)pthread_mutex_lock(&b->ctx->lock);
+	*ret_fd = b->seg->fd;
+	*ret_offset = b->offset;
+	(void)pthread_mutex_unlock(&b->ctx->lock);
+	return GPUX_OK;
+}
+
+/*
+ * The whole memfd becomes one segment of this process, as a large buffer's is: the sender's
+ * buffers in it are at the offsets it gave (gpux_buf_fd()), and the workers are sent this
+ * process's own fd of it. -EINVAL: not a gpux memfd; -EDQUOT: a segment or fd too many.
+ */
+static int buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf)
+{
+	_cleanup_(closep) int own = -1;
+	struct stat st;
+	struct cli_seg *s;
+	gpux_buf *b;
+	void *addr;
+	int seals, r;
+	bool frozen;
+
+	if (fstat(fd, &st) < 0 || st.st_size <= 0)
+		return -EINVAL;
+	seals = fcntl(fd, F_GET_SEALS);
+	frozen = seals >= 0 && (seals & F_SEAL_WRITE);
+	if (ipc_segment_check(fd, (uint64_t)st.st_size, frozen) < 0)
+		return -EINVAL;
+	own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (own < 0)
+		return errno == EMFILE ? -EDQUOT : -errno;
+	r = ipc_segment_map(own, (uint64_t)st.st_size, !frozen, &addr);
+	if (r < 0)
+		return r;
+	s = calloc(1, sizeof(*s));
+	b = calloc(1, sizeof(*b));
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	r = !s || !b ? -ENOMEM : ctx->nsegs >= CLI_SEGMENTS_MAX ? -EDQUOT : 0;
+	if (r < 0) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		free(s);
+		free(b);
+		(void)munmap(addr, (size_t)st.st_size);
+		return r;
+	}
+	s->fd = TAKE_FD(own);
+	s->addr = addr;
+	s->size = (uint64_t)st.st_size;
+	s->frozen = frozen;
+	s->nbufs = 1;
+	seg_link(ctx, s);
+	b->ctx = ctx;
+	b->seg = s;
+	b->size = s->size;
+	b->next = ctx->bufs;
+	if (ctx->bufs)
+		ctx->bufs->prev = b;
+	ctx->bufs = b;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	*ret_buf = b;
+	return 0;
+}
+
+GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf)
+{
+	if (!ctx || fd < 0 || !ret_buf)
+		return GPUX_E_INVAL;
+	return cli_status_from_errno(buf_import(ctx, fd, ret_buf));
 }
 
 /* Give an arena's pages back (their mapping at that address is the arena's again). */

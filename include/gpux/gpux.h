@@ -163,6 +163,24 @@ GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
  */
 GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *buf);
 
+/*
+ * The memfd that holds a buffer's bytes, and where in it they start, for handing the buffer to
+ * another process of this user (SCM_RIGHTS, or a spawned child's inherited fds), which attaches
+ * it with gpux_buf_import(). *ret_fd is borrowed: the buffer owns it (close-on-exec), and
+ * gpux_buf_freeze() replaces it. Small buffers share a memfd, so the receiver can reach the
+ * others in it as well.
+ */
+GPUX_EXPORT gpux_status gpux_buf_fd(gpux_buf *buf, int *ret_fd, uint64_t *ret_offset);
+
+/*
+ * A buffer over the whole of a gpux memfd from another process (see gpux_buf_fd()): the same
+ * memory, read and written in place by this process's kernels. The fd stays the caller's (it is
+ * duplicated). A frozen buffer's memfd gives a frozen buffer. GPUX_E_INVAL: fd is not a memfd
+ * sealed against shrinking, as gpux makes them; GPUX_E_QUOTA: one shared segment too many (4096).
+ * Free it with gpux_buf_free().
+ */
+GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf);
+
 /* ---- device buffers ---- */
 
 /*

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Dask with gpux: a LocalCluster of worker processes runs a kernel on chunks of one array in
+# shared memory. Each task gets a view of the array (pickled as its memory, not its bytes),
+# writes its chunk in place, and the client sees every chunk without gathering any data.
+#
+#     python3 python/examples/dask_saxpy.py [N_WORKERS]
+#
+# On a GPU machine the kernel is CUDA; on the host back end (no GPU), C (see
+# gpux/host-kernel.h). Several hosts: one gpuxd per host (each worker's first gpux call
+# starts a private one, or point GPUX_SOCKET at a shared one), and tasks make their gpux
+# arrays on the host they run on (gpux.asarray(chunk)): shared memory does not cross hosts.
+import sys
+
+import numpy as np
+from distributed import Client, LocalCluster
+
+import gpux
+
+CUDA = r"""
+extern "C" __global__ void saxpy(unsigned long n, float a, const float *x, float *y)
+{
+	unsigned long i = blockIdx.x * (unsigned long)blockDim.x + threadIdx.x;
+	if (i < n)
+		y[i] = a * x[i] + y[i];
+}
+"""
+
+HOST = r"""
+GPUX_HOST_PARAMS(saxpy, 8, 4, sizeof(float *), sizeof(float *));
+GPUX_HOST_KERNEL(saxpy)
+{
+	uint64_t n = GPUX_ARG(uint64_t, 0);
+	float a = GPUX_ARG(float, 1);
+	const float *x = GPUX_ARG(const float *, 2);
+	float *y = GPUX_ARG(float *, 3);
+	GPUX_FOR_EACH_THREAD(t) {
+		uint64_t i = GPUX_GLOBAL_X(t);
+		if (i < n) y[i] = a * x[i] + y[i];
+	}
+}
+"""
+
+
+def module() -> gpux.Module:
+    on_gpu = any(d["backend"] == 2 for d in gpux.devices())
+    return gpux.Module(CUDA if on_gpu else HOST, "cuda" if on_gpu else "host")
+
+
+def saxpy_chunk(kernel, a, x, y):
+    """A task: y = a * x + y on one chunk, in place; returns the worker's pid."""
+    import os
+
+    n = x.size
+    kernel(((n + 255) // 256,), (256,), (np.uint64(n), np.float32(a), x, y))
+    return os.getpid()
+
+
+def run(client: Client, n: int = 1 << 20, chunks: int = 8) -> np.ndarray:
+    kernel = module().get_function("saxpy")
+    x = gpux.asarray(np.arange(n, dtype=np.float32))
+    y = gpux.ones(n, np.float32)
+    step = n // chunks
+    futures = [client.submit(saxpy_chunk, kernel, 2.0, x[i:i + step], y[i:i + step],
+                             pure=False)
+               for i in range(0, n, step)]
+    pids = client.gather(futures)
+    print(f"{len(futures)} chunks on {len(set(pids))} worker processes")
+    return y
+
+
+def main() -> None:
+    workers = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True) as cluster, \
+            Client(cluster) as client:
+        y = run(client)
+    ok = np.array_equal(y, 2 * np.arange(y.size, dtype=np.float32) + 1)
+    print("y = 2 * x + 1:", "ok" if ok else "WRONG")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

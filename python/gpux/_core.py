@@ -1,0 +1,480 @@
+# SPDX-License-Identifier: MIT
+"""The package's front: contexts, arrays in shared memory, modules, kernels, arguments."""
+from __future__ import annotations
+
+import copy
+import os
+import threading
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import numpy as np
+
+from . import _gpux
+from ._errors import BY_STATUS, GpuxError, InvalidError
+
+__all__ = [
+    "Context", "get_context", "Buffer", "DeviceBuffer", "Queue", "Kernel", "Launch",
+    "ndarray", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "asarray",
+    "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "SourceModule",
+    "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX", "LANG_CUBIN",
+    "LANG_HOST", "ANY", "device_count", "devices",
+]
+
+Context = _gpux.Context
+Buffer = _gpux.Buffer
+DeviceBuffer = _gpux.DeviceBuffer
+Queue = _gpux.Queue
+Kernel = _gpux.Kernel
+Launch = _gpux.Launch
+
+LANG_CUDA = 1
+LANG_PTX = 2
+LANG_CUBIN = 3
+LANG_HOST = 4
+_LANGS = {"cuda": LANG_CUDA, "ptx": LANG_PTX, "cubin": LANG_CUBIN, "fatbin": LANG_CUBIN,
+          "host": LANG_HOST, "c": LANG_HOST}
+
+ARG_IN, ARG_OUT, ARG_INOUT, ARG_MAPPED, ARG_DBUF = 2, 3, 4, 5, 6
+ARG_CACHED = 1
+
+#: A device index meaning "let gpux choose" (gpux.h's GPUX_ANY): pass device=None.
+ANY = None
+
+_default_lock = threading.Lock()
+_default: Optional[_gpux.Context] = None
+
+
+def get_context() -> _gpux.Context:
+    """The process's default Context, made on first use from ``$GPUX_SOCKET`` or the default
+    socket (where a private gpuxd is started when none listens). Forked children keep using
+    it: gpux reconnects in the child on its first call."""
+    global _default
+    ctx = _default
+    if ctx is None:
+        with _default_lock:
+            if _default is None:
+                _default = _gpux.Context()
+            ctx = _default
+    return ctx
+
+
+def device_count(context: Optional[_gpux.Context] = None) -> int:
+    """How many devices gpuxd serves (GPUs, or CPU 'devices' on the host back end)."""
+    return (context or get_context()).device_count()
+
+
+def devices(context: Optional[_gpux.Context] = None) -> list[dict]:
+    """What gpuxd knows of each device: index, backend (1 host, 2 CUDA), state, name, ..."""
+    ctx = context or get_context()
+    return [ctx.device_info(i) for i in range(ctx.device_count())]
+
+
+# ---- arrays ----
+
+def buffer_of(a: Any) -> Optional[_gpux.Buffer]:
+    """The gpux Buffer whose memory holds array ``a`` (any view of it), or None."""
+    while a is not None:
+        if isinstance(a, _gpux.Buffer):
+            return a
+        a = getattr(a, "base", None) if not isinstance(a, memoryview) else a.obj
+    return None
+
+
+def is_shared(a: Any) -> bool:
+    """Whether ``a``'s memory is a gpux shared buffer (kernels then use it with no copy)."""
+    return buffer_of(a) is not None
+
+
+def _plain(x: Any) -> Any:
+    return x.view(np.ndarray) if isinstance(x, ndarray) else x
+
+
+class ndarray(np.ndarray):
+    """A numpy array whose memory is a gpux shared buffer (see gpux.empty).
+
+    Kernels read and write it in place, with no copy; forked children see the same memory;
+    pickling it (multiprocessing, Dask) hands over the memory itself, not a copy, within one
+    host. Operations that make new arrays (``a + 1``, ``a.sum()``) give plain numpy arrays;
+    views (``a[10:]``, ``a.reshape(...)``) stay gpux arrays on the same memory.
+    """
+
+    def __array_ufunc__(self, ufunc, method, *inputs, out=None, **kwargs):
+        inputs = tuple(_plain(x) for x in inputs)
+        if out is not None:
+            kwargs["out"] = tuple(_plain(o) for o in out)
+        result = getattr(ufunc, method)(*inputs, **kwargs)
+        if out is not None:
+            return out[0] if len(out) == 1 else out
+        return result
+
+    @property
+    def buffer(self) -> Optional[_gpux.Buffer]:
+        """The gpux Buffer holding this array's memory (None for a result not made by gpux)."""
+        return buffer_of(self)
+
+    @property
+    def frozen(self) -> bool:
+        """Whether the memory was frozen (read-only for ever; see freeze)."""
+        b = buffer_of(self)
+        return bool(b is not None and b.frozen)
+
+    def freeze(self) -> "ndarray":
+        """Freeze the array's buffer in place (see gpux.freeze); returns self."""
+        return freeze(self)
+
+    def __reduce_ex__(self, protocol):
+        from . import _share
+
+        reduced = _share.reduce_array(self)
+        if reduced is None:
+            return self.view(np.ndarray).__reduce_ex__(protocol)
+        return reduced
+
+    def __copy__(self) -> "ndarray":
+        out = empty_like(self)
+        np.copyto(out, self)
+        return out
+
+    def __deepcopy__(self, memo) -> "ndarray":
+        return self.__copy__()
+
+    def copy(self, order: str = "C") -> "ndarray":  # type: ignore[override]
+        """A copy in a new gpux buffer."""
+        out = empty(self.shape, self.dtype, order="F" if order == "F" else "C",
+                    context=self.buffer.context if self.buffer is not None else None)
+        np.copyto(out, self)
+        return out
+
+
+def _shape(shape: Union[int, Iterable[int]]) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(s) for s in shape)
+
+
+def empty(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
+          context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array of ``shape`` and ``dtype``, in shared memory (zero-filled, as every
+    new gpux buffer is)."""
+    shape = _shape(shape)
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for s in shape:
+        if s < 0:
+            raise ValueError("negative dimensions are not allowed")
+        nbytes *= s
+    buf = _gpux.Buffer(max(nbytes, 1), context)
+    return np.ndarray.__new__(ndarray, shape, dtype, buffer=buf, order=order)
+
+
+def zeros(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
+          context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array of zeros."""
+    return empty(shape, dtype, order, context=context)
+
+
+def ones(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
+         context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array of ones."""
+    return full(shape, 1, dtype, order, context=context)
+
+
+def full(shape: Union[int, Iterable[int]], fill_value: Any, dtype: Any = None,
+         order: str = "C", *, context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array filled with ``fill_value``."""
+    if dtype is None:
+        dtype = np.asarray(fill_value).dtype
+    a = empty(shape, dtype, order, context=context)
+    a.view(np.ndarray).fill(fill_value)
+    return a
+
+
+def empty_like(a: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array of ``a``'s shape and dtype (C order)."""
+    a = np.asarray(a)
+    return empty(a.shape, dtype or a.dtype, context=context)
+
+
+def zeros_like(a: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array of zeros of ``a``'s shape and dtype."""
+    return empty_like(a, dtype, context=context)
+
+
+def asarray(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
+            freeze: bool = False) -> ndarray:
+    """``obj`` as a gpux array: itself when it already is one (of that dtype, contiguous, in
+    that context), else a copy in a new shared buffer. ``freeze=True`` freezes the copy (or
+    the array) for the device cache (see gpux.freeze)."""
+    b = buffer_of(obj)
+    if (b is not None and isinstance(obj, np.ndarray) and (dtype is None or
+            np.dtype(dtype) == obj.dtype) and (context is None or b.context is context) and
+            (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+        a = obj if isinstance(obj, ndarray) else obj.view(ndarray)
+    else:
+        src = np.asarray(obj, dtype=dtype)
+        a = empty(src.shape, src.dtype, "F" if src.flags.f_contiguous and not
+                  src.flags.c_contiguous else "C",
+                  context=context or (b.context if b is not None else None))
+        np.copyto(a.view(np.ndarray), src)
+    if freeze:
+        _freeze(a)
+    return a
+
+
+def array(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
+          freeze: bool = False) -> ndarray:
+    """A copy of ``obj`` in a new gpux array (always a copy, as numpy.array)."""
+    src = np.asarray(obj, dtype=dtype)
+    a = empty(src.shape, src.dtype, context=context)
+    np.copyto(a.view(np.ndarray), src)
+    if freeze:
+        _freeze(a)
+    return a
+
+
+def _freeze(a: np.ndarray) -> None:
+    b = buffer_of(a)
+    if b is None:
+        raise InvalidError(-1, "only a gpux array can be frozen (gpux.asarray(x, freeze=True))")
+    if not b.frozen:
+        from . import _share
+
+        _share.forget(b)
+        b.freeze()
+    a.flags.writeable = False
+
+
+def freeze(a: np.ndarray) -> np.ndarray:
+    """Freeze a gpux array's buffer: its bytes can never change again, in any process, and
+    workers keep a copy on the device for ``Cached(a)`` arguments (no upload next time).
+
+    ``a`` becomes read-only. Other writable views of the same buffer made before must not
+    be written afterwards: the pages are read-only now, and a write through such a view
+    kills the process (SIGSEGV). ``gpux.asarray(x, freeze=True)`` freezes a fresh copy that
+    no one else sees. Children forked before keep seeing the bytes as they were."""
+    _freeze(a)
+    return a
+
+
+# ---- arguments ----
+
+def In(a: Any) -> _gpux.Arg:
+    """An input: copied to the device before the kernel (read-only arrays are In by default)."""
+    return _gpux.Arg(ARG_IN, a)
+
+
+def Out(a: Any) -> _gpux.Arg:
+    """An output: copied back from the device after the kernel, not sent before."""
+    return _gpux.Arg(ARG_OUT, a)
+
+
+def InOut(a: Any) -> _gpux.Arg:
+    """Both (writable arrays are InOut by default)."""
+    return _gpux.Arg(ARG_INOUT, a)
+
+
+def Mapped(a: Any) -> _gpux.Arg:
+    """The kernel reads and writes the array's own pages over the bus, with no copy."""
+    return _gpux.Arg(ARG_MAPPED, a)
+
+
+def Cached(a: Any) -> _gpux.Arg:
+    """An input of a frozen array whose bytes the device keeps for next time (gpux.freeze)."""
+    return _gpux.Arg(ARG_IN, a, ARG_CACHED)
+
+
+def _dbuf_range(self: _gpux.DeviceBuffer, offset: int = 0, size: int = 0) -> _gpux.Arg:
+    """A kernel argument of ``size`` bytes (0: to the end) of the device buffer at ``offset``."""
+    return _gpux.Arg(ARG_DBUF, self, 0, offset, size)
+
+
+def _dbuf_write(self: _gpux.DeviceBuffer, src: Any, offset: int = 0, *,
+                queue: Optional[_gpux.Queue] = None) -> None:
+    """Copy an array (gpux memory, or a copy of it is made) into the device buffer at
+    ``offset`` bytes, in ``queue``'s order; waits."""
+    submit_write(self, src, offset, queue=queue).result()
+
+
+def _dbuf_read(self: _gpux.DeviceBuffer, dst: Any, offset: int = 0, *,
+               queue: Optional[_gpux.Queue] = None) -> None:
+    """Copy from the device buffer at ``offset`` bytes into an array (writable); waits."""
+    submit_read(self, dst, offset, queue=queue).result()
+
+
+def submit_write(dbuf: _gpux.DeviceBuffer, src: Any, offset: int = 0, *,
+                 queue: Optional[_gpux.Queue] = None):
+    """DeviceBuffer.write without waiting: a gpux.Future."""
+    from ._future import Future
+
+    return Future(_gpux._dbuf_copy(dbuf, True, src, offset, 0, queue), dbuf.context)
+
+
+def submit_read(dbuf: _gpux.DeviceBuffer, dst: Any, offset: int = 0, *,
+                queue: Optional[_gpux.Queue] = None):
+    """DeviceBuffer.read without waiting: a gpux.Future."""
+    from ._future import Future
+
+    return Future(_gpux._dbuf_copy(dbuf, False, dst, offset, 0, queue), dbuf.context)
+
+
+# The extension's types are heap types: their Python-side methods are set here.
+_gpux.DeviceBuffer.range = _dbuf_range
+_gpux.DeviceBuffer.write = _dbuf_write
+_gpux.DeviceBuffer.read = _dbuf_read
+_gpux.DeviceBuffer.submit_write = submit_write
+_gpux.DeviceBuffer.submit_read = submit_read
+_gpux.DeviceBuffer.__reduce__ = lambda self: _unpicklable("a DeviceBuffer")
+_gpux.Queue.__reduce__ = lambda self: _unpicklable("a Queue")
+_gpux.Context.__reduce__ = lambda self: _unpicklable("a Context")
+_gpux.Buffer.__reduce__ = lambda self: _unpicklable("a Buffer (pickle a gpux array of it)")
+
+
+def _unpicklable(what: str):
+    raise TypeError(f"{what} belongs to its process and cannot be pickled")
+
+
+# ---- modules and kernels ----
+
+def _guess_lang(code: Union[str, bytes]) -> int:
+    if isinstance(code, bytes):
+        if code[:4] == b"\x7fELF" or code[:4] == b"\x50\xed\x55\xba":
+            return LANG_CUBIN
+        text = code.decode("utf-8", "replace")
+    else:
+        text = code
+    if "GPUX_HOST_KERNEL" in text:
+        return LANG_HOST
+    if ".version" in text and ".target" in text:
+        return LANG_PTX
+    return LANG_CUDA
+
+
+def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> int:
+    if lang is None:
+        return _guess_lang(code)
+    if isinstance(lang, str):
+        try:
+            return _LANGS[lang.lower()]
+        except KeyError:
+            raise ValueError(f"lang: one of {sorted(_LANGS)}") from None
+    return int(lang)
+
+
+_modules_lock = threading.Lock()
+_modules: dict[int, "Module"] = {}
+
+
+class Module:
+    """Code loaded for kernels: CUDA C++ (compiled by NVRTC in the worker), PTX, a cubin or
+    fatbin, or C for the host back end (see gpux/host-kernel.h). Compiled once per machine and
+    cached by content: loading the same code again, in any process of the user, is fast.
+
+    ``lang``: "cuda", "ptx", "cubin", "host" (or None: guessed from the code). ``options``:
+    the compiler's options, a string or a sequence. Compile errors raise gpux.CompileError,
+    whose ``log`` is the compiler's. Pickles as its code (loaded again where unpickled).
+    """
+
+    def __init__(self, code: Union[str, bytes], lang: Union[str, int, None] = None,
+                 options: Union[str, Sequence[str], None] = None, *,
+                 context: Optional[_gpux.Context] = None) -> None:
+        self.lang = _lang(lang, code)
+        raw = code.encode() if isinstance(code, str) else bytes(code)
+        if self.lang == LANG_PTX and not raw.endswith(b"\0"):
+            raw += b"\0"
+        if options is not None and not isinstance(options, str):
+            options = " ".join(options)
+        self.code = raw
+        self.options = options
+        self._m = _gpux.Module(self.lang, raw, options, context)
+        self._kernels: dict[str, _gpux.Kernel] = {}
+        with _modules_lock:
+            _modules[id(self._m)] = self
+
+    @classmethod
+    def from_file(cls, path: Union[str, os.PathLike], lang: Union[str, int, None] = None,
+                  options: Union[str, Sequence[str], None] = None, *,
+                  context: Optional[_gpux.Context] = None) -> "Module":
+        """Load a file: .cu (CUDA), .ptx, .cubin or .fatbin, .c (host), else guessed."""
+        path = os.fspath(path)
+        ext = os.path.splitext(path)[1].lower()
+        if lang is None:
+            lang = {".cu": "cuda", ".ptx": "ptx", ".cubin": "cubin", ".fatbin": "cubin",
+                    ".c": "host"}.get(ext)
+        with open(path, "rb") as f:
+            return cls(f.read(), lang, options, context=context)
+
+    @property
+    def log(self) -> str:
+        """The compiler's warnings, or ''."""
+        return self._m.log
+
+    @property
+    def context(self) -> _gpux.Context:
+        return self._m.context
+
+    def get_function(self, name: str) -> _gpux.Kernel:
+        """The kernel ``name`` (cached): call it as ``k(grid, block, args)``. A name the module
+        lacks shows at the first launch (gpux.KernelNotFoundError)."""
+        k = self._kernels.get(name)
+        if k is None:
+            k = self._kernels[name] = _gpux.Kernel(self._m, name)
+        return k
+
+    __getitem__ = get_function
+
+    def __reduce__(self):
+        return (_load_module, (self.code, self.lang, self.options))
+
+    def __del__(self) -> None:
+        m = getattr(self, "_m", None)
+        if m is not None:
+            with _modules_lock:
+                if _modules.get(id(m)) is self:
+                    del _modules[id(m)]
+
+
+def _load_module(code: bytes, lang: int, options: Optional[str]) -> Module:
+    return Module(code, lang, options)
+
+
+def _reduce_kernel(k: _gpux.Kernel):
+    with _modules_lock:
+        m = _modules.get(id(k.module))
+    if m is None or m._m is not k.module:
+        raise TypeError("this kernel's gpux.Module is gone: it cannot be pickled")
+    return (_kernel_of, (m, k.name))
+
+
+def _kernel_of(m: Module, name: str) -> _gpux.Kernel:
+    return m.get_function(name)
+
+
+copy._deepcopy_dispatch[_gpux.Kernel] = lambda k, memo: k  # type: ignore[attr-defined]
+import copyreg  # noqa: E402
+
+copyreg.pickle(_gpux.Kernel, _reduce_kernel)
+
+
+def RawKernel(code: Union[str, bytes], name: str,
+              options: Union[str, Sequence[str], None] = None,
+              lang: Union[str, int, None] = None, *,
+              context: Optional[_gpux.Context] = None) -> _gpux.Kernel:
+    """As CuPy's RawKernel: the kernel ``name`` of ``code``; call it as
+    ``k(grid, block, args, shared_mem=0)``."""
+    return Module(code, lang, options, context=context).get_function(name)
+
+
+def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *,
+                 context: Optional[_gpux.Context] = None) -> Module:
+    """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels.
+    Kernels need ``extern "C"`` (or their mangled names)."""
+    return Module(source, LANG_CUDA, options, context=context)
+
+
+def _register() -> None:
+    from ._future import Future
+
+    _gpux._register(GpuxError, dict(BY_STATUS), np.generic, get_context, Future)
+
+
+_register()

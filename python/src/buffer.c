@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: MIT */
+/* python/src/buffer.c: shared Buffers (and the map of their memory), DeviceBuffers, Queues. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pygpux.h"
+
+#include <structmember.h>
+
+PyTypeObject *pyx_BufferType, *pyx_DeviceBufferType, *pyx_QueueType;
+
+/*
+ * Every live Buffer's memory, sorted by address, so that any object exporting memory (a numpy
+ * array, a view of one, a memoryview) is traced to its Buffer at a launch without walking
+ * bases. Buffers' ranges never overlap: each is its own pages. Guarded by the GIL.
+ */
+struct range {
+	uintptr_t lo, hi;
+	pyx_Buffer *buf;
+};
+
+static struct range *ranges;
+static size_t nranges, cap_ranges;
+
+/* The index of the last range starting at or below p, or -1. */
+static ptrdiff_t range_at(uintptr_t p)
+{
+	ptrdiff_t lo = 0, hi = (ptrdiff_t)nranges - 1, found = -1;
+
+	while (lo <= hi) {
+		ptrdiff_t mid = lo + (hi - lo) / 2;
+
+		if (ranges[mid].lo <= p) {
+			found = mid;
+			lo = mid + 1;
+		} else {
+			hi = mid - 1;
+		}
+	}
+	return found;
+}
+
+static int range_add(pyx_Buffer *b)
+{
+	uintptr_t lo = (uintptr_t)b->data;
+	size_t at;
+
+	if (nranges == cap_ranges) {
+		size_t cap = cap_ranges ? 2 * cap_ranges : 64;
+		struct range *r = realloc(ranges, cap * sizeof(*r));
+
+		if (!r) {
+			PyErr_NoMemory();
+			return -1;
+		}
+		ranges = r;
+		cap_ranges = cap;
+	}
+	at = (size_t)(range_at(lo) + 1);
+	memmove(&ranges[at + 1], &ranges[at], (nranges - at) * sizeof(*ranges));
+	ranges[at] = (struct range){ lo, lo + (uintptr_t)b->size, b };
+	nranges++;
+	return 0;
+}
+
+static void range_remove(pyx_Buffer *b)
+{
+	ptrdiff_t at = range_at((uintptr_t)b->data);
+
+	if (at < 0 || ranges[at].buf != b)
+		return;
+	memmove(&ranges[at], &ranges[at + 1], (nranges - (size_t)at - 1) * sizeof(*ranges));
+	nranges--;
+}
+
+pyx_Buffer *pyx_buffer_find(const void *p, size_t len)
+{
+	ptrdiff_t at = range_at((uintptr_t)p);
+
+	if (at < 0 || (uintptr_t)p + len > ranges[at].hi)
+		return NULL;
+	return ranges[at].buf;
+}
+
+/* ---- Buffer ---- */
+
+static PyObject *buffer_wrap(PyTypeObject *type, pyx_Context *ctx, gpux_buf *buf)
+{
+	pyx_Buffer *self = PyObject_New(pyx_Buffer, type);
+
+	if (!self) {
+		gpux_buf_free(buf);
+		return NULL;
+	}
+	self->weakrefs = NULL;
+	Py_INCREF((PyObject *)ctx);
+	self->ctx = ctx;
+	self->buf = buf;
+	self->data = gpux_buf_data(buf);
+	self->size = (Py_ssize_t)gpux_buf_size(buf);
+	self->frozen = false;
+	if (range_add(self) < 0) {
+		Py_DECREF(self);
+		return NULL;
+	}
+	return (PyObject *)self;
+}
+
+static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "size", "context", NULL };
+	PyObject *ctx_obj = NULL, *res;
+	pyx_Context *ctx;
+	Py_ssize_t size;
+	gpux_buf *buf;
+	gpux_status st;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|O", names, &size, &ctx_obj))
+		return NULL;
+	if (size <= 0) {
+		PyErr_SetString(PyExc_ValueError, "a buffer has at least one byte");
+		return NULL;
+	}
+	ctx = pyx_context_arg(ctx_obj);
+	if (!ctx)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_buf_alloc(ctx->ctx, (size_t)size, &buf);
+	Py_END_ALLOW_THREADS
+	res = st < 0 ? pyx_raise(st, "cannot allocate a shared buffer") : buffer_wrap(type, ctx, buf);
+	Py_DECREF(ctx);
+	return res;
+}
+
+static PyObject *buffer_import(PyObject *cls, PyObject *args)
+{
+	PyObject *ctx_obj = NULL;
+	pyx_Context *ctx;
+	pyx_Buffer *self;
+	gpux_buf *buf;
+	gpux_status st;
+	int fd;
+
+	if (!PyArg_ParseTuple(args, "i|O", &fd, &ctx_obj))
+		return NULL;
+	ctx = pyx_context_arg(ctx_obj);
+	if (!ctx)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_buf_import(ctx->ctx, fd, &buf);
+	Py_END_ALLOW_THREADS
+	self = st < 0 ? (pyx_raise(st, "cannot import the shared buffer"), NULL)
+		      : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
+	Py_DECREF(ctx);
+	if (self) {
+		int sfd;
+		uint64_t off;
+
+		/* A frozen memfd gives a frozen buffer: its pages are mapped read-only. */
+		if (gpux_buf_fd(buf, &sfd, &off) == GPUX_OK) {
+			int seals = fcntl(sfd, F_GET_SEALS);
+
+			self->frozen = seals >= 0 && (seals & F_SEAL_WRITE);
+		}
+	}
+	return (PyObject *)self;
+}
+
+static void buffer_dealloc(pyx_Buffer *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)self);
+	if (self->buf) {
+		range_remove(self);
+		Py_BEGIN_ALLOW_THREADS
+		gpux_buf_free(self->buf);
+		Py_END_ALLOW_THREADS
+	}
+	Py_XDECREF((PyObject *)self->ctx);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static int buffer_getbuffer(pyx_Buffer *self, Py_buffer *view, int flags)
+{
+	return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->size, self->frozen,
+				 flags);
+}
+
+static void buffer_releasebuffer(pyx_Buffer *self, Py_buffer *view)
+{
+}
+
+static PyObject *buffer_freeze(pyx_Buffer *self, PyObject *unused)
+{
+	gpux_status st;
+
+	if (self->frozen)
+		Py_RETURN_NONE;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_buf_freeze(self->buf);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise(st, "cannot freeze the buffer");
+	self->frozen = true;
+	Py_RETURN_NONE;
+}
+
+static PyObject *buffer_fd(pyx_Buffer *self, PyObject *unused)
+{
+	uint64_t off;
+	gpux_status st;
+	int fd;
+
+	st = gpux_buf_fd(self->buf, &fd, &off);
+	if (st < 0)
+		return pyx_raise(st, NULL);
+	return Py_BuildValue("(iK)", fd, (unsigned long long)off);
+}
+
+static PyObject *buffer_address(pyx_Buffer *self, void *unused)
+{
+	return PyLong_FromVoidPtr(self->data);
+}
+
+static PyObject *buffer_size(pyx_Buffer *self, void *unused)
+{
+	return PyLong_FromSsize_t(self->size);
+}
+
+static PyObject *buffer_frozen(pyx_Buffer *self, void *unused)
+{
+	return PyBool_FromLong(self->frozen);
+}
+
+static PyObject *buffer_context(pyx_Buffer *self, void *unused)
+{
+	Py_INCREF((PyObject *)self->ctx);
+	return (PyObject *)self->ctx;
+}
+
+static PyMethodDef buffer_methods[] = {
+	{ "freeze", (PyCFunction)buffer_freeze, METH_NOARGS,
+	  "freeze(): the bytes can never change again (the pages become read-only here)." },
+	{ "fd", (PyCFunction)buffer_fd, METH_NOARGS,
+	  "fd() -> (fd, offset): the memfd holding the bytes (borrowed) and their offset in it." },
+	{ "_import", buffer_import, METH_VARARGS | METH_CLASS,
+	  "_import(fd, context=None) -> Buffer: the whole of another process's gpux memfd." },
+	{ 0 },
+};
+
+static PyGetSetDef buffer_getset[] = {
+	{ "address", (getter)buffer_address, NULL, "the address of the first byte", NULL },
+	{ "size", (getter)buffer_size, NULL, "bytes", NULL },
+	{ "frozen", (getter)buffer_frozen, NULL, "whether freeze() was called", NULL },
+	{ "context", (getter)buffer_context, NULL, "the Context it belongs to", NULL },
+	{ 0 },
+};
+
+static PyMemberDef buffer_members[] = {
+	{ "__weaklistoffset__", T_PYSSIZET, offsetof(pyx_Buffer, weakrefs), READONLY, NULL },
+	{ 0 },
+};
+
+static PyType_Slot buffer_slots[] = {
+	{ Py_tp_new, buffer_new },
+	{ Py_tp_dealloc, buffer_dealloc },
+	{ Py_tp_methods, buffer_methods },
+	{ Py_tp_getset, buffer_getset },
+	{ Py_tp_members, buffer_members },
+	{ Py_bf_getbuffer, buffer_getbuffer },
+	{ Py_bf_releasebuffer, buffer_releasebuffer },
+	{ Py_tp_doc, "Buffer(size, context=None): bytes in shared memory that kernels use in "
+		     "place; gpux.empty() and friends make numpy arrays of them." },
+	{ 0, NULL },
+};
+
+static PyType_Spec buffer_spec = {
+	.name = "gpux._gpux.Buffer",
+	.basicsize = sizeof(pyx_Buffer),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = buffer_slots,
+};
+
+/* ---- DeviceBuffer ---- */
+
+static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "size", "device", "context", NULL };
+	PyObject *ctx_obj = NULL;
+	pyx_Context *ctx;
+	pyx_DeviceBuffer *self;
+	unsigned int device = 0;
+	Py_ssize_t size;
+	gpux_dbuf *dbuf;
+	gpux_status st;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|IO", names, &size, &device, &ctx_obj))
+		return NULL;
+	if (size <= 0) {
+		PyErr_SetString(PyExc_ValueError, "a device buffer has at least one byte");
+		return NULL;
+	}
+	ctx = pyx_context_arg(ctx_obj);
+	if (!ctx)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_dbuf_alloc(ctx->ctx, device, (size_t)size, &dbuf);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		Py_DECREF(ctx);
+		return pyx_raise(st, "cannot allocate device memory");
+	}
+	self = PyObject_New(pyx_DeviceBuffer, type);
+	if (!self) {
+		gpux_dbuf_free(dbuf);
+		Py_DECREF(ctx);
+		return NULL;
+	}
+	self->ctx = ctx;
+	self->dbuf = dbuf;
+	return (PyObject *)self;
+}
+
+static void dbuf_dealloc(pyx_DeviceBuffer *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	Py_BEGIN_ALLOW_THREADS
+	gpux_dbuf_free(self->dbuf);
+	Py_END_ALLOW_THREADS
+	Py_DECREF(self->ctx);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *dbuf_size(pyx_DeviceBuffer *self, void *unused)
+{
+	return PyLong_FromSize_t(gpux_dbuf_size(self->dbuf));
+}
+
+static PyObject *dbuf_device(pyx_DeviceBuffer *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(gpux_dbuf_device(self->dbuf));
+}
+
+static PyObject *dbuf_context(pyx_DeviceBuffer *self, void *unused)
+{
+	Py_INCREF((PyObject *)self->ctx);
+	return (PyObject *)self->ctx;
+}
+
+static PyGetSetDef dbuf_getset[] = {
+	{ "size", (getter)dbuf_size, NULL, "bytes", NULL },
+	{ "device", (getter)dbuf_device, NULL, "the device index", NULL },
+	{ "context", (getter)dbuf_context, NULL, "the Context it belongs to", NULL },
+	{ 0 },
+};
+
+static PyType_Slot dbuf_slots[] = {
+	{ Py_tp_new, dbuf_new },
+	{ Py_tp_dealloc, dbuf_dealloc },
+	{ Py_tp_getset, dbuf_getset },
+	{ Py_tp_doc, "DeviceBuffer(size, device=0, context=None): memory on one device that keeps "
+		     "its contents between requests (a kernel argument as itself, or range())." },
+	{ 0, NULL },
+};
+
+static PyType_Spec dbuf_spec = {
+	.name = "gpux._gpux.DeviceBuffer",
+	.basicsize = sizeof(pyx_DeviceBuffer),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = dbuf_slots,
+};
+
+/* ---- Queue ---- */
+
+static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "device", "context", NULL };
+	PyObject *ctx_obj = NULL;
+	pyx_Context *ctx;
+	pyx_Queue *self;
+	unsigned int device = 0;
+	gpux_queue *q;
+	gpux_status st;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|IO", names, &device, &ctx_obj))
+		return NULL;
+	ctx = pyx_context_arg(ctx_obj);
+	if (!ctx)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_queue_open(ctx->ctx, device, &q);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		Py_DECREF(ctx);
+		return pyx_raise(st, "cannot open a queue");
+	}
+	self = PyObject_New(pyx_Queue, type);
+	if (!self) {
+		gpux_queue_free(q);
+		Py_DECREF(ctx);
+		return NULL;
+	}
+	self->ctx = ctx;
+	self->queue = q;
+	self->device = device;
+	return (PyObject *)self;
+}
+
+static void queue_dealloc(pyx_Queue *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	Py_BEGIN_ALLOW_THREADS
+	gpux_queue_free(self->queue);
+	Py_END_ALLOW_THREADS
+	Py_DECREF(self->ctx);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *queue_device(pyx_Queue *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->device);
+}
+
+static PyObject *queue_context(pyx_Queue *self, void *unused)
+{
+	Py_INCREF((PyObject *)self->ctx);
+	return (PyObject *)self->ctx;
+}
+
+static PyGetSetDef queue_getset[] = {
+	{ "device", (getter)queue_device, NULL, "the device index", NULL },
+	{ "context", (getter)queue_context, NULL, "the Context it belongs to", NULL },
+	{ 0 },
+};
+
+static PyType_Slot queue_slots[] = {
+	{ Py_tp_new, queue_new },
+	{ Py_tp_dealloc, queue_dealloc },
+	{ Py_tp_getset, queue_getset },
+	{ Py_tp_doc, "Queue(device=0, context=None): requests on one device that run in "
+		     "submission order (a CUDA stream); different queues may overlap." },
+	{ 0, NULL },
+};
+
+static PyType_Spec queue_spec = {
+	.name = "gpux._gpux.Queue",
+	.basicsize = sizeof(pyx_Queue),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = queue_slots,
+};
+
+int pyx_buffer_init_types(PyObject *m)
+{
+	if (pyx_add_type(m, &buffer_spec, &pyx_BufferType) < 0 ||
+	    pyx_add_type(m, &dbuf_spec, &pyx_DeviceBufferType) < 0 ||
+	    pyx_add_type(m, &queue_spec, &pyx_QueueType) < 0)
+		return -1;
+	return 0;
+}

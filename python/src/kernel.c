@@ -1,0 +1,474 @@
+/* SPDX-License-Identifier: MIT */
+/* python/src/kernel.c: Kernel calls (run, submit, prepare), prepared Launches, device copies. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pygpux.h"
+
+/* What a call names besides the kernel; borrowed references. */
+struct call {
+	PyObject *grid, *block, *args, *shared, *queue, *device, *timeout;
+	int timed;
+};
+
+/* kernel(grid, block, args=(), *, shared_mem=0, queue=None, device=None, timeout=None,
+ * timed=False); the common call, with two or three positional arguments, parses nothing. */
+static int call_parse(PyObject *args, PyObject *kw, struct call *c)
+{
+	static char *names[] = { "grid", "block", "args", "shared_mem", "queue",
+				 "device", "timeout", "timed", NULL };
+	Py_ssize_t n = PyTuple_Size(args);
+
+	memset(c, 0, sizeof(*c));
+	if (!kw && (n == 2 || n == 3)) {
+		c->grid = PyTuple_GetItem(args, 0);
+		c->block = PyTuple_GetItem(args, 1);
+		c->args = n == 3 ? PyTuple_GetItem(args, 2) : NULL;
+		return 0;
+	}
+	return PyArg_ParseTupleAndKeywords(args, kw, "OO|O$OOOOp", names, &c->grid, &c->block,
+					   &c->args, &c->shared, &c->queue, &c->device,
+					   &c->timeout, &c->timed)
+		       ? 0
+		       : -1;
+}
+
+static int dim_value(PyObject *o, uint32_t *ret, const char *what)
+{
+	unsigned long long v = PyLong_AsUnsignedLongLong(o);
+
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_TypeError, "%s: expected positive integers", what);
+		return -1;
+	}
+	if (v == 0 || v > UINT32_MAX) {
+		PyErr_Format(PyExc_ValueError, "%s: each dimension is 1 to 2**32-1", what);
+		return -1;
+	}
+	*ret = (uint32_t)v;
+	return 0;
+}
+
+/* An int, or a tuple (or list) of one to three. */
+static int dims(PyObject *o, uint32_t d[3], const char *what)
+{
+	Py_ssize_t n;
+
+	d[0] = d[1] = d[2] = 1;
+	if (PyLong_Check(o))
+		return dim_value(o, &d[0], what);
+	n = PySequence_Size(o);
+	if (n < 1 || n > 3) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError, "%s: an int or a tuple of 1 to 3 ints", what);
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *x = PySequence_GetItem(o, i);
+		int r;
+
+		if (!x)
+			return -1;
+		r = dim_value(x, &d[i], what);
+		Py_DECREF(x);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int call_launch(pyx_Context *ctx, const struct call *c, struct gpux_launch *l)
+{
+	memset(l, 0, sizeof(*l));
+	l->device = GPUX_ANY;
+	if (dims(c->grid, l->grid, "grid") < 0 || dims(c->block, l->block, "block") < 0)
+		return -1;
+	if (c->shared && c->shared != Py_None) {
+		unsigned long v = PyLong_AsUnsignedLong(c->shared);
+
+		if (v == (unsigned long)-1 && PyErr_Occurred())
+			return -1;
+		if (v > UINT32_MAX) {
+			PyErr_SetString(PyExc_ValueError, "shared_mem: too large");
+			return -1;
+		}
+		l->shared_bytes = (uint32_t)v;
+	}
+	if (c->queue && c->queue != Py_None) {
+		if (Py_TYPE(c->queue) != pyx_QueueType ||
+		    ((pyx_Queue *)c->queue)->ctx != ctx) {
+			PyErr_SetString(PyExc_TypeError, "queue: a gpux Queue of the kernel's context");
+			return -1;
+		}
+		l->queue = ((pyx_Queue *)c->queue)->queue;
+	}
+	if (c->device && c->device != Py_None) {
+		unsigned long v = PyLong_AsUnsignedLong(c->device);
+
+		if (v == (unsigned long)-1 && PyErr_Occurred())
+			return -1;
+		if (v >= UINT32_MAX) {
+			PyErr_SetString(PyExc_ValueError, "device: no such device");
+			return -1;
+		}
+		l->device = (uint32_t)v;
+	}
+	if (c->timeout && c->timeout != Py_None) {
+		double s = PyFloat_AsDouble(c->timeout);
+
+		if (s == -1.0 && PyErr_Occurred())
+			return -1;
+		if (!(s > 0) || s * 1000.0 > UINT32_MAX) {
+			PyErr_SetString(PyExc_ValueError, "timeout: seconds, above 0");
+			return -1;
+		}
+		l->timeout_ms = (uint32_t)ceil(s * 1000.0);
+	}
+	if (c->timed)
+		l->flags |= GPUX_LAUNCH_TIMED;
+	return 0;
+}
+
+/* The arguments as a tuple (a new reference): what keeps their memory alive meanwhile. */
+static PyObject *call_args(const struct call *c)
+{
+	if (!c->args || c->args == Py_None)
+		return PyTuple_New(0);
+	return PySequence_Tuple(c->args);
+}
+
+/* Submit and wait, the GIL released once for both; then the temporaries' copies back. */
+static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx_argv *v)
+{
+	pyx_Context *ctx = k->module->ctx;
+	gpux_req *r = NULL;
+	gpux_status st;
+
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(ctx);
+	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
+	if (st == GPUX_OK)
+		st = gpux_wait(r, -1);
+	pyx_blocking_leave(ctx);
+	Py_END_ALLOW_THREADS
+	pyx_temps_finish(v->temps, v->ntemps, st);
+	v->ntemps = 0;
+	if (st < 0) {
+		pyx_raise(st, r ? gpux_req_message(r) : NULL);
+		gpux_req_free(r);
+		return NULL;
+	}
+	gpux_req_free(r);
+	Py_RETURN_NONE;
+}
+
+static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *keep,
+			struct pyx_argv *v)
+{
+	pyx_Context *ctx = k->module->ctx;
+	gpux_req *r;
+	gpux_status st;
+
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(ctx);
+	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
+	pyx_blocking_leave(ctx);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		pyx_temps_finish(v->temps, v->ntemps, st);
+		v->ntemps = 0;
+		return pyx_raise(st, NULL);
+	}
+	return pyx_future_new(ctx, r, keep, v);
+}
+
+/* ---- Kernel ---- */
+
+static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "module", "name", NULL };
+	PyObject *mod, *name;
+	pyx_Kernel *self;
+	const char *utf8;
+	Py_ssize_t len;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U", names, pyx_ModuleType, &mod, &name))
+		return NULL;
+	utf8 = PyUnicode_AsUTF8AndSize(name, &len);
+	if (!utf8)
+		return NULL;
+	if (len == 0 || len > 255 || strlen(utf8) != (size_t)len) {
+		PyErr_SetString(PyExc_ValueError, "a kernel name has 1 to 255 bytes, no NUL");
+		return NULL;
+	}
+	self = PyObject_New(pyx_Kernel, type);
+	if (!self)
+		return NULL;
+	self->name = strdup(utf8);
+	if (!self->name) {
+		PyObject_Free(self);
+		return PyErr_NoMemory();
+	}
+	Py_INCREF(mod);
+	self->module = (pyx_Module *)mod;
+	Py_INCREF(name);
+	self->name_obj = name;
+	return (PyObject *)self;
+}
+
+static void kernel_dealloc(pyx_Kernel *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	free(self->name);
+	Py_DECREF(self->name_obj);
+	Py_DECREF(self->module);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *kernel_call(pyx_Kernel *self, PyObject *args, PyObject *kw)
+{
+	struct gpux_launch l;
+	struct pyx_argv v;
+	struct call c;
+	PyObject *tuple, *res;
+
+	if (call_parse(args, kw, &c) < 0 || call_launch(self->module->ctx, &c, &l) < 0)
+		return NULL;
+	tuple = call_args(&c);
+	if (!tuple)
+		return NULL;
+	if (pyx_argv_fill(self->module->ctx, tuple, &v) < 0) {
+		Py_DECREF(tuple);
+		return NULL;
+	}
+	res = run_sync(self, &l, &v);
+	Py_DECREF(tuple);
+	return res;
+}
+
+static PyObject *kernel_submit(pyx_Kernel *self, PyObject *args, PyObject *kw)
+{
+	struct gpux_launch l;
+	struct pyx_argv v;
+	struct call c;
+	PyObject *tuple, *res;
+
+	if (call_parse(args, kw, &c) < 0 || call_launch(self->module->ctx, &c, &l) < 0)
+		return NULL;
+	tuple = call_args(&c);
+	if (!tuple)
+		return NULL;
+	if (pyx_argv_fill(self->module->ctx, tuple, &v) < 0) {
+		Py_DECREF(tuple);
+		return NULL;
+	}
+	res = submit(self, &l, tuple, &v);
+	Py_DECREF(tuple);
+	return res;
+}
+
+static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
+{
+	pyx_Launch *p;
+	struct call c;
+
+	if (call_parse(args, kw, &c) < 0)
+		return NULL;
+	p = PyObject_New(pyx_Launch, pyx_LaunchType);
+	if (!p)
+		return NULL;
+	p->argv = PyMem_Malloc(sizeof(*p->argv));
+	p->args = call_args(&c);
+	Py_INCREF((PyObject *)self);
+	p->kernel = self;
+	p->queue = c.queue;
+	Py_XINCREF(p->queue);
+	if (!p->argv || !p->args || call_launch(self->module->ctx, &c, &p->launch) < 0 ||
+	    pyx_argv_fill(self->module->ctx, p->args, p->argv) < 0) {
+		if (!p->argv)
+			PyErr_NoMemory();
+		PyMem_Free(p->argv);
+		p->argv = NULL;
+		Py_DECREF(p);
+		return NULL;
+	}
+	if (p->argv->ntemps) {
+		pyx_temps_finish(p->argv->temps, p->argv->ntemps, GPUX_E_INVAL);
+		PyMem_Free(p->argv);
+		p->argv = NULL;
+		Py_DECREF(p);
+		PyErr_SetString(PyExc_ValueError,
+				"prepare() takes arrays in gpux memory only (gpux.asarray)");
+		return NULL;
+	}
+	return (PyObject *)p;
+}
+
+static PyObject *kernel_name(pyx_Kernel *self, void *unused)
+{
+	Py_INCREF(self->name_obj);
+	return self->name_obj;
+}
+
+static PyObject *kernel_module(pyx_Kernel *self, void *unused)
+{
+	Py_INCREF((PyObject *)self->module);
+	return (PyObject *)self->module;
+}
+
+static PyMethodDef kernel_methods[] = {
+	{ "submit", (PyCFunction)(void (*)(void))kernel_submit, METH_VARARGS | METH_KEYWORDS,
+	  "submit(grid, block, args=(), **options) -> gpux.Future: launch without waiting." },
+	{ "prepare", (PyCFunction)(void (*)(void))kernel_prepare, METH_VARARGS | METH_KEYWORDS,
+	  "prepare(grid, block, args=(), **options) -> Launch: arguments resolved once." },
+	{ 0 },
+};
+
+static PyGetSetDef kernel_getset[] = {
+	{ "name", (getter)kernel_name, NULL, "the kernel's name in its module", NULL },
+	{ "module", (getter)kernel_module, NULL, "the module (gpux._gpux.Module)", NULL },
+	{ 0 },
+};
+
+static PyType_Slot kernel_slots[] = {
+	{ Py_tp_new, kernel_new },
+	{ Py_tp_dealloc, kernel_dealloc },
+	{ Py_tp_call, kernel_call },
+	{ Py_tp_methods, kernel_methods },
+	{ Py_tp_getset, kernel_getset },
+	{ Py_tp_doc, "Kernel(module, name); kernel(grid, block, args=(), *, shared_mem=0, "
+		     "queue=None, device=None, timeout=None, timed=False) runs it and waits." },
+	{ 0, NULL },
+};
+
+static PyType_Spec kernel_spec = {
+	.name = "gpux._gpux.Kernel",
+	.basicsize = sizeof(pyx_Kernel),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = kernel_slots,
+};
+
+/* ---- Launch ---- */
+
+static void launch_dealloc(pyx_Launch *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	PyMem_Free(self->argv);
+	Py_XDECREF(self->args);
+	Py_XDECREF(self->queue);
+	Py_DECREF(self->kernel);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *launch_call(pyx_Launch *self, PyObject *args, PyObject *kw)
+{
+	if (PyTuple_Size(args) != 0 || (kw && PyDict_Size(kw) != 0)) {
+		PyErr_SetString(PyExc_TypeError, "a prepared launch takes no arguments");
+		return NULL;
+	}
+	return run_sync(self->kernel, &self->launch, self->argv);
+}
+
+static PyObject *launch_submit(pyx_Launch *self, PyObject *unused)
+{
+	return submit(self->kernel, &self->launch, self->args, self->argv);
+}
+
+static PyMethodDef launch_methods[] = {
+	{ "submit", (PyCFunction)launch_submit, METH_NOARGS,
+	  "submit() -> gpux.Future: launch without waiting." },
+	{ 0 },
+};
+
+static PyType_Slot launch_slots[] = {
+	{ Py_tp_dealloc, launch_dealloc },
+	{ Py_tp_call, launch_call },
+	{ Py_tp_methods, launch_methods },
+	{ Py_tp_doc, "A launch with its arguments resolved once (Kernel.prepare): call it to run "
+		     "and wait, or submit()." },
+	{ 0, NULL },
+};
+
+static PyType_Spec launch_spec = {
+	.name = "gpux._gpux.Launch",
+	.basicsize = sizeof(pyx_Launch),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = launch_slots,
+};
+
+/* ---- copies between shared and device buffers ---- */
+
+/* _dbuf_copy(dbuf, to_device, host, dbuf_offset, size, queue) -> Request */
+static PyObject *dbuf_copy(PyObject *m, PyObject *args)
+{
+	PyObject *dobj, *host, *qobj, *keep;
+	unsigned long long off, size;
+	int to_device;
+	pyx_DeviceBuffer *d;
+	struct pyx_argv v;
+	struct gpux_arg a;
+	gpux_queue *q = NULL;
+	gpux_req *r;
+	gpux_status st;
+
+	if (!PyArg_ParseTuple(args, "O!pOKKO", pyx_DeviceBufferType, &dobj, &to_device, &host, &off,
+			      &size, &qobj))
+		return NULL;
+	d = (pyx_DeviceBuffer *)dobj;
+	if (qobj != Py_None) {
+		if (Py_TYPE(qobj) != pyx_QueueType || ((pyx_Queue *)qobj)->ctx != d->ctx) {
+			PyErr_SetString(PyExc_TypeError, "queue: a gpux Queue of the same context");
+			return NULL;
+		}
+		q = ((pyx_Queue *)qobj)->queue;
+	}
+	v.ntemps = 0;
+	if (pyx_host_arg(d->ctx, 0, host, to_device ? GPUX_ARG_IN : GPUX_ARG_OUT, 0, &v, &a) < 0)
+		return NULL;
+	if (size == 0)
+		size = a.size;
+	if (size > a.size || off > gpux_dbuf_size(d->dbuf) || size > gpux_dbuf_size(d->dbuf) - off) {
+		pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL);
+		PyErr_SetString(PyExc_ValueError, "the copy is outside the array or device buffer");
+		return NULL;
+	}
+	keep = PyTuple_Pack(2, dobj, host);
+	if (!keep) {
+		pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL);
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(d->ctx);
+	st = to_device ? gpux_dbuf_write(d->dbuf, off, a.buf, a.offset, size, q, &r)
+		       : gpux_dbuf_read(a.buf, a.offset, d->dbuf, off, size, q, &r);
+	pyx_blocking_leave(d->ctx);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		pyx_temps_finish(v.temps, v.ntemps, st);
+		Py_DECREF(keep);
+		return pyx_raise(st, NULL);
+	}
+	m = pyx_request_new(d->ctx, r, keep, &v);
+	Py_DECREF(keep);
+	return m;
+}
+
+static PyMethodDef kernel_functions[] = {
+	{ "_dbuf_copy", dbuf_copy, METH_VARARGS,
+	  "_dbuf_copy(dbuf, to_device, host, dbuf_offset, size, queue) -> Request" },
+	{ 0 },
+};
+
+int pyx_kernel_init_types(PyObject *m)
+{
+	if (pyx_add_type(m, &kernel_spec, &pyx_KernelType) < 0 ||
+	    pyx_add_type(m, &launch_spec, &pyx_LaunchType) < 0)
+		return -1;
+	return PyModule_AddFunctions(m, kernel_functions);
+}

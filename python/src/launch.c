@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+/* python/src/launch.c: Modules, Kernels and their launches: arguments, grid, options, submit. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pygpux.h"
+
+PyTypeObject *pyx_ModuleType, *pyx_KernelType, *pyx_ArgType, *pyx_LaunchType;
+
+/* ---- arguments ---- */
+
+void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
+{
+	for (unsigned i = 0; i < n; i++) {
+		struct pyx_temp *t = &temps[i];
+
+		if (t->copy_back) {
+			if (st == GPUX_OK)
+				memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
+			PyBuffer_Release(&t->view);
+			t->copy_back = false;
+		}
+		gpux_buf_free(t->buf);
+		t->buf = NULL;
+	}
+}
+
+static int arg_error(uint32_t i, const char *what)
+{
+	PyErr_Format(PyExc_ValueError, "argument %u: %s", i, what);
+	return -1;
+}
+
+/* A temporary gpux buffer stands in for memory that is not gpux's: copied in, and back after. */
+int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uint32_t flags,
+		 struct pyx_argv *v, struct gpux_arg *ret)
+{
+	struct pyx_temp *t;
+	pyx_Buffer *b;
+	Py_buffer view;
+	gpux_status st;
+
+	if (PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) < 0) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_TypeError,
+			     "argument %u: %s is neither a contiguous array nor a scalar", i,
+			     Py_TYPE(obj) ? "this object" : "?");
+		return -1;
+	}
+	if (kind == 0)
+		kind = view.readonly ? GPUX_ARG_IN : GPUX_ARG_INOUT;
+	if (kind != GPUX_ARG_IN && view.readonly) {
+		PyBuffer_Release(&view);
+		return arg_error(i, "read-only memory cannot be an output (Out, InOut, Mapped)");
+	}
+	if (view.len == 0) {
+		PyBuffer_Release(&view);
+		return arg_error(i, "an empty array cannot be a kernel argument");
+	}
+	b = pyx_buffer_find(view.buf, (size_t)view.len);
+	if (b) {
+		PyBuffer_Release(&view);
+		if (b->ctx != ctx)
+			return arg_error(i, "the array belongs to another gpux Context");
+		if ((flags & GPUX_ARG_CACHED) && !b->frozen)
+			return arg_error(i, "Cached() needs a frozen array (gpux.freeze)");
+		*ret = gpux_arg_buf(kind, b->buf, (uint64_t)((char *)view.buf - b->data),
+				    (uint64_t)view.len);
+		ret->flags = flags;
+		return 0;
+	}
+	if (flags & GPUX_ARG_CACHED) {
+		PyBuffer_Release(&view);
+		return arg_error(i, "Cached() needs a frozen array in gpux memory (gpux.freeze)");
+	}
+	t = &v->temps[v->ntemps];
+	st = gpux_buf_alloc(ctx->ctx, (size_t)view.len, &t->buf);
+	if (st < 0) {
+		PyBuffer_Release(&view);
+		pyx_raise(st, "cannot allocate a temporary shared buffer");
+		return -1;
+	}
+	v->ntemps++;
+	if (kind != GPUX_ARG_OUT)
+		memcpy(gpux_buf_data(t->buf), view.buf, (size_t)view.len);
+	t->copy_back = kind != GPUX_ARG_IN;
+	if (t->copy_back)
+		t->view = view;
+	else
+		PyBuffer_Release(&view);
+	*ret = gpux_arg_buf(kind, t->buf, 0, (uint64_t)view.len);
+	return 0;
+}
+
+static int dbuf_arg(pyx_Context *ctx, uint32_t i, pyx_DeviceBuffer *d, uint64_t offset,
+		    uint64_t size, struct gpux_arg *ret)
+{
+	uint64_t total = gpux_dbuf_size(d->dbuf);
+
+	if (d->ctx != ctx)
+		return arg_error(i, "the device buffer belongs to another gpux Context");
+	if (size == 0)
+		size = total > offset ? total - offset : 0;
+	if (offset >= total || size > total - offset)
+		return arg_error(i, "the range is outside the device buffer");
+	*ret = gpux_arg_dbuf(d->dbuf, offset, size);
+	return 0;
+}
+
+static int scalar_arg(uint32_t i, const void *p, size_t len, struct pyx_argv *v,
+		      struct gpux_arg *ret)
+{
+	if (len == 0 || len > PYX_SCALAR_MAX)
+		return arg_error(i, "a scalar has 1 to 256 bytes");
+	memcpy(v->scalars[i], p, len);
+	*ret = gpux_arg_scalar(v->scalars[i], len);
+	return 0;
+}
+
+/* Python int (as int64, or uint64 above it), float (double), bool (one byte), bytes. */
+static int python_scalar(uint32_t i, PyObject *o, struct pyx_argv *v, struct gpux_arg *ret)
+{
+	if (PyBool_Check(o)) {
+		uint8_t b = o == Py_True;
+		return scalar_arg(i, &b, 1, v, ret);
+	}
+	if (PyLong_Check(o)) {
+		int overflow;
+		long long x = PyLong_AsLongLongAndOverflow(o, &overflow);
+
+		if (overflow > 0) {
+			unsigned long long u = PyLong_AsUnsignedLongLong(o);
+			if (u == (unsigned long long)-1 && PyErr_Occurred())
+				return -1;
+			return scalar_arg(i, &u, sizeof(u), v, ret);
+		}
+		if (overflow < 0 || (x == -1 && PyErr_Occurred()))
+			return arg_error(i, "the integer does not fit in 64 bits");
+		return scalar_arg(i, &x, sizeof(x), v, ret);
+	}
+	if (PyFloat_Check(o)) {
+		double d = PyFloat_AsDouble(o);
+		return scalar_arg(i, &d, sizeof(d), v, ret);
+	}
+	{
+		char *p;
+		Py_ssize_t len;
+
+		if (PyBytes_AsStringAndSize(o, &p, &len) < 0)
+			return -1;
+		return scalar_arg(i, p, (size_t)len, v, ret);
+	}
+}
+
+static int one_arg(pyx_Context *ctx, uint32_t i, PyObject *o, struct pyx_argv *v)
+{
+	struct gpux_arg *ret = &v->a[i];
+	PyTypeObject *t = Py_TYPE(o);
+
+	if (t == pyx_ArgType) {
+		pyx_Arg *w = (pyx_Arg *)o;
+
+		if (Py_TYPE(w->obj) == pyx_DeviceBufferType) {
+			if (w->kind != GPUX_ARG_DBUF)
+				return arg_error(i, "a device buffer is passed as itself");
+			return dbuf_arg(ctx, i, (pyx_DeviceBuffer *)w->obj, w->offset, w->size, ret);
+		}
+		if (w->kind == GPUX_ARG_DBUF)
+			return arg_error(i, "not a device buffer");
+		return pyx_host_arg(ctx, i, w->obj, w->kind, w->flags, v, ret);
+	}
+	if (t == pyx_DeviceBufferType)
+		return dbuf_arg(ctx, i, (pyx_DeviceBuffer *)o, 0, 0, ret);
+	if (PyLong_Check(o) || PyFloat_Check(o) || PyBytes_Check(o))
+		return python_scalar(i, o, v, ret);
+	if (pyx_np_generic && PyType_IsSubtype(t, (PyTypeObject *)pyx_np_generic)) {
+		Py_buffer view;
+		int r;
+
+		if (PyObject_GetBuffer(o, &view, PyBUF_SIMPLE) < 0)
+			return -1;
+		r = scalar_arg(i, view.buf, (size_t)view.len, v, ret);
+		PyBuffer_Release(&view);
+		return r;
+	}
+	return pyx_host_arg(ctx, i, o, 0, 0, v, ret);
+}
+
+int pyx_argv_fill(pyx_Context *ctx, PyObject *args, struct pyx_argv *v)
+{
+	Py_ssize_t n = PyTuple_Size(args);
+
+	v->n = 0;
+	v->ntemps = 0;
+	if (n < 0)
+		return -1;
+	if ((size_t)n > PYX_ARGS_MAX) {
+		PyErr_SetString(PyExc_ValueError, "a kernel takes at most 64 arguments");
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		if (one_arg(ctx, (uint32_t)i, PyTuple_GetItem(args, i), v) < 0) {
+			pyx_temps_finish(v->temps, v->ntemps, GPUX_E_INVAL);
+			v->ntemps = 0;
+			return -1;
+		}
+	}
+	v->n = (uint32_t)n;
+	return 0;
+}
+
+/* ---- Arg ---- */
+
+static PyObject *argw_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "kind", "obj", "flags", "offset", "size", NULL };
+	unsigned int kind, flags = 0;
+	unsigned long long offset = 0, size = 0;
+	PyObject *obj;
+	pyx_Arg *self;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "IO|IKK", names, &kind, &obj, &flags, &offset,
+					 &size))
+		return NULL;
+	if (kind < GPUX_ARG_IN || kind > GPUX_ARG_DBUF || (flags & ~GPUX_ARG_CACHED)) {
+		PyErr_SetString(PyExc_ValueError, "no such argument kind or flag");
+		return NULL;
+	}
+	self = PyObject_New(pyx_Arg, type);
+	if (!self)
+		return NULL;
+	self->kind = kind;
+	self->flags = flags;
+	Py_INCREF(obj);
+	self->obj = obj;
+	self->offset = offset;
+	self->size = size;
+	return (PyObject *)self;
+}
+
+static void argw_dealloc(pyx_Arg *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	Py_DECREF(self->obj);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *argw_obj(pyx_Arg *self, void *unused)
+{
+	Py_INCREF(self->obj);
+	return self->obj;
+}
+
+static PyObject *argw_kind(pyx_Arg *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->kind);
+}
+
+static PyObject *argw_flags(pyx_Arg *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->flags);
+}
+
+static PyGetSetDef argw_getset[] = {
+	{ "obj", (getter)argw_obj, NULL, "the array or device buffer", NULL },
+	{ "kind", (getter)argw_kind, NULL, "GPUX_ARG_* kind", NULL },
+	{ "flags", (getter)argw_flags, NULL, "GPUX_ARG_CACHED or 0", NULL },
+	{ 0 },
+};
+
+static PyType_Slot argw_slots[] = {
+	{ Py_tp_new, argw_new },
+	{ Py_tp_dealloc, argw_dealloc },
+	{ Py_tp_getset, argw_getset },
+	{ Py_tp_doc, "Arg(kind, obj, flags=0, offset=0, size=0): how a kernel takes an argument "
+		     "(gpux.In, Out, InOut, Mapped, Cached, DeviceBuffer.range)." },
+	{ 0, NULL },
+};
+
+static PyType_Spec argw_spec = {
+	.name = "gpux._gpux.Arg",
+	.basicsize = sizeof(pyx_Arg),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = argw_slots,
+};
+
+/* ---- Module ---- */
+
+static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "lang", "code", "options", "context", NULL };
+	PyObject *ctx_obj = NULL;
+	pyx_Context *ctx;
+	unsigned int lang;
+	Py_buffer code;
+	const char *options = NULL;
+	pyx_Module *self;
+	gpux_module *m = NULL;
+	char *log = NULL;
+	gpux_status st;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "Iy*|zO", names, &lang, &code, &options,
+					 &ctx_obj))
+		return NULL;
+	ctx = pyx_context_arg(ctx_obj);
+	if (!ctx) {
+		PyBuffer_Release(&code);
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_module_load(ctx->ctx, lang, code.buf, (size_t)code.len, options, &m, &log);
+	Py_END_ALLOW_THREADS
+	PyBuffer_Release(&code);
+	if (st < 0) {
+		pyx_raise(st, log ? log : "cannot load the module");
+		free(log);
+		Py_DECREF(ctx);
+		return NULL;
+	}
+	self = PyObject_New(pyx_Module, type);
+	if (self)
+		self->log = PyUnicode_DecodeUTF8(log ? log : "", log ? (Py_ssize_t)strlen(log) : 0,
+						 "replace");
+	free(log);
+	if (!self || !self->log) {
+		if (self)
+			PyObject_Free(self);
+		gpux_module_free(m);
+		Py_DECREF(ctx);
+		return NULL;
+	}
+	self->ctx = ctx;
+	self->module = m;
+	return (PyObject *)self;
+}
+
+static void module_dealloc(pyx_Module *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	Py_BEGIN_ALLOW_THREADS
+	gpux_module_free(self->module);
+	Py_END_ALLOW_THREADS
+	Py_DECREF(self->log);
+	Py_DECREF(self->ctx);
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *module_log(pyx_Module *self, void *unused)
+{
+	Py_INCREF(self->log);
+	return self->log;
+}
+
+static PyObject *module_context(pyx_Module *self, void *unused)
+{
+	Py_INCREF((PyObject *)self->ctx);
+	return (PyObject *)self->ctx;
+}
+
+static PyGetSetDef module_getset[] = {
+	{ "log", (getter)module_log, NULL, "the compiler's warnings, or ''", NULL },
+	{ "context", (getter)module_context, NULL, "the Context it belongs to", NULL },
+	{ 0 },
+};
+
+static PyType_Slot module_slots[] = {
+	{ Py_tp_new, module_new },
+	{ Py_tp_dealloc, module_dealloc },
+	{ Py_tp_getset, module_getset },
+	{ Py_tp_doc, "Module(lang, code, options=None, context=None): code loaded for kernels "
+		     "(gpux.Module is the package's front)." },
+	{ 0, NULL },
+};
+
+static PyType_Spec module_spec = {
+	.name = "gpux._gpux.Module",
+	.basicsize = sizeof(pyx_Module),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = module_slots,
+};
+
+int pyx_launch_init_types(PyObject *m)
+{
+	if (pyx_add_type(m, &argw_spec, &pyx_ArgType) < 0 ||
+	    pyx_add_type(m, &module_spec, &pyx_ModuleType) < 0)
+		return -1;
+	return pyx_kernel_init_types(m);
+}

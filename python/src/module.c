@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/* python/src/module.c: the gpux._gpux extension: its module, errors and Context. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pygpux.h"
+
+PyTypeObject *pyx_ContextType;
+PyObject *pyx_np_generic;
+PyObject *pyx_future_type;
+
+/* Exception classes by -status, from the package (gpux/_errors.py), and their base. */
+#define ERRORS_MAX 32
+static PyObject *errors[ERRORS_MAX];
+static PyObject *error_base;
+
+PyObject *pyx_raise(gpux_status st, const char *detail)
+{
+	PyObject *cls = st < 0 && -st < ERRORS_MAX && errors[-st] ? errors[-st] : error_base;
+	PyObject *exc;
+
+	if (!cls) {
+		PyErr_Format(PyExc_RuntimeError, "gpux: %s", gpux_strerror(st));
+		return NULL;
+	}
+	exc = PyObject_CallFunction(cls, "is", (int)st, detail ? detail : "");
+	if (exc) {
+		PyErr_SetObject(cls, exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+static void notify(pyx_Context *ctx)
+{
+	uint64_t one = 1;
+
+	if (ctx->notify_fd >= 0)
+		(void)!write(ctx->notify_fd, &one, sizeof(one));
+}
+
+void pyx_blocking_enter(pyx_Context *ctx)
+{
+	if (atomic_fetch_add(&ctx->blocking, 1) == 0)
+		notify(ctx);
+}
+
+void pyx_blocking_leave(pyx_Context *ctx)
+{
+	if (atomic_fetch_sub(&ctx->blocking, 1) == 1)
+		notify(ctx);
+}
+
+/* gpux.get_context, which makes the process's default context on first use. */
+static PyObject *default_context;
+
+pyx_Context *pyx_context_arg(PyObject *o)
+{
+	if (!o || o == Py_None) {
+		if (!default_context) {
+			PyErr_SetString(PyExc_RuntimeError, "import gpux, not gpux._gpux");
+			return NULL;
+		}
+		o = PyObject_CallNoArgs(default_context);
+		if (!o)
+			return NULL;
+	} else {
+		Py_INCREF(o);
+	}
+	if (Py_TYPE(o) != pyx_ContextType) {
+		Py_DECREF(o);
+		PyErr_SetString(PyExc_TypeError, "context: expected a gpux.Context");
+		return NULL;
+	}
+	return (pyx_Context *)o;
+}
+
+int pyx_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **ret)
+{
+	PyObject *t = PyType_FromSpec(spec);
+	const char *dot;
+
+	if (!t)
+		return -1;
+	dot = strrchr(spec->name, '.');
+	if (PyModule_AddObject(m, dot ? dot + 1 : spec->name, t) < 0) {
+		Py_DECREF(t);
+		return -1;
+	}
+	Py_INCREF(t);
+	*ret = (PyTypeObject *)t;
+	return 0;
+}
+
+/* ---- Context ---- */
+
+static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "socket", NULL };
+	const char *socket = NULL;
+	pyx_Context *self;
+	gpux_ctx *ctx;
+	gpux_status st;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|z", names, &socket))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_connect(socket, &ctx);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise(st, "cannot reach gpuxd");
+	self = PyObject_New(pyx_Context, type);
+	if (!self) {
+		gpux_disconnect(ctx);
+		return NULL;
+	}
+	self->ctx = ctx;
+	atomic_init(&self->blocking, 0);
+	self->notify_fd = -1;
+	return (PyObject *)self;
+}
+
+static void context_dealloc(pyx_Context *self)
+{
+	PyTypeObject *type = Py_TYPE((PyObject *)self);
+
+	/* Every object made from it holds a reference: none is left. */
+	Py_BEGIN_ALLOW_THREADS
+	gpux_disconnect(self->ctx);
+	Py_END_ALLOW_THREADS
+	PyObject_Free(self);
+	Py_DECREF(type);
+}
+
+static PyObject *context_device_count(pyx_Context *self, PyObject *unused)
+{
+	uint32_t n;
+
+	Py_BEGIN_ALLOW_THREADS
+	n = gpux_device_count(self->ctx);
+	Py_END_ALLOW_THREADS
+	return PyLong_FromUnsignedLong(n);
+}
+
+static PyObject *context_device_info(pyx_Context *self, PyObject *arg)
+{
+	struct gpux_device_info info;
+	unsigned long dev = PyLong_AsUnsignedLong(arg);
+	gpux_status st;
+	char uuid[33];
+
+	if (dev == (unsigned long)-1 && PyErr_Occurred())
+		return NULL;
+	if (dev >= UINT32_MAX)
+		return pyx_raise(GPUX_E_NODEV, "no such device");
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_device_info(self->ctx, (uint32_t)dev, &info);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise(st, NULL);
+	for (unsigned i = 0; i < 16; i++)
+		(void)snprintf(uuid + 2 * i, 3, "%02x", info.uuid[i]);
+	info.name[sizeof(info.name) - 1] = 0;
+	return Py_BuildValue("{s:I,s:I,s:I,s:(II),s:I,s:K,s:s,s:s}", "index", info.index,
+			     "backend", info.backend, "state", info.state, "compute_capability",
+			     info.cc_major, info.cc_minor, "multiprocessors", info.sm_count,
+			     "memory", (unsigned long long)info.mem_total, "uuid", uuid, "name",
+			     info.name);
+}
+
+static PyObject *context_fd(pyx_Context *self, PyObject *unused)
+{
+	gpux_status st;
+	int fd;
+
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_fd(self->ctx, &fd);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise(st, NULL);
+	return PyLong_FromLong(fd);
+}
+
+static PyObject *context_process(pyx_Context *self, PyObject *unused)
+{
+	gpux_status st;
+
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_process(self->ctx);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise(st, NULL);
+	Py_RETURN_NONE;
+}
+
+static PyObject *context_set_notify_fd(pyx_Context *self, PyObject *arg)
+{
+	long fd = PyLong_AsLong(arg);
+
+	if (fd == -1 && PyErr_Occurred())
+		return NULL;
+	self->notify_fd = fd < 0 ? -1 : (int)fd;
+	Py_RETURN_NONE;
+}
+
+static PyObject *context_blocking(pyx_Context *self, void *unused)
+{
+	return PyLong_FromLong(atomic_load(&self->blocking));
+}
+
+static PyMethodDef context_methods[] = {
+	{ "device_count", (PyCFunction)context_device_count, METH_NOARGS,
+	  "device_count() -> int: the number of devices gpuxd serves." },
+	{ "device_info", (PyCFunction)context_device_info, METH_O,
+	  "device_info(index) -> dict: what gpuxd knows of a device now." },
+	{ "fd", (PyCFunction)context_fd, METH_NOARGS,
+	  "fd() -> int: polls readable when completions may have arrived (then process()). "
+	  "Owned by the context; another one after fork()." },
+	{ "process", (PyCFunction)context_process, METH_NOARGS,
+	  "process(): take in every completion that has arrived, without blocking." },
+	{ "_set_notify_fd", (PyCFunction)context_set_notify_fd, METH_O,
+	  "An eventfd written when a blocking call starts or ends (-1: none)." },
+	{ 0 },
+};
+
+static PyGetSetDef context_getset[] = {
+	{ "_blocking", (getter)context_blocking, NULL, "threads in a blocking call", NULL },
+	{ 0 },
+};
+
+static PyType_Slot context_slots[] = {
+	{ Py_tp_new, context_new },
+	{ Py_tp_dealloc, context_dealloc },
+	{ Py_tp_methods, context_methods },
+	{ Py_tp_getset, context_getset },
+	{ Py_tp_doc, "Context(socket=None): a connection to gpuxd (started when none runs)." },
+	{ 0, NULL },
+};
+
+static PyType_Spec context_spec = {
+	.name = "gpux._gpux.Context",
+	.basicsize = sizeof(pyx_Context),
+	.flags = Py_TPFLAGS_DEFAULT,
+	.slots = context_slots,
+};
+
+/* ---- module ---- */
+
+static PyObject *mod_strerror(PyObject *m, PyObject *arg)
+{
+	long st = PyLong_AsLong(arg);
+
+	if (st == -1 && PyErr_Occurred())
+		return NULL;
+	return PyUnicode_FromString(gpux_strerror((gpux_status)st));
+}
+
+static PyObject *mod_version(PyObject *m, PyObject *unused)
+{
+	return PyUnicode_FromString(gpux_version());
+}
+
+/* _register(base, {status: class}, numpy.generic, get_context, Future): the package's part. */
+static PyObject *mod_register(PyObject *m, PyObject *args)
+{
+	PyObject *base, *map, *generic, *getctx, *future, *key, *value;
+	Py_ssize_t pos = 0;
+
+	if (!PyArg_ParseTuple(args, "OO!OOO", &base, &PyDict_Type, &map, &generic, &getctx,
+			      &future))
+		return NULL;
+	while (PyDict_Next(map, &pos, &key, &value)) {
+		long st = PyLong_AsLong(key);
+
+		if (st == -1 && PyErr_Occurred())
+			return NULL;
+		if (st >= 0 || -st >= ERRORS_MAX)
+			continue;
+		Py_INCREF(value);
+		Py_XDECREF(errors[-st]);
+		errors[-st] = value;
+	}
+	Py_INCREF(base);
+	Py_XDECREF(error_base);
+	error_base = base;
+	Py_INCREF(generic);
+	Py_XDECREF(pyx_np_generic);
+	pyx_np_generic = generic;
+	Py_INCREF(getctx);
+	Py_XDECREF(default_context);
+	default_context = getctx;
+	Py_INCREF(future);
+	Py_XDECREF(pyx_future_type);
+	pyx_future_type = future;
+	Py_RETURN_NONE;
+}
+
+static PyMethodDef mod_methods[] = {
+	{ "strerror", mod_strerror, METH_O, "strerror(status) -> str" },
+	{ "version", mod_version, METH_NOARGS, "version() -> str: libgpuxclient's version" },
+	{ "_register", mod_register, METH_VARARGS, NULL },
+	{ 0 },
+};
+
+static struct PyModuleDef moddef = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "gpux._gpux",
+	.m_doc = "The binding of libgpuxclient (include/gpux/gpux.h); use the gpux package.",
+	.m_size = -1,
+	.m_methods = mod_methods,
+};
+
+PyMODINIT_FUNC PyInit__gpux(void);
+
+PyMODINIT_FUNC PyInit__gpux(void)
+{
+	PyObject *m = PyModule_Create(&moddef);
+
+	if (!m)
+		return NULL;
+	if (pyx_add_type(m, &context_spec, &pyx_ContextType) < 0 || pyx_buffer_init_types(m) < 0 ||
+	    pyx_launch_init_types(m) < 0 || pyx_request_init_types(m) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* python/src/pygpux.h: the gpux._gpux extension's objects, shared by its files. */
+#pragma once
+
+/* The stable ABI of CPython 3.11 and later: one build serves every later Python. */
+#define Py_LIMITED_API 0x030b0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include <gpux/gpux.h>
+
+/* As the library's own limits (ipc/proto.h), which only the library checks. */
+#define PYX_ARGS_MAX 64u
+#define PYX_SCALAR_MAX 256u
+
+typedef struct {
+	PyObject_HEAD
+	gpux_ctx *ctx;
+	/* Threads in a blocking call of this context; a watcher is told when it leaves 0
+	 * and when it comes back (notify_fd), since such a thread takes in completions that
+	 * the watcher then does not see arrive on the context's fd. */
+	atomic_int blocking;
+	int notify_fd;
+} pyx_Context;
+
+typedef struct {
+	PyObject_HEAD
+	PyObject *weakrefs;
+	pyx_Context *ctx;
+	gpux_buf *buf;
+	char *data;
+	Py_ssize_t size;
+	bool frozen;
+} pyx_Buffer;
+
+typedef struct {
+	PyObject_HEAD
+	pyx_Context *ctx;
+	gpux_dbuf *dbuf;
+} pyx_DeviceBuffer;
+
+typedef struct {
+	PyObject_HEAD
+	pyx_Context *ctx;
+	gpux_queue *queue;
+	uint32_t device;
+} pyx_Queue;
+
+typedef struct {
+	PyObject_HEAD
+	pyx_Context *ctx;
+	gpux_module *module;
+	PyObject *log; /* str: the compiler's warnings, or "" */
+} pyx_Module;
+
+typedef struct {
+	PyObject_HEAD
+	pyx_Module *module;
+	char *name;
+	PyObject *name_obj;
+} pyx_Kernel;
+
+/* An argument wrapper: In(x), Out(x), ..., or a device buffer's range. */
+typedef struct {
+	PyObject_HEAD
+	uint32_t kind; /* enum gpux_arg_kind */
+	uint32_t flags;
+	PyObject *obj;
+	uint64_t offset, size; /* a range of a device buffer; size 0: all of it */
+} pyx_Arg;
+
+/* An argument in memory that is not gpux's: a temporary gpux buffer stands in for it. */
+struct pyx_temp {
+	gpux_buf *buf;
+	Py_buffer view; /* held until the copy back (OUT, INOUT) */
+	bool copy_back;
+};
+
+/*
+ * A launch's arguments as the library takes them. The memory they point into is kept alive
+ * by the tuple of argument objects (an array holds its Buffer), which the caller keeps.
+ */
+struct pyx_argv {
+	uint32_t n;
+	struct gpux_arg a[PYX_ARGS_MAX];
+	unsigned ntemps;
+	struct pyx_temp temps[PYX_ARGS_MAX];
+	uint64_t scalars[PYX_ARGS_MAX][PYX_SCALAR_MAX / 8];
+};
+
+typedef struct {
+	PyObject_HEAD
+	pyx_Context *ctx;
+	gpux_req *req;
+	bool done;
+	gpux_status status;
+	PyObject *keep;           /* the arguments, until the request is finished */
+	unsigned ntemps;
+	struct pyx_temp *temps;   /* heap, ntemps */
+} pyx_Request;
+
+/* A launch with its arguments resolved once, for calling again and again. */
+typedef struct {
+	PyObject_HEAD
+	pyx_Kernel *kernel;
+	PyObject *queue;
+	PyObject *args; /* tuple: keeps alive what argv points into */
+	struct gpux_launch launch;
+	struct pyx_argv *argv;
+} pyx_Launch;
+
+extern PyTypeObject *pyx_ContextType, *pyx_BufferType, *pyx_DeviceBufferType, *pyx_QueueType,
+	*pyx_ModuleType, *pyx_KernelType, *pyx_ArgType, *pyx_RequestType, *pyx_LaunchType;
+
+/* module.c */
+/* Set the Python exception for a gpux status, with the worker's detail text (or NULL). */
+PyObject *pyx_raise(gpux_status st, const char *detail);
+/* A blocking call starts or ends in ctx: count it, and tell a watcher at 0 (GIL released). */
+void pyx_blocking_enter(pyx_Context *ctx);
+void pyx_blocking_leave(pyx_Context *ctx);
+/* A new reference to the context named (None or NULL: the process's default one). */
+pyx_Context *pyx_context_arg(PyObject *o);
+int pyx_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **ret);
+extern PyObject *pyx_np_generic;  /* numpy.generic, once the package told us */
+extern PyObject *pyx_future_type; /* gpux.Future(request, context) */
+
+/* buffer.c */
+int pyx_buffer_init_types(PyObject *m);
+/* The live Buffer whose memory holds [p, p + len), or NULL (borrowed). */
+pyx_Buffer *pyx_buffer_find(const void *p, size_t len);
+
+/* launch.c */
+int pyx_launch_init_types(PyObject *m);
+/*
+ * Argument i, in memory that obj exports: a range of its gpux Buffer, or a temporary copy
+ * recorded in v (kind 0: IN for read-only memory, else INOUT).
+ */
+int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uint32_t flags,
+		 struct pyx_argv *v, struct gpux_arg *ret);
+/* Resolve args (a tuple) for a kernel of ctx into argv; copies into temporaries made. */
+int pyx_argv_fill(pyx_Context *ctx, PyObject *args, struct pyx_argv *argv);
+/* After the request ended with st: copy temporaries back (on success), free and release. */
+void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st);
+
+/* kernel.c */
+int pyx_kernel_init_types(PyObject *m);
+
+/* request.c */
+int pyx_request_init_types(PyObject *m);
+/* A Request for a submitted req, keeping `keep` and taking argv's temporaries. */
+PyObject *pyx_request_new(pyx_Context *ctx, gpux_req *req, PyObject *keep,
+			  struct pyx_argv *argv);
+/* The same, as a gpux.Future (what submissions return). */
+PyObject *pyx_future_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struct pyx_argv *argv);

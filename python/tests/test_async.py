@@ -1,0 +1,96 @@
+# SPDX-License-Identifier: MIT
+# Futures: result(), concurrent.futures.wait/as_completed, callbacks, asyncio through the
+# context's fd, and kernels from many threads.
+import asyncio
+import concurrent.futures as cf
+import threading
+
+import numpy as np
+import pytest
+
+import gpux
+from conftest import settle
+
+
+def test_future_is_a_concurrent_future(kernels):
+    spin = kernels.get_function("spin")
+    f = spin.submit(1, 1, (np.uint32(100),))
+    assert isinstance(f, cf.Future) and not f.cancel()
+    assert not f.done()
+    with pytest.raises(cf.TimeoutError):
+        f.result(0.001)
+    assert f.result() is None and f.done() and f.exception() is None
+    queue_ns, run_ns, _ = f.times
+    assert run_ns > 50_000_000  # the worker timed the 100 ms kernel
+
+
+def test_wait_as_completed_and_callbacks(kernels):
+    spin = kernels.get_function("spin")
+    futs = [spin.submit(1, 1, (np.uint32(ms),), device=i % 2)
+            for i, ms in enumerate((200, 20, 20, 200))]
+    done, not_done = cf.wait(futs, return_when=cf.FIRST_COMPLETED, timeout=30)
+    assert done and futs[1] in done | not_done
+    seen = []
+    called = threading.Event()
+    futs[3].add_done_callback(lambda f: (seen.append(f), called.set()))
+    assert set(cf.as_completed(futs, timeout=30)) == set(futs)
+    assert called.wait(10) and seen == [futs[3]]
+    # A callback on a finished future runs at once.
+    futs[0].add_done_callback(seen.append)
+    assert seen[-1] is futs[0]
+
+
+def test_failed_request_raises_from_future(kernels):
+    f = kernels.get_function("spin").submit(1, 1, (np.uint32(3000),), timeout=0.05, device=1)
+    done, _ = cf.wait([f], timeout=30)
+    assert f in done
+    assert isinstance(f.exception(), gpux.DeadlineError)
+    with pytest.raises(gpux.DeadlineError):
+        f.result()
+    settle(kernels, 1)
+
+
+def test_wait_while_another_thread_blocks(kernels):
+    """A thread blocked in a gpux call takes in the watched future's completion too."""
+    spin = kernels.get_function("spin")
+    watched = spin.submit(1, 1, (np.uint32(50),), device=0)
+    blocker = threading.Thread(target=spin, args=(1, 1, (np.uint32(400),)),
+                               kwargs={"device": 1})
+    blocker.start()
+    done, _ = cf.wait([watched], timeout=0.3)
+    blocker.join()
+    assert watched in done
+
+
+def test_asyncio_await_and_gather(kernels):
+    spin = kernels.get_function("spin")
+    add1 = kernels.get_function("add1")
+    x = gpux.zeros(1000, np.float32)
+
+    async def main():
+        await spin.submit(1, 1, (np.uint32(20),))
+        await asyncio.gather(*(spin.submit(1, 1, (np.uint32(30),), device=i % 2)
+                               for i in range(6)))
+        for _ in range(10):
+            await add1.submit(8, 128, (np.uint64(1000), x, x))
+        with pytest.raises(gpux.DeadlineError):
+            await spin.submit(1, 1, (np.uint32(3000),), timeout=0.05, device=1)
+        return True
+
+    assert asyncio.run(main())
+    assert (x == 10).all()
+    settle(kernels, 1)
+
+
+def test_threads_share_a_context(kernels):
+    add1 = kernels.get_function("add1")
+    arrays = [gpux.zeros(4096, np.float32) for _ in range(4)]
+
+    def work(a):
+        for _ in range(25):
+            add1(32, 128, (np.uint64(a.size), a, a))
+        return float(a.sum())
+
+    with cf.ThreadPoolExecutor(4) as ex:
+        sums = list(ex.map(work, arrays))
+    assert sums == [25.0 * 4096] * 4

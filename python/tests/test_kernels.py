@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: MIT
+# Arrays in shared memory and kernels on them: arguments, options, errors, device buffers.
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+import gpux
+from conftest import settle
+
+
+def grid(n, block=128):
+    return ((n + block - 1) // block,)
+
+
+def test_arrays_live_in_shared_memory():
+    a = gpux.zeros((4, 5), np.int32)
+    assert isinstance(a, gpux.ndarray) and gpux.is_shared(a) and a.shape == (4, 5)
+    assert (a == 0).all()
+    view = a[1:, 2:]
+    assert isinstance(view, gpux.ndarray) and gpux.buffer_of(view) is gpux.buffer_of(a)
+    # New arrays from operations are plain numpy ones.
+    assert type(a + 1) is np.ndarray and not gpux.is_shared(a + 1)
+    b = gpux.asarray(np.arange(10.0))
+    assert gpux.asarray(b) is b
+    assert gpux.full(3, 7, np.int16).tolist() == [7, 7, 7]
+    c = copy.deepcopy(b)
+    assert gpux.is_shared(c) and gpux.buffer_of(c) is not gpux.buffer_of(b)
+    assert (c == b).all()
+    assert gpux.empty(0).size == 0
+
+
+def test_saxpy_in_out_and_defaults(kernels):
+    n = 10007
+    rng = np.random.default_rng(1)
+    x = gpux.asarray(rng.random(n, dtype=np.float32))
+    y = gpux.asarray(rng.random(n, dtype=np.float32))
+    out = gpux.full(n, np.nan, np.float32)
+    saxpy = kernels.get_function("saxpy")
+    saxpy(grid(n), (128,), (np.uint64(n), np.float32(0.5), gpux.In(x), gpux.In(y),
+                            gpux.Out(out)))
+    np.testing.assert_allclose(out, 0.5 * x + y, rtol=1e-6)
+    # Bare arrays: writable ones are InOut.
+    saxpy(grid(n), 128, (np.uint64(n), np.float32(2), x, y, out))
+    np.testing.assert_allclose(out, 2 * x + y, rtol=1e-6)
+
+
+def test_plain_numpy_arrays_are_copied_in_and_back(kernels):
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    y = np.ones(n, dtype=np.float32)
+    out = np.zeros(n, dtype=np.float32)
+    kernels.get_function("saxpy")(grid(n), 128, (np.uint64(n), np.float32(3), x, y,
+                                                  gpux.Out(out)))
+    np.testing.assert_allclose(out, 3 * x + 1)
+    # A read-only array is an input; as an output it is refused.
+    ro = np.ones(n, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        kernels.get_function("saxpy")(grid(n), 128, (np.uint64(n), np.float32(1), x, y,
+                                                      gpux.Out(ro)))
+
+
+def test_scalars_python_and_numpy(kernels):
+    x = gpux.asarray(np.arange(8, dtype=np.float64))
+    scale = kernels.get_function("scale")
+    scale(1, 8, (8, 2.0, x))  # Python int: int64, float: double
+    assert x.tolist() == [2.0 * i for i in range(8)]
+    scale(1, 8, (np.uint64(8), np.float64(0.5), x))
+    assert x.tolist() == [float(i) for i in range(8)]
+    # The kernel declares its parameters' sizes: a float32 for a double is refused.
+    with pytest.raises(gpux.InvalidError):
+        scale(1, 8, (np.uint64(8), np.float32(2), x))
+
+
+def test_shared_memory_and_blocks(kernels):
+    n = 5000
+    blocks = (n + 255) // 256
+    x = gpux.asarray(np.random.default_rng(2).random(n, dtype=np.float32))
+    out = gpux.empty(blocks, np.float64)
+    kernels.get_function("block_sum")((blocks,), (256,), (np.uint64(n), x, gpux.Out(out)),
+                                       shared_mem=256 * 8)
+    assert out.sum() == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-6)
+
+
+def test_queue_orders_and_picks_device(kernels):
+    q = gpux.Queue(1)
+    log = gpux.zeros(65, np.uint32)
+    append = kernels.get_function("append")
+    futs = [append.submit(1, 1, (np.uint32(i), gpux.InOut(log)), queue=q) for i in range(64)]
+    futs[-1].result()
+    assert all(f.done() and f.device == 1 for f in futs)
+    assert log[0] == 64 and log[1:].tolist() == list(range(64))
+
+
+def test_device_and_deadline(kernels):
+    spin = kernels.get_function("spin")
+    f = spin.submit(1, 1, (np.uint32(0),), device=0)
+    assert f.result(10) is None and f.device == 0
+    with pytest.raises(gpux.DeadlineError):
+        spin(1, 1, (np.uint32(5000),), timeout=0.1, device=1)
+    settle(kernels, 1)
+
+
+def test_errors_carry_status_and_message(kernels):
+    with pytest.raises(gpux.CompileError) as e:
+        gpux.Module("GPUX_HOST_KERNEL(broken) { this is not C }", "host")
+    assert e.value.status == -10 and "error" in e.value.log
+    with pytest.raises(gpux.KernelNotFoundError) as e:
+        kernels.get_function("nope")(1, 1)
+    assert "nope" in str(e.value)
+    with pytest.raises(gpux.KernelFaultError) as e:
+        kernels.get_function("crash")(1, 1, (gpux.zeros(4, np.float32),), device=0)
+    assert e.value.detail
+    # The worker restarts: kernels run there again.
+    settle(kernels, 0)
+    with pytest.raises(ValueError):
+        kernels.get_function("empty")(0, 1)
+    with pytest.raises(ValueError, match="empty"):
+        kernels.get_function("empty")(1, 1, (gpux.empty(0),))
+
+
+def test_freeze_and_cached_inputs(kernels):
+    n = 4096
+    x = gpux.asarray(np.arange(n, dtype=np.float32), freeze=True)
+    assert x.frozen and not x.flags.writeable
+    out = gpux.empty(n, np.float32)
+    add1 = kernels.get_function("add1")
+    for _ in range(2):
+        add1(grid(n), 128, (np.uint64(n), gpux.Cached(x), gpux.Out(out)))
+        np.testing.assert_array_equal(out, x + 1)
+    with pytest.raises(ValueError):
+        add1(grid(n), 128, (np.uint64(n), out, gpux.Out(x)))
+    with pytest.raises(ValueError, match="frozen"):
+        add1(grid(n), 128, (np.uint64(n), gpux.Cached(out), gpux.Out(out)))
+
+
+def test_device_buffers(kernels):
+    n = 1000
+    x = gpux.asarray(np.arange(n, dtype=np.float32))
+    d_in = gpux.DeviceBuffer(n * 4, device=1)
+    d_out = gpux.DeviceBuffer(n * 4, device=1)
+    assert d_in.size == n * 4 and d_in.device == 1
+    d_in.write(x)
+    add1 = kernels.get_function("add1")
+    add1(grid(n), 128, (np.uint64(n), d_in, d_out))
+    add1(grid(n // 2), 128, (np.uint64(n // 2), d_out.range(0, n * 2), d_in.range(0, n * 2)))
+    back = np.zeros(n, np.float32)
+    d_out.read(back)
+    np.testing.assert_array_equal(back, x + 1)
+    d_in.read(back)
+    np.testing.assert_array_equal(back[: n // 2], x[: n // 2] + 2)
+    with pytest.raises(TypeError):
+        pickle.dumps(d_in)
+
+
+def test_prepared_launch_reuses_its_arguments(kernels):
+    n = 256
+    x = gpux.asarray(np.zeros(n, np.float32))
+    launch = kernels.get_function("add1").prepare(grid(n), 128, (np.uint64(n), x, x))
+    for _ in range(5):
+        launch()
+    launch.submit().result()
+    assert (x == 6).all()
+    with pytest.raises(ValueError, match="gpux memory"):
+        kernels.get_function("add1").prepare(1, 128, (np.uint64(n), np.zeros(n, np.float32), x))
+
+
+def test_kernels_and_modules_pickle(kernels):
+    k = pickle.loads(pickle.dumps(kernels.get_function("add1")))
+    x = gpux.zeros(4, np.float32)
+    k(1, 4, (np.uint64(4), x, x))
+    assert x.tolist() == [1, 1, 1, 1]
+
+
+def test_pickled_array_is_the_same_memory():
+    a = gpux.asarray(np.arange(100, dtype=np.int64))
+    b = pickle.loads(pickle.dumps(a[10:20]))
+    assert isinstance(b, gpux.ndarray) and b.tolist() == list(range(10, 20))
+    b[0] = -1
+    assert a[10] == -1
+    frozen = gpux.asarray(np.arange(5), freeze=True)
+    c = pickle.loads(pickle.dumps(frozen))
+    assert not c.flags.writeable and c.tolist() == list(range(5))
+    # Twice from the same pickle: the memory is handed out once.
+    data = pickle.dumps(a)
+    pickle.loads(data)
+    with pytest.raises(gpux.ShareError):
+        pickle.loads(data)
+
+
+def test_devices_and_version():
+    assert gpux.device_count() == 2
+    info = gpux.devices()
+    assert [d["index"] for d in info] == [0, 1] and all(d["backend"] == 1 for d in info)
+    assert gpux.version() == gpux.__version__

@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: MIT
+# multiprocessing with fork, forkserver and spawn: arrays handed to children are the same
+# memory, kernels and modules travel by pickling, and results come back shared; asyncio in a
+# process of its own goes through the context's fd, with no thread of gpux's.
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import gpux
+
+N = 4096
+# Inherited by forked children; what spawned ones get is passed to them.
+_inherited = {}
+
+
+def _child_saxpy(args):
+    """In a child: run saxpy from x and y (gpux arrays) into one row of out, return a new
+    gpux array made here, and the pid."""
+    kernel, a, x, y, out, row = args
+    kernel(((N + 127) // 128,), 128, (np.uint64(N), np.float32(a), x, y, gpux.Out(out[row])))
+    mine = gpux.asarray(np.full(8, row, np.int32))
+    return os.getpid(), mine
+
+
+def _child_inherited(row):
+    """In a forked child: only what it inherited."""
+    k, x, y, out = (_inherited[n] for n in ("kernel", "x", "y", "out"))
+    k(((N + 127) // 128,), 128, (np.uint64(N), np.float32(row), x, y, gpux.Out(out[row])))
+    return os.getpid()
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_pool_children_share_arrays(kernels, method):
+    rng = np.random.default_rng(3)
+    x = gpux.asarray(rng.random(N, dtype=np.float32))
+    y = gpux.asarray(rng.random(N, dtype=np.float32))
+    out = gpux.full((4, N), np.nan, np.float32)
+    saxpy = kernels.get_function("saxpy")
+    ctx = mp.get_context(method)
+    with ctx.Pool(2) as pool:
+        res = pool.map(_child_saxpy, [(saxpy, a + 1, x, y, out, a) for a in range(4)])
+    for a in range(4):
+        np.testing.assert_allclose(out[a], (a + 1) * x + y, rtol=1e-6)
+    assert all(pid != os.getpid() for pid, _ in res)
+    # What the children made came back as shared memory, not copies.
+    for row, (_, mine) in enumerate(res):
+        assert isinstance(mine, gpux.ndarray) and mine.tolist() == [row] * 8
+
+
+def test_forked_children_use_inherited_objects(kernels):
+    rng = np.random.default_rng(4)
+    _inherited.update(kernel=kernels.get_function("saxpy"),
+                      x=gpux.asarray(rng.random(N, dtype=np.float32)),
+                      y=gpux.asarray(rng.random(N, dtype=np.float32)),
+                      out=gpux.zeros((3, N), np.float32))
+    # The parent has used the context before forking.
+    kernels.get_function("empty")(1, 1)
+    with mp.get_context("fork").Pool(3) as pool:
+        pids = pool.map(_child_inherited, range(3))
+    x, y, out = _inherited["x"], _inherited["y"], _inherited["out"]
+    for row in range(3):
+        np.testing.assert_allclose(out[row], row * x + y, rtol=1e-6)
+    assert os.getpid() not in pids
+    _inherited.clear()
+
+
+def _process_main(a, k):
+    k(((a.size + 127) // 128,), 128, (np.uint64(a.size), a, a))
+
+
+def test_spawned_process_gets_array_at_start(kernels):
+    a = gpux.zeros(1000, np.float32)
+    p = mp.get_context("spawn").Process(target=_process_main,
+                                        args=(a, kernels.get_function("add1")))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0 and (a == 1).all()
+
+
+def test_asyncio_uses_the_fd_without_a_thread(daemon):
+    script = textwrap.dedent("""
+        import asyncio, threading, numpy as np, gpux
+        from gpux import _future
+        src = '''
+        #include <time.h>
+        GPUX_HOST_KERNEL(nap) { struct timespec t = { 0, 20000000 }; nanosleep(&t, NULL); }
+        '''
+        k = gpux.Module(src, "host").get_function("nap")
+        async def main():
+            for _ in range(3):
+                await k.submit(1, 1)
+            await asyncio.gather(*(k.submit(1, 1) for _ in range(4)))
+            w = _future._watchers.get(id(gpux.get_context()))
+            return w is not None and w.loop is asyncio.get_running_loop() and w.thread is None
+        ok = asyncio.run(main())
+        names = [t.name for t in threading.enumerate()]
+        print(ok and "gpux-watcher" not in names)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=120, env=dict(os.environ, GPUX_SOCKET=daemon))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "True"

@@ -25,8 +25,31 @@ import numpy as np
 
 import gpux
 
-HOST_SRC = "GPUX_HOST_KERNEL(empty) {}\n"
-CUDA_SRC = 'extern "C" __global__ void empty() {}\n'
+HOST_SRC = r"""
+GPUX_HOST_KERNEL(empty) {}
+GPUX_HOST_PARAMS(saxpy, 8, 4, sizeof(float *), sizeof(float *), sizeof(float *));
+GPUX_HOST_KERNEL(saxpy)
+{
+	uint64_t n = GPUX_ARG(uint64_t, 0);
+	float a = GPUX_ARG(float, 1);
+	const float *x = GPUX_ARG(const float *, 2), *y = GPUX_ARG(const float *, 3);
+	float *out = GPUX_ARG(float *, 4);
+	GPUX_FOR_EACH_THREAD(t) {
+		uint64_t i = GPUX_GLOBAL_X(t);
+		if (i < n) out[i] = a * x[i] + y[i];
+	}
+}
+"""
+CUDA_SRC = r"""
+extern "C" __global__ void empty() {}
+extern "C" __global__ void saxpy(unsigned long n, float a, const float *x, const float *y,
+				 float *out)
+{
+	unsigned long i = blockIdx.x * (unsigned long)blockDim.x + threadIdx.x;
+	if (i < n)
+		out[i] = a * x[i] + y[i];
+}
+"""
 
 CUPY_STARTUP = r'''
 import time
@@ -90,6 +113,20 @@ def _forked_first_result(kernel: Any, reps: int) -> float:
     return statistics.median(times) * 1e3
 
 
+def _check(module: gpux.Module) -> None:
+    """Before timing anything: a kernel through the package computes the right thing."""
+    n = 1 << 20
+    rng = np.random.default_rng(0)
+    x = gpux.asarray(rng.random(n, dtype=np.float32))
+    y = gpux.asarray(rng.random(n, dtype=np.float32), freeze=True)
+    out = gpux.full(n, np.nan, np.float32)
+    module.get_function("saxpy")(((n + 255) // 256,), (256,),
+                                 (np.uint64(n), np.float32(3), gpux.In(x), gpux.Cached(y),
+                                  gpux.Out(out)))
+    if not np.allclose(out, 3 * x + y, rtol=1e-6):
+        raise RuntimeError("gpux.bench: saxpy through the package gave wrong results")
+
+
 def _cupy_scenarios(n: int, quick: bool, add: Callable[..., None]) -> None:
     import cupy as cp
 
@@ -137,6 +174,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     on_gpu = info["backend"] == 2
     module = gpux.Module(CUDA_SRC if on_gpu else HOST_SRC, "cuda" if on_gpu else "host")
     k = module.get_function("empty")
+    _check(module)
     rows: list[dict[str, Any]] = []
 
     def add(scenario: str, who: str, value: float, unit: str) -> None:
@@ -191,6 +229,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "numpy": np.__version__,
         "cupy": cupy,
         "gpux": gpux.version(),
+        "checked": "saxpy through the package matched numpy",
         "results": rows,
     }
     if args.json:

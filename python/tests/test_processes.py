@@ -105,3 +105,17 @@ def test_asyncio_uses_the_fd_without_a_thread(daemon):
                        timeout=120, env=dict(os.environ, GPUX_SOCKET=daemon))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
+
+
+def test_bench_prints_one_json_document(daemon):
+    import json
+
+    r = subprocess.run([sys.executable, "-m", "gpux.bench", "--quick", "--json"],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, GPUX_SOCKET=daemon))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["backend"] == "host" and doc["cupy"] is None
+    scenarios = {row["scenario"]: row for row in doc["results"]}
+    assert scenarios["empty launch, run and wait, p50"]["gpux"] > 0
+    assert scenarios["async launches"]["unit"] == "k/s"

@@ -262,7 +262,11 @@ static int buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf)
 	b = calloc(1, sizeof(*b));
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
-	r = !s || !b ? -ENOMEM : ctx->nsegs >= CLI_SEGMENTS_MAX ? -EDQUOT : 0;
+	r = 0;
+	if (!s || !b)
+		r = -ENOMEM;
+	else if (ctx->nsegs >= CLI_SEGMENTS_MAX || quota_check(ctx, (uint64_t)st.st_size) < 0)
+		r = -EDQUOT;
 	if (r < 0) {
 		(void)pthread_mutex_unlock(&ctx->lock);
 		free(s);
@@ -276,6 +280,7 @@ static int buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf)
 	s->frozen = frozen;
 	s->nbufs = 1;
 	seg_link(ctx, s);
+	b->magic = CLI_BUF_MAGIC;
 	b->ctx = ctx;
 	b->seg = s;
 	b->size = s->size;

@@ -387,6 +387,14 @@ void wrk_req_soon(struct wrk_req *r)
 		(void)write(w->done_fd, &one, sizeof(one));
 }
 
+bool wrk_req_cancelled(struct wrk_req *r)
+{
+	if (!r->client || !atomic_load(&r->client->dropped))
+		return false;
+	r->status = GPUX_E_WORKER_LOST;
+	return true;
+}
+
 void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 {
 	struct wrk *w = reqs[0]->w;

@@ -19,7 +19,10 @@
 /* Records taken from one client's ring at a time, for fairness between clients. */
 #define RING_TAKE_MAX 64u
 
-/* Forget a client: its conn, segments, modules and queues. Requests in flight finish alone. */
+/*
+ * Forget a client: its conn, segments, modules and queues. Of its requests handed to the
+ * back end, those running finish; the others are not started (wrk_req_cancelled()).
+ */
 void wrk_client_drop(struct wrk_client *c)
 {
 	struct wrk *w = c->w;
@@ -28,6 +31,7 @@ void wrk_client_drop(struct wrk_client *c)
 	if (c->gone)
 		return;
 	c->gone = true;
+	atomic_store(&c->dropped, true);
 	ipc_conn_free(c->conn);
 	c->conn = NULL;
 	if (c->rings)

@@ -189,6 +189,8 @@ struct wrk_client {
 	uint64_t build_bytes; /* code of this client's builds not done yet */
 	unsigned inflight;
 	bool gone;
+	/* gone, for the back end's threads: its requests not started yet must not start. */
+	atomic_bool dropped;
 	struct wrk_client *prev, *next;
 
 	/* The shared rings beside the channel (ipc/ring.h); NULL: the socket only. */
@@ -375,6 +377,13 @@ void wrk_reqs_free_cache(struct wrk *w);
  */
 void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
 void wrk_client_unref(struct wrk_client *c);
+
+/*
+ * Any thread: whether r's client went away, so that r's work, not started yet, must not
+ * start (sets r's status; end it with wrk_reqs_complete() as any other). A back end asks
+ * before it starts each request's work, so that a dead client's queue does not run on.
+ */
+bool wrk_req_cancelled(struct wrk_req *r);
 
 /*
  * Called by a back end, from any thread, when the work of n requests has finished (or

@@ -105,13 +105,15 @@ const char test_host_kernels[] =
 	"GPUX_HOST_KERNEL(empty)\n"
 	"{\n"
 	"}\n"
-	/* For queues that overlap: one waits (10 s at most) for a flag that the other sets. */
+	/* For queues that overlap: one waits (10 s at most) for a flag that the other sets;
+	 * seen is -1 while it waits, then the flag it saw. */
 	"GPUX_HOST_PARAMS(wait_flag, sizeof(int *), sizeof(int *));\n"
 	"GPUX_HOST_KERNEL(wait_flag)\n"
 	"{\n"
 	"	volatile int *flag = GPUX_ARG(int *, 0);\n"
-	"	int *seen = GPUX_ARG(int *, 1);\n"
+	"	volatile int *seen = GPUX_ARG(int *, 1);\n"
 	"	struct timespec ms = { 0, 1000000 };\n"
+	"	*seen = -1;\n"
 	"	for (int i = 0; i < 10000 && !*flag; i++)\n"
 	"		nanosleep(&ms, NULL);\n"
 	"	*seen = *flag;\n"

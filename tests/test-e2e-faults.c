@@ -9,6 +9,9 @@
 #include "e2e.h"
 #include "helpers.h"
 
+/* Requests a dying client leaves queued behind its running one. */
+#define QUEUED_BEHIND 50u
+
 static int setup(void **state)
 {
 	static const char *const args[] = { "--host-devices", "2", "--slots", "2", NULL };
@@ -204,6 +207,84 @@ static void test_e2e_client_killed_mid_request_is_reclaimed(void **state)
 	run_ok(e, 0);
 }
 
+static bool client_gone(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.clients == ((const struct ipc_dev_status *)arg)->stats.clients;
+}
+
+static bool drained(const struct ipc_dev_status *s, void *arg)
+{
+	return client_gone(s, arg) && s->stats.inflight == 0;
+}
+
+/*
+ * A client that dies with requests queued behind a running one: the running one ends, the
+ * rest never run. The child's requests append to a log in a buffer shared with this test,
+ * behind one that waits for a flag this test sets only once the worker has seen the death
+ * (all of them handed to the back end: they fit in a slot).
+ */
+static void test_e2e_dead_client_queued_work_never_runs(void **state)
+{
+	struct test_env *e = *state;
+	struct ipc_status st;
+	struct ipc_dev_status before[IPC_DEVICES_MAX];
+	volatile uint32_t *mem;
+	int pipefd[2], status;
+	gpux_buf *b;
+	pid_t pid;
+	char c;
+
+	run_ok(e, 0);
+	assert_int_equal(test_daemon_status(&e->d, &st, before), 0);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 4096, &b), GPUX_OK);
+	mem = gpux_buf_data(b);
+	assert_int_equal(pipe(pipefd), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+		gpux_queue *q;
+		gpux_req *r;
+
+		{
+			struct gpux_arg a[] = { gpux_arg_inout(b, 0, 4), gpux_arg_inout(b, 4, 4) };
+			if (gpux_submit(e->m, "wait_flag", &l, a, 2, &r))
+				_exit(1);
+		}
+		for (uint32_t i = 0; i < QUEUED_BEHIND; i++) {
+			struct gpux_arg a[] = { GPUX_ARG_VALUE(i), gpux_arg_inout(b, 64, 1024) };
+			if (gpux_submit(e->m, "append", &l, a, 2, &r))
+				_exit(2);
+		}
+		/* Answered after the worker has taken in every request sent before. */
+		if (gpux_queue_open(e->ctx, 0, &q))
+			_exit(3);
+		(void)write(pipefd[1], "x", 1);
+		(void)alarm(30);
+		(void)pause();
+		_exit(4);
+	}
+	(void)close(pipefd[1]);
+	assert_int_equal(read(pipefd[0], &c, 1), 1);
+	(void)close(pipefd[0]);
+	/* Its first request runs: the others wait behind it. */
+	for (int i = 0; i < 1000 && mem[1] != UINT32_MAX; i++)
+		(void)usleep(10000);
+	assert_int_equal(mem[1], UINT32_MAX);
+	assert_int_equal(kill(pid, SIGKILL), 0);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	test_wait_stats(&e->d, 0, client_gone, &before[0]);
+
+	/* The worker has dropped the client: let its running request end. */
+	mem[0] = 1;
+	test_wait_stats(&e->d, 0, drained, &before[0]);
+	assert_int_equal(mem[1], 1);
+	assert_int_equal(mem[16], 0);
+	assert_int_equal(test_worker_pid(&e->d, 0), (pid_t)before[0].pid);
+	run_ok(e, 0);
+	gpux_buf_free(b);
+}
+
 static bool is_down_or_new(const struct ipc_dev_status *s, void *arg)
 {
 	return s->state == GPUX_DEVICE_FAILED ||
@@ -257,6 +338,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_kernel_fault_restarts_worker),
 		cmocka_unit_test(test_e2e_deadline_passed_gives_timeout),
 		cmocka_unit_test(test_e2e_client_killed_mid_request_is_reclaimed),
+		cmocka_unit_test(test_e2e_dead_client_queued_work_never_runs),
 		cmocka_unit_test(test_e2e_device_failed_after_repeated_deaths),
 	};
 

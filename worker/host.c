@@ -727,6 +727,11 @@ static void *slot_main(void *arg)
 		atomic_fetch_sub(&s->queued, 1);
 		(void)pthread_mutex_unlock(&s->lock);
 
+		/* A dead client's work that has not started never will. */
+		if (wrk_req_cancelled(r)) {
+			wrk_reqs_complete(&r, 1, false);
+			continue;
+		}
 		if (r->kind == REQ_COPY)
 			run_copy(r);
 		else

@@ -28,10 +28,16 @@ static bool in_groups(int fd, gid_t gid)
 	return false;
 }
 
+/* gpuxd's own user or root: the reserved slots are theirs, and no per-user cap applies. */
+static bool owner(uid_t uid)
+{
+	return uid == geteuid() || uid == 0;
+}
+
 /* The same user as gpuxd, root, or (with --allow-group) a member of that group. */
 static bool allowed(const struct sup *s, int fd, const struct ucred *cr)
 {
-	if (cr->uid == geteuid() || cr->uid == 0)
+	if (owner(cr->uid))
 		return true;
 	if (s->opts.allow_group && (cr->gid == s->opts.allow_gid || in_groups(fd, s->opts.allow_gid)))
 		return true;
@@ -49,6 +55,27 @@ static void refuse(int fd, int status, const char *why)
 	(void)safe_close(fd);
 }
 
+/* Connections per uid and per pid, as counts kept in the maps' pointers (never NULL: >= 1). */
+static unsigned count_get(const struct ipc_map *m, uint64_t key)
+{
+	return (unsigned)(uintptr_t)ipc_map_get(m, key);
+}
+
+static int count_add(struct ipc_map *m, uint64_t key)
+{
+	uintptr_t n = (uintptr_t)ipc_map_remove(m, key);
+
+	return ipc_map_put(m, key, (void *)(n + 1));
+}
+
+static void count_sub(struct ipc_map *m, uint64_t key)
+{
+	uintptr_t n = (uintptr_t)ipc_map_remove(m, key);
+
+	if (n > 1)
+		(void)ipc_map_put(m, key, (void *)(n - 1));
+}
+
 static void client_free(struct sup_client *c)
 {
 	struct sup *s = c->s;
@@ -60,6 +87,13 @@ static void client_free(struct sup_client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	s->nclients--;
+	if (c->silent)
+		s->nsilent--;
+	if (c->admin_pool)
+		s->nadmin_pool--;
+	count_sub(&s->per_uid, c->uid);
+	if (c->pid > 0)
+		count_sub(&s->per_pid, (uint64_t)c->pid);
 	if (c->hello_done)
 		(void)ipc_map_remove(&s->client_ids, c->id);
 	ipc_timer_free(c->hello_timer);
@@ -177,6 +211,8 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	r = ipc_decode_hello(msg, &h);
 	if (r < 0)
 		return r;
+	c->silent = false;
+	s->nsilent--;
 	version = MIN(h.max_version, IPC_VERSION);
 	if (version < MAX(h.min_version, IPC_VERSION_MIN)) {
 		struct ipc_done d = { .status = GPUX_E_VERSION };
@@ -191,6 +227,18 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 			memcpy(msgbuf, &hdr, sizeof(hdr));
 			(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 		}
+		c->refused = true;
+		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
+		return 0;
+	}
+	/* The slots beyond max_clients are for gpux status. */
+	if (c->admin_pool && !(h.flags & IPC_HELLO_ADMIN)) {
+		struct ipc_done d = { .status = GPUX_E_QUOTA };
+
+		s->clients_refused++;
+		n = ipc_encode_done(msgbuf, sizeof(msgbuf), msg->hdr.id, &d, "too many clients");
+		if (n > 0)
+			(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 		c->refused = true;
 		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
 		return 0;
@@ -279,8 +327,98 @@ static void on_hello_timeout(struct ipc_timer *t, void *userdata)
 	struct sup_client *c = userdata;
 
 	sup_log("client pid %d uid %u: %s: dropped", (int)c->pid, (unsigned)c->uid,
-		c->refused ? "no protocol version in common" : "no hello");
+		c->refused ? "refused at hello" : "no hello");
 	client_free(c);
+}
+
+/*
+ * Under pressure: connections that have not said hello hold a quarter of the slots, or only
+ * the reserved slots are left. Then a connection has the shorter deadline to say hello.
+ */
+static bool busy(const struct sup *s)
+{
+	const struct sup_opts *o = &s->opts;
+
+	return (uint64_t)s->nsilent * 4 >= o->max_clients ||
+	       s->nclients - s->nadmin_pool + o->reserved_clients >= o->max_clients;
+}
+
+/*
+ * Connections that were silent under pressure ("hurried") are cut once silent for the busy
+ * deadline, by one sweep timer armed for the oldest of them rather than by moving each one's
+ * own timer (kept in a sorted list: thousands of moves at once).
+ */
+static void on_hello_sweep(struct ipc_timer *t, void *userdata)
+{
+	struct sup *s = userdata;
+	uint64_t now = mono_ns(), busy_ns = s->opts.busy_hello_timeout_ms * NSEC_PER_MSEC;
+	uint64_t oldest = UINT64_MAX;
+	struct sup_client *c = s->clients;
+	unsigned dropped = 0;
+
+	while (c) {
+		struct sup_client *next = c->next;
+
+		if (c->silent && c->hurried) {
+			if (now - c->accepted_ns >= busy_ns) {
+				client_free(c);
+				dropped++;
+			} else {
+				oldest = MIN(oldest, c->accepted_ns);
+			}
+		}
+		c = next;
+	}
+	if (dropped)
+		sup_log("under pressure: dropped %u connection%s without hello", dropped,
+			dropped == 1 ? "" : "s");
+	s->sweep_armed = oldest != UINT64_MAX;
+	if (s->sweep_armed)
+		ipc_timer_arm(t, oldest + busy_ns);
+}
+
+/* A new connection came: under pressure, it and every silent one are hurried. */
+static void hello_pressure(struct sup *s, struct sup_client *new)
+{
+	bool b = busy(s);
+
+	if (b && !s->hello_busy)
+		for (struct sup_client *c = s->clients; c; c = c->next)
+			c->hurried = c->silent;
+	s->hello_busy = b;
+	new->hurried = b;
+	if (b && !s->sweep_armed) {
+		s->sweep_armed = true;
+		ipc_timer_arm(s->hello_sweep, mono_ns());
+	}
+}
+
+/* Who may have a slot, and which: 0 (one of max_clients), 1 (one kept for gpux status). */
+static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
+{
+	const struct sup_opts *o = &s->opts;
+	bool own = owner(cr->uid);
+	unsigned limit = own ? o->max_clients : o->max_clients - o->reserved_clients;
+
+	if (cr->pid > 0 &&
+	    count_get(&s->per_pid, (uint64_t)cr->pid) >= o->max_clients_per_process) {
+		*ret_why = "too many connections from this process";
+		return GPUX_E_QUOTA;
+	}
+	if (!own && count_get(&s->per_uid, cr->uid) >= o->max_clients_per_user) {
+		*ret_why = "too many connections of this user";
+		return GPUX_E_QUOTA;
+	}
+	if (s->nclients - s->nadmin_pool < limit)
+		return 0;
+	*ret_why = "too many clients";
+	if (s->nadmin_pool >= o->admin_clients)
+		return GPUX_E_QUOTA;
+	/* Another user takes one of these at a time: its silent connections cannot fill them. */
+	for (const struct sup_client *c = s->clients; c && !own; c = c->next)
+		if (c->admin_pool && c->uid == cr->uid)
+			return GPUX_E_QUOTA;
+	return 1;
 }
 
 static void on_accept(struct ipc_listener *li, int fd, void *userdata)
@@ -289,7 +427,8 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
 	struct sup_client *c;
-	int r;
+	const char *why = NULL;
+	int r, pool;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
 		(void)safe_close(fd);
@@ -302,10 +441,15 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		refuse(fd, GPUX_E_PERM, "this user may not use this gpuxd");
 		return;
 	}
-	if (s->nclients >= s->opts.max_clients || s->stopping) {
+	if (s->stopping) {
 		s->clients_refused++;
-		refuse(fd, s->stopping ? GPUX_E_CONNECT : GPUX_E_QUOTA,
-		       s->stopping ? "gpuxd is stopping" : "too many clients");
+		refuse(fd, GPUX_E_CONNECT, "gpuxd is stopping");
+		return;
+	}
+	pool = admit(s, &cr, &why);
+	if (pool < 0) {
+		s->clients_refused++;
+		refuse(fd, pool, why);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
@@ -317,25 +461,41 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	c->uid = cr.uid;
 	c->gid = cr.gid;
 	c->pid = cr.pid;
-	r = ipc_timer_new(s->loop, on_hello_timeout, c, &c->hello_timer);
+	r = count_add(&s->per_uid, cr.uid);
+	if (r == 0 && cr.pid > 0) {
+		r = count_add(&s->per_pid, (uint64_t)cr.pid);
+		if (r < 0)
+			count_sub(&s->per_uid, cr.uid);
+	}
 	if (r < 0) {
 		(void)safe_close(fd);
 		free(c);
 		return;
 	}
-	r = ipc_conn_new_take_fd(s->loop, fd, on_client_msg, on_client_close, c, &c->conn);
-	if (r < 0) {
-		ipc_timer_free(c->hello_timer);
-		free(c);
-		return;
-	}
-	ipc_timer_arm(c->hello_timer, mono_ns() + SUP_HELLO_TIMEOUT_NS);
+	r = ipc_timer_new(s->loop, on_hello_timeout, c, &c->hello_timer);
+	if (r == 0)
+		r = ipc_conn_new_take_fd(s->loop, TAKE_FD(fd), on_client_msg, on_client_close, c,
+					 &c->conn);
 	c->next = s->clients;
 	if (s->clients)
 		s->clients->prev = c;
 	s->clients = c;
 	s->nclients++;
+	c->silent = true;
+	s->nsilent++;
+	c->admin_pool = pool == 1;
+	s->nadmin_pool += c->admin_pool;
+	if (r < 0) {
+		(void)safe_close(fd);
+		client_free(c);
+		return;
+	}
 	s->clients_total++;
+	c->accepted_ns = mono_ns();
+	ipc_timer_arm(c->hello_timer,
+		      c->accepted_ns + (c->admin_pool ? s->opts.busy_hello_timeout_ms
+						      : s->opts.hello_timeout_ms) * NSEC_PER_MSEC);
+	hello_pressure(s, c);
 	ipc_timer_arm(s->idle_timer, 0);
 }
 
@@ -357,6 +517,9 @@ int sup_clients_start(struct sup *s)
 	r = ipc_timer_new(s->loop, on_idle, s, &s->idle_timer);
 	if (r < 0)
 		return r;
+	r = ipc_timer_new(s->loop, on_hello_sweep, s, &s->hello_sweep);
+	if (r < 0)
+		return r;
 	if (s->opts.private_mode)
 		ipc_timer_arm(s->idle_timer, mono_ns() + s->opts.idle_exit_ms * NSEC_PER_MSEC);
 	return ipc_listener_new(s->loop, s->listen_fd, on_accept, s, &s->listener);
@@ -369,6 +532,10 @@ void sup_clients_free(struct sup *s)
 	while (s->clients)
 		client_free(s->clients);
 	ipc_map_done(&s->client_ids);
+	ipc_map_done(&s->per_uid);
+	ipc_map_done(&s->per_pid);
 	ipc_timer_free(s->idle_timer);
 	s->idle_timer = NULL;
+	ipc_timer_free(s->hello_sweep);
+	s->hello_sweep = NULL;
 }

@@ -32,6 +32,11 @@
 #define DEFAULT_MAX_TIMEOUT_MS 3600000
 #define DEFAULT_DRAIN_MS 5000
 #define DEFAULT_MAX_CLIENTS 1024
+#define DEFAULT_MAX_CLIENTS_PER_USER 256
+#define DEFAULT_MAX_CLIENTS_PER_PROCESS 64
+#define DEFAULT_ADMIN_CLIENTS 16
+#define DEFAULT_HELLO_TIMEOUT_MS 5000
+#define DEFAULT_BUSY_HELLO_TIMEOUT_MS 250
 
 static void usage(FILE *f)
 {
@@ -62,9 +67,21 @@ static void usage(FILE *f)
 		"  --slots N             streams per worker\n"
 		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660)\n"
 		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
-		"  --max-clients N       (default %d)\n",
+		"Connections (a process has one per gpux_connect()):\n"
+		"  --max-clients N       at once, of everybody (default %d); the last\n"
+		"                        --reserved-clients of them only for gpuxd's user and\n"
+		"                        root\n"
+		"  --reserved-clients N  (default max-clients / 16)\n"
+		"  --max-clients-per-user N     of one user other than those (default %d)\n"
+		"  --max-clients-per-process N  of one process (default %d)\n"
+		"  --admin-clients N     beyond max-clients, kept for gpux status (default %d)\n"
+		"  --hello-timeout-ms MS a new connection's time to say hello (default %d)\n"
+		"  --busy-hello-timeout-ms MS   that time while connections without hello hold a\n"
+		"                        quarter of max-clients, or only the reserve is left\n"
+		"                        (default %d)\n",
 		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_DRAIN_MS,
-		DEFAULT_MAX_CLIENTS);
+		DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CLIENTS_PER_USER, DEFAULT_MAX_CLIENTS_PER_PROCESS,
+		DEFAULT_ADMIN_CLIENTS, DEFAULT_HELLO_TIMEOUT_MS, DEFAULT_BUSY_HELLO_TIMEOUT_MS);
 }
 
 static int parse_group(const char *s, gid_t *ret)
@@ -87,7 +104,8 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 {
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
 	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES,
-	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC };
+	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC, O_RESERVED, O_PERUSER, O_PERPROC,
+	       O_ADMINC, O_HELLO, O_BUSYHELLO };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -109,6 +127,12 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "allow-group", required_argument, NULL, O_GROUP },
 		{ "socket-mode", required_argument, NULL, O_MODE },
 		{ "max-clients", required_argument, NULL, O_MAXC },
+		{ "reserved-clients", required_argument, NULL, O_RESERVED },
+		{ "max-clients-per-user", required_argument, NULL, O_PERUSER },
+		{ "max-clients-per-process", required_argument, NULL, O_PERPROC },
+		{ "admin-clients", required_argument, NULL, O_ADMINC },
+		{ "hello-timeout-ms", required_argument, NULL, O_HELLO },
+		{ "busy-hello-timeout-ms", required_argument, NULL, O_BUSYHELLO },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -160,6 +184,12 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		case O_CACHETTL:
 		case O_SLOTS:
 		case O_MAXC:
+		case O_RESERVED:
+		case O_PERUSER:
+		case O_PERPROC:
+		case O_ADMINC:
+		case O_HELLO:
+		case O_BUSYHELLO:
 			r = ipc_parse_u64(optarg, 10, &v);
 			if (c == O_IDLE)
 				o->idle_exit_ms = v;
@@ -183,8 +213,20 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 				o->cache_ttl_ms = v;
 			else if (c == O_SLOTS)
 				o->slots = (unsigned)MIN(v, IPC_STATUS_SLOTS);
-			else
+			else if (c == O_MAXC)
 				o->max_clients = (unsigned)MIN(v, 1000000);
+			else if (c == O_RESERVED)
+				o->reserved_clients = (unsigned)MIN(v, 1000000);
+			else if (c == O_PERUSER)
+				o->max_clients_per_user = (unsigned)MIN(v, 1000000);
+			else if (c == O_PERPROC)
+				o->max_clients_per_process = (unsigned)MIN(v, 1000000);
+			else if (c == O_ADMINC)
+				o->admin_clients = (unsigned)MIN(v, 1000000);
+			else if (c == O_HELLO)
+				o->hello_timeout_ms = v;
+			else
+				o->busy_hello_timeout_ms = v;
 			break;
 		case 'h':
 			usage(stdout);
@@ -197,6 +239,11 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	}
 	if (!mode_set && o->allow_group)
 		o->socket_mode = 0660;
+	if (o->reserved_clients == UINT_MAX)
+		o->reserved_clients = o->max_clients / 16;
+	/* Nobody but gpuxd's user could connect: surely a mistake. */
+	if (o->reserved_clients >= o->max_clients)
+		return -EINVAL;
 	return optind == argc ? 0 : -EINVAL;
 }
 
@@ -376,6 +423,12 @@ int main(int argc, char **argv)
 		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
 		.drain_ms = DEFAULT_DRAIN_MS,
 		.max_clients = DEFAULT_MAX_CLIENTS,
+		.reserved_clients = UINT_MAX,
+		.max_clients_per_user = DEFAULT_MAX_CLIENTS_PER_USER,
+		.max_clients_per_process = DEFAULT_MAX_CLIENTS_PER_PROCESS,
+		.admin_clients = DEFAULT_ADMIN_CLIENTS,
+		.hello_timeout_ms = DEFAULT_HELLO_TIMEOUT_MS,
+		.busy_hello_timeout_ms = DEFAULT_BUSY_HELLO_TIMEOUT_MS,
 	};
 	s.listen_fd = -1;
 	s.lock_fd = -1;

@@ -24,8 +24,6 @@
 #define SUP_STOP_GRACE_NS (2ULL * 1000000000ULL)
 /* How often deadlines are checked. */
 #define SUP_DEADLINE_TICK_NS (50ULL * 1000000ULL)
-/* A client has this long to say hello. */
-#define SUP_HELLO_TIMEOUT_NS (5ULL * 1000000000ULL)
 /* A client refused at hello is dropped this long after being told why. */
 #define SUP_REFUSED_LINGER_NS (100ULL * 1000000ULL)
 
@@ -56,7 +54,16 @@ struct sup_opts {
 	uint64_t cache_ttl_ms;
 	unsigned host_devices;
 	unsigned slots;
+	/* Connections (see supervisor/clients.c): all of them, the last `reserved_clients` of
+	 * those for gpuxd's user and root only; per user (others than those) and per process;
+	 * beyond max_clients, `admin_clients` for gpux status. */
 	unsigned max_clients;
+	unsigned reserved_clients;
+	unsigned max_clients_per_user;
+	unsigned max_clients_per_process;
+	unsigned admin_clients;
+	uint64_t hello_timeout_ms;      /* to say hello */
+	uint64_t busy_hello_timeout_ms; /* the same under pressure */
 };
 
 /* A worker's life, as a table of state x event (supervisor/workers.c). */
@@ -111,8 +118,12 @@ struct sup_client {
 	gid_t gid;
 	pid_t pid;
 	bool hello_done;
-	bool refused; /* told there is no version in common; dropped when hello_timer fires */
+	bool refused; /* told why it may not stay; dropped when hello_timer fires */
 	bool admin;
+	bool silent;     /* has not said hello yet (nor been refused) */
+	bool admin_pool; /* took one of the slots beyond max_clients: admin or nothing */
+	bool hurried;    /* silent under pressure: has the busy deadline */
+	uint64_t accepted_ns;
 	struct ipc_timer *hello_timer;
 	struct sup_client *prev, *next;
 };
@@ -128,6 +139,13 @@ struct sup {
 	unsigned nworkers;
 	struct sup_client *clients;
 	unsigned nclients;
+	unsigned nsilent;     /* clients that have not said hello */
+	unsigned nadmin_pool; /* clients in the slots beyond max_clients */
+	bool hello_busy;      /* under pressure, as of the last connection */
+	bool sweep_armed;
+	struct ipc_timer *hello_sweep; /* cuts hurried connections */
+	struct ipc_map per_uid; /* uid -> connections, as a pointer-sized count */
+	struct ipc_map per_pid; /* pid -> connections */
 	struct ipc_map client_ids; /* id -> struct sup_client */
 	uint64_t next_client_id;
 	uint64_t clients_total;

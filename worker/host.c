@@ -18,6 +18,7 @@
 
 #include "host-kernel-prelude.h"
 #include "ipc/macro.h"
+#include "sandbox.h"
 #include "wrk.h"
 
 extern char **environ;
@@ -36,6 +37,14 @@ const char wrk_host_options_re[] =
 	"std=(c|gnu)(99|11|17|2x)|ffast-math|fno-math-errno|funroll-loops|march=native|"
 	"mtune=native|fopenmp-simd|W[a-z-]*)$";
 
+/*
+ * The compiler's own arguments, before the client's options, in every module's key.
+ * -nostartfiles: no _init, _fini or crt constructors, so that a module without any of its
+ * own runs no code as it is loaded (what the sandbox asks: worker/sandbox.c).
+ */
+static const char *const cc_fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
+					"-fvisibility=hidden", "-nostartfiles", "-o" };
+
 struct host_slot {
 	struct host_dev *dev;
 	unsigned index;
@@ -50,6 +59,7 @@ struct host_slot {
 
 struct host_dev {
 	struct wrk *w;
+	bool sandbox; /* kernels run under worker/sandbox.c's filter */
 	const char *cc;
 	char cc_version[256];
 	struct host_slot slots[WRK_SLOTS_MAX];
@@ -67,23 +77,34 @@ struct host_module {
 static __thread sigjmp_buf *fault_jmp;
 static __thread volatile sig_atomic_t fault_signo;
 static __thread void *fault_addr;
+static __thread int fault_call; /* SIGSYS: the forbidden call */
+static __thread unsigned fault_arch;
+static __thread bool sandboxed;
 
 static void on_fault(int sig, siginfo_t *si, void *ctx)
 {
 	if (!fault_jmp) {
-		/* Not in a kernel: a bug of ours. Crash as we would have. */
+		/* Not in a kernel: a bug of ours. Crash as we would have (in the sandbox, by
+		 * abort(): no sigaction there). */
+		if (sandboxed)
+			abort();
 		(void)signal(sig, SIG_DFL);
 		(void)raise(sig);
 		return;
 	}
 	fault_signo = sig;
 	fault_addr = si->si_addr;
+	if (sig == SIGSYS) {
+		fault_call = si->si_syscall;
+		fault_arch = si->si_arch;
+	}
 	siglongjmp(*fault_jmp, 1);
 }
 
+/* SIGSYS is a kernel's forbidden system call in the sandbox: a fault like the others. */
 static int fault_handlers_install(void)
 {
-	static const int sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL };
+	static const int sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS };
 	struct sigaction sa = { 0 };
 
 	sa.sa_sigaction = on_fault;
@@ -175,6 +196,7 @@ static int host_open(struct wrk *w, uint32_t device, void **ret_dev,
 	if (!d)
 		return GPUX_E_NOMEM;
 	d->w = w;
+	d->sandbox = w->opts.sandbox;
 	d->cc = getenv("GPUX_HOST_CC");
 	if (!d->cc || !*d->cc)
 		d->cc = "cc";
@@ -245,6 +267,8 @@ static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 
 	ipc_key_add(s, d->cc, strlen(d->cc));
 	ipc_key_add(s, d->cc_version, strlen(d->cc_version));
+	for (unsigned i = 0; i < ARRAY_SIZE(cc_fixed); i++)
+		ipc_key_add(s, cc_fixed[i], strlen(cc_fixed[i]));
 	ipc_key_add(s, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1);
 }
 
@@ -375,8 +399,6 @@ static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 		      char **ret_log)
 {
 	static const char *const files[] = { "kernel.c", "kernel.so", "log" };
-	static const char *const fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
-					      "-fvisibility=hidden", "-o" };
 	struct host_dev *d = dv;
 	char dir[4096], path[4200], out[4200];
 	char *argv[64] = { NULL };
@@ -389,7 +411,7 @@ static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 		*ret_log = strdup("the host back end runs C kernels (GPUX_LANG_HOST) only");
 		return GPUX_E_INVAL;
 	}
-	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(fixed), &nopt, ret_log);
+	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(cc_fixed), &nopt, ret_log);
 	if (rc < 0)
 		return rc;
 
@@ -416,8 +438,8 @@ static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 
 	(void)snprintf(out, sizeof(out), "%s/kernel.so", dir);
 	argv[argc++] = (char *)d->cc;
-	for (unsigned i = 0; i < ARRAY_SIZE(fixed); i++)
-		argv[argc++] = (char *)fixed[i];
+	for (unsigned i = 0; i < ARRAY_SIZE(cc_fixed); i++)
+		argv[argc++] = (char *)cc_fixed[i];
 	argv[argc++] = out;
 	argc += nopt;
 	argv[argc++] = path;
@@ -456,7 +478,7 @@ out_rm:
 out:
 	free(log);
 	for (unsigned i = 0; i < nopt; i++)
-		free(argv[2 + ARRAY_SIZE(fixed) + i]);
+		free(argv[2 + ARRAY_SIZE(cc_fixed) + i]);
 	return rc;
 }
 
@@ -540,11 +562,18 @@ static int host_module_load(void *dv, const uint8_t *image, size_t len, void **r
 			    char **ret_msg)
 {
 	_cleanup_(closep) int fd = -1;
+	struct host_dev *d = dv;
 	struct host_module *hm;
 	struct link_map *lm = NULL;
 	char path[32];
 	void *dl;
 
+	if (d->sandbox) {
+		int rc = wrk_sandbox_image_check(image, len, ret_msg);
+
+		if (rc < 0)
+			return rc;
+	}
 	fd = image_memfd(image, len, ret_msg);
 	if (fd >= 0)
 		fd = fresh_name(TAKE_FD(fd), ret_msg);
@@ -662,8 +691,11 @@ static void run_request(struct wrk_req *r)
 	} else {
 		fault_jmp = NULL;
 		r->status = GPUX_E_KERNEL_FAULT;
-		r->error = wrk_strdup_printf("kernel \"%s\": %s at address %p", r->name,
-					     strsignal(fault_signo), fault_addr);
+		if (fault_signo == SIGSYS)
+			r->error = wrk_sandbox_fault_text(r->name, fault_call, fault_arch);
+		else
+			r->error = wrk_strdup_printf("kernel \"%s\": %s at address %p", r->name,
+						     strsignal(fault_signo), fault_addr);
 	}
 	r->t_end = mono_ns();
 	r->device_ns = r->t_end - t0;
@@ -698,6 +730,7 @@ static void *slot_main(void *arg)
 	sigdelset(&all, SIGBUS);
 	sigdelset(&all, SIGFPE);
 	sigdelset(&all, SIGILL);
+	sigdelset(&all, SIGSYS);
 	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
 	/* A kernel that overflows its stack still reaches the fault handler. */
 	ss.ss_sp = malloc(FAULT_STACK);
@@ -731,6 +764,20 @@ static void *slot_main(void *arg)
 		if (wrk_req_cancelled(r)) {
 			wrk_reqs_complete(&r, 1, false);
 			continue;
+		}
+		/* Before the first kernel, once the wake-up eventfd exists. */
+		if (s->dev->sandbox && !sandboxed) {
+			int e = wrk_sandbox_enter(s->dev->w->done_fd);
+
+			if (e < 0) {
+				r->status = GPUX_E_PERM;
+				r->error = wrk_strdup_printf("host kernels run in a sandbox here, "
+							     "which could not be set up: %s",
+							     strerror(-e));
+				wrk_reqs_complete(&r, 1, false);
+				continue;
+			}
+			sandboxed = true;
 		}
 		if (r->kind == REQ_COPY)
 			run_copy(r);

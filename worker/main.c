@@ -99,6 +99,7 @@ static void usage(FILE *f)
 		      "                   [--quota-shared BYTES] [--quota-shared-user BYTES]\n"
 		      "                   [--quota-device BYTES]\n"
 		      "                   [--cache-bytes BYTES] [--cache-ttl-ms MS] [--parent-pid PID]\n"
+		      "                   [--sandbox]\n"
 		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
 }
 
@@ -107,7 +108,7 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 {
 	enum { O_PROBE = 256, O_COMPILER, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
 	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL,
-	       O_PARENT };
+	       O_PARENT, O_SANDBOX };
 	static const struct option opts[] = {
 		{ "probe", no_argument, NULL, O_PROBE },
 		{ "compiler", no_argument, NULL, O_COMPILER },
@@ -125,6 +126,7 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
 		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
 		{ "parent-pid", required_argument, NULL, O_PARENT },
+		{ "sandbox", no_argument, NULL, O_SANDBOX },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -146,6 +148,9 @@ static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe
 			break;
 		case O_CACHE:
 			o->cache_dir = optarg;
+			break;
+		case O_SANDBOX:
+			o->sandbox = true;
 			break;
 		case 'h':
 			usage(stdout);

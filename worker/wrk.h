@@ -56,6 +56,7 @@ struct wrk_opts {
 	uint64_t cache_bytes;      /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;     /* idle entries older than this go */
 	pid_t parent_pid;
+	bool sandbox;              /* host kernels run under a seccomp filter (worker/sandbox.c) */
 };
 
 /* A mapped memfd, shared by every client that sent the same file (same inode). */

@@ -33,6 +33,14 @@
  *
  * A kernel must not write its IN arguments; a crashing kernel fails its request with
  * GPUX_E_KERNEL_FAULT and its worker restarts, as after a sticky CUDA error.
+ *
+ * Only gpuxd's own user and root may load host kernels. On a gpuxd that serves a group or
+ * runs as root (gpuxd --host-sandbox), kernels run under a seccomp filter: they may compute
+ * on their arguments, allocate and free memory, read clocks and sleep; any other system call
+ * (files, sockets, processes, signals) is not made and fails the request with
+ * GPUX_E_KERNEL_FAULT naming the call, as a crash does. There a module may have no
+ * constructors, destructors or IFUNC resolvers (GPUX_E_INVAL at load): they would run
+ * outside the filter.
  */
 
 struct gpux_dim3 {

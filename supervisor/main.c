@@ -65,7 +65,16 @@ static void usage(FILE *f)
 		"  --cache-bytes BYTES   the device cache's budget (default a quarter of the device)\n"
 		"  --cache-ttl-ms MS     cached inputs unused this long go (default 600000)\n"
 		"  --slots N             streams per worker\n"
-		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660)\n"
+		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660). Host\n"
+		"                        kernels (the host back end's C code) are native code\n"
+		"                        run as gpuxd's user, inside its workers, so only that\n"
+		"                        user and root may load them: never the group\n"
+		"  --host-sandbox MODE   auto (default: on with --allow-group or as root), on or\n"
+		"                        off: host kernels run under a seccomp filter (memory,\n"
+		"                        clocks, sleep; no files, sockets, processes, signals);\n"
+		"                        a forbidden call fails the request as a kernel fault\n"
+		"                        and restarts the worker. A kernel that corrupts its\n"
+		"                        worker's memory can still reach past it\n"
 		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
 		"Connections (a process has one per gpux_connect()):\n"
 		"  --max-clients N       at once, of everybody (default %d); the last\n"
@@ -105,7 +114,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
 	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES,
 	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC, O_RESERVED, O_PERUSER, O_PERPROC,
-	       O_ADMINC, O_HELLO, O_BUSYHELLO };
+	       O_ADMINC, O_HELLO, O_BUSYHELLO, O_SANDBOX };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -133,10 +142,12 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "admin-clients", required_argument, NULL, O_ADMINC },
 		{ "hello-timeout-ms", required_argument, NULL, O_HELLO },
 		{ "busy-hello-timeout-ms", required_argument, NULL, O_BUSYHELLO },
+		{ "host-sandbox", required_argument, NULL, O_SANDBOX },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool mode_set = false;
+	const char *sandbox = "auto";
 	uint64_t v;
 	int c, r;
 
@@ -159,6 +170,11 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 			break;
 		case O_WORKER:
 			o->worker_path = optarg;
+			break;
+		case O_SANDBOX:
+			if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off"))
+				r = -EINVAL;
+			sandbox = optarg;
 			break;
 		case O_CACHE:
 			o->cache_dir = optarg;
@@ -239,6 +255,9 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	}
 	if (!mode_set && o->allow_group)
 		o->socket_mode = 0660;
+	/* A gpuxd that serves other users, or runs as root: its kernels are worth fencing. */
+	o->host_sandbox = strcmp(sandbox, "on") == 0 ||
+			  (strcmp(sandbox, "auto") == 0 && (o->allow_group || geteuid() == 0));
 	if (o->reserved_clients == UINT_MAX)
 		o->reserved_clients = o->max_clients / 16;
 	/* Nobody but gpuxd's user could connect: surely a mistake. */

@@ -42,6 +42,7 @@ struct sup_opts {
 	const char *cache_dir;
 	bool allow_group;
 	gid_t allow_gid;
+	bool host_sandbox; /* host kernels under a seccomp filter (--host-sandbox, resolved) */
 	unsigned socket_mode;
 	uint64_t idle_exit_ms;
 	uint64_t timeout_ms;

@@ -379,6 +379,8 @@ static int spawn(struct sup_worker *w)
 		argv[argc++] = "--cache-dir";
 		argv[argc++] = (char *)s->opts.cache_dir;
 	}
+	if (s->opts.host_sandbox)
+		argv[argc++] = "--sandbox";
 	argv[argc] = NULL;
 
 	(void)posix_spawn_file_actions_init(&fa);

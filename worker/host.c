@@ -7,43 +7,19 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/sysinfo.h>
-#include <sys/wait.h>
 
-#include "host-kernel-prelude.h"
+#include "host-build.h"
 #include "ipc/macro.h"
 #include "sandbox.h"
 #include "wrk.h"
 
-extern char **environ;
-
-#define BUILD_TIMEOUT_NS (120 * NSEC_PER_SEC)
-#define LOG_MAX (64 * 1024)
 #define SHARED_OPTIN_MAX (1024 * 1024)
 #define FAULT_STACK (64 * 1024)
-
-/*
- * Options a client may pass to the compiler. Anything else (-o, -I, -fplugin, -Wl, ...)
- * could make the compiler read or write files of the worker's choosing, so it is refused.
- */
-const char wrk_host_options_re[] =
-	"^-(O[0-3sg]?|g|D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|U[A-Za-z_][A-Za-z0-9_]*|"
-	"std=(c|gnu)(99|11|17|2x)|ffast-math|fno-math-errno|funroll-loops|march=native|"
-	"mtune=native|fopenmp-simd|W[a-z-]*)$";
-
-/*
- * The compiler's own arguments, before the client's options, in every module's key.
- * -nostartfiles: no _init, _fini or crt constructors, so that a module without any of its
- * own runs no code as it is loaded (what the sandbox asks: worker/sandbox.c).
- */
-static const char *const cc_fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
-					"-fvisibility=hidden", "-nostartfiles", "-o" };
 
 struct host_slot {
 	struct host_dev *dev;
@@ -154,20 +130,6 @@ static int host_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n
 
 static void *slot_main(void *arg);
 
-static void cc_version(struct host_dev *d)
-{
-	char cmd[512];
-	FILE *f;
-
-	(void)snprintf(cmd, sizeof(cmd), "%s --version 2>/dev/null", d->cc);
-	f = popen(cmd, "re");
-	if (!f)
-		return;
-	if (!fgets(d->cc_version, sizeof(d->cc_version), f))
-		d->cc_version[0] = '\0';
-	(void)pclose(f);
-}
-
 static void host_close(void *dv)
 {
 	struct host_dev *d = dv;
@@ -200,7 +162,7 @@ static int host_open(struct wrk *w, uint32_t device, void **ret_dev,
 	d->cc = getenv("GPUX_HOST_CC");
 	if (!d->cc || !*d->cc)
 		d->cc = "cc";
-	cc_version(d);
+	wrk_host_cc_version(d->cc, d->cc_version, sizeof(d->cc_version));
 	r = fault_handlers_install();
 	if (r < 0) {
 		free(d);
@@ -259,227 +221,21 @@ static uint64_t host_mem_free(void *dv)
 	return (uint64_t)si.freeram * si.mem_unit;
 }
 
-/* ---- building ---- */
+/* ---- building: worker/host-build.c ---- */
 
 static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 {
 	struct host_dev *d = dv;
 
-	ipc_key_add(s, d->cc, strlen(d->cc));
-	ipc_key_add(s, d->cc_version, strlen(d->cc_version));
-	for (unsigned i = 0; i < ARRAY_SIZE(cc_fixed); i++)
-		ipc_key_add(s, cc_fixed[i], strlen(cc_fixed[i]));
-	ipc_key_add(s, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1);
-}
-
-/* Split options at blanks into argv (at most WRK_OPTIONS_MAX), each one allowed. */
-static int options_split(const char *options, char **argv, unsigned *ret_n, char **ret_log)
-{
-	_cleanup_(freep) char *copy = strdup(options);
-	char *save = NULL;
-	unsigned n = 0;
-	int rc;
-
-	if (!copy)
-		return GPUX_E_NOMEM;
-	rc = wrk_options_check(wrk_host_options_re, options, ret_log);
-	if (rc < 0)
-		return rc;
-	for (char *t = strtok_r(copy, " \t\n", &save); t; t = strtok_r(NULL, " \t\n", &save)) {
-		argv[n] = strdup(t);
-		if (!argv[n]) {
-			while (n)
-				free(argv[--n]);
-			return GPUX_E_NOMEM;
-		}
-		n++;
-	}
-	*ret_n = n;
-	return 0;
-}
-
-static int write_file(const char *path, const void *a, size_t alen, const void *b, size_t blen)
-{
-	_cleanup_(closep) int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	const struct {
-		const void *p;
-		size_t n;
-	} parts[2] = { { a, alen }, { b, blen } };
-
-	if (fd < 0)
-		return -errno;
-	for (unsigned i = 0; i < 2; i++) {
-		const uint8_t *p = parts[i].p;
-		size_t n = parts[i].n;
-		while (n) {
-			ssize_t k = write(fd, p, n);
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k < 0)
-				return -errno;
-			p += k;
-			n -= (size_t)k;
-		}
-	}
-	return 0;
-}
-
-static int read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
-{
-	_cleanup_(closep) int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	uint8_t *p;
-	size_t len;
-
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0)
-		return -errno;
-	len = MIN((size_t)st.st_size, max);
-	p = malloc(len + 1);
-	if (!p)
-		return -ENOMEM;
-	if (pread(fd, p, len, 0) != (ssize_t)len) {
-		free(p);
-		return -EIO;
-	}
-	p[len] = 0;
-	*ret = p;
-	*ret_len = len;
-	return 0;
-}
-
-/* Run the compiler with its output into log_path; wait at most BUILD_TIMEOUT_NS. */
-static int run_compiler(char **argv, const char *log_path, int *ret_status)
-{
-	posix_spawn_file_actions_t fa;
-	uint64_t until = mono_ns() + BUILD_TIMEOUT_NS;
-	pid_t pid;
-	int r, st;
-
-	r = posix_spawn_file_actions_init(&fa);
-	if (r != 0)
-		return -r;
-	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	(void)posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	(void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-	(void)posix_spawn_file_actions_destroy(&fa);
-	if (r != 0)
-		return -r;
-	for (unsigned sleep_us = 100;; sleep_us = MIN(sleep_us * 2, 20000u)) {
-		pid_t k = waitpid(pid, &st, WNOHANG);
-		if (k == pid)
-			break;
-		if (k < 0 && errno != EINTR)
-			return -errno;
-		if (mono_ns() > until) {
-			(void)kill(pid, SIGKILL);
-			(void)waitpid(pid, &st, 0);
-			return -ETIMEDOUT;
-		}
-		(void)usleep(sleep_us);
-	}
-	*ret_status = st;
-	return 0;
-}
-
-static void rm_build_dir(const char *dir, const char *const *names, unsigned n)
-{
-	char path[4200];
-
-	for (unsigned i = 0; i < n; i++) {
-		(void)snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-		(void)unlink(path);
-	}
-	(void)rmdir(dir);
+	wrk_host_build_key(d->cc, d->cc_version, s);
 }
 
 static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
 		      char **ret_log)
 {
-	static const char *const files[] = { "kernel.c", "kernel.so", "log" };
 	struct host_dev *d = dv;
-	char dir[4096], path[4200], out[4200];
-	char *argv[64] = { NULL };
-	unsigned nopt = 0, argc = 0;
-	uint8_t *log = NULL;
-	size_t loglen = 0;
-	int r, st = 0, rc;
 
-	if (b->lang != GPUX_LANG_HOST) {
-		*ret_log = strdup("the host back end runs C kernels (GPUX_LANG_HOST) only");
-		return GPUX_E_INVAL;
-	}
-	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(cc_fixed), &nopt, ret_log);
-	if (rc < 0)
-		return rc;
-
-	/* A fresh private directory (mkdtemp: 0700, ours): nobody can swap the output. */
-	(void)snprintf(dir, sizeof(dir), "%s/gpux-build-XXXXXX",
-		       getenv("TMPDIR") && *getenv("TMPDIR") == '/' ? getenv("TMPDIR") : "/tmp");
-	if (!mkdtemp(dir)) {
-		*ret_log = wrk_strdup_printf("mkdtemp %s: %s", dir, strerror(errno));
-		rc = GPUX_E_IO;
-		goto out;
-	}
-	(void)snprintf(path, sizeof(path), "%s/kernel.c", dir);
-	r = write_file(path, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1,
-		       "\n#line 1 \"kernel.c\"\n", 20);
-	if (r == 0) {
-		_cleanup_(closep) int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-		r = fd < 0 ? -errno : (write(fd, b->code, b->code_len) == (ssize_t)b->code_len ? 0 : -EIO);
-	}
-	if (r < 0) {
-		*ret_log = wrk_strdup_printf("writing the source: %s", strerror(-r));
-		rc = GPUX_E_IO;
-		goto out_rm;
-	}
-
-	(void)snprintf(out, sizeof(out), "%s/kernel.so", dir);
-	argv[argc++] = (char *)d->cc;
-	for (unsigned i = 0; i < ARRAY_SIZE(cc_fixed); i++)
-		argv[argc++] = (char *)cc_fixed[i];
-	argv[argc++] = out;
-	argc += nopt;
-	argv[argc++] = path;
-	argv[argc] = NULL;
-	{
-		char logp[4200];
-		(void)snprintf(logp, sizeof(logp), "%s/log", dir);
-		r = run_compiler(argv, logp, &st);
-		(void)snprintf(path, sizeof(path), "%s", logp);
-	}
-	(void)read_file(path, LOG_MAX, &log, &loglen);
-	if (r == -ENOENT || (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)) {
-		*ret_log = wrk_strdup_printf("no C compiler \"%s\" (set GPUX_HOST_CC or install gcc)",
-					     d->cc);
-		rc = GPUX_E_COMPILE;
-		goto out_rm;
-	}
-	if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		*ret_log = log && loglen ? (char *)TAKE_PTR(log)
-					 : wrk_strdup_printf("the compiler failed: %s",
-							     r < 0 ? strerror(-r) : "no output");
-		rc = GPUX_E_COMPILE;
-		goto out_rm;
-	}
-	r = read_file(out, SIZE_MAX - 1, ret_image, ret_len);
-	if (r < 0) {
-		*ret_log = wrk_strdup_printf("reading the compiled module: %s", strerror(-r));
-		rc = GPUX_E_IO;
-		goto out_rm;
-	}
-	if (log && loglen)
-		*ret_log = (char *)TAKE_PTR(log);
-	rc = 0;
-out_rm:
-	rm_build_dir(dir, (const char *const *)files, ARRAY_SIZE(files));
-out:
-	free(log);
-	for (unsigned i = 0; i < nopt; i++)
-		free(argv[2 + ARRAY_SIZE(cc_fixed) + i]);
-	return rc;
+	return wrk_host_build(d->cc, b, ret_image, ret_len, ret_log);
 }
 
 /* ---- modules: the image is dlopen()ed from a memfd, so what was checked is what runs ---- */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tools/gpux.c: the gpux command: status, demo. */
+/* tools/gpux.c: the gpux command: status, demo, bench, soak. */
 #include <string.h>
 #include <time.h>
 
@@ -37,6 +37,9 @@ static void usage(FILE *f)
 			 "       gpux demo [--socket PATH] [--children N] [--elements N]\n"
 			 "       gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"
 			 "                  (scenarios: rtt bw fork cached modules clients gpus)\n"
+			 "       gpux soak [--minutes N] [--clients N] [--seed N]\n"
+			 "                 [--watchdog-s S] [--rss-slack-mib N] [--ops LIST]\n"
+			 "                 [--keep]\n"
 			 "       gpux version\n");
 }
 
@@ -52,6 +55,8 @@ int main(int argc, char **argv)
 		return tool_demo(argc - 1, argv + 1);
 	if (strcmp(argv[1], "bench") == 0)
 		return tool_bench(argc - 1, argv + 1);
+	if (strcmp(argv[1], "soak") == 0)
+		return tool_soak(argc - 1, argv + 1);
 	if (strcmp(argv[1], "version") == 0) {
 		printf("gpux %s\n", gpux_version());
 		return TOOL_OK;

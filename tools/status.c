@@ -47,8 +47,7 @@ static int recv_one(int fd, uint8_t *buf, struct ipc_msg *msg)
 	return r < 0 ? r : 0;
 }
 
-/* Ask gpuxd at path for its status; the answer's payload stays in buf. */
-static int query(const char *path, uint8_t *buf, struct ipc_status_msg *ret)
+int tool_status_query(const char *path, uint8_t *buf, struct ipc_status_msg *ret)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct ipc_hello h = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION,
@@ -202,7 +201,7 @@ int tool_status(int argc, char **argv)
 			return tool_fail("status", "no default socket path");
 		sock = path;
 	}
-	r = query(sock, buf, &st);
+	r = tool_status_query(sock, buf, &st);
 	if (r < 0) {
 		char what[200];
 		(void)snprintf(what, sizeof(what), "connect %s", sock);

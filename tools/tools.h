@@ -16,6 +16,12 @@
 int tool_status(int argc, char **argv);
 int tool_demo(int argc, char **argv);
 int tool_bench(int argc, char **argv);
+int tool_soak(int argc, char **argv);
+
+struct ipc_status_msg;
+/* Ask gpuxd at path for its status (an admin hello): 0 or -errno; the answer's payload stays
+ * in buf (IPC_MSG_MAX bytes), which *ret points into. */
+int tool_status_query(const char *path, uint8_t *buf, struct ipc_status_msg *ret);
 
 /* The demo's kernels, for each back end: saxpy(n, a, x, y, out) and empty(). */
 extern const char tool_kernels_host[];

@@ -59,6 +59,8 @@ static __thread bool sandboxed;
 
 static void on_fault(int sig, siginfo_t *si, void *ctx)
 {
+	sigjmp_buf *jb;
+
 	if (!fault_jmp) {
 		/* Not in a kernel: a bug of ours. Crash as we would have (in the sandbox, by
 		 * abort(): no sigaction there). */
@@ -74,7 +76,10 @@ static void on_fault(int sig, siginfo_t *si, void *ctx)
 		fault_call = si->si_syscall;
 		fault_arch = si->si_arch;
 	}
-	siglongjmp(*fault_jmp, 1);
+	/* A fault on the way out (in a sanitizer's siglongjmp) is a bug of ours, not a loop. */
+	jb = fault_jmp;
+	fault_jmp = NULL;
+	siglongjmp(*jb, 1);
 }
 
 /* SIGSYS is a kernel's forbidden system call in the sandbox: a fault like the others. */

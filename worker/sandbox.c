@@ -35,7 +35,8 @@
  */
 static const int allowed[] = {
 	SYS_futex, SYS_sched_yield, SYS_nanosleep, SYS_clock_nanosleep, SYS_clock_gettime,
-	SYS_clock_getres, SYS_gettimeofday, SYS_getpid, SYS_gettid, SYS_getrandom,
+	SYS_clock_getres, SYS_gettimeofday, SYS_getpid, SYS_gettid, SYS_getrandom, SYS_getcpu,
+	SYS_sched_getaffinity, /* pthread_getattr_np(), which sanitizers call on siglongjmp() */
 	SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_sigaltstack, SYS_restart_syscall, SYS_exit,
 	SYS_exit_group, SYS_brk, SYS_munmap, SYS_madvise, SYS_mremap, SYS_mprotect,
 #ifdef SYS_time

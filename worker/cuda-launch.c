@@ -426,12 +426,13 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	g->fin = r->timed ? g->end : g->done;
 	g->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
 	e = r->timed ? d->cu.cuEventRecord(g->start, s->stream) : CUDA_SUCCESS;
-	if (e == CUDA_SUCCESS) {
+	if (e != CUDA_SUCCESS) {
+		what = strdup("cuEventRecord");
+	} else if (!wrk_req_cancelled(r)) {
+		/* (A cancelled one, of a client gone, queues no work: it ends in its turn.) */
 		e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
 					: enqueue(d, r, g, s->stream, &what);
 		r->launched = e == CUDA_SUCCESS;
-	} else {
-		what = strdup("cuEventRecord");
 	}
 	if (e != CUDA_SUCCESS) {
 		/* Copies already queued may still read or write the client's pages: the request
@@ -624,7 +625,7 @@ void cuda_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned n)
 	unsigned nrun = 0;
 
 	for (unsigned k = 0; k < n; k++, r = next) {
-		bool g = graphable(r);
+		bool g = graphable(r) && !wrk_req_cancelled(r);
 
 		next = r->next;
 		/* A graph holds one client's requests only: a fault in it is that client's. */

@@ -3,25 +3,21 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <stdbool.h>
 
 #include "compiler.h"
 #include "nvrtc-loader.h"
+#include "compile-sandbox.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
 #include "ipc/segment.h"
@@ -31,8 +27,8 @@
  * CUDA C++ is compiled by NVRTC in `gpux-worker --compiler`, a process of its own that the
  * worker starts once and talks to over a socket: a compile that crashes or never ends takes
  * only that process down (it is killed after COMPILE_TIMEOUT_NS and started again), and it
- * compiles behind a seccomp filter that refuses every open(): after a first compile has
- * loaded NVRTC's built-in headers, source code can reach no file on the machine
+ * compiles behind its sandbox (worker/compile-sandbox.c), which lets it open no file: after a first
+ * compile has loaded NVRTC's built-in headers, source code can reach no file on the machine
  * (`#include "/etc/passwd"` fails), whatever its options say.
  */
 
@@ -74,51 +70,6 @@ uint32_t wrk_nvrtc_version(void)
 	if (nvrtc_load(&nv, why, sizeof(why)) < 0 || nv.version(&major, &minor) != NVRTC_SUCCESS)
 		major = minor = 0;
 	return (uint32_t)(major * 1000 + minor * 10);
-}
-
-/* Refuse every way of reaching a file, a process or the network: the rest is allowed. */
-static int sandbox(void)
-{
-	static const int denied[] = {
-#ifdef SYS_open
-		SYS_open,
-#endif
-#ifdef SYS_creat
-		SYS_creat,
-#endif
-		SYS_openat, SYS_openat2, SYS_name_to_handle_at, SYS_open_by_handle_at,
-		SYS_execve, SYS_execveat, SYS_socket, SYS_connect, SYS_ptrace,
-		SYS_process_vm_readv, SYS_process_vm_writev,
-	};
-	struct sock_filter f[4 + 2 * ARRAY_SIZE(denied) + 1];
-	struct sock_fprog prog = { .filter = f };
-	unsigned k = 0;
-
-	f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-					      offsetof(struct seccomp_data, arch));
-#if defined(__x86_64__)
-	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
-#elif defined(__aarch64__)
-	f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_AARCH64, 1, 0);
-#else
-#error "the compiler's sandbox needs this architecture's audit number"
-#endif
-	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-	f[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
-					      offsetof(struct seccomp_data, nr));
-	for (unsigned i = 0; i < ARRAY_SIZE(denied); i++) {
-		f[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)denied[i],
-						      0, 1);
-		f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
-						      SECCOMP_RET_ERRNO | (EACCES & SECCOMP_RET_DATA));
-	}
-	f[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-	prog.len = (unsigned short)k;
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-		return -errno;
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) < 0)
-		return -errno;
-	return 0;
 }
 
 static int reply(int fd, int status, const char *log, size_t log_len, uint32_t version,
@@ -218,7 +169,8 @@ int wrk_compiler_main(int fd, pid_t parent)
 	static uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX];
 	struct nvrtc nv = { 0 };
 	char why[256] = "";
-	int major = 0, minor = 0;
+	int major = 0, minor = 0, r;
+	bool landlocked;
 	nvrtcProgram prog;
 
 	/* Die with the worker; if it is gone already, go at once. */
@@ -233,8 +185,9 @@ int wrk_compiler_main(int fd, pid_t parent)
 		(void)nv.compile(prog, 0, NULL);
 		(void)nv.destroy(&prog);
 	}
-	if (sandbox() < 0) {
-		(void)snprintf(why, sizeof(why), "cannot sandbox the compiler: %s", strerror(errno));
+	r = wrk_compile_sandbox_seal(NULL, 0, fd, &landlocked);
+	if (r < 0) {
+		(void)snprintf(why, sizeof(why), "cannot sandbox the compiler: %s", strerror(-r));
 		return reply(fd, GPUX_E_IO, why, strlen(why), 0, -1) < 0 ? 1 : 0;
 	}
 	if (reply(fd, 0, "", 0, (uint32_t)(major * 1000 + minor * 10), -1) < 0)

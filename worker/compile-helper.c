@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/compile-helper.c: gpux-worker --compiler: NVRTC, warm and sandboxed, serving its worker. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "compiler-proto.h"
+#include "compiler.h"
+#include "ipc/channel.h"
+#include "ipc/macro.h"
+#include "ipc/segment.h"
+#include "nvrtc-loader.h"
+#include "compile-sandbox.h"
+#include "wrk.h"
+
+/*
+ * The helper is started with the worker, before the device is even opened, so that NVRTC is
+ * loaded and has compiled (the first compile of a process pays for loading NVRTC's built-in
+ * headers and its code generator) by the time a client's module arrives. It learns its
+ * target (SETUP), compiles once more for it, then closes itself behind its sandbox
+ * (worker/compile-sandbox.c) for good and says hello. Everything after that is a client's source.
+ */
+
+#define WARM_SOURCE                                                                                \
+	"template <typename T> __global__ void gpux_warm(T *p, int n) { if (n) *p = (T)n; }\n"      \
+	"template __global__ void gpux_warm<float>(float *, int);\n"
+
+struct helper {
+	int fd;
+	struct nvrtc nv;
+	char arch_opt[48];
+	uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX + 1];
+};
+
+static int reply(int fd, int status, const char *log, size_t log_len, uint32_t version,
+		 int image_fd)
+{
+	static uint8_t buf[sizeof(struct cc_rep) + CC_LOG_MAX];
+	struct cc_rep rep = {
+		.magic = CC_MAGIC,
+		.status = status,
+		.log_len = (uint32_t)MIN(log_len, (size_t)CC_LOG_MAX),
+		.version = version,
+	};
+
+	memcpy(buf, &rep, sizeof(rep));
+	if (rep.log_len)
+		memcpy(buf + sizeof(rep), log, rep.log_len);
+	return ipc_channel_send(fd, buf, sizeof(rep) + rep.log_len, &image_fd, image_fd >= 0 ? 1 : 0,
+				0);
+}
+
+static int reply_text(int fd, int status, const char *text)
+{
+	return reply(fd, status, text, strlen(text), 0, -1);
+}
+
+/* Split options at blanks into argv (pointers into opts, which is changed). */
+static unsigned split(char *opts, const char **argv, unsigned max)
+{
+	unsigned n = 0;
+	char *save = NULL;
+
+	for (char *t = strtok_r(opts, " \t\n", &save); t && n < max; t = strtok_r(NULL, " \t\n", &save))
+		argv[n++] = t;
+	return n;
+}
+
+/* The arguments every compile gets before the client's: the target; no file is looked for. */
+static unsigned base_args(struct helper *h, const char **argv)
+{
+	argv[0] = h->arch_opt;
+	argv[1] = "--no-source-include";
+	return 2;
+}
+
+/* NVRTC's log of prog, or NULL; to free. */
+static char *program_log(struct nvrtc *nv, nvrtcProgram prog)
+{
+	size_t len = 0;
+	char *log;
+
+	if (nv->log_size(prog, &len) != NVRTC_SUCCESS || len <= 1)
+		return NULL;
+	log = malloc(len);
+	/* A log NVRTC did not fill is no log. */
+	if (log && nv->log(prog, log) != NVRTC_SUCCESS) {
+		free(log);
+		return NULL;
+	}
+	return log;
+}
+
+/* ---- one compile ---- */
+
+static int image_make(struct helper *h, nvrtcProgram prog, int *ret_fd)
+{
+	_cleanup_(freep) char *cubin = NULL;
+	size_t cubin_len = 0;
+
+	if (h->nv.cubin_size(prog, &cubin_len) != NVRTC_SUCCESS || cubin_len == 0 ||
+	    !(cubin = malloc(cubin_len)) || h->nv.cubin(prog, cubin) != NVRTC_SUCCESS)
+		return -EIO;
+	return ipc_blob_new("gpux-cubin", cubin, cubin_len, ret_fd);
+}
+
+static void compile_one(struct helper *h, const struct cc_req *rq, const char *options,
+			int code_fd)
+{
+	_cleanup_(freep) uint8_t *code = NULL;
+	_cleanup_(freep) char *opts = strndup(options, rq->options_len);
+	_cleanup_(freep) char *log = NULL;
+	_cleanup_(closep) int image_fd = -1;
+	const char *argv[2 + WRK_OPTIONS_MAX];
+	nvrtcProgram prog = NULL;
+	unsigned argc;
+	nvrtcResult r;
+
+	if (ipc_blob_read(code_fd, rq->code_len, IPC_CODE_MAX, &code, NULL) < 0 || !opts) {
+		(void)reply_text(h->fd, GPUX_E_INVAL, "bad compile request");
+		return;
+	}
+	argc = base_args(h, argv);
+	argc += split(opts, argv + argc, ARRAY_SIZE(argv) - argc);
+	r = h->nv.create(&prog, (const char *)code, "kernel.cu", 0, NULL, NULL);
+	if (r == NVRTC_SUCCESS)
+		r = h->nv.compile(prog, (int)argc, argv);
+	log = prog ? program_log(&h->nv, prog) : NULL;
+	if (r != NVRTC_SUCCESS)
+		(void)reply_text(h->fd, GPUX_E_COMPILE, log ? log : h->nv.error(r));
+	else if (image_make(h, prog, &image_fd) < 0)
+		(void)reply_text(h->fd, GPUX_E_COMPILE, "NVRTC made no cubin");
+	else
+		(void)reply(h->fd, 0, log ? log : "", log ? strlen(log) : 0, 0, image_fd);
+	if (prog)
+		(void)h->nv.destroy(&prog);
+}
+
+/* ---- start ---- */
+
+/* Compile a small template kernel with these arguments: loads what a compile needs. */
+static void warm(struct helper *h, unsigned argc, const char **argv)
+{
+	nvrtcProgram prog;
+
+	if (h->nv.create(&prog, WARM_SOURCE, "warm.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
+		return;
+	if (h->nv.compile(prog, (int)argc, argv) == NVRTC_SUCCESS) {
+		size_t len;
+
+		(void)h->nv.cubin_size(prog, &len);
+	}
+	(void)h->nv.destroy(&prog);
+}
+
+/* SETUP: the target, checked. */
+static int setup(struct helper *h)
+{
+	uint8_t buf[sizeof(struct cc_setup) + 1];
+	struct cc_setup s;
+	int fds[IPC_FDS_MAX];
+	unsigned nfds;
+	ssize_t n = ipc_channel_recv(h->fd, buf, sizeof(buf), fds, &nfds, 0);
+
+	if (n != (ssize_t)sizeof(s) || nfds != 0)
+		return -EBADMSG;
+	memcpy(&s, buf, sizeof(s));
+	if (s.magic != CC_MAGIC || s.kind != CC_SETUP || !memchr(s.arch, 0, sizeof(s.arch)))
+		return -EBADMSG;
+	(void)snprintf(h->arch_opt, sizeof(h->arch_opt), "--gpu-architecture=%s", s.arch);
+	return 0;
+}
+
+int wrk_compiler_main(int fd, pid_t parent)
+{
+	static struct helper h;
+	const char *argv[2];
+	char why[256] = "";
+	int major = 0, minor = 0, r;
+	bool landlocked;
+	unsigned argc;
+
+	h.fd = fd;
+	/* Die with the worker; if it is gone already, go at once. */
+	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		return 1;
+	if (nvrtc_load(&h.nv, why, sizeof(why)) < 0)
+		return reply_text(fd, GPUX_E_NODRIVER, why) < 0 ? 1 : 0;
+	(void)h.nv.version(&major, &minor);
+	/* While the worker opens its device: NVRTC's first compile, for no architecture. */
+	warm(&h, 0, NULL);
+	if (setup(&h) < 0)
+		return 1;
+	argc = base_args(&h, argv);
+	warm(&h, argc, argv);
+	r = wrk_compile_sandbox_seal(NULL, 0, fd, &landlocked);
+	if (r < 0) {
+		(void)snprintf(why, sizeof(why), "cannot sandbox the compiler: %s", strerror(-r));
+		return reply_text(fd, GPUX_E_IO, why) < 0 ? 1 : 0;
+	}
+	/* From here on nothing is printed: stdio's first use may ask the kernel what stdout is. */
+	if (reply(fd, 0, "", 0, (uint32_t)(major * 1000 + minor * 10), -1) < 0)
+		return 1;
+
+	for (;;) {
+		int fds[IPC_FDS_MAX];
+		unsigned nfds;
+		struct cc_req rq;
+		ssize_t n = ipc_channel_recv(fd, h.buf, sizeof(h.buf), fds, &nfds, 0);
+
+		if (n <= 0)
+			return n == 0 ? 0 : 1;
+		memcpy(&rq, h.buf, MIN((size_t)n, sizeof(rq)));
+		if ((size_t)n < sizeof(rq) || rq.magic != CC_MAGIC || rq.kind != CC_COMPILE ||
+		    nfds != 1 || (size_t)n != sizeof(rq) + rq.options_len ||
+		    rq.code_len > IPC_CODE_MAX) {
+			for (unsigned i = 0; i < nfds; i++)
+				(void)close(fds[i]);
+			return 1;
+		}
+		compile_one(&h, &rq, (const char *)h.buf + sizeof(rq), fds[0]);
+		(void)close(fds[0]);
+	}
+}

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/compiler-proto.h: what the worker and its compiler helper say to each other. */
+#pragma once
+
+#include <stdint.h>
+
+#include "ipc/proto.h"
+
+/*
+ * One SOCK_SEQPACKET record each way per step, both sides on one host:
+ *
+ *   worker -> helper  SETUP   the target (arch)
+ *   helper -> worker  hello   a cc_rep: NVRTC's version
+ *   worker -> helper  COMPILE options inline; the code in a sealed memfd
+ *   helper -> worker  result  a cc_rep with the log; on success a sealed memfd with the cubin
+ */
+
+#define CC_MAGIC 0x43435847u /* "GXCC" */
+#define CC_LOG_MAX (32u * 1024u)
+#define CC_IMAGE_MAX (512u * 1024u * 1024u)
+#define CC_ARCH_MAX 16u
+
+enum cc_kind {
+	CC_SETUP = 1,
+	CC_COMPILE = 2,
+};
+
+struct cc_setup {
+	uint32_t magic;
+	uint32_t kind; /* CC_SETUP */
+	char arch[CC_ARCH_MAX]; /* "sm_90", NUL-terminated */
+};
+_Static_assert(sizeof(struct cc_setup) == 24, "helper ABI");
+
+struct cc_req {
+	uint32_t magic;
+	uint32_t kind; /* CC_COMPILE */
+	uint32_t options_len;
+	uint32_t code_len;
+	/* then options_len bytes of options */
+};
+_Static_assert(sizeof(struct cc_req) == 16, "helper ABI");
+
+struct cc_rep {
+	uint32_t magic;
+	int32_t status;
+	uint32_t log_len;
+	uint32_t version; /* hello: NVRTC's, major * 1000 + minor * 10 */
+	/* then log_len bytes */
+};
+_Static_assert(sizeof(struct cc_rep) == 16, "helper ABI");

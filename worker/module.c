@@ -107,7 +107,11 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-/* Write an image under a temporary name, then rename: readers never see half a file. */
+/*
+ * Write an image under a temporary name, then rename: readers never see half a file. No
+ * fsync: what a crash leaves half written fails its checksum and is compiled again, while
+ * waiting for the disk (tens of ms on some) would hold up every compile's answer.
+ */
 static int disk_write(struct wrk *w, const struct wrk_module *m)
 {
 	_cleanup_(freep) char *path = disk_path(w, m->key, "");
@@ -133,8 +137,6 @@ static int disk_write(struct wrk *w, const struct wrk_module *m)
 	r = write_all(fd, &h, sizeof(h));
 	if (r == 0)
 		r = write_all(fd, m->image, m->image_len);
-	if (r == 0 && fsync(fd) < 0)
-		r = -errno;
 	if (r == 0 && rename(tmp, path) < 0)
 		r = -errno;
 	if (r < 0)

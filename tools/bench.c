@@ -461,11 +461,23 @@ static double load_ms(struct bench *b, const char *sock, const char *tag)
 	return ms;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Compiles through gpux against NVRTC in one process (gpux-bench-base): the first in a fresh
+ * worker against NVRTC's first in its process, later ones (the median of three sources never
+ * seen) against its later ones; then the caches.
+ */
 static int s_modules(struct bench *b)
 {
 	char sock[PATH_MAX + 16], cache[PATH_MAX + 16];
 	const char *args[] = { "compile", b->cubin, NULL };
-	double cold, warm, disk, mem, bcompile = NAN, bload = NAN;
+	double cold, warm[3], disk, mem, bfirst = NAN, blater = NAN, bload = NAN;
 	struct kv kv;
 	pid_t pid;
 
@@ -474,19 +486,28 @@ static int s_modules(struct bench *b)
 	pid = daemon_start(b, sock, cache);
 	cold = load_ms(b, sock, NULL);
 	mem = load_ms(b, sock, NULL);
-	warm = load_ms(b, sock, "warm");
+	for (unsigned i = 0; i < 3; i++) {
+		char tag[32];
+
+		(void)snprintf(tag, sizeof(tag), "later %u", i);
+		warm[i] = load_ms(b, sock, tag);
+	}
+	qsort(warm, 3, sizeof(warm[0]), cmp_double);
 	daemon_stop(pid);
 	pid = daemon_start(b, sock, cache);
 	disk = load_ms(b, sock, NULL);
 	daemon_stop(pid);
 	if (bench_base_run(b, &kv, args) == 0) {
-		bcompile = bench_kv_get(&kv, "compile_ns") / 1e6;
+		bfirst = bench_kv_get(&kv, "compile_ns") / 1e6;
+		blater = bench_kv_get(&kv, "compile_later_ns") / 1e6;
 		bload = bench_kv_get(&kv, "module_load_ns") / 1e6;
 	}
-	bench_add(b, "module: compile (first)", cold, bcompile, "ms", "", cold / bcompile, true);
-	bench_add(b, "module: compile (later)", warm, bcompile, "ms", "", warm / bcompile, true);
-	bench_add(b, "module: from disk cache", disk, bcompile, "ms", "<= 1 ms",
-	    isnan(bcompile) ? disk : disk / bcompile, disk <= 1.0);
+	bench_add(b, "module: compile (first)", cold, bfirst, "ms", "<= 1.2x", cold / bfirst,
+		  cold / bfirst <= 1.2);
+	bench_add(b, "module: compile (later)", warm[1], blater, "ms", "<= 1.1x", warm[1] / blater,
+		  warm[1] / blater <= 1.1);
+	bench_add(b, "module: from disk cache", disk, bfirst, "ms", "<= 1 ms",
+		  isnan(bfirst) ? disk : disk / bfirst, disk <= 1.0);
 	bench_add(b, "module: in worker memory", mem, bload, "ms", "", mem / bload, true);
 	return 0;
 }

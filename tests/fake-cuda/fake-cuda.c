@@ -27,6 +27,7 @@
  *
  * Environment: GPUX_FAKE_CUDA_DEVICES (1), GPUX_FAKE_CUDA_MEM (bytes of "device" memory,
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
+ * GPUX_FAKE_CUDA_INIT_MS (how long cuInit takes, as a real driver's start-up does: 0),
  * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
  * code breaks the context as a fault would).
  */
@@ -87,6 +88,8 @@ static CUresult f_init(unsigned flags)
 			mem_total = strtoull(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_KERNEL_NS")))
 			kernel_ns = strtoull(e, NULL, 10);
+		if ((e = getenv("GPUX_FAKE_CUDA_INIT_MS")))
+			(void)usleep((useconds_t)strtoul(e, NULL, 10) * 1000);
 		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
 			char fn[64];
 			unsigned at;

@@ -15,6 +15,7 @@
 #include "ipc/segment.h"
 #include "nvrtc-loader.h"
 #include "compile-sandbox.h"
+#include "toolkit.h"
 #include "wrk.h"
 
 /*
@@ -22,7 +23,8 @@
  * loaded and has compiled (the first compile of a process pays for loading NVRTC's built-in
  * headers and its code generator) by the time a client's module arrives. It learns its
  * target (SETUP), compiles once more for it, then closes itself behind its sandbox
- * (worker/compile-sandbox.c) for good and says hello. Everything after that is a client's source.
+ * (worker/compile-sandbox.c) for good and says hello. Everything after that is a client's source:
+ * it can read the toolkit's headers, nothing else.
  */
 
 #define WARM_SOURCE                                                                                \
@@ -33,11 +35,14 @@ struct helper {
 	int fd;
 	struct nvrtc nv;
 	char arch_opt[48];
+	struct wrk_toolkit tk;
+	char inc_opts[WRK_TOOLKIT_DIRS_MAX][PATH_MAX + 4];
+	bool landlocked;
 	uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX + 1];
 };
 
 static int reply(int fd, int status, const char *log, size_t log_len, uint32_t version,
-		 int image_fd)
+		 uint32_t flags, int image_fd)
 {
 	static uint8_t buf[sizeof(struct cc_rep) + CC_LOG_MAX];
 	struct cc_rep rep = {
@@ -45,6 +50,7 @@ static int reply(int fd, int status, const char *log, size_t log_len, uint32_t v
 		.status = status,
 		.log_len = (uint32_t)MIN(log_len, (size_t)CC_LOG_MAX),
 		.version = version,
+		.flags = flags,
 	};
 
 	memcpy(buf, &rep, sizeof(rep));
@@ -56,7 +62,7 @@ static int reply(int fd, int status, const char *log, size_t log_len, uint32_t v
 
 static int reply_text(int fd, int status, const char *text)
 {
-	return reply(fd, status, text, strlen(text), 0, -1);
+	return reply(fd, status, text, strlen(text), 0, 0, -1);
 }
 
 /* Split options at blanks into argv (pointers into opts, which is changed). */
@@ -70,12 +76,20 @@ static unsigned split(char *opts, const char **argv, unsigned max)
 	return n;
 }
 
-/* The arguments every compile gets before the client's: the target; no file is looked for. */
+/* The arguments every compile gets before the client's: the target, and where headers are. */
 static unsigned base_args(struct helper *h, const char **argv)
 {
-	argv[0] = h->arch_opt;
-	argv[1] = "--no-source-include";
-	return 2;
+	unsigned n = 0;
+
+	argv[n++] = h->arch_opt;
+	if (h->landlocked) {
+		for (unsigned i = 0; i < h->tk.ndirs; i++)
+			argv[n++] = h->inc_opts[i];
+	} else {
+		/* No Landlock: no file may be read, and none is looked for. */
+		argv[n++] = "--no-source-include";
+	}
+	return n;
 }
 
 /* NVRTC's log of prog, or NULL; to free. */
@@ -115,7 +129,7 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	_cleanup_(freep) char *opts = strndup(options, rq->options_len);
 	_cleanup_(freep) char *log = NULL;
 	_cleanup_(closep) int image_fd = -1;
-	const char *argv[2 + WRK_OPTIONS_MAX];
+	const char *argv[2 + WRK_TOOLKIT_DIRS_MAX + WRK_OPTIONS_MAX];
 	nvrtcProgram prog = NULL;
 	unsigned argc;
 	nvrtcResult r;
@@ -135,7 +149,7 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	else if (image_make(h, prog, &image_fd) < 0)
 		(void)reply_text(h->fd, GPUX_E_COMPILE, "NVRTC made no cubin");
 	else
-		(void)reply(h->fd, 0, log ? log : "", log ? strlen(log) : 0, 0, image_fd);
+		(void)reply(h->fd, 0, log ? log : "", log ? strlen(log) : 0, 0, 0, image_fd);
 	if (prog)
 		(void)h->nv.destroy(&prog);
 }
@@ -157,31 +171,44 @@ static void warm(struct helper *h, unsigned argc, const char **argv)
 	(void)h->nv.destroy(&prog);
 }
 
-/* SETUP: the target, checked. */
+/* SETUP: the target and the toolkit's directories, checked. */
 static int setup(struct helper *h)
 {
-	uint8_t buf[sizeof(struct cc_setup) + 1];
+	uint8_t buf[sizeof(struct cc_setup) + WRK_TOOLKIT_DIRS_MAX * PATH_MAX];
 	struct cc_setup s;
 	int fds[IPC_FDS_MAX];
 	unsigned nfds;
 	ssize_t n = ipc_channel_recv(h->fd, buf, sizeof(buf), fds, &nfds, 0);
+	const char *p;
 
-	if (n != (ssize_t)sizeof(s) || nfds != 0)
+	if (n < (ssize_t)sizeof(s) || nfds != 0)
 		return -EBADMSG;
 	memcpy(&s, buf, sizeof(s));
-	if (s.magic != CC_MAGIC || s.kind != CC_SETUP || !memchr(s.arch, 0, sizeof(s.arch)))
+	if (s.magic != CC_MAGIC || s.kind != CC_SETUP || !memchr(s.arch, 0, sizeof(s.arch)) ||
+	    s.ndirs > WRK_TOOLKIT_DIRS_MAX || (size_t)n != sizeof(s) + s.dirs_len)
 		return -EBADMSG;
 	(void)snprintf(h->arch_opt, sizeof(h->arch_opt), "--gpu-architecture=%s", s.arch);
+	p = (const char *)buf + sizeof(s);
+	for (unsigned i = 0; i < s.ndirs; i++) {
+		size_t len = strnlen(p, (size_t)((const char *)buf + n - p));
+
+		if (p + len >= (const char *)buf + n || len == 0 || len >= PATH_MAX || *p != '/')
+			return -EBADMSG;
+		memcpy(h->tk.dirs[i], p, len + 1);
+		(void)snprintf(h->inc_opts[i], sizeof(h->inc_opts[i]), "-I%s", p);
+		p += len + 1;
+	}
+	h->tk.ndirs = s.ndirs;
 	return 0;
 }
 
 int wrk_compiler_main(int fd, pid_t parent)
 {
 	static struct helper h;
-	const char *argv[2];
+	const char *argv[4 + WRK_TOOLKIT_DIRS_MAX];
+	const char *dirs[WRK_TOOLKIT_DIRS_MAX];
 	char why[256] = "";
 	int major = 0, minor = 0, r;
-	bool landlocked;
 	unsigned argc;
 
 	h.fd = fd;
@@ -196,15 +223,22 @@ int wrk_compiler_main(int fd, pid_t parent)
 	warm(&h, 0, NULL);
 	if (setup(&h) < 0)
 		return 1;
+	/* Quoted includes are looked for beside the source, which is nowhere: "/". */
+	if (chdir("/") < 0)
+		return reply_text(fd, GPUX_E_IO, "cannot leave its directory") < 0 ? 1 : 0;
+	for (unsigned i = 0; i < h.tk.ndirs; i++)
+		dirs[i] = h.tk.dirs[i];
+	h.landlocked = wrk_compile_sandbox_landlock_abi() > 0;
 	argc = base_args(&h, argv);
 	warm(&h, argc, argv);
-	r = wrk_compile_sandbox_seal(NULL, 0, fd, &landlocked);
+	r = wrk_compile_sandbox_seal(dirs, h.tk.ndirs, fd, &h.landlocked);
 	if (r < 0) {
 		(void)snprintf(why, sizeof(why), "cannot sandbox the compiler: %s", strerror(-r));
 		return reply_text(fd, GPUX_E_IO, why) < 0 ? 1 : 0;
 	}
 	/* From here on nothing is printed: stdio's first use may ask the kernel what stdout is. */
-	if (reply(fd, 0, "", 0, (uint32_t)(major * 1000 + minor * 10), -1) < 0)
+	if (reply(fd, 0, "", 0, (uint32_t)(major * 1000 + minor * 10),
+		  h.landlocked ? CC_LANDLOCKED : 0, -1) < 0)
 		return 1;
 
 	for (;;) {

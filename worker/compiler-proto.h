@@ -9,8 +9,8 @@
 /*
  * One SOCK_SEQPACKET record each way per step, both sides on one host:
  *
- *   worker -> helper  SETUP   the target (arch)
- *   helper -> worker  hello   a cc_rep: NVRTC's version
+ *   worker -> helper  SETUP   the target (arch) and the toolkit's include directories
+ *   helper -> worker  hello   a cc_rep: NVRTC's version, whether Landlock holds the files
  *   worker -> helper  COMPILE options inline; the code in a sealed memfd
  *   helper -> worker  result  a cc_rep with the log; on success a sealed memfd with the cubin
  */
@@ -29,8 +29,10 @@ struct cc_setup {
 	uint32_t magic;
 	uint32_t kind; /* CC_SETUP */
 	char arch[CC_ARCH_MAX]; /* "sm_90", NUL-terminated */
+	uint32_t ndirs;
+	uint32_t dirs_len; /* then ndirs NUL-terminated paths, dirs_len bytes in all */
 };
-_Static_assert(sizeof(struct cc_setup) == 24, "helper ABI");
+_Static_assert(sizeof(struct cc_setup) == 32, "helper ABI");
 
 struct cc_req {
 	uint32_t magic;
@@ -41,11 +43,15 @@ struct cc_req {
 };
 _Static_assert(sizeof(struct cc_req) == 16, "helper ABI");
 
+#define CC_LANDLOCKED 0x1u /* hello: the toolkit's headers are readable, nothing else is */
+
 struct cc_rep {
 	uint32_t magic;
 	int32_t status;
 	uint32_t log_len;
 	uint32_t version; /* hello: NVRTC's, major * 1000 + minor * 10 */
+	uint32_t flags;   /* hello: CC_* */
+	uint32_t reserved;
 	/* then log_len bytes */
 };
-_Static_assert(sizeof(struct cc_rep) == 16, "helper ABI");
+_Static_assert(sizeof(struct cc_rep) == 24, "helper ABI");

@@ -31,7 +31,7 @@
 
 extern char **environ;
 
-uint32_t wrk_nvrtc_version(void)
+uint32_t wrk_nvrtc_probe(struct wrk_toolkit *ret_tk)
 {
 	struct nvrtc nv = { 0 };
 	char why[256];
@@ -41,6 +41,7 @@ uint32_t wrk_nvrtc_version(void)
 	 * unloaded leaves its exception-handling pool behind. */
 	if (nvrtc_load(&nv, why, sizeof(why)) < 0 || nv.version(&major, &minor) != NVRTC_SUCCESS)
 		major = minor = 0;
+	wrk_toolkit_find(major ? nvrtc_file(&nv) : NULL, ret_tk);
 	return (uint32_t)(major * 1000 + minor * 10);
 }
 
@@ -79,10 +80,20 @@ void wrk_compiler_stop(struct wrk_compiler *c)
 
 static int send_setup(struct wrk_compiler *c)
 {
-	struct cc_setup s = { .magic = CC_MAGIC, .kind = CC_SETUP };
+	uint8_t buf[sizeof(struct cc_setup) + WRK_TOOLKIT_DIRS_MAX * PATH_MAX];
+	struct cc_setup s = { .magic = CC_MAGIC, .kind = CC_SETUP, .ndirs = c->tk.ndirs };
+	size_t n = sizeof(s);
 
 	memcpy(s.arch, c->arch, sizeof(s.arch));
-	return ipc_channel_send(c->fd, &s, sizeof(s), NULL, 0, 0);
+	for (unsigned i = 0; i < c->tk.ndirs; i++) {
+		size_t len = strlen(c->tk.dirs[i]) + 1;
+
+		memcpy(buf + n, c->tk.dirs[i], len);
+		n += len;
+	}
+	s.dirs_len = (uint32_t)(n - sizeof(s));
+	memcpy(buf, &s, sizeof(s));
+	return ipc_channel_send(c->fd, buf, n, NULL, 0, 0);
 }
 
 int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
@@ -126,9 +137,10 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 	return 0;
 }
 
-void wrk_compiler_target(struct wrk_compiler *c, const char *arch)
+void wrk_compiler_target(struct wrk_compiler *c, const char *arch, const struct wrk_toolkit *tk)
 {
 	(void)snprintf(c->arch, sizeof(c->arch), "%s", arch);
+	c->tk = *tk;
 	c->targeted = true;
 	/* A helper that cannot hear it is found dead by the first build, which starts another. */
 	if (c->fd >= 0)

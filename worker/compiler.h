@@ -9,20 +9,25 @@
 
 #include "backend.h"
 #include "compiler-proto.h"
+#include "toolkit.h"
 
 /* The worker's side of its helper. Used by one thread at a time. */
 struct wrk_compiler {
 	pid_t pid;
 	int fd;
 	bool greeted;    /* its hello has been read */
-	bool targeted;   /* arch is set */
+	bool targeted;   /* arch and tk are set */
 	char arch[CC_ARCH_MAX];
+	struct wrk_toolkit tk;
 };
 
 #define WRK_COMPILER_INIT { .pid = 0, .fd = -1 }
 
-/* NVRTC's version (major * 1000 + minor * 10) as the helper will load it, or 0 if none. */
-uint32_t wrk_nvrtc_version(void);
+/*
+ * NVRTC's version (major * 1000 + minor * 10) as the helper will load it, or 0 if there is
+ * none; *ret_tk: the toolkit include directories its compiles may read (worker/toolkit.h).
+ */
+uint32_t wrk_nvrtc_probe(struct wrk_toolkit *ret_tk);
 
 /* The helper process's main: serve compile requests on fd until it closes or parent dies. */
 int wrk_compiler_main(int fd, pid_t parent);
@@ -33,8 +38,8 @@ int wrk_compiler_main(int fd, pid_t parent);
  */
 int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg);
 
-/* What to compile for ("sm_90"); sent to the helper now if it runs. */
-void wrk_compiler_target(struct wrk_compiler *c, const char *arch);
+/* What to compile for ("sm_90") and with which headers; sent to the helper now if it runs. */
+void wrk_compiler_target(struct wrk_compiler *c, const char *arch, const struct wrk_toolkit *tk);
 
 void wrk_compiler_stop(struct wrk_compiler *c);
 

@@ -43,6 +43,7 @@ struct cuda_dev {
 	int cc_major, cc_minor;
 	char arch[16];
 	uint32_t nvrtc_version;
+	struct wrk_toolkit tk; /* what CUDA C++ may include; empty without Landlock */
 	struct wrk_compiler compiler;
 	struct cuda_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;

@@ -7,6 +7,7 @@
 
 #include "cuda-dev.h"
 #include "ipc/macro.h"
+#include "compile-sandbox.h"
 
 const char wrk_cuda_options_re[] =
 	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
@@ -175,8 +176,15 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 	d->cc_major = (int)ret_info->cc_major;
 	d->cc_minor = (int)ret_info->cc_minor;
 	(void)snprintf(d->arch, sizeof(d->arch), "sm_%d%d", d->cc_major, d->cc_minor);
-	d->nvrtc_version = wrk_nvrtc_version();
-	wrk_compiler_target(&d->compiler, d->arch);
+	d->nvrtc_version = wrk_nvrtc_probe(&d->tk);
+	/* Without Landlock the helper can read no header at all: then modules include none. */
+	if (wrk_compile_sandbox_landlock_abi() == 0) {
+		if (d->nvrtc_version)
+			wrk_log(w, "this kernel has no Landlock: CUDA C++ modules cannot include the "
+				   "toolkit's headers");
+		d->tk.ndirs = 0;
+	}
+	wrk_compiler_target(&d->compiler, d->arch, &d->tk);
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = ret_info->max_threads_per_block,
 		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
@@ -253,8 +261,12 @@ static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 
 	ipc_key_add(s, d->arch, strlen(d->arch));
 	ipc_key_add_u64(s, (uint64_t)d->cu.version);
-	if (lang == GPUX_LANG_CUDA)
+	if (lang == GPUX_LANG_CUDA) {
 		ipc_key_add_u64(s, d->nvrtc_version);
+		/* The toolkit's headers that an #include finds. */
+		for (unsigned i = 0; i < d->tk.ndirs; i++)
+			ipc_key_add(s, d->tk.dirs[i], strlen(d->tk.dirs[i]));
+	}
 }
 
 static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,

@@ -52,3 +52,11 @@ int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)
 	return 0;
 }
 
+const char *nvrtc_file(const struct nvrtc *n)
+{
+	Dl_info info;
+
+	if (!n->version || !dladdr(*(void **)&n->version, &info))
+		return NULL;
+	return info.dli_fname;
+}

@@ -25,3 +25,6 @@ struct nvrtc {
  * Returns 0, or -ENOENT with why (why_len bytes) said.
  */
 int nvrtc_load(struct nvrtc *n, char *why, size_t why_len);
+
+/* The file NVRTC was loaded from (borrowed from the dynamic loader), or NULL. */
+const char *nvrtc_file(const struct nvrtc *n);

@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-compile.c: CUDA C++ as written (the toolkit's headers) through the compiler helper, on a fake driver. */
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+/*
+ * gpuxd with the CUDA back end on tests/fake-cuda ($GPUX_CUDA_LIB) and the real NVRTC, in
+ * the worker's sandboxed helper. The fake driver runs none of these kernels, but a launch
+ * still goes through finding the kernel by its name: a request that gets that far ends
+ * GPUX_OK.
+ */
+
+struct ctx {
+	struct test_daemon d;
+	gpux_ctx *c;
+};
+
+static bool have_nvrtc(void)
+{
+	return access("/usr/local/cuda/lib64/libnvrtc.so", R_OK) == 0 || getenv("GPUX_NVRTC_LIB");
+}
+
+static bool have_landlock(void)
+{
+	return syscall(SYS_landlock_create_ruleset, NULL, 0, 1u) > 0;
+}
+
+static int setup(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", NULL };
+	struct ctx *t;
+
+	if (!have_nvrtc())
+		return 0;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -1;
+	test_daemon_start(&t->d, args);
+	t->c = test_connect(&t->d);
+	*state = t;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct ctx *t = *state;
+
+	if (t) {
+		gpux_disconnect(t->c);
+		test_daemon_stop(&t->d);
+		free(t);
+	}
+	return 0;
+}
+
+#define NEED(state)                                                                                \
+	do {                                                                                       \
+		if (!*(state))                                                                     \
+			skip();                                                                    \
+	} while (0)
+
+/* Load CUDA C++; the status, with the log in *ret_log (to free). */
+static gpux_status load(struct ctx *t, const char *src, const char *options, gpux_module **ret,
+			char **ret_log)
+{
+	char *log = NULL;
+	gpux_status st = gpux_module_load(t->c, GPUX_LANG_CUDA, src, strlen(src), options, ret, &log);
+
+	if (ret_log)
+		*ret_log = log;
+	else
+		free(log);
+	return st;
+}
+
+/* Launch `kernel` with n pointer arguments (to a scratch buffer) and the scalars given. */
+static gpux_status run(gpux_ctx *c, gpux_module *m, const char *kernel, unsigned nptrs,
+		       const struct gpux_arg *scalars, unsigned nscalars, char *msg, size_t msg_len)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 32, 1, 1 }, .shared_bytes = 1024 };
+	struct gpux_arg args[8];
+	gpux_buf *b;
+	gpux_req *r;
+	gpux_status st;
+
+	assert_true(nptrs + nscalars <= 8);
+	assert_int_equal(gpux_buf_alloc(c, 4096, &b), GPUX_OK);
+	for (unsigned i = 0; i < nptrs; i++)
+		args[i] = gpux_arg_inout(b, 512 * i, 512);
+	for (unsigned i = 0; i < nscalars; i++)
+		args[nptrs + i] = scalars[i];
+	st = gpux_submit(m, kernel, &l, args, nptrs + nscalars, &r);
+	if (st == GPUX_OK) {
+		st = gpux_wait(r, -1);
+		(void)snprintf(msg, msg_len, "%s", gpux_req_message(r));
+		gpux_req_free(r);
+	}
+	gpux_buf_free(b);
+	return st;
+}
+
+static void expect_run(gpux_ctx *c, gpux_module *m, const char *kernel, unsigned nptrs,
+		       const struct gpux_arg *scalars, unsigned nscalars, gpux_status want,
+		       const char *in_msg)
+{
+	char msg[2048] = "";
+	gpux_status st = run(c, m, kernel, nptrs, scalars, nscalars, msg, sizeof(msg));
+
+	if (st != want || (in_msg && !strstr(msg, in_msg)))
+		fail_msg("%s: status %d (%s), wanted %d with \"%s\"", kernel, st, msg, want,
+			 in_msg ? in_msg : "");
+}
+
+/* ---- the toolkit's headers ---- */
+
+static const char toolkit_src[] =
+	"#include <cooperative_groups.h>\n"
+	"#include <cooperative_groups/reduce.h>\n"
+	"#include <cuda_fp16.h>\n"
+	"#include <cuda_bf16.h>\n"
+	"#include <cuda/std/array>\n"
+	"#include <cuda/std/type_traits>\n"
+	"#include <cub/block/block_reduce.cuh>\n"
+	"namespace cg = cooperative_groups;\n"
+	"extern \"C\" __global__ void tk(int *out, __half *h, __nv_bfloat16 *b)\n"
+	"{\n"
+	"	typedef cub::BlockReduce<int, 32> R;\n"
+	"	__shared__ typename R::TempStorage tmp;\n"
+	"	cuda::std::array<int, 2> a{ 1, 2 };\n"
+	"	auto tile = cg::tiled_partition<32>(cg::this_thread_block());\n"
+	"	int s = R(tmp).Sum((int)threadIdx.x);\n"
+	"	int r = cg::reduce(tile, a[1], cg::plus<int>());\n"
+	"	if (threadIdx.x == 0)\n"
+	"		out[0] = s + r + cuda::std::is_same<int, int>::value;\n"
+	"	h[threadIdx.x] = __float2half(1.5f);\n"
+	"	b[threadIdx.x] = __float2bfloat16(2.5f);\n"
+	"}\n";
+
+static void test_compile_toolkit_headers(void **state)
+{
+	struct ctx *t = *state;
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	NEED(state);
+	if (!have_landlock())
+		skip();
+	if (load(t, toolkit_src, NULL, &m, &log) != GPUX_OK)
+		fail_msg("the toolkit's headers did not compile: %s", log ? log : "");
+	free(log);
+	expect_run(t->c, m, "tk", 3, NULL, 0, GPUX_OK, NULL);
+	gpux_module_free(m);
+}
+
+/* Whatever the path, nothing outside the toolkit's headers is read. */
+static void test_compile_no_file_outside_the_toolkit(void **state)
+{
+	static const char *const sneaky[] = {
+		"#include \"/etc/passwd\"\n",
+		"#include \"../../../../etc/passwd\"\n",
+		"#include <../../../../../../../../etc/passwd>\n",
+		"#include <cooperative_groups/../../../../../../../../etc/passwd>\n",
+		"#include \"etc/passwd\"\n",
+		"#include \"/proc/self/environ\"\n",
+	};
+	struct ctx *t = *state;
+
+	NEED(state);
+	for (unsigned i = 0; i < ARRAY_SIZE(sneaky); i++) {
+		char src[256], *log = NULL;
+		gpux_module *m = NULL;
+
+		(void)snprintf(src, sizeof(src), "%sextern \"C\" __global__ void k() {}\n", sneaky[i]);
+		assert_int_equal(load(t, src, NULL, &m, &log), GPUX_E_COMPILE);
+		assert_non_null(log);
+		if (strstr(log, "root:") || !strstr(log, "cannot open source file"))
+			fail_msg("%s: %s", sneaky[i], log);
+		free(log);
+	}
+	/* Options that would add a directory are refused before any compile. */
+	{
+		gpux_module *m = NULL;
+		char *log = NULL;
+
+		assert_int_equal(load(t, toolkit_src, "-I/etc", &m, &log), GPUX_E_INVAL);
+		free(log);
+	}
+}
+
+/* ---- the helper's death ---- */
+
+/* The worker's compiler helper: the child of pid with "--compiler" in its command line. */
+static pid_t helper_of(pid_t pid)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	assert_non_null(d);
+	while (!found && (e = readdir(d))) {
+		char path[300], buf[512];
+		int ppid = 0;
+		FILE *f;
+		size_t n;
+
+		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1 || ppid != pid) {
+			(void)fclose(f);
+			continue;
+		}
+		(void)fclose(f);
+		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		(void)fclose(f);
+		for (size_t i = 0; i < n; i++)
+			if (buf[i] == '\0')
+				buf[i] = ' ';
+		buf[n] = '\0';
+		if (strstr(buf, "--compiler"))
+			found = (pid_t)atoi(e->d_name);
+	}
+	(void)closedir(d);
+	return found;
+}
+
+/* CPU time (ticks) a process has used. */
+static long cpu_ticks(pid_t pid)
+{
+	char path[64];
+	long utime = 0, stime = 0;
+	FILE *f;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
+		   &stime) != 2)
+		utime = -1;
+	(void)fclose(f);
+	return utime + stime;
+}
+
+struct killer {
+	pid_t helper;
+	long from;
+};
+
+/*
+ * Once the helper is busy compiling, it gets SIGSYS, as a call its sandbox forbids would
+ * give it (test-worker-compile-sandbox shows that such calls do): the worker must tell the client
+ * why, stay up, and compile the next module with a new helper.
+ */
+static void *kill_when_busy(void *arg)
+{
+	struct killer *k = arg;
+
+	for (int i = 0; i < 20000; i++) {
+		long now = cpu_ticks(k->helper);
+
+		if (now < 0 || now >= k->from + 3) {
+			(void)kill(k->helper, SIGSYS);
+			break;
+		}
+		(void)usleep(1000);
+	}
+	return NULL;
+}
+
+static const char small_src[] = "__global__ void k(int *p) { *p = 1; }\n";
+
+static void test_compile_helper_death_is_not_the_worker(void **state)
+{
+	struct ctx *t = *state;
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct killer k;
+	pthread_t th;
+	uint32_t gen;
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	NEED(state);
+	if (!have_landlock())
+		skip();
+	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
+	gen = devs[0].generation;
+	/* A first compile: the helper has warmed up, and waits. */
+	assert_int_equal(load(t, small_src, NULL, &m, NULL), GPUX_OK);
+	gpux_module_free(m);
+	k.helper = helper_of(test_worker_pid(&t->d, 0));
+	assert_true(k.helper > 0);
+	k.from = cpu_ticks(k.helper);
+	/* A compile of a few hundred ms at least, killed in the middle. */
+	assert_int_equal(pthread_create(&th, NULL, kill_when_busy, &k), 0);
+	assert_int_equal(load(t, toolkit_src, NULL, &m, &log), GPUX_E_COMPILE);
+	assert_int_equal(pthread_join(th, NULL), 0);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "killed by its sandbox"));
+	free(log);
+	/* The worker lives on, and the next compile gets a new helper. */
+	assert_int_equal(load(t, "__global__ void k() { oops; }", NULL, &m, NULL), GPUX_E_COMPILE);
+	assert_int_equal(load(t, "__global__ void k2(int *p) { *p = 2; }", NULL, &m, NULL), GPUX_OK);
+	gpux_module_free(m);
+	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
+	assert_int_equal(devs[0].generation, gen);
+	/* An idle helper killed: the next compile does not even notice. */
+	k.helper = helper_of(test_worker_pid(&t->d, 0));
+	assert_true(k.helper > 0);
+	assert_int_equal(kill(k.helper, SIGSYS), 0);
+	(void)usleep(50000);
+	assert_int_equal(load(t, toolkit_src, NULL, &m, NULL), GPUX_OK);
+	gpux_module_free(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_compile_toolkit_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_no_file_outside_the_toolkit, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -92,9 +92,11 @@ struct gpux_module {
 	gpux_ctx *ctx;
 	uint64_t id;
 	uint32_t lang;
-	uint8_t *code; /* inline code, or NULL when it lives in code_fd */
+	uint8_t *code; /* inline code and extra block, or NULL when they live in code_fd */
 	int code_fd;
 	uint32_t code_len;
+	uint32_t extra_len; /* headers and name expressions after the code (ipc/proto.h) */
+	uint32_t nheaders, nnames;
 	char *options;
 	uint64_t sent[IPC_DEVICES_MAX];
 	struct gpux_module *prev, *next;

@@ -19,6 +19,9 @@ static int send_load(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint32_t id
 		.flags = fd ? IPC_MOD_CODE_FD : 0,
 		.options_len = (uint32_t)strlen(m->options),
 		.code_len = m->code_len,
+		.extra_len = m->extra_len,
+		.nheaders = m->nheaders,
+		.nnames = m->nnames,
 	};
 	int n = ipc_encode_mod_load(ctx->sbuf, IPC_MSG_MAX, id, &ml, m->options, m->code);
 	int r;
@@ -110,10 +113,88 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *
 	return -EPIPE;
 }
 
-GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
-					 size_t size, const char *options,
-					 gpux_module **ret_module, char **ret_log)
+/* The extra block's size for these headers and names (ipc/proto.h), or 0 when one is bad. */
+static uint64_t extra_size(const struct gpux_module_opts *o)
 {
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < o->nheaders; i++) {
+		const struct gpux_header *h = &o->headers[i];
+		size_t name_len = h->name ? strlen(h->name) : 0;
+
+		if (name_len == 0 || name_len > IPC_HEADER_NAME_MAX || !h->text)
+			return 0;
+		n += 8 + name_len + strlen(h->text);
+	}
+	for (uint32_t i = 0; i < o->nnames; i++) {
+		size_t len = o->names[i] ? strlen(o->names[i]) : 0;
+
+		if (len == 0 || len > IPC_KERNEL_NAME_MAX)
+			return 0;
+		n += 4 + len;
+	}
+	return n;
+}
+
+static uint8_t *put_len(uint8_t *p, size_t len)
+{
+	uint32_t n = (uint32_t)len;
+
+	memcpy(p, &n, sizeof(n));
+	return p + sizeof(n);
+}
+
+/* Code, then the extra block, into buf. */
+static void code_write(uint8_t *buf, const void *code, size_t size,
+		       const struct gpux_module_opts *o)
+{
+	uint8_t *p = buf + size;
+
+	memcpy(buf, code, size);
+	for (uint32_t i = 0; i < o->nheaders; i++) {
+		size_t nl = strlen(o->headers[i].name), tl = strlen(o->headers[i].text);
+
+		p = put_len(p, nl);
+		p = put_len(p, tl);
+		memcpy(p, o->headers[i].name, nl);
+		memcpy(p + nl, o->headers[i].text, tl);
+		p += nl + tl;
+	}
+	for (uint32_t i = 0; i < o->nnames; i++) {
+		size_t len = strlen(o->names[i]);
+
+		p = put_len(p, len);
+		memcpy(p, o->names[i], len);
+		p += len;
+	}
+}
+
+/* opts as this library knows them: a larger struct's unknown tail must be zero. */
+static int opts_get(const struct gpux_module_opts *in, struct gpux_module_opts *ret)
+{
+	*ret = (struct gpux_module_opts){ .size = sizeof(*ret) };
+	if (!in)
+		return 0;
+	if (in->size < sizeof(*ret))
+		return -EINVAL;
+	for (size_t i = sizeof(*ret); i < in->size; i++)
+		if (((const uint8_t *)in)[i])
+			return -EINVAL;
+	*ret = *in;
+	if (ret->reserved || ret->nheaders > IPC_MOD_HEADERS_MAX || ret->nnames > IPC_MOD_NAMES_MAX ||
+	    (ret->nheaders && !ret->headers) || (ret->nnames && !ret->names))
+		return -EINVAL;
+	return 0;
+}
+
+GPUX_EXPORT gpux_status gpux_module_load_ex(gpux_ctx *ctx, uint32_t lang, const void *code,
+					    size_t size, const struct gpux_module_opts *opts,
+					    gpux_module **ret_module, char **ret_log)
+{
+	struct gpux_module_opts o;
+	_cleanup_(freep) uint8_t *all = NULL;
+	const char *options;
+	uint64_t extra;
 	gpux_module *m;
 	gpux_status st;
 	int rc;
@@ -121,27 +202,36 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 	if (ret_log)
 		*ret_log = NULL;
 	if (!ctx || !code || !ret_module || size == 0 || size > IPC_CODE_MAX ||
-	    lang < GPUX_LANG_CUDA || lang > GPUX_LANG_HOST)
+	    lang < GPUX_LANG_CUDA || lang > GPUX_LANG_HOST || opts_get(opts, &o) < 0)
 		return GPUX_E_INVAL;
-	if (!options)
-		options = "";
+	options = o.options ? o.options : "";
 	if (strlen(options) > IPC_OPTIONS_MAX)
 		return GPUX_E_INVAL;
+	extra = extra_size(&o);
+	if ((o.nheaders || o.nnames) && (lang != GPUX_LANG_CUDA || extra == 0))
+		return GPUX_E_INVAL;
+	if (size + extra > IPC_CODE_MAX)
+		return GPUX_E_INVAL;
+	all = malloc(size + extra);
 	m = calloc(1, sizeof(*m));
-	if (!m)
+	if (!m || !all) {
+		free(m);
 		return GPUX_E_NOMEM;
+	}
+	code_write(all, code, size, &o);
 	m->ctx = ctx;
 	m->lang = lang;
 	m->code_fd = -1;
 	m->code_len = (uint32_t)size;
+	m->extra_len = (uint32_t)extra;
+	m->nheaders = o.nheaders;
+	m->nnames = o.nnames;
 	m->options = strdup(options);
-	if (size > IPC_INLINE_CODE_MAX) {
-		rc = ipc_blob_new("gpux-module", code, size, &m->code_fd);
+	if (size + extra > IPC_INLINE_CODE_MAX) {
+		rc = ipc_blob_new("gpux-module", all, size + extra, &m->code_fd);
 	} else {
-		m->code = malloc(size);
-		rc = m->code ? 0 : -ENOMEM;
-		if (m->code)
-			memcpy(m->code, code, size);
+		m->code = TAKE_PTR(all);
+		rc = 0;
 	}
 	if (rc < 0 || !m->options) {
 		(void)safe_close(m->code_fd);
@@ -169,6 +259,15 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 		return st;
 	*ret_module = m;
 	return GPUX_OK;
+}
+
+GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
+					 size_t size, const char *options,
+					 gpux_module **ret_module, char **ret_log)
+{
+	struct gpux_module_opts o = { .size = sizeof(o), .options = options };
+
+	return gpux_module_load_ex(ctx, lang, code, size, &o, ret_module, ret_log);
 }
 
 GPUX_EXPORT void gpux_module_free(gpux_module *m)

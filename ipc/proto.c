@@ -157,35 +157,126 @@ int ipc_decode_seg_drop(const struct ipc_msg *msg, struct ipc_seg_drop *ret)
 	return decode_fixed(msg, IPC_SEG_DROP, ret, sizeof(*ret), 0);
 }
 
+void ipc_mod_extra_begin(struct ipc_mod_extra_cursor *c, const void *p, size_t len,
+			 uint32_t nheaders, uint32_t nnames)
+{
+	*c = (struct ipc_mod_extra_cursor){ .p = p, .left = len, .headers = nheaders, .names = nnames };
+}
+
+/* n bytes without a NUL from the cursor. */
+static const char *extra_take(struct ipc_mod_extra_cursor *c, uint32_t n)
+{
+	const char *s = (const char *)c->p;
+
+	if (n > c->left || memchr(s, 0, n))
+		return NULL;
+	c->p += n;
+	c->left -= n;
+	return s;
+}
+
+static bool extra_u32(struct ipc_mod_extra_cursor *c, uint32_t *ret)
+{
+	if (c->left < sizeof(*ret))
+		return false;
+	memcpy(ret, c->p, sizeof(*ret));
+	c->p += sizeof(*ret);
+	c->left -= sizeof(*ret);
+	return true;
+}
+
+int ipc_mod_extra_next(struct ipc_mod_extra_cursor *c, struct ipc_mod_item *ret)
+{
+	struct ipc_mod_item it = { 0 };
+
+	if (c->headers) {
+		if (!extra_u32(c, &it.name_len) || !extra_u32(c, &it.text_len) ||
+		    it.name_len == 0 || it.name_len > IPC_HEADER_NAME_MAX ||
+		    !(it.name = extra_take(c, it.name_len)))
+			return -EBADMSG;
+		/* An empty header is "" (NVRTC takes strings): never NULL, which means a name. */
+		it.text = it.text_len ? extra_take(c, it.text_len) : it.name + it.name_len;
+		if (!it.text)
+			return -EBADMSG;
+		c->headers--;
+	} else if (c->names) {
+		if (!extra_u32(c, &it.name_len) || it.name_len == 0 ||
+		    it.name_len > IPC_KERNEL_NAME_MAX || !(it.name = extra_take(c, it.name_len)))
+			return -EBADMSG;
+		c->names--;
+	} else {
+		return c->left == 0 ? 0 : -EBADMSG;
+	}
+	*ret = it;
+	return 1;
+}
+
+int ipc_mod_extra_check(const void *p, size_t len, uint32_t nheaders, uint32_t nnames)
+{
+	struct ipc_mod_extra_cursor c;
+	struct ipc_mod_item it;
+	int r;
+
+	if (nheaders > IPC_MOD_HEADERS_MAX || nnames > IPC_MOD_NAMES_MAX)
+		return -EBADMSG;
+	ipc_mod_extra_begin(&c, p, len, nheaders, nnames);
+	while ((r = ipc_mod_extra_next(&c, &it)) > 0)
+		;
+	return r;
+}
+
+/* The fixed part's counts agree, the language may have headers: everything but the bytes. */
+static int check_mod_load(const struct ipc_mod_load *m)
+{
+	bool code_fd = m->flags & IPC_MOD_CODE_FD;
+	uint64_t all = (uint64_t)m->code_len + m->extra_len;
+
+	if ((m->flags & ~IPC_MOD_CODE_FD) || m->reserved)
+		return -EBADMSG;
+	if (m->lang < GPUX_LANG_CUDA || m->lang > GPUX_LANG_HOST)
+		return -EBADMSG;
+	if (m->options_len > IPC_OPTIONS_MAX || m->code_len == 0 || all > IPC_CODE_MAX)
+		return -EBADMSG;
+	if (!code_fd && all > IPC_INLINE_CODE_MAX)
+		return -EBADMSG;
+	if (m->nheaders > IPC_MOD_HEADERS_MAX || m->nnames > IPC_MOD_NAMES_MAX)
+		return -EBADMSG;
+	/* Each record holds at least its lengths and one byte of name. */
+	if ((m->extra_len == 0) != (m->nheaders == 0 && m->nnames == 0) ||
+	    (uint64_t)m->extra_len < 9ULL * m->nheaders + 5ULL * m->nnames ||
+	    (m->extra_len && m->lang != GPUX_LANG_CUDA))
+		return -EBADMSG;
+	return 0;
+}
+
 int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret)
 {
 	struct ipc_mod_load m;
 	const char *options;
+	const uint8_t *code;
 	uint64_t want;
 	bool code_fd;
 	int r = decode_head(msg, IPC_MOD_LOAD, &m, sizeof(m));
 
 	if (r < 0)
 		return r;
-	if (m.flags & ~IPC_MOD_CODE_FD)
-		return -EBADMSG;
-	if (m.lang < GPUX_LANG_CUDA || m.lang > GPUX_LANG_HOST)
+	if (check_mod_load(&m) < 0)
 		return -EBADMSG;
 	code_fd = m.flags & IPC_MOD_CODE_FD;
-	if (m.options_len > IPC_OPTIONS_MAX || m.code_len == 0 || m.code_len > IPC_CODE_MAX)
-		return -EBADMSG;
-	if (!code_fd && m.code_len > IPC_INLINE_CODE_MAX)
-		return -EBADMSG;
-	want = sizeof(m) + (uint64_t)m.options_len + (code_fd ? 0 : (uint64_t)m.code_len);
+	want = sizeof(m) + (uint64_t)m.options_len +
+	       (code_fd ? 0 : (uint64_t)m.code_len + m.extra_len);
 	if (msg->len != want || msg->nfds != (code_fd ? 1u : 0u))
 		return -EBADMSG;
 
 	options = (const char *)msg->payload + sizeof(m);
 	if (memchr(options, 0, m.options_len))
 		return -EBADMSG;
+	code = code_fd ? NULL : msg->payload + sizeof(m) + m.options_len;
+	if (code && ipc_mod_extra_check(code + m.code_len, m.extra_len, m.nheaders, m.nnames) < 0)
+		return -EBADMSG;
 	ret->m = m;
 	ret->options = options;
-	ret->code = code_fd ? NULL : msg->payload + sizeof(m) + m.options_len;
+	ret->code = code;
 	return 0;
 }
 
@@ -487,11 +578,12 @@ int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod
 	bool code_fd = m->flags & IPC_MOD_CODE_FD;
 	struct ipc_part parts[2] = {
 		{ options, m->options_len },
-		{ code, code_fd ? 0 : m->code_len },
+		{ code, code_fd ? 0 : (size_t)m->code_len + m->extra_len },
 	};
 
-	if (m->options_len > IPC_OPTIONS_MAX || m->code_len == 0 || m->code_len > IPC_CODE_MAX ||
-	    (!code_fd && m->code_len > IPC_INLINE_CODE_MAX))
+	if (check_mod_load(m) < 0 ||
+	    (!code_fd && ipc_mod_extra_check((const uint8_t *)code + m->code_len, m->extra_len,
+					     m->nheaders, m->nnames) < 0))
 		return -EINVAL;
 	return ipc_encode(buf, cap, IPC_MOD_LOAD, id, code_fd ? 1 : 0, m, sizeof(*m), parts, 2);
 }

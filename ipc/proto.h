@@ -23,6 +23,7 @@
  * 2: shared rings (IPC_RINGS, IPC_KICK), GPUX_LAUNCH_TIMED, the status page's `gone`.
  * 3: IPC_CHANNEL_REQ; a DONE without an id on a channel says why the worker ends it; the
  *    shared-memory quota in WELCOME; the device's launch limits in the status page.
+ *    MOD_LOAD carries a CUDA C++ module's headers and name expressions.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
@@ -39,7 +40,10 @@
 #define IPC_KERNEL_NAME_MAX 255u         /* bytes of a kernel name */
 #define IPC_OPTIONS_MAX 4096u            /* bytes of compiler options */
 #define IPC_INLINE_CODE_MAX (32u * 1024u) /* larger code travels in a sealed memfd */
-#define IPC_CODE_MAX (64u * 1024u * 1024u)
+#define IPC_CODE_MAX (64u * 1024u * 1024u) /* code, headers and name expressions together */
+#define IPC_MOD_HEADERS_MAX 256u          /* headers of one module */
+#define IPC_MOD_NAMES_MAX 1024u           /* name expressions of one module */
+#define IPC_HEADER_NAME_MAX 255u          /* bytes of a header's name */
 #define IPC_TEXT_MAX (16u * 1024u)        /* completion text (a compile log is cut there) */
 #define IPC_DEVICES_MAX 64u
 #define IPC_GRID_MAX 0x7fffffffu
@@ -160,9 +164,41 @@ struct ipc_mod_load {
 	uint32_t flags;
 	uint32_t options_len;
 	uint32_t code_len;
-	/* then options_len bytes of options, then code_len bytes of code unless CODE_FD */
+	uint32_t extra_len; /* 3: the headers and name expressions after the code (CUDA only) */
+	uint32_t nheaders;
+	uint32_t nnames;
+	uint32_t reserved;
+	/* then options_len bytes of options, then code_len bytes of code and extra_len bytes of
+	 * headers and names, unless CODE_FD (then both are in the memfd, in that order) */
 };
-_Static_assert(sizeof(struct ipc_mod_load) == 24, "wire ABI");
+_Static_assert(sizeof(struct ipc_mod_load) == 40, "wire ABI");
+
+/*
+ * A CUDA C++ module's extra block: nheaders records { uint32_t name_len, text_len; name;
+ * text } (a header the source may #include by that name), then nnames records
+ * { uint32_t len; expression } (a name expression: "fill<float>"), unaligned, NUL-free.
+ * A header's name has 1 to IPC_HEADER_NAME_MAX bytes, an expression 1 to
+ * IPC_KERNEL_NAME_MAX (it is asked for as a kernel's name).
+ */
+struct ipc_mod_item {
+	const char *name; /* a header's name, or a name expression */
+	uint32_t name_len;
+	const char *text; /* a header's text; NULL for a name expression */
+	uint32_t text_len;
+};
+
+struct ipc_mod_extra_cursor {
+	const uint8_t *p;
+	size_t left;
+	uint32_t headers, names; /* still to come */
+};
+
+void ipc_mod_extra_begin(struct ipc_mod_extra_cursor *c, const void *p, size_t len,
+			 uint32_t nheaders, uint32_t nnames);
+/* The next item: 1, 0 at the end (every byte used), or -EBADMSG. *ret borrows the block. */
+int ipc_mod_extra_next(struct ipc_mod_extra_cursor *c, struct ipc_mod_item *ret);
+/* A whole block well formed: 0 or -EBADMSG. */
+int ipc_mod_extra_check(const void *p, size_t len, uint32_t nheaders, uint32_t nnames);
 
 struct ipc_mod_drop {
 	uint64_t mod_id;
@@ -344,7 +380,7 @@ struct ipc_msg {
 struct ipc_mod_load_msg {
 	struct ipc_mod_load m;
 	const char *options; /* m.options_len bytes, not NUL-terminated */
-	const uint8_t *code; /* m.code_len bytes, or NULL with IPC_MOD_CODE_FD */
+	const uint8_t *code; /* m.code_len + m.extra_len bytes (checked), or NULL with CODE_FD */
 };
 
 struct ipc_submit_msg {
@@ -416,7 +452,8 @@ struct ipc_part {
 int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
 	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts);
 
-/* Encoders for the variable-length messages, checking their limits as decoders do. */
+/* Encoders for the variable-length messages, checking their limits as decoders do. A
+ * MOD_LOAD's code is m->code_len + m->extra_len bytes: the code, then its extra block. */
 int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod_load *m,
 			const char *options, const void *code);
 int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submit *m,

@@ -214,9 +214,25 @@ static int sample_mod_load(void *buf, size_t cap, unsigned form)
 		m.code_len = 1 << 20;
 		return ipc_encode_mod_load(buf, cap, 301, &m, NULL, NULL);
 	}
-	m.lang = GPUX_LANG_HOST;
-	m.code_len = sizeof(code) - 1;
-	return ipc_encode_mod_load(buf, cap, 302, &m, NULL, code);
+	if (form == 2) {
+		m.lang = GPUX_LANG_HOST;
+		m.code_len = sizeof(code) - 1;
+		return ipc_encode_mod_load(buf, cap, 302, &m, NULL, code);
+	}
+	/* Code, then a header "v.h" and the name expression "k<int>" (ipc/proto.h). */
+	{
+		static const uint8_t extra[] = "\3\0\0\0\x0a\0\0\0v.hint v = 1;"
+					       "\6\0\0\0k<int>";
+		uint8_t all[sizeof(code) - 1 + sizeof(extra) - 1];
+
+		memcpy(all, code, sizeof(code) - 1);
+		memcpy(all + sizeof(code) - 1, extra, sizeof(extra) - 1);
+		m.code_len = sizeof(code) - 1;
+		m.extra_len = sizeof(extra) - 1;
+		m.nheaders = 1;
+		m.nnames = 1;
+		return ipc_encode_mod_load(buf, cap, 303, &m, NULL, all);
+	}
 }
 
 static int sample_status(void *buf, size_t cap, uint32_t ndevices)
@@ -384,6 +400,9 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		*s = (struct test_sample){ "channel-req", IPC_CHANNEL_REQ, 0, 0 };
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
+	case 32:
+		*s = (struct test_sample){ "mod-load-headers", IPC_MOD_LOAD, 0, 0 };
+		return sample_mod_load(buf, cap, 3);
 	default:
 		return -ENOENT;
 	}

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-compile.c: CUDA C++ as written (the toolkit's headers) through the compiler helper, on a fake driver. */
+/* tests/test-e2e-compile.c: CUDA C++ as written (headers, templates) through the compiler helper, on a fake driver. */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -68,12 +68,15 @@ static int teardown(void **state)
 			skip();                                                                    \
 	} while (0)
 
-/* Load CUDA C++; the status, with the log in *ret_log (to free). */
-static gpux_status load(struct ctx *t, const char *src, const char *options, gpux_module **ret,
-			char **ret_log)
+/* Load CUDA C++ with headers and names; the status, with the log in *ret_log (to free). */
+static gpux_status load(struct ctx *t, const char *src, const struct gpux_header *h, uint32_t nh,
+			const char *const *names, uint32_t nn, gpux_module **ret, char **ret_log)
 {
+	struct gpux_module_opts o = {
+		.size = sizeof(o), .nheaders = nh, .headers = h, .names = names, .nnames = nn,
+	};
 	char *log = NULL;
-	gpux_status st = gpux_module_load(t->c, GPUX_LANG_CUDA, src, strlen(src), options, ret, &log);
+	gpux_status st = gpux_module_load_ex(t->c, GPUX_LANG_CUDA, src, strlen(src), &o, ret, &log);
 
 	if (ret_log)
 		*ret_log = log;
@@ -154,7 +157,7 @@ static void test_compile_toolkit_headers(void **state)
 	NEED(state);
 	if (!have_landlock())
 		skip();
-	if (load(t, toolkit_src, NULL, &m, &log) != GPUX_OK)
+	if (load(t, toolkit_src, NULL, 0, NULL, 0, &m, &log) != GPUX_OK)
 		fail_msg("the toolkit's headers did not compile: %s", log ? log : "");
 	free(log);
 	expect_run(t->c, m, "tk", 3, NULL, 0, GPUX_OK, NULL);
@@ -180,7 +183,7 @@ static void test_compile_no_file_outside_the_toolkit(void **state)
 		gpux_module *m = NULL;
 
 		(void)snprintf(src, sizeof(src), "%sextern \"C\" __global__ void k() {}\n", sneaky[i]);
-		assert_int_equal(load(t, src, NULL, &m, &log), GPUX_E_COMPILE);
+		assert_int_equal(load(t, src, NULL, 0, NULL, 0, &m, &log), GPUX_E_COMPILE);
 		assert_non_null(log);
 		if (strstr(log, "root:") || !strstr(log, "cannot open source file"))
 			fail_msg("%s: %s", sneaky[i], log);
@@ -188,11 +191,95 @@ static void test_compile_no_file_outside_the_toolkit(void **state)
 	}
 	/* Options that would add a directory are refused before any compile. */
 	{
+		struct gpux_module_opts o = { .size = sizeof(o), .options = "-I/etc" };
 		gpux_module *m = NULL;
 		char *log = NULL;
 
-		assert_int_equal(load(t, toolkit_src, "-I/etc", &m, &log), GPUX_E_INVAL);
+		assert_int_equal(gpux_module_load_ex(t->c, GPUX_LANG_CUDA, toolkit_src,
+						     sizeof(toolkit_src) - 1, &o, &m, &log),
+				 GPUX_E_INVAL);
 		free(log);
+	}
+}
+
+/* ---- the client's headers and name expressions ---- */
+
+static const char names_src[] =
+	"#include \"util.cuh\"\n"
+	"template <typename T> __global__ void fill(T *p, int n, T v) { if (n) *p = v; }\n"
+	"template __global__ void fill<float>(float *, int, float);\n"
+	"template <typename T, int B> __global__ void reduce(const T *in, T *out)\n"
+	"{ __shared__ T s[B]; s[threadIdx.x] = in[threadIdx.x]; __syncthreads(); *out = s[0]; }\n"
+	"__global__ void saxpy(const float *x, float *y, float a, unsigned long long n)\n"
+	"{ y[0] = a * x[0] + twice(1.0f) + (float)n; }\n"
+	"__global__ void over(int *p) { *p = 1; }\n"
+	"__global__ void over(float *p) { *p = 1; }\n"
+	"namespace ns { __global__ void inner(double d, char c) { } }\n"
+	"extern \"C\" __global__ void plain(int a, double b) { }\n";
+
+static void test_compile_headers_and_names(void **state)
+{
+	static const struct gpux_header headers[] = {
+		{ "util.cuh", "#pragma once\n#include \"lib/detail.h\"\n" },
+		{ "lib/detail.h", "__device__ inline float twice(float x) { return 2 * x; }\n" },
+	};
+	static const char *const names[] = { "reduce<int, 256>", "fill<double>" };
+	struct ctx *t = *state;
+	float a = 2;
+	uint64_t n = 4;
+	int32_t i = 1;
+	double dbl = 1;
+	struct gpux_arg saxpy_args[] = { GPUX_ARG_VALUE(a), GPUX_ARG_VALUE(n) };
+	struct gpux_arg plain[] = { GPUX_ARG_VALUE(i), GPUX_ARG_VALUE(dbl) };
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	NEED(state);
+	/* Headers that include each other by name, and templates instantiated by name. */
+	if (load(t, names_src, headers, 2, names, 2, &m, &log) != GPUX_OK)
+		fail_msg("did not compile: %s", log ? log : "");
+	free(log);
+	expect_run(t->c, m, "plain", 0, plain, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "_Z5saxpyPKfPffy", 2, saxpy_args, 2, GPUX_OK, NULL);
+	gpux_module_free(m);
+	/* Without its headers the same source does not compile. */
+	assert_int_equal(load(t, names_src, NULL, 0, names, 2, &m, &log), GPUX_E_COMPILE);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "util.cuh"));
+	free(log);
+}
+
+/* A name expression that names nothing fails the compile, as with NVRTC; limits hold. */
+static void test_compile_bad_names_and_headers(void **state)
+{
+	static const char src[] = "template <typename T> __global__ void fill(T *p) { *p = 0; }\n";
+	static const char *const bad[] = { "nosuch<int>" };
+	struct gpux_header h = { "x.h", "" };
+	struct ctx *t = *state;
+	gpux_module *m = NULL;
+	char *log = NULL, long_name[300];
+	const char *names[1] = { long_name };
+
+	NEED(state);
+	assert_int_equal(load(t, src, NULL, 0, bad, 1, &m, &log), GPUX_E_COMPILE);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "nosuch"));
+	free(log);
+	memset(long_name, 'a', sizeof(long_name) - 1);
+	long_name[sizeof(long_name) - 1] = '\0';
+	assert_int_equal(load(t, src, NULL, 0, names, 1, &m, NULL), GPUX_E_INVAL);
+	assert_int_equal(load(t, src, &h, GPUX_MODULE_HEADERS_MAX + 1, NULL, 0, &m, NULL),
+			 GPUX_E_INVAL);
+	h.name = "";
+	assert_int_equal(load(t, src, &h, 1, NULL, 0, &m, NULL), GPUX_E_INVAL);
+	/* Headers are for CUDA C++ only. */
+	{
+		struct gpux_module_opts o = { .size = sizeof(o), .nheaders = 1, .headers = &h };
+
+		h.name = "x.h";
+		assert_int_equal(gpux_module_load_ex(t->c, GPUX_LANG_PTX, ".version 8.0", 12, &o, &m,
+						     NULL),
+				 GPUX_E_INVAL);
 	}
 }
 
@@ -301,21 +388,24 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
 	gen = devs[0].generation;
 	/* A first compile: the helper has warmed up, and waits. */
-	assert_int_equal(load(t, small_src, NULL, &m, NULL), GPUX_OK);
+	assert_int_equal(load(t, small_src, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
 	gpux_module_free(m);
 	k.helper = helper_of(test_worker_pid(&t->d, 0));
 	assert_true(k.helper > 0);
 	k.from = cpu_ticks(k.helper);
 	/* A compile of a few hundred ms at least, killed in the middle. */
 	assert_int_equal(pthread_create(&th, NULL, kill_when_busy, &k), 0);
-	assert_int_equal(load(t, toolkit_src, NULL, &m, &log), GPUX_E_COMPILE);
+	assert_int_equal(load(t, toolkit_src, NULL, 0, NULL, 0, &m, &log), GPUX_E_COMPILE);
 	assert_int_equal(pthread_join(th, NULL), 0);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "killed by its sandbox"));
 	free(log);
 	/* The worker lives on, and the next compile gets a new helper. */
-	assert_int_equal(load(t, "__global__ void k() { oops; }", NULL, &m, NULL), GPUX_E_COMPILE);
-	assert_int_equal(load(t, "__global__ void k2(int *p) { *p = 2; }", NULL, &m, NULL), GPUX_OK);
+	assert_int_equal(load(t, "__global__ void k() { oops; }", NULL, 0, NULL, 0, &m, NULL),
+			 GPUX_E_COMPILE);
+	assert_int_equal(load(t, "__global__ void k2(int *p) { *p = 2; }", NULL, 0, NULL, 0, &m,
+			      NULL),
+			 GPUX_OK);
 	gpux_module_free(m);
 	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
 	assert_int_equal(devs[0].generation, gen);
@@ -324,7 +414,7 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	assert_true(k.helper > 0);
 	assert_int_equal(kill(k.helper, SIGSYS), 0);
 	(void)usleep(50000);
-	assert_int_equal(load(t, toolkit_src, NULL, &m, NULL), GPUX_OK);
+	assert_int_equal(load(t, toolkit_src, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
 	gpux_module_free(m);
 }
 
@@ -334,6 +424,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compile_toolkit_headers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_no_file_outside_the_toolkit, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,
 						teardown),
 	};

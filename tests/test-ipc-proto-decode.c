@@ -130,7 +130,9 @@ static int mod_load_decode(const struct ipc_mod_load *m, const char *options, si
 
 static void test_proto_mod_load_rejects_bad_fields(void **state)
 {
-	const struct ipc_mod_load good = { 1, GPUX_LANG_CUDA, 0, 4, 8 };
+	const struct ipc_mod_load good = {
+		.mod_id = 1, .lang = GPUX_LANG_CUDA, .options_len = 4, .code_len = 8,
+	};
 	const uint32_t bad_langs[] = { 0, GPUX_LANG_HOST + 1, UINT32_MAX };
 	struct ipc_mod_load m = good;
 
@@ -156,19 +158,23 @@ static void test_proto_mod_load_rejects_bad_fields(void **state)
 
 static void test_proto_mod_load_rejects_bad_lengths(void **state)
 {
-	struct ipc_mod_load m = { 1, GPUX_LANG_PTX, 0, IPC_OPTIONS_MAX, 1 };
+	struct ipc_mod_load m = {
+		.mod_id = 1, .lang = GPUX_LANG_PTX, .options_len = IPC_OPTIONS_MAX, .code_len = 1,
+	};
 
 	assert_int_equal(mod_load_decode(&m, NULL, IPC_OPTIONS_MAX, 1, 0), 0);
 	m.options_len = IPC_OPTIONS_MAX + 1;
 	assert_int_equal(mod_load_decode(&m, NULL, IPC_OPTIONS_MAX + 1, 1, 0), -EBADMSG);
 
-	m = (struct ipc_mod_load){ 1, GPUX_LANG_PTX, 0, 0, 0 };
+	m = (struct ipc_mod_load){ .mod_id = 1, .lang = GPUX_LANG_PTX };
 	assert_int_equal(mod_load_decode(&m, NULL, 0, 0, 0), -EBADMSG);
 	m.flags = IPC_MOD_CODE_FD;
 	assert_int_equal(mod_load_decode(&m, NULL, 0, 0, 1), -EBADMSG);
 
 	/* Inline code has a smaller limit than code in a memfd. */
-	m = (struct ipc_mod_load){ 1, GPUX_LANG_PTX, 0, 0, IPC_INLINE_CODE_MAX + 1 };
+	m = (struct ipc_mod_load){
+		.mod_id = 1, .lang = GPUX_LANG_PTX, .code_len = IPC_INLINE_CODE_MAX + 1,
+	};
 	assert_int_equal(mod_load_decode(&m, NULL, 0, IPC_INLINE_CODE_MAX + 1, 0), -EBADMSG);
 	m.flags = IPC_MOD_CODE_FD;
 	assert_int_equal(mod_load_decode(&m, NULL, 0, 0, 1), 0);
@@ -185,13 +191,124 @@ static void test_proto_mod_load_rejects_bad_lengths(void **state)
 static void test_proto_mod_load_rejects_nul_in_options(void **state)
 {
 	static const char opts[] = "-DA\0-DB";
-	struct ipc_mod_load m = { 1, GPUX_LANG_CUDA, 0, sizeof(opts) - 1, 4 };
+	struct ipc_mod_load m = {
+		.mod_id = 1, .lang = GPUX_LANG_CUDA, .options_len = sizeof(opts) - 1, .code_len = 4,
+	};
 
 	assert_int_equal(mod_load_decode(&m, opts, sizeof(opts) - 1, 4, 0), -EBADMSG);
 	m.options_len = 3;
 	assert_int_equal(mod_load_decode(&m, opts, 3, 4, 0), 0);
 	m.options_len = 4;
 	assert_int_equal(mod_load_decode(&m, opts, 4, 4, 0), -EBADMSG);
+}
+
+/* Append a header record (name, text) or, with text NULL, a name record to p. */
+static size_t extra_put(uint8_t *p, const char *name, const char *text)
+{
+	uint32_t nl = (uint32_t)strlen(name), tl = text ? (uint32_t)strlen(text) : 0;
+	size_t n = 0;
+
+	memcpy(p + n, &nl, 4);
+	n += 4;
+	if (text) {
+		memcpy(p + n, &tl, 4);
+		n += 4;
+	}
+	memcpy(p + n, name, nl);
+	memcpy(p + n + nl, text ? text : "", tl);
+	return n + nl + tl;
+}
+
+/* A MOD_LOAD of CUDA code "k" with an extra block, counts as given: 0 or -EBADMSG. */
+static int extra_decode(const uint8_t *extra, size_t len, uint32_t nheaders, uint32_t nnames,
+			uint32_t lang)
+{
+	struct ipc_mod_load m = {
+		.mod_id = 1, .lang = lang, .code_len = 1, .extra_len = (uint32_t)len,
+		.nheaders = nheaders, .nnames = nnames,
+	};
+	struct ipc_part parts[2] = { { "k", 1 }, { extra, len } };
+
+	return test_encode_decode(IPC_MOD_LOAD, 0, &m, sizeof(m), parts, 2);
+}
+
+static void test_proto_mod_load_extra_round_trips(void **state)
+{
+	static const char code[] = "#include \"a.h\"\n";
+	uint8_t all[256];
+	size_t n = sizeof(code) - 1;
+	struct ipc_mod_load m = { .mod_id = 9, .lang = GPUX_LANG_CUDA, .code_len = sizeof(code) - 1 };
+	struct ipc_mod_extra_cursor c;
+	struct ipc_mod_item it;
+	union test_decoded out;
+	struct ipc_msg msg;
+	int r;
+
+	memcpy(all, code, n);
+	n += extra_put(all + n, "a.h", "#include \"lib/b.h\"\n");
+	n += extra_put(all + n, "lib/b.h", "");
+	n += extra_put(all + n, "fill<float>", NULL);
+	m.extra_len = (uint32_t)(n - m.code_len);
+	m.nheaders = 2;
+	m.nnames = 1;
+	r = ipc_encode_mod_load(test_msgbuf, sizeof(test_msgbuf), 30, &m, NULL, all);
+	assert_true(r > 0);
+	assert_int_equal(test_parse(test_msgbuf, (size_t)r, 0, &msg), 0);
+	assert_int_equal(test_decode_as(&msg, IPC_MOD_LOAD, &out), 0);
+	assert_memory_equal(&out.mod_load.m, &m, sizeof(m));
+	assert_memory_equal(out.mod_load.code, all, n);
+	ipc_mod_extra_begin(&c, out.mod_load.code + m.code_len, m.extra_len, m.nheaders, m.nnames);
+	assert_int_equal(ipc_mod_extra_next(&c, &it), 1);
+	assert_int_equal(it.name_len, 3);
+	assert_memory_equal(it.name, "a.h", 3);
+	assert_int_equal(it.text_len, 19);
+	assert_int_equal(ipc_mod_extra_next(&c, &it), 1);
+	assert_memory_equal(it.name, "lib/b.h", 7);
+	assert_non_null(it.text);
+	assert_int_equal(it.text_len, 0);
+	assert_int_equal(ipc_mod_extra_next(&c, &it), 1);
+	assert_memory_equal(it.name, "fill<float>", 11);
+	assert_null(it.text);
+	assert_int_equal(ipc_mod_extra_next(&c, &it), 0);
+}
+
+static void test_proto_mod_load_rejects_bad_extra(void **state)
+{
+	uint8_t e[IPC_INLINE_CODE_MAX];
+	char longname[IPC_KERNEL_NAME_MAX + 2];
+	size_t n;
+
+	n = extra_put(e, "h.h", "x") + extra_put(e + 12, "k", NULL);
+	assert_int_equal(extra_decode(e, n, 1, 1, GPUX_LANG_CUDA), 0);
+	/* Only CUDA C++ has headers; counts that do not fit the bytes; bytes left over. */
+	assert_int_equal(extra_decode(e, n, 1, 1, GPUX_LANG_PTX), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 1, 0, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 2, 1, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 2, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n - 1, 1, 1, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 0, GPUX_LANG_CUDA), -EBADMSG);
+	/* Empty names, NULs inside, a text running past the end. */
+	n = extra_put(e, "", NULL);
+	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), -EBADMSG);
+	n = extra_put(e, "a\x01b", NULL);
+	e[5] = '\0';
+	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), -EBADMSG);
+	n = extra_put(e, "h.h", "text");
+	e[n - 1] = '\0';
+	assert_int_equal(extra_decode(e, n, 1, 0, GPUX_LANG_CUDA), -EBADMSG);
+	n = extra_put(e, "h.h", "text");
+	e[4] = 0xff;
+	assert_int_equal(extra_decode(e, n, 1, 0, GPUX_LANG_CUDA), -EBADMSG);
+	/* A name expression is a kernel name: at most IPC_KERNEL_NAME_MAX bytes. */
+	memset(longname, 'k', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	n = extra_put(e, longname, NULL);
+	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), -EBADMSG);
+	longname[IPC_KERNEL_NAME_MAX] = '\0';
+	n = extra_put(e, longname, NULL);
+	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), 0);
+	/* Too many headers, however few bytes. */
+	assert_int_equal(extra_decode(e, n, IPC_MOD_HEADERS_MAX + 1, 0, GPUX_LANG_CUDA), -EBADMSG);
 }
 
 static void test_proto_queue_rejects_bad_fields(void **state)
@@ -462,6 +579,8 @@ int main(void)
 		cmocka_unit_test(test_proto_mod_load_rejects_bad_fields),
 		cmocka_unit_test(test_proto_mod_load_rejects_bad_lengths),
 		cmocka_unit_test(test_proto_mod_load_rejects_nul_in_options),
+		cmocka_unit_test(test_proto_mod_load_extra_round_trips),
+		cmocka_unit_test(test_proto_mod_load_rejects_bad_extra),
 		cmocka_unit_test(test_proto_queue_rejects_bad_fields),
 		cmocka_unit_test(test_proto_status_req_rejects_flags),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),

@@ -38,6 +38,9 @@ struct wrk_build {
 	const uint8_t *code;
 	size_t code_len;
 	const char *options; /* NUL-terminated, space-separated */
+	const uint8_t *extra; /* CUDA C++: headers and name expressions (ipc/proto.h), checked */
+	size_t extra_len;
+	uint32_t nheaders, nnames;
 };
 
 /*

@@ -24,7 +24,7 @@
  * headers and its code generator) by the time a client's module arrives. It learns its
  * target (SETUP), compiles once more for it, then closes itself behind its sandbox
  * (worker/compile-sandbox.c) for good and says hello. Everything after that is a client's source:
- * it can read the toolkit's headers, nothing else.
+ * it can read the toolkit's headers and its own named headers, nothing else.
  */
 
 #define WARM_SOURCE                                                                                \
@@ -111,6 +111,83 @@ static char *program_log(struct nvrtc *nv, nvrtcProgram prog)
 
 /* ---- one compile ---- */
 
+struct job {
+	const char *code;
+	unsigned nheaders;
+	const char **hnames, **htexts;
+	unsigned nnames; /* name expressions */
+	const char **names;
+	const char *argv[4 + WRK_TOOLKIT_DIRS_MAX + WRK_OPTIONS_MAX];
+	unsigned argc;
+};
+
+static void job_free(struct job *j)
+{
+	for (unsigned i = 0; i < j->nheaders; i++) {
+		free((char *)j->hnames[i]);
+		free((char *)j->htexts[i]);
+	}
+	for (unsigned i = 0; i < j->nnames; i++)
+		free((char *)j->names[i]);
+	free(j->hnames);
+	free(j->htexts);
+	free(j->names);
+}
+
+static int name_add(struct job *j, const char *s, size_t len)
+{
+	char *c;
+
+	if (j->nnames == IPC_MOD_NAMES_MAX || len > IPC_KERNEL_NAME_MAX)
+		return 0;
+	c = strndup(s, len);
+	if (!c)
+		return -ENOMEM;
+	j->names[j->nnames++] = c;
+	return 0;
+}
+
+/* The request's headers and name expressions, copied out of the block after the code. */
+static int job_read(struct job *j, const struct cc_req *rq, const uint8_t *extra)
+{
+	struct ipc_mod_extra_cursor cur;
+	struct ipc_mod_item it;
+	int r;
+
+	j->hnames = calloc(rq->nheaders + 1, sizeof(*j->hnames));
+	j->htexts = calloc(rq->nheaders + 1, sizeof(*j->htexts));
+	j->names = calloc(IPC_MOD_NAMES_MAX, sizeof(*j->names));
+	if (!j->hnames || !j->htexts || !j->names)
+		return -ENOMEM;
+	ipc_mod_extra_begin(&cur, extra, rq->extra_len, rq->nheaders, rq->nnames);
+	while ((r = ipc_mod_extra_next(&cur, &it)) > 0) {
+		if (it.text) {
+			j->hnames[j->nheaders] = strndup(it.name, it.name_len);
+			j->htexts[j->nheaders] = strndup(it.text, it.text_len);
+			if (!j->hnames[j->nheaders++] || !j->htexts[j->nheaders - 1])
+				return -ENOMEM;
+		} else if ((r = name_add(j, it.name, it.name_len)) < 0) {
+			return r;
+		}
+	}
+	if (r < 0 || j->nheaders != rq->nheaders)
+		return -EBADMSG;
+	return 0;
+}
+
+/* Compile with the headers and name expressions (a name that names no kernel fails it). */
+static nvrtcResult compile(struct helper *h, struct job *j, nvrtcProgram *ret_prog)
+{
+	nvrtcResult r = h->nv.create(ret_prog, j->code, "kernel.cu", (int)j->nheaders, j->htexts,
+				     j->hnames);
+
+	for (unsigned i = 0; r == NVRTC_SUCCESS && i < j->nnames; i++)
+		r = h->nv.add_name(*ret_prog, j->names[i]);
+	if (r == NVRTC_SUCCESS)
+		r = h->nv.compile(*ret_prog, (int)j->argc, j->argv);
+	return r;
+}
+
 static int image_make(struct helper *h, nvrtcProgram prog, int *ret_fd)
 {
 	_cleanup_(freep) char *cubin = NULL;
@@ -125,24 +202,33 @@ static int image_make(struct helper *h, nvrtcProgram prog, int *ret_fd)
 static void compile_one(struct helper *h, const struct cc_req *rq, const char *options,
 			int code_fd)
 {
-	_cleanup_(freep) uint8_t *code = NULL;
+	_cleanup_(freep) uint8_t *blob = NULL;
 	_cleanup_(freep) char *opts = strndup(options, rq->options_len);
 	_cleanup_(freep) char *log = NULL;
 	_cleanup_(closep) int image_fd = -1;
-	const char *argv[2 + WRK_TOOLKIT_DIRS_MAX + WRK_OPTIONS_MAX];
+	struct job j = { .argc = 0 };
 	nvrtcProgram prog = NULL;
-	unsigned argc;
 	nvrtcResult r;
+	int rc;
 
-	if (ipc_blob_read(code_fd, rq->code_len, IPC_CODE_MAX, &code, NULL) < 0 || !opts) {
+	rc = ipc_blob_read(code_fd, (size_t)rq->code_len + rq->extra_len, IPC_CODE_MAX, &blob, NULL);
+	if (rc < 0 || !opts) {
 		(void)reply_text(h->fd, GPUX_E_INVAL, "bad compile request");
 		return;
 	}
-	argc = base_args(h, argv);
-	argc += split(opts, argv + argc, ARRAY_SIZE(argv) - argc);
-	r = h->nv.create(&prog, (const char *)code, "kernel.cu", 0, NULL, NULL);
-	if (r == NVRTC_SUCCESS)
-		r = h->nv.compile(prog, (int)argc, argv);
+	/* The extra block after the code is copied out; then the code is a string. */
+	rc = job_read(&j, rq, blob + rq->code_len);
+	blob[rq->code_len] = '\0';
+	j.code = (const char *)blob;
+	if (rc < 0) {
+		job_free(&j);
+		(void)reply_text(h->fd, rc == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_INVAL,
+				 "bad headers or name expressions");
+		return;
+	}
+	j.argc = base_args(h, j.argv);
+	j.argc += split(opts, j.argv + j.argc, ARRAY_SIZE(j.argv) - j.argc);
+	r = compile(h, &j, &prog);
 	log = prog ? program_log(&h->nv, prog) : NULL;
 	if (r != NVRTC_SUCCESS)
 		(void)reply_text(h->fd, GPUX_E_COMPILE, log ? log : h->nv.error(r));
@@ -152,6 +238,7 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 		(void)reply(h->fd, 0, log ? log : "", log ? strlen(log) : 0, 0, 0, image_fd);
 	if (prog)
 		(void)h->nv.destroy(&prog);
+	job_free(&j);
 }
 
 /* ---- start ---- */
@@ -252,7 +339,8 @@ int wrk_compiler_main(int fd, pid_t parent)
 		memcpy(&rq, h.buf, MIN((size_t)n, sizeof(rq)));
 		if ((size_t)n < sizeof(rq) || rq.magic != CC_MAGIC || rq.kind != CC_COMPILE ||
 		    nfds != 1 || (size_t)n != sizeof(rq) + rq.options_len ||
-		    rq.code_len > IPC_CODE_MAX) {
+		    (uint64_t)rq.code_len + rq.extra_len > IPC_CODE_MAX ||
+		    rq.nheaders > IPC_MOD_HEADERS_MAX || rq.nnames > IPC_MOD_NAMES_MAX) {
 			for (unsigned i = 0; i < nfds; i++)
 				(void)close(fds[i]);
 			return 1;

@@ -11,7 +11,8 @@
  *
  *   worker -> helper  SETUP   the target (arch) and the toolkit's include directories
  *   helper -> worker  hello   a cc_rep: NVRTC's version, whether Landlock holds the files
- *   worker -> helper  COMPILE options inline; the code in a sealed memfd
+ *   worker -> helper  COMPILE options inline; code, then headers and name expressions
+ *                             (the MOD_LOAD extra block, ipc/proto.h) in one sealed memfd
  *   helper -> worker  result  a cc_rep with the log; on success a sealed memfd with the cubin
  */
 
@@ -39,9 +40,13 @@ struct cc_req {
 	uint32_t kind; /* CC_COMPILE */
 	uint32_t options_len;
 	uint32_t code_len;
+	uint32_t extra_len; /* after the code in the memfd */
+	uint32_t nheaders;
+	uint32_t nnames;
+	uint32_t reserved;
 	/* then options_len bytes of options */
 };
-_Static_assert(sizeof(struct cc_req) == 16, "helper ABI");
+_Static_assert(sizeof(struct cc_req) == 32, "helper ABI");
 
 #define CC_LANDLOCKED 0x1u /* hello: the toolkit's headers are readable, nothing else is */
 

@@ -237,6 +237,9 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 		.kind = CC_COMPILE,
 		.options_len = (uint32_t)strlen(b->options),
 		.code_len = (uint32_t)b->code_len,
+		.extra_len = (uint32_t)b->extra_len,
+		.nheaders = b->nheaders,
+		.nnames = b->nnames,
 	};
 	_cleanup_(closep) int code_fd = -1, image_fd = -1;
 	struct cc_rep rep;
@@ -250,7 +253,8 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 		return r;
 	memcpy(buf, &rq, sizeof(rq));
 	memcpy(buf + sizeof(rq), b->options, rq.options_len);
-	if (ipc_blob_new("gpux-source", b->code, b->code_len, &code_fd) < 0)
+	/* The code and its headers and names are one piece in the worker's memory. */
+	if (ipc_blob_new("gpux-source", b->code, b->code_len + b->extra_len, &code_fd) < 0)
 		return GPUX_E_NOMEM;
 	r = ipc_channel_send(c->fd, buf, sizeof(rq) + rq.options_len, &code_fd, 1, 0);
 	if (r == -EPIPE || r == -ECONNRESET) {

@@ -159,6 +159,10 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 			.code = m->code,
 			.code_len = m->code_len,
 			.options = m->options,
+			.extra = m->code + m->code_len,
+			.extra_len = m->extra_len,
+			.nheaders = m->nheaders,
+			.nnames = m->nnames,
 		};
 		r = w->be->build(w->dev, &b, &m->image, &m->image_len, &m->log);
 		if (r < 0) {
@@ -342,9 +346,9 @@ void wrk_module_unref(struct wrk *w, struct wrk_module *m)
 }
 
 /* Keyed by user too: a module is never shared between users (whose code could be made to
- * collide with another's on purpose). */
-static struct ipc_key module_key(struct wrk *w, uint32_t uid, uint32_t lang, const char *options,
-				 const uint8_t *code, size_t code_len, int *ret_err)
+ * collide with another's on purpose). The code's bytes include its headers and names. */
+static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
+				 const char *options, const uint8_t *code, int *ret_err)
 {
 	struct ipc_key_state s;
 	struct ipc_key k = { 0, 0 };
@@ -354,10 +358,12 @@ static struct ipc_key module_key(struct wrk *w, uint32_t uid, uint32_t lang, con
 		return k;
 	ipc_key_add(&s, "gpux-module-1", 13);
 	ipc_key_add_u64(&s, uid);
-	ipc_key_add_u64(&s, lang);
+	ipc_key_add_u64(&s, ml->lang);
 	ipc_key_add(&s, options, strlen(options));
-	ipc_key_add(&s, code, code_len);
-	w->be->target_key(w->dev, lang, &s);
+	ipc_key_add_u64(&s, ml->nheaders);
+	ipc_key_add_u64(&s, ml->nnames);
+	ipc_key_add(&s, code, (size_t)ml->code_len + ml->extra_len);
+	w->be->target_key(w->dev, ml->lang, &s);
 	return ipc_key_end(&s);
 }
 
@@ -424,6 +430,7 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	struct wrk_module *m;
 	struct ipc_key key;
 	uint32_t id = msg->hdr.id;
+	size_t all;
 	int r;
 
 	if (ipc_decode_mod_load(msg, &ml) < 0)
@@ -444,31 +451,38 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		return 0;
 	}
 	/* Code waiting for the compile thread is held in memory: cap it. */
-	if (c->build_bytes + ml.m.code_len > WRK_CLIENT_BUILD_BYTES ||
-	    w->build_bytes + ml.m.code_len > WRK_BUILD_BYTES) {
+	all = (size_t)ml.m.code_len + ml.m.extra_len;
+	if (c->build_bytes + all > WRK_CLIENT_BUILD_BYTES || w->build_bytes + all > WRK_BUILD_BYTES) {
 		module_refuse(c, id, ml.m.mod_id, GPUX_E_QUOTA,
 			      "too much code is waiting to be compiled");
 		return 0;
 	}
 	if (ml.m.flags & IPC_MOD_CODE_FD) {
-		r = ipc_blob_read(msg->fds[0], ml.m.code_len, IPC_CODE_MAX, &code, NULL);
+		r = ipc_blob_read(msg->fds[0], all, IPC_CODE_MAX, &code, NULL);
 		if (r == -EBADF) {
 			module_refuse(c, id, ml.m.mod_id, GPUX_E_INVAL,
 				      "the module's code is not in a sealed memfd of its length");
 			return 0;
 		}
+		/* The decoder checked inline headers; these came in the memfd. */
+		if (r == 0 && ipc_mod_extra_check(code + ml.m.code_len, ml.m.extra_len,
+						  ml.m.nheaders, ml.m.nnames) < 0) {
+			module_refuse(c, id, ml.m.mod_id, GPUX_E_INVAL,
+				      "malformed headers or name expressions");
+			return 0;
+		}
 	} else {
-		code = malloc(ml.m.code_len);
+		code = malloc(all);
 		r = code ? 0 : -ENOMEM;
 		if (code)
-			memcpy(code, ml.code, ml.m.code_len);
+			memcpy(code, ml.code, all);
 	}
 	options = strndup(ml.options, ml.m.options_len);
 	if (r < 0 || !options) {
 		module_refuse(c, id, ml.m.mod_id, GPUX_E_NOMEM, "out of memory");
 		return 0;
 	}
-	key = module_key(w, c->uid, ml.m.lang, options, code, ml.m.code_len, &r);
+	key = module_key(w, c->uid, &ml.m, options, code, &r);
 	if (r < 0) {
 		module_refuse(c, id, ml.m.mod_id, GPUX_E_NOMEM, "out of memory");
 		return 0;
@@ -495,13 +509,16 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		m->refs = 2;
 		m->creator = c;
 		c->refs++;
-		c->build_bytes += ml.m.code_len;
-		w->build_bytes += ml.m.code_len;
+		c->build_bytes += all;
+		w->build_bytes += all;
 		m->key = key;
 		m->lang = ml.m.lang;
 		m->state = MOD_BUILDING;
 		m->code = TAKE_PTR(code);
 		m->code_len = ml.m.code_len;
+		m->extra_len = ml.m.extra_len;
+		m->nheaders = ml.m.nheaders;
+		m->nnames = ml.m.nnames;
 		m->options = TAKE_PTR(options);
 		/* A key collision with another module: build it, uncached. */
 		m->cached = ipc_map_put(&w->modules, key.lo, m) == 0;
@@ -544,8 +561,8 @@ void wrk_module_drop(struct wrk_client *c, uint64_t mod_id)
 /* The build's end: its input bytes and its reference go. */
 static void build_done(struct wrk *w, struct wrk_module *m)
 {
-	m->creator->build_bytes -= m->code_len;
-	w->build_bytes -= m->code_len;
+	m->creator->build_bytes -= m->code_len + m->extra_len;
+	w->build_bytes -= m->code_len + m->extra_len;
 	wrk_client_unref(m->creator);
 	m->creator = NULL;
 	wrk_module_unref(w, m);

@@ -48,6 +48,7 @@ int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)
 	SYM(cubin, "nvrtcGetCUBIN");
 	SYM(destroy, "nvrtcDestroyProgram");
 	SYM(error, "nvrtcGetErrorString");
+	SYM(add_name, "nvrtcAddNameExpression");
 #undef SYM
 	return 0;
 }

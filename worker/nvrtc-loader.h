@@ -17,6 +17,7 @@ struct nvrtc {
 	nvrtcResult (*cubin_size)(nvrtcProgram, size_t *);
 	nvrtcResult (*cubin)(nvrtcProgram, char *);
 	nvrtcResult (*destroy)(nvrtcProgram *);
+	nvrtcResult (*add_name)(nvrtcProgram, const char *);
 	const char *(*error)(nvrtcResult);
 };
 

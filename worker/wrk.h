@@ -144,8 +144,10 @@ struct wrk_module {
 	struct wrk_module *lru_prev, *lru_next; /* in the idle list while refs == 0 */
 	bool cached; /* in the worker's map by key */
 	/* Job input while building. */
-	uint8_t *code;
+	uint8_t *code; /* code_len bytes, then extra_len of headers and name expressions */
 	size_t code_len;
+	size_t extra_len;
+	uint32_t nheaders, nnames;
 	char *options;
 	uint8_t *image;
 	size_t image_len;

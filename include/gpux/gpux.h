@@ -232,6 +232,47 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 					 size_t size, const char *options,
 					 gpux_module **ret_module, char **ret_log);
 
+/*
+ * A header that a CUDA C++ module may #include by `name` ("util.cuh", "lib/vec.h"), as
+ * nvrtcCreateProgram()'s headers are: looked for before the toolkit's own headers, which
+ * every CUDA C++ module may include without options (cuda_fp16.h, cooperative_groups.h,
+ * cuda/std/..., CUB's block-level headers).
+ */
+struct gpux_header {
+	const char *name; /* 1 to 255 bytes */
+	const char *text; /* NUL-terminated */
+};
+
+#define GPUX_MODULE_HEADERS_MAX 256u
+#define GPUX_MODULE_NAMES_MAX 1024u
+
+/* What gpux_module_load_ex() takes besides the code. Zero-fill it, then set size. */
+struct gpux_module_opts {
+	uint32_t size;                     /* sizeof(struct gpux_module_opts) */
+	uint32_t nheaders;                 /* at most GPUX_MODULE_HEADERS_MAX */
+	const char *options;               /* as gpux_module_load()'s, or NULL */
+	const struct gpux_header *headers; /* nheaders of them (CUDA C++ only) */
+	const char *const *names;          /* nnames name expressions (CUDA C++ only) */
+	uint32_t nnames;                   /* at most GPUX_MODULE_NAMES_MAX */
+	uint32_t reserved;                 /* 0 */
+};
+
+/*
+ * gpux_module_load() with headers and name expressions. A name expression is how a kernel
+ * template's instance is asked for ("fill<float>", "reduce<int, 256>"), as with NVRTC's
+ * nvrtcAddNameExpression() or CuPy's name_expressions: each one listed here is compiled and
+ * can then be the `kernel` of gpux_submit(); one that names no kernel is a compile error.
+ * Instances a source instantiates explicitly ("template __global__ void fill<float>(...)")
+ * need no listing. Kernels with C++ linkage are found by their plain or qualified name
+ * ("saxpy", "ns::saxpy") or their mangled one; an overloaded name is GPUX_E_INVAL, with the
+ * candidates in the request's message. Code, headers and names count against one limit
+ * (64 MiB). opts may be NULL; a size this library does not know is GPUX_E_INVAL unless what
+ * it does not know is zero.
+ */
+GPUX_EXPORT gpux_status gpux_module_load_ex(gpux_ctx *ctx, uint32_t lang, const void *code,
+					    size_t size, const struct gpux_module_opts *opts,
+					    gpux_module **ret_module, char **ret_log);
+
 /* Unload a module. Requests still using it must be finished first. NULL is accepted; a
  * handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_module_free(gpux_module *module);

@@ -72,18 +72,43 @@ static void check_info(const struct ipc_device_info *info)
 static void check_mod_load(const struct ipc_msg *msg, const struct ipc_mod_load_msg *m)
 {
 	bool code_fd = m->m.flags & IPC_MOD_CODE_FD;
+	size_t all = (size_t)m->m.code_len + m->m.extra_len;
 
 	CHECK(m->m.options_len <= IPC_OPTIONS_MAX);
-	CHECK(m->m.code_len > 0 && m->m.code_len <= IPC_CODE_MAX);
+	CHECK(m->m.code_len > 0 && all <= IPC_CODE_MAX);
+	CHECK(m->m.nheaders <= IPC_MOD_HEADERS_MAX && m->m.nnames <= IPC_MOD_NAMES_MAX);
+	CHECK((m->m.nheaders == 0 && m->m.nnames == 0) || m->m.lang == GPUX_LANG_CUDA);
 	CHECK(within(msg, m->options, m->m.options_len));
 	CHECK(!memchr(m->options, 0, m->m.options_len));
 	CHECK(msg->nfds == (code_fd ? 1u : 0u));
 	if (code_fd) {
 		CHECK(!m->code);
 	} else {
-		CHECK(m->m.code_len <= IPC_INLINE_CODE_MAX);
-		CHECK(within(msg, m->code, m->m.code_len));
-		CHECK(m->code + m->m.code_len == msg->payload + msg->len);
+		struct ipc_mod_extra_cursor c;
+		struct ipc_mod_item it;
+		unsigned headers = 0, names = 0;
+		int r;
+
+		CHECK(all <= IPC_INLINE_CODE_MAX);
+		CHECK(within(msg, m->code, all));
+		CHECK(m->code + all == msg->payload + msg->len);
+		/* Every item the decoder let through lies in the block and is well formed. */
+		ipc_mod_extra_begin(&c, m->code + m->m.code_len, m->m.extra_len, m->m.nheaders,
+				    m->m.nnames);
+		while ((r = ipc_mod_extra_next(&c, &it)) > 0) {
+			CHECK(within(msg, it.name, it.name_len) && it.name_len > 0);
+			CHECK(!memchr(it.name, 0, it.name_len));
+			if (it.text) {
+				CHECK(it.name_len <= IPC_HEADER_NAME_MAX);
+				CHECK(within(msg, it.text, it.text_len));
+				CHECK(!memchr(it.text, 0, it.text_len));
+				headers++;
+			} else {
+				CHECK(it.name_len <= IPC_KERNEL_NAME_MAX);
+				names++;
+			}
+		}
+		CHECK(r == 0 && headers == m->m.nheaders && names == m->m.nnames);
 	}
 	check_same(ipc_encode_mod_load(out, sizeof(out), msg->hdr.id, &m->m, m->options, m->code));
 }

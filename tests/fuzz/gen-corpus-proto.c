@@ -149,6 +149,22 @@ int main(int argc, char **argv)
 		   "\0\0\0\x80", 4);
 	save_patch("bad-mod-load-options-nul", "mod-load-inline", sizeof(struct ipc_mod_load) + 3,
 		   "", 1);
+	/* mod-load-headers: its code is 52 bytes, then header "v.h" (a name of 3 bytes), then
+	 * the name expression "k<int>". */
+	u32 = 0;
+	save_patch("bad-mod-load-header-name-empty", "mod-load-headers",
+		   sizeof(struct ipc_mod_load) + 52, &u32, 4);
+	save_patch("bad-mod-load-header-name-nul", "mod-load-headers",
+		   sizeof(struct ipc_mod_load) + 52 + 8 + 1, "", 1);
+	u32 = 2;
+	save_patch("bad-mod-load-headers-count", "mod-load-headers",
+		   offsetof(struct ipc_mod_load, nheaders), &u32, 4);
+	u32 = GPUX_LANG_PTX;
+	save_patch("bad-mod-load-headers-not-cuda", "mod-load-headers",
+		   offsetof(struct ipc_mod_load, lang), &u32, 4);
+	u32 = 100;
+	save_patch("bad-mod-load-name-too-long", "mod-load-headers",
+		   sizeof(struct ipc_mod_load) + 52 + 8 + 3 + 11, &u32, 4);
 	i32 = 1;
 	save_patch("bad-done-status-positive", "done", 0, &i32, 4);
 	i32 = GPUX_E_VERSION - 1;

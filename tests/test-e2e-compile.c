@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-compile.c: CUDA C++ as written (headers, templates) through the compiler helper, on a fake driver. */
+/* tests/test-e2e-compile.c: CUDA C++ as written (headers, C++ names, templates), on a fake driver. */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -15,8 +15,9 @@
 /*
  * gpuxd with the CUDA back end on tests/fake-cuda ($GPUX_CUDA_LIB) and the real NVRTC, in
  * the worker's sandboxed helper. The fake driver runs none of these kernels, but a launch
- * still goes through finding the kernel by its name: a request that gets that far ends
- * GPUX_OK.
+ * still goes through finding the kernel by its name and checking the arguments against the
+ * cubin's own parameter list: a request that gets past both ends GPUX_OK, one that names
+ * no kernel or passes the wrong arguments says so.
  */
 
 struct ctx {
@@ -202,7 +203,7 @@ static void test_compile_no_file_outside_the_toolkit(void **state)
 	}
 }
 
-/* ---- the client's headers and name expressions ---- */
+/* ---- the client's headers and C++ names ---- */
 
 static const char names_src[] =
 	"#include \"util.cuh\"\n"
@@ -229,24 +230,42 @@ static void test_compile_headers_and_names(void **state)
 	uint64_t n = 4;
 	int32_t i = 1;
 	double dbl = 1;
+	char c = 'c';
 	struct gpux_arg saxpy_args[] = { GPUX_ARG_VALUE(a), GPUX_ARG_VALUE(n) };
+	struct gpux_arg fill_f[] = { GPUX_ARG_VALUE(i), GPUX_ARG_VALUE(a) };
+	struct gpux_arg fill_d[] = { GPUX_ARG_VALUE(i), GPUX_ARG_VALUE(dbl) };
+	struct gpux_arg inner[] = { GPUX_ARG_VALUE(dbl), GPUX_ARG_VALUE(c) };
 	struct gpux_arg plain[] = { GPUX_ARG_VALUE(i), GPUX_ARG_VALUE(dbl) };
 	gpux_module *m = NULL;
 	char *log = NULL;
 
 	NEED(state);
-	/* Headers that include each other by name, and templates instantiated by name. */
 	if (load(t, names_src, headers, 2, names, 2, &m, &log) != GPUX_OK)
 		fail_msg("did not compile: %s", log ? log : "");
 	free(log);
-	expect_run(t->c, m, "plain", 0, plain, 2, GPUX_OK, NULL);
+	/* A kernel with C++ linkage by its plain name, its qualified one, its mangled one; the
+	 * parameters come from the cubin, so a wrong argument is still caught. */
+	expect_run(t->c, m, "saxpy", 2, saxpy_args, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "saxpy", 2, saxpy_args, 1, GPUX_E_INVAL, "takes 4 arguments");
 	expect_run(t->c, m, "_Z5saxpyPKfPffy", 2, saxpy_args, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "ns::inner", 0, inner, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "ns::inner", 0, fill_d, 2, GPUX_E_INVAL, "argument 0");
+	expect_run(t->c, m, "_ZN2ns5innerEdc", 0, inner, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "plain", 0, plain, 2, GPUX_OK, NULL);
+	/* Templates: an explicit instantiation and the listed expressions, however spaced. */
+	expect_run(t->c, m, "fill<float>", 1, fill_f, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "fill< float >", 1, fill_f, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "fill<double>", 1, fill_d, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "fill<double>", 1, fill_f, 2, GPUX_E_INVAL, "argument 2");
+	expect_run(t->c, m, "reduce<int,256>", 2, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "reduce<int, 128>", 2, NULL, 0, GPUX_E_NOTFOUND, "name expression");
+	/* A template's bare name, an overload, nothing at all: each says what there is. */
+	expect_run(t->c, m, "fill", 1, fill_f, 2, GPUX_E_NOTFOUND, "it is a template");
+	expect_run(t->c, m, "over", 1, NULL, 0, GPUX_E_INVAL, "_Z4overPf");
+	expect_run(t->c, m, "over", 1, NULL, 0, GPUX_E_INVAL, "_Z4overPi");
+	expect_run(t->c, m, "_Z4overPi", 1, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "nothing", 1, NULL, 0, GPUX_E_NOTFOUND, "plain");
 	gpux_module_free(m);
-	/* Without its headers the same source does not compile. */
-	assert_int_equal(load(t, names_src, NULL, 0, names, 2, &m, &log), GPUX_E_COMPILE);
-	assert_non_null(log);
-	assert_non_null(strstr(log, "util.cuh"));
-	free(log);
 }
 
 /* A name expression that names nothing fails the compile, as with NVRTC; limits hold. */
@@ -265,6 +284,25 @@ static void test_compile_bad_names_and_headers(void **state)
 	assert_non_null(log);
 	assert_non_null(strstr(log, "nosuch"));
 	free(log);
+	/* An instantiation inside a namespace reads as "g<int>", which names nothing at file
+	 * scope: the source still compiles (again, without it), and ns::g<int> is found once
+	 * listed. */
+	{
+		static const char ns_src[] =
+			"namespace ns { template <typename T> __global__ void g(T *p) { *p = 0; }\n"
+			"template __global__ void g<int>(int *); }\n";
+		static const char *const listed[] = { "ns::g<int>" };
+
+		log = NULL;
+		if (load(t, ns_src, NULL, 0, NULL, 0, &m, &log) != GPUX_OK)
+			fail_msg("did not compile: %s", log ? log : "");
+		free(log);
+		expect_run(t->c, m, "g<int>", 1, NULL, 0, GPUX_E_NOTFOUND, NULL);
+		gpux_module_free(m);
+		assert_int_equal(load(t, ns_src, NULL, 0, listed, 1, &m, NULL), GPUX_OK);
+		expect_run(t->c, m, "ns::g<int>", 1, NULL, 0, GPUX_OK, NULL);
+		gpux_module_free(m);
+	}
 	memset(long_name, 'a', sizeof(long_name) - 1);
 	long_name[sizeof(long_name) - 1] = '\0';
 	assert_int_equal(load(t, src, NULL, 0, names, 1, &m, NULL), GPUX_E_INVAL);
@@ -281,6 +319,44 @@ static void test_compile_bad_names_and_headers(void **state)
 						     NULL),
 				 GPUX_E_INVAL);
 	}
+}
+
+/* ---- PTX from the client ---- */
+
+/* Load code of a language; the status, with a log that must hold `in_log` if not NULL. */
+static void expect_load(struct ctx *t, uint32_t lang, const void *code, size_t len,
+			gpux_status want, const char *in_log, gpux_module **ret)
+{
+	gpux_module *m = NULL;
+	char *log = NULL;
+	gpux_status st = gpux_module_load(t->c, lang, code, len, NULL, &m, &log);
+
+	if (st != want || (in_log && (!log || !strstr(log, in_log))))
+		fail_msg("status %d, wanted %d; log: %s", st, want, log ? log : "none");
+	free(log);
+	if (ret)
+		*ret = m;
+	else
+		gpux_module_free(m);
+}
+
+static void test_compile_ptx_names(void **state)
+{
+	static const char ptx[] =
+		".version 8.0\n.target sm_90\n.address_size 64\n"
+		".visible .entry _Z4overPf(.param .u64 p0)\n{\n\tret;\n}\n"
+		".visible .entry _Z4overPi(.param .u64 p0)\n{\n\tret;\n}\n"
+		".visible .entry _ZN2ns4stepEPf(.param .u64 p0)\n{\n\tret;\n}\n";
+	struct ctx *t = *state;
+	gpux_module *m;
+
+	NEED(state);
+	expect_load(t, GPUX_LANG_PTX, ptx, sizeof(ptx), GPUX_OK, NULL, &m);
+	expect_run(t->c, m, "ns::step", 1, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "over", 1, NULL, 0, GPUX_E_INVAL, "_Z4overPf, _Z4overPi");
+	expect_run(t->c, m, "_Z4overPi", 1, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "step", 1, NULL, 0, GPUX_E_NOTFOUND, "_ZN2ns4stepEPf");
+	gpux_module_free(m);
 }
 
 /* ---- the helper's death ---- */
@@ -426,6 +502,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_ptx_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,
 						teardown),
 	};

@@ -10,9 +10,11 @@
 
 #include "compiler-proto.h"
 #include "compiler.h"
+#include "cuda-image.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
 #include "ipc/segment.h"
+#include "knames.h"
 #include "nvrtc-loader.h"
 #include "compile-sandbox.h"
 #include "toolkit.h"
@@ -115,7 +117,8 @@ struct job {
 	const char *code;
 	unsigned nheaders;
 	const char **hnames, **htexts;
-	unsigned nnames; /* name expressions */
+	unsigned nnames; /* the client's name expressions, then the source's instantiations */
+	unsigned nclient;
 	const char **names;
 	const char *argv[4 + WRK_TOOLKIT_DIRS_MAX + WRK_OPTIONS_MAX];
 	unsigned argc;
@@ -143,8 +146,18 @@ static int name_add(struct job *j, const char *s, size_t len)
 	c = strndup(s, len);
 	if (!c)
 		return -ENOMEM;
+	for (unsigned i = 0; i < j->nnames; i++)
+		if (wrk_knames_same(j->names[i], c)) {
+			free(c);
+			return 0;
+		}
 	j->names[j->nnames++] = c;
 	return 0;
+}
+
+static int scanned(const char *expr, size_t len, void *userdata)
+{
+	return name_add(userdata, expr, len);
 }
 
 /* The request's headers and name expressions, copied out of the block after the code. */
@@ -172,31 +185,55 @@ static int job_read(struct job *j, const struct cc_req *rq, const uint8_t *extra
 	}
 	if (r < 0 || j->nheaders != rq->nheaders)
 		return -EBADMSG;
+	j->nclient = j->nnames;
 	return 0;
 }
 
-/* Compile with the headers and name expressions (a name that names no kernel fails it). */
-static nvrtcResult compile(struct helper *h, struct job *j, nvrtcProgram *ret_prog)
+/* Compile with the first `nnames` name expressions; *ret_prog on success or failure. */
+static nvrtcResult compile(struct helper *h, struct job *j, unsigned nnames, nvrtcProgram *ret_prog)
 {
 	nvrtcResult r = h->nv.create(ret_prog, j->code, "kernel.cu", (int)j->nheaders, j->htexts,
 				     j->hnames);
 
-	for (unsigned i = 0; r == NVRTC_SUCCESS && i < j->nnames; i++)
+	for (unsigned i = 0; r == NVRTC_SUCCESS && i < nnames; i++)
 		r = h->nv.add_name(*ret_prog, j->names[i]);
 	if (r == NVRTC_SUCCESS)
 		r = h->nv.compile(*ret_prog, (int)j->argc, j->argv);
 	return r;
 }
 
-static int image_make(struct helper *h, nvrtcProgram prog, int *ret_fd)
+/* The image: the cubin and, for each name expression NVRTC lowered, (expression, symbol). */
+static int image_make(struct helper *h, struct job *j, nvrtcProgram prog, unsigned nnames,
+		      int *ret_fd)
 {
-	_cleanup_(freep) char *cubin = NULL;
-	size_t cubin_len = 0;
+	_cleanup_(freep) char *cubin = NULL, *pairs = NULL;
+	_cleanup_(freep) uint8_t *img = NULL;
+	size_t cubin_len = 0, pairs_len = 0, img_len;
+	uint32_t npairs = 0;
+	FILE *f;
+	int r;
 
 	if (h->nv.cubin_size(prog, &cubin_len) != NVRTC_SUCCESS || cubin_len == 0 ||
 	    !(cubin = malloc(cubin_len)) || h->nv.cubin(prog, cubin) != NVRTC_SUCCESS)
 		return -EIO;
-	return ipc_blob_new("gpux-cubin", cubin, cubin_len, ret_fd);
+	f = open_memstream(&pairs, &pairs_len);
+	if (!f)
+		return -ENOMEM;
+	for (unsigned i = 0; i < nnames; i++) {
+		const char *sym = NULL;
+
+		if (h->nv.lowered_name(prog, j->names[i], &sym) != NVRTC_SUCCESS || !sym)
+			continue;
+		(void)fwrite(j->names[i], 1, strlen(j->names[i]) + 1, f);
+		(void)fwrite(sym, 1, strlen(sym) + 1, f);
+		npairs++;
+	}
+	if (fclose(f) != 0)
+		return -ENOMEM;
+	r = wrk_cuimage_pack(cubin, cubin_len, pairs, pairs_len, npairs, &img, &img_len);
+	if (r < 0)
+		return r;
+	return ipc_blob_new("gpux-cubin", img, img_len, ret_fd);
 }
 
 static void compile_one(struct helper *h, const struct cc_req *rq, const char *options,
@@ -208,6 +245,7 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	_cleanup_(closep) int image_fd = -1;
 	struct job j = { .argc = 0 };
 	nvrtcProgram prog = NULL;
+	unsigned nnames;
 	nvrtcResult r;
 	int rc;
 
@@ -220,6 +258,8 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	rc = job_read(&j, rq, blob + rq->code_len);
 	blob[rq->code_len] = '\0';
 	j.code = (const char *)blob;
+	if (rc == 0)
+		rc = wrk_knames_scan(j.code, strlen(j.code), scanned, &j);
 	if (rc < 0) {
 		job_free(&j);
 		(void)reply_text(h->fd, rc == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_INVAL,
@@ -228,14 +268,26 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	}
 	j.argc = base_args(h, j.argv);
 	j.argc += split(opts, j.argv + j.argc, ARRAY_SIZE(j.argv) - j.argc);
-	r = compile(h, &j, &prog);
+
+	nnames = j.nnames;
+	r = compile(h, &j, nnames, &prog);
 	log = prog ? program_log(&h->nv, prog) : NULL;
-	if (r != NVRTC_SUCCESS)
+	/* An instantiation the scan misread must not fail a source that compiles: again without
+	 * them, when NVRTC's complaint is about name expressions (its "__nv_name_map"). */
+	if (r != NVRTC_SUCCESS && nnames > j.nclient && log && strstr(log, "__nv_name_map")) {
+		(void)h->nv.destroy(&prog);
+		free(log);
+		nnames = j.nclient;
+		r = compile(h, &j, nnames, &prog);
+		log = prog ? program_log(&h->nv, prog) : NULL;
+	}
+	if (r != NVRTC_SUCCESS) {
 		(void)reply_text(h->fd, GPUX_E_COMPILE, log ? log : h->nv.error(r));
-	else if (image_make(h, prog, &image_fd) < 0)
+	} else if (image_make(h, &j, prog, nnames, &image_fd) < 0) {
 		(void)reply_text(h->fd, GPUX_E_COMPILE, "NVRTC made no cubin");
-	else
+	} else {
 		(void)reply(h->fd, 0, log ? log : "", log ? strlen(log) : 0, 0, 0, image_fd);
+	}
 	if (prog)
 		(void)h->nv.destroy(&prog);
 	job_free(&j);
@@ -250,10 +302,13 @@ static void warm(struct helper *h, unsigned argc, const char **argv)
 
 	if (h->nv.create(&prog, WARM_SOURCE, "warm.cu", 0, NULL, NULL) != NVRTC_SUCCESS)
 		return;
+	(void)h->nv.add_name(prog, "gpux_warm<float>");
 	if (h->nv.compile(prog, (int)argc, argv) == NVRTC_SUCCESS) {
 		size_t len;
+		const char *sym;
 
 		(void)h->nv.cubin_size(prog, &len);
+		(void)h->nv.lowered_name(prog, "gpux_warm<float>", &sym);
 	}
 	(void)h->nv.destroy(&prog);
 }

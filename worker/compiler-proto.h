@@ -13,7 +13,8 @@
  *   helper -> worker  hello   a cc_rep: NVRTC's version, whether Landlock holds the files
  *   worker -> helper  COMPILE options inline; code, then headers and name expressions
  *                             (the MOD_LOAD extra block, ipc/proto.h) in one sealed memfd
- *   helper -> worker  result  a cc_rep with the log; on success a sealed memfd with the cubin
+ *   helper -> worker  result  a cc_rep with the log; on success a sealed memfd holding the
+ *                             image (worker/cuda-image.h): the cubin and its lowered names
  */
 
 #define CC_MAGIC 0x43435847u /* "GXCC" */

@@ -44,8 +44,8 @@ void wrk_compiler_target(struct wrk_compiler *c, const char *arch, const struct 
 void wrk_compiler_stop(struct wrk_compiler *c);
 
 /*
- * Compile CUDA C++ (b: code, options, headers, name expressions) to a cubin. Starts a helper
- * if none runs, and waits for it to be ready.
+ * Compile CUDA C++ (b: code, options, headers, name expressions) to an image
+ * (worker/cuda-image.h). Starts a helper if none runs, and waits for it to be ready.
  * Returns 0 with *ret_image (to free) and maybe a warnings log, or a gpux_status with the
  * log (GPUX_E_COMPILE: NVRTC's log, a crash, a forbidden system call, a timeout).
  */

@@ -57,6 +57,7 @@ struct cuda_dev {
 
 struct cuda_module {
 	CUmodule mod;
+	struct wrk_knames *names;
 };
 
 /* "what: CUDA_ERROR_NAME" for a completion's message. */

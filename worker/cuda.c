@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "cuda-dev.h"
+#include "cuda-image.h"
 #include "ipc/macro.h"
+#include "knames.h"
 #include "compile-sandbox.h"
 
 const char wrk_cuda_options_re[] =
@@ -259,6 +261,8 @@ static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 {
 	struct cuda_dev *d = dv;
 
+	/* Images hold their kernels' names since this tag (worker/cuda-image.h). */
+	ipc_key_add(s, "cuda-image-1", 12);
 	ipc_key_add(s, d->arch, strlen(d->arch));
 	ipc_key_add_u64(s, (uint64_t)d->cu.version);
 	if (lang == GPUX_LANG_CUDA) {
@@ -273,7 +277,6 @@ static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 		      char **ret_log)
 {
 	struct cuda_dev *d = dv;
-	uint8_t *img;
 	int rc;
 
 	switch (b->lang) {
@@ -284,45 +287,27 @@ static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 		return wrk_compiler_build(&d->compiler, b, ret_image, ret_len, ret_log);
 	case GPUX_LANG_PTX:
 	case GPUX_LANG_CUBIN:
-		/* Loaded as they are; PTX must end with a NUL, which is added if missing. */
 		if (*b->options) {
 			*ret_log = strdup("PTX and cubin modules take no options");
 			return GPUX_E_INVAL;
 		}
-		img = malloc(b->code_len + 1);
-		if (!img)
-			return GPUX_E_NOMEM;
-		memcpy(img, b->code, b->code_len);
-		img[b->code_len] = 0;
-		*ret_image = img;
-		*ret_len = b->code_len + (b->lang == GPUX_LANG_PTX && b->code[b->code_len - 1] != 0);
-		return 0;
+		/* PTX must end with a NUL: the driver reads it as a string. */
+		if (b->lang == GPUX_LANG_PTX && b->code[b->code_len - 1] != 0) {
+			_cleanup_(freep) uint8_t *ptx = malloc(b->code_len + 1);
+
+			if (!ptx)
+				return GPUX_E_NOMEM;
+			memcpy(ptx, b->code, b->code_len);
+			ptx[b->code_len] = 0;
+			rc = wrk_cuimage_pack(ptx, b->code_len + 1, NULL, 0, 0, ret_image, ret_len);
+		} else {
+			rc = wrk_cuimage_pack(b->code, b->code_len, NULL, 0, 0, ret_image, ret_len);
+		}
+		return rc < 0 ? GPUX_E_NOMEM : 0;
 	default:
 		*ret_log = strdup("the CUDA back end runs CUDA C++, PTX and cubin modules");
 		return GPUX_E_INVAL;
 	}
-}
-
-static int cuda_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
-			    char **ret_msg)
-{
-	struct cuda_dev *d = dv;
-	struct cuda_module *m = calloc(1, sizeof(*m));
-	bool sticky;
-	CUresult r;
-
-	if (!m)
-		return GPUX_E_NOMEM;
-	r = d->cu.cuCtxSetCurrent(d->ctx);
-	if (r == CUDA_SUCCESS)
-		r = d->cu.cuModuleLoadData(&m->mod, image);
-	if (r != CUDA_SUCCESS) {
-		free(m);
-		*ret_msg = cuda_msg(d, "loading the module", r);
-		return wrk_cu_err(r, &sticky);
-	}
-	*ret_mod = m;
-	return 0;
 }
 
 static void cuda_module_unload(void *dv, void *mod)
@@ -330,9 +315,69 @@ static void cuda_module_unload(void *dv, void *mod)
 	struct cuda_dev *d = dv;
 	struct cuda_module *m = mod;
 
-	cuda_graphs_forget(d, m);
-	(void)d->cu.cuModuleUnload(m->mod);
+	if (m->mod) {
+		cuda_graphs_forget(d, m);
+		(void)d->cu.cuModuleUnload(m->mod);
+	}
+	wrk_knames_free(m->names);
 	free(m);
+}
+
+static int cuda_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+			    char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m;
+	struct wrk_cuimage img;
+	bool sticky;
+	CUresult r;
+
+	if (wrk_cuimage_parse(image, len, &img) < 0) {
+		*ret_msg = strdup("not a module image of this worker");
+		return GPUX_E_INVAL;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m || wrk_knames_new(&img, &m->names) < 0) {
+		free(m);
+		return GPUX_E_NOMEM;
+	}
+	r = d->cu.cuCtxSetCurrent(d->ctx);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuModuleLoadData(&m->mod, img.code);
+	if (r != CUDA_SUCCESS) {
+		m->mod = NULL;
+		cuda_module_unload(d, m);
+		*ret_msg = cuda_msg(d, "loading the module", r);
+		return wrk_cu_err(r, &sticky);
+	}
+	*ret_mod = m;
+	return 0;
+}
+
+/*
+ * A kernel by the name its programmer wrote (worker/knames.h): a name expression the module
+ * was compiled with, else the symbol itself (extern "C", or mangled), else the one C++
+ * function of that name.
+ */
+static int kernel_find(struct cuda_dev *d, struct cuda_module *m, const char *name,
+		       CUfunction *ret, char **ret_msg)
+{
+	const char *sym = wrk_knames_lowered(m->names, name);
+	CUresult r = d->cu.cuModuleGetFunction(ret, m->mod, sym ? sym : name);
+	int rc;
+
+	if (r == CUDA_ERROR_NOT_FOUND && !sym) {
+		rc = wrk_knames_match(m->names, name, &sym, ret_msg);
+		if (rc < 0)
+			return rc;
+		r = d->cu.cuModuleGetFunction(ret, m->mod, sym);
+	}
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (%s)", name,
+					     cu_err_name(&d->cu, r));
+		return GPUX_E_NOTFOUND;
+	}
+	return 0;
 }
 
 static int cuda_kernel_get(void *dv, void *mod, const char *name, struct wrk_kernel_info *ret,
@@ -342,13 +387,11 @@ static int cuda_kernel_get(void *dv, void *mod, const char *name, struct wrk_ker
 	struct cuda_module *m = mod;
 	CUfunction fn;
 	int v;
-	CUresult r = d->cu.cuModuleGetFunction(&fn, m->mod, name);
+	CUresult r;
+	int rc = kernel_find(d, m, name, &fn, ret_msg);
 
-	if (r != CUDA_SUCCESS) {
-		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (%s)", name,
-					     cu_err_name(&d->cu, r));
-		return GPUX_E_NOTFOUND;
-	}
+	if (rc < 0)
+		return rc;
 	ret->fn = fn;
 	ret->nparams = -1;
 	if (d->cu.cuFuncGetParamInfo) {

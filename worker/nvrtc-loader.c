@@ -49,6 +49,7 @@ int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)
 	SYM(destroy, "nvrtcDestroyProgram");
 	SYM(error, "nvrtcGetErrorString");
 	SYM(add_name, "nvrtcAddNameExpression");
+	SYM(lowered_name, "nvrtcGetLoweredName");
 #undef SYM
 	return 0;
 }

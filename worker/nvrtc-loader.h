@@ -18,6 +18,7 @@ struct nvrtc {
 	nvrtcResult (*cubin)(nvrtcProgram, char *);
 	nvrtcResult (*destroy)(nvrtcProgram *);
 	nvrtcResult (*add_name)(nvrtcProgram, const char *);
+	nvrtcResult (*lowered_name)(nvrtcProgram, const char *, const char **);
 	const char *(*error)(nvrtcResult);
 };
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/fake-cuda/fake-cuda.c: a libcuda.so.1 without a GPU, for testing the CUDA back end in CI. */
 #include <ctype.h>
+#include <elf.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,8 +23,9 @@
  *   append(u32 v, u32 *log): log[1 + log[0]++] = v (the order kernels ran in)
  *   spin(u32 ms)   fault()   (an illegal address: the context is broken from then on)
  *
- * Parameters come from PTX (".entry name(.param .u64 ...)"); for a cubin they are unknown to
- * cuFuncGetParamInfo. Graphs (fake-graph.c) are chains of kernel nodes run in order.
+ * Parameters come from PTX (".entry name(.param .u64 ...)") or from a cubin's .nv.info.<name>
+ * section (its KPARAM_INFO attributes: ordinal, offset and size of each parameter). Graphs
+ * (fake-graph.c) are chains of kernel nodes run in order.
  *
  * Environment: GPUX_FAKE_CUDA_DEVICES (1), GPUX_FAKE_CUDA_MEM (bytes of "device" memory,
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
@@ -553,6 +555,71 @@ static void ptx_params(const char *entry, struct fake_fn *fn)
 	}
 }
 
+/* A cubin's section named `name`: its bytes and size, or NULL. The fake trusts the cubin (the
+ * worker checked it). */
+static const uint8_t *cubin_section(const struct fake_mod *mod, const char *name, size_t *ret_size)
+{
+	Elf64_Ehdr h;
+	Elf64_Shdr strtab;
+
+	memcpy(&h, mod->image, sizeof(h));
+	memcpy(&strtab, mod->image + h.e_shoff + (size_t)h.e_shstrndx * sizeof(Elf64_Shdr),
+	       sizeof(strtab));
+	for (unsigned i = 0; i < h.e_shnum; i++) {
+		Elf64_Shdr sh;
+
+		memcpy(&sh, mod->image + h.e_shoff + (size_t)i * sizeof(sh), sizeof(sh));
+		if (strcmp(mod->image + strtab.sh_offset + sh.sh_name, name) == 0) {
+			*ret_size = sh.sh_size;
+			return (const uint8_t *)mod->image + sh.sh_offset;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * The parameters of a cubin's kernel: the KPARAM_INFO attributes (format 4, attribute 0x17:
+ * index, ordinal, offset, and the size in bits 18-31 of the last word) of .nv.info.<name>.
+ */
+static void cubin_params(const struct fake_mod *mod, const char *name, struct fake_fn *fn)
+{
+	char sec[300];
+	size_t size = 0, off = 0;
+	const uint8_t *p;
+
+	(void)snprintf(sec, sizeof(sec), ".nv.info.%s", name);
+	p = cubin_section(mod, sec, &size);
+	if (!p)
+		return;
+	fn->nparams = 0;
+	while (off + 2 <= size) {
+		uint8_t format = p[off], attr = p[off + 1];
+		uint16_t len;
+
+		if (format != 4) {
+			/* Formats 1-3 carry no length: 2 bytes, or 4 with a 16-bit value. */
+			off += format == 1 ? 2 : 4;
+			continue;
+		}
+		memcpy(&len, p + off + 2, sizeof(len));
+		if (attr == 0x17 && len >= 12 && off + 4 + 12 <= size) {
+			uint16_t ordinal, offset;
+			uint32_t word;
+
+			memcpy(&ordinal, p + off + 8, 2);
+			memcpy(&offset, p + off + 10, 2);
+			memcpy(&word, p + off + 12, 4);
+			if (ordinal < MAX_PARAMS) {
+				fn->size[ordinal] = (word >> 18) & 0x3fff;
+				fn->offset[ordinal] = offset;
+				if (ordinal + 1 > fn->nparams)
+					fn->nparams = ordinal + 1;
+			}
+		}
+		off += 4 + len;
+	}
+}
+
 static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name)
 {
 	struct fake_mod *mod = (struct fake_mod *)m;
@@ -583,6 +650,8 @@ static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name)
 	fn->max_dyn_shared = 48 * 1024;
 	if (mod->ptx)
 		ptx_params(entry, fn);
+	else
+		cubin_params(mod, name, fn);
 	mod->fns[mod->nfns++] = fn;
 	*f = (CUfunction)fn;
 	return CUDA_SUCCESS;

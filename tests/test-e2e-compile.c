@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-compile.c: CUDA C++ as written (headers, C++ names, templates), on a fake driver. */
+/* tests/test-e2e-compile.c: CUDA C++ as written (headers, C++ names, templates) and checked cubins, on a fake driver. */
 #include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +11,7 @@
 
 #include "e2e.h"
 #include "helpers.h"
+#include "worker/nvrtc-loader.h"
 
 /*
  * gpuxd with the CUDA back end on tests/fake-cuda ($GPUX_CUDA_LIB) and the real NVRTC, in
@@ -321,7 +322,59 @@ static void test_compile_bad_names_and_headers(void **state)
 	}
 }
 
-/* ---- PTX from the client ---- */
+/* ---- cubins, fatbins and PTX from the client ---- */
+
+static const char cubin_src[] =
+	"__global__ void saxpy(const float *x, float *y, float a) { y[0] = a * x[0]; }\n"
+	"__global__ void over(int *p) { *p = 1; }\n"
+	"__global__ void over(float *p) { *p = 1; }\n";
+
+/* NVRTC in this process, for cubins the way a client would make them. */
+static uint8_t *nvrtc_cubin(const char *arch, size_t *ret_len)
+{
+	static struct nvrtc nv;
+	char why[256], opt[64];
+	const char *opts[] = { opt };
+	nvrtcProgram prog;
+	uint8_t *cubin;
+
+	if (!nv.lib)
+		assert_int_equal(nvrtc_load(&nv, why, sizeof(why)), 0);
+	(void)snprintf(opt, sizeof(opt), "--gpu-architecture=%s", arch);
+	assert_int_equal(nv.create(&prog, cubin_src, "c.cu", 0, NULL, NULL), NVRTC_SUCCESS);
+	assert_int_equal(nv.compile(prog, 1, opts), NVRTC_SUCCESS);
+	assert_int_equal(nv.cubin_size(prog, ret_len), NVRTC_SUCCESS);
+	cubin = malloc(*ret_len);
+	assert_non_null(cubin);
+	assert_int_equal(nv.cubin(prog, (char *)cubin), NVRTC_SUCCESS);
+	(void)nv.destroy(&prog);
+	return cubin;
+}
+
+/* A fatbin of one uncompressed cubin entry for sm (as nvcc -fatbin lays them out). */
+static uint8_t *fatbin(const uint8_t *cubin, size_t len, uint32_t sm, size_t *ret_len)
+{
+	size_t size = ALIGN_UP(len, 8);
+	uint8_t *f = calloc(1, 16 + 64 + size);
+	uint32_t magic = 0xba55ed50u, hsize = 64, arch = sm;
+	uint16_t version = 1, head = 16, kind = 2, ever = 0x101;
+	uint64_t fat = 64 + size, sz = size, flags = 0x11;
+
+	assert_non_null(f);
+	memcpy(f, &magic, 4);
+	memcpy(f + 4, &version, 2);
+	memcpy(f + 6, &head, 2);
+	memcpy(f + 8, &fat, 8);
+	memcpy(f + 16, &kind, 2);
+	memcpy(f + 18, &ever, 2);
+	memcpy(f + 20, &hsize, 4);
+	memcpy(f + 24, &sz, 8);
+	memcpy(f + 16 + 28, &arch, 4);
+	memcpy(f + 16 + 40, &flags, 8);
+	memcpy(f + 16 + 64, cubin, len);
+	*ret_len = 16 + 64 + size;
+	return f;
+}
 
 /* Load code of a language; the status, with a log that must hold `in_log` if not NULL. */
 static void expect_load(struct ctx *t, uint32_t lang, const void *code, size_t len,
@@ -338,6 +391,62 @@ static void expect_load(struct ctx *t, uint32_t lang, const void *code, size_t l
 		*ret = m;
 	else
 		gpux_module_free(m);
+}
+
+static void test_compile_cubins_checked(void **state)
+{
+	struct ctx *t = *state;
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	float a = 1;
+	struct gpux_arg sa[] = { GPUX_ARG_VALUE(a) };
+	size_t len, len80, flen;
+	_cleanup_(freep) uint8_t *c90 = NULL, *c80 = NULL, *bad = NULL, *fb = NULL;
+	gpux_module *m;
+	uint32_t gen;
+
+	NEED(state);
+	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
+	gen = devs[0].generation;
+	c90 = nvrtc_cubin("sm_90", &len);
+	c80 = nvrtc_cubin("sm_80", &len80);
+	bad = malloc(len);
+	assert_non_null(bad);
+
+	/* The fake device is 9.0: its own cubin loads, its kernels found by their C++ names. */
+	expect_load(t, GPUX_LANG_CUBIN, c90, len, GPUX_OK, NULL, &m);
+	expect_run(t->c, m, "saxpy", 2, sa, 1, GPUX_OK, NULL);
+	expect_run(t->c, m, "over", 1, NULL, 0, GPUX_E_INVAL, "is ambiguous");
+	expect_run(t->c, m, "_Z4overPf", 1, NULL, 0, GPUX_OK, NULL);
+	gpux_module_free(m);
+	/* Another architecture's, or a broken one: refused before the driver sees it. */
+	expect_load(t, GPUX_LANG_CUBIN, c80, len80, GPUX_E_INVAL, "made for sm_80", NULL);
+	expect_load(t, GPUX_LANG_CUBIN, c90, len / 2, GPUX_E_INVAL, "outside the file", NULL);
+	expect_load(t, GPUX_LANG_CUBIN, c90, 40, GPUX_E_INVAL, "not an ELF file", NULL);
+	memcpy(bad, c90, len);
+	bad[18] = 62; /* e_machine: x86-64 */
+	expect_load(t, GPUX_LANG_CUBIN, bad, len, GPUX_E_INVAL, "machine 62", NULL);
+	memcpy(bad, c90, len);
+	bad[4] = 1; /* ELFCLASS32 */
+	expect_load(t, GPUX_LANG_CUBIN, bad, len, GPUX_E_INVAL, "64-bit", NULL);
+	memcpy(bad, c90, len);
+	memset(bad + 0x28, 0x7f, 8); /* e_shoff far away */
+	expect_load(t, GPUX_LANG_CUBIN, bad, len, GPUX_E_INVAL, "outside the file", NULL);
+	expect_load(t, GPUX_LANG_CUBIN, "garbage, not a cubin", 20, GPUX_E_INVAL, "not a cubin",
+		    NULL);
+	/* Fatbins: one with code for the device loads, one without names what it has. */
+	fb = fatbin(c90, len, 90, &flen);
+	expect_load(t, GPUX_LANG_CUBIN, fb, flen, GPUX_OK, NULL, &m);
+	expect_run(t->c, m, "saxpy", 2, sa, 1, GPUX_OK, NULL);
+	gpux_module_free(m);
+	free(fb);
+	fb = fatbin(c80, len80, 80, &flen);
+	expect_load(t, GPUX_LANG_CUBIN, fb, flen, GPUX_E_INVAL, "no code for sm_90 (it has: sm_80",
+		    NULL);
+	expect_load(t, GPUX_LANG_CUBIN, fb, flen - 8, GPUX_E_INVAL, "fatbin", NULL);
+	/* None of that hurt the worker. */
+	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
+	assert_int_equal(devs[0].generation, gen);
 }
 
 static void test_compile_ptx_names(void **state)
@@ -502,6 +611,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_cubins_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_ptx_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,
 						teardown),

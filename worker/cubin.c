@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cubin.c: the kernels of a module's code (a cubin, a fatbin or PTX). */
+/* worker/cubin.c: checking a client's cubin or fatbin, and listing the kernels of a module's code. */
 #include <elf.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -15,18 +15,24 @@
 
 /*
  * NVIDIA's formats as the toolkit writes them (checked against NVRTC's and nvcc's output of
- * CUDA 13.0; the layouts agree with public descriptions of fatbins):
- * - in a cubin, kernels are function symbols marked 0x10 in st_other;
+ * CUDA 13.0; the layouts agree with LLVM's EF_CUDA_* definitions and public descriptions of
+ * fatbins):
+ * - a cubin's architecture is in e_flags: its low byte up to ELF ABI version 7, bits 8-15
+ *   from version 8 (Blackwell's toolkits) on; kernels are function symbols marked 0x10 in
+ *   st_other;
  * - a fatbin is a 16-byte header (magic, version 1, header size, size of what follows) and
  *   entries, each a header of at least 64 bytes (kind: 1 PTX, 2 ELF; its own size; the
  *   payload's size; the architecture at byte 28; flags at byte 40, bits 0x2000/0x8000 when
  *   compressed) followed by its payload.
  */
 
+#define CUDA_ABI_V2 8
 #define STO_CUDA_ENTRY 0x10
 #define FATBIN_MAGIC 0xba55ed50u
 #define FATBIN_ENTRY_MIN 64u
 #define FATBIN_ENTRY_MAX 4096u
+#define FATBIN_ENTRIES_MAX 4096u
+#define FATBIN_PTX 1u
 #define FATBIN_ELF 2u
 #define FATBIN_COMPRESSED 0xa000u
 
@@ -55,6 +61,20 @@ _Static_assert(sizeof(struct fat_entry) <= FATBIN_ENTRY_MIN, "fatbin entry");
 
 /* A refusal: its message in *ret_msg, and the status. */
 #define FAIL(ret_msg, ...) (*(ret_msg) = wrk_strdup_printf(__VA_ARGS__), GPUX_E_INVAL)
+
+/* The SM number (major * 10 + minor) a cubin was made for. */
+static unsigned elf_sm(const Elf64_Ehdr *h)
+{
+	if (h->e_ident[EI_ABIVERSION] >= CUDA_ABI_V2)
+		return (h->e_flags >> 8) & 0xff;
+	return h->e_flags & 0xff;
+}
+
+/* A cubin for sm runs on a device of compute capability cc. */
+static bool sm_runs_on(unsigned sm, unsigned cc)
+{
+	return sm / 10 == cc / 10 && sm % 10 <= cc % 10;
+}
 
 static bool elf_is(const uint8_t *p, size_t len)
 {
@@ -142,6 +162,93 @@ static int fat_entry_get(const uint8_t *p, size_t end, uint64_t off, struct fat_
 		return FAIL(ret_msg, "fatbin: entry at %llu lies outside the fatbin",
 			    (unsigned long long)off);
 	*ret = e;
+	return 0;
+}
+
+/* Append "sm_XY cubin" or "compute_XY PTX" to a list of what a fatbin holds. */
+static void have_add(char *have, size_t cap, const struct fat_entry *e)
+{
+	size_t n = strlen(have);
+
+	if (n + 32 < cap)
+		(void)snprintf(have + n, cap - n, "%s%s_%u %s", n ? ", " : "",
+			       e->kind == FATBIN_ELF ? "sm" : "compute", e->arch,
+			       e->kind == FATBIN_ELF ? "cubin" : "PTX");
+}
+
+static int fatbin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg)
+{
+	struct fat_header h;
+	uint64_t off, end;
+	unsigned n = 0;
+	bool usable = false;
+	char have[256] = "";
+
+	if (len < sizeof(h))
+		return FAIL(ret_msg, "fatbin: cut short");
+	memcpy(&h, p, sizeof(h));
+	if (h.version != 1 || h.header_size < sizeof(h) || !range_ok(h.header_size, h.fat_size, len))
+		return FAIL(ret_msg, "fatbin: its header is wrong (version %u, sizes %u + %llu of %zu)",
+			    h.version, h.header_size, (unsigned long long)h.fat_size, len);
+	end = h.header_size + h.fat_size;
+	for (off = h.header_size; off < end; n++) {
+		struct fat_entry e;
+		int r = fat_entry_get(p, end, off, &e, ret_msg);
+
+		if (r < 0)
+			return r;
+		if (n == FATBIN_ENTRIES_MAX)
+			return FAIL(ret_msg, "fatbin: more than %u entries", FATBIN_ENTRIES_MAX);
+		if (e.kind == FATBIN_ELF && !(e.flags & FATBIN_COMPRESSED)) {
+			Elf64_Ehdr eh;
+			char *why = NULL;
+
+			r = elf_check(p + off + e.header_size, e.size, &eh, &why);
+			if (r < 0) {
+				(void)FAIL(ret_msg, "fatbin: sm_%u cubin: %s", e.arch, why ? why : "bad");
+				free(why);
+				return r;
+			}
+			if (elf_sm(&eh) != e.arch)
+				return FAIL(ret_msg, "fatbin: an entry says sm_%u, its cubin sm_%u", e.arch,
+					    elf_sm(&eh));
+		}
+		if (e.kind == FATBIN_ELF || e.kind == FATBIN_PTX)
+			have_add(have, sizeof(have), &e);
+		if ((e.kind == FATBIN_ELF && sm_runs_on(e.arch, cc)) ||
+		    (e.kind == FATBIN_PTX && e.arch <= cc))
+			usable = true;
+		off += e.header_size + e.size;
+	}
+	if (!usable)
+		return FAIL(ret_msg, "fatbin: no code for sm_%u (it has: %s)", cc, *have ? have : "nothing");
+	return 0;
+}
+
+int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg)
+{
+	struct fat_header fh;
+	Elf64_Ehdr h;
+	char *why = NULL;
+	int r;
+
+	if (len >= sizeof(fh)) {
+		memcpy(&fh, p, sizeof(fh));
+		if (fh.magic == FATBIN_MAGIC)
+			return fatbin_check(p, len, cc, ret_msg);
+	}
+	if (!elf_is(p, len))
+		return FAIL(ret_msg, "not a cubin (an ELF file) nor a fatbin");
+	r = elf_check(p, len, &h, &why);
+	if (r < 0) {
+		(void)FAIL(ret_msg, "cubin: %s", why ? why : "malformed");
+		free(why);
+		return r;
+	}
+	if (!sm_runs_on(elf_sm(&h), cc))
+		return FAIL(ret_msg, "cubin: made for sm_%u, which does not run on this device (sm_%u): "
+				     "a cubin runs on its own major version, at its minor or later",
+			    elf_sm(&h), cc);
 	return 0;
 }
 

@@ -1,14 +1,26 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cubin.h: the kernels of a module's code (a cubin, a fatbin or PTX). */
+/* worker/cubin.h: checking a client's cubin or fatbin, and listing the kernels of a module's code. */
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
 
 /*
- * Call fn(name, userdata) for each kernel (entry function) of a module's code: a cubin (its
- * symbol table, read within the checks of its structure), a fatbin (its first entry that is
- * not compressed) or PTX (its .entry directives; NUL-terminated). fn returning < 0 stops it with that value. Returns 0,
+ * Check a cubin (a CUDA ELF) or a fatbin before the driver sees it: the driver takes a bare
+ * pointer and believes every size and offset inside. Checked: the ELF header (magic, 64-bit,
+ * little-endian, EM_CUDA, an executable), every program and section header and what it
+ * points at lying inside the `len` bytes, string and symbol tables; the architecture against
+ * the device's compute capability `cc` (major * 10 + minor: a cubin runs on its own major
+ * version at its minor or later); a fatbin's header and entries likewise, with at least one
+ * entry the device can run (a cubin as above, or PTX for it or an older one).
+ * Returns 0, or GPUX_E_INVAL with *ret_msg (to free) saying what is wrong.
+ */
+int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg);
+
+/*
+ * Call fn(name, userdata) for each kernel (entry function) of a module's code: a checked
+ * cubin (its symbol table), a fatbin (its first entry that is not compressed) or PTX (its
+ * .entry directives; NUL-terminated). fn returning < 0 stops it with that value. Returns 0,
  * or -ENOENT when the code does not say (a fatbin whose entries are all compressed).
  */
 typedef int wrk_entry_fn(const char *name, void *userdata);

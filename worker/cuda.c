@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cubin.h"
 #include "cuda-dev.h"
 #include "cuda-image.h"
 #include "ipc/macro.h"
@@ -290,6 +291,13 @@ static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 		if (*b->options) {
 			*ret_log = strdup("PTX and cubin modules take no options");
 			return GPUX_E_INVAL;
+		}
+		/* The driver believes every size inside a cubin: none reaches it unchecked. */
+		if (b->lang == GPUX_LANG_CUBIN) {
+			rc = wrk_cubin_check(b->code, b->code_len,
+					     (unsigned)(d->cc_major * 10 + d->cc_minor), ret_log);
+			if (rc < 0)
+				return rc;
 		}
 		/* PTX must end with a NUL: the driver reads it as a string. */
 		if (b->lang == GPUX_LANG_PTX && b->code[b->code_len - 1] != 0) {

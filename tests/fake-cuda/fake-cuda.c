@@ -462,12 +462,38 @@ static CUresult f_free(CUdeviceptr d, CUstream s)
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* A fatbin's first cubin that is not compressed (header: magic, version, header size, size of
+ * the rest; entries: kind at 0, header size at 4, payload size at 8, flags at 40). */
+static const char *fatbin_cubin(const char *p)
+{
+	uint64_t end, off, size, flags;
+	uint32_t hsize;
+	uint16_t head, kind;
+
+	memcpy(&head, p + 6, 2);
+	memcpy(&end, p + 8, 8);
+	end += head;
+	for (off = head; off < end; off += hsize + size) {
+		memcpy(&kind, p + off, 2);
+		memcpy(&hsize, p + off + 4, 4);
+		memcpy(&size, p + off + 8, 8);
+		memcpy(&flags, p + off + 40, 8);
+		if (kind == 2 && !(flags & 0xa000))
+			return p + off + hsize;
+	}
+	return NULL;
+}
+
 static CUresult f_module_load(CUmodule *m, const void *image)
 {
 	const char *p = image;
 	struct fake_mod *mod;
+	uint32_t magic;
 
 	ENTER("cuModuleLoadData");
+	memcpy(&magic, p, sizeof(magic));
+	if (magic == 0xba55ed50u && !(p = fatbin_cubin(p)))
+		return CUDA_ERROR_NO_BINARY_FOR_GPU;
 	mod = calloc(1, sizeof(*mod));
 	if (!mod)
 		return CUDA_ERROR_OUT_OF_MEMORY;

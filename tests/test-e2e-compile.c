@@ -13,12 +13,19 @@
 #include "helpers.h"
 #include "worker/nvrtc-loader.h"
 
+#include "sample-matrixMul_kernel.h"
+#include "sample-reduction_kernel.h"
+#include "sample-sharedmem.h"
+#include "sample-simpleTemplates_kernel.h"
+#include "sample-vectorAdd.h"
+
 /*
  * gpuxd with the CUDA back end on tests/fake-cuda ($GPUX_CUDA_LIB) and the real NVRTC, in
  * the worker's sandboxed helper. The fake driver runs none of these kernels, but a launch
  * still goes through finding the kernel by its name and checking the arguments against the
  * cubin's own parameter list: a request that gets past both ends GPUX_OK, one that names
- * no kernel or passes the wrong arguments says so.
+ * no kernel or passes the wrong arguments says so. The samples (tests/samples) run for real
+ * in test-gpu-samples.
  */
 
 struct ctx {
@@ -322,6 +329,57 @@ static void test_compile_bad_names_and_headers(void **state)
 	}
 }
 
+/* ---- NVIDIA's samples, as published (tests/samples) ---- */
+
+static void test_compile_samples(void **state)
+{
+	static const char *const red_names[] = {
+		"reduce0<float>", "reduce3<int>", "reduce4<float, 256>", "reduce6<float, 256, true>",
+		"reduce7<int, 256, false>", "cg_reduce<float>",
+	};
+	static const char *const tmpl_names[] = { "testKernel<float>", "testKernel<int>" };
+	struct gpux_header shared = { "sharedmem.cuh", sample_sharedmem };
+	struct ctx *t = *state;
+	int32_t w = 32;
+	uint32_t n = 1024;
+	struct gpux_arg mm[] = { GPUX_ARG_VALUE(w), GPUX_ARG_VALUE(w) };
+	struct gpux_arg red[] = { GPUX_ARG_VALUE(n) };
+	struct gpux_arg va[] = { GPUX_ARG_VALUE(w) };
+	gpux_module *m;
+	char *log = NULL;
+
+	NEED(state);
+	if (!have_landlock())
+		skip();
+	/* vectorAdd: a plain C++ kernel. */
+	assert_int_equal(load(t, sample_vectorAdd, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
+	expect_run(t->c, m, "vectorAdd", 3, va, 1, GPUX_OK, NULL);
+	expect_run(t->c, m, "vectorAdd", 3, NULL, 0, GPUX_E_INVAL, "takes 4 arguments");
+	gpux_module_free(m);
+	/* matrixMul: cooperative groups, two kernels in one module. */
+	assert_int_equal(load(t, sample_matrixMul_kernel, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
+	expect_run(t->c, m, "matrixMulCUDA_block16", 3, mm, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "matrixMulCUDA_block32", 3, mm, 2, GPUX_OK, NULL);
+	gpux_module_free(m);
+	/* reduction: templates by name expression, dynamic shared memory, nine kernels. */
+	if (load(t, sample_reduction_kernel, NULL, 0, red_names, ARRAY_SIZE(red_names), &m, &log))
+		fail_msg("reduction: %s", log ? log : "");
+	free(log);
+	for (unsigned i = 0; i < ARRAY_SIZE(red_names); i++)
+		expect_run(t->c, m, red_names[i], 2, red, 1, GPUX_OK, NULL);
+	expect_run(t->c, m, "reduce6<float, 256, true>", 2, NULL, 0, GPUX_E_INVAL,
+		   "takes 3 arguments");
+	gpux_module_free(m);
+	/* simpleTemplates: the client's header, a template kernel. */
+	log = NULL;
+	if (load(t, sample_simpleTemplates_kernel, &shared, 1, tmpl_names, 2, &m, &log))
+		fail_msg("simpleTemplates: %s", log ? log : "");
+	free(log);
+	expect_run(t->c, m, "testKernel<float>", 2, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "testKernel<int>", 2, NULL, 0, GPUX_OK, NULL);
+	gpux_module_free(m);
+}
+
 /* ---- cubins, fatbins and PTX from the client ---- */
 
 static const char cubin_src[] =
@@ -611,6 +669,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_samples, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_cubins_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_ptx_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,

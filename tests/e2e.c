@@ -481,3 +481,35 @@ int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap)
 		return d.m.status;
 	}
 }
+
+unsigned test_gpu_count(void)
+{
+	char cmd[600];
+	const char *w = getenv("GPUX_WORKER");
+	unsigned lines = 0;
+	FILE *f;
+	int c;
+
+	if (!w)
+		return 0;
+	(void)snprintf(cmd, sizeof(cmd), "%s --probe --backend cuda 2>/dev/null", w);
+	f = popen(cmd, "re");
+	if (!f)
+		return 0;
+	while ((c = fgetc(f)) != EOF)
+		lines += c == '\n';
+	return pclose(f) == 0 ? lines : 0;
+}
+
+int test_daemon_setup(void **state)
+{
+	*state = calloc(1, sizeof(struct test_daemon));
+	return *state ? 0 : -1;
+}
+
+int test_daemon_teardown(void **state)
+{
+	test_daemon_stop(*state);
+	free(*state);
+	return 0;
+}

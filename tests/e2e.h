@@ -91,6 +91,16 @@ int test_raw_channel(const struct test_daemon *d, int *ret_sup);
 /* Whether the peer closed the socket within a few seconds (reading what it sent first). */
 bool test_closed_by_peer(int fd);
 
+/* How many CUDA devices a worker finds here ($GPUX_WORKER --probe --backend cuda): GPU tests
+ * exit 77 (skipped) without one. */
+unsigned test_gpu_count(void);
+
+/* A test of its own daemon: the state is a struct test_daemon that the test starts (with the
+ * arguments it needs) and that is stopped after it, whatever happened in it. */
+int test_daemon_setup(void **state);
+int test_daemon_teardown(void **state);
+#define TEST_WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, test_daemon_setup, test_daemon_teardown)
+
 /* Send a SEG_ADD of segment `id`, `size` bytes, with fd; asserts. */
 void test_send_seg(int chan, uint64_t id, uint64_t size, uint32_t flags, int fd);
 

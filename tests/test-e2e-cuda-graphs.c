@@ -230,27 +230,12 @@ static void test_graphs_fault_stays_with_one_client(void **state)
 	test_daemon_stop(d);
 }
 
-static int daemon_setup(void **state)
-{
-	*state = calloc(1, sizeof(struct test_daemon));
-	return *state ? 0 : -1;
-}
-
-static int daemon_teardown(void **state)
-{
-	test_daemon_stop(*state);
-	free(*state);
-	return 0;
-}
-
-#define WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, daemon_setup, daemon_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		WITH_DAEMON(test_graphs_keep_order_and_parameters),
-		WITH_DAEMON(test_graphs_refused_node_falls_back),
-		WITH_DAEMON(test_graphs_fault_stays_with_one_client),
+		TEST_WITH_DAEMON(test_graphs_keep_order_and_parameters),
+		TEST_WITH_DAEMON(test_graphs_refused_node_falls_back),
+		TEST_WITH_DAEMON(test_graphs_fault_stays_with_one_client),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -571,34 +571,18 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 	test_daemon_stop(d);
 }
 
-/* Each test's own daemon, stopped after it whatever happened in it. */
-static int daemon_setup(void **state)
-{
-	*state = calloc(1, sizeof(struct test_daemon));
-	return *state ? 0 : -1;
-}
-
-static int daemon_teardown(void **state)
-{
-	test_daemon_stop(*state);
-	free(*state);
-	return 0;
-}
-
-#define WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, daemon_setup, daemon_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		WITH_DAEMON(test_cuda_fake_device_and_copies),
-		WITH_DAEMON(test_cuda_fake_parameters_checked),
-		WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
-		WITH_DAEMON(test_cuda_fake_device_time_when_asked),
-		WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
-		WITH_DAEMON(test_cuda_fake_injected_launch_failure),
-		WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
-		WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),
-		WITH_DAEMON(test_cuda_nvrtc_errors_and_sandbox),
+		TEST_WITH_DAEMON(test_cuda_fake_device_and_copies),
+		TEST_WITH_DAEMON(test_cuda_fake_parameters_checked),
+		TEST_WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
+		TEST_WITH_DAEMON(test_cuda_fake_device_time_when_asked),
+		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
+		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
+		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
+		TEST_WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),
+		TEST_WITH_DAEMON(test_cuda_nvrtc_errors_and_sandbox),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -87,28 +87,6 @@ static int hello(int fd, int32_t *ret_status)
 	return 0;
 }
 
-/* Whether the peer closed the socket within 10 s (reading what it sent first). */
-static bool closed_by_peer(int fd)
-{
-	uint8_t buf[IPC_MSG_MAX];
-
-	for (int i = 0; i < 100; i++) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int fds[IPC_FDS_MAX];
-		unsigned nfds;
-		ssize_t n;
-
-		if (poll(&p, 1, 100) <= 0)
-			continue;
-		n = ipc_channel_recv(fd, buf, sizeof(buf), fds, &nfds, MSG_DONTWAIT);
-		for (unsigned k = 0; k < nfds && n > 0; k++)
-			(void)close(fds[k]);
-		if (n == 0 || (n < 0 && n != -EAGAIN))
-			return true;
-	}
-	return false;
-}
-
 struct holder {
 	pid_t pid;
 	int welcomed;  /* connections gpuxd kept */
@@ -273,7 +251,7 @@ static pid_t silent(struct test_env *e, int n)
 		for (int i = 0; i < n; i++)
 			fds[i] = raw_connect(e->d.sock);
 		for (int i = 0; i < n; i++)
-			if (fds[i] < 0 || !closed_by_peer(fds[i]))
+			if (fds[i] < 0 || !test_closed_by_peer(fds[i]))
 				_exit(1);
 		_exit(0);
 	}

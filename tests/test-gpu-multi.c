@@ -134,25 +134,6 @@ static void test_multi_one_worker_killed_other_serves(void **state)
 	test_wait_generation(&e->d, 0, devs[0].generation);
 }
 
-/* Two GPUs or more that the worker can use? */
-static bool have_gpus(void)
-{
-	char cmd[600];
-	const char *w = getenv("GPUX_WORKER");
-	FILE *f;
-	int lines = 0, c;
-
-	if (!w)
-		return false;
-	(void)snprintf(cmd, sizeof(cmd), "%s --probe --backend cuda 2>/dev/null", w);
-	f = popen(cmd, "r");
-	if (!f)
-		return false;
-	while ((c = fgetc(f)) != EOF)
-		lines += c == '\n';
-	return pclose(f) == 0 && lines >= 2;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -161,7 +142,7 @@ int main(void)
 		cmocka_unit_test(test_multi_one_worker_killed_other_serves),
 	};
 
-	if (!have_gpus()) {
+	if (test_gpu_count() < 2) {
 		(void)fprintf(stderr, "fewer than two CUDA devices: skipped\n");
 		return 77;
 	}

@@ -431,30 +431,10 @@ static int do_costs(const char *cubin)
 	return 0;
 }
 
-/* The median time of reps copies of `bytes`, host to device or back. */
-static uint64_t copy_ns(void *host, CUdeviceptr d, size_t bytes, unsigned reps, int to_device)
-{
-	uint64_t *t = calloc(reps, sizeof(*t)), m;
-
-	for (unsigned i = 0; i < reps + 1; i++) {
-		uint64_t t0 = now();
-		if (to_device)
-			CHECK(cu.cuMemcpyHtoDAsync(d, host, bytes, stream));
-		else
-			CHECK(cu.cuMemcpyDtoHAsync(host, d, bytes, stream));
-		CHECK(cu.cuStreamSynchronize(stream));
-		if (i > 0)
-			t[i - 1] = now() - t0;
-	}
-	qsort(t, reps, sizeof(*t), cmp);
-	m = t[reps / 2];
-	free(t);
-	return m;
-}
-
-/* The median time of reps of: a copy in, the touch kernel on it, or the kernel, a copy out. */
-static uint64_t kernel_copy_ns(CUfunction touch, void *host, CUdeviceptr d, size_t bytes,
-			       unsigned reps, int to_device)
+/* The median time of reps of a copy of `bytes`, host to device or back; with `touch` (not
+ * NULL), the kernel on the device's copy after a copy in, or before a copy out. */
+static uint64_t copy_ns(CUfunction touch, void *host, CUdeviceptr d, size_t bytes, unsigned reps,
+			int to_device)
 {
 	uint64_t *t = calloc(reps, sizeof(*t)), m;
 	void *params[] = { &d };
@@ -463,7 +443,8 @@ static uint64_t kernel_copy_ns(CUfunction touch, void *host, CUdeviceptr d, size
 		uint64_t t0 = now();
 		if (to_device)
 			CHECK(cu.cuMemcpyHtoDAsync(d, host, bytes, stream));
-		CHECK(cu.cuLaunchKernel(touch, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
+		if (touch)
+			CHECK(cu.cuLaunchKernel(touch, 1, 1, 1, 1, 1, 1, 0, stream, params, NULL));
 		if (!to_device)
 			CHECK(cu.cuMemcpyDtoHAsync(host, d, bytes, stream));
 		CHECK(cu.cuStreamSynchronize(stream));
@@ -495,11 +476,11 @@ static int do_bw(const char *cubin, size_t bytes, unsigned reps)
 	memset(pageable, 1, bytes);
 	/* Registered host memory, as gpux registers its segments (= cuMemAllocHost's speed). */
 	CHECK(cu.cuMemHostRegister(pinned, bytes, 0));
-	h2d = copy_ns(pinned, d, bytes, reps, 1);
-	d2h = copy_ns(pinned, d, bytes, reps, 0);
-	page = copy_ns(pageable, d, bytes, reps, 1);
-	in_k = kernel_copy_ns(touch, pinned, d, bytes, reps, 1);
-	out_k = kernel_copy_ns(touch, pinned, d, bytes, reps, 0);
+	h2d = copy_ns(NULL, pinned, d, bytes, reps, 1);
+	d2h = copy_ns(NULL, pinned, d, bytes, reps, 0);
+	page = copy_ns(NULL, pageable, d, bytes, reps, 1);
+	in_k = copy_ns(touch, pinned, d, bytes, reps, 1);
+	out_k = copy_ns(touch, pinned, d, bytes, reps, 0);
 	printf("pinned_h2d_ns %llu\npinned_d2h_ns %llu\npageable_h2d_ns %llu\n"
 	       "h2d_kernel_ns %llu\nkernel_d2h_ns %llu\n",
 	       (unsigned long long)h2d, (unsigned long long)d2h, (unsigned long long)page,

@@ -292,6 +292,8 @@ void wrk_queue_kick(struct wrk_queue *q)
 {
 	struct wrk *w = q->client->w;
 
+	if (!q->pending_head)
+		return;
 	/* Behind queues already waiting for room, a queue waits its turn too. */
 	if (q->waiting || w->slots[q->slot].wait_head)
 		line_join(w, q);

@@ -7,7 +7,8 @@
 #include "macro.h"
 #include "proto.h"
 
-#define IPC_STATUS_MIN GPUX_E_VERSION
+#define IPC_STATUS_MIN GPUX_E_STOPPING
+_Static_assert(-IPC_STATUS_MIN < (int)IPC_STATUS_CODES, "by_status has a counter for every status");
 
 int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, struct ipc_msg *ret)
 {
@@ -96,7 +97,8 @@ int ipc_decode_welcome(const struct ipc_msg *msg, struct ipc_welcome *ret)
 
 	if (r < 0)
 		return r;
-	if (m.version < IPC_VERSION_MIN || m.version > IPC_VERSION || m.ndevices > IPC_DEVICES_MAX)
+	if (m.version < IPC_VERSION_MIN || m.version > IPC_VERSION || m.ndevices > IPC_DEVICES_MAX ||
+	    (m.flags & ~IPC_WELCOME_PRIVATE))
 		return -EBADMSG;
 	*ret = m;
 	return 0;
@@ -452,7 +454,7 @@ int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret)
 
 	if (r < 0)
 		return r;
-	if (m.flags != 0)
+	if (m.flags != 0 || m.first >= IPC_DEVICES_MAX)
 		return -EBADMSG;
 	*ret = m;
 	return 0;
@@ -465,15 +467,18 @@ int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret)
 
 	if (r < 0)
 		return r;
-	if (msg->nfds != 0 || m.ndevices > IPC_DEVICES_MAX ||
-	    msg->len != sizeof(m) + (size_t)m.ndevices * sizeof(struct ipc_dev_status))
+	if (msg->nfds != 0 || m.ndevices > IPC_DEVICES_MAX || m.count > IPC_STATUS_PAGE_DEVS ||
+	    m.first > m.ndevices || m.count > m.ndevices - m.first ||
+	    msg->len != sizeof(m) + (size_t)m.count * sizeof(struct ipc_dev_status))
 		return -EBADMSG;
-	if (!memchr(m.loop, 0, sizeof(m.loop)))
+	if (!memchr(m.loop, 0, sizeof(m.loop)) || !memchr(m.version, 0, sizeof(m.version)) ||
+	    (m.flags & ~IPC_STATUS_STOPPING))
 		return -EBADMSG;
-	for (uint32_t i = 0; i < m.ndevices; i++) {
+	for (uint32_t i = 0; i < m.count; i++) {
 		struct ipc_dev_status d;
 		memcpy(&d, msg->payload + sizeof(m) + i * sizeof(d), sizeof(d));
-		if (check_device_info(&d.info) < 0 || check_state(d.state) < 0)
+		if (check_device_info(&d.info) < 0 || check_state(d.state) < 0 ||
+		    !memchr(d.stats.driver, 0, sizeof(d.stats.driver)))
 			return -EBADMSG;
 	}
 	ret->m = m;
@@ -483,7 +488,7 @@ int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret)
 
 void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret)
 {
-	assert(i < msg->m.ndevices);
+	assert(i < msg->m.count);
 	memcpy(ret, msg->devs + (size_t)i * sizeof(*ret), sizeof(*ret));
 }
 
@@ -534,6 +539,26 @@ int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *re
 	if (r < 0)
 		return r;
 	if (m.flags != 0 || m.device >= IPC_DEVICES_MAX)
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+int ipc_decode_drain(const struct ipc_msg *msg)
+{
+	if (msg->hdr.type != IPC_DRAIN || msg->len != 0 || msg->nfds != 0)
+		return -EBADMSG;
+	return 0;
+}
+
+int ipc_decode_mod_info(const struct ipc_msg *msg, struct ipc_mod_info *ret)
+{
+	struct ipc_mod_info m;
+	int r = decode_fixed(msg, IPC_MOD_INFO, &m, sizeof(m), 0);
+
+	if (r < 0)
+		return r;
+	if (m.source < IPC_MOD_COMPILED || m.source > IPC_MOD_MEMORY || msg->hdr.id == 0)
 		return -EBADMSG;
 	*ret = m;
 	return 0;
@@ -622,9 +647,10 @@ int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m
 int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
 		      const struct ipc_dev_status *devs)
 {
-	struct ipc_part part = { devs, (size_t)m->ndevices * sizeof(*devs) };
+	struct ipc_part part = { devs, (size_t)m->count * sizeof(*devs) };
 
-	if (m->ndevices > IPC_DEVICES_MAX)
+	if (m->ndevices > IPC_DEVICES_MAX || m->count > IPC_STATUS_PAGE_DEVS ||
+	    m->first > m->ndevices || m->count > m->ndevices - m->first)
 		return -EINVAL;
 	return ipc_encode(buf, cap, IPC_STATUS, id, 0, m, sizeof(*m), &part, 1);
 }
@@ -654,11 +680,42 @@ const char *ipc_type_name(uint16_t type)
 		[IPC_RINGS] = "rings",
 		[IPC_KICK] = "kick",
 		[IPC_CHANNEL_REQ] = "channel-req",
+		[IPC_DRAIN] = "drain",
+		[IPC_MOD_INFO] = "mod-info",
 	};
 
 	if (type < IPC_TYPE_MAX_ && names[type])
 		return names[type];
 	return "unknown";
+}
+
+const char *ipc_status_name(int status)
+{
+	static const char *const names[] = {
+		[-GPUX_OK] = "ok",
+		[-GPUX_E_INVAL] = "inval",
+		[-GPUX_E_NOMEM] = "nomem",
+		[-GPUX_E_PROTO] = "proto",
+		[-GPUX_E_CONNECT] = "connect",
+		[-GPUX_E_PERM] = "perm",
+		[-GPUX_E_NODEV] = "nodev",
+		[-GPUX_E_WORKER_LOST] = "worker_lost",
+		[-GPUX_E_KERNEL_FAULT] = "kernel_fault",
+		[-GPUX_E_TIMEOUT] = "timeout",
+		[-GPUX_E_COMPILE] = "compile",
+		[-GPUX_E_NOTFOUND] = "notfound",
+		[-GPUX_E_QUOTA] = "quota",
+		[-GPUX_E_AGAIN] = "again",
+		[-GPUX_E_NODRIVER] = "nodriver",
+		[-GPUX_E_DEVICE] = "device",
+		[-GPUX_E_IO] = "io",
+		[-GPUX_E_VERSION] = "version",
+		[-GPUX_E_STOPPING] = "stopping",
+	};
+
+	if (status > 0 || status < IPC_STATUS_MIN || !names[-status])
+		return "unknown";
+	return names[-status];
 }
 
 const char *ipc_status_text(int status)
@@ -682,6 +739,7 @@ const char *ipc_status_text(int status)
 		[-GPUX_E_DEVICE] = "device error",
 		[-GPUX_E_IO] = "system call failed",
 		[-GPUX_E_VERSION] = "no common protocol version",
+		[-GPUX_E_STOPPING] = "gpuxd is stopping",
 	};
 
 	if (status > 0 || status < IPC_STATUS_MIN || !text[-status])

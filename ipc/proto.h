@@ -24,6 +24,9 @@
  * 3: IPC_CHANNEL_REQ; a DONE without an id on a channel says why the worker ends it; the
  *    shared-memory quota in WELCOME; the device's launch limits in the status page.
  *    MOD_LOAD carries a CUDA C++ module's headers and name expressions.
+ *    Draining (IPC_DRAIN, GPUX_E_STOPPING), IPC_MOD_INFO, WELCOME's flags, STATUS in pages,
+ *    and in ipc_stats what metrics need: requests by status, latency and queue histograms,
+ *    memory by user, versions.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
@@ -82,6 +85,8 @@ enum ipc_type {
 	IPC_RINGS = 20,     /* worker -> client: the shared rings beside this channel (ipc/ring.h) */
 	IPC_KICK = 21,      /* either way on a channel: look at your ring; no payload */
 	IPC_CHANNEL_REQ = 22, /* client -> gpuxd: a new channel to a device's worker, please */
+	IPC_DRAIN = 23,     /* gpuxd -> worker: gpuxd stops; finish what you hold, take nothing new */
+	IPC_MOD_INFO = 24,  /* worker -> client: the module a MOD_LOAD got, just before its DONE */
 	IPC_TYPE_MAX_
 };
 
@@ -109,12 +114,15 @@ struct ipc_hello {
 };
 _Static_assert(sizeof(struct ipc_hello) == 16, "wire ABI");
 
+#define IPC_WELCOME_PRIVATE 0x1u /* a private gpuxd (--private), which a client may restart */
+
 struct ipc_welcome {
 	uint32_t version;
 	uint32_t ndevices;
 	uint64_t client_id;
 	uint64_t quota_shared; /* shared-buffer bytes this client may have (3) */
-	uint64_t reserved;
+	uint32_t flags;        /* IPC_WELCOME_* (3) */
+	uint32_t reserved;
 };
 _Static_assert(sizeof(struct ipc_welcome) == 32, "wire ABI");
 
@@ -281,6 +289,22 @@ struct ipc_done {
 };
 _Static_assert(sizeof(struct ipc_done) == 32, "wire ABI");
 
+enum ipc_mod_source {
+	IPC_MOD_COMPILED = 1, /* built for this load */
+	IPC_MOD_DISK = 2,     /* read from the worker's disk cache */
+	IPC_MOD_MEMORY = 3,   /* the worker had it loaded already */
+};
+
+/* Sent, with the MOD_LOAD's id, just before the DONE of a MOD_LOAD that succeeded. */
+struct ipc_mod_info {
+	uint64_t key_lo; /* the module's cache key (ipc/key.h) */
+	uint64_t key_hi;
+	uint64_t build_ns; /* the worker's time compiling or reading it; 0 from memory */
+	uint32_t source;   /* enum ipc_mod_source */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_mod_info) == 32, "wire ABI");
+
 /* With one fd: the rings' memfd. */
 struct ipc_rings_offer {
 	uint32_t size; /* IPC_RINGS_BYTES; a client that finds another ignores the offer */
@@ -298,10 +322,39 @@ struct ipc_channel_req {
 };
 _Static_assert(sizeof(struct ipc_channel_req) == 8, "wire ABI");
 
+/* STATUS comes in pages: this asks for the page that starts at device `first`. */
 struct ipc_status_req {
 	uint32_t flags;
-	uint32_t reserved;
+	uint32_t first;
 };
+_Static_assert(sizeof(struct ipc_status_req) == 8, "wire ABI");
+
+/*
+ * Request times are counted in buckets whose upper bounds are ipc_hist_bounds_ns[] (the last
+ * bucket has none): see ipc/metrics.h.
+ */
+#define IPC_HIST_BUCKETS 24u
+
+struct ipc_hist {
+	uint64_t count[IPC_HIST_BUCKETS]; /* each bucket's own count, not cumulative */
+	uint64_t sum_ns;
+};
+_Static_assert(sizeof(struct ipc_hist) == 200, "wire ABI");
+
+/* Finished requests are counted by status: by_status[-status], GPUX_OK first. */
+#define IPC_STATUS_CODES 32u
+
+/* Memory that one user's clients hold on a worker. */
+#define IPC_USAGE_UIDS 16u
+#define IPC_USAGE_OTHERS UINT32_MAX /* the last entry's uid when more users than entries */
+
+struct ipc_usage {
+	uint32_t uid;
+	uint32_t reserved;
+	uint64_t shared_bytes; /* their shared segments, mapped (and registered) by the worker */
+	uint64_t device_bytes; /* their device buffers */
+};
+_Static_assert(sizeof(struct ipc_usage) == 24, "wire ABI");
 
 /* A worker's counters, kept in its status page and copied into STATUS. */
 struct ipc_stats {
@@ -330,8 +383,18 @@ struct ipc_stats {
 	uint64_t socket_msgs;    /* client messages that came by the socket, not the ring */
 	uint64_t blocking_waits; /* a back end's thread blocked for a request's end */
 	uint64_t slot_waits;     /* a queue waited in line for room in its slot */
+	uint64_t launches;  /* launch requests finished (copies are not launches) */
+	uint64_t build_ns;  /* time spent compiling modules and reading them from disk */
+	uint64_t by_status[IPC_STATUS_CODES];
+	struct ipc_hist latency; /* from a request's arrival at the worker to its completion */
+	struct ipc_hist queue;   /* from its arrival to the start of its work */
+	struct ipc_usage usage[IPC_USAGE_UIDS]; /* entries with no bytes are free */
+	uint32_t driver_version; /* CUDA: cuDriverGetVersion() (13000 is 13.0); 0 on the host */
+	uint32_t nvrtc_version;  /* major * 1000 + minor * 10, as driver_version; 0: none */
+	char driver[32];         /* the kernel driver's release ("580.95.05"), or "" */
+	uint64_t reserved[4];
 };
-_Static_assert(sizeof(struct ipc_stats) == 192, "wire ABI");
+_Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 
 struct ipc_dev_status {
 	struct ipc_device_info info;
@@ -340,21 +403,32 @@ struct ipc_dev_status {
 	uint32_t generation;
 	uint32_t restarts;
 	uint32_t deaths_recent; /* within the failure window */
-	uint32_t reserved;
+	uint32_t launch_rate;   /* launches finished per second, over the last second or so */
 	struct ipc_stats stats;
 };
-_Static_assert(sizeof(struct ipc_dev_status) == 328, "wire ABI");
+_Static_assert(sizeof(struct ipc_dev_status) == 1456, "wire ABI");
+
+#define IPC_STATUS_STOPPING 0x1u /* gpuxd is draining: it takes no new clients or requests */
 
 struct ipc_status {
-	uint32_t ndevices;
+	uint32_t ndevices; /* in all; this page holds devices [first, first + count) */
 	uint32_t nclients;
 	uint64_t uptime_ns;
 	uint64_t clients_total;
 	uint64_t clients_refused;
-	char loop[16]; /* the supervisor's event loop: "io_uring" or "epoll" */
-	/* then ndevices struct ipc_dev_status */
+	char loop[16];    /* the supervisor's event loop: "io_uring" or "epoll" */
+	char version[16]; /* gpuxd's version, NUL-terminated */
+	uint32_t first;
+	uint32_t count;
+	uint32_t flags;
+	uint32_t reserved;
+	/* then count struct ipc_dev_status */
 };
-_Static_assert(sizeof(struct ipc_status) == 48, "wire ABI");
+_Static_assert(sizeof(struct ipc_status) == 80, "wire ABI");
+
+/* The most devices one STATUS page holds. */
+#define IPC_STATUS_PAGE_DEVS \
+	((IPC_PAYLOAD_MAX - sizeof(struct ipc_status)) / sizeof(struct ipc_dev_status))
 
 enum ipc_kill_reason {
 	IPC_KILL_TIMEOUT = 1,
@@ -397,7 +471,7 @@ struct ipc_done_msg {
 
 struct ipc_status_msg {
 	struct ipc_status m;
-	const uint8_t *devs; /* m.ndevices struct ipc_dev_status, possibly unaligned */
+	const uint8_t *devs; /* m.count struct ipc_dev_status, possibly unaligned */
 };
 
 /*
@@ -432,11 +506,13 @@ int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret);
 int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret);
 int ipc_decode_kick(const struct ipc_msg *msg);
 int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *ret);
+int ipc_decode_drain(const struct ipc_msg *msg);
+int ipc_decode_mod_info(const struct ipc_msg *msg, struct ipc_mod_info *ret);
 
 /* A whole KICK message: a header, nothing after it. */
 extern const struct ipc_hdr ipc_kick;
 
-/* Read device i of a decoded STATUS (the payload need not be aligned). */
+/* Read device i (first + i) of a decoded STATUS page (the payload need not be aligned). */
 void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret);
 
 /*
@@ -460,11 +536,15 @@ int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submi
 		      const struct ipc_arg *args, const char *name, const void *data);
 int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m,
 		    const char *text);
+/* A STATUS page: m->count devices from devs (device m->first first). */
 int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
 		      const struct ipc_dev_status *devs);
 
 /* A short English text for a gpux_status (gpux_strerror() is this). */
 const char *ipc_status_text(int status);
+
+/* A short name for a gpux_status, as a metric's label: "ok", "worker_lost", ... */
+const char *ipc_status_name(int status);
 
 /* Name of a message type, for daemons' logs. */
 const char *ipc_type_name(uint16_t type);

@@ -166,21 +166,21 @@ void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 }
 
-static void send_status(struct sup_client *c, uint32_t id)
+void sup_status_collect(struct sup *s, struct ipc_status *ret, struct ipc_dev_status *devs)
 {
-	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	static struct ipc_status_page snap;
-	struct sup *s = c->s;
 	struct ipc_status st = {
 		.ndevices = s->nworkers,
 		.nclients = s->nclients,
 		.uptime_ns = mono_ns() - s->started_ns,
 		.clients_total = s->clients_total,
 		.clients_refused = s->clients_refused,
+		.count = s->nworkers,
+		.flags = s->stopping ? IPC_STATUS_STOPPING : 0,
 	};
-	int n;
 
 	(void)snprintf(st.loop, sizeof(st.loop), "%s", ipc_loop_name(s->loop));
+	(void)snprintf(st.version, sizeof(st.version), "%s", GPUX_VERSION_STRING);
 	for (unsigned i = 0; i < s->nworkers; i++) {
 		const struct sup_worker *w = &s->workers[i];
 		struct ipc_dev_status *d = &devs[i];
@@ -192,10 +192,27 @@ static void send_status(struct sup_client *c, uint32_t id)
 		d->generation = w->generation;
 		d->restarts = w->restarts;
 		d->deaths_recent = sup_worker_recent_deaths(w);
-		if (w->state == W_READY && ipc_status_read(w->status, &snap))
+		d->launch_rate = w->launch_rate;
+		if (w->state == W_READY && ipc_status_read(w->status, &snap)) {
 			d->stats = snap.stats;
+			/* What the worker wrote is a string only where we make it one. */
+			d->stats.driver[sizeof(d->stats.driver) - 1] = '\0';
+		}
 	}
-	n = ipc_encode_status(msgbuf, sizeof(msgbuf), id, &st, devs);
+	*ret = st;
+}
+
+/* One page of the status, from device `first` on. */
+static void send_status(struct sup_client *c, uint32_t id, uint32_t first)
+{
+	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct ipc_status st;
+	int n;
+
+	sup_status_collect(c->s, &st, devs);
+	st.first = MIN(first, st.ndevices);
+	st.count = MIN(st.ndevices - st.first, (uint32_t)IPC_STATUS_PAGE_DEVS);
+	n = ipc_encode_status(msgbuf, sizeof(msgbuf), id, &st, devs + st.first);
 	if (n > 0)
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 }
@@ -256,6 +273,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		.ndevices = s->nworkers,
 		.client_id = c->id,
 		.quota_shared = s->opts.quota_shared,
+		.flags = s->opts.private_mode ? IPC_WELCOME_PRIVATE : 0,
 	};
 	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_WELCOME, msg->hdr.id, 0, &wel, sizeof(wel), NULL, 0);
 	if (n < 0)
@@ -301,7 +319,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 		r = hello(c, msg);
 	else if (c->hello_done && c->admin && msg->hdr.type == IPC_STATUS_REQ &&
 		 ipc_decode_status_req(msg, &sr) == 0) {
-		send_status(c, msg->hdr.id);
+		send_status(c, msg->hdr.id, sr.first);
 		r = 0;
 	} else if (c->hello_done && !c->admin && msg->hdr.type == IPC_CHANNEL_REQ)
 		r = channel_req(c, msg);

@@ -109,6 +109,10 @@ struct sup_worker {
 	unsigned ndeaths;
 	bool killed_deadline;
 	int last_exit; /* wait status of the last death */
+	/* Launches per second: the count at the start of the current second. */
+	uint64_t rate_launches;
+	uint64_t rate_since_ns;
+	uint32_t launch_rate;
 };
 
 struct sup_client {
@@ -187,3 +191,5 @@ void sup_clients_free(struct sup *s);
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w);
 void sup_clients_device_changed(struct sup *s, struct sup_worker *w);
 void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_killed *k);
+/* The status now: *ret (count = ndevices) and devs[0 .. ndevices) (IPC_DEVICES_MAX). */
+void sup_status_collect(struct sup *s, struct ipc_status *ret, struct ipc_dev_status *devs);

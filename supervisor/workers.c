@@ -523,6 +523,24 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 
 /* ---- deadlines: what each worker runs is on its status page ---- */
 
+/* Launches per second, from the counter on the page, renewed about once a second. */
+static void launch_rate(struct sup_worker *w, const struct ipc_status_page *snap, uint64_t now)
+{
+	uint64_t n = snap->stats.launches;
+
+	if (w->rate_since_ns == 0 || n < w->rate_launches) {
+		w->rate_since_ns = now;
+		w->rate_launches = n;
+		w->launch_rate = 0;
+	} else if (now - w->rate_since_ns >= NSEC_PER_SEC) {
+		w->launch_rate = (uint32_t)MIN((double)(n - w->rate_launches) * 1e9 /
+						       (double)(now - w->rate_since_ns),
+					       (double)UINT32_MAX);
+		w->rate_since_ns = now;
+		w->rate_launches = n;
+	}
+}
+
 static void deadline_check(struct ipc_timer *t, void *userdata)
 {
 	struct sup *s = userdata;
@@ -532,7 +550,13 @@ static void deadline_check(struct ipc_timer *t, void *userdata)
 		struct sup_worker *w = &s->workers[i];
 		static struct ipc_status_page snap;
 
-		if (w->state != W_READY || w->killed_deadline || !ipc_status_read(w->status, &snap))
+		if (w->state != W_READY || !ipc_status_read(w->status, &snap)) {
+			w->rate_since_ns = 0;
+			w->launch_rate = 0;
+			continue;
+		}
+		launch_rate(w, &snap, now);
+		if (w->killed_deadline)
 			continue;
 		for (unsigned k = 0; k < snap.nslots; k++) {
 			const struct ipc_running *run = &snap.running[k];

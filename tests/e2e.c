@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "e2e.h"
+#include "ipc/admin.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
 
@@ -228,59 +229,14 @@ void test_daemon_stop(struct test_daemon *d)
 	(void)system(cmd);
 }
 
-static int recv_timeout(int fd, uint8_t *buf, struct ipc_msg *msg)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int r = poll(&p, 1, 5000);
-
-	if (r <= 0)
-		return -ETIMEDOUT;
-	r = ipc_channel_recv_msg(fd, buf, IPC_MSG_MAX, msg, 0);
-	if (r <= 0)
-		return r == 0 ? -ECONNRESET : r;
-	ipc_msg_close_fds(msg);
-	return 0;
-}
-
 int test_daemon_status(const struct test_daemon *d, struct ipc_status *ret,
 		       struct ipc_dev_status *devs)
 {
-	static uint8_t buf[IPC_MSG_MAX];
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct ipc_hello h = { .min_version = 1, .max_version = IPC_VERSION,
-			       .flags = IPC_HELLO_ADMIN };
-	struct ipc_status_req q = { 0 };
-	struct ipc_status_msg st;
-	struct ipc_msg msg;
-	uint8_t out[128];
-	int fd, n, r;
+	int fd = ipc_admin_connect(d->sock, 5000, NULL, 0), r;
 
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return -errno;
-	memcpy(sa.sun_path, d->sock, strlen(d->sock));
-	r = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
-	if (r == 0) {
-		n = ipc_encode(out, sizeof(out), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
-		r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
-	}
-	if (r == 0)
-		r = recv_timeout(fd, buf, &msg);
-	if (r == 0 && msg.hdr.type != IPC_WELCOME)
-		r = -EPROTO;
-	if (r == 0) {
-		n = ipc_encode(out, sizeof(out), IPC_STATUS_REQ, 2, 0, &q, sizeof(q), NULL, 0);
-		r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
-	}
-	if (r == 0)
-		r = recv_timeout(fd, buf, &msg);
-	if (r == 0)
-		r = ipc_decode_status(&msg, &st);
-	if (r == 0) {
-		*ret = st.m;
-		for (uint32_t i = 0; i < st.m.ndevices; i++)
-			ipc_status_dev(&st, i, &devs[i]);
-	}
+		return fd;
+	r = ipc_admin_status(fd, 5000, ret, devs);
 	(void)close(fd);
 	return r;
 }

@@ -245,6 +245,8 @@ static int sample_status(void *buf, size_t cap, uint32_t ndevices)
 		.clients_total = 77,
 		.clients_refused = 1,
 		.loop = "io_uring",
+		.version = "0.1.0",
+		.count = ndevices,
 	};
 
 	return ipc_encode_status(buf, cap, 400, &m, devs);
@@ -264,7 +266,8 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
 	case 2: {
-		struct ipc_welcome m = { IPC_VERSION, 2, 0x1122334455667788ull, 1ull << 34, 0 };
+		struct ipc_welcome m = { IPC_VERSION, 2, 0x1122334455667788ull, 1ull << 34,
+					 IPC_WELCOME_PRIVATE, 0 };
 		*s = (struct test_sample){ "welcome", IPC_WELCOME, 0, 0 };
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
@@ -403,6 +406,15 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 	case 32:
 		*s = (struct test_sample){ "mod-load-headers", IPC_MOD_LOAD, 0, 0 };
 		return sample_mod_load(buf, cap, 3);
+	case 33:
+		*s = (struct test_sample){ "drain", IPC_DRAIN, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, NULL, 0);
+	case 34: {
+		struct ipc_mod_info m = { 0x0123456789abcdefull, 0xfedcba9876543210ull, 23000000,
+					  IPC_MOD_COMPILED, 0 };
+		*s = (struct test_sample){ "mod-info", IPC_MOD_INFO, 0, 0 };
+		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	}
 	default:
 		return -ENOENT;
 	}

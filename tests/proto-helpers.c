@@ -60,6 +60,10 @@ int test_decode_as(const struct ipc_msg *msg, uint16_t type, union test_decoded 
 		return ipc_decode_kick(msg);
 	case IPC_CHANNEL_REQ:
 		return ipc_decode_channel_req(msg, &u->channel_req);
+	case IPC_DRAIN:
+		return ipc_decode_drain(msg);
+	case IPC_MOD_INFO:
+		return ipc_decode_mod_info(msg, &u->mod_info);
 	}
 	fail_msg("no decoder for type %u", type);
 	return 0;
@@ -93,9 +97,11 @@ struct ipc_dev_status test_good_dev_status(uint32_t index)
 		.generation = index * 3,
 		.restarts = index,
 		.deaths_recent = index % 5,
+		.launch_rate = index * 1000,
 	};
 
 	test_random_fill(&d.stats, sizeof(d.stats), index);
+	d.stats.driver[index % sizeof(d.stats.driver)] = '\0';
 	return d;
 }
 

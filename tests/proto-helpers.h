@@ -39,6 +39,7 @@ union test_decoded {
 	struct ipc_killed killed;
 	struct ipc_rings_offer rings;
 	struct ipc_channel_req channel_req;
+	struct ipc_mod_info mod_info;
 };
 
 /*

@@ -26,14 +26,18 @@ static void test_proto_hello_rejects_bad_fields(void **state)
 
 static void test_proto_welcome_rejects_bad_fields(void **state)
 {
-	struct ipc_welcome m = { IPC_VERSION, IPC_DEVICES_MAX, 1, 0, 0 };
+	struct ipc_welcome m = { IPC_VERSION, IPC_DEVICES_MAX, 1, 0, 0, 0 };
 
+	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), 0);
+	m.flags = 0x2;
+	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
+	m.flags = IPC_WELCOME_PRIVATE;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), 0);
 	m.ndevices = IPC_DEVICES_MAX + 1;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
 	m.ndevices = UINT32_MAX;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
-	m = (struct ipc_welcome){ IPC_VERSION_MIN - 1, 1, 1, 0, 0 };
+	m = (struct ipc_welcome){ IPC_VERSION_MIN - 1, 1, 1, 0, 0, 0 };
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
 	m.version = IPC_VERSION + 1;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
@@ -337,6 +341,37 @@ static void test_proto_status_req_rejects_flags(void **state)
 	struct ipc_status_req m = { 1, 0 };
 
 	assert_int_equal(DECODE_FIXED(IPC_STATUS_REQ, 0, m), -EBADMSG);
+	m = (struct ipc_status_req){ 0, IPC_DEVICES_MAX };
+	assert_int_equal(DECODE_FIXED(IPC_STATUS_REQ, 0, m), -EBADMSG);
+}
+
+static void test_proto_drain_rejects_payload(void **state)
+{
+	uint32_t junk = 0;
+	struct ipc_msg msg;
+	int n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_DRAIN, 0, 0, NULL, 0, NULL, 0);
+
+	assert_int_equal(test_parse(test_msgbuf, (size_t)n, 0, &msg), 0);
+	assert_int_equal(ipc_decode_drain(&msg), 0);
+	assert_int_equal(DECODE_FIXED(IPC_DRAIN, 0, junk), -EBADMSG);
+	assert_int_equal(test_encode_decode(IPC_DRAIN, 1, NULL, 0, NULL, 0), -EBADMSG);
+}
+
+static void test_proto_mod_info_rejects_bad_fields(void **state)
+{
+	struct ipc_mod_info m = { 1, 2, 3, IPC_MOD_COMPILED, 0 }, out;
+	struct ipc_msg msg;
+	int n;
+
+	assert_int_equal(DECODE_FIXED(IPC_MOD_INFO, 0, m), 0);
+	/* It answers a MOD_LOAD: without an id it answers nothing. */
+	n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_MOD_INFO, 0, 0, &m, sizeof(m), NULL, 0);
+	assert_int_equal(test_parse(test_msgbuf, (size_t)n, 0, &msg), 0);
+	assert_int_equal(ipc_decode_mod_info(&msg, &out), -EBADMSG);
+	m.source = 0;
+	assert_int_equal(DECODE_FIXED(IPC_MOD_INFO, 0, m), -EBADMSG);
+	m.source = IPC_MOD_MEMORY + 1;
+	assert_int_equal(DECODE_FIXED(IPC_MOD_INFO, 0, m), -EBADMSG);
 }
 
 static void test_proto_channel_req_rejects_bad_fields(void **state)
@@ -472,8 +507,8 @@ static int done_decode(const struct ipc_done *m, size_t text_len)
 
 static void test_proto_done_rejects_bad_status(void **state)
 {
-	const int32_t good[] = { GPUX_OK, GPUX_E_INVAL, GPUX_E_VERSION };
-	const int32_t bad[] = { 1, INT32_MAX, GPUX_E_VERSION - 1, -1000, INT32_MIN };
+	const int32_t good[] = { GPUX_OK, GPUX_E_INVAL, GPUX_E_VERSION, GPUX_E_STOPPING };
+	const int32_t bad[] = { 1, INT32_MAX, GPUX_E_STOPPING - 1, -1000, INT32_MIN };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(good); i++) {
 		struct ipc_done m = { good[i], 0, 0, 0, 0 };
@@ -531,33 +566,62 @@ static int status_decode(const struct ipc_status *m, const struct ipc_dev_status
 static void test_proto_status_rejects_bad_counts(void **state)
 {
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX + 1];
-	struct ipc_status m = { .ndevices = 2, .loop = "io_uring" };
+	struct ipc_status m = { .ndevices = 2, .count = 2, .loop = "io_uring" };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(devs); i++)
 		devs[i] = test_good_dev_status(i % IPC_DEVICES_MAX);
 	assert_int_equal(status_decode(&m, devs, 2), 0);
 	assert_int_equal(status_decode(&m, devs, 1), -EBADMSG);
 	assert_int_equal(status_decode(&m, devs, 3), -EBADMSG);
-	m.ndevices = IPC_DEVICES_MAX + 1;
-	assert_int_equal(status_decode(&m, devs, IPC_DEVICES_MAX + 1), -EBADMSG);
-	m.ndevices = UINT32_MAX;
+	/* A page must lie within the devices. */
+	m.first = 1;
+	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
+	m.count = 1;
+	assert_int_equal(status_decode(&m, devs, 1), 0);
+	m.first = 3;
+	m.count = 0;
 	assert_int_equal(status_decode(&m, devs, 0), -EBADMSG);
-	/* 2^29 devices of 328 bytes are 41 * 2^32 bytes: 0 in a 32-bit product. */
-	m.ndevices = 1u << 29;
+	m.first = UINT32_MAX;
+	m.count = 3;
+	assert_int_equal(status_decode(&m, devs, 3), -EBADMSG);
+	m.first = 0;
+	m.ndevices = IPC_DEVICES_MAX + 1;
+	m.count = 1;
+	assert_int_equal(status_decode(&m, devs, 1), -EBADMSG);
+	/* No more than a page's worth, however many there are. */
+	m.ndevices = IPC_DEVICES_MAX;
+	m.count = IPC_STATUS_PAGE_DEVS + 1;
+	assert_int_equal(ipc_encode_status(test_msgbuf, sizeof(test_msgbuf), 1, &m, devs), -EINVAL);
+	m.ndevices = UINT32_MAX;
+	m.count = 0;
+	assert_int_equal(status_decode(&m, devs, 0), -EBADMSG);
+	/* 2^30 devices of 1456 bytes are 364 * 2^32 bytes: 0 in a 32-bit product. */
+	m.ndevices = 1u << 30;
+	m.count = 1u << 30;
 	assert_int_equal(status_decode(&m, devs, 0), -EBADMSG);
 }
 
 static void test_proto_status_rejects_bad_strings(void **state)
 {
 	struct ipc_dev_status devs[2] = { test_good_dev_status(0), test_good_dev_status(1) };
-	struct ipc_status m = { .ndevices = 2, .loop = "epoll" };
+	struct ipc_status m = { .ndevices = 2, .count = 2, .loop = "epoll" };
 
 	memset(m.loop, 'x', sizeof(m.loop) - 1);
 	assert_int_equal(status_decode(&m, devs, 2), 0);
 	memset(m.loop, 'x', sizeof(m.loop));
 	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
-
 	memset(m.loop, 0, sizeof(m.loop));
+	memset(m.version, 'x', sizeof(m.version));
+	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
+	memset(m.version, 0, sizeof(m.version));
+	m.flags = 0x2;
+	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
+	m.flags = IPC_STATUS_STOPPING;
+	assert_int_equal(status_decode(&m, devs, 2), 0);
+	memset(devs[1].stats.driver, 'x', sizeof(devs[1].stats.driver));
+	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
+	devs[1] = test_good_dev_status(1);
+
 	for (unsigned how = 0; spoil_info(&devs[1].info, how); how++) {
 		assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
 		devs[1] = test_good_dev_status(1);
@@ -583,6 +647,8 @@ int main(void)
 		cmocka_unit_test(test_proto_mod_load_rejects_bad_extra),
 		cmocka_unit_test(test_proto_queue_rejects_bad_fields),
 		cmocka_unit_test(test_proto_status_req_rejects_flags),
+		cmocka_unit_test(test_proto_drain_rejects_payload),
+		cmocka_unit_test(test_proto_mod_info_rejects_bad_fields),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
 		cmocka_unit_test(test_proto_channel_req_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),

@@ -26,15 +26,24 @@ static void test_proto_type_names(void **state)
 
 static void test_proto_status_texts(void **state)
 {
-	const int bad[] = { 1, INT32_MAX, GPUX_E_VERSION - 1, -1000, INT32_MIN };
+	const int bad[] = { 1, INT32_MAX, GPUX_E_STOPPING - 1, -1000, INT32_MIN };
 
-	for (int st = GPUX_OK; st >= GPUX_E_VERSION; st--) {
+	for (int st = GPUX_OK; st >= GPUX_E_STOPPING; st--) {
 		assert_string_not_equal(ipc_status_text(st), "unknown status");
-		for (int other = GPUX_OK; other > st; other--)
+		assert_string_not_equal(ipc_status_name(st), "unknown");
+		/* A label value: lower case, digits and _ only. */
+		assert_int_equal(strspn(ipc_status_name(st), "abcdefghijklmnopqrstuvwxyz_0123456789"),
+				 strlen(ipc_status_name(st)));
+		assert_true(-st < (int)IPC_STATUS_CODES);
+		for (int other = GPUX_OK; other > st; other--) {
 			assert_string_not_equal(ipc_status_text(st), ipc_status_text(other));
+			assert_string_not_equal(ipc_status_name(st), ipc_status_name(other));
+		}
 	}
-	for (unsigned i = 0; i < ARRAY_SIZE(bad); i++)
+	for (unsigned i = 0; i < ARRAY_SIZE(bad); i++) {
 		assert_string_equal(ipc_status_text(bad[i]), "unknown status");
+		assert_string_equal(ipc_status_name(bad[i]), "unknown");
+	}
 }
 
 static void test_proto_samples_decode_only_as_their_type(void **state)

@@ -49,7 +49,7 @@ static const struct round_trip trips[] = {
 	TRIP(IPC_HELLO, 42, 0, 16, struct ipc_hello, IPC_VERSION_MIN, IPC_VERSION, IPC_HELLO_ADMIN,
 	     0),
 	TRIP(IPC_WELCOME, 7, 0, 32, struct ipc_welcome, IPC_VERSION, IPC_DEVICES_MAX,
-	     UINT64_MAX - 5, UINT64_MAX - 7, 0),
+	     UINT64_MAX - 5, UINT64_MAX - 7, IPC_WELCOME_PRIVATE, 0),
 	/* A device without its channel, and with it (the channel and the status page). */
 	TRIP(IPC_DEVICE, 0, 0, 128, struct ipc_device,
 	     .info = TEST_GOOD_INFO(IPC_DEVICES_MAX - 1, GPUX_BACKEND_HOST),
@@ -76,7 +76,9 @@ static const struct round_trip trips[] = {
 	     IPC_COPY_FROM_DBUF, UINT32_MAX, 0, 0),
 	TRIP(IPC_COPY, 42, 0, 56, struct ipc_copy, 1, 0, 2, 0, UINT64_MAX, IPC_COPY_TO_DBUF, 0, 0,
 	     0),
-	TRIP(IPC_STATUS_REQ, 8, 0, 8, struct ipc_status_req, 0, 0),
+	TRIP(IPC_STATUS_REQ, 8, 0, 8, struct ipc_status_req, 0, IPC_DEVICES_MAX - 1),
+	TRIP(IPC_MOD_INFO, 9, 0, 32, struct ipc_mod_info, UINT64_MAX, 0x8000000000000001ull,
+	     UINT64_MAX - 1, IPC_MOD_MEMORY, 0),
 	TRIP(IPC_KILLED, 0, 0, 16, struct ipc_killed, IPC_DEVICES_MAX - 1, IPC_KILL_TIMEOUT,
 	     UINT32_MAX, 4),
 	TRIP(IPC_RINGS, 0, 1, 8, struct ipc_rings_offer, IPC_RINGS_BYTES, 0),
@@ -109,7 +111,7 @@ static void test_proto_fixed_messages_round_trip(void **state)
 static void test_proto_fixed_table_has_every_type(void **state)
 {
 	static const uint16_t variable[] = { IPC_MOD_LOAD, IPC_SUBMIT, IPC_DONE, IPC_STATUS,
-					     IPC_KICK };
+					     IPC_KICK, IPC_DRAIN };
 
 	for (uint16_t type = 1; type < IPC_TYPE_MAX_; type++) {
 		bool found = false;
@@ -274,6 +276,8 @@ static void test_proto_status_round_trips(void **state)
 		.clients_total = 2,
 		.clients_refused = UINT64_MAX,
 		.loop = "epoll",
+		.version = "0.1.0",
+		.flags = IPC_STATUS_STOPPING,
 	};
 	struct ipc_status_msg out;
 	struct ipc_msg msg;
@@ -281,21 +285,27 @@ static void test_proto_status_round_trips(void **state)
 
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		devs[i] = test_good_dev_status(i);
-	/* One byte in: the devices lie unaligned, as they may on the wire. */
-	n = ipc_encode_status(test_msgbuf + 1, sizeof(test_msgbuf) - 1, 19, &in, devs);
-	assert_int_equal(n, HDR + sizeof(in) + sizeof(devs));
-	check_parsed(test_msgbuf + 1, n, IPC_STATUS, 19, 0, &msg);
-	assert_int_equal(ipc_decode_status(&msg, &out), 0);
-	assert_memory_equal(&out.m, &in, sizeof(in));
-	assert_ptr_equal(out.devs, msg.payload + sizeof(in));
-	for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++) {
-		struct ipc_dev_status d;
+	/* Every device, in as few pages as fit; one byte in: the devices lie unaligned, as they
+	 * may on the wire. */
+	assert_true(IPC_STATUS_PAGE_DEVS < IPC_DEVICES_MAX);
+	for (in.first = 0; in.first < IPC_DEVICES_MAX; in.first += in.count) {
+		in.count = MIN(IPC_DEVICES_MAX - in.first, (uint32_t)IPC_STATUS_PAGE_DEVS);
+		n = ipc_encode_status(test_msgbuf + 1, sizeof(test_msgbuf) - 1, 19, &in,
+				      devs + in.first);
+		assert_int_equal(n, HDR + sizeof(in) + in.count * sizeof(devs[0]));
+		check_parsed(test_msgbuf + 1, n, IPC_STATUS, 19, 0, &msg);
+		assert_int_equal(ipc_decode_status(&msg, &out), 0);
+		assert_memory_equal(&out.m, &in, sizeof(in));
+		assert_ptr_equal(out.devs, msg.payload + sizeof(in));
+		for (uint32_t i = 0; i < in.count; i++) {
+			struct ipc_dev_status d;
 
-		ipc_status_dev(&out, i, &d);
-		assert_memory_equal(&d, &devs[i], sizeof(d));
+			ipc_status_dev(&out, i, &d);
+			assert_memory_equal(&d, &devs[in.first + i], sizeof(d));
+		}
 	}
 
-	in.ndevices = 0;
+	in.ndevices = in.first = in.count = 0;
 	n = ipc_encode_status(test_msgbuf, sizeof(test_msgbuf), 20, &in, NULL);
 	check_parsed(test_msgbuf, n, IPC_STATUS, 20, 0, &msg);
 	assert_int_equal(ipc_decode_status(&msg, &out), 0);

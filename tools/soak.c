@@ -90,26 +90,25 @@ static int sup_start(struct soak *s)
 	return -r;
 }
 
-static int status(struct soak *s, struct ipc_status_msg *ret)
+/* gpuxd's status, with the devices in devs[] (IPC_DEVICES_MAX). */
+static int status(struct soak *s, struct ipc_status *ret, struct ipc_dev_status *devs)
 {
-	static uint8_t buf[IPC_MSG_MAX];
-
-	return tool_status_query(s->b->sock, buf, ret);
+	return tool_status_query(s->b->sock, ret, devs);
 }
 
 /* Wait until gpuxd serves every device; ret_pids[i] gets device i's worker. */
 static bool all_ready(struct soak *s, uint64_t until, pid_t *ret_pids, int *ret_modules)
 {
 	for (;;) {
-		struct ipc_status_msg st;
+		static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+		struct ipc_status st;
 		bool ok = false;
 
-		if (status(s, &st) == 0 && st.m.ndevices == DEVICES) {
+		if (status(s, &st, devs) == 0 && st.ndevices == DEVICES) {
 			ok = true;
 			for (uint32_t i = 0; i < DEVICES; i++) {
-				struct ipc_dev_status d;
+				const struct ipc_dev_status d = devs[i];
 
-				ipc_status_dev(&st, i, &d);
 				ok = ok && d.state == GPUX_DEVICE_READY;
 				if (ret_pids)
 					ret_pids[i] = (pid_t)d.pid;
@@ -170,13 +169,13 @@ static bool settle(struct soak *s)
 	uint64_t until = soak_now() + SETTLE_NS;
 
 	for (;;) {
-		struct ipc_status_msg st;
-		bool idle = status(s, &st) == 0;
+		static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+		struct ipc_status st;
+		bool idle = status(s, &st, devs) == 0;
 
-		for (uint32_t i = 0; idle && i < st.m.ndevices; i++) {
-			struct ipc_dev_status d;
+		for (uint32_t i = 0; idle && i < st.ndevices; i++) {
+			const struct ipc_dev_status d = devs[i];
 
-			ipc_status_dev(&st, i, &d);
 			idle = d.stats.clients == 0 && d.stats.inflight == 0 &&
 			       d.stats.cache_entries == 0 && d.stats.segments == 0 &&
 			       d.stats.dbuf_bytes == 0;
@@ -277,7 +276,8 @@ static void reap(struct soak *s, bool running)
 static void kill_something(struct soak *s)
 {
 	uint64_t now = soak_now();
-	struct ipc_status_msg st;
+	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct ipc_status st;
 	unsigned dev = (unsigned)(rnd(s) % DEVICES);
 
 	s->next_kill = now + (2000 + rnd(s) % 4000) * NSEC_PER_MSEC;
@@ -291,13 +291,12 @@ static void kill_something(struct soak *s)
 		s->worker_killed[0] = s->worker_killed[1] = 0;
 		return;
 	}
-	if (now - s->worker_killed[dev] < WORKER_KILL_GAP_NS || status(s, &st) < 0 ||
-	    dev >= st.m.ndevices)
+	if (now - s->worker_killed[dev] < WORKER_KILL_GAP_NS || status(s, &st, devs) < 0 ||
+	    dev >= st.ndevices)
 		return;
 	{
-		struct ipc_dev_status d;
+		const struct ipc_dev_status d = devs[dev];
 
-		ipc_status_dev(&st, dev, &d);
 		if (d.state != GPUX_DEVICE_READY || d.pid == 0)
 			return;
 		(void)kill((pid_t)d.pid, SIGKILL);

@@ -9,7 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ipc/channel.h"
+#include "ipc/admin.h"
 #include "ipc/path.h"
 #include "ipc/proto.h"
 #include "tools.h"
@@ -32,76 +32,27 @@ static const char *state_name(uint32_t st)
 	}
 }
 
-static int recv_one(int fd, uint8_t *buf, struct ipc_msg *msg)
+int tool_status_query(const char *path, struct ipc_status *ret, struct ipc_dev_status *devs)
 {
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int r = poll(&p, 1, STATUS_TIMEOUT_MS);
+	int fd = ipc_admin_connect(path, STATUS_TIMEOUT_MS, NULL, 0), r;
 
-	if (r <= 0)
-		return r == 0 ? -ETIMEDOUT : -errno;
-	r = ipc_channel_recv_msg(fd, buf, IPC_MSG_MAX, msg, 0);
-	if (r == 0)
-		return -ECONNRESET;
-	if (r > 0)
-		ipc_msg_close_fds(msg);
-	return r < 0 ? r : 0;
-}
-
-int tool_status_query(const char *path, uint8_t *buf, struct ipc_status_msg *ret)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct ipc_hello h = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION,
-			       .flags = IPC_HELLO_ADMIN };
-	struct ipc_status_req q = { 0 };
-	struct ipc_welcome wel;
-	struct ipc_msg msg;
-	uint8_t out[256];
-	int fd, n, r;
-
-	if (strlen(path) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, strlen(path));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		goto out;
-	}
-	n = ipc_encode(out, sizeof(out), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
-	r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
-	if (r == 0)
-		r = recv_one(fd, buf, &msg);
-	if (r == 0 && msg.hdr.type == IPC_DONE) {
-		r = -EACCES;
-		goto out;
-	}
-	if (r == 0)
-		r = ipc_decode_welcome(&msg, &wel);
-	if (r < 0)
-		goto out;
-	n = ipc_encode(out, sizeof(out), IPC_STATUS_REQ, 2, 0, &q, sizeof(q), NULL, 0);
-	r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
-	if (r == 0)
-		r = recv_one(fd, buf, &msg);
-	if (r == 0)
-		r = ipc_decode_status(&msg, ret);
-out:
+		return fd;
+	r = ipc_admin_status(fd, STATUS_TIMEOUT_MS, ret, devs);
 	(void)close(fd);
 	return r;
 }
 
-static void print_json(const char *path, const struct ipc_status_msg *st)
+static void print_json(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
 {
 	printf("{\"socket\":\"%s\",\"uptime_s\":%.3f,\"loop\":\"%s\",\"clients\":%u,"
 	       "\"clients_total\":%llu,\"clients_refused\":%llu,\"devices\":[",
-	       path, (double)st->m.uptime_ns / 1e9, st->m.loop, st->m.nclients,
-	       (unsigned long long)st->m.clients_total, (unsigned long long)st->m.clients_refused);
-	for (uint32_t i = 0; i < st->m.ndevices; i++) {
-		struct ipc_dev_status d;
+	       path, (double)st->uptime_ns / 1e9, st->loop, st->nclients,
+	       (unsigned long long)st->clients_total, (unsigned long long)st->clients_refused);
+	for (uint32_t i = 0; i < st->ndevices; i++) {
+		const struct ipc_dev_status d = devs[i];
 		const struct ipc_stats *s = &d.stats;
 
-		ipc_status_dev(st, i, &d);
 		printf("%s{\"index\":%u,\"name\":\"%s\",\"backend\":\"%s\",\"state\":\"%s\","
 		       "\"pid\":%u,\"generation\":%u,\"restarts\":%u,\"deaths_recent\":%u,"
 		       "\"clients\":%llu,\"inflight\":%llu,\"requests_done\":%llu,"
@@ -133,20 +84,19 @@ static void print_json(const char *path, const struct ipc_status_msg *st)
 	printf("]}\n");
 }
 
-static void print_table(const char *path, const struct ipc_status_msg *st)
+static void print_table(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
 {
 	printf("gpuxd on %s: up %.1f s, %s loop, %u clients now (%llu in all, %llu refused)\n",
-	       path, (double)st->m.uptime_ns / 1e9, st->m.loop, st->m.nclients,
-	       (unsigned long long)st->m.clients_total, (unsigned long long)st->m.clients_refused);
+	       path, (double)st->uptime_ns / 1e9, st->loop, st->nclients,
+	       (unsigned long long)st->clients_total, (unsigned long long)st->clients_refused);
 	printf("%-4s %-10s %-8s %-4s %-8s %-8s %-8s %-10s %-8s %-16s %s\n", "DEV", "STATE", "PID",
 	       "GEN", "RESTARTS", "CLIENTS", "INFLIGHT", "SERVED", "FAILED", "MODULES m/d/c",
 	       "NAME");
-	for (uint32_t i = 0; i < st->m.ndevices; i++) {
-		struct ipc_dev_status d;
+	for (uint32_t i = 0; i < st->ndevices; i++) {
+		const struct ipc_dev_status d = devs[i];
 		const struct ipc_stats *s = &d.stats;
 		char mods[32];
 
-		ipc_status_dev(st, i, &d);
 		(void)snprintf(mods, sizeof(mods), "%llu/%llu/%llu",
 			       (unsigned long long)s->module_mem_hits,
 			       (unsigned long long)s->module_disk_hits,
@@ -179,8 +129,8 @@ int tool_status(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
-	static uint8_t buf[IPC_MSG_MAX];
-	struct ipc_status_msg st;
+	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct ipc_status st;
 	char dir[128], path[128];
 	const char *sock = getenv("GPUX_SOCKET");
 	bool json = false;
@@ -201,7 +151,7 @@ int tool_status(int argc, char **argv)
 			return tool_fail("status", "no default socket path");
 		sock = path;
 	}
-	r = tool_status_query(sock, buf, &st);
+	r = tool_status_query(sock, &st, devs);
 	if (r < 0) {
 		char what[200];
 		(void)snprintf(what, sizeof(what), "connect %s", sock);
@@ -209,8 +159,8 @@ int tool_status(int argc, char **argv)
 									  : strerror(-r));
 	}
 	if (json)
-		print_json(sock, &st);
+		print_json(sock, &st, devs);
 	else
-		print_table(sock, &st);
+		print_table(sock, &st, devs);
 	return TOOL_OK;
 }

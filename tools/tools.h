@@ -18,10 +18,11 @@ int tool_demo(int argc, char **argv);
 int tool_bench(int argc, char **argv);
 int tool_soak(int argc, char **argv);
 
-struct ipc_status_msg;
-/* Ask gpuxd at path for its status (an admin hello): 0 or -errno; the answer's payload stays
- * in buf (IPC_MSG_MAX bytes), which *ret points into. */
-int tool_status_query(const char *path, uint8_t *buf, struct ipc_status_msg *ret);
+struct ipc_status;
+struct ipc_dev_status;
+/* Ask gpuxd at path for its whole status (an admin hello): 0 or -errno; devs must hold
+ * IPC_DEVICES_MAX. */
+int tool_status_query(const char *path, struct ipc_status *ret, struct ipc_dev_status *devs);
 
 /* The demo's kernels, for each back end: saxpy(n, a, x, y, out) and empty(). */
 extern const char tool_kernels_host[];

@@ -59,6 +59,7 @@ typedef enum gpux_status {
 	GPUX_E_DEVICE = -15,      /* the device refused the work; see the message */
 	GPUX_E_IO = -16,          /* a system call failed */
 	GPUX_E_VERSION = -17,     /* gpuxd speaks no protocol version this library knows */
+	GPUX_E_STOPPING = -18,    /* gpuxd is stopping: it finishes what it has, takes nothing new */
 } gpux_status;
 
 /* A short English text for a status code; never NULL. */

@@ -170,12 +170,13 @@ static void check_status(const struct ipc_msg *msg, const struct ipc_status_msg 
 {
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
 
-	CHECK(m->m.ndevices <= IPC_DEVICES_MAX);
-	CHECK(memchr(m->m.loop, 0, sizeof(m->m.loop)));
-	CHECK(within(msg, m->devs, (size_t)m->m.ndevices * sizeof(devs[0])));
-	for (uint32_t i = 0; i < m->m.ndevices; i++) {
+	CHECK(m->m.ndevices <= IPC_DEVICES_MAX && m->m.first + m->m.count <= m->m.ndevices);
+	CHECK(memchr(m->m.loop, 0, sizeof(m->m.loop)) && memchr(m->m.version, 0, sizeof(m->m.version)));
+	CHECK(within(msg, m->devs, (size_t)m->m.count * sizeof(devs[0])));
+	for (uint32_t i = 0; i < m->m.count; i++) {
 		ipc_status_dev(m, i, &devs[i]);
 		check_info(&devs[i].info);
+		CHECK(memchr(devs[i].stats.driver, 0, sizeof(devs[i].stats.driver)));
 	}
 	check_same(ipc_encode_status(out, sizeof(out), msg->hdr.id, &m->m, devs));
 }
@@ -204,6 +205,7 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 		struct ipc_killed killed;
 		struct ipc_rings_offer rings;
 		struct ipc_channel_req channel_req;
+		struct ipc_mod_info mod_info;
 	} u;
 	int r;
 
@@ -334,6 +336,19 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 			CHECK(msg->nfds == 0 && u.channel_req.flags == 0);
 			CHECK(u.channel_req.device < IPC_DEVICES_MAX);
 			check_fixed(msg, &u.channel_req, sizeof(u.channel_req));
+		}
+		return r;
+	case IPC_DRAIN:
+		r = ipc_decode_drain(msg);
+		if (r == 0)
+			CHECK(msg->nfds == 0 && msg->len == 0);
+		return r;
+	case IPC_MOD_INFO:
+		r = ipc_decode_mod_info(msg, &u.mod_info);
+		if (r == 0) {
+			CHECK(msg->hdr.id != 0 && u.mod_info.source >= IPC_MOD_COMPILED &&
+			      u.mod_info.source <= IPC_MOD_MEMORY);
+			check_fixed(msg, &u.mod_info, sizeof(u.mod_info));
 		}
 		return r;
 	}

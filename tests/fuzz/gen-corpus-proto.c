@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 		   sizeof(struct ipc_mod_load) + 52 + 8 + 3 + 11, &u32, 4);
 	i32 = 1;
 	save_patch("bad-done-status-positive", "done", 0, &i32, 4);
-	i32 = GPUX_E_VERSION - 1;
+	i32 = GPUX_E_STOPPING - 1;
 	save_patch("bad-done-status-low", "done", 0, &i32, 4);
 	save_patch("bad-status-loop-unterminated", "status", offsetof(struct ipc_status, loop),
 		   "0123456789abcdef", 16);
@@ -177,6 +177,20 @@ int main(int argc, char **argv)
 		   sizeof(struct ipc_dev_status) + offsetof(struct ipc_device_info, name),
 	       'n', 64);
 	save("bad-status-name-unterminated", 0, buf, s.len);
+	/* Pages: one that starts past the end of the devices; a driver name with no NUL. */
+	u32 = 2;
+	save_patch("bad-status-page-past-end", "status", offsetof(struct ipc_status, first), &u32, 4);
+	s = sample("status");
+	memset(buf + sizeof(struct ipc_hdr) + sizeof(struct ipc_status) +
+		   offsetof(struct ipc_dev_status, stats.driver),
+	       'd', sizeof(((struct ipc_stats *)0)->driver));
+	save("bad-status-driver-unterminated", 0, buf, s.len);
+	u32 = 2;
+	save_patch("bad-welcome-flag-unknown", "welcome", offsetof(struct ipc_welcome, flags), &u32,
+		   4);
+	u32 = IPC_MOD_MEMORY + 1;
+	save_patch("bad-mod-info-source", "mod-info", offsetof(struct ipc_mod_info, source), &u32, 4);
+	save_hdr("bad-drain-with-fd", "drain", fds_one);
 
 	/* Device buffers: a fd where none belongs, an empty buffer, copies that are wrong. */
 	save_hdr("bad-dbuf-free-with-fd", "dbuf-free", fds_one);

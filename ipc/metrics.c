@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/metrics.c: request-time histograms and the Prometheus text form of a STATUS. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "macro.h"
+#include "metrics.h"
+
+const uint64_t ipc_hist_bounds_ns[IPC_HIST_BUCKETS - 1] = {
+	2500,		 5000,		10000,		 25000,		50000,
+	100000,		 250000,	500000,		 1000000,	2500000,
+	5000000,	 10000000,	25000000,	 50000000,	100000000,
+	250000000,	 500000000,	1000000000,	 2500000000,	5000000000,
+	10000000000,	 30000000000,	60000000000,
+};
+
+void ipc_hist_add(struct ipc_hist *h, uint64_t ns)
+{
+	unsigned lo = 0, hi = IPC_HIST_BUCKETS - 1;
+
+	/* The first bucket whose bound is at least ns: a binary search of 23 bounds. */
+	while (lo < hi) {
+		unsigned mid = (lo + hi) / 2;
+
+		if (ns <= ipc_hist_bounds_ns[mid])
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	h->count[lo]++;
+	h->sum_ns += ns;
+}
+
+/* ---- the text format ---- */
+
+static const char *const state_names[] = { "starting", "ready", "restarting", "failed" };
+
+/* A label value with \, " and newlines escaped, as the format asks. */
+static void put_label(FILE *f, const char *name, const char *value)
+{
+	(void)fprintf(f, "%s=\"", name);
+	for (const char *p = value; *p; p++) {
+		if (*p == '\\' || *p == '"')
+			(void)fprintf(f, "\\%c", *p);
+		else if (*p == '\n')
+			(void)fputs("\\n", f);
+		else
+			(void)fputc(*p, f);
+	}
+	(void)fputc('"', f);
+}
+
+static void family(FILE *f, const char *name, const char *type, const char *help)
+{
+	(void)fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample_u64(FILE *f, const char *name, uint32_t device, uint64_t v)
+{
+	(void)fprintf(f, "%s{device=\"%u\"} %llu\n", name, device, (unsigned long long)v);
+}
+
+static void sample_seconds(FILE *f, const char *name, uint32_t device, uint64_t ns)
+{
+	(void)fprintf(f, "%s{device=\"%u\"} %.9f\n", name, device, (double)ns / 1e9);
+}
+
+/* A counter or gauge with one value per device, the value at `off` in its ipc_dev_status. */
+static void per_device(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs,
+		       const char *name, const char *type, const char *help, size_t off, bool u32)
+{
+	family(f, name, type, help);
+	for (uint32_t i = 0; i < st->ndevices; i++) {
+		const uint8_t *p = (const uint8_t *)&devs[i] + off;
+		uint64_t v = 0;
+
+		if (u32) {
+			uint32_t v32;
+			memcpy(&v32, p, sizeof(v32));
+			v = v32;
+		} else {
+			memcpy(&v, p, sizeof(v));
+		}
+		sample_u64(f, name, i, v);
+	}
+}
+
+static void histogram(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs,
+		      const char *name, const char *help, size_t off)
+{
+	family(f, name, "histogram", help);
+	for (uint32_t i = 0; i < st->ndevices; i++) {
+		struct ipc_hist h;
+		uint64_t cum = 0;
+
+		memcpy(&h, (const uint8_t *)&devs[i] + off, sizeof(h));
+		for (unsigned b = 0; b < IPC_HIST_BUCKETS; b++) {
+			cum += h.count[b];
+			if (b + 1 < IPC_HIST_BUCKETS)
+				(void)fprintf(f, "%s_bucket{device=\"%u\",le=\"%g\"} %llu\n", name, i,
+					      (double)ipc_hist_bounds_ns[b] / 1e9,
+					      (unsigned long long)cum);
+			else
+				(void)fprintf(f, "%s_bucket{device=\"%u\",le=\"+Inf\"} %llu\n", name,
+					      i, (unsigned long long)cum);
+		}
+		(void)fprintf(f, "%s_sum{device=\"%u\"} %.9f\n", name, i, (double)h.sum_ns / 1e9);
+		(void)fprintf(f, "%s_count{device=\"%u\"} %llu\n", name, i, (unsigned long long)cum);
+	}
+}
+
+static void device_info(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
+{
+	family(f, "gpux_device_info", "gauge",
+	       "A device gpuxd serves and its worker's driver (the value is always 1).");
+	for (uint32_t i = 0; i < st->ndevices; i++) {
+		const struct ipc_dev_status *d = &devs[i];
+		char uuid[33], num[24];
+
+		for (unsigned k = 0; k < 16; k++)
+			(void)snprintf(uuid + 2 * k, 3, "%02x", d->info.uuid[k]);
+		(void)fprintf(f, "gpux_device_info{device=\"%u\",", i);
+		put_label(f, "name", d->info.name);
+		(void)fputc(',', f);
+		put_label(f, "uuid", uuid);
+		(void)fputc(',', f);
+		put_label(f, "backend", d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
+		(void)fputc(',', f);
+		put_label(f, "driver", d->stats.driver);
+		(void)snprintf(num, sizeof(num), "%u.%u", d->stats.driver_version / 1000,
+			       d->stats.driver_version % 1000 / 10);
+		(void)fputc(',', f);
+		put_label(f, "cuda_version", d->stats.driver_version ? num : "");
+		(void)snprintf(num, sizeof(num), "%u.%u", d->stats.nvrtc_version / 1000,
+			       d->stats.nvrtc_version % 1000 / 10);
+		(void)fputc(',', f);
+		put_label(f, "nvrtc_version", d->stats.nvrtc_version ? num : "");
+		(void)fputs("} 1\n", f);
+	}
+}
+
+static void device_state(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
+{
+	family(f, "gpux_device_state", "gauge", "1 for the state each device is in, else 0.");
+	for (uint32_t i = 0; i < st->ndevices; i++)
+		for (uint32_t s = GPUX_DEVICE_STARTING; s <= GPUX_DEVICE_FAILED; s++)
+			(void)fprintf(f, "gpux_device_state{device=\"%u\",state=\"%s\"} %d\n", i,
+				      state_names[s - GPUX_DEVICE_STARTING], devs[i].state == s);
+}
+
+static void requests(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
+{
+	family(f, "gpux_requests_total", "counter",
+	       "Requests (launches and copies) finished, by the status they ended with.");
+	for (uint32_t i = 0; i < st->ndevices; i++)
+		for (unsigned k = 0; k < IPC_STATUS_CODES; k++) {
+			const char *name = ipc_status_name(-(int)k);
+
+			if (strcmp(name, "unknown") == 0)
+				continue;
+			(void)fprintf(f, "gpux_requests_total{device=\"%u\",status=\"%s\"} %llu\n",
+				      i, name, (unsigned long long)devs[i].stats.by_status[k]);
+		}
+}
+
+static void usage(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs,
+		  const char *name, const char *help, bool device_mem)
+{
+	family(f, name, "gauge", help);
+	for (uint32_t i = 0; i < st->ndevices; i++)
+		for (unsigned k = 0; k < IPC_USAGE_UIDS; k++) {
+			const struct ipc_usage *u = &devs[i].stats.usage[k];
+
+			if (!u->shared_bytes && !u->device_bytes)
+				continue;
+			if (u->uid == IPC_USAGE_OTHERS)
+				(void)fprintf(f, "%s{device=\"%u\",uid=\"other\"}", name, i);
+			else
+				(void)fprintf(f, "%s{device=\"%u\",uid=\"%u\"}", name, i, u->uid);
+			(void)fprintf(f, " %llu\n", (unsigned long long)(device_mem ? u->device_bytes
+										   : u->shared_bytes));
+		}
+}
+
+#define DEV(field) offsetof(struct ipc_dev_status, field)
+#define STAT(field) offsetof(struct ipc_dev_status, stats.field)
+
+int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
+{
+	family(f, "gpux_build_info", "gauge", "gpuxd's version (the value is always 1).");
+	(void)fputs("gpux_build_info{", f);
+	put_label(f, "version", st->version);
+	(void)fputs("} 1\n", f);
+	family(f, "gpux_uptime_seconds", "gauge", "How long gpuxd has run.");
+	(void)fprintf(f, "gpux_uptime_seconds %.3f\n", (double)st->uptime_ns / 1e9);
+	family(f, "gpux_stopping", "gauge", "1 while gpuxd drains before it stops.");
+	(void)fprintf(f, "gpux_stopping %d\n", !!(st->flags & IPC_STATUS_STOPPING));
+	family(f, "gpux_clients", "gauge", "Clients connected to gpuxd now.");
+	(void)fprintf(f, "gpux_clients %u\n", st->nclients);
+	family(f, "gpux_clients_total", "counter", "Clients gpuxd accepted.");
+	(void)fprintf(f, "gpux_clients_total %llu\n", (unsigned long long)st->clients_total);
+	family(f, "gpux_clients_refused_total", "counter",
+	       "Clients gpuxd refused (not allowed, too many, stopping).");
+	(void)fprintf(f, "gpux_clients_refused_total %llu\n",
+		      (unsigned long long)st->clients_refused);
+
+	device_info(f, st, devs);
+	device_state(f, st, devs);
+	per_device(f, st, devs, "gpux_worker_restarts_total", "counter",
+		   "Times the device's worker was started again.", DEV(restarts), true);
+	per_device(f, st, devs, "gpux_worker_deaths_recent", "gauge",
+		   "Deaths of the device's worker within the last minute (5 mark it failed).",
+		   DEV(deaths_recent), true);
+	per_device(f, st, devs, "gpux_device_clients", "gauge",
+		   "Clients with a channel to the device's worker.", STAT(clients), false);
+	requests(f, st, devs);
+	per_device(f, st, devs, "gpux_launches_total", "counter", "Kernel launches finished.",
+		   STAT(launches), false);
+	per_device(f, st, devs, "gpux_launches_per_second", "gauge",
+		   "Kernel launches finished per second, over the last second or so.",
+		   DEV(launch_rate), true);
+	per_device(f, st, devs, "gpux_requests_inflight", "gauge",
+		   "Requests the worker holds: queued or running.", STAT(inflight), false);
+	histogram(f, st, devs, "gpux_request_latency_seconds",
+		  "From a request's arrival at the worker to its completion.", STAT(latency));
+	histogram(f, st, devs, "gpux_request_queue_seconds",
+		  "From a request's arrival at the worker to the start of its work.", STAT(queue));
+	per_device(f, st, devs, "gpux_cache_hits_total", "counter",
+		   "Cached inputs found on the device.", STAT(cache_hits), false);
+	per_device(f, st, devs, "gpux_cache_misses_total", "counter",
+		   "Cached inputs uploaded because the device did not hold them.",
+		   STAT(cache_misses), false);
+	per_device(f, st, devs, "gpux_cache_evictions_total", "counter",
+		   "Cached inputs dropped from the device.", STAT(cache_evictions), false);
+	per_device(f, st, devs, "gpux_cache_bytes", "gauge", "Device memory of cached inputs.",
+		   STAT(cache_bytes), false);
+	per_device(f, st, devs, "gpux_cache_entries", "gauge", "Cached inputs on the device.",
+		   STAT(cache_entries), false);
+	per_device(f, st, devs, "gpux_modules", "gauge", "Modules the worker holds.",
+		   STAT(modules_loaded), false);
+	per_device(f, st, devs, "gpux_module_memory_hits_total", "counter",
+		   "Module loads the worker had in memory.", STAT(module_mem_hits), false);
+	per_device(f, st, devs, "gpux_module_disk_hits_total", "counter",
+		   "Module loads read from the disk cache.", STAT(module_disk_hits), false);
+	per_device(f, st, devs, "gpux_module_compiles_total", "counter",
+		   "Modules compiled (failed compiles included).", STAT(module_compiles), false);
+	family(f, "gpux_module_build_seconds_total", "counter",
+	       "Time spent compiling modules and reading them from the disk cache.");
+	for (uint32_t i = 0; i < st->ndevices; i++)
+		sample_seconds(f, "gpux_module_build_seconds_total", i, devs[i].stats.build_ns);
+	usage(f, st, devs, "gpux_shared_memory_bytes",
+	      "Shared memory of each user's clients that the worker maps.", false);
+	usage(f, st, devs, "gpux_device_buffer_bytes",
+	      "Device memory held in each user's device buffers.", true);
+	per_device(f, st, devs, "gpux_device_memory_total_bytes", "gauge",
+		   "The device's memory.", DEV(info.mem_total), false);
+	per_device(f, st, devs, "gpux_device_memory_free_bytes", "gauge",
+		   "The device's free memory, as its driver last said.", STAT(mem_free), false);
+	return ferror(f) ? -EIO : 0;
+}

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* ipc/metrics.h: request-time histograms and the Prometheus text form of a STATUS. */
+#pragma once
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "proto.h"
+
+/* The upper bounds of the buckets of struct ipc_hist, from 2.5 µs to 60 s; the last bucket
+ * (IPC_HIST_BUCKETS - 1) holds what is longer. */
+extern const uint64_t ipc_hist_bounds_ns[IPC_HIST_BUCKETS - 1];
+
+/* Count one time of `ns` in h. */
+void ipc_hist_add(struct ipc_hist *h, uint64_t ns);
+
+/*
+ * Write gpuxd's metrics in the Prometheus text format (version 0.0.4) to f: the status `st`
+ * (its ndevices) and `devs[0 .. st->ndevices)`. Names and labels follow Prometheus' own
+ * conventions (gpux_requests_total{device="0",status="ok"}, histograms in seconds). Returns 0,
+ * or -EIO when writing failed.
+ */
+int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs);

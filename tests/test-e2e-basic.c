@@ -341,6 +341,48 @@ static void test_e2e_devices_and_status(void **state)
 	assert_true(devs[0].stats.module_compiles + devs[0].stats.module_disk_hits >= 1);
 }
 
+/* Whether the device has counted `*arg` launches: its page is written just after the DONE. */
+static bool launched(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.launches >= *(const uint64_t *)arg;
+}
+
+/* Each finished request is counted by its status, and its times in the histograms. */
+static void test_e2e_status_counts_requests_by_status_and_time(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 1 };
+	uint32_t ms = 3;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	struct ipc_status st;
+	struct ipc_dev_status a[IPC_DEVICES_MAX], b[IPC_DEVICES_MAX];
+	uint64_t lat = 0, queue = 0, want;
+
+	assert_int_equal(test_daemon_status(&e->d, &st, a), 0);
+
+	assert_int_equal(gpux_run(e->m, "no_such_kernel", &l, NULL, 0), GPUX_E_NOTFOUND);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	want = a[1].stats.launches + 5;
+	test_wait_stats(&e->d, 1, launched, &want);
+	assert_int_equal(test_daemon_status(&e->d, &st, b), 0);
+
+	assert_int_equal(b[1].stats.by_status[0] - a[1].stats.by_status[0], 5);
+	assert_int_equal(b[1].stats.by_status[-GPUX_E_NOTFOUND] - a[1].stats.by_status[-GPUX_E_NOTFOUND],
+			 1);
+	assert_int_equal(b[1].stats.launches - a[1].stats.launches, 5);
+	for (unsigned k = 0; k < IPC_HIST_BUCKETS; k++) {
+		lat += b[1].stats.latency.count[k] - a[1].stats.latency.count[k];
+		queue += b[1].stats.queue.count[k] - a[1].stats.queue.count[k];
+	}
+	/* The refused one never ran: only the five have times, each of 3 ms at least. */
+	assert_int_equal(lat, 5);
+	assert_int_equal(queue, 5);
+	assert_true(b[1].stats.latency.sum_ns - a[1].stats.latency.sum_ns >= 15 * NSEC_PER_MSEC);
+	/* Device 0 did none of it. */
+	assert_int_equal(b[0].stats.launches, a[0].stats.launches);
+}
+
 static void test_e2e_pollable_fd(void **state)
 {
 	struct test_env *e = *state;
@@ -379,6 +421,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_compiler_options_are_checked),
 		cmocka_unit_test(test_e2e_bad_requests_are_refused_clearly),
 		cmocka_unit_test(test_e2e_devices_and_status),
+		cmocka_unit_test(test_e2e_status_counts_requests_by_status_and_time),
 		cmocka_unit_test(test_e2e_pollable_fd),
 	};
 

@@ -9,6 +9,7 @@
 
 #include "ipc/channel.h"
 #include "ipc/macro.h"
+#include "ipc/metrics.h"
 #include "ipc/spin.h"
 #include "wrk.h"
 
@@ -95,11 +96,19 @@ void wrk_req_discard(struct wrk_req *r)
 	req_free(r);
 }
 
+/* A finished request in the counters by status (metrics: gpux_requests_total). */
+static void count_status(struct wrk *w, int status)
+{
+	if (status <= 0 && -status < (int)IPC_STATUS_CODES)
+		w->stats.by_status[-status]++;
+}
+
 /* Answer and free a request that never reached a slot. */
 void wrk_req_fail(struct wrk_req *r, int status, char *error)
 {
 	wrk_reply(r->client, r->id, status, error);
 	r->w->stats.requests_failed++;
+	count_status(r->w, status);
 	free(error);
 	req_free(r);
 }
@@ -428,6 +437,10 @@ static void req_end(struct wrk *w, struct wrk_req *r)
 		w->stats.requests_failed++;
 	else
 		w->stats.requests_done++;
+	count_status(w, r->status);
+	w->stats.launches += r->kind == REQ_LAUNCH;
+	ipc_hist_add(&w->stats.latency, r->t_end - r->t_arrive);
+	ipc_hist_add(&w->stats.queue, r->t_start - r->t_arrive);
 }
 
 static void req_reply(struct wrk_req *r)

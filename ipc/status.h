@@ -43,8 +43,8 @@ struct ipc_status_page {
 	uint32_t seq;
 	uint32_t ready;
 	uint32_t nslots;
-	uint32_t gone; /* set by gpuxd once the worker is dead: its channel leads nowhere */
-	uint32_t reserved;
+	uint32_t gone;     /* set by gpuxd once the worker is dead: its channel leads nowhere */
+	uint32_t draining; /* set by the worker once it takes no new work (IPC_DRAIN) */
 	struct ipc_stats stats;
 	struct ipc_running running[IPC_STATUS_SLOTS];
 	uint64_t affinity[IPC_AFFINITY_BITS / 64];

@@ -137,6 +137,11 @@ void wrk_status_publish(struct wrk *w)
 	status_publish(w, true);
 }
 
+void wrk_status_refresh(struct wrk *w)
+{
+	status_publish(w, false);
+}
+
 int wrk_req_check(struct wrk_req *r, char **ret_msg)
 {
 	struct wrk *w = r->w;

@@ -109,6 +109,26 @@ static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, int e
 }
 
 /*
+ * While gpuxd stops, what would start new work is answered GPUX_E_STOPPING; what frees or
+ * adds no work (drops, closes, segments, kicks) goes on as usual. True when refused.
+ */
+static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct wrk *w = c->w;
+	uint16_t t = msg->hdr.type;
+
+	if (!w->draining || (t != IPC_SUBMIT && t != IPC_COPY && t != IPC_MOD_LOAD &&
+			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC))
+		return false;
+	if (t == IPC_SUBMIT || t == IPC_COPY) {
+		w->stats.requests_failed++;
+		w->stats.by_status[-GPUX_E_STOPPING]++;
+	}
+	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING, "gpuxd is stopping: it takes no new work");
+	return true;
+}
+
+/*
  * A message from a client, by its socket or its ring. Each handler answers what it refuses
  * itself; a negative return means the message could not be read at all.
  */
@@ -119,6 +139,10 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 	int r = 0;
 
 	if (c->w->fatal)
+		return;
+	/* Whatever it is, the counters may change: the page is written before the loop sleeps. */
+	c->w->status_dirty = true;
+	if (refuse_new_work(c, msg))
 		return;
 	switch (msg->hdr.type) {
 	case IPC_SEG_ADD:
@@ -290,7 +314,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 			wrk_client_drop(c);
 			break;
 		}
-	if (w->nclients >= WRK_CLIENTS_MAX || w->stopping) {
+	if (w->nclients >= WRK_CLIENTS_MAX || w->stopping || w->draining) {
 		(void)safe_close(fd);
 		return;
 	}
@@ -326,6 +350,16 @@ static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *use
 
 	if (msg->hdr.type == IPC_ATTACH && ipc_decode_attach(msg, &a) == 0) {
 		client_attach(w, &a, ipc_msg_take_fd(msg, 0));
+		return;
+	}
+	if (msg->hdr.type == IPC_DRAIN && ipc_decode_drain(msg) == 0) {
+		if (!w->draining)
+			wrk_log(w, "draining: %llu requests to finish, no new ones taken",
+				(unsigned long long)w->stats.inflight);
+		w->draining = true;
+		ipc_status_write_begin(w->status);
+		w->status->draining = 1;
+		ipc_status_write_end(w->status);
 		return;
 	}
 	wrk_log(w, "gpuxd sent a bad %s message", ipc_type_name(msg->hdr.type));
@@ -395,6 +429,11 @@ static bool poll_work(void *userdata, bool sleeping)
 	}
 	/* What this round moved into the slots starts now, one batch per slot. */
 	wrk_slots_flush(w);
+	/* Requests that came or were refused this round show at once (gpux status, draining). */
+	if (w->status_dirty) {
+		w->status_dirty = false;
+		wrk_status_refresh(w);
+	}
 	/* A request about to end: be there for it, not asleep. */
 	found |= w->awake_until && mono_ns() < w->awake_until;
 	if (sleeping && !found)

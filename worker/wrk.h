@@ -296,6 +296,8 @@ struct wrk {
 	struct ipc_status_page *status;
 	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
 	bool stopping;
+	bool draining;     /* gpuxd stops: finish what is here, refuse new work */
+	bool status_dirty; /* counters changed since the status page was written */
 	int exit_code;
 
 	struct wrk_client *clients;
@@ -355,7 +357,10 @@ void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
 /* Answer request `id` (0: nobody waits for an answer) with a DONE and no times. */
 void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text);
 void wrk_server_stop(struct wrk *w);
+/* Write the counters to the status page, with the device's free memory asked anew. */
 void wrk_status_publish(struct wrk *w);
+/* Write the counters to the status page (free memory only when it is old). */
+void wrk_status_refresh(struct wrk *w);
 
 /* worker/request.c */
 /* Handlers of client messages: they answer what they refuse; a negative return means the

@@ -244,7 +244,19 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 			memcpy(msgbuf, &hdr, sizeof(hdr));
 			(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 		}
-		c->refused = true;
+		c->refused = "no protocol version in common";
+		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
+		return 0;
+	}
+	/* While gpuxd drains, it still answers admin queries (gpux status shows the drain). */
+	if (s->stopping && !(h.flags & IPC_HELLO_ADMIN)) {
+		n = ipc_encode_done(msgbuf, sizeof(msgbuf), msg->hdr.id,
+				    &(struct ipc_done){ .status = GPUX_E_STOPPING },
+				    "gpuxd is stopping: it takes no new clients");
+		if (n > 0)
+			(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
+		s->clients_refused++;
+		c->refused = "gpuxd is stopping";
 		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
 		return 0;
 	}
@@ -256,7 +268,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		n = ipc_encode_done(msgbuf, sizeof(msgbuf), msg->hdr.id, &d, "too many clients");
 		if (n > 0)
 			(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
-		c->refused = true;
+		c->refused = "too many clients";
 		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
 		return 0;
 	}
@@ -345,7 +357,7 @@ static void on_hello_timeout(struct ipc_timer *t, void *userdata)
 	struct sup_client *c = userdata;
 
 	sup_log("client pid %d uid %u: %s: dropped", (int)c->pid, (unsigned)c->uid,
-		c->refused ? "refused at hello" : "no hello");
+		c->refused ? c->refused : "no hello");
 	client_free(c);
 }
 
@@ -457,11 +469,6 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		sup_log("refused a client: uid %u gid %u pid %d", (unsigned)cr.uid, (unsigned)cr.gid,
 			(int)cr.pid);
 		refuse(fd, GPUX_E_PERM, "this user may not use this gpuxd");
-		return;
-	}
-	if (s->stopping) {
-		s->clients_refused++;
-		refuse(fd, GPUX_E_CONNECT, "gpuxd is stopping");
 		return;
 	}
 	pool = admit(s, &cr, &why);

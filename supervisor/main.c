@@ -523,7 +523,7 @@ out:
 		ipc_watch_free(s.signal_watch);
 		ipc_loop_free(s.loop);
 	}
-	if (s.listen_fd >= 0 && !s.stopping)
+	if (s.listen_fd >= 0)
 		(void)unlink(s.socket_path);
 	(void)safe_close(s.listen_fd);
 	(void)safe_close(s.signal_fd);

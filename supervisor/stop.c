@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* supervisor/stop.c: stopping gpuxd: let requests in flight finish, then stop the workers. */
-#include <unistd.h>
+/* supervisor/stop.c: stopping gpuxd: drain (requests finish, new ones are refused), then stop the workers. */
 
 #include "ipc/macro.h"
 #include "sup.h"
@@ -10,11 +9,19 @@
 static void drain_tick(struct ipc_timer *t, void *userdata)
 {
 	struct sup *s = userdata;
+	uint64_t inflight = sup_workers_inflight(s);
 
-	if (sup_workers_inflight(s) > 0 && mono_ns() < s->stop_deadline) {
+	if ((inflight > 0 || !sup_workers_drained(s)) && mono_ns() < s->stop_deadline) {
+		if (inflight != s->drain_reported) {
+			sup_log("draining: %llu requests in flight", (unsigned long long)inflight);
+			s->drain_reported = inflight;
+		}
 		ipc_timer_arm(t, mono_ns() + DRAIN_TICK_NS);
 		return;
 	}
+	if (inflight > 0)
+		sup_log("drain time (%llu ms) is over with %llu requests in flight: stopping anyway",
+			(unsigned long long)s->opts.drain_ms, (unsigned long long)inflight);
 	for (unsigned i = 0; i < s->nworkers; i++)
 		sup_worker_event(&s->workers[i], E_STOP);
 	if (sup_workers_all_down(s))
@@ -26,14 +33,19 @@ int sup_stop_setup(struct sup *s)
 	return ipc_timer_new(s->loop, drain_tick, s, &s->stop_timer);
 }
 
+/*
+ * Stop: new clients are refused (GPUX_E_STOPPING) while admin queries are still answered;
+ * workers finish what they hold and refuse new work, up to --drain-ms; then they are stopped.
+ * The socket goes when gpuxd does.
+ */
 void sup_stop(struct sup *s)
 {
 	if (s->stopping)
 		return;
 	s->stopping = true;
-	ipc_listener_free(s->listener);
-	s->listener = NULL;
-	(void)unlink(s->socket_path);
+	s->drain_reported = UINT64_MAX;
+	sup_workers_drain(s);
 	s->stop_deadline = mono_ns() + s->opts.drain_ms * NSEC_PER_MSEC;
-	drain_tick(s->stop_timer, s);
+	/* The workers take the drain in their own time: the first look is one tick away. */
+	ipc_timer_arm(s->stop_timer, mono_ns() + DRAIN_TICK_NS);
 }

@@ -123,7 +123,7 @@ struct sup_client {
 	gid_t gid;
 	pid_t pid;
 	bool hello_done;
-	bool refused; /* told why it may not stay; dropped when hello_timer fires */
+	const char *refused; /* why it was told no at hello; dropped when hello_timer fires */
 	bool admin;
 	bool silent;     /* has not said hello yet (nor been refused) */
 	bool admin_pool; /* took one of the slots beyond max_clients: admin or nothing */
@@ -162,6 +162,7 @@ struct sup {
 	struct ipc_watch *signal_watch;
 	bool stopping;
 	uint64_t stop_deadline;
+	uint64_t drain_reported; /* the in-flight count last logged while draining */
 	uint64_t started_ns;
 };
 
@@ -181,6 +182,10 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev);
 unsigned sup_worker_recent_deaths(const struct sup_worker *w);
 bool sup_workers_all_down(const struct sup *s);
 uint64_t sup_workers_inflight(const struct sup *s);
+/* Tell every worker to finish what it has and take nothing new. */
+void sup_workers_drain(struct sup *s);
+/* Whether every ready worker has said (on its status page) that it drains. */
+bool sup_workers_drained(const struct sup *s);
 void sup_workers_free(struct sup *s);
 const char *sup_state_name(enum sup_state st);
 uint32_t sup_public_state(const struct sup_worker *w);

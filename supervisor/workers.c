@@ -494,7 +494,11 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 		unsigned recent = w->killed_deadline ? sup_worker_recent_deaths(w)
 						     : record_death(w, now);
 
-		if (recent >= SUP_DEATHS_MAX) {
+		if (w->s->stopping) {
+			/* Nothing is started again while gpuxd stops. */
+			w->state = W_DOWN;
+			ipc_timer_arm(w->timer, 0);
+		} else if (recent >= SUP_DEATHS_MAX) {
 			w->state = W_FAILED;
 			sup_log("device %u: %u deaths within a minute: marked failed", w->index,
 				recent);
@@ -618,6 +622,27 @@ uint64_t sup_workers_inflight(const struct sup *s)
 		if (s->workers[i].state == W_READY && ipc_status_read(s->workers[i].status, &snap))
 			n += snap.stats.inflight;
 	return n;
+}
+
+void sup_workers_drain(struct sup *s)
+{
+	struct ipc_hdr drain = { .magic = IPC_MAGIC, .version = IPC_VERSION, .type = IPC_DRAIN };
+
+	for (unsigned i = 0; i < s->nworkers; i++)
+		if (s->workers[i].control)
+			(void)ipc_conn_send(s->workers[i].control, &drain, sizeof(drain), NULL, 0);
+}
+
+bool sup_workers_drained(const struct sup *s)
+{
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		const struct sup_worker *w = &s->workers[i];
+
+		if (w->state == W_READY && w->status &&
+		    !__atomic_load_n(&w->status->draining, __ATOMIC_ACQUIRE))
+			return false;
+	}
+	return true;
 }
 
 void sup_workers_free(struct sup *s)

@@ -159,6 +159,7 @@ struct gpux_ctx {
 	char *socket_path;     /* as given, or NULL for the default */
 	char *path;            /* resolved */
 	bool autospawn;
+	bool served_shared; /* a shared gpuxd served us: when it goes, no private one replaces it */
 	uint64_t fork_gen;
 	bool connected;
 	int sup_fd;
@@ -223,6 +224,8 @@ void cli_channels_request(gpux_ctx *ctx);
 int cli_connect(gpux_ctx *ctx);
 /* Lock held: close gpuxd's socket and every channel, telling nobody. */
 void cli_disconnect(gpux_ctx *ctx);
+/* Say why this thread's connection failed (gpux_connect_error()); returns err. */
+int cli_connect_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* client/channel.c */
 void cli_rings_unref(struct cli_rings *r);

@@ -5,7 +5,9 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <poll.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "cli.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
+#include "ipc/path.h"
 
 #ifndef GPUX_LIBEXECDIR
 #define GPUX_LIBEXECDIR "/usr/local/libexec"
@@ -26,7 +29,20 @@
 
 extern char **environ;
 
-/* gpuxd: $GPUX_DAEMON, beside this library, or where it was installed. */
+/* Why the last connection of this thread failed: gpux_connect_error(). */
+static __thread char connect_why[512];
+
+int cli_connect_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)vsnprintf(connect_why, sizeof(connect_why), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+/* gpuxd: $GPUX_DAEMON, beside this library (a build tree), or where it was installed. */
 static char *find_daemon(void)
 {
 	const char *e = getenv("GPUX_DAEMON");
@@ -50,13 +66,14 @@ static char *find_daemon(void)
 
 /*
  * Start a private gpuxd. It daemonizes and its first process exits once the socket
- * listens, so waiting for that process is waiting for readiness, and leaves no zombie.
+ * listens, so waiting for that process is waiting for readiness, and leaves no zombie. It
+ * logs to its own file (ipc_private_log()); its stdio is /dev/null.
  */
 static int autospawn(const char *path)
 {
 	_cleanup_(freep) char *daemon = find_daemon();
 	char *argv[] = { "gpuxd", "--private", "--daemonize", "--socket", (char *)path, NULL };
-	const char *log = getenv("GPUX_LOG_FILE");
+	char log[PATH_MAX];
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none;
@@ -64,11 +81,12 @@ static int autospawn(const char *path)
 	int r, st;
 
 	if (!daemon)
-		return -ENOMEM;
+		return cli_connect_fail(-ENOMEM, "out of memory");
+	if (ipc_private_log(log, sizeof(log)) < 0)
+		(void)snprintf(log, sizeof(log), "(none: no HOME)");
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	(void)posix_spawn_file_actions_addopen(&fa, 1, log && *log ? log : "/dev/null",
-					       O_WRONLY | O_APPEND | O_CREAT, 0600);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	(void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
 	/* The program's own fds, close-on-exec or not, are none of gpuxd's business. */
 	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 3);
@@ -80,11 +98,20 @@ static int autospawn(const char *path)
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)posix_spawnattr_destroy(&attr);
 	if (r != 0)
-		return -r;
+		return cli_connect_fail(-ECONNREFUSED,
+					"%s: no gpuxd listens there, and starting one failed: %s: "
+					"%s (GPUX_DAEMON names the gpuxd program)",
+					path, daemon, strerror(r));
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return 0; /* reaped by the program's own SIGCHLD handling: just try */
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -ECONNREFUSED;
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	return cli_connect_fail(-ECONNREFUSED,
+				"%s: no gpuxd listens there, and the one started (%s) failed with "
+				"status %d: its log is %s",
+				path, daemon, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st),
+				log);
 }
 
 static int connect_socket(const char *path, int *ret_fd)
@@ -139,34 +166,47 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 	/* No answer is as good as nobody there. */
 	r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
 	if (r < 0)
-		return -ECONNREFUSED;
+		return cli_connect_fail(-ECONNREFUSED, "%s: gpuxd did not answer: %s", ctx->path,
+					strerror(-r));
 	if (msg.hdr.type == IPC_DONE) {
 		struct ipc_done_msg d;
 
-		/* Refused: gpuxd's status (this user, no version in common, too many clients). */
-		r = -EPROTO;
+		/* Refused: gpuxd's status (this user, no version in common, too many clients,
+		 * stopping), and why. */
+		r = cli_connect_fail(-EPROTO, "%s: gpuxd's answer makes no sense", ctx->path);
 		if (ipc_decode_done(&msg, &d) == 0 && d.m.status < 0)
-			r = cli_errno_from_status(d.m.status);
+			r = cli_connect_fail(cli_errno_from_status(d.m.status),
+					     "%s: gpuxd refused this process (uid %u): %.*s",
+					     ctx->path, (unsigned)geteuid(), (int)d.m.text_len, d.text);
 		ipc_msg_close_fds(&msg);
 		return r;
 	}
 	r = ipc_decode_welcome(&msg, &wel);
 	ipc_msg_close_fds(&msg);
 	if (r < 0 || wel.ndevices == 0)
-		return -EPROTO;
+		return cli_connect_fail(-EPROTO, "%s: gpuxd's welcome makes no sense", ctx->path);
 	ctx->client_id = wel.client_id;
 	ctx->ndevices = wel.ndevices;
 	ctx->quota_shared = wel.quota_shared;
+	if (!(wel.flags & IPC_WELCOME_PRIVATE))
+		ctx->served_shared = true;
 	/* One DEVICE per device follows at once. */
 	for (uint32_t i = 0; i < wel.ndevices; i++) {
 		r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
 		if (r < 0)
-			return -ECONNREFUSED;
+			return cli_connect_fail(-ECONNREFUSED,
+						"%s: gpuxd did not finish its welcome: %s",
+						ctx->path, strerror(-r));
 		if (msg.hdr.type == IPC_DEVICE)
 			cli_device_msg(ctx, &msg);
 		ipc_msg_close_fds(&msg);
 	}
 	return 0;
+}
+
+GPUX_EXPORT const char *gpux_connect_error(void)
+{
+	return connect_why;
 }
 
 void cli_disconnect(gpux_ctx *ctx)
@@ -194,19 +234,39 @@ int cli_connect(gpux_ctx *ctx)
 	bool spawned = false;
 	int r;
 
+	connect_why[0] = '\0';
 	for (unsigned backoff_us = 1000;; backoff_us = MIN(backoff_us * 2, 100000u)) {
 		r = connect_socket(ctx->path, &ctx->sup_fd);
 		if (r == 0)
 			break;
 		/* A socket this user may not use; any other failure: nobody to reach. */
+		if (r == -EACCES || r == -EPERM)
+			return cli_connect_fail(-EACCES,
+						"%s: permission denied: the socket's mode or group "
+						"keeps uid %u out (gpuxd --allow-group)",
+						ctx->path, (unsigned)geteuid());
 		if (r != -ENOENT && r != -ECONNREFUSED)
-			return r == -EACCES ? -EACCES : -ECONNREFUSED;
-		if (!ctx->autospawn || mono_ns() > deadline)
-			return -ECONNREFUSED;
+			return cli_connect_fail(-ECONNREFUSED, "%s: %s", ctx->path, strerror(-r));
+		/* A shared gpuxd that went away is not replaced by a private one unasked: this
+		 * process would lose, without a word, what the shared one was set up to give. */
+		if (ctx->served_shared)
+			return cli_connect_fail(-ECONNREFUSED,
+						"%s: the gpuxd that served this process went away (%s)",
+						ctx->path, r == -ENOENT ? "no socket" : "nobody listens");
+		if (!ctx->autospawn)
+			return cli_connect_fail(-ECONNREFUSED, "%s: %s", ctx->path,
+						r == -ENOENT
+							? "no such socket: no gpuxd serves this path"
+							: "nobody listens there (its gpuxd is gone)");
+		if (mono_ns() > deadline)
+			return cli_connect_fail(-ECONNREFUSED,
+						"%s: the private gpuxd started for it does not listen",
+						ctx->path);
 		if (!spawned) {
 			spawned = true;
-			if (autospawn(ctx->path) < 0)
-				return -ECONNREFUSED;
+			r = autospawn(ctx->path);
+			if (r < 0)
+				return r;
 			continue;
 		}
 		(void)usleep(backoff_us);

@@ -242,8 +242,8 @@ static void ctx_free(gpux_ctx *ctx)
 
 GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx)
 {
-	char dir[128], path[128];
-	const char *env = getenv("GPUX_SOCKET");
+	char path[IPC_SOCKET_PATH_MAX + 1], dir[IPC_SOCKET_PATH_MAX + 16];
+	bool private_path = false;
 	gpux_ctx *ctx;
 	int r;
 
@@ -260,16 +260,21 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 		r = -ENOMEM;
 		goto err;
 	}
-	if (socket_path)
+	if (socket_path) {
 		ctx->path = strdup(socket_path);
-	else if (env && *env)
-		ctx->path = strdup(env);
-	else if (ipc_default_socket(dir, path, sizeof(path)) == 0 && ipc_private_dir(dir) == 0) {
+	} else if (ipc_client_socket(path, sizeof(path), &private_path) < 0) {
+		r = cli_connect_fail(-ECONNREFUSED, "the default socket path is too long");
+		goto err;
+	} else if (!private_path) {
+		ctx->path = strdup(path);
+	} else if (ipc_default_socket(dir, path, sizeof(path)) == 0 && ipc_private_dir(dir) == 0) {
 		ctx->path = strdup(path);
 		ctx->autospawn = true;
 	} else {
-		/* No default place to find gpuxd at, or to start one. */
-		r = -ECONNREFUSED;
+		/* No place of this user's alone to start a private gpuxd at. */
+		r = cli_connect_fail(-ECONNREFUSED,
+				     "%s: not a directory of this user's alone, so no private gpuxd "
+				     "is started there", dir);
 		goto err;
 	}
 	if (!ctx->path) {

@@ -20,6 +20,7 @@
  *   GPUX_E_QUOTA        -EDQUOT
  *   GPUX_E_AGAIN        -EAGAIN
  *   GPUX_E_VERSION      -EPROTONOSUPPORT
+ *   GPUX_E_STOPPING     -ESHUTDOWN (gpuxd drains before it stops)
  *   GPUX_E_IO           any other errno: a system call failed
  *
  * GPUX_E_KERNEL_FAULT, GPUX_E_COMPILE, GPUX_E_NOTFOUND, GPUX_E_NODRIVER and GPUX_E_DEVICE
@@ -57,6 +58,8 @@ gpux_status cli_status_from_errno(int err)
 		return GPUX_E_AGAIN;
 	case -EPROTONOSUPPORT:
 		return GPUX_E_VERSION;
+	case -ESHUTDOWN:
+		return GPUX_E_STOPPING;
 	default:
 		return GPUX_E_IO;
 	}
@@ -89,6 +92,8 @@ int cli_errno_from_status(int32_t status)
 		return -EAGAIN;
 	case GPUX_E_VERSION:
 		return -EPROTONOSUPPORT;
+	case GPUX_E_STOPPING:
+		return -ESHUTDOWN;
 	case GPUX_E_IO:
 		return -EIO;
 	default:

@@ -144,6 +144,11 @@ static const char *daemon_path(void)
 
 void test_daemon_start(struct test_daemon *d, const char *const *args)
 {
+	test_daemon_start_at(d, NULL, args);
+}
+
+void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *const *args)
+{
 	char *argv[48];
 	unsigned argc = 0;
 	posix_spawn_file_actions_t fa;
@@ -153,7 +158,10 @@ void test_daemon_start(struct test_daemon *d, const char *const *args)
 	memset(d, 0, sizeof(*d));
 	(void)snprintf(d->dir, sizeof(d->dir), "/tmp/gpux-test-XXXXXX");
 	assert_non_null(mkdtemp(d->dir));
-	(void)snprintf(d->sock, sizeof(d->sock), "%s/gpuxd.sock", d->dir);
+	if (sock)
+		(void)snprintf(d->sock, sizeof(d->sock), "%s", sock);
+	else
+		(void)snprintf(d->sock, sizeof(d->sock), "%s/gpuxd.sock", d->dir);
 	(void)snprintf(d->cache, sizeof(d->cache), "%s/cache", d->dir);
 	(void)snprintf(d->log, sizeof(d->log), "%s/gpuxd.log", d->dir);
 	argv[argc++] = (char *)daemon_path();

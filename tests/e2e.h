@@ -31,6 +31,9 @@ struct test_daemon {
  */
 void test_daemon_start(struct test_daemon *d, const char *const *args);
 
+/* test_daemon_start(), listening on `sock` rather than in the temporary directory. */
+void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *const *args);
+
 /* SIGTERM, wait for the exit (asserting it is clean), remove the directory. */
 void test_daemon_stop(struct test_daemon *d);
 

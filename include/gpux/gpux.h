@@ -106,12 +106,25 @@ struct gpux_device_info {
 
 /*
  * Connect to gpuxd at socket_path; NULL means $GPUX_SOCKET, else the per-user default
- * ($XDG_RUNTIME_DIR/gpux/gpuxd.sock, else /tmp/gpux-<uid>/gpuxd.sock). When nobody listens
- * at the default path, a private gpuxd is started (gpuxd --private, found in $GPUX_DAEMON,
- * beside this library, or where it was installed) and exits once its last client is gone.
- * On success *ret_ctx owns the connection; free it with gpux_disconnect().
+ * ($XDG_RUNTIME_DIR/gpux/gpuxd.sock, else /tmp/gpux-<uid>/gpuxd.sock) when it exists, else
+ * the system-wide gpuxd's socket (/run/gpux/gpuxd.sock) when it exists, else the per-user
+ * default, where a private gpuxd is started when nobody listens (gpuxd --private, found in
+ * $GPUX_DAEMON, beside this library, or where it was installed); it exits once its last
+ * client is gone. A context that a shared (not private) gpuxd served never starts a private
+ * one: when that gpuxd goes away, calls fail with GPUX_E_CONNECT until it is back.
+ * On success *ret_ctx owns the connection; free it with gpux_disconnect(). On failure,
+ * gpux_connect_error() says why.
  */
 GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx);
+
+/*
+ * Why the last attempt of this thread to reach gpuxd failed (gpux_connect(), or connecting
+ * anew inside another call): one line that names the socket path tried and the reason (no
+ * such socket, nobody listens, permission, refused by gpuxd and why, gpuxd stopping, the
+ * gpuxd program not found or failed and where its log is). "" when the last attempt worked.
+ * Owned by the library, valid in this thread until its next attempt; never NULL.
+ */
+GPUX_EXPORT const char *gpux_connect_error(void);
 
 /* Close the connection and free every object still made from it. NULL is accepted. */
 GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx);

@@ -336,7 +336,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	} else if (c->hello_done && !c->admin && msg->hdr.type == IPC_CHANNEL_REQ)
 		r = channel_req(c, msg);
 	if (r < 0) {
-		sup_log("client pid %d uid %u: bad %s message: dropped", (int)c->pid, (unsigned)c->uid,
+		sup_logp(LOG_WARNING, "client pid %d uid %u: bad %s message: dropped", (int)c->pid, (unsigned)c->uid,
 			ipc_type_name(msg->hdr.type));
 		client_free(c);
 	}
@@ -347,8 +347,8 @@ static void on_client_close(struct ipc_conn *conn, int error, void *userdata)
 	struct sup_client *c = userdata;
 
 	if (error < 0 && error != -ECONNRESET && error != -EPIPE)
-		sup_log("client pid %d uid %u: %s: dropped", (int)c->pid, (unsigned)c->uid,
-			strerror(-error));
+		sup_logp(LOG_WARNING, "client pid %d uid %u: %s: dropped", (int)c->pid,
+			 (unsigned)c->uid, strerror(-error));
 	client_free(c);
 }
 
@@ -466,7 +466,7 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	}
 	if (!allowed(s, fd, &cr)) {
 		s->clients_refused++;
-		sup_log("refused a client: uid %u gid %u pid %d", (unsigned)cr.uid, (unsigned)cr.gid,
+		sup_logp(LOG_WARNING, "refused a client: uid %u gid %u pid %d", (unsigned)cr.uid, (unsigned)cr.gid,
 			(int)cr.pid);
 		refuse(fd, GPUX_E_PERM, "this user may not use this gpuxd");
 		return;

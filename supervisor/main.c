@@ -87,7 +87,15 @@ static void usage(FILE *f)
 		"  --hello-timeout-ms MS a new connection's time to say hello (default %d)\n"
 		"  --busy-hello-timeout-ms MS   that time while connections without hello hold a\n"
 		"                        quarter of max-clients, or only the reserve is left\n"
-		"                        (default %d)\n",
+		"                        (default %d)\n"
+		"Logs:\n"
+		"  --log-level LEVEL     err, warning, notice, info (default) or debug\n"
+		"  --log-file PATH       log there (reopened on SIGHUP); by default the journal\n"
+		"                        under systemd, syslog with --daemonize, else stderr;\n"
+		"                        --private: $GPUX_LOG_FILE, else\n"
+		"                        $XDG_STATE_HOME/gpux/gpuxd.log (~/.local/state/...)\n"
+		"  -h, --help            this text\n"
+		"  --version             gpuxd's version\n",
 		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_DRAIN_MS,
 		DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CLIENTS_PER_USER, DEFAULT_MAX_CLIENTS_PER_PROCESS,
 		DEFAULT_ADMIN_CLIENTS, DEFAULT_HELLO_TIMEOUT_MS, DEFAULT_BUSY_HELLO_TIMEOUT_MS);
@@ -114,7 +122,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
 	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES,
 	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC, O_RESERVED, O_PERUSER, O_PERPROC,
-	       O_ADMINC, O_HELLO, O_BUSYHELLO, O_SANDBOX };
+	       O_ADMINC, O_HELLO, O_BUSYHELLO, O_SANDBOX, O_LOGLEVEL, O_LOGFILE, O_VERSION };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -143,17 +151,31 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "hello-timeout-ms", required_argument, NULL, O_HELLO },
 		{ "busy-hello-timeout-ms", required_argument, NULL, O_BUSYHELLO },
 		{ "host-sandbox", required_argument, NULL, O_SANDBOX },
+		{ "log-level", required_argument, NULL, O_LOGLEVEL },
+		{ "log-file", required_argument, NULL, O_LOGFILE },
+		{ "version", no_argument, NULL, O_VERSION },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	bool mode_set = false;
 	const char *sandbox = "auto";
 	uint64_t v;
-	int c, r;
+	int c, r, idx = 0;
 
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) >= 0) {
 		r = 0;
 		switch (c) {
+		case O_LOGLEVEL:
+			r = sup_log_level_parse(optarg);
+			o->log_level = r;
+			break;
+		case O_LOGFILE:
+			o->log_file = optarg;
+			break;
+		case O_VERSION:
+			printf("gpuxd %s\n", GPUX_VERSION_STRING);
+			exit(SUP_EXIT_OK);
 		case O_SOCKET:
 			o->socket_path = optarg;
 			break;
@@ -247,11 +269,17 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		case 'h':
 			usage(stdout);
 			exit(SUP_EXIT_OK);
+		case ':':
+			(void)fprintf(stderr, "gpuxd: option %s needs a value\n", argv[optind - 1]);
+			return -EINVAL;
 		default:
+			(void)fprintf(stderr, "gpuxd: unknown option %s\n", argv[optind - 1]);
 			return -EINVAL;
 		}
-		if (r < 0)
+		if (r < 0) {
+			(void)fprintf(stderr, "gpuxd: --%s: bad value \"%s\"\n", opts[idx].name, optarg);
 			return r;
+		}
 	}
 	if (!mode_set && o->allow_group)
 		o->socket_mode = 0660;
@@ -263,7 +291,11 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	/* Nobody but gpuxd's user could connect: surely a mistake. */
 	if (o->reserved_clients >= o->max_clients)
 		return -EINVAL;
-	return optind == argc ? 0 : -EINVAL;
+	if (optind != argc) {
+		(void)fprintf(stderr, "gpuxd: unexpected argument %s\n", argv[optind]);
+		return -EINVAL;
+	}
+	return 0;
 }
 
 /*
@@ -329,7 +361,7 @@ static int listen_socket(struct sup *s)
 			return r;
 		r = ipc_private_dir(dir);
 		if (r < 0) {
-			sup_log("%s: %s", dir, r == -EPERM ? "not a private directory of this user"
+			sup_logp(LOG_ERR, "%s: %s", dir, r == -EPERM ? "not a private directory of this user"
 							   : strerror(-r));
 			return r;
 		}
@@ -364,11 +396,13 @@ static int listen_socket(struct sup *s)
 /*
  * --daemonize: the first process waits for the second to say how it went on a pipe, then
  * exits 0 once the socket listens (or another gpuxd already serves it), else 1. So whoever
- * started gpuxd learns readiness by waiting for it, and the daemon is nobody's child.
+ * started gpuxd learns readiness by waiting for it, and the daemon is nobody's child. The
+ * daemon leaves the terminal alone: its own session, stdio on /dev/null, in /, with a umask
+ * that keeps what it creates (module cache files among them) to its user.
  */
 static int daemonize(int *ret_notify)
 {
-	int p[2];
+	int p[2], null;
 	pid_t pid;
 	char c = 0;
 
@@ -385,8 +419,53 @@ static int daemonize(int *ret_notify)
 	}
 	(void)close(p[0]);
 	(void)setsid();
+	if (chdir("/") < 0)
+		return -errno;
+	(void)umask(0077);
+	null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null < 0)
+		return -errno;
+	for (int fd = 0; fd < 3; fd++)
+		if (dup2(null, fd) < 0)
+			return -errno;
+	(void)close(null);
 	*ret_notify = p[1];
 	return 0;
+}
+
+/* A path given relative to where gpuxd was started, made absolute before it leaves. */
+static int absolute(const char **path, char **ret_owned)
+{
+	char cwd[PATH_MAX];
+
+	*ret_owned = NULL;
+	if (!*path || **path == '/')
+		return 0;
+	if (!getcwd(cwd, sizeof(cwd)) || asprintf(ret_owned, "%s/%s", cwd, *path) < 0)
+		return -errno;
+	*path = *ret_owned;
+	return 0;
+}
+
+/*
+ * Where to log: --log-file; for a private gpuxd, its file (ipc_private_log(): a user finds
+ * it there); else the journal under systemd, syslog when daemonized, else stderr.
+ */
+static int open_log(struct sup_opts *o)
+{
+	char path[PATH_MAX];
+	int r;
+
+	if (o->log_file)
+		r = sup_log_open(SUP_LOG_FILE, o->log_file, o->log_level);
+	else if (o->private_mode && ipc_private_log(path, sizeof(path)) == 0)
+		r = sup_log_open(SUP_LOG_FILE, path, o->log_level);
+	else
+		r = sup_log_open(sup_log_auto(o->daemonize), NULL, o->log_level);
+	if (r < 0)
+		(void)fprintf(stderr, "gpuxd: log %s: %s\n", o->log_file ? o->log_file : path,
+			      strerror(-r));
+	return r;
 }
 
 static void notify(int *fd, char c)
@@ -403,9 +482,19 @@ static void on_signal(struct ipc_watch *w, int fd, uint32_t revents, void *userd
 
 	if (read(fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
 		return;
-	if (si.ssi_signo == SIGHUP)
+	if (si.ssi_signo == SIGHUP) {
+		/* What can change under a running gpuxd is its log file (rotation); the rest of
+		 * the configuration needs a restart, which the drain makes gentle. */
+		int r = sup_log_reopen();
+
+		if (r < 0)
+			sup_logp(LOG_ERR, "SIGHUP: reopening the log: %s", strerror(-r));
+		else
+			sup_logp(LOG_NOTICE, "SIGHUP: log reopened");
 		return;
-	sup_log("signal %u: stopping", si.ssi_signo);
+	}
+	sup_logp(LOG_NOTICE, "signal %u (%s): stopping: draining for up to %llu ms",
+		 si.ssi_signo, strsignal((int)si.ssi_signo), (unsigned long long)s->opts.drain_ms);
 	sup_stop(s);
 }
 
@@ -429,7 +518,8 @@ static int setup_signals(struct sup *s)
 int main(int argc, char **argv)
 {
 	static struct sup s;
-	_cleanup_(freep) char *worker = NULL;
+	_cleanup_(freep) char *worker = NULL, *abs_socket = NULL, *abs_cache = NULL,
+			      *abs_log = NULL, *abs_worker = NULL;
 	_cleanup_(closep) int ready_fd = -1;
 	char hostdev[16];
 	int r, code = SUP_EXIT_FAIL;
@@ -448,6 +538,7 @@ int main(int argc, char **argv)
 		.admin_clients = DEFAULT_ADMIN_CLIENTS,
 		.hello_timeout_ms = DEFAULT_HELLO_TIMEOUT_MS,
 		.busy_hello_timeout_ms = DEFAULT_BUSY_HELLO_TIMEOUT_MS,
+		.log_level = LOG_INFO,
 	};
 	s.listen_fd = -1;
 	s.lock_fd = -1;
@@ -457,6 +548,12 @@ int main(int argc, char **argv)
 		return SUP_EXIT_USAGE;
 	}
 	shared_quotas(&s.opts);
+	if (absolute(&s.opts.socket_path, &abs_socket) < 0 ||
+	    absolute(&s.opts.cache_dir, &abs_cache) < 0 || absolute(&s.opts.log_file, &abs_log) < 0 ||
+	    absolute(&s.opts.worker_path, &abs_worker) < 0)
+		return SUP_EXIT_FAIL;
+	if (open_log(&s.opts) < 0)
+		return SUP_EXIT_FAIL;
 	worker = find_worker(s.opts.worker_path);
 	if (!worker)
 		return SUP_EXIT_FAIL;
@@ -466,35 +563,38 @@ int main(int argc, char **argv)
 		(void)setenv("GPUX_HOST_DEVICES", hostdev, 1);
 	}
 	s.started_ns = mono_ns();
-	if (s.opts.daemonize && daemonize(&ready_fd) < 0) {
-		sup_log("daemonize: %s", strerror(errno));
-		return SUP_EXIT_FAIL;
+	if (s.opts.daemonize) {
+		r = daemonize(&ready_fd);
+		if (r < 0) {
+			sup_logp(LOG_ERR, "daemonize: %s", strerror(-r));
+			return SUP_EXIT_FAIL;
+		}
 	}
 
 	r = listen_socket(&s);
 	if (r == -EADDRINUSE) {
-		sup_log("another gpuxd serves %s", s.socket_path);
+		sup_logp(LOG_NOTICE, "another gpuxd serves %s", s.socket_path);
 		notify(&ready_fd, 'A');
 		code = SUP_EXIT_RUNNING;
 		goto out;
 	}
 	if (r < 0) {
-		sup_log("%s: %s", s.socket_path, strerror(-r));
+		sup_logp(LOG_ERR, "%s: %s", s.socket_path, strerror(-r));
 		goto out;
 	}
 	r = ipc_loop_new(IPC_LOOP_AUTO, &s.loop);
 	if (r < 0) {
-		sup_log("event loop: %s", strerror(-r));
+		sup_logp(LOG_ERR, "event loop: %s", strerror(-r));
 		goto out;
 	}
 	if (ipc_loop_fallback(s.loop))
-		sup_log("io_uring refused (%s): using epoll", strerror(-ipc_loop_fallback(s.loop)));
+		sup_logp(LOG_NOTICE, "io_uring refused (%s): using epoll", strerror(-ipc_loop_fallback(s.loop)));
 	r = setup_signals(&s);
 	if (r < 0)
 		goto out;
 	r = sup_workers_probe(&s);
 	if (r < 0) {
-		sup_log("no devices: %s", strerror(-r));
+		sup_logp(LOG_ERR, "no devices: %s", strerror(-r));
 		goto out;
 	}
 	r = sup_stop_setup(&s);
@@ -505,7 +605,7 @@ int main(int argc, char **argv)
 		goto out;
 	r = sup_clients_start(&s);
 	if (r < 0) {
-		sup_log("listening: %s", strerror(-r));
+		sup_logp(LOG_ERR, "listening: %s", strerror(-r));
 		goto out;
 	}
 	notify(&ready_fd, 'R');
@@ -528,5 +628,6 @@ out:
 	(void)safe_close(s.listen_fd);
 	(void)safe_close(s.signal_fd);
 	(void)safe_close(s.lock_fd);
+	sup_log_close();
 	return code;
 }

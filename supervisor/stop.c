@@ -20,8 +20,9 @@ static void drain_tick(struct ipc_timer *t, void *userdata)
 		return;
 	}
 	if (inflight > 0)
-		sup_log("drain time (%llu ms) is over with %llu requests in flight: stopping anyway",
-			(unsigned long long)s->opts.drain_ms, (unsigned long long)inflight);
+		sup_logp(LOG_WARNING,
+			 "drain time (%llu ms) is over with %llu requests in flight: stopping anyway",
+			 (unsigned long long)s->opts.drain_ms, (unsigned long long)inflight);
 	for (unsigned i = 0; i < s->nworkers; i++)
 		sup_worker_event(&s->workers[i], E_STOP);
 	if (sup_workers_all_down(s))

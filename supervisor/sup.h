@@ -2,9 +2,11 @@
 /* supervisor/sup.h: gpuxd's objects: workers it supervises, clients it serves. */
 #pragma once
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <syslog.h>
 
 #include "ipc/loop.h"
 #include "ipc/map.h"
@@ -65,6 +67,8 @@ struct sup_opts {
 	unsigned admin_clients;
 	uint64_t hello_timeout_ms;      /* to say hello */
 	uint64_t busy_hello_timeout_ms; /* the same under pressure */
+	int log_level;        /* a syslog priority */
+	const char *log_file; /* NULL: the target sup_log_auto() chooses */
 };
 
 /* A worker's life, as a table of state x event (supervisor/workers.c). */
@@ -109,6 +113,11 @@ struct sup_worker {
 	unsigned ndeaths;
 	bool killed_deadline;
 	int last_exit; /* wait status of the last death */
+	/* Its stderr, a pipe whose lines go to gpuxd's log (an NVRTC helper shares it). */
+	int log_fd;
+	struct ipc_watch *log_watch;
+	char log_line[1024];
+	size_t log_len;
 	/* Launches per second: the count at the start of the current second. */
 	uint64_t rate_launches;
 	uint64_t rate_since_ns;
@@ -167,12 +176,32 @@ struct sup {
 };
 
 /* supervisor/log.c */
+enum sup_log_target {
+	SUP_LOG_STDERR,
+	SUP_LOG_JOURNAL, /* systemd's native protocol, when stderr is the journal's stream */
+	SUP_LOG_SYSLOG,
+	SUP_LOG_FILE,    /* appended to; reopened on SIGHUP (log rotation) */
+};
+
+/* A level's name (err, warning, notice, info, debug) as its syslog priority, or -EINVAL. */
+int sup_log_level_parse(const char *s);
+/* Where gpuxd logs when not told: the journal under systemd, syslog when daemonized. */
+enum sup_log_target sup_log_auto(bool daemonized);
+/* Log to `target` (file: the path) what is at `level` or more urgent. 0 or -errno. */
+int sup_log_open(enum sup_log_target target, const char *file, int level);
+/* Open the log file anew (after it was rotated); 0 or -errno. */
+int sup_log_reopen(void);
+void sup_log_close(void);
+/* One line at a syslog priority (LOG_ERR ... LOG_DEBUG); sup_log() is LOG_INFO. */
+void sup_logp(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sup_logv(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 void sup_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* supervisor/stop.c */
 /* The stop's timer, made before anything may call sup_stop(). */
 int sup_stop_setup(struct sup *s);
-/* Stop: accept nobody new, let requests in flight finish (bounded), then stop the workers. */
+/* Stop: new clients are refused while requests in flight finish (bounded), then the
+ * workers are stopped. */
 void sup_stop(struct sup *s);
 
 /* supervisor/workers.c */

@@ -180,7 +180,7 @@ int sup_workers_probe(struct sup *s)
 	(void)close(pipefd[1]);
 	if (r != 0) {
 		(void)close(pipefd[0]);
-		sup_log("cannot run %s: %s", s->opts.worker_path, strerror(r));
+		sup_logp(LOG_ERR, "cannot run %s: %s", s->opts.worker_path, strerror(r));
 		return -r;
 	}
 	for (;;) {
@@ -205,7 +205,7 @@ int sup_workers_probe(struct sup *s)
 	(void)waitpid(pid, &st, 0);
 	out[len] = '\0';
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		sup_log("device probe failed (%s --probe --backend %s)", s->opts.worker_path,
+		sup_logp(LOG_ERR, "device probe failed (%s --probe --backend %s)", s->opts.worker_path,
 			s->opts.backend);
 		return -ENODEV;
 	}
@@ -217,9 +217,10 @@ int sup_workers_probe(struct sup *s)
 
 		if (s->nworkers == IPC_DEVICES_MAX)
 			break;
-		*w = (struct sup_worker){ .s = s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1 };
+		*w = (struct sup_worker){ .s = s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1,
+					  .log_fd = -1 };
 		if (parse_probe_line(line, w) < 0) {
-			sup_log("device probe: unreadable line");
+			sup_logp(LOG_ERR, "device probe: unreadable line");
 			return -EINVAL;
 		}
 		w->index = s->nworkers;
@@ -236,6 +237,71 @@ static void on_worker_timer(struct ipc_timer *t, void *userdata)
 	sup_worker_event(userdata, E_TIMER);
 }
 
+/* ---- the workers' stderr, line by line into gpuxd's log ---- */
+
+static void log_flush_line(struct sup_worker *w)
+{
+	static const char tag[] = "gpux-worker[";
+	const char *line = w->log_line, *end;
+	size_t len = w->log_len;
+
+	/* The worker's own name and device are said once, here. */
+	if (len > sizeof(tag) && memcmp(line, tag, sizeof(tag) - 1) == 0 &&
+	    (end = memchr(line, ']', len)) && (size_t)(end - line) + 2 < len && end[1] == ':') {
+		len -= (size_t)(end + 2 - line);
+		line = end + 2;
+		while (len > 0 && *line == ' ') {
+			line++;
+			len--;
+		}
+	}
+	if (len > 0)
+		sup_logp(LOG_NOTICE, "device %u: worker %d: %.*s", w->index, (int)w->pid, (int)len,
+			 line);
+	w->log_len = 0;
+}
+
+static void log_pipe_close(struct sup_worker *w)
+{
+	log_flush_line(w);
+	ipc_watch_free(w->log_watch);
+	w->log_watch = NULL;
+	w->log_fd = safe_close(w->log_fd);
+}
+
+/* Read what is there; a line is logged when it ends, or fills the buffer. */
+static void log_pipe_read(struct sup_worker *w)
+{
+	char buf[4096];
+
+	while (w->log_fd >= 0) {
+		ssize_t n = read(w->log_fd, buf, sizeof(buf));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			log_pipe_close(w);
+			return;
+		}
+		for (ssize_t i = 0; i < n; i++) {
+			if (buf[i] == '\n') {
+				log_flush_line(w);
+				continue;
+			}
+			w->log_line[w->log_len++] = buf[i];
+			if (w->log_len == sizeof(w->log_line))
+				log_flush_line(w);
+		}
+	}
+}
+
+static void on_log_pipe(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	log_pipe_read(userdata);
+}
+
 static void reap(struct sup_worker *w)
 {
 	int st;
@@ -243,6 +309,8 @@ static void reap(struct sup_worker *w)
 	if (waitpid(w->pid, &st, WNOHANG) != w->pid)
 		return;
 	w->last_exit = st;
+	/* Its last words (a sanitizer's report, say) are in the pipe by now. */
+	log_pipe_read(w);
 	ipc_watch_free(w->pid_watch);
 	w->pid_watch = NULL;
 	w->pidfd = safe_close(w->pidfd);
@@ -250,10 +318,10 @@ static void reap(struct sup_worker *w)
 	w->control = NULL;
 	if (w->state != W_STOPPING) {
 		if (WIFEXITED(st))
-			sup_log("device %u: worker %d exited with status %d", w->index, (int)w->pid,
+			sup_logp(LOG_WARNING, "device %u: worker %d exited with status %d", w->index, (int)w->pid,
 				WEXITSTATUS(st));
 		else if (WIFSIGNALED(st))
-			sup_log("device %u: worker %d killed by signal %d", w->index, (int)w->pid,
+			sup_logp(LOG_WARNING, "device %u: worker %d killed by signal %d", w->index, (int)w->pid,
 				WTERMSIG(st));
 	}
 	w->pid = 0;
@@ -279,7 +347,7 @@ static void on_worker_msg(struct ipc_conn *c, struct ipc_msg *msg, void *userdat
 		sup_worker_event(w, E_READY);
 		return;
 	}
-	sup_log("device %u: worker sent a bad %s message", w->index, ipc_type_name(msg->hdr.type));
+	sup_logp(LOG_ERR, "device %u: worker sent a bad %s message", w->index, ipc_type_name(msg->hdr.type));
 }
 
 static void on_worker_close(struct ipc_conn *c, int error, void *userdata)
@@ -310,8 +378,8 @@ static int spawn(struct sup_worker *w)
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none, deflt;
-	_cleanup_(closep) int ctl_child = -1, status_child = -1, ctl = -1;
-	int pair[2], r;
+	_cleanup_(closep) int ctl_child = -1, status_child = -1, ctl = -1, log_child = -1;
+	int pair[2], logp[2], r;
 	pid_t pid;
 
 	r = status_page_new(w);
@@ -327,6 +395,23 @@ static int spawn(struct sup_worker *w)
 	status_child = dup_high(w->status_fd);
 	if (ctl_child < 0 || status_child < 0)
 		return -EMFILE;
+	/* The last worker's pipe may still be held by its NVRTC helper: its lines are read now. */
+	if (w->log_fd >= 0) {
+		log_pipe_read(w);
+		log_pipe_close(w);
+	}
+	if (pipe2(logp, O_CLOEXEC | O_NONBLOCK) < 0)
+		return -errno;
+	w->log_fd = logp[0];
+	log_child = dup_high(logp[1]);
+	(void)close(logp[1]);
+	if (log_child < 0)
+		return -EMFILE;
+	/* The write end blocks: a worker's message is not dropped because gpuxd is slow. */
+	(void)fcntl(log_child, F_SETFL, 0);
+	r = ipc_watch_new(s->loop, w->log_fd, POLLIN, on_log_pipe, w, &w->log_watch);
+	if (r < 0)
+		return r;
 
 	(void)snprintf(dev, sizeof(dev), "%u", w->index);
 	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
@@ -384,9 +469,11 @@ static int spawn(struct sup_worker *w)
 	argv[argc] = NULL;
 
 	(void)posix_spawn_file_actions_init(&fa);
-	/* Workers log on stderr; stdin and stdout are nobody's business of theirs. */
+	/* Workers log on stderr, which gpuxd reads into its log; stdin and stdout are nobody's
+	 * business of theirs. */
 	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	(void)posix_spawn_file_actions_adddup2(&fa, log_child, 2);
 	(void)posix_spawn_file_actions_adddup2(&fa, ctl_child, 3);
 	(void)posix_spawn_file_actions_adddup2(&fa, status_child, 4);
 	(void)posix_spawnattr_init(&attr);
@@ -403,7 +490,7 @@ static int spawn(struct sup_worker *w)
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)posix_spawnattr_destroy(&attr);
 	if (r != 0) {
-		sup_log("device %u: cannot spawn %s: %s", w->index, s->opts.worker_path, strerror(r));
+		sup_logp(LOG_ERR, "device %u: cannot spawn %s: %s", w->index, s->opts.worker_path, strerror(r));
 		return -r;
 	}
 	w->pid = pid;
@@ -412,7 +499,7 @@ static int spawn(struct sup_worker *w)
 	w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (w->pidfd < 0) {
 		r = -errno;
-		sup_log("device %u: pidfd_open: %s", w->index, strerror(-r));
+		sup_logp(LOG_ERR, "device %u: pidfd_open: %s", w->index, strerror(-r));
 		(void)kill(pid, SIGKILL);
 		(void)waitpid(pid, NULL, 0);
 		w->pid = 0;
@@ -479,7 +566,7 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 	case A_READY:
 		ipc_timer_arm(w->timer, 0);
 		if (status_page_seal(w) < 0) {
-			sup_log("device %u: cannot seal the status page: %s", w->index,
+			sup_logp(LOG_ERR, "device %u: cannot seal the status page: %s", w->index,
 				strerror(errno));
 			w->state = W_READY;
 			sup_worker_event(w, E_TIMER);
@@ -500,7 +587,7 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 			ipc_timer_arm(w->timer, 0);
 		} else if (recent >= SUP_DEATHS_MAX) {
 			w->state = W_FAILED;
-			sup_log("device %u: %u deaths within a minute: marked failed", w->index,
+			sup_logp(LOG_ERR, "device %u: %u deaths within a minute: marked failed", w->index,
 				recent);
 			ipc_timer_arm(w->timer, now + SUP_FAILED_RETRY_NS);
 		} else {
@@ -571,12 +658,17 @@ static void deadline_check(struct ipc_timer *t, void *userdata)
 				.generation = w->generation,
 			};
 
+			const struct sup_client *c;
+
 			if (!run->client_id || !run->deadline_ns || now <= run->deadline_ns)
 				continue;
-			sup_log("device %u: request %u of client %llu ran %.1f s past its deadline: "
-				"killing worker %d",
-				w->index, run->req_id, (unsigned long long)run->client_id,
-				(double)(now - run->deadline_ns) / 1e9, (int)w->pid);
+			c = ipc_map_get(&s->client_ids, run->client_id);
+			sup_logp(LOG_WARNING,
+				 "device %u: request %u of client %llu (pid %d uid %u) ran %.1f s "
+				 "past its deadline: killing worker %d",
+				 w->index, run->req_id, (unsigned long long)run->client_id,
+				 c ? (int)c->pid : -1, c ? (unsigned)c->uid : UINT32_MAX,
+				 (double)(now - run->deadline_ns) / 1e9, (int)w->pid);
 			/* Tell the client first; the kill follows on the next round of the loop,
 			 * after the message has gone out. */
 			sup_client_send_killed(s, run->client_id, &killed);
@@ -659,6 +751,10 @@ void sup_workers_free(struct sup *s)
 		ipc_timer_free(w->timer);
 		(void)safe_close(w->pidfd);
 		status_page_drop(w);
+		if (w->log_fd >= 0) {
+			log_pipe_read(w);
+			log_pipe_close(w);
+		}
 	}
 	ipc_timer_free(s->deadline_timer);
 }

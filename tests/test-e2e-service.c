@@ -1,16 +1,33 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-service.c: gpuxd as a service: draining on SIGTERM, and what clients are told. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "e2e.h"
 #include "helpers.h"
+
+extern char **environ;
+
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	assert_true(fd >= 0);
+	memcpy(sa.sun_path, path, strlen(path));
+	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
 
 static gpux_req *spin(gpux_module *m, uint32_t ms)
 {
@@ -112,8 +129,8 @@ static void test_service_drain_has_a_deadline(void **state)
 	test_env_close(e);
 }
 
-/* Stop the private gpuxd at sock (its worker's parent) and wait until it is gone. */
-static void stop_private(const char *sock, gpux_ctx *ctx)
+/* The pid of the gpuxd at sock: its worker's parent. */
+static pid_t daemon_pid(const char *sock)
 {
 	struct test_daemon p = { 0 };
 	struct ipc_status st;
@@ -132,11 +149,132 @@ static void stop_private(const char *sock, gpux_ctx *ctx)
 	close_paren = strrchr(buf, ')');
 	assert_non_null(close_paren);
 	assert_int_equal(sscanf(close_paren + 2, "%*c %d", &ppid), 1);
-	gpux_disconnect(ctx);
-	assert_int_equal(kill(ppid, SIGTERM), 0);
-	for (int i = 0; i < 2000 && kill(ppid, 0) == 0; i++)
+	return ppid;
+}
+
+/* SIGTERM a gpuxd that is not our child and wait until it is gone. */
+static void stop_pid(pid_t pid)
+{
+	assert_int_equal(kill(pid, SIGTERM), 0);
+	for (int i = 0; i < 2000 && kill(pid, 0) == 0; i++)
 		(void)usleep(5000);
-	assert_int_equal(kill(ppid, 0), -1);
+	assert_int_equal(kill(pid, 0), -1);
+}
+
+/* Stop the private gpuxd at sock, which ctx used, and wait until it is gone. */
+static void stop_private(const char *sock, gpux_ctx *ctx)
+{
+	pid_t pid = daemon_pid(sock);
+
+	gpux_disconnect(ctx);
+	stop_pid(pid);
+}
+
+/* Whether the file holds `what`. */
+static bool file_has(const char *path, const char *what)
+{
+	char line[4096];
+	bool found = false;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	(void)fclose(f);
+	return found;
+}
+
+/*
+ * --log-file: gpuxd's messages and its workers' lines go there, a fault names the client's
+ * pid and uid, and SIGHUP opens the file anew after it was moved away (log rotation).
+ */
+static void test_service_log_file_reopened_on_sighup(void **state)
+{
+	char dir[64], log[96], moved[100], who[64];
+	const char *args[] = { "--log-file", log, "--log-level", "info", NULL };
+	struct test_daemon d;
+	int fd;
+
+	(void)snprintf(dir, sizeof(dir), "/tmp/gpux-log-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	(void)snprintf(log, sizeof(log), "%s/sub/gpuxd.log", dir);
+	(void)snprintf(moved, sizeof(moved), "%s.1", log);
+	test_daemon_start(&d, args);
+	assert_true(file_has(log, "ready (worker"));
+
+	/* A client that says nonsense is dropped, and the message says who it was. */
+	fd = raw_connect(d.sock);
+	assert_true(send(fd, "nonsense", 8, 0) == 8);
+	(void)snprintf(who, sizeof(who), "pid %d uid %u", (int)getpid(), (unsigned)getuid());
+	for (int i = 0; i < 1000 && !file_has(log, who); i++)
+		(void)usleep(5000);
+	assert_true(file_has(log, who));
+	(void)close(fd);
+
+	assert_int_equal(rename(log, moved), 0);
+	assert_int_equal(kill(d.pid, SIGHUP), 0);
+	for (int i = 0; i < 1000 && !file_has(log, "log reopened"); i++)
+		(void)usleep(5000);
+	assert_true(file_has(log, "log reopened"));
+	assert_false(file_has(moved, "log reopened"));
+	test_daemon_stop(&d);
+	/* The worker's own lines came through gpuxd, named by device and pid. */
+	assert_true(file_has(log, "device 0: worker "));
+	assert_true(file_has(log, "draining"));
+	{
+		char cmd[96];
+		(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		(void)system(cmd);
+	}
+}
+
+/* --daemonize lets go of the terminal: nothing of gpuxd keeps its starter's output open. */
+static void test_service_daemonize_lets_go_of_the_terminal(void **state)
+{
+	char dir[64], sock[96], log[96];
+	char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--daemonize", "--backend", "host",
+			 "--socket", sock, "--log-file", log, NULL };
+	posix_spawn_file_actions_t fa;
+	int out[2], st;
+	char c;
+	pid_t pid;
+
+	(void)snprintf(dir, sizeof(dir), "/tmp/gpux-dmn-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	(void)snprintf(sock, sizeof(sock), "%s/gpuxd.sock", dir);
+	(void)snprintf(log, sizeof(log), "%s/gpuxd.log", dir);
+	assert_int_equal(pipe2(out, O_CLOEXEC), 0);
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+	(void)posix_spawn_file_actions_adddup2(&fa, out[1], 2);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	(void)close(out[1]);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* Ready: it listens; and the pipe is at its end, nobody holds it. */
+	assert_int_equal(access(sock, F_OK), 0);
+	assert_int_equal(read(out[0], &c, 1), 0);
+	(void)close(out[0]);
+	pid = daemon_pid(sock);
+	{
+		char cwd[64], link[64];
+		ssize_t n;
+
+		(void)snprintf(link, sizeof(link), "/proc/%d/cwd", (int)pid);
+		n = readlink(link, cwd, sizeof(cwd) - 1);
+		assert_true(n > 0);
+		cwd[n] = '\0';
+		assert_string_equal(cwd, "/");
+	}
+	stop_pid(pid);
+	assert_true(file_has(log, "serving"));
+	{
+		char cmd[96];
+		(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		(void)system(cmd);
+	}
 }
 
 /*
@@ -176,7 +314,8 @@ static void test_service_shared_gpuxd_gone_is_not_replaced(void **state)
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
 
-	/* A new context, with no shared gpuxd around, gets a private one (kept out of HOME). */
+	/* A new context, with no shared gpuxd around, gets a private one (kept out of HOME),
+	 * which logs where GPUX_LOG_FILE says. */
 	(void)snprintf(d.cache, sizeof(d.cache), "%s/cache", rt);
 	(void)snprintf(d.log, sizeof(d.log), "%s/private.log", rt);
 	assert_int_equal(setenv("GPUX_CACHE_DIR", d.cache, 1), 0);
@@ -185,6 +324,7 @@ static void test_service_shared_gpuxd_gone_is_not_replaced(void **state)
 	assert_string_equal(gpux_connect_error(), "");
 	assert_int_equal(access(sock, F_OK), 0);
 	stop_private(sock, ctx);
+	assert_true(file_has(d.log, "private"));
 	(void)unsetenv("GPUX_CACHE_DIR");
 	(void)unsetenv("GPUX_LOG_FILE");
 
@@ -224,6 +364,8 @@ int main(void)
 		cmocka_unit_test(test_service_drain_has_a_deadline),
 		cmocka_unit_test(test_service_shared_gpuxd_gone_is_not_replaced),
 		cmocka_unit_test(test_service_connect_errors_say_where_and_why),
+		cmocka_unit_test(test_service_log_file_reopened_on_sighup),
+		cmocka_unit_test(test_service_daemonize_lets_go_of_the_terminal),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

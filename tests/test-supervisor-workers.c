@@ -56,7 +56,8 @@ static int setup(void **state)
 	f->s.listen_fd = f->s.lock_fd = f->s.signal_fd = -1;
 	f->s.nworkers = 1;
 	f->w = &f->s.workers[0];
-	*f->w = (struct sup_worker){ .s = &f->s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1 };
+	*f->w = (struct sup_worker){ .s = &f->s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1,
+				     .log_fd = -1 };
 	(void)snprintf(f->w->backend, sizeof(f->w->backend), "host");
 	/* What sup_workers_start() makes, without starting the worker. */
 	assert_int_equal(ipc_timer_new(f->s.loop, on_timer, f->w, &f->w->timer), 0);

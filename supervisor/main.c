@@ -7,6 +7,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,9 +349,23 @@ static int listen_socket(struct sup *s)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	char dir[128], lock[160];
 	_cleanup_(closep) int fd = -1;
+	socklen_t salen = sizeof(sa);
 	mode_t old;
 	int r;
 
+	/* Under gpuxd.socket, systemd made the socket, and holds it across our restarts. */
+	r = sup_listen_fds(&fd);
+	if (r < 0)
+		return r;
+	if (r == 1) {
+		if (getsockname(fd, (struct sockaddr *)&sa, &salen) < 0)
+			return -errno;
+		(void)snprintf(s->socket_path, sizeof(s->socket_path), "%.*s",
+			       (int)(salen - offsetof(struct sockaddr_un, sun_path)), sa.sun_path);
+		s->activated = true;
+		s->listen_fd = TAKE_FD(fd);
+		return 0;
+	}
 	if (s->opts.socket_path) {
 		if (strlen(s->opts.socket_path) >= sizeof(sa.sun_path))
 			return -ENAMETOOLONG;
@@ -543,6 +558,7 @@ int main(int argc, char **argv)
 	s.listen_fd = -1;
 	s.lock_fd = -1;
 	s.signal_fd = -1;
+	sup_notify_init();
 	if (parse_args(argc, argv, &s.opts) < 0) {
 		usage(stderr);
 		return SUP_EXIT_USAGE;
@@ -609,9 +625,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	notify(&ready_fd, 'R');
-	sup_log("serving %u %s device%s on %s (%s)%s", s.nworkers, s.workers[0].backend,
+	sup_log("serving %u %s device%s on %s (%s)%s%s", s.nworkers, s.workers[0].backend,
 		s.nworkers == 1 ? "" : "s", s.socket_path, ipc_loop_name(s.loop),
-		s.opts.private_mode ? ", private" : "");
+		s.opts.private_mode ? ", private" : "", s.activated ? ", socket-activated" : "");
+	(void)sup_notify("READY=1\nSTATUS=serving %u %s device%s on %s", s.nworkers,
+			 s.workers[0].backend, s.nworkers == 1 ? "" : "s", s.socket_path);
 	r = ipc_loop_run(s.loop);
 	code = r < 0 ? SUP_EXIT_FAIL : SUP_EXIT_OK;
 
@@ -623,7 +641,8 @@ out:
 		ipc_watch_free(s.signal_watch);
 		ipc_loop_free(s.loop);
 	}
-	if (s.listen_fd >= 0)
+	/* A socket systemd made stays: it takes clients while gpuxd is restarted. */
+	if (s.listen_fd >= 0 && !s.activated)
 		(void)unlink(s.socket_path);
 	(void)safe_close(s.listen_fd);
 	(void)safe_close(s.signal_fd);

@@ -14,11 +14,16 @@ static void drain_tick(struct ipc_timer *t, void *userdata)
 	if ((inflight > 0 || !sup_workers_drained(s)) && mono_ns() < s->stop_deadline) {
 		if (inflight != s->drain_reported) {
 			sup_log("draining: %llu requests in flight", (unsigned long long)inflight);
+			(void)sup_notify("STATUS=draining: %llu requests in flight",
+					 (unsigned long long)inflight);
 			s->drain_reported = inflight;
 		}
 		ipc_timer_arm(t, mono_ns() + DRAIN_TICK_NS);
 		return;
 	}
+	if (inflight > 0)
+		(void)sup_notify("STATUS=stopping: %llu requests cut short",
+				 (unsigned long long)inflight);
 	if (inflight > 0)
 		sup_logp(LOG_WARNING,
 			 "drain time (%llu ms) is over with %llu requests in flight: stopping anyway",
@@ -45,6 +50,7 @@ void sup_stop(struct sup *s)
 		return;
 	s->stopping = true;
 	s->drain_reported = UINT64_MAX;
+	(void)sup_notify("STOPPING=1\nSTATUS=draining");
 	sup_workers_drain(s);
 	s->stop_deadline = mono_ns() + s->opts.drain_ms * NSEC_PER_MSEC;
 	/* The workers take the drain in their own time: the first look is one tick away. */

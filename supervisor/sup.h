@@ -147,6 +147,7 @@ struct sup {
 	struct ipc_loop *loop;
 	char socket_path[128];
 	int listen_fd;
+	bool activated; /* listen_fd came from systemd: not ours to unlink */
 	int lock_fd;
 	struct ipc_listener *listener;
 	struct sup_worker workers[IPC_DEVICES_MAX];
@@ -196,6 +197,14 @@ void sup_log_close(void);
 void sup_logp(int priority, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sup_logv(int priority, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 void sup_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* supervisor/systemd.c */
+/* Take $NOTIFY_SOCKET from the environment (workers must not inherit it). */
+void sup_notify_init(void);
+/* Tell systemd (READY=1, STATUS=..., STOPPING=1); 0 when not under systemd, or -errno. */
+int sup_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The socket systemd passed (socket activation): 1 and *ret_fd, 0 when none, or -errno. */
+int sup_listen_fds(int *ret_fd);
 
 /* supervisor/stop.c */
 /* The stop's timer, made before anything may call sup_stop(). */

@@ -2,6 +2,7 @@
 /* tests/test-e2e-service.c: gpuxd as a service: draining on SIGTERM, and what clients are told. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -357,6 +358,81 @@ static void test_service_connect_errors_say_where_and_why(void **state)
 	assert_int_equal(rmdir(dir), 0);
 }
 
+/* Read one notification (within 20 s) into buf; asserts one came. */
+static void notify_recv(int fd, char *buf, size_t cap)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	ssize_t n;
+
+	assert_int_equal(poll(&p, 1, 20000), 1);
+	n = recv(fd, buf, cap - 1, 0);
+	assert_true(n > 0);
+	buf[n] = '\0';
+}
+
+/*
+ * Under systemd: gpuxd takes the listening socket systemd passed (LISTEN_FDS), says READY=1
+ * once it serves, STOPPING=1 when it drains, and leaves the socket, which is systemd's.
+ */
+static void test_service_systemd_notify_and_socket_activation(void **state)
+{
+	char dir[64], sock[96], notify[96], cache[96], msg[512];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd, nfd, st;
+	gpux_ctx *ctx;
+	pid_t pid;
+
+	(void)snprintf(dir, sizeof(dir), "/tmp/gpux-sd-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	(void)snprintf(sock, sizeof(sock), "%s/gpuxd.sock", dir);
+	(void)snprintf(notify, sizeof(notify), "%s/notify", dir);
+	(void)snprintf(cache, sizeof(cache), "%s/cache", dir);
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	memcpy(sa.sun_path, notify, strlen(notify) + 1);
+	assert_int_equal(bind(nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	memcpy(sa.sun_path, sock, strlen(sock) + 1);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char lp[16];
+		char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--backend", "host", "--cache-dir",
+				 cache, NULL };
+
+		/* What systemd does: the socket as fd 3, LISTEN_PID naming the process. */
+		if (dup2(lfd, 3) != 3)
+			_exit(127);
+		(void)snprintf(lp, sizeof(lp), "%d", (int)getpid());
+		(void)setenv("LISTEN_PID", lp, 1);
+		(void)setenv("LISTEN_FDS", "1", 1);
+		(void)setenv("NOTIFY_SOCKET", notify, 1);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	(void)close(lfd);
+	notify_recv(nfd, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "READY=1"));
+	assert_non_null(strstr(msg, "STATUS=serving"));
+	assert_int_equal(gpux_connect(sock, &ctx), GPUX_OK);
+	gpux_disconnect(ctx);
+
+	assert_int_equal(kill(pid, SIGTERM), 0);
+	notify_recv(nfd, msg, sizeof(msg));
+	assert_non_null(strstr(msg, "STOPPING=1"));
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_int_equal(access(sock, F_OK), 0);
+	(void)close(nfd);
+	{
+		char cmd[96];
+		(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		(void)system(cmd);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -366,6 +442,7 @@ int main(void)
 		cmocka_unit_test(test_service_connect_errors_say_where_and_why),
 		cmocka_unit_test(test_service_log_file_reopened_on_sighup),
 		cmocka_unit_test(test_service_daemonize_lets_go_of_the_terminal),
+		cmocka_unit_test(test_service_systemd_notify_and_socket_activation),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -89,6 +89,9 @@ static void usage(FILE *f)
 		"  --busy-hello-timeout-ms MS   that time while connections without hello hold a\n"
 		"                        quarter of max-clients, or only the reserve is left\n"
 		"                        (default %d)\n"
+		"Metrics:\n"
+		"  --metrics ADDR        serve Prometheus metrics at http://ADDR/metrics\n"
+		"                        (HOST:PORT, [V6]:PORT, or :PORT for every address)\n"
 		"Logs:\n"
 		"  --log-level LEVEL     err, warning, notice, info (default) or debug\n"
 		"  --log-file PATH       log there (reopened on SIGHUP); by default the journal\n"
@@ -123,7 +126,8 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
 	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES,
 	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC, O_RESERVED, O_PERUSER, O_PERPROC,
-	       O_ADMINC, O_HELLO, O_BUSYHELLO, O_SANDBOX, O_LOGLEVEL, O_LOGFILE, O_VERSION };
+	       O_ADMINC, O_HELLO, O_BUSYHELLO, O_SANDBOX, O_LOGLEVEL, O_LOGFILE, O_VERSION,
+	       O_METRICS };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, O_SOCKET },
 		{ "private", no_argument, NULL, O_PRIVATE },
@@ -152,6 +156,7 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 		{ "hello-timeout-ms", required_argument, NULL, O_HELLO },
 		{ "busy-hello-timeout-ms", required_argument, NULL, O_BUSYHELLO },
 		{ "host-sandbox", required_argument, NULL, O_SANDBOX },
+		{ "metrics", required_argument, NULL, O_METRICS },
 		{ "log-level", required_argument, NULL, O_LOGLEVEL },
 		{ "log-file", required_argument, NULL, O_LOGFILE },
 		{ "version", no_argument, NULL, O_VERSION },
@@ -173,6 +178,9 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 			break;
 		case O_LOGFILE:
 			o->log_file = optarg;
+			break;
+		case O_METRICS:
+			o->metrics = optarg;
 			break;
 		case O_VERSION:
 			printf("gpuxd %s\n", GPUX_VERSION_STRING);
@@ -556,6 +564,7 @@ int main(int argc, char **argv)
 		.log_level = LOG_INFO,
 	};
 	s.listen_fd = -1;
+	s.metrics_fd = -1;
 	s.lock_fd = -1;
 	s.signal_fd = -1;
 	sup_notify_init();
@@ -624,6 +633,14 @@ int main(int argc, char **argv)
 		sup_logp(LOG_ERR, "listening: %s", strerror(-r));
 		goto out;
 	}
+	if (s.opts.metrics) {
+		r = sup_metrics_start(&s, s.opts.metrics);
+		if (r < 0) {
+			sup_logp(LOG_ERR, "--metrics %s: %s", s.opts.metrics, strerror(-r));
+			goto out;
+		}
+		sup_log("metrics at http://%s/metrics", s.opts.metrics);
+	}
 	notify(&ready_fd, 'R');
 	sup_log("serving %u %s device%s on %s (%s)%s%s", s.nworkers, s.workers[0].backend,
 		s.nworkers == 1 ? "" : "s", s.socket_path, ipc_loop_name(s.loop),
@@ -635,6 +652,7 @@ int main(int argc, char **argv)
 
 out:
 	if (s.loop) {
+		sup_metrics_free(&s);
 		sup_clients_free(&s);
 		sup_workers_free(&s);
 		ipc_timer_free(s.stop_timer);

@@ -67,6 +67,7 @@ struct sup_opts {
 	unsigned admin_clients;
 	uint64_t hello_timeout_ms;      /* to say hello */
 	uint64_t busy_hello_timeout_ms; /* the same under pressure */
+	const char *metrics;  /* --metrics ADDR, or NULL */
 	int log_level;        /* a syslog priority */
 	const char *log_file; /* NULL: the target sup_log_auto() chooses */
 };
@@ -165,6 +166,10 @@ struct sup {
 	uint64_t next_client_id;
 	uint64_t clients_total;
 	uint64_t clients_refused;
+	int metrics_fd;
+	struct ipc_listener *metrics_listener;
+	struct sup_http *http; /* connections to the metrics server */
+	unsigned nhttp;
 	struct ipc_timer *deadline_timer;
 	struct ipc_timer *idle_timer;
 	struct ipc_timer *stop_timer;
@@ -205,6 +210,11 @@ void sup_notify_init(void);
 int sup_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The socket systemd passed (socket activation): 1 and *ret_fd, 0 when none, or -errno. */
 int sup_listen_fds(int *ret_fd);
+
+/* supervisor/metrics.c */
+/* Serve GET /metrics on ADDR (HOST:PORT, [V6]:PORT or :PORT); 0 or -errno. */
+int sup_metrics_start(struct sup *s, const char *addr);
+void sup_metrics_free(struct sup *s);
 
 /* supervisor/stop.c */
 /* The stop's timer, made before anything may call sup_stop(). */

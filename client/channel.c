@@ -184,6 +184,21 @@ static void on_done(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 }
 
 /* The worker's offer of shared rings: taken when it is what this library knows. */
+/* What a module load got, just before its DONE: kept with the request. */
+static void on_mod_info(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
+{
+	struct ipc_mod_info mi;
+	struct gpux_req *r;
+
+	if (ipc_decode_mod_info(msg, &mi) < 0)
+		return;
+	r = ipc_map_get(&ctx->reqs, msg->hdr.id);
+	if (!r || r->device != device || r->done)
+		return;
+	r->mod_info = mi;
+	r->has_mod_info = true;
+}
+
 static void on_rings(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg)
 {
 	struct cli_dev *d = &ctx->devs[i];
@@ -225,6 +240,8 @@ static int ring_take(gpux_ctx *ctx, uint32_t i, uint32_t seq_ok)
 			return -EBADMSG;
 		if (msg.hdr.type == IPC_DONE)
 			on_done(ctx, i, &msg);
+		else if (msg.hdr.type == IPC_MOD_INFO)
+			on_mod_info(ctx, i, &msg);
 		taken++;
 	}
 	return taken;
@@ -253,6 +270,8 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 		d->sock_in++;
 		if (msg.hdr.type == IPC_DONE)
 			on_done(ctx, i, &msg);
+		else if (msg.hdr.type == IPC_MOD_INFO)
+			on_mod_info(ctx, i, &msg);
 		else if (msg.hdr.type == IPC_RINGS)
 			on_rings(ctx, i, &msg);
 		ipc_msg_close_fds(&msg);

@@ -99,6 +99,7 @@ struct gpux_module {
 	uint32_t nheaders, nnames;
 	char *options;
 	uint64_t sent[IPC_DEVICES_MAX];
+	struct gpux_module_info info; /* from the worker that loaded it first */
 	struct gpux_module *prev, *next;
 };
 
@@ -123,6 +124,8 @@ struct gpux_req {
 	gpux_status status;
 	char *message;
 	struct gpux_times times;
+	struct ipc_mod_info mod_info; /* a module load's: what the worker said before its DONE */
+	bool has_mod_info;
 	struct gpux_req *prev, *next; /* all of the context's requests */
 };
 

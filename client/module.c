@@ -107,6 +107,16 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *
 		*ret_status = r->status;
 		if (ret_log && r->message && *r->message)
 			*ret_log = strdup(r->message);
+		if (rc == 0 && r->has_mod_info) {
+			/* Most significant byte first, as the cache's file names write it. */
+			for (unsigned k = 0; k < 8; k++) {
+				m->info.key[k] = (uint8_t)(r->mod_info.key_hi >> (56 - 8 * k));
+				m->info.key[8 + k] = (uint8_t)(r->mod_info.key_lo >> (56 - 8 * k));
+			}
+			m->info.device = device;
+			m->info.source = r->mod_info.source;
+			m->info.build_ns = r->mod_info.build_ns;
+		}
 		cli_req_release(r);
 		return 0;
 	}
@@ -268,6 +278,17 @@ GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const voi
 	struct gpux_module_opts o = { .size = sizeof(o), .options = options };
 
 	return gpux_module_load_ex(ctx, lang, code, size, &o, ret_module, ret_log);
+}
+
+GPUX_EXPORT gpux_status gpux_module_info(gpux_module *m, struct gpux_module_info *ret_info)
+{
+	if (!cli_alive(m, CLI_MOD_MAGIC) || !ret_info)
+		return GPUX_E_INVAL;
+	/* Set once by gpux_module_load(), never changed after: no lock needed. */
+	if (!m->info.source)
+		return GPUX_E_NOTFOUND;
+	*ret_info = m->info;
+	return GPUX_OK;
 }
 
 GPUX_EXPORT void gpux_module_free(gpux_module *m)

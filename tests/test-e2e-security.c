@@ -188,6 +188,15 @@ static void test_e2e_out_of_range_argument_refused(void **state)
 	(void)close(fd);
 	n = ipc_encode_mod_load(buf, sizeof(buf), 1, &ml, "", code);
 	assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, NULL, 0, 0), 0);
+	/* What the module is comes first, then the DONE. */
+	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
+	{
+		struct ipc_mod_info mi;
+
+		assert_int_equal(ipc_decode_mod_info(&msg, &mi), 0);
+		assert_int_equal(msg.hdr.id, 1);
+		assert_int_equal(mi.source, IPC_MOD_COMPILED);
+	}
 	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
 	assert_int_equal(ipc_decode_done(&msg, &done), 0);
 	assert_int_equal(done.m.status, GPUX_OK);

@@ -148,9 +148,11 @@ static int disk_write(struct wrk *w, const struct wrk_module *m)
 
 static void job_run(struct wrk *w, struct wrk_module *m)
 {
+	uint64_t t0 = mono_ns();
 	char *msg = NULL;
 	int r;
 
+	m->build_ns = 0;
 	if (w->disk_cache && disk_read(w, m) == 0) {
 		m->from_disk = true;
 	} else {
@@ -165,6 +167,7 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 			.nnames = m->nnames,
 		};
 		r = w->be->build(w->dev, &b, &m->image, &m->image_len, &m->log);
+		m->build_ns = mono_ns() - t0;
 		if (r < 0) {
 			m->status = r;
 			return;
@@ -175,6 +178,7 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 				w->opts.device, w->opts.cache_dir, strerror(-r));
 	}
 	r = w->be->module_load(w->dev, m->image, m->image_len, &m->handle, &msg);
+	m->build_ns = mono_ns() - t0;
 	if (r < 0) {
 		m->status = r;
 		free(m->log);
@@ -182,6 +186,30 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 		return;
 	}
 	m->status = 0;
+}
+
+/*
+ * Answer a MOD_LOAD: when the module is ready, first what it is (its cache key, where it
+ * came from for this load, the time that took), then the DONE.
+ */
+static void module_reply(struct wrk_client *c, uint32_t id, const struct wrk_module *m,
+			 uint32_t source)
+{
+	static uint8_t buf[128];
+	struct ipc_mod_info mi = {
+		.key_lo = m->key.lo,
+		.key_hi = m->key.hi,
+		.build_ns = source == IPC_MOD_MEMORY ? 0 : m->build_ns,
+		.source = source,
+	};
+	int n;
+
+	if (id != 0 && !c->gone && m->state == MOD_READY) {
+		n = ipc_encode(buf, sizeof(buf), IPC_MOD_INFO, id, 0, &mi, sizeof(mi), NULL, 0);
+		if (n > 0)
+			wrk_client_send(c, buf, (size_t)n);
+	}
+	wrk_reply(c, id, m->state == MOD_READY ? GPUX_OK : m->status, m->log);
 }
 
 static void *compiler_main(void *arg)
@@ -543,7 +571,7 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	if (m->state == MOD_BUILDING)
 		module_wait(m, c, id);
 	else
-		wrk_reply(c, id, m->state == MOD_READY ? GPUX_OK : m->status, m->log);
+		module_reply(c, id, m, IPC_MOD_MEMORY);
 	return 0;
 }
 
@@ -578,6 +606,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 
 		done = m->next_done;
 		m->next_done = NULL;
+		w->stats.build_ns += m->build_ns;
 		if (m->status == 0) {
 			m->state = MOD_READY;
 			if (m->from_disk)
@@ -601,8 +630,8 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 		m->options = NULL;
 		while ((wt = m->waiters)) {
 			m->waiters = wt->next;
-			wrk_reply(wt->client, wt->reply_id, m->state == MOD_READY ? GPUX_OK : m->status,
-			      m->log);
+			module_reply(wt->client, wt->reply_id, m,
+				     m->from_disk ? IPC_MOD_DISK : IPC_MOD_COMPILED);
 			wrk_client_unref(wt->client);
 			free(wt);
 		}

@@ -152,6 +152,7 @@ struct wrk_module {
 	uint8_t *image;
 	size_t image_len;
 	bool from_disk;
+	uint64_t build_ns; /* compiling or reading it, and loading it */
 	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
 	struct wrk_module *next_done; /* in the job list, then in the finished list */
 	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */

@@ -287,6 +287,30 @@ GPUX_EXPORT gpux_status gpux_module_load_ex(gpux_ctx *ctx, uint32_t lang, const 
 					    size_t size, const struct gpux_module_opts *opts,
 					    gpux_module **ret_module, char **ret_log);
 
+/* Where a module's image came from when gpux_module_load() loaded it. */
+enum gpux_module_source {
+	GPUX_MODULE_COMPILED = 1, /* compiled for this load */
+	GPUX_MODULE_DISK = 2,     /* read from the worker's disk cache */
+	GPUX_MODULE_MEMORY = 3,   /* the worker had it loaded already */
+};
+
+struct gpux_module_info {
+	/* The cache key (XXH3-128 of the language, options, code, user, target and compiler
+	 * versions): the disk cache keeps the image as <these 16 bytes in hex>.<cubin|so> in
+	 * the worker's cache directory. */
+	uint8_t key[16];
+	uint32_t device;   /* the device whose worker loaded it first */
+	uint32_t source;   /* enum gpux_module_source */
+	uint64_t build_ns; /* that worker's time compiling (or reading) and loading it */
+};
+
+/*
+ * What the worker that loaded the module said of it: its cache key, where it came from, the
+ * time it took. GPUX_E_NOTFOUND when the worker did not say (a gpuxd older than this
+ * library's protocol version 3 never does).
+ */
+GPUX_EXPORT gpux_status gpux_module_info(gpux_module *module, struct gpux_module_info *ret_info);
+
 /* Unload a module. Requests still using it must be finished first. NULL is accepted; a
  * handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_module_free(gpux_module *module);

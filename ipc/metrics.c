@@ -197,8 +197,9 @@ int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev
 	(void)fprintf(f, "gpux_uptime_seconds %.3f\n", (double)st->uptime_ns / 1e9);
 	family(f, "gpux_stopping", "gauge", "1 while gpuxd drains before it stops.");
 	(void)fprintf(f, "gpux_stopping %d\n", !!(st->flags & IPC_STATUS_STOPPING));
-	family(f, "gpux_clients", "gauge", "Clients connected to gpuxd now.");
-	(void)fprintf(f, "gpux_clients %u\n", st->nclients);
+	/* Not gpux_clients: a parser takes gpux_clients_total's family to be that. */
+	family(f, "gpux_clients_connected", "gauge", "Clients connected to gpuxd now.");
+	(void)fprintf(f, "gpux_clients_connected %u\n", st->nclients);
 	family(f, "gpux_clients_total", "counter", "Clients gpuxd accepted.");
 	(void)fprintf(f, "gpux_clients_total %llu\n", (unsigned long long)st->clients_total);
 	family(f, "gpux_clients_refused_total", "counter",

@@ -69,7 +69,7 @@ static void test_metrics_text_has_the_counts(void **state)
 	ipc_hist_add(&devs[1].stats.latency, 3 * NSEC_PER_SEC);
 	text = write_text(&st, devs);
 
-	assert_non_null(strstr(text, "\ngpux_clients 3\n"));
+	assert_non_null(strstr(text, "\ngpux_clients_connected 3\n"));
 	assert_non_null(strstr(text, "gpux_build_info{version=\"9.8.7\"} 1\n"));
 	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"1\",status=\"ok\"} 40\n"));
 	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"1\",status=\"worker_lost\"} 2\n"));

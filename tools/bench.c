@@ -20,6 +20,7 @@
 #include "bench-kernels.h"
 #include "bench.h"
 #include "ipc/macro.h"
+#include "json.h"
 
 extern char **environ;
 
@@ -552,10 +553,10 @@ static int s_gpus(struct bench *b)
 
 /* ---- output ---- */
 
-static void print_table(const struct bench *b)
+static void print_table(FILE *f, const struct bench *b)
 {
-	printf("\n%-48s %12s %12s %-6s %8s %12s %s\n", "scenario", "gpux", "baseline", "unit",
-	       "ratio", "target", "");
+	(void)fprintf(f, "\n%-48s %12s %12s %-6s %8s %12s %s\n", "scenario", "gpux", "baseline",
+		      "unit", "ratio", "target", "");
 	for (unsigned i = 0; i < b->nres; i++) {
 		const struct result *r = &b->res[i];
 		char gpux[32] = "-", base[32] = "-", ratio[32] = "-";
@@ -566,32 +567,61 @@ static void print_table(const struct bench *b)
 			(void)snprintf(base, sizeof(base), "%.2f", r->base);
 		if (!isnan(r->ratio) && !isinf(r->ratio))
 			(void)snprintf(ratio, sizeof(ratio), "%.3fx", r->ratio);
-		printf("%-48s %12s %12s %-6s %8s %12s %s\n", r->name, gpux, base, r->unit,
-		       ratio, r->target,
-		       judged(r) ? (r->met ? "met" : "MISSED") : *r->target ? "n/a" : "");
+		(void)fprintf(f, "%-48s %12s %12s %-6s %8s %12s %s\n", r->name, gpux, base, r->unit,
+			      ratio, r->target,
+			      judged(r) ? (r->met ? "met" : "MISSED") : *r->target ? "n/a" : "");
 	}
 }
 
-static void print_json(const struct bench *b, const struct gpux_device_info *info)
+/* One JSON document: a result without a baseline, or with a NaN, has null there. */
+static int print_json(const struct bench *b, const struct gpux_device_info *info)
 {
-	printf("{\"device\":\"%s\",\"backend\":\"%s\",\"results\":[", info->name,
-	       info->backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
+	json_t *root = json_object(), *arr = json_array();
+
+	if (!root || !arr)
+		return tool_fail("json", "out of memory");
+	(void)json_object_set_new(root, "device", json_string(info->name));
+	(void)json_object_set_new(root, "backend", json_string(info->backend == GPUX_BACKEND_CUDA
+									? "cuda"
+									: "host"));
 	for (unsigned i = 0; i < b->nres; i++) {
 		const struct result *r = &b->res[i];
-		printf("%s{\"scenario\":\"%s\",\"gpux\":", i ? "," : "", r->name);
-		if (isnan(r->gpux))
-			printf("null");
-		else
-			printf("%.6g", r->gpux);
-		printf(",\"baseline\":");
-		if (isnan(r->base))
-			printf("null");
-		else
-			printf("%.6g", r->base);
-		printf(",\"unit\":\"%s\",\"target\":\"%s\",\"met\":%s}", r->unit, r->target,
-		       judged(r) ? (r->met ? "true" : "false") : "null");
+		json_t *o = json_object();
+
+		(void)json_object_set_new(o, "scenario", json_string(r->name));
+		(void)json_object_set_new(o, "gpux", tool_json_real(r->gpux));
+		(void)json_object_set_new(o, "baseline", tool_json_real(r->base));
+		(void)json_object_set_new(o, "unit", json_string(r->unit));
+		(void)json_object_set_new(o, "ratio", tool_json_real(r->ratio));
+		(void)json_object_set_new(o, "target", json_string(r->target));
+		(void)json_object_set_new(o, "met", judged(r) ? json_boolean(r->met) : json_null());
+		(void)json_array_append_new(arr, o);
 	}
-	printf("]}\n");
+	(void)json_object_set_new(root, "results", arr);
+	return tool_json_print(root);
+}
+
+/* Whether a comma-separated list names `name`. */
+static bool listed(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+		if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+/* The start of scenario `done + 1` of `total`: what has gone, and about what is left. */
+static void progress(unsigned done, unsigned total, const char *name, uint64_t t0)
+{
+	double secs = (double)(tool_now() - t0) / 1e9;
+
+	if (done == 0)
+		(void)fprintf(stderr, "gpux bench: [1/%u] %s\n", total, name);
+	else
+		(void)fprintf(stderr, "gpux bench: [%u/%u] %s: %.0f s so far, about %.0f s left\n",
+			      done + 1, total, name, secs, secs / done * (total - done));
 }
 
 /* Connect, load the kernels and run the scenarios asked for: how many failed, or -1. */
@@ -606,10 +636,28 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		{ "fair", bench_fair },	  { "gpus", s_gpus },
 	};
 	char *log = NULL;
+	unsigned total = 0, done = 0;
+	uint64_t t0;
 	int c, failed = 0;
+	gpux_status st;
 
-	if (gpux_connect(sock, &b->ctx) != GPUX_OK) {
-		(void)tool_fail("connect", "no gpuxd");
+	/* --only names scenarios that exist, or nothing runs. */
+	for (const char *p = only; p && *p; p = strchr(p, ','), p = p ? p + 1 : NULL) {
+		size_t n = strcspn(p, ",");
+		bool known = false;
+
+		for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++)
+			known |= strlen(scenarios[i].name) == n && strncmp(p, scenarios[i].name, n) == 0;
+		if (!known) {
+			(void)fprintf(stderr, "gpux: bench: --only: no scenario \"%.*s\"\n", (int)n, p);
+			return -2;
+		}
+	}
+	for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++)
+		total += !only || listed(only, scenarios[i].name);
+	st = gpux_connect(sock, &b->ctx);
+	if (st != GPUX_OK) {
+		(void)tool_connect_fail(st);
 		return -1;
 	}
 	if (gpux_device_info(b->ctx, 0, info) != GPUX_OK) {
@@ -640,15 +688,17 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 	free(log);
 	(void)fprintf(stderr, "gpux bench on %s (%s)\n", info->name, b->cuda ? "cuda" : "host");
 	warm_up(b);
+	t0 = tool_now();
 	for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++) {
-		if (only && !strstr(only, scenarios[i].name))
+		if (only && !listed(only, scenarios[i].name))
 			continue;
-		(void)fprintf(stderr, "  %s...\n", scenarios[i].name);
+		progress(done++, total, scenarios[i].name, t0);
 		if (scenarios[i].fn(b) < 0) {
 			(void)fprintf(stderr, "gpux: bench: %s failed\n", scenarios[i].name);
 			failed++;
 		}
 	}
+	(void)fprintf(stderr, "gpux bench: done in %.0f s\n", (double)(tool_now() - t0) / 1e9);
 	return failed;
 }
 
@@ -659,6 +709,7 @@ int tool_bench(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "quick", no_argument, NULL, 'q' },
 		{ "only", required_argument, NULL, 'o' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct bench b;
@@ -669,18 +720,18 @@ int tool_bench(int argc, char **argv)
 	ssize_t n;
 	int c, rc;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+	while ((c = tool_getopt(argc, argv, opts, TOOL_USAGE_BENCH)) >= 0) {
 		if (c == 's')
 			sock = optarg;
 		else if (c == 'j')
 			json = true;
 		else if (c == 'q')
 			b.quick = true;
-		else if (c == 'o')
-			only = optarg;
 		else
-			return TOOL_USAGE;
+			only = optarg;
 	}
+	if (optind != argc)
+		tool_usage_error(TOOL_USAGE_BENCH, "bench: unexpected argument \"%s\"", argv[optind]);
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
 		return tool_fail("bench", "cannot find itself");
@@ -700,10 +751,15 @@ int tool_bench(int argc, char **argv)
 		(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", b.tmp);
 		(void)system(cmd);
 	}
+	if (rc == -2) {
+		(void)fputs(TOOL_USAGE_BENCH, stderr);
+		return TOOL_USAGE;
+	}
 	if (rc < 0)
 		return TOOL_FAIL;
-	if (json)
-		print_json(&b, &info);
-	print_table(&b);
+	/* With --json, stdout holds the JSON alone; the table is for the person watching. */
+	print_table(json ? stderr : stdout, &b);
+	if (json && print_json(&b, &info) != TOOL_OK)
+		return TOOL_FAIL;
 	return rc > 0 ? TOOL_FAIL : TOOL_OK;
 }

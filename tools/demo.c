@@ -149,6 +149,7 @@ int tool_demo(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "children", required_argument, NULL, 'c' },
 		{ "elements", required_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *sock = NULL;
@@ -164,22 +165,22 @@ int tool_demo(int argc, char **argv)
 	gpux_status st;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+	while ((c = tool_getopt(argc, argv, opts, TOOL_USAGE_DEMO)) >= 0) {
 		if (c == 's')
 			sock = optarg;
 		else if (c == 'c')
-			nchildren = (unsigned)strtoul(optarg, NULL, 10);
-		else if (c == 'n')
-			n = strtoull(optarg, NULL, 10);
+			nchildren = (unsigned)tool_parse_u64("demo", TOOL_USAGE_DEMO, "--children",
+							     optarg, 1, 256);
 		else
-			return TOOL_USAGE;
+			n = tool_parse_u64("demo", TOOL_USAGE_DEMO, "--elements", optarg, 1,
+					   1ull << 28);
 	}
-	if (optind != argc || nchildren == 0 || nchildren > 256 || n == 0 || n > (1ull << 28))
-		return TOOL_USAGE;
+	if (optind != argc)
+		tool_usage_error(TOOL_USAGE_DEMO, "demo: unexpected argument \"%s\"", argv[optind]);
 
 	st = gpux_connect(sock, &ctx);
 	if (st < 0)
-		return tool_fail("connect", gpux_strerror(st));
+		return tool_connect_fail(st);
 	ndev = gpux_device_count(ctx);
 	printf("gpux demo: %u device%s\n", ndev, ndev == 1 ? "" : "s");
 	for (uint32_t i = 0; i < ndev; i++)

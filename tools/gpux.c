@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* tools/gpux.c: the gpux command: status, demo, bench, soak. */
+/* tools/gpux.c: the gpux command: its subcommands, and the conventions they share. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -8,6 +11,14 @@
 int tool_fail(const char *what, const char *why)
 {
 	(void)fprintf(stderr, "gpux: %s: %s\n", what, why);
+	return TOOL_FAIL;
+}
+
+int tool_connect_fail(gpux_status st)
+{
+	const char *why = gpux_connect_error();
+
+	(void)fprintf(stderr, "gpux: connect: %s\n", *why ? why : gpux_strerror(st));
 	return TOOL_FAIL;
 }
 
@@ -31,40 +42,103 @@ int tool_cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+void tool_usage_error(const char *usage, const char *fmt, ...)
+{
+	va_list ap;
+
+	(void)fputs("gpux: ", stderr);
+	va_start(ap, fmt);
+	(void)vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	(void)fprintf(stderr, "\n%s", usage);
+	exit(TOOL_USAGE);
+}
+
+int tool_getopt(int argc, char **argv, const struct option *opts, const char *usage)
+{
+	int c, idx = -1;
+
+	opterr = 0;
+	c = getopt_long(argc, argv, ":h", opts, &idx);
+	if (c == 'h') {
+		(void)fputs(usage, stdout);
+		exit(TOOL_OK);
+	}
+	if (c == ':')
+		tool_usage_error(usage, "%s: option %s needs a value", argv[0], argv[optind - 1]);
+	if (c == '?')
+		tool_usage_error(usage, "%s: unknown option %s", argv[0], argv[optind - 1]);
+	return c;
+}
+
+uint64_t tool_parse_u64(const char *cmd, const char *usage, const char *opt, const char *s,
+		   uint64_t min, uint64_t max)
+{
+	char *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+		tool_usage_error(usage, "%s: %s: bad value \"%s\" (%llu to %llu)", cmd, opt, s,
+				 (unsigned long long)min, (unsigned long long)max);
+	return v;
+}
+
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *usage;
+	const char *what;
+} commands[] = {
+	{ "status", tool_status, TOOL_USAGE_STATUS, "what gpuxd and its workers are doing" },
+	{ "compile", tool_compile, TOOL_USAGE_COMPILE, "compile a module through a worker" },
+	{ "demo", tool_demo, TOOL_USAGE_DEMO, "run a kernel from forked children, and check it" },
+	{ "bench", tool_bench, TOOL_USAGE_BENCH, "gpux against in-process CUDA, scenario by scenario" },
+	{ "soak", tool_soak, TOOL_USAGE_SOAK, "clients at work while workers and gpuxd are killed" },
+	{ "version", NULL, "usage: gpux version\n", "gpux's version" },
+	{ "help", NULL, "usage: gpux help [COMMAND]\n", "this text, or a command's" },
+};
+
 static void usage(FILE *f)
 {
-	(void)fprintf(f, "usage: gpux status [--socket PATH] [--json]\n"
-			 "       gpux demo [--socket PATH] [--children N] [--elements N]\n"
-			 "       gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"
-			 "                  (scenarios: rtt bw fork cached modules clients gpus)\n"
-			 "       gpux soak [--minutes N] [--clients N] [--seed N]\n"
-			 "                 [--watchdog-s S] [--rss-slack-mib N] [--ops LIST]\n"
-			 "                 [--keep]\n"
-			 "       gpux version\n");
+	(void)fprintf(f, "usage: gpux COMMAND [OPTIONS]   (gpux COMMAND --help for its options)\n"
+			 "       gpux --version | --help\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		(void)fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].what);
+	(void)fprintf(f, "\nSee gpux(1).\n");
 }
 
 int main(int argc, char **argv)
 {
-	if (argc < 2) {
+	const char *cmd = argc >= 2 ? argv[1] : NULL;
+
+	if (!cmd) {
+		(void)fprintf(stderr, "gpux: no command given\n");
 		usage(stderr);
 		return TOOL_USAGE;
 	}
-	if (strcmp(argv[1], "status") == 0)
-		return tool_status(argc - 1, argv + 1);
-	if (strcmp(argv[1], "demo") == 0)
-		return tool_demo(argc - 1, argv + 1);
-	if (strcmp(argv[1], "bench") == 0)
-		return tool_bench(argc - 1, argv + 1);
-	if (strcmp(argv[1], "soak") == 0)
-		return tool_soak(argc - 1, argv + 1);
-	if (strcmp(argv[1], "version") == 0) {
+	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
 		printf("gpux %s\n", gpux_version());
 		return TOOL_OK;
 	}
-	if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0) {
+	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 ||
+	    (strcmp(cmd, "help") == 0 && argc == 2)) {
 		usage(stdout);
 		return TOOL_OK;
 	}
+	if (strcmp(cmd, "help") == 0)
+		cmd = argv[2];
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(cmd, commands[i].name) != 0)
+			continue;
+		if (argv[1] != cmd || !commands[i].run) {
+			(void)fputs(commands[i].usage, stdout);
+			return TOOL_OK;
+		}
+		return commands[i].run(argc - 1, argv + 1);
+	}
+	(void)fprintf(stderr, "gpux: unknown command \"%s\"\n", cmd);
 	usage(stderr);
 	return TOOL_USAGE;
 }

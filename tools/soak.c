@@ -382,13 +382,6 @@ static unsigned sanitizer_reports(const char *log)
 	return n;
 }
 
-static void usage(FILE *f)
-{
-	(void)fprintf(f, "usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"
-			 "                 [--watchdog-s S] [--rss-slack-mib N] [--keep]\n"
-			 "                 [--ops run,queue,frozen,dbuf,module,fork]\n");
-}
-
 static int parse_ops(const char *list, unsigned *ret)
 {
 	char copy[128], *save = NULL;
@@ -420,11 +413,12 @@ static int parse(int argc, char **argv, struct soak *s, double *ret_min, bool *r
 		{ "keep", no_argument, NULL, 'k' },
 		{ "ops", required_argument, NULL, 'o' },
 		{ "rss-slack-mib", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 
-	while ((c = getopt_long(argc, argv, "", opts, NULL)) >= 0) {
+	while ((c = tool_getopt(argc, argv, opts, TOOL_USAGE_SOAK)) >= 0) {
 		if (c == 'm')
 			*ret_min = strtod(optarg, NULL);
 		else if (c == 'c')
@@ -502,10 +496,8 @@ int tool_soak(int argc, char **argv)
 	if (s.b == MAP_FAILED)
 		return tool_fail("soak", strerror(errno));
 	s.b->ops_mask = (1u << SOAK_OP_N) - 1;
-	if (parse(argc, argv, &s, &minutes, &keep) < 0) {
-		usage(stderr);
-		return TOOL_USAGE;
-	}
+	if (parse(argc, argv, &s, &minutes, &keep) < 0)
+		tool_usage_error(TOOL_USAGE_SOAK, "soak: a bad value, or an unexpected argument");
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
 		return tool_fail("soak", "cannot find this program");

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* tools/tools.h: the gpux command's subcommands. */
+/* tools/tools.h: the gpux command's subcommands, and the conventions they share. */
 #pragma once
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,7 +14,39 @@
 #define TOOL_FAIL 1
 #define TOOL_USAGE 2
 
+#define TOOL_USAGE_STATUS                                                                          \
+	"usage: gpux status [--socket PATH] [--json | --prometheus]\n"                             \
+	"  --socket PATH   gpuxd's socket (default: $GPUX_SOCKET, the per-user one, the\n"      \
+	"                  system-wide one)\n"                                                   \
+	"  --json          one JSON document on stdout\n"                                        \
+	"  --prometheus    the metrics in Prometheus' text format (for node_exporter's\n"       \
+	"                  textfile collector)\n"
+#define TOOL_USAGE_COMPILE                                                                         \
+	"usage: gpux compile [--socket PATH] [--lang cuda|ptx|cubin|host] [--options OPTS]\n"    \
+	"                    [--json] FILE\n"                                                    \
+	"  Compile FILE through a worker (as gpux_module_load() does) and print the\n"           \
+	"  compiler's log, where the module came from and its cache key.\n"                      \
+	"  --lang L        default: from FILE's name (.cu, .ptx, .cubin/.fatbin, .c)\n"            \
+	"  --options OPTS  compiler options, space-separated (NVRTC's -D, -U, -std=...)\n"       \
+	"  --json          one JSON document on stdout\n"
+#define TOOL_USAGE_DEMO                                                                            \
+	"usage: gpux demo [--socket PATH] [--children N] [--elements N]\n"                       \
+	"  --children N    forked children that run the kernel (1 to 256, default 8)\n"          \
+	"  --elements N    elements of the vectors (default 1048576)\n"
+#define TOOL_USAGE_BENCH                                                                           \
+	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"              \
+	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
+	"  --quick         fewer repetitions\n"                                                  \
+	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus\n"
+
+#define TOOL_USAGE_SOAK                                                                            \
+	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                               \
+	"                 [--watchdog-s S] [--rss-slack-mib N] [--keep]\n"                       \
+	"                 [--ops run,queue,frozen,dbuf,module,fork]\n"                           \
+	"  Forked clients at work while workers and gpuxd are killed; checks every result.\n"
+
 int tool_status(int argc, char **argv);
+int tool_compile(int argc, char **argv);
 int tool_demo(int argc, char **argv);
 int tool_bench(int argc, char **argv);
 int tool_soak(int argc, char **argv);
@@ -31,7 +64,22 @@ extern const char tool_kernels_cuda[];
 /* Load the demo kernels for the back end of device 0. */
 gpux_status tool_load_kernels(gpux_ctx *ctx, gpux_module **ret, char **ret_log, double *ret_ms);
 
+/*
+ * getopt_long() the gpux way (opts must have "help" as 'h'): -h and --help print `usage` on
+ * stdout and exit 0; an unknown option or a missing value prints one line naming it, then
+ * the usage, on stderr and exits 2. Returns what getopt_long() does otherwise.
+ */
+int tool_getopt(int argc, char **argv, const struct option *opts, const char *usage);
+/* One line "gpux: ...", the usage, exit 2. */
+void tool_usage_error(const char *usage, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3), noreturn));
+/* A number option's value in [min, max], or a usage error. */
+uint64_t tool_parse_u64(const char *cmd, const char *usage, const char *opt, const char *s,
+			uint64_t min, uint64_t max);
+
 int tool_fail(const char *what, const char *why);
+/* "gpux: connect: <gpux_connect_error()>", exit code 1. */
+int tool_connect_fail(gpux_status st);
 double tool_ms(uint64_t ns);
 uint64_t tool_now(void);
 int tool_cmp_u64(const void *a, const void *b);

@@ -1,0 +1,286 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-cli.c: the gpux command's conventions, and its JSON read back by a parser. */
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+extern char **environ;
+
+struct run {
+	int code; /* exit status; 128 + signal */
+	char *out, *err;
+};
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	char *buf = calloc(1, 1 << 20);
+	size_t n;
+
+	assert_non_null(f);
+	assert_non_null(buf);
+	n = fread(buf, 1, (1 << 20) - 1, f);
+	buf[n] = '\0';
+	(void)fclose(f);
+	return buf;
+}
+
+/* Run gpux with args (NULL-terminated, without argv[0]); its stdout and stderr. */
+static struct run gpux(const struct test_daemon *d, const char *const *args)
+{
+	char *argv[32], out[320], err[320];
+	posix_spawn_file_actions_t fa;
+	struct run r;
+	unsigned n = 0;
+	pid_t pid;
+	int st;
+
+	argv[n++] = getenv("GPUX_CLI");
+	assert_non_null(argv[0]);
+	for (unsigned i = 0; args[i]; i++)
+		argv[n++] = (char *)args[i];
+	argv[n] = NULL;
+	(void)snprintf(out, sizeof(out), "%s/cli.out", d->dir);
+	(void)snprintf(err, sizeof(err), "%s/cli.err", d->dir);
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	(void)posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	r.out = slurp(out);
+	r.err = slurp(err);
+	return r;
+}
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+}
+
+/* stdout must be exactly one JSON document: json_loads() refuses anything after it. */
+static json_t *parse(const struct run *r)
+{
+	json_error_t e;
+	json_t *j = json_loads(r->out, 0, &e);
+
+	if (!j)
+		fail_msg("not JSON: %s (line %d): %s", e.text, e.line, r->out);
+	return j;
+}
+
+static int setup(void **state)
+{
+	/* A socket path with a quote and a backslash in it, which JSON must escape. */
+	static struct test_daemon d;
+	char dir[64], sock[128];
+
+	(void)snprintf(dir, sizeof(dir), "/tmp/gpux-cli-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	(void)snprintf(sock, sizeof(sock), "%s/a\"b\\c.sock", dir);
+	test_daemon_start_at(&d, sock, NULL);
+	*state = &d;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct test_daemon *d = *state;
+	char dir[sizeof(d->sock)], cmd[sizeof(d->sock) + 16];
+
+	(void)snprintf(dir, sizeof(dir), "%s", d->sock);
+	*strrchr(dir, '/') = '\0';
+	test_daemon_stop(d);
+	(void)snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	(void)system(cmd);
+	return 0;
+}
+
+static void test_cli_status_json_parses(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "status", "--json", "--socket", d->sock, NULL };
+	struct run r = gpux(d, args);
+	json_t *j, *dev;
+
+	assert_int_equal(r.code, 0);
+	j = parse(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "socket")), d->sock);
+	assert_true(json_is_false(json_object_get(j, "stopping")));
+	assert_int_equal(json_array_size(json_object_get(j, "devices")), 1);
+	dev = json_array_get(json_object_get(j, "devices"), 0);
+	assert_string_equal(json_string_value(json_object_get(dev, "state")), "ready");
+	assert_true(json_is_integer(json_object_get(dev, "inflight")));
+	assert_true(json_is_object(json_object_get(dev, "latency")));
+	json_decref(j);
+	run_free(&r);
+}
+
+static void test_cli_status_prometheus(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "status", "--prometheus", "--socket", d->sock, NULL };
+	struct run r = gpux(d, args);
+
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "# TYPE gpux_requests_total counter\n"));
+	assert_non_null(strstr(r.out, "\ngpux_device_state{device=\"0\",state=\"ready\"} 1\n"));
+	run_free(&r);
+}
+
+static void write_file(const struct test_daemon *d, const char *name, const char *text,
+		       char *ret_path, size_t len)
+{
+	FILE *f;
+
+	(void)snprintf(ret_path, len, "%s/%s", d->dir, name);
+	f = fopen(ret_path, "we");
+	assert_non_null(f);
+	assert_int_equal(fputs(text, f) >= 0, 1);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* gpux compile: the log, where the module came from, its cache key, the file in the cache. */
+static void test_cli_compile(void **state)
+{
+	struct test_daemon *d = *state;
+	char good[320], bad[320], cached[400];
+	const char *args[] = { "compile", "--json", "--socket", d->sock, good, NULL };
+	struct run r;
+	json_t *j;
+	const char *key;
+	struct stat st;
+
+	write_file(d, "k.c", "GPUX_HOST_KERNEL(k)\n{\n}\n", good, sizeof(good));
+	write_file(d, "bad.c", "GPUX_HOST_KERNEL(k)\n{\n\tthis is not C;\n}\n", bad, sizeof(bad));
+	r = gpux(d, args);
+	assert_int_equal(r.code, 0);
+	j = parse(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "status")), "ok");
+	assert_string_equal(json_string_value(json_object_get(j, "source")), "compiled");
+	key = json_string_value(json_object_get(j, "key"));
+	assert_non_null(key);
+	assert_int_equal(strlen(key), 32);
+	/* The key names the image in the worker's cache directory. */
+	(void)snprintf(cached, sizeof(cached), "%s/%s.so", d->cache, key);
+	assert_int_equal(stat(cached, &st), 0);
+	json_decref(j);
+	run_free(&r);
+
+	/* Again: the worker has it. Without --json, one line says so. */
+	args[1] = "--lang=host";
+	r = gpux(d, args);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "worker memory"));
+	assert_non_null(strstr(r.out, "cache key "));
+	run_free(&r);
+
+	args[4] = bad;
+	r = gpux(d, args);
+	assert_int_equal(r.code, 1);
+	assert_non_null(strstr(r.out, "error"));
+	assert_non_null(strstr(r.err, "compile error"));
+	run_free(&r);
+}
+
+/* --json prints one JSON document and nothing else: the table and progress go to stderr. */
+static void test_cli_bench_json_is_json(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "bench", "--json", "--quick", "--only", "rtt", "--socket", d->sock,
+			       NULL };
+	struct run r = gpux(d, args);
+	json_t *j, *res;
+
+	assert_int_equal(r.code, 0);
+	j = parse(&r);
+	res = json_object_get(j, "results");
+	assert_true(json_array_size(res) >= 1);
+	/* No baseline on the host back end: null, never nan. */
+	assert_true(json_is_null(json_object_get(json_array_get(res, 0), "baseline")));
+	assert_non_null(strstr(r.err, "[1/1] rtt"));
+	assert_non_null(strstr(r.err, "scenario"));
+	json_decref(j);
+	run_free(&r);
+}
+
+/* Usage errors: one line naming the culprit, the usage, exit 2; --help exits 0. */
+static void test_cli_conventions(void **state)
+{
+	struct test_daemon *d = *state;
+	static const char *const helps[][3] = {
+		{ "--help" }, { "-h" }, { "status", "--help" }, { "compile", "-h" },
+		{ "demo", "--help" }, { "bench", "--help" }, { "help", "status" }, { "--version" },
+	};
+	struct run r;
+
+	for (unsigned i = 0; i < ARRAY_SIZE(helps); i++) {
+		r = gpux(d, helps[i]);
+		assert_int_equal(r.code, 0);
+		assert_true(strstr(r.out, "usage: gpux") || strstr(r.out, "gpux 0."));
+		assert_string_equal(r.err, "");
+		run_free(&r);
+	}
+	{
+		const char *args[] = { "bench", "--only", "rtt,nope", NULL };
+		r = gpux(d, args);
+		assert_int_equal(r.code, 2);
+		assert_non_null(strstr(r.err, "\"nope\""));
+		assert_non_null(strstr(r.err, "usage: gpux bench"));
+		run_free(&r);
+	}
+	{
+		const char *args[] = { "status", "--frob", NULL };
+		r = gpux(d, args);
+		assert_int_equal(r.code, 2);
+		assert_non_null(strstr(r.err, "--frob"));
+		run_free(&r);
+	}
+	{
+		const char *args[] = { "demo", "--children", "lots", NULL };
+		r = gpux(d, args);
+		assert_int_equal(r.code, 2);
+		assert_non_null(strstr(r.err, "\"lots\""));
+		run_free(&r);
+	}
+	{
+		const char *args[] = { "frobnicate", NULL };
+		r = gpux(d, args);
+		assert_int_equal(r.code, 2);
+		assert_non_null(strstr(r.err, "frobnicate"));
+		run_free(&r);
+	}
+	{
+		const char *args[] = { "status", "--socket", "/nonexistent/gpuxd.sock", NULL };
+		r = gpux(d, args);
+		assert_int_equal(r.code, 1);
+		assert_non_null(strstr(r.err, "/nonexistent/gpuxd.sock"));
+		assert_non_null(strstr(r.err, "no such socket"));
+		run_free(&r);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cli_status_json_parses),
+		cmocka_unit_test(test_cli_status_prometheus),
+		cmocka_unit_test(test_cli_compile),
+		cmocka_unit_test(test_cli_bench_json_is_json),
+		cmocka_unit_test(test_cli_conventions),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -383,6 +383,50 @@ static void test_e2e_status_counts_requests_by_status_and_time(void **state)
 	assert_int_equal(b[0].stats.launches, a[0].stats.launches);
 }
 
+static const struct ipc_usage *usage_of(const struct ipc_dev_status *d, uint32_t uid)
+{
+	for (unsigned k = 0; k < IPC_USAGE_UIDS; k++)
+		if (d->stats.usage[k].uid == uid &&
+		    (d->stats.usage[k].shared_bytes || d->stats.usage[k].device_bytes))
+			return &d->stats.usage[k];
+	return NULL;
+}
+
+/* Memory is counted by the user whose clients hold it, and given back when they let go. */
+static void test_e2e_status_counts_memory_by_user(void **state)
+{
+	struct test_env *e = *state;
+	const uint64_t n = 1 << 18; /* a buffer of its own, not from an arena */
+	struct gpux_launch l = test_launch_1d(n, 1, NULL);
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	const struct ipc_usage *u;
+	uint64_t shared0, dev0, launches;
+	gpux_buf *x;
+	gpux_dbuf *db;
+	struct gpux_arg args[3];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	u = usage_of(&devs[1], getuid());
+	shared0 = u ? u->shared_bytes : 0;
+	dev0 = u ? u->device_bytes : 0;
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 1, 3 << 20, &db), GPUX_OK);
+	args[0] = GPUX_ARG_VALUE(n);
+	args[1] = gpux_arg_in(x, 0, n * 4);
+	args[2] = gpux_arg_out(x, 0, n * 4);
+	launches = devs[1].stats.launches + 1;
+	assert_int_equal(gpux_run(e->m, "add1", &l, args, 3), GPUX_OK);
+	test_wait_stats(&e->d, 1, launched, &launches);
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	u = usage_of(&devs[1], getuid());
+	assert_non_null(u);
+	assert_true(u->shared_bytes >= shared0 + n * 4);
+	assert_int_equal(u->device_bytes, dev0 + (3 << 20));
+	gpux_dbuf_free(db);
+	gpux_buf_free(x);
+}
+
 static void test_e2e_pollable_fd(void **state)
 {
 	struct test_env *e = *state;
@@ -422,6 +466,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_bad_requests_are_refused_clearly),
 		cmocka_unit_test(test_e2e_devices_and_status),
 		cmocka_unit_test(test_e2e_status_counts_requests_by_status_and_time),
+		cmocka_unit_test(test_e2e_status_counts_memory_by_user),
 		cmocka_unit_test(test_e2e_pollable_fd),
 	};
 

@@ -98,6 +98,15 @@ static void test_cuda_fake_device_and_copies(void **state)
 	assert_int_equal(info.backend, GPUX_BACKEND_CUDA);
 	assert_int_equal(info.cc_major, 9);
 	assert_non_null(strstr(info.name, "Fake CUDA"));
+	{
+		/* The status says which driver and NVRTC the worker runs on. */
+		struct ipc_status st;
+		struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+		assert_int_equal(test_daemon_status(d, &st, devs), 0);
+		assert_true(devs[0].stats.driver_version >= 12000);
+		assert_true(devs[0].stats.nvrtc_version >= 12000);
+	}
 	m = load_ptx(ctx);
 	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);

@@ -188,6 +188,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 		d->tk.ndirs = 0;
 	}
 	wrk_compiler_target(&d->compiler, d->arch, &d->tk);
+	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = ret_info->max_threads_per_block,
 		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),

@@ -14,6 +14,7 @@ void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
 		return;
 	w->be->dev_free(w->dev, d->ptr);
 	w->stats.dbuf_bytes -= d->size;
+	wrk_usage_sub(w, d->usage_slot, 0, d->size);
 	free(d);
 }
 
@@ -68,6 +69,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	d->refs = 1;
 	d->size = a->size;
 	d->ptr = ptr;
+	d->usage_slot = wrk_usage_add(w, c->uid, 0, d->size);
 	if (ipc_map_put(&c->dbufs, a->dbuf_id, d) < 0) {
 		wrk_dbuf_unref(w, d);
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");

@@ -65,6 +65,7 @@ void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
 		w->be->map_unregister(w->dev, m);
 	w->stats.segment_bytes -= m->seg.size;
 	w->stats.segments--;
+	wrk_usage_sub(w, m->usage_slot, m->seg.size, 0);
 	ipc_segment_done(&m->seg);
 	free(m);
 }
@@ -249,6 +250,7 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 		}
 		w->stats.segments++;
 		w->stats.segment_bytes += map->seg.size;
+		map->usage_slot = wrk_usage_add(w, map->uid, map->seg.size, 0);
 		if (!ipc_map_get(&w->mappings, mapping_key(st.st_dev, st.st_ino)))
 			(void)ipc_map_put(&w->mappings, mapping_key(st.st_dev, st.st_ino), map);
 	}

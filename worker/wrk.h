@@ -76,6 +76,7 @@ struct wrk_mapping {
 	void *reg; /* the back end's registration */
 	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
 	uint32_t uid;
+	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
 	struct wrk_range_key keys[WRK_MAPPING_KEYS];
 	unsigned nkeys;
 };
@@ -107,6 +108,7 @@ struct wrk_user {
 /* A client's device buffer. */
 struct wrk_dbuf {
 	int refs; /* the client's id, and each request using it */
+	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
 	uint64_t size;
 	void *ptr;
 	struct wrk_client *client;
@@ -466,6 +468,16 @@ int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
 void wrk_dbufs_free(struct wrk_client *c);
 int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
+
+/* worker/usage.c */
+/*
+ * Count bytes that a user's clients hold, shared or on the device: returns the entry (of the
+ * status page's usage[]) they were counted in, which wrk_usage_sub() takes them back from.
+ */
+unsigned wrk_usage_add(struct wrk *w, uint32_t uid, uint64_t shared_bytes, uint64_t device_bytes);
+void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t device_bytes);
+/* What the status page says the worker runs on: versions, and the kernel driver's release. */
+void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
 
 /* worker/segment.c */
 int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);

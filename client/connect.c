@@ -23,8 +23,8 @@
 #include "ipc/macro.h"
 #include "ipc/path.h"
 
-#ifndef GPUX_LIBEXECDIR
-#define GPUX_LIBEXECDIR "/usr/local/libexec"
+#ifndef GPUX_SBINDIR
+#define GPUX_SBINDIR "/usr/local/sbin"
 #endif
 
 extern char **environ;
@@ -61,7 +61,7 @@ static char *find_daemon(void)
 		} else
 			free(copy);
 	}
-	return strdup(GPUX_LIBEXECDIR "/gpuxd");
+	return strdup(GPUX_SBINDIR "/gpuxd");
 }
 
 /*

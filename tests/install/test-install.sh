@@ -1,0 +1,63 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# tests/install/test-install.sh: meson install into a staging directory; check what is there;
+# build a program outside the tree against it with pkg-config, and run it: it starts the
+# installed gpuxd (as a private daemon) and runs a kernel.
+# Usage: test-install.sh BUILDDIR CONSUMER_C PREFIX BINDIR SBINDIR LIBEXECDIR LIBDIR MANDIR
+#        UNITDIR SYSUSERSDIR HAVE_MAN SANITIZED
+set -eu
+build=$1 consumer=$2 prefix=$3 bindir=$4 sbindir=$5 libexecdir=$6 libdir=$7 mandir=$8
+unitdir=$9 sysusersdir=${10} have_man=${11} sanitized=${12}
+tmp=$(mktemp -d /tmp/gpux-install-XXXXXX)
+stage=$tmp/stage
+daemon=
+cleanup() {
+	[ -n "$daemon" ] && kill "$daemon" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+meson install -C "$build" --destdir "$stage" --no-rebuild --quiet
+
+fail() { echo "test-install: $*" >&2; exit 1; }
+for f in "$bindir/gpux" "$sbindir/gpuxd" "$libexecdir/gpux-worker" "$libdir/libgpuxclient.so.0" \
+	 "$libdir/pkgconfig/gpux.pc" "$prefix/include/gpux/gpux.h" "$prefix/include/gpux/version.h" \
+	 "$unitdir/gpuxd.service" "$unitdir/gpuxd.socket" "$sysusersdir/gpux.conf" \
+	 "$prefix/share/doc/gpux/LICENSE"; do
+	[ -e "$stage$f" ] || fail "$f was not installed"
+done
+if [ "$have_man" = true ]; then
+	for f in man1/gpux.1 man8/gpuxd.8 man3/gpux.3; do
+		[ -s "$stage$mandir/$f" ] || fail "$mandir/$f was not installed"
+	done
+fi
+grep -q "^ExecStart=$sbindir/gpuxd " "$stage$unitdir/gpuxd.service" || fail "ExecStart is not $sbindir/gpuxd"
+
+# A sanitized library needs its run time loaded first, which an outside program does not do.
+if [ "$sanitized" = true ]; then
+	echo "installed files checked; the outside program is not run against a sanitized build"
+	exit 0
+fi
+
+export PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_PATH="$stage$libdir/pkgconfig"
+flags=$(pkg-config --cflags --libs gpux)
+# shellcheck disable=SC2086
+${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/consumer" "$consumer" $flags
+
+# The installed programs, as a user would have them, a private gpuxd kept in $tmp. They
+# look for each other where they were installed, which the stage is not: the variables
+# point there instead.
+mkdir -m 0700 "$tmp/rt" "$tmp/home"
+env -u GPUX_SOCKET \
+	LD_LIBRARY_PATH="$stage$libdir" GPUX_DAEMON="$stage$sbindir/gpuxd" \
+	GPUX_WORKER="$stage$libexecdir/gpux-worker" \
+	XDG_RUNTIME_DIR="$tmp/rt" HOME="$tmp/home" GPUX_CACHE_DIR="$tmp/cache" \
+	GPUX_LOG_FILE="$tmp/gpuxd.log" "$tmp/consumer" || { cat "$tmp/gpuxd.log" >&2; exit 1; }
+grep -q "private" "$tmp/gpuxd.log" || fail "the private gpuxd did not log to GPUX_LOG_FILE"
+LD_LIBRARY_PATH="$stage$libdir" "$stage$bindir/gpux" --version
+status=$(LD_LIBRARY_PATH="$stage$libdir" "$stage$bindir/gpux" status --socket "$tmp/rt/gpux/gpuxd.sock") ||
+	fail "gpux status: $status"
+echo "$status"
+worker=$(echo "$status" | awk '$1 == "0" { print $3 }')
+daemon=$(awk '{ print $4 }' "/proc/$worker/stat")
+echo "installed gpux works"

@@ -183,7 +183,6 @@ static void on_done(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 	cli_req_finish(r, (gpux_status)d.m.status, d.text, d.m.text_len, &t);
 }
 
-/* The worker's offer of shared rings: taken when it is what this library knows. */
 /* What a module load got, just before its DONE: kept with the request. */
 static void on_mod_info(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 {
@@ -199,6 +198,7 @@ static void on_mod_info(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 	r->has_mod_info = true;
 }
 
+/* The worker's offer of shared rings: taken when it is what this library knows. */
 static void on_rings(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg)
 {
 	struct cli_dev *d = &ctx->devs[i];
@@ -260,10 +260,13 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 		if (r == -EAGAIN)
 			break;
 		if (r <= 0 || ring_take(ctx, i, d->sock_in) < 0) {
+			/* At its end no socket message will come any more, whatever the records'
+			 * stamps count (one the worker queued may have gone with the channel): take
+			 * all that is left, its last word among them. */
 			if (r > 0)
 				ipc_msg_close_fds(&msg);
 			else
-				(void)ring_take(ctx, i, d->sock_in);
+				(void)ring_take(ctx, i, d->sock_in + INT32_MAX);
 			dev_close_channel(ctx, i);
 			return;
 		}

@@ -54,10 +54,11 @@ def test_wait_while_another_thread_blocks(kernels):
     """A thread blocked in a gpux call takes in the watched future's completion too."""
     spin = kernels.get_function("spin")
     watched = spin.submit(1, 1, (np.uint32(50),), device=0)
-    blocker = threading.Thread(target=spin, args=(1, 1, (np.uint32(400),)),
+    # Far apart (50 ms against 2 s), so that a loaded machine cannot blur them.
+    blocker = threading.Thread(target=spin, args=(1, 1, (np.uint32(2000),)),
                                kwargs={"device": 1})
     blocker.start()
-    done, _ = cf.wait([watched], timeout=0.3)
+    done, _ = cf.wait([watched], timeout=1.5)
     blocker.join()
     assert watched in done
 

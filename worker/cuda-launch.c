@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cuda-dev.h"
 #include "ipc/macro.h"
@@ -76,43 +77,49 @@ struct cuda_graph {
 /*
  * Which group a sticky error is blamed on, decided once: every stream sees the error at about
  * the same time, so the first to see it tells nothing. A slot's groups run in order, so what
- * broke the device is one that was running: in each slot the oldest not ended (for the slot
- * whose waiter asks, the group it waited for). Of those, the one launched last is taken; with
- * one slot (or one slot busy) that is exact, to the group: a graph holds one client's requests.
+ * broke the device is a group that ran: each slot's oldest not ended (for a waiter, the one
+ * it waited for is still its slot's first), and `mine` when its work was launched (a group
+ * whose launch itself was refused ran nothing). Of those, the one launched last is taken; with
+ * one slot (or one slot busy) that is exact, to the group: a graph holds one client's
+ * requests. Nothing ran: `mine`.
  */
-static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine)
+static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {
 	uint64_t c;
 
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
-		d->culprit = mine->seq;
+		uint64_t ran = mine_ran ? mine->seq : 0;
+
 		for (unsigned i = 0; i < d->nslots; i++) {
 			struct cuda_slot *s = &d->slots[i];
 
-			if (i == mine->slot)
-				continue;
 			(void)pthread_mutex_lock(&s->lock);
 			if (s->head)
-				d->culprit = MAX(d->culprit, s->head->seq);
+				ran = MAX(ran, s->head->seq);
 			(void)pthread_mutex_unlock(&s->lock);
 		}
+		d->culprit = ran ? ran : mine->seq;
 	}
 	c = d->culprit;
 	(void)pthread_mutex_unlock(&d->fault_lock);
 	return c;
 }
 
-/* Request i of group g failed with e (what: where); returns whether the context is gone. */
+/*
+ * Request i of group g failed with e (what: where); `ran`: g's work had been launched (any
+ * error its waiter sees; one the loop thread meets after g's launch). Returns whether the
+ * context is gone.
+ */
 static bool fail_req(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUresult e,
-		     const char *what)
+		     const char *what, bool ran)
 {
 	struct wrk_req *r = g->reqs[i];
 	bool sticky;
 	int st = wrk_cu_err(e, &sticky);
 
 	free(r->error);
-	if (sticky && culprit(d, g) != g->seq) {
+	if (sticky && culprit(d, g, ran) != g->seq) {
 		r->status = GPUX_E_WORKER_LOST;
 		r->error = wrk_strdup_printf("another request broke the device: %s",
 					     cu_err_name(&d->cu, e));
@@ -185,14 +192,23 @@ static void group_free(struct cuda_dev *d, struct cuda_group *g)
 	free(g);
 }
 
-/* A request without a group (none could be made): it ends now, with the error. */
-static void group_abandon(struct cuda_dev *d, struct wrk_req *r, CUresult e, const char *what)
+/*
+ * A request without a group (none could be made): it ends with the error once what its slot
+ * holds before it has ended (requests of a slot end in order), which is waited for here: this
+ * is the rare way of an allocation that failed.
+ */
+static void group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r, CUresult e,
+			  const char *what)
 {
 	bool sticky;
 
 	free(r->error);
 	r->status = wrk_cu_err(e, &sticky);
 	r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what, cu_err_name(&d->cu, e));
+	/* Its stream done, the slot's waiter hands over what it holds, then this one follows. */
+	if (!sticky && d->cu.cuStreamSynchronize(s->stream) == CUDA_SUCCESS)
+		while (atomic_load(&s->queued))
+			(void)usleep(50);
 	wrk_reqs_complete(&r, 1, sticky);
 }
 
@@ -204,7 +220,7 @@ static void group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 
 	for (unsigned i = 0; i < n; i++) {
 		if (g->reqs[i]->status == 0)
-			(void)fail_req(d, g, i, e, "cuEventRecord");
+			(void)fail_req(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
 		reqs[i] = g->reqs[i];
 	}
 	group_put(d, g);
@@ -416,7 +432,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 
 	g = group_get(d, &e);
 	if (!g) {
-		group_abandon(d, r, e, "cuEventCreate");
+		group_abandon(d, s, r, e, "cuEventCreate");
 		return;
 	}
 	g->reqs[0] = r;
@@ -437,7 +453,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	if (e != CUDA_SUCCESS) {
 		/* Copies already queued may still read or write the client's pages: the request
 		 * ends only after the stream has passed them. */
-		r->sticky = fail_req(d, g, 0, e, what ? what : "enqueue");
+		r->sticky = fail_req(d, g, 0, e, what ? what : "enqueue", false);
 		free(what);
 	}
 	for (unsigned i = 0; i < g->ntemp; i++)
@@ -569,8 +585,10 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 			continue;
 		e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[i], &p);
 		if (e != CUDA_SUCCESS) {
-			/* What the node holds now is not known: set it again next time. */
-			gr->set[i].fn = NULL;
+			/* What the node holds now is not known (nor, so, which module it needs
+			 * loaded): the graph goes, and is made again when next needed. */
+			graph_free(d, gr);
+			s->graphs[k] = NULL;
 			group_put(d, g);
 			goto one_by_one;
 		}
@@ -582,14 +600,15 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
 	g->fin = g->done;
 	e = d->cu.cuGraphLaunch(gr->exec, s->stream);
-	d->w->stats.graph_launches++;
-	d->w->stats.graph_requests += n;
-	if (e == CUDA_SUCCESS)
+	if (e == CUDA_SUCCESS) {
+		d->w->stats.graph_launches++;
+		d->w->stats.graph_requests += n;
 		for (unsigned i = 0; i < n; i++)
 			reqs[i]->launched = true;
-	else
+	} else {
 		for (unsigned i = 0; i < n; i++)
-			reqs[i]->sticky = fail_req(d, g, i, e, "graph launch");
+			reqs[i]->sticky = fail_req(d, g, i, e, "graph launch", false);
+	}
 	e = d->cu.cuEventRecord(g->fin, s->stream);
 	if (e != CUDA_SUCCESS)
 		group_end_now(d, g, e);
@@ -722,7 +741,7 @@ static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 			if (r->timed && d->cu.cuEventElapsedTime(&ms, g->start, g->end) == CUDA_SUCCESS)
 				r->device_ns = (uint64_t)((double)ms * 1e6);
 		} else {
-			r->sticky |= fail_req(d, g, i, e, "running");
+			r->sticky |= fail_req(d, g, i, e, "running", true);
 		}
 		fatal |= r->sticky;
 	}

@@ -117,7 +117,6 @@ void wrk_queues_free(struct wrk_client *c)
 			wrk_req_discard(r);
 		}
 		q->pending_tail = NULL;
-		q->closed = true;
 		wrk_queue_unref(q);
 	}
 	ipc_map_done(&c->queues);
@@ -138,7 +137,6 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		if (!q)
 			return 0;
 		(void)ipc_map_remove(&c->queues, m.queue);
-		q->closed = true;
 		/* Nobody would kick what it still holds again. */
 		queue_fail_pending(q, GPUX_E_INVAL, "its queue was closed");
 		wrk_queue_unref(q);

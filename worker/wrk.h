@@ -174,7 +174,6 @@ struct wrk_queue {
 	unsigned slot;
 	struct wrk_req *pending_head, *pending_tail; /* not launched yet, in order */
 	struct wrk_client *client;
-	bool closed;
 	bool waiting;               /* in its slot's line of queues waiting for room */
 	struct wrk_queue *wait_next;
 	int refs;
@@ -328,7 +327,7 @@ struct wrk {
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
 	atomic_uint_fast64_t blocking_waits; /* a back end's thread blocked for a request's end */
-	bool fatal;           /* a sticky device error: fail everything and exit */
+	atomic_bool fatal;    /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
 	uint64_t awake_until;    /* a request should end by then: the loop stays awake */

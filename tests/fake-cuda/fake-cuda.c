@@ -34,6 +34,8 @@
  * code breaks the context as a fault would).
  */
 
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
 pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 CUresult fake_sticky = CUDA_SUCCESS;
 static size_t mem_used, mem_total = 1ull << 30;
@@ -347,8 +349,8 @@ static CUresult f_event_sync(CUevent e)
 		(void)pthread_mutex_unlock(&fake_lock);
 		if (now >= at)
 			break;
-		(void)usleep((useconds_t)((at - now) / 1000 + 1));
-		/* A fault elsewhere breaks this wait too, as on a real device. */
+		/* A fault elsewhere breaks this wait too, as on a real device: look every ms. */
+		(void)usleep((useconds_t)MIN((at - now) / 1000 + 1, 1000));
 		ENTER("cuEventSynchronize");
 	}
 	return CUDA_SUCCESS;

@@ -60,13 +60,48 @@ struct cuda_module {
 	struct wrk_knames *names;
 };
 
+/* Requests that end together: a graph's, or one request enqueued on its own. */
+struct cuda_group {
+	struct cuda_group *next; /* in its slot's list, or the free list */
+	struct wrk_req *reqs[CUDA_GRAPH_MAX];
+	unsigned n;
+	unsigned slot;
+	uint64_t seq;       /* launch order, across slots */
+	CUevent start, end; /* timing events, around a request that asked for its device time */
+	CUevent done;       /* without timing (a twelfth of the cost): after any other group */
+	CUevent fin;        /* end or done: what the waiter waits for */
+	uint64_t copy_ns;   /* how long its copies take at least: the waiter sleeps through that */
+	unsigned ntemp;
+	CUdeviceptr temp[IPC_ARGS_MAX];
+};
+
 /* "what: CUDA_ERROR_NAME" for a completion's message. */
 char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r);
 
 /* worker/cuda-launch.c */
+void cuda_launch(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
+/* A module goes: graphs whose nodes last held one of its kernels go too (loop thread). */
+void cuda_graphs_forget(struct cuda_dev *d, struct cuda_module *m);
+void cuda_slot_graphs_free(struct cuda_dev *d, struct cuda_slot *s);
+
+/* worker/cuda-slot.c */
 int cuda_slot_open(void *dev, unsigned slot, char **ret_msg);
 /* Stop the waiters, let go of the streams, graphs and groups. */
 void cuda_slots_close(struct cuda_dev *d);
-void cuda_launch(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
-/* A module goes: graphs whose nodes last ran one of its kernels go too (loop thread). */
-void cuda_graphs_forget(struct cuda_dev *d, struct cuda_module *m);
+/* A group from the free list, or a new one with its events; NULL, and *err says why. */
+struct cuda_group *cuda_group_get(struct cuda_dev *d, CUresult *err);
+void cuda_group_put(struct cuda_dev *d, struct cuda_group *g);
+/* Hand a launched group to its slot's waiter. */
+void cuda_group_push(struct cuda_slot *s, struct cuda_group *g);
+/*
+ * Request i of group g failed with e (what: where); `ran`: g's work had been launched (any
+ * error its waiter sees; one the loop thread meets after g's launch). Returns whether the
+ * context is gone.
+ */
+bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUresult e,
+		     const char *what, bool ran);
+/* A request without a group (none could be made): it ends with the error, in its turn. */
+void cuda_group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r, CUresult e,
+			const char *what);
+/* A group whose end cannot be waited for (the context is gone): its requests end now. */
+void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e);

@@ -207,53 +207,6 @@ int wrk_req_check(struct wrk_req *r, char **ret_msg)
 	return 0;
 }
 
-/*
- * The mapping of a client's segment range, held (a reference for the caller), or NULL with
- * a status and message: no such segment, an unusable one, a range outside it, a write to a
- * frozen one. `arg` names the argument in the message.
- */
-struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
-				      uint64_t len, bool write, unsigned arg, int *ret_status,
-				      char **ret_msg)
-{
-	struct wrk_seg *s = ipc_map_get(&c->segs, seg_id);
-
-	if (!s && ipc_map_size(&c->segs) >= WRK_CLIENT_SEGS_MAX) {
-		/* Sent past the cap on segments, so not kept. */
-		*ret_msg = wrk_strdup_printf("argument %u: no such buffer: this client has %u "
-					     "segments attached, the most it may", arg,
-					     WRK_CLIENT_SEGS_MAX);
-		*ret_status = GPUX_E_QUOTA;
-		return NULL;
-	}
-	if (!s) {
-		*ret_msg = wrk_strdup_printf("argument %u: no such buffer", arg);
-		*ret_status = GPUX_E_INVAL;
-		return NULL;
-	}
-	if (!s->map) {
-		*ret_msg = wrk_strdup_printf("argument %u: %s", arg, s->error ? s->error : "unusable");
-		*ret_status = s->status;
-		return NULL;
-	}
-	if (!range_ok(offset, len, s->map->seg.size)) {
-		*ret_msg = wrk_strdup_printf("argument %u: bytes %llu to %llu lie outside its "
-					     "buffer of %llu bytes",
-					     arg, (unsigned long long)offset,
-					     (unsigned long long)(offset + len),
-					     (unsigned long long)s->map->seg.size);
-		*ret_status = GPUX_E_INVAL;
-		return NULL;
-	}
-	if (s->map->seg.frozen && write) {
-		*ret_msg = wrk_strdup_printf("argument %u: a frozen buffer can only be an input", arg);
-		*ret_status = GPUX_E_INVAL;
-		return NULL;
-	}
-	s->map->refs++;
-	return s->map;
-}
-
 static int resolve_arg(struct wrk_client *c, struct wrk_req *r, unsigned i,
 		       const struct ipc_arg *a, char **ret_msg)
 {

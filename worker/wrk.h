@@ -59,7 +59,6 @@ struct wrk_opts {
 	bool sandbox;              /* host kernels run under a seccomp filter (worker/sandbox.c) */
 };
 
-/* A mapped memfd, shared by every client that sent the same file (same inode). */
 /* Content keys of ranges of a frozen mapping, computed once each. */
 #define WRK_MAPPING_KEYS 4u
 
@@ -68,6 +67,7 @@ struct wrk_range_key {
 	struct ipc_key key;
 };
 
+/* A mapped memfd, shared by every client that sent the same file (same inode). */
 struct wrk_mapping {
 	int refs;
 	dev_t st_dev;
@@ -359,20 +359,17 @@ void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
 /* Answer request `id` (0: nobody waits for an answer) with a DONE and no times. */
 void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text);
 void wrk_server_stop(struct wrk *w);
+
+/* worker/request.c */
 /* Write the counters to the status page, with the device's free memory asked anew. */
 void wrk_status_publish(struct wrk *w);
 /* Write the counters to the status page (free memory only when it is old). */
 void wrk_status_refresh(struct wrk *w);
-
-/* worker/request.c */
 /* Handlers of client messages: they answer what they refuse; a negative return means the
  * message could not be read at all (worker/server.c decides what then). */
 int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
 struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
 void wrk_req_fail(struct wrk_req *r, int status, char *error);
-struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
-				      uint64_t len, bool write, unsigned arg, int *ret_status,
-				      char **ret_msg);
 /* Free a request that never reached a slot, without an answer. */
 void wrk_req_discard(struct wrk_req *r);
 /* Check what needs the module: the kernel, its parameters, the launch's shape. */
@@ -422,8 +419,8 @@ void wrk_queues_free(struct wrk_client *c);
 void wrk_kick_all(struct wrk *w);
 /* Hand each slot's requests taken this round to the back end, in one batch per slot. */
 void wrk_slots_flush(struct wrk *w);
-/* A request handed to a slot has ended: take it off (the slot's first, but after a fault),
- * publish what the slot runs now, and let waiting queues in. */
+/* A request handed to a slot has ended: take it off (the slot's first, but after a fault) and
+ * publish what the slot runs now; waiting queues are let in when the round's batches go. */
 void wrk_slot_end(struct wrk *w, struct wrk_req *r);
 /* Fail every request not yet started (a fatal error, or stopping). */
 void wrk_fail_all(struct wrk *w, int status, const char *why);
@@ -479,6 +476,14 @@ void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t
 void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
 
 /* worker/segment.c */
+/*
+ * The mapping of a client's segment range, held (a reference for the caller), or NULL with
+ * a status and message: no such segment, an unusable one, a range outside it, a write to a
+ * frozen one. `arg` names the argument in the message.
+ */
+struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
+				      uint64_t len, bool write, unsigned arg, int *ret_status,
+				      char **ret_msg);
 int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id);
 void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m);

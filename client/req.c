@@ -492,7 +492,9 @@ GPUX_EXPORT gpux_status gpux_test(gpux_req *r)
 		return GPUX_E_INVAL;
 	ctx = r->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);
-	if (!r->done && !ctx->reader && r->fork_gen == cli_fork_gen && ctx->fork_gen == cli_fork_gen)
+	/* In a child, the parent's requests end here (GPUX_E_INVAL), as in gpux_wait(). */
+	cli_after_fork(ctx);
+	if (!r->done && !ctx->reader && r->fork_gen == cli_fork_gen)
 		cli_pump(ctx);
 	st = r->done ? r->status : GPUX_E_AGAIN;
 	(void)pthread_mutex_unlock(&ctx->lock);
@@ -506,6 +508,7 @@ GPUX_EXPORT const char *gpux_req_message(gpux_req *r)
 	if (!cli_alive(r, CLI_REQ_MAGIC))
 		return "";
 	(void)pthread_mutex_lock(&r->ctx->lock);
+	cli_after_fork(r->ctx);
 	m = r->done && r->message ? r->message : "";
 	(void)pthread_mutex_unlock(&r->ctx->lock);
 	return m;
@@ -518,6 +521,7 @@ GPUX_EXPORT gpux_status gpux_req_times(gpux_req *r, struct gpux_times *ret_times
 	if (!cli_alive(r, CLI_REQ_MAGIC) || !ret_times)
 		return GPUX_E_INVAL;
 	(void)pthread_mutex_lock(&r->ctx->lock);
+	cli_after_fork(r->ctx);
 	if (r->done) {
 		*ret_times = r->times;
 		st = GPUX_OK;

@@ -153,11 +153,77 @@ static void test_e2e_fork_parent_requests_stay_the_parents(void **state)
 	gpux_req_free(r);
 }
 
+/* In a child, every call on a parent's request says it is the parent's: none waits for ever. */
+static void test_e2e_fork_parent_request_polled_in_child(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	uint32_t ms = 1000;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+	pid_t pid;
+	int st;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct gpux_times t;
+
+		if (gpux_test(r) != GPUX_E_INVAL)
+			_exit(30);
+		if (!strstr(gpux_req_message(r), "parent"))
+			_exit(31);
+		if (gpux_req_times(r, &t) != GPUX_OK)
+			_exit(32);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* The same, with the first call in the child being gpux_req_message() or gpux_req_times(). */
+static void test_e2e_fork_parent_request_message_in_child(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	uint32_t ms = 1000;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+	pid_t pid[2];
+	int st;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	for (unsigned k = 0; k < 2; k++) {
+		pid[k] = fork();
+		assert_true(pid[k] >= 0);
+		if (pid[k] == 0) {
+			struct gpux_times t;
+
+			if (k == 0)
+				_exit(strstr(gpux_req_message(r), "parent") ? 0 : 40);
+			_exit(gpux_req_times(r, &t) == GPUX_OK ? 0 : 41);
+		}
+	}
+	for (unsigned k = 0; k < 2; k++) {
+		assert_int_equal(waitpid(pid[k], &st, 0), pid[k]);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+	}
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_e2e_fork_children_use_inherited_objects),
 		cmocka_unit_test(test_e2e_fork_parent_requests_stay_the_parents),
+		cmocka_unit_test(test_e2e_fork_parent_request_polled_in_child),
+		cmocka_unit_test(test_e2e_fork_parent_request_message_in_child),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

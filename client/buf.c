@@ -221,13 +221,21 @@ GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *b)
 
 GPUX_EXPORT gpux_status gpux_buf_fd(gpux_buf *b, int *ret_fd, uint64_t *ret_offset)
 {
-	if (!b || !ret_fd || !ret_offset)
+	gpux_ctx *ctx;
+
+	if (!cli_alive(b, CLI_BUF_MAGIC) || !ret_fd || !ret_offset)
 		return GPUX_E_INVAL;
-	/* Under the lock: a freeze on another thread replaces the segment. */
-	(void)pthread_mutex_lock(&b->ctx->lock);
+	ctx = b->ctx;
+	/* Under the lock: a freeze on another thread replaces the segment, and a free on
+	 * another thread may have come first. */
+	(void)pthread_mutex_lock(&ctx->lock);
+	if (!cli_alive(b, CLI_BUF_MAGIC)) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_E_INVAL;
+	}
 	*ret_fd = b->seg->fd;
 	*ret_offset = b->offset;
-	(void)pthread_mutex_unlock(&b->ctx->lock);
+	(void)pthread_mutex_unlock(&ctx->lock);
 	return GPUX_OK;
 }
 

@@ -40,6 +40,8 @@ static void test_e2e_handles_freed_buffer(void **state)
 	gpux_buf *b, *other;
 	gpux_dbuf *d;
 	gpux_req *r = NULL;
+	uint64_t off = 77;
+	int fd = -77;
 
 	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &other), GPUX_OK);
@@ -50,6 +52,9 @@ static void test_e2e_handles_freed_buffer(void **state)
 	assert_null(gpux_buf_data(b));
 	assert_int_equal(gpux_buf_size(b), 0);
 	assert_int_equal(gpux_buf_freeze(b), GPUX_E_INVAL);
+	assert_int_equal(gpux_buf_fd(b, &fd, &off), GPUX_E_INVAL);
+	assert_int_equal(fd, -77);
+	assert_int_equal(off, 77);
 	assert_int_equal(add1(e, b), GPUX_E_INVAL);
 	assert_int_equal(gpux_dbuf_write(d, 0, b, 0, 16, NULL, &r), GPUX_E_INVAL);
 	assert_int_equal(gpux_dbuf_read(b, 0, d, 0, 16, NULL, &r), GPUX_E_INVAL);

@@ -428,11 +428,8 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 		if (rc < 0)
 			goto out;
 		rc = launch_check(l, &ctx->devs[device].limits);
-		if (rc < 0) {
-			if (r)
-				cli_req_release(r);
+		if (rc < 0)
 			goto out;
-		}
 		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, 0);
 		if (rc < 0)
 			goto out;
@@ -448,13 +445,12 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 		if (rc != -EPIPE)
 			break;
 	}
-	if (rc < 0) {
-		cli_req_release(r);
-		r = NULL;
-		goto out;
-	}
-	*ret_req = r;
+	if (rc == 0)
+		*ret_req = r;
 out:
+	/* A request made on the first attempt is ours to free when the second fails. */
+	if (rc < 0 && r)
+		cli_req_release(r);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	return cli_status_from_errno(rc);
 }

@@ -247,17 +247,19 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 	gpux_ctx *ctx;
 	int r;
 
+	/* Every failure says why, not the last attempt's reason. */
 	if (!ret_ctx)
-		return GPUX_E_INVAL;
+		return cli_status_from_errno(cli_connect_fail(-EINVAL, "no place to put the "
+							      "context (ret_ctx is NULL)"));
 	(void)pthread_once(&atfork_once, atfork_register);
 	ctx = ctx_new();
 	if (!ctx)
-		return GPUX_E_NOMEM;
+		return cli_status_from_errno(cli_connect_fail(-ENOMEM, "out of memory"));
 	ctx->rbuf = malloc(IPC_MSG_MAX);
 	ctx->ring_buf = malloc(IPC_RING_REC_MAX);
 	ctx->sbuf = malloc(IPC_MSG_MAX);
 	if (!ctx->rbuf || !ctx->sbuf || !ctx->ring_buf) {
-		r = -ENOMEM;
+		r = cli_connect_fail(-ENOMEM, "out of memory");
 		goto err;
 	}
 	if (socket_path) {
@@ -278,7 +280,7 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 		goto err;
 	}
 	if (!ctx->path) {
-		r = -ENOMEM;
+		r = cli_connect_fail(-ENOMEM, "out of memory");
 		goto err;
 	}
 

@@ -357,6 +357,11 @@ static void test_service_connect_errors_say_where_and_why(void **state)
 	assert_null(ctx);
 	assert_non_null(strstr(gpux_connect_error(), sock));
 	assert_non_null(strstr(gpux_connect_error(), "no such socket"));
+	/* An attempt that fails before it reaches for a socket says so, not the last one's
+	 * reason. */
+	assert_int_equal(gpux_connect(sock, NULL), GPUX_E_INVAL);
+	assert_null(strstr(gpux_connect_error(), "no such socket"));
+	assert_string_not_equal(gpux_connect_error(), "");
 	assert_int_equal(rmdir(dir), 0);
 }
 

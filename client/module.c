@@ -107,7 +107,7 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *
 		*ret_status = r->status;
 		if (ret_log && r->message && *r->message)
 			*ret_log = strdup(r->message);
-		if (rc == 0 && r->has_mod_info) {
+		if (r->has_mod_info) {
 			/* Most significant byte first, as the cache's file names write it. */
 			for (unsigned k = 0; k < 8; k++) {
 				m->info.key[k] = (uint8_t)(r->mod_info.key_hi >> (56 - 8 * k));

@@ -6,8 +6,9 @@
 
 #include <gpux/gpux.h>
 
-#if !GPUX_CHECK_VERSION(0, 1)
-#error "gpux 0.1 or later"
+/* It uses gpux_module_info() and gpux_connect_error(), of 0.2. */
+#if !GPUX_CHECK_VERSION(0, 2)
+#error "gpux 0.2 or later"
 #endif
 
 static const char kernel[] = "GPUX_HOST_PARAMS(twice, 8, sizeof(float *));\n"
@@ -34,6 +35,12 @@ int main(void)
 	float *p;
 	gpux_status st;
 
+	/* The library is the one the headers describe. */
+	if (strcmp(gpux_version(), GPUX_VERSION_STRING) != 0) {
+		fprintf(stderr, "consumer: library %s, headers %s\n", gpux_version(),
+			GPUX_VERSION_STRING);
+		return 1;
+	}
 	st = gpux_connect(NULL, &ctx);
 	if (st != GPUX_OK) {
 		fprintf(stderr, "consumer: connect: %s\n", gpux_connect_error());

@@ -31,6 +31,11 @@ if [ "$have_man" = true ]; then
 		[ -s "$stage$mandir/$f" ] || fail "$mandir/$f was not installed"
 	done
 fi
+# The ABI is still that of 0.x: programs built against an older 0.x load this library.
+if command -v objdump >/dev/null; then
+	objdump -p "$stage$libdir/libgpuxclient.so.0" | grep -q 'SONAME *libgpuxclient\.so\.0$' ||
+		fail "the library's soname is not libgpuxclient.so.0"
+fi
 grep -q "^ExecStart=$sbindir/gpuxd " "$stage$unitdir/gpuxd.service" || fail "ExecStart is not $sbindir/gpuxd"
 
 # A sanitized library needs its run time loaded first, which an outside program does not do.

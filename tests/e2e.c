@@ -249,6 +249,36 @@ int test_daemon_status(const struct test_daemon *d, struct ipc_status *ret,
 	return r;
 }
 
+pid_t test_daemon_pid_at(const char *sock)
+{
+	struct test_daemon p = { 0 };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	char path[64], buf[512], *close_paren;
+	FILE *f;
+	int ppid = 0;
+
+	(void)snprintf(p.sock, sizeof(p.sock), "%s", sock);
+	assert_int_equal(test_daemon_status(&p, &st, devs), 0);
+	(void)snprintf(path, sizeof(path), "/proc/%u/stat", devs[0].pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	assert_non_null(fgets(buf, sizeof(buf), f));
+	(void)fclose(f);
+	close_paren = strrchr(buf, ')');
+	assert_non_null(close_paren);
+	assert_int_equal(sscanf(close_paren + 2, "%*c %d", &ppid), 1);
+	return ppid;
+}
+
+void test_stop_pid(pid_t pid)
+{
+	assert_int_equal(kill(pid, SIGTERM), 0);
+	for (int i = 0; i < 2000 && kill(pid, 0) == 0; i++)
+		(void)usleep(5000);
+	assert_int_equal(kill(pid, 0), -1);
+}
+
 pid_t test_worker_pid(const struct test_daemon *d, uint32_t device)
 {
 	struct ipc_status st;

@@ -41,6 +41,12 @@ void test_daemon_stop(struct test_daemon *d);
 int test_daemon_status(const struct test_daemon *d, struct ipc_status *ret,
 		       struct ipc_dev_status *devs);
 
+/* The pid of the gpuxd at sock (one that daemonized, not our child): its worker's parent. */
+pid_t test_daemon_pid_at(const char *sock);
+
+/* SIGTERM a gpuxd that is not our child and wait (up to 10 s) until it is gone; asserts. */
+void test_stop_pid(pid_t pid);
+
 /* The pid of a device's worker now (asserting it is ready). */
 pid_t test_worker_pid(const struct test_daemon *d, uint32_t device);
 

@@ -132,45 +132,13 @@ static void test_service_drain_has_a_deadline(void **state)
 	test_env_close(e);
 }
 
-/* The pid of the gpuxd at sock: its worker's parent. */
-static pid_t daemon_pid(const char *sock)
-{
-	struct test_daemon p = { 0 };
-	struct ipc_status st;
-	struct ipc_dev_status devs[IPC_DEVICES_MAX];
-	char path[64], buf[512], *close_paren;
-	FILE *f;
-	int ppid = 0;
-
-	(void)snprintf(p.sock, sizeof(p.sock), "%s", sock);
-	assert_int_equal(test_daemon_status(&p, &st, devs), 0);
-	(void)snprintf(path, sizeof(path), "/proc/%u/stat", devs[0].pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	assert_non_null(fgets(buf, sizeof(buf), f));
-	(void)fclose(f);
-	close_paren = strrchr(buf, ')');
-	assert_non_null(close_paren);
-	assert_int_equal(sscanf(close_paren + 2, "%*c %d", &ppid), 1);
-	return ppid;
-}
-
-/* SIGTERM a gpuxd that is not our child and wait until it is gone. */
-static void stop_pid(pid_t pid)
-{
-	assert_int_equal(kill(pid, SIGTERM), 0);
-	for (int i = 0; i < 2000 && kill(pid, 0) == 0; i++)
-		(void)usleep(5000);
-	assert_int_equal(kill(pid, 0), -1);
-}
-
 /* Stop the private gpuxd at sock, which ctx used, and wait until it is gone. */
 static void stop_private(const char *sock, gpux_ctx *ctx)
 {
-	pid_t pid = daemon_pid(sock);
+	pid_t pid = test_daemon_pid_at(sock);
 
 	gpux_disconnect(ctx);
-	stop_pid(pid);
+	test_stop_pid(pid);
 }
 
 /* Whether the file holds `what`. */
@@ -260,7 +228,7 @@ static void test_service_daemonize_lets_go_of_the_terminal(void **state)
 	assert_int_equal(access(sock, F_OK), 0);
 	assert_int_equal(read(out[0], &c, 1), 0);
 	(void)close(out[0]);
-	pid = daemon_pid(sock);
+	pid = test_daemon_pid_at(sock);
 	{
 		char cwd[64], link[64];
 		ssize_t n;
@@ -271,7 +239,7 @@ static void test_service_daemonize_lets_go_of_the_terminal(void **state)
 		cwd[n] = '\0';
 		assert_string_equal(cwd, "/");
 	}
-	stop_pid(pid);
+	test_stop_pid(pid);
 	assert_true(file_has(log, "serving"));
 	{
 		char cmd[96];

@@ -165,6 +165,8 @@ struct gpux_ctx {
 	bool served_shared; /* a shared gpuxd served us: when it goes, no private one replaces it */
 	uint64_t fork_gen;
 	bool connected;
+	bool connecting; /* a thread is connecting, the lock dropped while it waits */
+	int connecting_fd; /* its socket, until the welcome is in */
 	int sup_fd;
 	int epfd;
 	int wake_fd;
@@ -216,6 +218,7 @@ int cli_errno_from_status(int32_t status);
 
 /* client/ctx.c */
 extern uint64_t cli_fork_gen;
+/* Lock held: be connected, in this process. The lock is dropped meanwhile (cli_connect()). */
 int cli_ensure(gpux_ctx *ctx);
 void cli_after_fork(gpux_ctx *ctx);
 int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
@@ -223,7 +226,11 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline);
 void cli_channels_request(gpux_ctx *ctx);
 
 /* client/connect.c */
-/* Lock held: connect to gpuxd (starting a private one if need be) and say hello. */
+/*
+ * Lock held: connect to gpuxd (starting a private one if need be) and say hello. The lock
+ * is dropped while it waits, with ctx->connecting set; the caller makes sure no other thread
+ * is connecting.
+ */
 int cli_connect(gpux_ctx *ctx);
 /* Lock held: close gpuxd's socket and every channel, telling nobody. */
 void cli_disconnect(gpux_ctx *ctx);

@@ -64,21 +64,31 @@ static char *find_daemon(void)
 	return strdup(GPUX_SBINDIR "/gpuxd");
 }
 
+/* Lock held: sleep `us` without it, so that other threads and fork() go on meanwhile. */
+static void sleep_unlocked(gpux_ctx *ctx, unsigned us)
+{
+	(void)pthread_mutex_unlock(&ctx->lock);
+	(void)usleep(us);
+	(void)pthread_mutex_lock(&ctx->lock);
+}
+
 /*
- * Start a private gpuxd. It daemonizes and its first process exits once the socket
- * listens, so waiting for that process is waiting for readiness, and leaves no zombie. It
- * logs to its own file (ipc_private_log()); its stdio is /dev/null.
+ * Lock held, dropped while it waits: start a private gpuxd. It daemonizes and its first
+ * process exits once the socket listens, so waiting for that process is waiting for
+ * readiness, and leaves no zombie. Past the deadline that process is killed (its daemon, if
+ * it has one, goes on). It logs to its own file (ipc_private_log()); its stdio is /dev/null.
  */
-static int autospawn(const char *path)
+static int autospawn(gpux_ctx *ctx, uint64_t deadline)
 {
 	_cleanup_(freep) char *daemon = find_daemon();
+	const char *path = ctx->path;
 	char *argv[] = { "gpuxd", "--private", "--daemonize", "--socket", (char *)path, NULL };
 	char log[PATH_MAX];
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none;
-	pid_t pid;
-	int r, st;
+	pid_t pid, w;
+	int r, st = 0;
 
 	if (!daemon)
 		return cli_connect_fail(-ENOMEM, "out of memory");
@@ -102,9 +112,29 @@ static int autospawn(const char *path)
 					"%s: no gpuxd listens there, and starting one failed: %s: "
 					"%s (GPUX_DAEMON names the gpuxd program)",
 					path, daemon, strerror(r));
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return 0; /* reaped by the program's own SIGCHLD handling: just try */
+	/* A gpuxd probing its devices may take a while: the lock is not held meanwhile. */
+	(void)pthread_mutex_unlock(&ctx->lock);
+	for (unsigned us = 1000;; us = MIN(us * 2, 20000u)) {
+		w = waitpid(pid, &st, WNOHANG);
+		if (w == pid || (w < 0 && errno != EINTR))
+			break;
+		if (w == 0 && mono_ns() >= deadline) {
+			(void)kill(pid, SIGKILL);
+			(void)waitpid(pid, NULL, 0);
+			break;
+		}
+		if (w == 0)
+			(void)usleep(us);
+	}
+	(void)pthread_mutex_lock(&ctx->lock);
+	if (w < 0)
+		return 0; /* reaped by the program's own SIGCHLD handling: just try */
+	if (w == 0)
+		return cli_connect_fail(-ECONNREFUSED,
+					"%s: no gpuxd listens there, and the one started (%s) was "
+					"not ready in %llu s: its log is %s",
+					path, daemon, (unsigned long long)(CLI_CONNECT_NS / NSEC_PER_SEC),
+					log);
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	return cli_connect_fail(-ECONNREFUSED,
@@ -114,39 +144,50 @@ static int autospawn(const char *path)
 				log);
 }
 
-static int connect_socket(const char *path, int *ret_fd)
+/*
+ * Lock held: a socket connected to path, in ctx->connecting_fd (where a fork() meanwhile
+ * finds it: the child must not keep it). It does not block: -EAGAIN when gpuxd's backlog is
+ * full.
+ */
+static int connect_socket(gpux_ctx *ctx, const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	_cleanup_(closep) int fd = -1;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	memcpy(sa.sun_path, path, strlen(path));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	ctx->connecting_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (ctx->connecting_fd < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		return -errno;
-	*ret_fd = TAKE_FD(fd);
+	if (connect(ctx->connecting_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int r = -errno;
+
+		ctx->connecting_fd = safe_close(ctx->connecting_fd);
+		return r;
+	}
 	return 0;
 }
 
-/* Receive one message, waiting at most until the deadline. */
-static int recv_until(int fd, uint8_t *buf, struct ipc_msg *msg, uint64_t deadline)
+/* Lock held, dropped while it waits: receive one message from gpuxd (into ctx->rbuf, fds
+ * and all under the lock), waiting at most until the deadline. */
+static int recv_until(gpux_ctx *ctx, struct ipc_msg *msg, uint64_t deadline)
 {
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
+		struct pollfd p = { .fd = ctx->connecting_fd, .events = POLLIN };
 		uint64_t now = mono_ns();
 		int r;
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
+		(void)pthread_mutex_unlock(&ctx->lock);
 		r = poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1);
+		(void)pthread_mutex_lock(&ctx->lock);
 		if (r < 0 && errno != EINTR)
 			return -errno;
 		if (r <= 0)
 			continue;
-		r = ipc_channel_recv_msg(fd, buf, IPC_MSG_MAX, msg, MSG_DONTWAIT);
+		r = ipc_channel_recv_msg(ctx->connecting_fd, ctx->rbuf, IPC_MSG_MAX, msg,
+					 MSG_DONTWAIT);
 		if (r == -EAGAIN)
 			continue;
 		return r == 0 ? -ECONNRESET : r;
@@ -161,10 +202,11 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 	int n, r;
 
 	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
-	/* A refusal may be waiting already, and the socket closed behind it: read it anyway. */
-	(void)ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
+	/* A refusal may be waiting already, and the socket closed behind it: read it anyway.
+	 * (A new socket has room for it: the send does not block.) */
+	(void)ipc_channel_send(ctx->connecting_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
 	/* No answer is as good as nobody there. */
-	r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
+	r = recv_until(ctx, &msg, deadline);
 	if (r < 0)
 		return cli_connect_fail(-ECONNREFUSED, "%s: gpuxd did not answer: %s", ctx->path,
 					strerror(-r));
@@ -192,7 +234,7 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 		ctx->served_shared = true;
 	/* One DEVICE per device follows at once. */
 	for (uint32_t i = 0; i < wel.ndevices; i++) {
-		r = recv_until(ctx->sup_fd, ctx->rbuf, &msg, deadline);
+		r = recv_until(ctx, &msg, deadline);
 		if (r < 0)
 			return cli_connect_fail(-ECONNREFUSED,
 						"%s: gpuxd did not finish its welcome: %s",
@@ -225,28 +267,40 @@ void cli_disconnect(gpux_ctx *ctx)
 		d->want_channel = false;
 	}
 	ctx->sup_fd = safe_close(ctx->sup_fd);
+	ctx->connecting_fd = safe_close(ctx->connecting_fd);
 	ctx->connected = false;
 }
 
-int cli_connect(gpux_ctx *ctx)
+/* Lock held, dropped while it waits: connect_socket(), starting a private gpuxd when none
+ * listens and we may, until the deadline. */
+static int reach(gpux_ctx *ctx, uint64_t deadline)
 {
-	uint64_t deadline = mono_ns() + CLI_CONNECT_NS;
 	bool spawned = false;
 	int r;
 
-	connect_why[0] = '\0';
 	for (unsigned backoff_us = 1000;; backoff_us = MIN(backoff_us * 2, 100000u)) {
-		r = connect_socket(ctx->path, &ctx->sup_fd);
+		r = connect_socket(ctx, ctx->path);
 		if (r == 0)
-			break;
+			return 0;
 		/* A socket this user may not use; any other failure: nobody to reach. */
 		if (r == -EACCES || r == -EPERM)
 			return cli_connect_fail(-EACCES,
 						"%s: permission denied: the socket's mode or group "
 						"keeps uid %u out (gpuxd --allow-group)",
 						ctx->path, (unsigned)geteuid());
-		if (r != -ENOENT && r != -ECONNREFUSED)
+		if (r != -ENOENT && r != -ECONNREFUSED && r != -EAGAIN)
 			return cli_connect_fail(-ECONNREFUSED, "%s: %s", ctx->path, strerror(-r));
+		if (mono_ns() > deadline)
+			return cli_connect_fail(-ECONNREFUSED, "%s: %s", ctx->path,
+						r == -EAGAIN ? "gpuxd takes no new connections "
+							       "(its backlog is full)"
+							     : "the private gpuxd started for it "
+							       "does not listen");
+		/* Someone listens, and is busy: try again. */
+		if (r == -EAGAIN) {
+			sleep_unlocked(ctx, backoff_us);
+			continue;
+		}
 		/* A shared gpuxd that went away is not replaced by a private one unasked: this
 		 * process would lose, without a word, what the shared one was set up to give. */
 		if (ctx->served_shared)
@@ -258,28 +312,44 @@ int cli_connect(gpux_ctx *ctx)
 						r == -ENOENT
 							? "no such socket: no gpuxd serves this path"
 							: "nobody listens there (its gpuxd is gone)");
-		if (mono_ns() > deadline)
-			return cli_connect_fail(-ECONNREFUSED,
-						"%s: the private gpuxd started for it does not listen",
-						ctx->path);
 		if (!spawned) {
 			spawned = true;
-			r = autospawn(ctx->path);
+			r = autospawn(ctx, deadline);
 			if (r < 0)
 				return r;
 			continue;
 		}
-		(void)usleep(backoff_us);
+		sleep_unlocked(ctx, backoff_us);
 	}
-	r = hello(ctx, deadline);
-	if (r < 0) {
-		cli_disconnect(ctx);
-		return r;
-	}
-	{
+}
+
+/*
+ * Lock held: connect. The lock is dropped while it waits (for a gpuxd to start, for its
+ * answer), so that other threads, and fork(), do not wait for gpuxd; threads that need the
+ * connection meanwhile wait for this one (cli_ensure()). Every fd it makes is in the context
+ * by the time the lock is dropped, where a fork() closes the child's copy.
+ */
+int cli_connect(gpux_ctx *ctx)
+{
+	uint64_t deadline = mono_ns() + CLI_CONNECT_NS;
+	int r;
+
+	connect_why[0] = '\0';
+	ctx->connecting = true;
+	r = reach(ctx, deadline);
+	if (r == 0)
+		r = hello(ctx, deadline);
+	if (r == 0) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_SUP };
+
+		ctx->sup_fd = ctx->connecting_fd;
+		ctx->connecting_fd = -1;
 		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->sup_fd, &ev);
+		ctx->connected = true;
+	} else if (ctx->connecting_fd >= 0) {
+		cli_disconnect(ctx);
 	}
-	ctx->connected = true;
-	return 0;
+	ctx->connecting = false;
+	(void)pthread_cond_broadcast(&ctx->cond);
+	return r;
 }

@@ -41,6 +41,9 @@ static void atfork_child(void)
 	 * come: the parent's connection must not outlive the parent in a child. close() is
 	 * safe here; the rest of the forgetting waits for that first call. */
 	for (gpux_ctx *c = all_ctx; c; c = c->next) {
+		/* A thread of the parent's that was connecting is not in the child. */
+		c->connecting = false;
+		c->connecting_fd = safe_close(c->connecting_fd);
 		c->sup_fd = safe_close(c->sup_fd);
 		c->epfd = safe_close(c->epfd);
 		c->wake_fd = safe_close(c->wake_fd);
@@ -123,6 +126,9 @@ int cli_ensure(gpux_ctx *ctx)
 	int r;
 
 	cli_after_fork(ctx);
+	/* Another thread is connecting: its connection serves this one too. */
+	while (ctx->connecting)
+		(void)pthread_cond_wait(&ctx->cond, &ctx->lock);
 	if (ctx->connected)
 		return 0;
 	/* The epoll fd's and the eventfd's own errors mean nothing to a caller. */
@@ -145,10 +151,11 @@ static void channel_request(gpux_ctx *ctx, uint32_t device)
 
 	if (!ctx->devs[device].want_channel || !ctx->connected)
 		return;
-	ctx->devs[device].want_channel = false;
 	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
-	if (n > 0)
-		(void)ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
+	/* gpuxd's socket does not block (it is not worth the lock): when gpuxd is too busy to
+	 * take the request now, it is asked again the next time the device is wanted. */
+	if (n > 0 && ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0) != -EAGAIN)
+		ctx->devs[device].want_channel = false;
 }
 
 void cli_channels_request(gpux_ctx *ctx)
@@ -197,6 +204,30 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 
 /* ---- public ---- */
 
+/* In the list of contexts, the one that fork() handling goes through. */
+static void ctx_register(gpux_ctx *ctx)
+{
+	(void)pthread_mutex_lock(&all_lock);
+	ctx->next = all_ctx;
+	if (all_ctx)
+		all_ctx->prev = ctx;
+	all_ctx = ctx;
+	(void)pthread_mutex_unlock(&all_lock);
+}
+
+static void ctx_unregister(gpux_ctx *ctx)
+{
+	(void)pthread_mutex_lock(&all_lock);
+	if (ctx->prev)
+		ctx->prev->next = ctx->next;
+	else
+		all_ctx = ctx->next;
+	if (ctx->next)
+		ctx->next->prev = ctx->prev;
+	ctx->prev = ctx->next = NULL;
+	(void)pthread_mutex_unlock(&all_lock);
+}
+
 /* A context with nothing in it yet, which ctx_free() takes as it is. */
 static gpux_ctx *ctx_new(void)
 {
@@ -204,7 +235,7 @@ static gpux_ctx *ctx_new(void)
 
 	if (!ctx)
 		return NULL;
-	ctx->sup_fd = ctx->epfd = ctx->wake_fd = -1;
+	ctx->sup_fd = ctx->connecting_fd = ctx->epfd = ctx->wake_fd = -1;
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		ctx->devs[i].chan_fd = -1;
 	ctx->fork_gen = cli_fork_gen;
@@ -284,17 +315,15 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 		goto err;
 	}
 
+	/* Listed first: a fork() while it connects closes the child's copies of its fds. */
+	ctx_register(ctx);
 	(void)pthread_mutex_lock(&ctx->lock);
 	r = cli_ensure(ctx);
 	(void)pthread_mutex_unlock(&ctx->lock);
-	if (r < 0)
+	if (r < 0) {
+		ctx_unregister(ctx);
 		goto err;
-	(void)pthread_mutex_lock(&all_lock);
-	ctx->next = all_ctx;
-	if (all_ctx)
-		all_ctx->prev = ctx;
-	all_ctx = ctx;
-	(void)pthread_mutex_unlock(&all_lock);
+	}
 	*ret_ctx = ctx;
 	return GPUX_OK;
 err:
@@ -306,14 +335,7 @@ GPUX_EXPORT void gpux_disconnect(gpux_ctx *ctx)
 {
 	if (!ctx)
 		return;
-	(void)pthread_mutex_lock(&all_lock);
-	if (ctx->prev)
-		ctx->prev->next = ctx->next;
-	else
-		all_ctx = ctx->next;
-	if (ctx->next)
-		ctx->next->prev = ctx->prev;
-	(void)pthread_mutex_unlock(&all_lock);
+	ctx_unregister(ctx);
 	ctx_free(ctx);
 }
 
@@ -364,14 +386,13 @@ GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd)
 
 GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx)
 {
-	int r;
-
 	if (!ctx)
 		return GPUX_E_INVAL;
 	(void)pthread_mutex_lock(&ctx->lock);
-	r = cli_ensure(ctx);
-	if (r == 0 && !ctx->reader)
+	/* Never connects (that may wait): without a connection nothing can have arrived. */
+	cli_after_fork(ctx);
+	if (ctx->connected && !ctx->reader)
 		cli_pump(ctx);
 	(void)pthread_mutex_unlock(&ctx->lock);
-	return cli_status_from_errno(r);
+	return GPUX_OK;
 }

@@ -112,6 +112,10 @@ struct gpux_device_info {
  * $GPUX_DAEMON, beside this library, or where it was installed); it exits once its last
  * client is gone. A context that a shared (not private) gpuxd served never starts a private
  * one: when that gpuxd goes away, calls fail with GPUX_E_CONNECT until it is back.
+ * Connecting (here, or again in a later call after gpuxd went away, or in a forked child's
+ * first call) waits at most 30 s, the start of a private gpuxd included. Meanwhile the
+ * context's other threads go on, fork() included; those that need gpuxd wait for this
+ * connection.
  * On success *ret_ctx owns the connection; free it with gpux_disconnect(). On failure,
  * gpux_connect_error() says why.
  */
@@ -142,7 +146,11 @@ GPUX_EXPORT gpux_status gpux_device_info(gpux_ctx *ctx, uint32_t device,
  */
 GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd);
 
-/* Take in every completion that has arrived, without blocking. */
+/*
+ * Take in every completion that has arrived, without blocking. It never connects: when the
+ * connection to gpuxd is gone (its requests have ended with GPUX_E_WORKER_LOST), it takes in
+ * nothing and returns GPUX_OK; the next call that needs gpuxd connects again.
+ */
 GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx);
 
 /* ---- shared buffers ---- */

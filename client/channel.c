@@ -39,6 +39,8 @@ static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 	if (d->chan_fd < 0)
 		return;
 	cli_dev_drop_rings(d);
+	cli_outbox_clear(&d->out);
+	d->out_armed = false;
 	d->chan_fd = safe_close(d->chan_fd);
 	cli_reqs_lost(ctx, i, d->chan_gen);
 	d->inflight = 0;
@@ -67,6 +69,7 @@ static void dev_set_status_page(struct cli_dev *d, int fd)
 }
 
 static void chan_drain(gpux_ctx *ctx, uint32_t i);
+static int chan_flush(gpux_ctx *ctx, uint32_t i);
 
 void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 {
@@ -288,21 +291,30 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 void cli_pump(gpux_ctx *ctx)
 {
 	daemon_drain(ctx);
-	for (uint32_t i = 0; i < ctx->ndevices; i++)
+	for (uint32_t i = 0; i < ctx->ndevices; i++) {
 		chan_drain(ctx, i);
+		(void)chan_flush(ctx, i);
+	}
 }
 
-/* cli_pump(), reading only the channels that epoll reported. Lock held. */
+/* cli_pump(), reading only the channels that epoll reported (and sending what waited for
+ * room on them). Lock held. */
 void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
 {
 	uint64_t v;
 
 	daemon_drain(ctx);
 	for (int i = 0; i < n; i++) {
-		if (ev[i].data.u64 == CLI_EP_WAKE)
+		if (ev[i].data.u64 == CLI_EP_WAKE) {
 			(void)read(ctx->wake_fd, &v, sizeof(v));
-		else if (ev[i].data.u64 >= CLI_EP_CHAN0 && ev[i].data.u64 - CLI_EP_CHAN0 < ctx->ndevices)
-			chan_drain(ctx, (uint32_t)(ev[i].data.u64 - CLI_EP_CHAN0));
+		} else if (ev[i].data.u64 >= CLI_EP_CHAN0 &&
+			   ev[i].data.u64 - CLI_EP_CHAN0 < ctx->ndevices) {
+			uint32_t dev = (uint32_t)(ev[i].data.u64 - CLI_EP_CHAN0);
+
+			chan_drain(ctx, dev);
+			if (ev[i].events & EPOLLOUT)
+				(void)chan_flush(ctx, dev);
+		}
 	}
 }
 
@@ -321,13 +333,77 @@ bool cli_rings_take_all(gpux_ctx *ctx)
 	return any;
 }
 
-/* Lock held: send on the device's channel; -EPIPE when its worker is gone (channel closed). */
+/* Lock held: have epoll report room on the channel while its outbox holds anything. */
+static void chan_watch_room(gpux_ctx *ctx, uint32_t i)
+{
+	struct cli_dev *d = &ctx->devs[i];
+	bool want = d->out.head != NULL;
+	struct epoll_event ev = { .events = EPOLLIN | (want ? EPOLLOUT : 0),
+				  .data.u64 = CLI_EP_CHAN0 + i };
+
+	if (want != d->out_armed && epoll_ctl(ctx->epfd, EPOLL_CTL_MOD, d->chan_fd, &ev) == 0)
+		d->out_armed = want;
+}
+
+/*
+ * Lock held: send what waits in the channel's outbox, as much as its socket takes now. A
+ * message that cannot be sent for any reason but a full socket ends the channel: what follows
+ * it must not overtake it. Returns 0, or -EPIPE when the channel is closed.
+ */
+static int chan_flush(gpux_ctx *ctx, uint32_t i)
+{
+	struct cli_dev *d = &ctx->devs[i];
+	int r;
+
+	if (d->chan_fd < 0 || !d->out.head)
+		return 0;
+	r = cli_outbox_flush(&d->out, d->chan_fd);
+	if (r < 0 && r != -EAGAIN) {
+		chan_drain(ctx, i);
+		dev_close_channel(ctx, i);
+		return -EPIPE;
+	}
+	chan_watch_room(ctx, i);
+	return 0;
+}
+
+/* Lock held: queue a message that its socket cannot take now, unless the worker has left so
+ * much unread that it is taken for one that dropped us. */
+static int chan_queue(gpux_ctx *ctx, uint32_t i, const void *msg, size_t len, const int *fds,
+		      unsigned nfds)
+{
+	struct cli_dev *d = &ctx->devs[i];
+	int r;
+
+	if (d->out.bytes + len > CLI_OUTBOX_MAX) {
+		char why[96];
+
+		(void)snprintf(why, sizeof(why), "the worker left %u MiB sent to it unread",
+			       CLI_OUTBOX_MAX >> 20);
+		free(d->dropped);
+		d->dropped = strdup(why);
+		return -EPIPE;
+	}
+	r = cli_outbox_push(&d->out, msg, len, fds, nfds);
+	if (r == 0)
+		chan_watch_room(ctx, i);
+	return r;
+}
+
+/* Lock held: send on the device's channel, or queue (cli_send()); -EPIPE when its worker is
+ * gone (channel closed). */
 static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len,
 		     const int *fds, unsigned nfds)
 {
 	struct cli_dev *d = &ctx->devs[device];
-	int r = ipc_channel_send(d->chan_fd, msg, len, fds, nfds, 0);
+	int r = chan_flush(ctx, device);
 
+	if (r < 0)
+		return r;
+	/* Behind messages that still wait, this one waits too: the worker takes them in order. */
+	r = d->out.head ? -EAGAIN : ipc_channel_send(d->chan_fd, msg, len, fds, nfds, MSG_DONTWAIT);
+	if (r == -EAGAIN)
+		r = chan_queue(ctx, device, msg, len, fds, nfds);
 	if (r == -EPIPE || r == -ECONNRESET) {
 		chan_drain(ctx, device);
 		dev_close_channel(ctx, device);

@@ -19,6 +19,14 @@
 /* Requests one process keeps in flight per device before a submit waits for completions;
  * the worker's own limit (4096) and its send queue stay well above it. */
 #define CLI_INFLIGHT_MAX 1024u
+/*
+ * Messages a channel's socket could not take yet wait in its outbox (client/outbox.c), so
+ * that no thread blocks in sendmsg() with the lock held. A launch waits (without the lock)
+ * while the outbox holds CLI_OUTBOX_WAIT bytes or more; a worker that leaves CLI_OUTBOX_MAX
+ * unread is treated as one that dropped the channel.
+ */
+#define CLI_OUTBOX_WAIT (2u * 1024u * 1024u)
+#define CLI_OUTBOX_MAX (32u * 1024u * 1024u)
 /* How long a call waits for a device that is (re)starting. */
 #define CLI_DEVICE_WAIT_NS (30ULL * 1000000000ULL)
 /* How long connecting may take, an autospawned gpuxd's start included. */
@@ -137,6 +145,13 @@ struct cli_rings {
 	unsigned refs;
 };
 
+/* Messages for a channel, oldest first; what they hold in bytes (with their bookkeeping). */
+struct cli_out_msg;
+struct cli_outbox {
+	struct cli_out_msg *head, *tail;
+	size_t bytes;
+};
+
 struct cli_dev {
 	struct gpux_device_info info;
 	uint32_t generation; /* the worker's, from gpuxd */
@@ -150,6 +165,8 @@ struct cli_dev {
 	uint32_t sock_out;       /* messages sent on it */
 	char *dropped;           /* why the worker is dropping the channel (its last word) */
 	bool want_channel;       /* the worker dropped it, alive: ask gpuxd for a new one */
+	struct cli_outbox out;   /* what its socket could not take yet, in order */
+	bool out_armed;          /* epoll watches the channel for room (EPOLLOUT) */
 };
 
 /* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
@@ -245,6 +262,12 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg);
 void cli_pump(gpux_ctx *ctx);
 void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n);
 bool cli_rings_take_all(gpux_ctx *ctx);
+/*
+ * Lock held: send a message (and fds, which the caller keeps) to device's worker, never
+ * blocking: behind messages still waiting, or when the socket is full, it waits in the
+ * channel's outbox and goes out as the worker reads. 0 once sent or queued (ordered before
+ * whatever is sent after it), -EPIPE when the channel is gone, or another -errno.
+ */
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds);
 /*
@@ -254,6 +277,18 @@ int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const 
  */
 void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
 		   const void *payload, size_t len);
+
+/* client/outbox.c */
+/* Queue a message after those waiting, with copies of its fds (the caller keeps its own). */
+int cli_outbox_push(struct cli_outbox *o, const void *msg, size_t len, const int *fds,
+		    unsigned nfds);
+/* Send what waits on fd, oldest first, without blocking: 0 once all is sent, -EAGAIN when
+ * the socket is full again, or the error of the message that could not be sent (kept). */
+int cli_outbox_flush(struct cli_outbox *o, int fd);
+/* Drop what waits, closing its fds. */
+void cli_outbox_clear(struct cli_outbox *o);
+/* In a child after fork(): close the fds of what waits (the rest goes with the context). */
+void cli_outbox_close_fds(struct cli_outbox *o);
 
 /* client/wait.c */
 /* Returns 0 once pred() holds, -ETIMEDOUT at the deadline, -EIO if waiting itself failed. */

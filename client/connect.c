@@ -257,6 +257,8 @@ void cli_disconnect(gpux_ctx *ctx)
 		struct cli_dev *d = &ctx->devs[i];
 
 		cli_dev_drop_rings(d);
+		cli_outbox_clear(&d->out);
+		d->out_armed = false;
 		d->chan_fd = safe_close(d->chan_fd);
 		if (d->status)
 			(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);

@@ -47,8 +47,10 @@ static void atfork_child(void)
 		c->sup_fd = safe_close(c->sup_fd);
 		c->epfd = safe_close(c->epfd);
 		c->wake_fd = safe_close(c->wake_fd);
-		for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++)
+		for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++) {
 			c->devs[i].chan_fd = safe_close(c->devs[i].chan_fd);
+			cli_outbox_close_fds(&c->devs[i].out);
+		}
 		c->connected = false;
 		(void)pthread_mutex_unlock(&c->lock);
 	}

@@ -377,7 +377,7 @@ static bool below_cap(gpux_ctx *ctx, void *arg)
 {
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
 
-	return d->chan_fd < 0 || d->inflight < CLI_INFLIGHT_MAX;
+	return d->chan_fd < 0 || (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT);
 }
 
 GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,

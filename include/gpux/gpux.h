@@ -141,15 +141,17 @@ GPUX_EXPORT gpux_status gpux_device_info(gpux_ctx *ctx, uint32_t device,
 					 struct gpux_device_info *ret_info);
 
 /*
- * An fd that polls readable when completions may have arrived; then call gpux_process() and
- * gpux_test(). Owned by ctx; valid until the next fork (the child gets its own).
+ * An fd that polls readable when completions may have arrived, or when messages that waited
+ * for a worker to read can go out; then call gpux_process() and gpux_test(). Owned by ctx;
+ * valid until the next fork (the child gets its own).
  */
 GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd);
 
 /*
- * Take in every completion that has arrived, without blocking. It never connects: when the
- * connection to gpuxd is gone (its requests have ended with GPUX_E_WORKER_LOST), it takes in
- * nothing and returns GPUX_OK; the next call that needs gpuxd connects again.
+ * Take in every completion that has arrived, and send what waited for room, without
+ * blocking. It never connects: when the connection to gpuxd is gone (its requests have ended
+ * with GPUX_E_WORKER_LOST), it takes in nothing and returns GPUX_OK; the next call that
+ * needs gpuxd connects again.
  */
 GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx);
 

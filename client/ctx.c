@@ -133,10 +133,12 @@ int cli_ensure(gpux_ctx *ctx)
 		(void)pthread_cond_wait(&ctx->cond, &ctx->lock);
 	if (ctx->connected)
 		return 0;
-	/* The epoll fd's and the eventfd's own errors mean nothing to a caller. */
+	/* The epoll fd's and the eventfd's own errors mean nothing to a caller (-EIO), but they
+	 * are this attempt's reason, not an earlier one's. */
 	r = poll_fds(ctx);
 	if (r < 0)
-		return -EIO;
+		return cli_connect_fail(-EIO, "%s: no fd to wait for gpuxd with: %s", ctx->path,
+					strerror(-r));
 	return cli_connect(ctx);
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -328,6 +329,28 @@ static void test_service_connect_errors_say_where_and_why(void **state)
 	/* An attempt that fails before it reaches for a socket says so, not the last one's
 	 * reason. */
 	assert_int_equal(gpux_connect(sock, NULL), GPUX_E_INVAL);
+	assert_null(strstr(gpux_connect_error(), "no such socket"));
+	assert_string_not_equal(gpux_connect_error(), "");
+	/* One that fails for want of an fd of its own (its epoll fd), after one that failed for
+	 * want of a socket: its own reason. */
+	assert_int_equal(gpux_connect(sock, &ctx), GPUX_E_CONNECT);
+	assert_non_null(strstr(gpux_connect_error(), "no such socket"));
+	{
+		struct rlimit saved, low;
+		int next = dup(0);
+		gpux_status st;
+
+		assert_true(next >= 0);
+		(void)close(next);
+		assert_int_equal(getrlimit(RLIMIT_NOFILE, &saved), 0);
+		low = saved;
+		low.rlim_cur = (rlim_t)next;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+		st = gpux_connect(sock, &ctx);
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &saved), 0);
+		assert_int_not_equal(st, GPUX_OK);
+	}
+	assert_null(ctx);
 	assert_null(strstr(gpux_connect_error(), "no such socket"));
 	assert_string_not_equal(gpux_connect_error(), "");
 	assert_int_equal(rmdir(dir), 0);

@@ -403,16 +403,14 @@ static int s_cached(struct bench *b)
 
 static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
 {
-	char path[PATH_MAX + 16];
-	char *argv[] = { path, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
+	char *argv[] = { b->gpuxd, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 
-	(void)snprintf(path, sizeof(path), "%s/gpuxd", b->dir);
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-	if (posix_spawn(&pid, path, &fa, NULL, argv, environ) != 0)
+	if (posix_spawn(&pid, b->gpuxd, &fa, NULL, argv, environ) != 0)
 		pid = -1;
 	(void)posix_spawn_file_actions_destroy(&fa);
 	return pid;
@@ -737,6 +735,13 @@ int tool_bench(int argc, char **argv)
 		return tool_fail("bench", "cannot find itself");
 	self[n] = '\0';
 	(void)snprintf(b.dir, sizeof(b.dir), "%s", dirname(self));
+	if (tool_daemon_path(b.gpuxd, sizeof(b.gpuxd)) < 0) {
+		char why[sizeof(b.gpuxd) + 64];
+
+		(void)snprintf(why, sizeof(why), "no gpuxd at %s nor on the PATH (GPUX_DAEMON names "
+			       "it)", b.gpuxd);
+		return tool_fail("bench", why);
+	}
 	(void)snprintf(b.tmp, sizeof(b.tmp), "/tmp/gpux-bench-XXXXXX");
 	if (!mkdtemp(b.tmp))
 		return tool_fail("bench", "mkdtemp");

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* tools/gpux.c: the gpux command: its subcommands, and the conventions they share. */
 #include <errno.h>
+#include <libgen.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "tools.h"
 
@@ -83,6 +86,47 @@ uint64_t tool_parse_u64(const char *cmd, const char *usage, const char *opt, con
 		tool_usage_error(usage, "%s: %s: bad value \"%s\" (%llu to %llu)", cmd, opt, s,
 				 (unsigned long long)min, (unsigned long long)max);
 	return v;
+}
+
+/* Whether dir/name (dir: its first dir_len bytes) is a program we may run; its path in buf. */
+static bool program_at(char *buf, size_t len, const char *dir, size_t dir_len, const char *name)
+{
+	int n = snprintf(buf, len, "%.*s/%s", (int)dir_len, dir, name);
+
+	return n > 0 && (size_t)n < len && access(buf, X_OK) == 0;
+}
+
+int tool_daemon_path(char *buf, size_t len)
+{
+	const char *env = getenv("GPUX_DAEMON"), *path = getenv("PATH");
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (env && *env) {
+		(void)snprintf(buf, len, "%s", env);
+		return 0;
+	}
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		const char *dir;
+
+		self[n] = '\0';
+		dir = dirname(self);
+		if (program_at(buf, len, dir, strlen(dir), "gpuxd"))
+			return 0;
+	}
+	if (program_at(buf, len, GPUX_SBINDIR, strlen(GPUX_SBINDIR), "gpuxd"))
+		return 0;
+	for (const char *p = path; p && *p;) {
+		size_t k = strcspn(p, ":");
+
+		/* An empty entry is the current directory, as for execvp(). */
+		if (program_at(buf, len, k ? p : ".", k ? k : 1, "gpuxd"))
+			return 0;
+		p += k + (p[k] == ':');
+	}
+	(void)snprintf(buf, len, "%s/gpuxd", GPUX_SBINDIR);
+	return -ENOENT;
 }
 
 static const struct {

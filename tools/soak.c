@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <limits.h>
 #include <signal.h>
 #include <spawn.h>
@@ -487,9 +486,8 @@ int tool_soak(int argc, char **argv)
 	struct snapshot base, end;
 	double minutes = 1;
 	bool keep = false, bad;
-	char self[PATH_MAX], cmd[PATH_MAX + 16];
+	char cmd[PATH_MAX + 16];
 	unsigned reports;
-	ssize_t n;
 
 	s.seed = (uint64_t)time(NULL);
 	s.b = mmap(NULL, sizeof(*s.b), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -498,14 +496,13 @@ int tool_soak(int argc, char **argv)
 	s.b->ops_mask = (1u << SOAK_OP_N) - 1;
 	if (parse(argc, argv, &s, &minutes, &keep) < 0)
 		tool_usage_error(TOOL_USAGE_SOAK, "soak: a bad value, or an unexpected argument");
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n <= 0)
-		return tool_fail("soak", "cannot find this program");
-	self[n] = '\0';
-	if (getenv("GPUX_DAEMON") && *getenv("GPUX_DAEMON"))
-		(void)snprintf(s.gpuxd, sizeof(s.gpuxd), "%s", getenv("GPUX_DAEMON"));
-	else
-		(void)snprintf(s.gpuxd, sizeof(s.gpuxd), "%s/gpuxd", dirname(self));
+	if (tool_daemon_path(s.gpuxd, sizeof(s.gpuxd)) < 0) {
+		char why[sizeof(s.gpuxd) + 64];
+
+		(void)snprintf(why, sizeof(why), "no gpuxd at %s nor on the PATH (GPUX_DAEMON "
+			       "names it)", s.gpuxd);
+		return tool_fail("soak", why);
+	}
 	(void)snprintf(s.dir, sizeof(s.dir), "/tmp/gpux-soak-XXXXXX");
 	if (!mkdtemp(s.dir))
 		return tool_fail("soak", strerror(errno));

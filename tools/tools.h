@@ -77,6 +77,13 @@ void tool_usage_error(const char *usage, const char *fmt, ...)
 uint64_t tool_parse_u64(const char *cmd, const char *usage, const char *opt, const char *s,
 			uint64_t min, uint64_t max);
 
+/*
+ * Where gpuxd is, for the subcommands that start their own: $GPUX_DAEMON, beside this program
+ * (a build tree), where it was installed (sbindir), else the first on the PATH. 0 with its
+ * path in buf, or -ENOENT with the installed path in buf (for the message).
+ */
+int tool_daemon_path(char *buf, size_t len);
+
 int tool_fail(const char *what, const char *why);
 /* "gpux: connect: <gpux_connect_error()>", exit code 1. */
 int tool_connect_fail(gpux_status st);

@@ -11,8 +11,10 @@ unitdir=$9 sysusersdir=${10} have_man=${11} sanitized=${12}
 tmp=$(mktemp -d /tmp/gpux-install-XXXXXX)
 stage=$tmp/stage
 daemon=
+bench_daemon=
 cleanup() {
 	[ -n "$daemon" ] && kill "$daemon" 2>/dev/null
+	[ -n "$bench_daemon" ] && kill "$bench_daemon" 2>/dev/null && wait "$bench_daemon"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -66,3 +68,29 @@ echo "$status"
 worker=$(echo "$status" | awk '$1 == "0" { print $3 }')
 daemon=$(awk '{ print $4 }' "/proc/$worker/stat")
 echo "installed gpux works"
+
+# gpux soak and gpux bench start gpuxd themselves. Installed, gpux is in bindir and gpuxd in
+# sbindir: they find it where it was installed, else on the PATH. The stage is not where it
+# was installed, so only the PATH leads there (GPUX_DAEMON is not set).
+if [ -e "$sbindir/gpuxd" ]; then
+	echo "installed soak and bench not run: $sbindir/gpuxd is on this machine, and they would run it"
+	exit 0
+fi
+tool() {
+	env -u GPUX_DAEMON -u GPUX_SOCKET PATH="$stage$sbindir:$PATH" \
+		LD_LIBRARY_PATH="$stage$libdir" GPUX_WORKER="$stage$libexecdir/gpux-worker" \
+		XDG_RUNTIME_DIR="$tmp/rt" HOME="$tmp/home" GPUX_CACHE_DIR="$tmp/cache" \
+		"$stage$bindir/gpux" "$@"
+}
+tool soak --minutes 0.02 --clients 2 >"$tmp/soak.out" 2>&1 || { cat "$tmp/soak.out" >&2; fail "installed gpux soak failed"; }
+grep -q "gpux soak: passed" "$tmp/soak.out" || fail "installed gpux soak did not pass"
+# bench's module scenarios start private daemons of their own, beside the one it measures.
+GPUX_WORKER="$stage$libexecdir/gpux-worker" "$stage$sbindir/gpuxd" --socket "$tmp/bench.sock" \
+	--backend host --cache-dir "$tmp/bcache" >"$tmp/bench-gpuxd.log" 2>&1 &
+bench_daemon=$!
+# Its verdict on the targets depends on this machine's load: what counts here is that it ran.
+tool bench --socket "$tmp/bench.sock" --quick --only modules --json >"$tmp/bench.json" \
+	2>"$tmp/bench.err" || true
+grep -A1 '"module: compile (first)"' "$tmp/bench.json" | grep -q '"gpux": [0-9]' ||
+	{ cat "$tmp/bench.err" >&2; fail "installed gpux bench did not compile through its own gpuxd"; }
+echo "installed gpux soak and gpux bench find gpuxd"

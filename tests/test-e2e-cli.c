@@ -193,6 +193,21 @@ static void test_cli_compile(void **state)
 	assert_non_null(strstr(r.out, "error"));
 	assert_non_null(strstr(r.err, "compile error"));
 	run_free(&r);
+
+	/* A log that is not UTF-8 (the compiler quotes a Latin-1 line) is in the JSON, each
+	 * such byte escaped, not left out. */
+	write_file(d, "latin1.c", "GPUX_HOST_KERNEL(k)\n{\n}\n#error caf\xe9 au lait\n", bad,
+		   sizeof(bad));
+	args[1] = "--json";
+	r = gpux(d, args);
+	assert_int_equal(r.code, 1);
+	j = parse(&r);
+	assert_string_equal(json_string_value(json_object_get(j, "status")),
+			    gpux_strerror(GPUX_E_COMPILE));
+	assert_non_null(json_string_value(json_object_get(j, "log")));
+	assert_non_null(strstr(json_string_value(json_object_get(j, "log")), "caf\\xe9 au lait"));
+	json_decref(j);
+	run_free(&r);
 }
 
 /* --json prints one JSON document and nothing else: the table and progress go to stderr. */

@@ -578,7 +578,7 @@ static int print_json(const struct bench *b, const struct gpux_device_info *info
 
 	if (!root || !arr)
 		return tool_fail("json", "out of memory");
-	(void)json_object_set_new(root, "device", json_string(info->name));
+	(void)json_object_set_new(root, "device", tool_json_text(info->name));
 	(void)json_object_set_new(root, "backend", json_string(info->backend == GPUX_BACKEND_CUDA
 									? "cuda"
 									: "host"));

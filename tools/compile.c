@@ -73,10 +73,10 @@ static int print_json(const char *file, uint32_t lang, gpux_status st, const cha
 
 	if (!o)
 		return tool_fail("json", "out of memory");
-	(void)json_object_set_new(o, "file", json_string(file));
+	(void)json_object_set_new(o, "file", tool_json_text(file));
 	(void)json_object_set_new(o, "lang", json_string(lang_names[lang]));
 	(void)json_object_set_new(o, "status", json_string(st == GPUX_OK ? "ok" : gpux_strerror(st)));
-	(void)json_object_set_new(o, "log", json_string(log ? log : ""));
+	(void)json_object_set_new(o, "log", tool_json_text(log ? log : ""));
 	if (info) {
 		(void)json_object_set_new(o, "key", json_string(key));
 		(void)json_object_set_new(o, "device", json_integer(info->device));

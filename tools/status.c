@@ -87,7 +87,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 	for (unsigned k = 0; k < 16; k++)
 		(void)snprintf(uuid + 2 * k, 3, "%02x", d->info.uuid[k]);
 	(void)json_object_set_new(o, "index", json_integer(i));
-	(void)json_object_set_new(o, "name", json_string(d->info.name));
+	(void)json_object_set_new(o, "name", tool_json_text(d->info.name));
 	(void)json_object_set_new(o, "uuid", json_string(uuid));
 	(void)json_object_set_new(o, "backend", json_string(d->info.backend == GPUX_BACKEND_CUDA
 								     ? "cuda"
@@ -126,7 +126,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 					 "device_bytes", tool_json_u64(u->device_bytes)));
 	}
 	(void)json_object_set_new(o, "memory_by_user", usage);
-	(void)json_object_set_new(o, "driver", json_string(s->driver));
+	(void)json_object_set_new(o, "driver", tool_json_text(s->driver));
 	(void)json_object_set_new(o, "cuda_driver_version", json_integer(s->driver_version));
 	(void)json_object_set_new(o, "nvrtc_version", json_integer(s->nvrtc_version));
 	return o;
@@ -139,11 +139,11 @@ static int print_json(const char *path, const struct ipc_status *st,
 
 	if (!root || !arr)
 		return tool_fail("json", "out of memory");
-	(void)json_object_set_new(root, "socket", json_string(path));
-	(void)json_object_set_new(root, "version", json_string(st->version));
+	(void)json_object_set_new(root, "socket", tool_json_text(path));
+	(void)json_object_set_new(root, "version", tool_json_text(st->version));
 	(void)json_object_set_new(root, "stopping", json_boolean(st->flags & IPC_STATUS_STOPPING));
 	(void)json_object_set_new(root, "uptime_seconds", tool_json_real((double)st->uptime_ns / 1e9));
-	(void)json_object_set_new(root, "loop", json_string(st->loop));
+	(void)json_object_set_new(root, "loop", tool_json_text(st->loop));
 	(void)json_object_set_new(root, "clients", json_integer(st->nclients));
 	(void)json_object_set_new(root, "clients_total", tool_json_u64(st->clients_total));
 	(void)json_object_set_new(root, "clients_refused", tool_json_u64(st->clients_refused));

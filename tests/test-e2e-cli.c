@@ -237,7 +237,17 @@ static void test_cli_conventions(void **state)
 	struct test_daemon *d = *state;
 	static const char *const helps[][3] = {
 		{ "--help" }, { "-h" }, { "status", "--help" }, { "compile", "-h" },
-		{ "demo", "--help" }, { "bench", "--help" }, { "help", "status" }, { "--version" },
+		{ "demo", "--help" }, { "bench", "--help" }, { "soak", "--help" },
+		{ "help", "status" }, { "--version" },
+	};
+	/* soak's numbers are read whole, each bad one named (never atoi()'s 0 or prefix). */
+	static const char *const soak_bad[][4] = {
+		{ "soak", "--clients", "x", "--clients" },
+		{ "soak", "--clients", "65", "--clients" },
+		{ "soak", "--minutes", "0.5x", "--minutes" },
+		{ "soak", "--watchdog-s", "-1", "--watchdog-s" },
+		{ "soak", "--rss-slack-mib", "", "--rss-slack-mib" },
+		{ "soak", "--ops", "run,frob", "--ops" },
 	};
 	struct run r;
 
@@ -246,6 +256,18 @@ static void test_cli_conventions(void **state)
 		assert_int_equal(r.code, 0);
 		assert_true(strstr(r.out, "usage: gpux") || strstr(r.out, "gpux 0."));
 		assert_string_equal(r.err, "");
+		run_free(&r);
+	}
+	for (unsigned i = 0; i < ARRAY_SIZE(soak_bad); i++) {
+		const char *args[] = { soak_bad[i][0], soak_bad[i][1], soak_bad[i][2], NULL };
+		char quoted[32];
+
+		r = gpux(d, args);
+		assert_int_equal(r.code, 2);
+		assert_non_null(strstr(r.err, soak_bad[i][3]));
+		(void)snprintf(quoted, sizeof(quoted), "\"%s\"", soak_bad[i][2]);
+		assert_non_null(strstr(r.err, quoted));
+		assert_non_null(strstr(r.err, "usage: gpux soak"));
 		run_free(&r);
 	}
 	{

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -402,7 +403,22 @@ static int parse_ops(const char *list, unsigned *ret)
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct soak *s, double *ret_min, bool *ret_keep)
+/* A number of minutes: above 0, a week at most, decimals allowed; else a usage error. */
+static double parse_minutes(const char *v)
+{
+	char *end;
+	double m;
+
+	errno = 0;
+	m = strtod(v, &end);
+	if (errno || end == v || *end || !isfinite(m) || m <= 0 || m > 7 * 24 * 60)
+		tool_usage_error(TOOL_USAGE_SOAK, "soak: --minutes: bad value \"%s\" (above 0, "
+				 "a week at most)", v);
+	return m;
+}
+
+/* The options into s, *ret_min and *ret_keep; a bad one is a usage error (exit 2). */
+static void parse(int argc, char **argv, struct soak *s, double *ret_min, bool *ret_keep)
 {
 	static const struct option opts[] = {
 		{ "minutes", required_argument, NULL, 'm' },
@@ -415,25 +431,31 @@ static int parse(int argc, char **argv, struct soak *s, double *ret_min, bool *r
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *u = TOOL_USAGE_SOAK;
 	int c;
 
-	while ((c = tool_getopt(argc, argv, opts, TOOL_USAGE_SOAK)) >= 0) {
+	while ((c = tool_getopt(argc, argv, opts, u)) >= 0) {
 		if (c == 'm')
-			*ret_min = strtod(optarg, NULL);
+			*ret_min = parse_minutes(optarg);
 		else if (c == 'c')
-			s->nclients = (unsigned)MIN(strtoul(optarg, NULL, 10), SOAK_CLIENTS_MAX);
+			s->nclients = (unsigned)tool_parse_u64("soak", u, "--clients", optarg, 1,
+							       SOAK_CLIENTS_MAX);
 		else if (c == 's')
-			s->seed = strtoull(optarg, NULL, 10);
+			s->seed = tool_parse_u64("soak", u, "--seed", optarg, 0, UINT64_MAX);
 		else if (c == 'w')
-			s->watchdog_ns = strtoull(optarg, NULL, 10) * NSEC_PER_SEC;
+			s->watchdog_ns = tool_parse_u64("soak", u, "--watchdog-s", optarg, 1,
+							24 * 3600) * NSEC_PER_SEC;
 		else if (c == 'k')
 			*ret_keep = true;
 		else if (c == 'r')
-			s->rss_slack_kib = strtoull(optarg, NULL, 10) * 1024;
-		else if (c != 'o' || parse_ops(optarg, &s->b->ops_mask) < 0)
-			return -EINVAL;
+			s->rss_slack_kib = tool_parse_u64("soak", u, "--rss-slack-mib", optarg, 0,
+							  1u << 20) * 1024;
+		else if (parse_ops(optarg, &s->b->ops_mask) < 0)
+			tool_usage_error(u, "soak: --ops: bad value \"%s\" (a comma-separated list "
+					 "of run, queue, frozen, dbuf, module, fork)", optarg);
 	}
-	return optind == argc && *ret_min > 0 && s->nclients > 0 && s->watchdog_ns ? 0 : -EINVAL;
+	if (optind != argc)
+		tool_usage_error(u, "soak: unexpected argument \"%s\"", argv[optind]);
 }
 
 static uint64_t wrong(const struct soak_board *b)
@@ -494,8 +516,7 @@ int tool_soak(int argc, char **argv)
 	if (s.b == MAP_FAILED)
 		return tool_fail("soak", strerror(errno));
 	s.b->ops_mask = (1u << SOAK_OP_N) - 1;
-	if (parse(argc, argv, &s, &minutes, &keep) < 0)
-		tool_usage_error(TOOL_USAGE_SOAK, "soak: a bad value, or an unexpected argument");
+	parse(argc, argv, &s, &minutes, &keep);
 	if (tool_daemon_path(s.gpuxd, sizeof(s.gpuxd)) < 0) {
 		char why[sizeof(s.gpuxd) + 64];
 

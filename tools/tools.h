@@ -43,7 +43,14 @@
 	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                               \
 	"                 [--watchdog-s S] [--rss-slack-mib N] [--keep]\n"                       \
 	"                 [--ops run,queue,frozen,dbuf,module,fork]\n"                           \
-	"  Forked clients at work while workers and gpuxd are killed; checks every result.\n"
+	"  Forked clients at work while workers and gpuxd are killed; checks every result.\n"   \
+	"  --minutes N        how long (default 1; a fraction is fine)\n"                        \
+	"  --clients N        clients at once (1 to 64, default 6)\n"                           \
+	"  --seed N           of the random choices (default: the time)\n"                      \
+	"  --watchdog-s S     an operation longer than this is a hang (default 120)\n"          \
+	"  --rss-slack-mib N  growth of a worker's RSS that is no leak (default 64)\n"          \
+	"  --ops LIST         the kinds of operation the clients do (default all)\n"            \
+	"  --keep             keep gpuxd's log and cache even when all went well\n"
 
 int tool_status(int argc, char **argv);
 int tool_compile(int argc, char **argv);

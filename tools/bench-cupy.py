@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The peer of gpux bench: the same scenarios with CuPy RawKernel, in-process and in freshly
 # started processes, so that gpux's table can say where it stands against what a Python
-# user would pick instead. Needs a GPU and CuPy. Usage: tools/bench-cupy.py [--json] [--quick]
+# user would pick instead. Needs a GPU and CuPy. Usage: tools/bench-cupy.py --help
+import argparse
 import json
 import os
 import statistics
@@ -11,7 +12,7 @@ import sys
 import tempfile
 import time
 
-QUICK = "--quick" in sys.argv
+QUICK = False
 
 SOURCE = r'''
 extern "C" __global__ void empty() {}
@@ -72,7 +73,7 @@ def rates():
 		print("procs_%d %.0f" % (nproc, processes_rate(nproc, secs)), flush=True)
 
 
-def main():
+def main(as_json):
 	import cupy as cp
 	import numpy as np
 
@@ -170,15 +171,43 @@ def main():
 		    processes_rate(nproc, secs) / 1e3, "k/s")
 
 	dev_name = cp.cuda.runtime.getDeviceProperties(0)["name"].decode()
-	if "--json" in sys.argv:
-		print(json.dumps({"device": dev_name, "cupy": cp.__version__, "results": results}))
-	print("\nCuPy %s on %s" % (cp.__version__, dev_name))
+	report(dev_name, cp.__version__, results, as_json)
+
+
+def report(dev_name, version, results, as_json, out=None, err=None):
+	"""The table, and with as_json one JSON document: then alone on stdout, the table on
+	stderr (as gpux bench --json)."""
+	out = out or sys.stdout
+	table = (err or sys.stderr) if as_json else out
+	if as_json:
+		json.dump({"device": dev_name, "cupy": version, "results": results}, out)
+		out.write("\n")
+	table.write("\nCuPy %s on %s\n" % (version, dev_name))
 	for r in results:
-		print("%-62s %10.2f %s" % (r["scenario"], r["cupy"], r["unit"]))
+		table.write("%-62s %10.2f %s\n" % (r["scenario"], r["cupy"], r["unit"]))
+
+
+def parse_args(argv):
+	p = argparse.ArgumentParser(
+		prog="bench-cupy.py",
+		description="gpux bench's scenarios with CuPy RawKernel, in this process and in "
+		"fresh ones, for comparison (needs a GPU and CuPy).")
+	p.add_argument("--json", action="store_true",
+		       help="one JSON document on stdout (the table goes to stderr)")
+	p.add_argument("--quick", action="store_true", help="fewer repetitions")
+	p.add_argument("--rates", action="store_true",
+		       help="only the launch rates of 4, 16 and 32 fresh processes together, as "
+		       "'procs_N RATE' lines (what gpux bench reads)")
+	return p.parse_args(argv)
 
 
 if __name__ == "__main__":
-	if "--rates" in sys.argv:
-		rates()
-	else:
-		main()
+	args = parse_args(sys.argv[1:])
+	QUICK = args.quick
+	try:
+		if args.rates:
+			rates()
+		else:
+			main(args.json)
+	except ImportError as e:
+		sys.exit("bench-cupy.py: %s (CuPy and numpy are needed)" % e)

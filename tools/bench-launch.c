@@ -2,6 +2,7 @@
 /* tools/bench-launch.c: gpux bench's launch scenarios: round trip, many clients, fairness. */
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include "bench.h"
 #include "ipc/macro.h"
+#include "ipc/proto.h"
 
 /* Launches a client keeps in flight. */
 #define WINDOW 32
@@ -38,6 +40,45 @@ static int s_rtt_inner(struct bench *b, unsigned n, uint64_t *t, uint64_t *in)
 	return 0;
 }
 
+/* Device 0's hand-off counters (worker/wrk.h), or false when gpuxd does not say. */
+static bool handoffs(struct bench *b, struct ipc_stats *ret)
+{
+	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct ipc_status st;
+
+	if (tool_status_query(b->sock, &st, devs) < 0 || st.ndevices == 0)
+		return false;
+	*ret = devs[0].stats;
+	return true;
+}
+
+/*
+ * What the round trips cost in hand-offs, per request: a loop or a waiter that slept, a
+ * client that had to be woken, a message that missed the ring. Near 0 when everything spins;
+ * near 1 is the slow mode of docs/PERFORMANCE.md, whatever the machine's speed.
+ */
+static void add_handoffs(struct bench *b, const struct ipc_stats *s0, const struct ipc_stats *s1)
+{
+	static const struct {
+		size_t off;
+		const char *name;
+	} rows[] = {
+		{ offsetof(struct ipc_stats, loop_sleeps), "  per request: worker loop sleeps" },
+		{ offsetof(struct ipc_stats, kicks_sent), "  per request: clients woken" },
+		{ offsetof(struct ipc_stats, socket_msgs), "  per request: sent by socket" },
+		{ offsetof(struct ipc_stats, blocking_waits), "  per request: blocked waits" },
+	};
+	double n = (double)(s1->requests_done - s0->requests_done);
+
+	for (unsigned i = 0; i < ARRAY_SIZE(rows) && n > 0; i++) {
+		uint64_t a, z;
+
+		memcpy(&a, (const uint8_t *)s0 + rows[i].off, sizeof(a));
+		memcpy(&z, (const uint8_t *)s1 + rows[i].off, sizeof(z));
+		bench_add(b, rows[i].name, (double)(z - a) / n, NAN, "", "", NAN, true);
+	}
+}
+
 int bench_rtt(struct bench *b)
 {
 	const unsigned n = b->quick ? 500 : 5000;
@@ -46,10 +87,14 @@ int bench_rtt(struct bench *b)
 	double p50, p99, worker, bp50 = NAN, bp99 = NAN;
 	struct kv kv;
 
+	struct ipc_stats s0, s1;
+	bool counted = handoffs(b, &s0);
+
 	if (!t || s_rtt_inner(b, n, t, in) < 0) {
 		free(t);
 		return -1;
 	}
+	counted = counted && handoffs(b, &s1);
 	p50 = bench_median(t, n);
 	p99 = bench_pct(t, n, 99);
 	worker = bench_median(in, n);
@@ -64,6 +109,8 @@ int bench_rtt(struct bench *b)
 		  true);
 	/* The rest of the round trip is the way there and back: rings and wake-ups. */
 	bench_add(b, "  of it in the worker, p50", worker / 1e3, NAN, "us", "", NAN, true);
+	if (counted)
+		add_handoffs(b, &s0, &s1);
 	if (bench_base_run(b, &kv, (const char *const[]){ "costs", b->cubin, NULL }) == 0) {
 		static const struct {
 			const char *key, *name;

@@ -19,6 +19,7 @@
 
 #include "bench-kernels.h"
 #include "bench.h"
+#include "ipc/path.h"
 #include "ipc/macro.h"
 #include "json.h"
 
@@ -753,6 +754,10 @@ int tool_bench(int argc, char **argv)
 	if (!mkdtemp(b.tmp))
 		return tool_fail("bench", "mkdtemp");
 	(void)snprintf(b.cubin, sizeof(b.cubin), "%s/bench.cubin", b.tmp);
+	if (sock)
+		(void)snprintf(b.sock, sizeof(b.sock), "%s", sock);
+	else
+		(void)ipc_client_socket(b.sock, sizeof(b.sock), &(bool){ false });
 
 	/* From here on, every way out removes the scratch folder. */
 	rc = run(&b, sock, &info, only);

@@ -37,6 +37,7 @@ struct bench {
 	char gpuxd[PATH_MAX + 16]; /* the private daemons' program (tool_daemon_path()) */
 	char tmp[PATH_MAX];  /* scratch: the baseline's cubin, private daemons */
 	char cubin[PATH_MAX + 16];
+	char sock[PATH_MAX]; /* the daemon's, for its counters */
 	struct result res[MAX_RESULTS];
 	unsigned nres;
 };

@@ -440,7 +440,7 @@ int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret)
 		return r;
 	if (msg->nfds != 0 || m.text_len > IPC_TEXT_MAX || msg->len != sizeof(m) + m.text_len)
 		return -EBADMSG;
-	if (m.status > 0 || m.status < IPC_STATUS_MIN)
+	if (!ipc_status_valid(m.status))
 		return -EBADMSG;
 	ret->m = m;
 	ret->text = (const char *)msg->payload + sizeof(m);
@@ -689,6 +689,11 @@ const char *ipc_type_name(uint16_t type)
 	return "unknown";
 }
 
+bool ipc_status_valid(int status)
+{
+	return status <= GPUX_OK && status >= IPC_STATUS_MIN;
+}
+
 const char *ipc_status_name(int status)
 {
 	static const char *const names[] = {
@@ -713,7 +718,7 @@ const char *ipc_status_name(int status)
 		[-GPUX_E_STOPPING] = "stopping",
 	};
 
-	if (status > 0 || status < IPC_STATUS_MIN || !names[-status])
+	if (!ipc_status_valid(status) || !names[-status])
 		return "unknown";
 	return names[-status];
 }
@@ -742,7 +747,7 @@ const char *ipc_status_text(int status)
 		[-GPUX_E_STOPPING] = "gpuxd is stopping",
 	};
 
-	if (status > 0 || status < IPC_STATUS_MIN || !text[-status])
+	if (!ipc_status_valid(status) || !text[-status])
 		return "unknown status";
 	return text[-status];
 }

@@ -2,6 +2,7 @@
 /* ipc/proto.h: the wire protocol between libgpuxclient, gpuxd and gpux-worker. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -539,6 +540,9 @@ int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m
 /* A STATUS page: m->count devices from devs (device m->first first). */
 int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
 		      const struct ipc_dev_status *devs);
+
+/* Whether `status` is a gpux_status of this version: GPUX_OK or one of its errors. */
+bool ipc_status_valid(int status);
 
 /* A short English text for a gpux_status (gpux_strerror() is this). */
 const char *ipc_status_text(int status);

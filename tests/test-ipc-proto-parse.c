@@ -29,6 +29,7 @@ static void test_proto_status_texts(void **state)
 	const int bad[] = { 1, INT32_MAX, GPUX_E_STOPPING - 1, -1000, INT32_MIN };
 
 	for (int st = GPUX_OK; st >= GPUX_E_STOPPING; st--) {
+		assert_true(ipc_status_valid(st));
 		assert_string_not_equal(ipc_status_text(st), "unknown status");
 		assert_string_not_equal(ipc_status_name(st), "unknown");
 		/* A label value: lower case, digits and _ only. */
@@ -41,6 +42,7 @@ static void test_proto_status_texts(void **state)
 		}
 	}
 	for (unsigned i = 0; i < ARRAY_SIZE(bad); i++) {
+		assert_false(ipc_status_valid(bad[i]));
 		assert_string_equal(ipc_status_text(bad[i]), "unknown status");
 		assert_string_equal(ipc_status_name(bad[i]), "unknown");
 	}

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 
 #include "compiler.h"
+#include "cubin.h"
+#include "cuda-image.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
 #include "ipc/segment.h"
@@ -137,9 +139,10 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 	return 0;
 }
 
-void wrk_compiler_target(struct wrk_compiler *c, const char *arch, const struct wrk_toolkit *tk)
+void wrk_compiler_target(struct wrk_compiler *c, unsigned cc, const struct wrk_toolkit *tk)
 {
-	(void)snprintf(c->arch, sizeof(c->arch), "%s", arch);
+	c->cc = cc;
+	(void)snprintf(c->arch, sizeof(c->arch), "sm_%u", cc);
 	c->tk = *tk;
 	c->targeted = true;
 	/* A helper that cannot hear it is found dead by the first build, which starts another. */
@@ -228,6 +231,29 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 	return 0;
 }
 
+/*
+ * The helper's image, made from a client's source in a process that may have been taken over:
+ * a whole image whose code passes the checks of a client's cubin (worker/cubin.h). 0, or
+ * -EBADMSG with *ret_msg (to free) saying why.
+ */
+static int image_check(const struct wrk_compiler *c, const uint8_t *image, size_t len,
+		       char **ret_msg)
+{
+	struct wrk_cuimage img;
+	char *why = NULL;
+
+	if (wrk_cuimage_parse(image, len, &img) < 0) {
+		*ret_msg = strdup("the compiler sent a malformed image");
+		return -EBADMSG;
+	}
+	if (wrk_cubin_check(img.code, img.code_len, c->cc, &why) < 0) {
+		*ret_msg = wrk_strdup_printf("the compiler's cubin was refused: %s", why ? why : "");
+		free(why);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
 int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_t **ret_image,
 		       size_t *ret_len, char **ret_log)
 {
@@ -242,8 +268,10 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 		.nnames = b->nnames,
 	};
 	_cleanup_(closep) int code_fd = -1, image_fd = -1;
+	_cleanup_(freep) uint8_t *image = NULL;
 	struct cc_rep rep;
 	char *log = NULL;
+	size_t len = 0;
 	int r;
 
 	if (rq.options_len > IPC_OPTIONS_MAX)
@@ -279,16 +307,27 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 					   : strdup("the compiler said something it should not");
 		return GPUX_E_COMPILE;
 	}
-	if (rep.status < 0) {
-		*ret_log = log;
-		return rep.status;
-	}
-	r = ipc_blob_read(image_fd, 0, CC_IMAGE_MAX, ret_image, ret_len);
-	if (r < 0) {
+	if (rep.status != 0) {
+		if (ipc_status_valid(rep.status)) {
+			*ret_log = log;
+			return rep.status;
+		}
 		free(log);
-		*ret_log = strdup("the compiler sent no usable image");
+		*ret_log = wrk_strdup_printf("the compiler answered with no status of gpux (%d)",
+					     rep.status);
 		return GPUX_E_COMPILE;
 	}
+	r = ipc_blob_read(image_fd, 0, CC_IMAGE_MAX, &image, &len);
+	if (r == 0)
+		r = image_check(c, image, len, ret_log);
+	else
+		*ret_log = strdup("the compiler sent no usable image");
+	if (r < 0) {
+		free(log);
+		return GPUX_E_COMPILE;
+	}
+	*ret_image = TAKE_PTR(image);
+	*ret_len = len;
 	*ret_log = log && *log ? log : NULL;
 	if (!*ret_log)
 		free(log);

@@ -16,7 +16,8 @@ struct wrk_compiler {
 	pid_t pid;
 	int fd;
 	bool greeted;    /* its hello has been read */
-	bool targeted;   /* arch and tk are set */
+	bool targeted;   /* cc, arch and tk are set */
+	unsigned cc;     /* the device's compute capability, major * 10 + minor */
 	char arch[CC_ARCH_MAX];
 	struct wrk_toolkit tk;
 };
@@ -38,16 +39,22 @@ int wrk_compiler_main(int fd, pid_t parent);
  */
 int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg);
 
-/* What to compile for ("sm_90") and with which headers; sent to the helper now if it runs. */
-void wrk_compiler_target(struct wrk_compiler *c, const char *arch, const struct wrk_toolkit *tk);
+/*
+ * What to compile for (the compute capability cc, major * 10 + minor: 90 is sm_90) and with
+ * which headers; sent to the helper now if it runs.
+ */
+void wrk_compiler_target(struct wrk_compiler *c, unsigned cc, const struct wrk_toolkit *tk);
 
 void wrk_compiler_stop(struct wrk_compiler *c);
 
 /*
  * Compile CUDA C++ (b: code, options, headers, name expressions) to an image
- * (worker/cuda-image.h). Starts a helper if none runs, and waits for it to be ready.
+ * (worker/cuda-image.h). Starts a helper if none runs, and waits for it to be ready. The
+ * helper compiles a client's source: what it sends back is checked as a client's cubin is
+ * (worker/cubin.h) before the driver may see it, and a status it makes up is a compile error.
  * Returns 0 with *ret_image (to free) and maybe a warnings log, or a gpux_status with the
- * log (GPUX_E_COMPILE: NVRTC's log, a crash, a forbidden system call, a timeout).
+ * log (GPUX_E_COMPILE: NVRTC's log, a crash, a forbidden system call, a timeout, an image
+ * that fails its checks): the answer of the client's MOD_LOAD.
  */
 int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_t **ret_image,
 		       size_t *ret_len, char **ret_log);

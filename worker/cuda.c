@@ -187,7 +187,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 				   "toolkit's headers");
 		d->tk.ndirs = 0;
 	}
-	wrk_compiler_target(&d->compiler, d->arch, &d->tk);
+	wrk_compiler_target(&d->compiler, (unsigned)(d->cc_major * 10 + d->cc_minor), &d->tk);
 	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = ret_info->max_threads_per_block,

@@ -154,6 +154,7 @@ static void test_compiler_checks_the_helpers_cubin(void **state)
 	assert_refused("image:bad-cubin-machine", "not CUDA");
 	/* A cubin for another device than the one asked for. */
 	assert_refused("image:cubin-sm80", "made for sm_80");
+	assert_refused("image:fatbin-compressed", "is compressed");
 	assert_refused("raw:cubin-sm90", "malformed image");
 }
 

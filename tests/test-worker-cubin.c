@@ -32,7 +32,14 @@ static const struct {
 	{ "cubin-symbol-name-outside", { 90 }, { 0 }, NULL, "plain" },
 	{ "fatbin-sm80-sm90-ptx", { 80, 90, 100 }, { 75 }, "it has: sm_80 cubin, sm_90 cubin, "
 							  "compute_90 PTX", "_Z4kernPf plain" },
-	{ "fatbin-compressed", { 90, 70, 100 }, { 60 }, "no code for sm_60", NO_ENTRIES },
+	/* Compressed code cannot be checked: refused where the driver might pick it. */
+	{ "fatbin-compressed", { 0 }, { 90, 70, 100 }, "is compressed", NO_ENTRIES },
+	{ "fatbin-compressed", { 0 }, { 60 }, "no code for sm_60", NO_ENTRIES },
+	{ "fatbin-sm90-compressed-ptx", { 90 }, { 100 }, "its compute_90 PTX, which a device "
+							       "of sm_100 may run, is compressed",
+	  "_Z4kernPf plain" },
+	{ "fatbin-sm90-compressed-ptx", { 0 }, { 89 }, "no code for sm_89", NULL },
+	{ "fatbin-sm80-compressed-sm86", { 80 }, { 86, 89 }, "its sm_86 cubin", "_Z4kernPf plain" },
 	{ "fatbin-sm80-only", { 80, 86 }, { 90 }, "no code for sm_90 (it has: sm_80 cubin)",
 	  "_Z4kernPf plain" },
 	{ "ptx", { 0 }, { 90 }, "not a cubin", "_Z4kernPf" },

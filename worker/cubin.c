@@ -23,7 +23,8 @@
  * - a fatbin is a 16-byte header (magic, version 1, header size, size of what follows) and
  *   entries, each a header of at least 64 bytes (kind: 1 PTX, 2 ELF; its own size; the
  *   payload's size; the architecture at byte 28; flags at byte 40, bits 0x2000/0x8000 when
- *   compressed) followed by its payload.
+ *   compressed) followed by its payload. nvcc compresses entries by default
+ *   (--compress-mode), PTX first.
  */
 
 #define CUDA_ABI_V2 8
@@ -176,12 +177,40 @@ static void have_add(char *have, size_t cap, const struct fat_entry *e)
 			       e->kind == FATBIN_ELF ? "cubin" : "PTX");
 }
 
+/* Whether the device (compute capability cc) can run entry e: a cubin of its major version at
+ * its minor or below, or PTX for it or an older one. */
+static bool fat_runs_on(const struct fat_entry *e, unsigned cc)
+{
+	return (e->kind == FATBIN_ELF && sm_runs_on(e->arch, cc)) ||
+	       (e->kind == FATBIN_PTX && e->arch <= cc);
+}
+
+/*
+ * Compressed entries are not checked (NVIDIA's compression is not a documented format), and
+ * the driver decompresses and parses whichever entry it picks. It picks a cubin made for the
+ * device itself; without one (its default fallback, CU_PREFER_PTX) it compiles PTX, else it
+ * takes a compatible cubin. So a fatbin is refused when anything the device could run is
+ * compressed, unless an uncompressed cubin for exactly this device is there to be taken.
+ */
+static int fat_compressed_check(bool exact_plain, bool exact_compressed,
+				const struct fat_entry *compressed, unsigned cc, char **ret_msg)
+{
+	if (!compressed || (exact_plain && !exact_compressed))
+		return 0;
+	return FAIL(ret_msg, "fatbin: its %s_%u %s, which a device of sm_%u may run, is compressed; "
+			     "compressed code is not checked here: build the fatbin with "
+			     "nvcc --compress-mode=none (or --no-compress)",
+		    compressed->kind == FATBIN_ELF ? "sm" : "compute", compressed->arch,
+		    compressed->kind == FATBIN_ELF ? "cubin" : "PTX", cc);
+}
+
 static int fatbin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg)
 {
 	struct fat_header h;
+	struct fat_entry compressed;
 	uint64_t off, end;
 	unsigned n = 0;
-	bool usable = false;
+	bool usable = false, any_compressed = false, exact_plain = false, exact_compressed = false;
 	char have[256] = "";
 
 	if (len < sizeof(h))
@@ -215,14 +244,23 @@ static int fatbin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_ms
 		}
 		if (e.kind == FATBIN_ELF || e.kind == FATBIN_PTX)
 			have_add(have, sizeof(have), &e);
-		if ((e.kind == FATBIN_ELF && sm_runs_on(e.arch, cc)) ||
-		    (e.kind == FATBIN_PTX && e.arch <= cc))
+		if (fat_runs_on(&e, cc)) {
 			usable = true;
+			if ((e.flags & FATBIN_COMPRESSED) && !any_compressed) {
+				compressed = e;
+				any_compressed = true;
+			}
+		}
+		if (e.kind == FATBIN_ELF && e.arch == cc) {
+			exact_plain |= !(e.flags & FATBIN_COMPRESSED);
+			exact_compressed |= (e.flags & FATBIN_COMPRESSED) != 0;
+		}
 		off += e.header_size + e.size;
 	}
 	if (!usable)
 		return FAIL(ret_msg, "fatbin: no code for sm_%u (it has: %s)", cc, *have ? have : "nothing");
-	return 0;
+	return fat_compressed_check(exact_plain, exact_compressed, any_compressed ? &compressed : NULL,
+				    cc, ret_msg);
 }
 
 int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg)

@@ -182,6 +182,13 @@ int main(int argc, char **argv)
 	n = fatbin_make(fb, (struct entry[]){ { 2, 90, "(compressed)", 12, true },
 					      { 1, 70, "(compressed)", 12, true } }, 2);
 	save("fatbin-compressed", fb, n);
+	/* nvcc's default: the cubin as it is, its PTX compressed. */
+	n = fatbin_make(fb, (struct entry[]){ { 2, 90, c90.b, c90.len, false },
+					      { 1, 90, "(compressed)", 12, true } }, 2);
+	save("fatbin-sm90-compressed-ptx", fb, n);
+	n = fatbin_make(fb, (struct entry[]){ { 2, 80, c80.b, c80.len, false },
+					      { 2, 86, "(compressed)", 12, true } }, 2);
+	save("fatbin-sm80-compressed-sm86", fb, n);
 	n = fatbin_make(fb, (struct entry[]){ { 2, 80, c80.b, c80.len, false } }, 1);
 	save("fatbin-sm80-only", fb, n);
 	save("bad-fatbin-truncated", fb, n - 9);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-cuda.c: the CUDA back end through a real gpuxd, on a fake libcuda (no GPU needed). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -597,6 +598,137 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 	test_daemon_stop(d);
 }
 
+/* ---- what the worker's children inherit ---- */
+
+/* Where fd n of process pid leads ("/dev/null", "socket:[...]", "/memfd:gpux-status ..."). */
+static void fd_link(pid_t pid, const char *fd, char *buf, size_t cap)
+{
+	char path[320];
+	ssize_t n;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/fd/%s", (int)pid, fd);
+	n = readlink(path, buf, cap - 1);
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+/* Whether fd of process pid is close-on-exec (its fdinfo's flags, in octal). */
+static bool fd_cloexec(pid_t pid, const char *fd)
+{
+	char path[320], line[128];
+	unsigned long flags = 0;
+	bool found = false;
+	FILE *f;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (!found && fgets(line, sizeof(line), f))
+		found = sscanf(line, "flags: %lo", &flags) == 1;
+	(void)fclose(f);
+	assert_true(found);
+	return flags & O_CLOEXEC;
+}
+
+/* The worker's compile helper: its child started with --compiler; 0 if there is none. */
+static pid_t compiler_of(pid_t worker)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	assert_non_null(proc);
+	while (!found && (e = readdir(proc))) {
+		char path[320], buf[512], *p;
+		int ppid = 0;
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			(void)close(fd);
+		buf[n > 0 ? n : 0] = '\0';
+		p = strrchr(buf, ')');
+		if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1 || ppid != worker)
+			continue;
+		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			(void)close(fd);
+		/* argv[1], after argv[0]'s NUL. */
+		if (n > 0 && memchr(buf, '\0', (size_t)n) &&
+		    strcmp(buf + strlen(buf) + 1, "--compiler") == 0)
+			found = (pid_t)atoi(e->d_name);
+	}
+	(void)closedir(proc);
+	return found;
+}
+
+/*
+ * The worker keeps nothing that a process it starts would inherit: every fd past stdio is
+ * close-on-exec, and gpuxd's status page is mapped, its fd closed. Its compile helper, which
+ * reads hostile source, holds its socket and nothing else, stdio on /dev/null (stderr too:
+ * it could write the worker's log).
+ */
+static void test_cuda_worker_fds_stay_its_own(void **state)
+{
+	struct test_daemon *d = *state;
+	pid_t worker, helper;
+	struct dirent *e;
+	char link[256];
+	DIR *fds;
+
+	start(d);
+	/* The helper has answered a compile: it is warm and sealed. */
+	if (have_nvrtc())
+		nvrtc_saxpy(d, 1.0f);
+	worker = test_worker_pid(d, 0);
+	(void)snprintf(link, sizeof(link), "/proc/%d/fd", (int)worker);
+	fds = opendir(link);
+	assert_non_null(fds);
+	while ((e = readdir(fds))) {
+		if (e->d_name[0] == '.')
+			continue;
+		fd_link(worker, e->d_name, link, sizeof(link));
+		if (strstr(link, "gpux-status"))
+			fail_msg("the worker keeps the status page's fd %s (%s)", e->d_name, link);
+		if (atoi(e->d_name) > 2 && !fd_cloexec(worker, e->d_name))
+			fail_msg("the worker's fd %s (%s) is not close-on-exec", e->d_name, link);
+	}
+	(void)closedir(fds);
+
+	helper = have_nvrtc() ? compiler_of(worker) : 0;
+	assert_true(helper > 0 || !have_nvrtc());
+	if (helper) {
+		unsigned n = 0;
+
+		(void)snprintf(link, sizeof(link), "/proc/%d/fd", (int)helper);
+		fds = opendir(link);
+		assert_non_null(fds);
+		while ((e = readdir(fds))) {
+			int fd = atoi(e->d_name);
+
+			if (e->d_name[0] == '.')
+				continue;
+			n++;
+			fd_link(helper, e->d_name, link, sizeof(link));
+			if (fd <= 2 && strcmp(link, "/dev/null") != 0)
+				fail_msg("the compile helper's fd %d is %s, not /dev/null", fd, link);
+			if (fd == 3 && strncmp(link, "socket:", 7) != 0)
+				fail_msg("the compile helper's fd 3 is %s, not its socket", link);
+			if (fd > 3 && !fd_cloexec(helper, e->d_name))
+				fail_msg("the compile helper inherited fd %d (%s)", fd, link);
+		}
+		(void)closedir(fds);
+		assert_true(n >= 4);
+	}
+	test_daemon_stop(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -609,6 +741,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_errors_and_sandbox),
+		TEST_WITH_DAEMON(test_cuda_worker_fds_stay_its_own),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

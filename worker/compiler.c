@@ -116,6 +116,9 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	/* Not the worker's stderr (its log): the helper's sandbox lets it write to any fd it
+	 * has, and what it has to say comes back in its replies. */
+	(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	(void)posix_spawn_file_actions_adddup2(&fa, pair[1], 3);
 	(void)posix_spawnattr_init(&attr);
 	sigemptyset(&none);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/main.c: gpux-worker, one process per device, exec'd by gpuxd (or run with --probe). */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -250,6 +251,9 @@ static int map_status_page(struct wrk *w)
 		 0);
 	if (p == MAP_FAILED)
 		return -errno;
+	/* The mapping is all the worker needs: the fd, which crossed gpuxd's exec without
+	 * close-on-exec, would go on to every process the worker starts. */
+	w->opts.status_fd = safe_close(w->opts.status_fd);
 	w->status = p;
 	memset(p, 0, sizeof(*w->status));
 	w->status->magic = IPC_STATUS_MAGIC;
@@ -269,6 +273,12 @@ static int worker_init(struct wrk *w)
 	r = map_status_page(w);
 	if (r < 0) {
 		wrk_log(w, "status page: %s", strerror(-r));
+		return r;
+	}
+	/* The control socket crossed gpuxd's exec too: no child (the compiler, cc) gets it. */
+	if (fcntl(w->opts.control_fd, F_SETFD, FD_CLOEXEC) < 0) {
+		r = -errno;
+		wrk_log(w, "control socket: %s", strerror(-r));
 		return r;
 	}
 	r = ipc_loop_new(IPC_LOOP_AUTO, &w->loop);

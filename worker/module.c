@@ -174,8 +174,8 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 		}
 		r = w->disk_cache ? disk_write(w, m) : 0;
 		if (r < 0)
-			fprintf(stderr, "gpux-worker[%u]: module cache: writing %s: %s\n",
-				w->opts.device, w->opts.cache_dir, strerror(-r));
+			wrk_log_client(w, m->creator->uid, "module cache: writing %s: %s",
+				       w->opts.cache_dir, strerror(-r));
 	}
 	r = w->be->module_load(w->dev, m->image, m->image_len, &m->handle, &msg);
 	m->build_ns = mono_ns() - t0;

@@ -72,8 +72,8 @@ void wrk_client_refuse(struct wrk_client *c, const char *why)
 
 	if (c->gone)
 		return;
-	wrk_log(c->w, "client %llu (pid %u uid %u): %s; dropped", (unsigned long long)c->id, c->pid,
-		c->uid, why);
+	wrk_log_client(c->w, c->uid, "client %llu (pid %u uid %u): %s; dropped",
+		       (unsigned long long)c->id, c->pid, c->uid, why);
 	n = ipc_encode_done(buf, sizeof(buf), 0, &d, why);
 	if (n > 0) {
 		if (c->rings_used && !c->ring_bad)

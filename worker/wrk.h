@@ -345,6 +345,8 @@ struct wrk {
 
 /* worker/log.c; w may be NULL */
 void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A line a client of user uid can cause: a few a second for each user (worker/log.c). */
+void wrk_log_client(struct wrk *w, uint32_t uid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* worker/server.c */

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/ratelimit.h: how many log lines each user's clients may cause: a burst a window, then a count. */
+#pragma once
+
+#include <stdint.h>
+
+/* Keys followed at once; one more takes the place of the one whose window began longest ago. */
+#define WRK_RATELIMIT_KEYS 64u
+
+struct wrk_ratelimit_key {
+	uint32_t key;
+	uint64_t window; /* when its current window began (ns); 0: the slot is free */
+	unsigned n;      /* lines let through in that window */
+	uint64_t missed; /* lines left out since the last one let through */
+};
+
+struct wrk_ratelimit {
+	uint64_t window_ns;
+	unsigned burst;
+	struct wrk_ratelimit_key keys[WRK_RATELIMIT_KEYS];
+};
+
+#define WRK_RATELIMIT_INIT(window, lines) { .window_ns = (window), .burst = (lines) }
+
+/*
+ * A line for `key` at time `now` (ns, > 0, never going back): whether it may be written. At
+ * most rl->burst lines a window for each key. Returns how many lines of that key were left
+ * out before this one (to say so first), or -1 when this one is left out. A key pushed out
+ * of the table by WRK_RATELIMIT_KEYS others starts afresh (its count is lost). Not locked.
+ */
+int64_t wrk_ratelimit_take(struct wrk_ratelimit *rl, uint32_t key, uint64_t now);

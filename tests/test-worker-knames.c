@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-worker-knames.c: kernel names: name expressions, C++ names, and a source's instantiations. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,15 +73,17 @@ static void test_knames_same_as_cpp_reads_it(void **state)
 	assert_true(wrk_knames_same("", "  "));
 }
 
-/* A module image of PTX with these .entry kernels and (expression, symbol) pairs. */
-static struct wrk_knames *names_of(const char *const *entries, unsigned n, const char *pairs,
-				   size_t pairs_len, uint32_t npairs)
+/* A module image of PTX with these .entry kernels and (expression, symbol) pairs, its names
+ * kept in at most max_bytes; NULL when they do not fit. */
+static struct wrk_knames *names_max(const char *const *entries, unsigned n, const char *pairs,
+				    size_t pairs_len, uint32_t npairs, size_t max_bytes)
 {
 	char ptx[4096] = ".version 8.0\n.target sm_90\n.address_size 64\n";
 	struct wrk_cuimage img;
 	struct wrk_knames *k;
 	uint8_t *p;
 	size_t len;
+	int r;
 
 	for (unsigned i = 0; i < n; i++) {
 		strcat(ptx, ".visible .entry ");
@@ -90,8 +93,18 @@ static struct wrk_knames *names_of(const char *const *entries, unsigned n, const
 	assert_int_equal(wrk_cuimage_pack(ptx, strlen(ptx) + 1, pairs, pairs_len, npairs, &p, &len),
 			 0);
 	assert_int_equal(wrk_cuimage_parse(p, len, &img), 0);
-	assert_int_equal(wrk_knames_new(&img, &k), 0);
+	r = wrk_knames_new(&img, max_bytes, &k);
+	assert_true(r == 0 || r == -E2BIG);
 	free(p);
+	return r == 0 ? k : NULL;
+}
+
+static struct wrk_knames *names_of(const char *const *entries, unsigned n, const char *pairs,
+				   size_t pairs_len, uint32_t npairs)
+{
+	struct wrk_knames *k = names_max(entries, n, pairs, pairs_len, npairs, SIZE_MAX);
+
+	assert_non_null(k);
 	return k;
 }
 
@@ -136,6 +149,24 @@ static void test_knames_match_cpp_names(void **state)
 	wrk_knames_free(k);
 }
 
+/* What the names hold is counted, and capped: copies of names and what points at them. */
+static void test_knames_bytes_counted_and_capped(void **state)
+{
+	static const char *const entries[] = { "_Z5saxpyPKfPffy", "plain" };
+	static const char pairs[] = "fill<float>\0_Z4fillIfEvPT_i\0";
+	const size_t want = sizeof("_Z5saxpyPKfPffy") + sizeof("plain") + sizeof(pairs) - 1 +
+			    4 * sizeof(char *);
+	struct wrk_knames *k = names_of(entries, 2, pairs, sizeof(pairs) - 1, 1);
+
+	assert_int_equal(wrk_knames_bytes(k), want);
+	wrk_knames_free(k);
+	k = names_max(entries, 2, pairs, sizeof(pairs) - 1, 1, want);
+	assert_non_null(k);
+	wrk_knames_free(k);
+	assert_null(names_max(entries, 2, pairs, sizeof(pairs) - 1, 1, want - 1));
+	assert_null(names_max(entries, 2, NULL, 0, 0, sizeof("_Z5saxpyPKfPffy") + 2));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -143,6 +174,7 @@ int main(void)
 		cmocka_unit_test(test_knames_scan_skips_what_is_not_one),
 		cmocka_unit_test(test_knames_same_as_cpp_reads_it),
 		cmocka_unit_test(test_knames_match_cpp_names),
+		cmocka_unit_test(test_knames_bytes_counted_and_capped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,9 @@ struct wrk_backend_ops {
 	/* Load an image (any thread). */
 	int (*module_load)(void *dev, const uint8_t *image, size_t len, void **ret_mod,
 			   char **ret_msg);
+	/* What a loaded module keeps in this process besides its image (kernel names), in bytes
+	 * that its clients are charged (any thread); NULL: nothing. */
+	uint64_t (*module_bytes)(void *dev, void *mod);
 	void (*module_unload)(void *dev, void *mod);
 	int (*kernel_get)(void *dev, void *mod, const char *name, struct wrk_kernel_info *ret,
 			  char **ret_msg);

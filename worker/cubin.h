@@ -21,9 +21,9 @@ int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg);
 
 /*
  * Call fn(name, userdata) for each kernel (entry function) of a module's code: a checked
- * cubin (its symbol table), a fatbin (its first entry that is not compressed) or PTX (its
+ * cubin (its symbol table), a fatbin (its first cubin that is not compressed) or PTX (its
  * .entry directives; NUL-terminated). fn returning < 0 stops it with that value. Returns 0,
- * or -ENOENT when the code does not say (a fatbin whose entries are all compressed).
+ * or -ENOENT when the code does not say (a fatbin without an uncompressed cubin).
  */
 typedef int wrk_entry_fn(const char *name, void *userdata);
 int wrk_code_entries(const uint8_t *p, size_t len, wrk_entry_fn *fn, void *userdata);

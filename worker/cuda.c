@@ -339,28 +339,42 @@ static int cuda_module_load(void *dv, const uint8_t *image, size_t len, void **r
 	struct cuda_module *m;
 	struct wrk_cuimage img;
 	bool sticky;
-	CUresult r;
+	CUresult e;
+	int r;
 
 	if (wrk_cuimage_parse(image, len, &img) < 0) {
 		*ret_msg = strdup("not a module image of this worker");
 		return GPUX_E_INVAL;
 	}
 	m = calloc(1, sizeof(*m));
-	if (!m || wrk_knames_new(&img, &m->names) < 0) {
+	r = m ? wrk_knames_new(&img, WRK_CLIENT_MOD_BYTES, &m->names) : -ENOMEM;
+	if (r < 0) {
 		free(m);
-		return GPUX_E_NOMEM;
+		if (r != -E2BIG)
+			return GPUX_E_NOMEM;
+		*ret_msg = wrk_strdup_printf("the module's kernel names take more than the %llu MiB "
+					     "a client's modules may",
+					     WRK_CLIENT_MOD_BYTES / MiB);
+		return GPUX_E_QUOTA;
 	}
-	r = d->cu.cuCtxSetCurrent(d->ctx);
-	if (r == CUDA_SUCCESS)
-		r = d->cu.cuModuleLoadData(&m->mod, img.code);
-	if (r != CUDA_SUCCESS) {
+	e = d->cu.cuCtxSetCurrent(d->ctx);
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuModuleLoadData(&m->mod, img.code);
+	if (e != CUDA_SUCCESS) {
 		m->mod = NULL;
 		cuda_module_unload(d, m);
-		*ret_msg = cuda_msg(d, "loading the module", r);
-		return wrk_cu_err(r, &sticky);
+		*ret_msg = cuda_msg(d, "loading the module", e);
+		return wrk_cu_err(e, &sticky);
 	}
 	*ret_mod = m;
 	return 0;
+}
+
+static uint64_t cuda_module_bytes(void *dv, void *mod)
+{
+	struct cuda_module *m = mod;
+
+	return wrk_knames_bytes(m->names);
 }
 
 /*
@@ -500,6 +514,7 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.build = cuda_build,
 	.module_load = cuda_module_load,
 	.module_unload = cuda_module_unload,
+	.module_bytes = cuda_module_bytes,
 	.kernel_get = cuda_kernel_get,
 	.slot_open = cuda_slot_open,
 	.launch = cuda_launch,

@@ -24,24 +24,42 @@ struct wrk_knames {
 	char *pairs; /* nnames (expression, symbol) pairs of strings */
 	const char **exprs, **syms;
 	unsigned nnames;
+	size_t bytes;     /* what all this holds */
+	size_t max_bytes; /* what it may */
 };
+
+/* Count n more bytes held: -E2BIG past the most it may hold. */
+static int bytes_add(struct wrk_knames *k, size_t n)
+{
+	if (n > k->max_bytes - k->bytes)
+		return -E2BIG;
+	k->bytes += n;
+	return 0;
+}
 
 static int entry_add(const char *name, void *userdata)
 {
 	struct wrk_knames *k = userdata;
+	size_t len = strlen(name) + 1;
 	char **e;
+	int r;
 
 	if (k->nentries == ENTRIES_MAX)
 		return 0;
+	/* Symbols may all name one long string: the copies are what is counted. */
+	r = bytes_add(k, len + sizeof(*e));
+	if (r < 0)
+		return r;
 	if ((k->nentries & (k->nentries - 1)) == 0) {
 		e = realloc(k->entries, MAX(2u * k->nentries, 16u) * sizeof(*e));
 		if (!e)
 			return -ENOMEM;
 		k->entries = e;
 	}
-	k->entries[k->nentries] = strdup(name);
+	k->entries[k->nentries] = malloc(len);
 	if (!k->entries[k->nentries])
 		return -ENOMEM;
+	memcpy(k->entries[k->nentries], name, len);
 	k->nentries++;
 	return 0;
 }
@@ -59,7 +77,7 @@ void wrk_knames_free(struct wrk_knames *k)
 	free(k);
 }
 
-int wrk_knames_new(const struct wrk_cuimage *img, struct wrk_knames **ret)
+int wrk_knames_new(const struct wrk_cuimage *img, size_t max_bytes, struct wrk_knames **ret)
 {
 	struct wrk_knames *k = calloc(1, sizeof(*k));
 	const char *s;
@@ -67,13 +85,19 @@ int wrk_knames_new(const struct wrk_cuimage *img, struct wrk_knames **ret)
 
 	if (!k)
 		return -ENOMEM;
+	k->max_bytes = max_bytes;
 	r = wrk_code_entries(img->code, img->code_len, entry_add, k);
-	if (r == -ENOMEM) {
+	if (r == -ENOMEM || r == -E2BIG) {
 		wrk_knames_free(k);
 		return r;
 	}
 	k->entries_known = r == 0;
 	if (img->nnames) {
+		r = bytes_add(k, img->names_len + 2 * (size_t)img->nnames * sizeof(*k->exprs));
+		if (r < 0) {
+			wrk_knames_free(k);
+			return r;
+		}
 		k->pairs = malloc(img->names_len);
 		k->exprs = calloc(img->nnames, sizeof(*k->exprs));
 		k->syms = calloc(img->nnames, sizeof(*k->syms));
@@ -93,6 +117,11 @@ int wrk_knames_new(const struct wrk_cuimage *img, struct wrk_knames **ret)
 	}
 	*ret = k;
 	return 0;
+}
+
+size_t wrk_knames_bytes(const struct wrk_knames *k)
+{
+	return k->bytes;
 }
 
 /* ---- name expressions ---- */

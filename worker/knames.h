@@ -19,9 +19,16 @@
  */
 struct wrk_knames;
 
-/* The names of the module whose image is img (copied: img may go afterwards). */
-int wrk_knames_new(const struct wrk_cuimage *img, struct wrk_knames **ret);
+/*
+ * The names of the module whose image is img (copied: img may go afterwards), at most
+ * max_bytes of them (a cubin's symbols may all name one long string). 0, -ENOMEM, or -E2BIG
+ * past max_bytes.
+ */
+int wrk_knames_new(const struct wrk_cuimage *img, size_t max_bytes, struct wrk_knames **ret);
 void wrk_knames_free(struct wrk_knames *k);
+
+/* The bytes k holds: its copies of names, and what points at them. */
+size_t wrk_knames_bytes(const struct wrk_knames *k);
 
 /* The symbol NVRTC lowered name expression `name` to, or NULL. Borrowed from k. */
 const char *wrk_knames_lowered(const struct wrk_knames *k, const char *name);

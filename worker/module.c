@@ -38,10 +38,13 @@ struct disk_hdr {
 };
 _Static_assert(sizeof(struct disk_hdr) == 48, "disk cache format");
 
+/* A client bound to a module being built: answered (reply_id, when not 0) and charged its
+ * size once it is. */
 struct wrk_waiter {
 	struct wrk_waiter *next;
 	struct wrk_client *client;
 	uint32_t reply_id;
+	uint64_t mod_id;
 };
 
 /* ---- disk cache (compile thread) ---- */
@@ -395,13 +398,10 @@ static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_m
 	return ipc_key_end(&s);
 }
 
-static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id)
+static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id, uint64_t mod_id)
 {
-	struct wrk_waiter *wt;
+	struct wrk_waiter *wt = calloc(1, sizeof(*wt));
 
-	if (id == 0)
-		return;
-	wt = calloc(1, sizeof(*wt));
 	if (!wt) {
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
@@ -409,8 +409,37 @@ static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id)
 	c->refs++;
 	wt->client = c;
 	wt->reply_id = id;
+	wt->mod_id = mod_id;
 	wt->next = m->waiters;
 	m->waiters = wt;
+}
+
+/* A module that is a refusal: what the requests naming its id are told. NULL: no memory. */
+static struct wrk_module *module_failed(int status, const char *text)
+{
+	struct wrk_module *m = calloc(1, sizeof(*m));
+
+	if (!m || !(m->log = strdup(text))) {
+		free(m);
+		return NULL;
+	}
+	m->refs = 1;
+	m->state = MOD_FAILED;
+	m->status = status;
+	return m;
+}
+
+/* Whether `bytes` more would take the client's modules past their cap. */
+static bool mod_bytes_over(const struct wrk_client *c, uint64_t bytes)
+{
+	return bytes > WRK_CLIENT_MOD_BYTES - MIN(c->mod_bytes, WRK_CLIENT_MOD_BYTES);
+}
+
+static char *mod_bytes_text(void)
+{
+	return wrk_strdup_printf("this client's modules would take more than %llu MiB (their "
+				 "images and kernel names): let some go first",
+				 WRK_CLIENT_MOD_BYTES / MiB);
 }
 
 /*
@@ -428,15 +457,11 @@ static void module_refuse(struct wrk_client *c, uint32_t id, uint64_t mod_id, in
 	if (ipc_map_get(&c->mods, mod_id) || ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX)
 		return;
 	ref = calloc(1, sizeof(*ref));
-	m = calloc(1, sizeof(*m));
-	if (!ref || !m || !(m->log = strdup(text))) {
-		free(m);
+	m = ref ? module_failed(status, text) : NULL;
+	if (!m) {
 		free(ref);
 		return;
 	}
-	m->refs = 1;
-	m->state = MOD_FAILED;
-	m->status = status;
 	ref->mod = m;
 	if (ipc_map_put(&c->mods, mod_id, ref) < 0) {
 		module_free(c->w, m);
@@ -458,6 +483,7 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	struct wrk_module *m;
 	struct ipc_key key;
 	uint32_t id = msg->hdr.id;
+	uint64_t charge;
 	size_t all;
 	int r;
 
@@ -516,13 +542,23 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		return 0;
 	}
 
+	m = ipc_map_get(&w->modules, key.lo);
+	if (m && (!ipc_key_equal(m->key, key) || m->lang != ml.m.lang))
+		m = NULL;
+	/* A module being built counts as its code until it is (wrk_modules_finish()). */
+	charge = m ? m->bytes : all;
+	if (mod_bytes_over(c, charge)) {
+		_cleanup_(freep) char *text = mod_bytes_text();
+
+		module_refuse(c, id, ml.m.mod_id, GPUX_E_QUOTA, text ? text : "too many modules");
+		return 0;
+	}
 	ref = calloc(1, sizeof(*ref));
 	if (!ref) {
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return 0;
 	}
-	m = ipc_map_get(&w->modules, key.lo);
-	if (m && ipc_key_equal(m->key, key) && m->lang == ml.m.lang) {
+	if (m) {
 		module_ref(w, m);
 		w->stats.module_mem_hits++;
 	} else {
@@ -547,6 +583,7 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		m->extra_len = ml.m.extra_len;
 		m->nheaders = ml.m.nheaders;
 		m->nnames = ml.m.nnames;
+		m->bytes = all;
 		m->options = TAKE_PTR(options);
 		/* A key collision with another module: build it, uncached. */
 		m->cached = ipc_map_put(&w->modules, key.lo, m) == 0;
@@ -567,9 +604,11 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return 0;
 	}
+	ref->bytes = charge;
+	c->mod_bytes += charge;
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 	if (m->state == MOD_BUILDING)
-		module_wait(m, c, id);
+		module_wait(m, c, id, ml.m.mod_id);
 	else
 		module_reply(c, id, m, IPC_MOD_MEMORY);
 	return 0;
@@ -581,11 +620,11 @@ void wrk_module_drop(struct wrk_client *c, uint64_t mod_id)
 
 	if (!ref)
 		return;
+	c->mod_bytes -= ref->bytes;
 	wrk_module_unref(c->w, ref->mod);
 	free(ref);
 }
 
-/* Compile jobs that finished: mark them, answer who waited, let blocked queues go on. */
 /* The build's end: its input bytes and its reference go. */
 static void build_done(struct wrk *w, struct wrk_module *m)
 {
@@ -596,6 +635,41 @@ static void build_done(struct wrk *w, struct wrk_module *m)
 	wrk_module_unref(w, m);
 }
 
+/*
+ * A client that waited for m, built now, is charged what m takes instead of its code; past
+ * its cap its id is bound to a refusal instead of m. Returns whether it still holds m.
+ */
+static bool module_charge(struct wrk *w, struct wrk_module *m, const struct wrk_waiter *wt)
+{
+	struct wrk_client *c = wt->client;
+	struct wrk_modref *ref = c->gone ? NULL : ipc_map_get(&c->mods, wt->mod_id);
+	_cleanup_(freep) char *text = NULL;
+	struct wrk_module *refusal;
+
+	/* Let go of meanwhile (the id may name another module since). */
+	if (!ref || ref->mod != m)
+		return true;
+	c->mod_bytes -= ref->bytes;
+	ref->bytes = 0;
+	if (!mod_bytes_over(c, m->bytes)) {
+		ref->bytes = m->bytes;
+		c->mod_bytes += m->bytes;
+		return true;
+	}
+	text = mod_bytes_text();
+	refusal = module_failed(GPUX_E_QUOTA, text ? text : "too many modules");
+	if (refusal) {
+		ref->mod = refusal;
+	} else {
+		(void)ipc_map_remove(&c->mods, wt->mod_id);
+		free(ref);
+	}
+	wrk_module_unref(w, m);
+	wrk_reply(c, wt->reply_id, GPUX_E_QUOTA, text ? text : "too many modules");
+	return false;
+}
+
+/* Compile jobs that finished: mark them, answer who waited, let blocked queues go on. */
 void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 {
 	struct wrk_module *finished = NULL;
@@ -609,6 +683,9 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 		w->stats.build_ns += m->build_ns;
 		if (m->status == 0) {
 			m->state = MOD_READY;
+			m->bytes = m->image_len;
+			if (w->be->module_bytes)
+				m->bytes += w->be->module_bytes(w->dev, m->handle);
 			if (m->from_disk)
 				w->stats.module_disk_hits++;
 			else
@@ -621,6 +698,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 				(void)ipc_map_remove(&w->modules, m->key.lo);
 				m->cached = false;
 			}
+			m->bytes = 0;
 		}
 		free(m->code);
 		m->code = NULL;
@@ -630,8 +708,9 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 		m->options = NULL;
 		while ((wt = m->waiters)) {
 			m->waiters = wt->next;
-			module_reply(wt->client, wt->reply_id, m,
-				     m->from_disk ? IPC_MOD_DISK : IPC_MOD_COMPILED);
+			if (module_charge(w, m, wt))
+				module_reply(wt->client, wt->reply_id, m,
+					     m->from_disk ? IPC_MOD_DISK : IPC_MOD_COMPILED);
 			wrk_client_unref(wt->client);
 			free(wt);
 		}

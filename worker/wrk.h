@@ -35,6 +35,8 @@
 /* How stale the free memory in the status page may get while requests complete. */
 #define MEM_FREE_MAX_AGE_NS (10ull * 1000 * 1000)
 #define WRK_SLOTS_MAX IPC_STATUS_SLOTS
+/* The modules a client holds: their images and kernel names (a module shared counts in full). */
+#define WRK_CLIENT_MOD_BYTES (256ULL * 1024 * 1024)
 /* Code waiting to be compiled, per client and in all. */
 #define WRK_CLIENT_BUILD_BYTES (64ULL * 1024 * 1024)
 #define WRK_BUILD_BYTES (512ULL * 1024 * 1024)
@@ -153,6 +155,7 @@ struct wrk_module {
 	char *options;
 	uint8_t *image;
 	size_t image_len;
+	uint64_t bytes; /* charged to each client holding it: its code, once built its image and names */
 	bool from_disk;
 	uint64_t build_ns; /* compiling or reading it, and loading it */
 	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
@@ -163,7 +166,7 @@ struct wrk_module {
 /* A client's module id. */
 struct wrk_modref {
 	struct wrk_module *mod;
-	uint32_t reply_id; /* a MOD_LOAD still to answer, or 0 */
+	uint64_t bytes; /* what the client is charged for it (mod_bytes) */
 };
 
 struct wrk_req;
@@ -192,6 +195,7 @@ struct wrk_client {
 	uint64_t dbuf_bytes;
 	uint64_t shared_bytes; /* of the segments attached (each counts, shared or not) */
 	uint64_t build_bytes; /* code of this client's builds not done yet */
+	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
 	unsigned inflight;
 	bool gone;
 	/* gone, for the back end's threads: its requests not started yet must not start. */

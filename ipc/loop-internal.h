@@ -80,7 +80,8 @@ struct ipc_conn {
 	uint8_t *rbuf; /* IPC_MSG_MAX */
 
 	struct ipc_out *out_head, *out_tail;
-	size_t out_msgs, out_bytes;
+	size_t out_msgs, out_bytes, out_fds;
+	size_t out_fds_max; /* IPC_CONN_QUEUE_FDS, or what ipc_conn_set_queue_fds() said */
 
 	/* io_uring */
 	struct uring_op recv_op, send_op;

@@ -354,6 +354,7 @@ int ipc_conn_new_take_fd(struct ipc_loop *l, int fd, ipc_conn_msg_fn *on_msg,
 	c->on_msg = on_msg;
 	c->on_close = on_close;
 	c->userdata = userdata;
+	c->out_fds_max = IPC_CONN_QUEUE_FDS;
 	c->recv_op = (struct uring_op){ .kind = UOP_RECV, .obj = &c->obj };
 	c->send_op = (struct uring_op){ .kind = UOP_SEND, .obj = &c->obj };
 	c->rbuf = malloc(IPC_MSG_MAX);
@@ -383,6 +384,7 @@ void ipc_conn_pop_sent(struct ipc_conn *c)
 		c->out_tail = NULL;
 	c->out_msgs--;
 	c->out_bytes -= o->len;
+	c->out_fds -= o->nfds;
 	for (unsigned i = 0; i < o->nfds; i++)
 		(void)safe_close(o->fds[i]);
 	free(o);
@@ -435,7 +437,10 @@ int ipc_conn_send(struct ipc_conn *c, const void *buf, size_t len, const int *fd
 		return -EPIPE;
 	if (nfds > IPC_FDS_MAX || len > IPC_MSG_MAX)
 		return -EINVAL;
-	if (c->out_msgs >= IPC_CONN_QUEUE_MSGS || c->out_bytes + len > IPC_CONN_QUEUE_BYTES) {
+	/* Each queued fd is one of this process's: a peer that does not read must not hold
+	 * them all. */
+	if (c->out_msgs >= IPC_CONN_QUEUE_MSGS || c->out_bytes + len > IPC_CONN_QUEUE_BYTES ||
+	    c->out_fds + nfds > c->out_fds_max) {
 		ipc_conn_fail(c, -ENOBUFS);
 		return -ENOBUFS;
 	}
@@ -466,6 +471,7 @@ int ipc_conn_send(struct ipc_conn *c, const void *buf, size_t len, const int *fd
 	c->out_tail = o;
 	c->out_msgs++;
 	c->out_bytes += len;
+	c->out_fds += o->nfds;
 	if (idle)
 		c->obj.loop->ops->conn_kick(c);
 	return 0;
@@ -501,6 +507,11 @@ void ipc_conn_set_userdata(struct ipc_conn *c, void *userdata)
 size_t ipc_conn_queued(const struct ipc_conn *c)
 {
 	return c->out_msgs;
+}
+
+void ipc_conn_set_queue_fds(struct ipc_conn *c, size_t max)
+{
+	c->out_fds_max = max;
 }
 
 /* ---- listeners ---- */

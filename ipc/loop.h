@@ -131,12 +131,18 @@ void ipc_conn_free(struct ipc_conn *c);
 int ipc_conn_fd(const struct ipc_conn *c);
 void *ipc_conn_userdata(const struct ipc_conn *c);
 void ipc_conn_set_userdata(struct ipc_conn *c, void *userdata);
-/* Messages and bytes queued and not yet sent. */
+/* Messages queued and not yet sent. */
 size_t ipc_conn_queued(const struct ipc_conn *c);
 
-/* Upper bounds of a connection's send queue: past them the peer is dropped. */
+/*
+ * Upper bounds of a connection's send queue: past them the peer is dropped. Fds count too
+ * (each queued one is open in this process until sent): IPC_CONN_QUEUE_FDS, or `max` once
+ * set here (a daemon gives connections of untrusted peers less).
+ */
 #define IPC_CONN_QUEUE_MSGS 4096u
 #define IPC_CONN_QUEUE_BYTES (16u * 1024u * 1024u)
+#define IPC_CONN_QUEUE_FDS 4096u
+void ipc_conn_set_queue_fds(struct ipc_conn *c, size_t max);
 
 /* ---- listening sockets ---- */
 

@@ -193,6 +193,40 @@ static void test_loop_conn_queue_overflow_by_bytes(void **state)
 	(void)close(sv[1]);
 }
 
+/* Fds count on their own: a few messages, each with fds, fill a small cap; sent ones leave it. */
+static void test_loop_conn_queue_overflow_by_fds(void **state)
+{
+	struct ipc_loop *l = test_loop_of(state);
+	uint64_t until = mono_ns() + WAIT_MS * NSEC_PER_MSEC;
+	size_t len = test_msg_make(test_sbuf, IPC_DONE, 1, 2, test_rbuf, 100);
+	size_t bare = test_msg_make(test_rbuf, IPC_DONE, 1, 0, NULL, 0);
+	struct test_rec r;
+	int sv[2], fds[2];
+
+	assert_int_equal(ipc_channel_pair(sv, false), 0);
+	test_rec_init(&r, l, sv[0]);
+	ipc_conn_set_queue_fds(r.c, 4);
+	test_open_files(fds, 2);
+	for (unsigned i = 0; i < 3; i++) {
+		assert_int_equal(ipc_conn_send(r.c, test_sbuf, len, fds, 2), 0);
+		while (ipc_conn_queued(r.c) > 0 && mono_ns() < until)
+			assert_int_equal(ipc_loop_iterate(l, 1 * NSEC_PER_MSEC), 0);
+		assert_int_equal(ipc_conn_queued(r.c), 0);
+	}
+	/* From here on messages stay queued (io_uring: the loop does not run; epoll: the
+	 * socket is full), and their fds with them. */
+	while (ipc_conn_queued(r.c) == 0)
+		assert_int_equal(ipc_conn_send(r.c, test_rbuf, bare, NULL, 0), 0);
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(ipc_conn_send(r.c, test_sbuf, len, fds, 2), 0);
+	assert_int_equal(ipc_conn_send(r.c, test_sbuf, len, fds, 1), -ENOBUFS);
+	assert_true(test_loop_until(l, &r.closes, 1, WAIT_MS));
+	assert_int_equal(r.error, -ENOBUFS);
+	test_close_all(fds, 2);
+	test_rec_done(&r);
+	(void)close(sv[1]);
+}
+
 static void test_loop_conn_queue_drains_when_peer_reads(void **state)
 {
 	struct ipc_loop *l = test_loop_of(state);
@@ -232,6 +266,7 @@ int main(void)
 		LOOP_TEST(test_loop_conn_queue_overflow_by_count),
 		LOOP_TEST(test_loop_conn_free_after_failure_skips_on_close),
 		LOOP_TEST(test_loop_conn_queue_overflow_by_bytes),
+		LOOP_TEST(test_loop_conn_queue_overflow_by_fds),
 		LOOP_TEST(test_loop_conn_queue_drains_when_peer_reads),
 	};
 

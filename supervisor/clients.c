@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include "ipc/channel.h"
@@ -97,6 +99,7 @@ static void client_free(struct sup_client *c)
 	if (c->hello_done)
 		(void)ipc_map_remove(&s->client_ids, c->id);
 	ipc_timer_free(c->hello_timer);
+	ipc_timer_free(c->chan_timer);
 	ipc_conn_free(c->conn);
 	free(c);
 	if (s->nclients == 0 && s->opts.private_mode && !s->stopping)
@@ -139,6 +142,7 @@ void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 	send_device(c, w, fds);
 	(void)close(pair[0]);
 	(void)close(pair[1]);
+	c->chan_last_ns[w->index] = mono_ns();
 }
 
 /* A worker became ready or went away: tell every client, with a new channel when ready. */
@@ -304,20 +308,65 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	return 0;
 }
 
+/*
+ * Channels a client asks for (CHANNEL_REQ) come one at a time per device. Each is a
+ * socketpair here, an ATTACH with one end to the worker and a DEVICE with two fds to the
+ * client: a client asking again and again, reading nothing, would have gpuxd hold fds
+ * without end. So a request is answered once the client has read all that gpuxd sent it
+ * (the last channel too) and SUP_CHANNEL_INTERVAL_NS after the device's last channel to it;
+ * until then it waits, and later requests for that device are the same request.
+ */
+static bool client_unread(const struct sup_client *c)
+{
+	int n = 0;
+
+	if (ipc_conn_queued(c->conn) > 0)
+		return true;
+	/* AF_UNIX: bytes sent that the peer has not read yet. A kernel that cannot say leaves
+	 * the interval and the queue's cap of fds. */
+	return ioctl(ipc_conn_fd(c->conn), SIOCOUTQ, &n) == 0 && n > 0;
+}
+
+static void channels_give(struct sup_client *c)
+{
+	struct sup *s = c->s;
+	uint64_t now = mono_ns(), next = 0;
+
+	for (unsigned i = 0; i < s->nworkers && c->chan_wanted; i++) {
+		struct sup_worker *w = &s->workers[i];
+		uint64_t at = c->chan_last_ns[i] + SUP_CHANNEL_INTERVAL_NS;
+
+		if (!(c->chan_wanted & (1ULL << i)))
+			continue;
+		if (now >= at && !client_unread(c)) {
+			c->chan_wanted &= ~(1ULL << i);
+			if (w->state == W_READY && w->control)
+				sup_client_give_channel(c, w);
+			else
+				send_device(c, w, NULL);
+			continue;
+		}
+		at = MAX(at, now + SUP_CHANNEL_RETRY_NS);
+		next = next ? MIN(next, at) : at;
+	}
+	ipc_timer_arm(c->chan_timer, next);
+}
+
+static void on_chan_timer(struct ipc_timer *t, void *userdata)
+{
+	channels_give(userdata);
+}
+
 /* A client lost its channel to a device's worker (the worker dropped it, telling why). */
 static int channel_req(struct sup_client *c, const struct ipc_msg *msg)
 {
-	struct sup *s = c->s;
 	struct ipc_channel_req q;
-	struct sup_worker *w;
 
-	if (ipc_decode_channel_req(msg, &q) < 0 || q.device >= s->nworkers)
+	_Static_assert(IPC_DEVICES_MAX <= 64, "chan_wanted has a bit per device");
+	if (ipc_decode_channel_req(msg, &q) < 0 || q.device >= c->s->nworkers)
 		return -EBADMSG;
-	w = &s->workers[q.device];
-	if (w->state == W_READY && w->control)
-		sup_client_give_channel(c, w);
-	else
-		send_device(c, w, NULL);
+	c->chan_wanted |= 1ULL << q.device;
+	channels_give(c);
 	return 0;
 }
 
@@ -499,6 +548,8 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	}
 	r = ipc_timer_new(s->loop, on_hello_timeout, c, &c->hello_timer);
 	if (r == 0)
+		r = ipc_timer_new(s->loop, on_chan_timer, c, &c->chan_timer);
+	if (r == 0)
 		r = ipc_conn_new_take_fd(s->loop, TAKE_FD(fd), on_client_msg, on_client_close, c,
 					 &c->conn);
 	c->next = s->clients;
@@ -515,6 +566,7 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		client_free(c);
 		return;
 	}
+	ipc_conn_set_queue_fds(c->conn, SUP_CLIENT_QUEUE_FDS);
 	s->clients_total++;
 	c->accepted_ns = mono_ns();
 	ipc_timer_arm(c->hello_timer,

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -491,6 +492,22 @@ static int open_log(struct sup_opts *o)
 	return r;
 }
 
+/*
+ * Every client is an fd here, and more are queued for it at times: gpuxd takes all the fds
+ * it may have (the soft limit, 1024 under systemd, is for programs that use select(); gpux
+ * does not). Its workers, which hold a channel per client, inherit the limit.
+ */
+static void fds_raise(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		sup_logp(LOG_NOTICE, "cannot raise the limit of open files: %s", strerror(errno));
+}
+
 static void notify(int *fd, char c)
 {
 	if (*fd >= 0)
@@ -579,6 +596,7 @@ int main(int argc, char **argv)
 		return SUP_EXIT_FAIL;
 	if (open_log(&s.opts) < 0)
 		return SUP_EXIT_FAIL;
+	fds_raise();
 	worker = find_worker(s.opts.worker_path);
 	if (!worker)
 		return SUP_EXIT_FAIL;

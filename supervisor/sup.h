@@ -28,6 +28,12 @@
 #define SUP_DEADLINE_TICK_NS (50ULL * 1000000ULL)
 /* A client refused at hello is dropped this long after being told why. */
 #define SUP_REFUSED_LINGER_NS (100ULL * 1000000ULL)
+/* A channel a client asks for comes this long after its last one to that device, at the
+ * soonest; one that must wait is looked at again this often (supervisor/clients.c). */
+#define SUP_CHANNEL_INTERVAL_NS (50ULL * 1000000ULL)
+#define SUP_CHANNEL_RETRY_NS (10ULL * 1000000ULL)
+/* Fds queued for one client: two per device at hello, and more as workers restart. */
+#define SUP_CLIENT_QUEUE_FDS (4u * IPC_DEVICES_MAX)
 
 /* Exit codes. */
 #define SUP_EXIT_OK 0
@@ -140,6 +146,11 @@ struct sup_client {
 	bool hurried;    /* silent under pressure: has the busy deadline */
 	uint64_t accepted_ns;
 	struct ipc_timer *hello_timer;
+	/* Channels asked for (CHANNEL_REQ) and not given yet, a bit per device; when each
+	 * device's last channel went; the timer that gives them. */
+	uint64_t chan_wanted;
+	uint64_t chan_last_ns[IPC_DEVICES_MAX];
+	struct ipc_timer *chan_timer;
 	struct sup_client *prev, *next;
 };
 

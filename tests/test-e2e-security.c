@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-security.c: other users, garbage and hostile messages reach nobody else. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -222,6 +225,106 @@ static void test_e2e_out_of_range_argument_refused(void **state)
 	still_serves(e);
 }
 
+/* How many fds a process has open. */
+static unsigned fd_count(pid_t pid)
+{
+	char path[64];
+	unsigned n = 0;
+	struct dirent *e;
+	DIR *d;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	(void)closedir(d);
+	return n;
+}
+
+/* Read what gpuxd sent on sup until nothing comes for 200 ms: how many channels it gave. */
+static unsigned channels_read(int sup)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	unsigned channels = 0;
+	struct ipc_msg msg;
+	struct pollfd p = { .fd = sup, .events = POLLIN };
+
+	while (poll(&p, 1, 200) == 1) {
+		assert_int_equal(ipc_channel_recv_msg(sup, buf, sizeof(buf), &msg, MSG_DONTWAIT),
+				 1);
+		channels += msg.hdr.type == IPC_DEVICE && msg.nfds == 2;
+		ipc_msg_close_fds(&msg);
+	}
+	return channels;
+}
+
+/*
+ * CHANNEL_REQ again and again, reading nothing. Each would make gpuxd a socketpair, an
+ * ATTACH to the worker and a DEVICE with two fds queued for the client: what one client
+ * makes gpuxd hold must stay small, and others still get in. The client that asked is
+ * answered, once more for all its later requests once it has read that, and again when it
+ * asks again.
+ */
+static void test_e2e_channel_req_flood_is_capped(void **state)
+{
+	struct test_env *e = *state;
+	struct ipc_channel_req q = { .device = 0 };
+	static uint8_t buf[256];
+	pid_t worker = test_worker_pid(&e->d, 0);
+	unsigned before = fd_count(e->d.pid), peak = before;
+	int sup, chan = test_raw_channel(&e->d, &sup), n, rc;
+	gpux_ctx *other = NULL;
+
+	n = ipc_encode(buf, sizeof(buf), IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
+	for (int i = 0; i < 3000; i++) {
+		if (ipc_channel_send(sup, buf, (size_t)n, NULL, 0, MSG_DONTWAIT) < 0)
+			break;
+		if (i % 100 == 0) {
+			(void)usleep(2000);
+			peak = MAX(peak, fd_count(e->d.pid));
+		}
+	}
+	(void)usleep(200000);
+	peak = MAX(peak, fd_count(e->d.pid));
+	rc = gpux_connect(e->d.sock, &other);
+	if (other)
+		gpux_disconnect(other);
+	assert_int_equal(rc, GPUX_OK);
+	if (peak >= before + 16)
+		fail_msg("gpuxd's fds: %u before, %u at the peak", before, peak);
+	/* The first answer, then (if more were asked after it) one for all the rest once it
+	 * was read. */
+	assert_in_range(channels_read(sup), 1, 2);
+	assert_int_equal(ipc_channel_send(sup, buf, (size_t)n, NULL, 0, 0), 0);
+	assert_int_equal(channels_read(sup), 1);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+	(void)close(chan);
+	(void)close(sup);
+	still_serves(e);
+}
+
+/* gpuxd has all the fds it may (systemd gives 1024 unless raised; main() lowers ours). */
+static void test_e2e_gpuxd_takes_its_hard_fd_limit(void **state)
+{
+	struct test_env *e = *state;
+	char path[64], line[256];
+	unsigned long long soft = 0, hard = 0;
+	struct rlimit rl;
+	FILE *f;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	(void)snprintf(path, sizeof(path), "/proc/%d/limits", (int)e->d.pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Max open files %llu %llu", &soft, &hard) == 2)
+			break;
+	(void)fclose(f);
+	assert_int_equal(hard, rl.rlim_max);
+	assert_int_equal(soft, hard);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -231,7 +334,16 @@ int main(void)
 		cmocka_unit_test(test_e2e_old_client_told_why),
 		cmocka_unit_test(test_e2e_garbage_on_a_channel_drops_only_it),
 		cmocka_unit_test(test_e2e_out_of_range_argument_refused),
+		cmocka_unit_test(test_e2e_channel_req_flood_is_capped),
+		cmocka_unit_test(test_e2e_gpuxd_takes_its_hard_fd_limit),
 	};
+	struct rlimit rl;
+
+	/* As under systemd: a soft limit of 1024 (or less), a higher hard one. */
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024) {
+		rl.rlim_cur = 1024;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
 
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

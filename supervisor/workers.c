@@ -539,6 +539,14 @@ static unsigned record_death(struct sup_worker *w, uint64_t now)
 	return recent_deaths(w, now);
 }
 
+static void worker_drain(struct sup_worker *w)
+{
+	struct ipc_hdr drain = { .magic = IPC_MAGIC, .version = IPC_VERSION, .type = IPC_DRAIN };
+
+	if (w->control)
+		(void)ipc_conn_send(w->control, &drain, sizeof(drain), NULL, 0);
+}
+
 void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 {
 	struct transition t = table[w->state][ev];
@@ -608,6 +616,11 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 	}
 	if (w->state != old || t.action == A_READY)
 		sup_clients_device_changed(w->s, w);
+	/* A worker that came back (from a crash) while gpuxd drains drains as well. Told after
+	 * its clients' channels, which it then keeps: their new work is refused with
+	 * GPUX_E_STOPPING, as on any other worker, rather than their channels. */
+	if (t.action == A_READY && w->s->stopping)
+		worker_drain(w);
 	if (w->s->stopping && sup_workers_all_down(w->s))
 		ipc_loop_exit(w->s->loop, SUP_EXIT_OK);
 }
@@ -718,11 +731,8 @@ uint64_t sup_workers_inflight(const struct sup *s)
 
 void sup_workers_drain(struct sup *s)
 {
-	struct ipc_hdr drain = { .magic = IPC_MAGIC, .version = IPC_VERSION, .type = IPC_DRAIN };
-
 	for (unsigned i = 0; i < s->nworkers; i++)
-		if (s->workers[i].control)
-			(void)ipc_conn_send(s->workers[i].control, &drain, sizeof(drain), NULL, 0);
+		worker_drain(&s->workers[i]);
 }
 
 bool sup_workers_drained(const struct sup *s)

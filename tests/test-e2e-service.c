@@ -116,6 +116,62 @@ static void test_service_sigterm_drains(void **state)
 	test_env_close(e);
 }
 
+/*
+ * A worker that comes back (after a crash) while gpuxd drains is told to drain too: new work
+ * on it is refused, and gpuxd does not wait all of --drain-ms for it.
+ */
+static bool ready_again(const struct ipc_dev_status *s, void *arg)
+{
+	return s->state == GPUX_DEVICE_READY && s->generation > *(uint32_t *)arg;
+}
+
+static bool not_ready(const struct ipc_dev_status *s, void *arg)
+{
+	return s->state != GPUX_DEVICE_READY;
+}
+
+static void test_service_worker_back_during_drain_drains(void **state)
+{
+	static const char *const args[] = { "--drain-ms", "60000", "--host-devices", "2", NULL };
+	struct test_env *e = test_env_open(args);
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 1 };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	gpux_req *running, *late = NULL;
+	uint64_t t0;
+	uint32_t gen;
+	int ws, rc = GPUX_OK;
+
+	running = spin(e->m, 1500);
+	test_wait_stats(&e->d, 0, one_inflight, NULL);
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	gen = devs[1].generation;
+	/* Device 1's worker dies; gpuxd is told to stop while it is restarting. */
+	assert_int_equal(kill(test_worker_pid(&e->d, 1), SIGKILL), 0);
+	test_wait_stats(&e->d, 1, not_ready, NULL);
+	t0 = mono_ns();
+	assert_int_equal(kill(e->d.pid, SIGTERM), 0);
+	test_wait_stats(&e->d, 1, ready_again, &gen);
+	/* New work on the worker that came back is refused as on any other. */
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(gpux_submit(e->m, "empty", &l, NULL, 0, &late), GPUX_OK);
+		rc = gpux_wait(late, -1);
+		gpux_req_free(late);
+		if (rc != GPUX_E_WORKER_LOST && rc != GPUX_E_CONNECT)
+			break;
+		(void)usleep(5000);
+	}
+	assert_int_equal(rc, GPUX_E_STOPPING);
+	assert_int_equal(gpux_wait(running, -1), GPUX_OK);
+	gpux_req_free(running);
+	ws = daemon_exit(&e->d);
+	assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	/* Once the request ended nothing was left to drain: gpuxd did not wait for the
+	 * deadline (a bound far from both the 1.5 s request and the 60 s deadline). */
+	assert_true(mono_ns() - t0 < 30 * NSEC_PER_SEC);
+	test_env_close(e);
+}
+
 /* A request that outlives --drain-ms is cut short: gpuxd does not wait for ever. */
 static void test_service_drain_has_a_deadline(void **state)
 {
@@ -557,6 +613,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_service_sigterm_drains),
 		cmocka_unit_test(test_service_drain_has_a_deadline),
+		cmocka_unit_test(test_service_worker_back_during_drain_drains),
 		cmocka_unit_test(test_service_shared_gpuxd_gone_is_not_replaced),
 		cmocka_unit_test(test_service_connect_errors_say_where_and_why),
 		cmocka_unit_test(test_service_log_file_reopened_on_sighup),

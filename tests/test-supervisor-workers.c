@@ -19,10 +19,12 @@
 /*
  * The worker gpuxd spawns here is this program again (see main): it says READY on its control
  * socket, as a worker does, and waits for a signal. $GPUX_TEST_WORKER, when it is spawned,
- * makes it "silent" (no READY) or "ignore-term" (only SIGKILL ends it).
+ * makes it "silent" (no READY), "ignore-term" (only SIGKILL ends it) or "exit-on-drain"
+ * (it exits when gpuxd sends IPC_DRAIN).
  */
 #define FAKE_WORKER "/proc/self/exe"
 #define FAKE_ENV "GPUX_TEST_WORKER"
+#define FAKE_DRAINED 3 /* "exit-on-drain": its exit status once told to drain */
 
 /* clang-format off */
 static const char *const state_names[W_STATE_N] = {
@@ -398,6 +400,27 @@ static void test_workers_spawn_failure_is_a_death(void **state)
 	assert_int_equal(sup_worker_recent_deaths(w), 1);
 }
 
+/* A worker that comes back while gpuxd drains is told to drain, as READY comes in. */
+static void test_workers_back_while_stopping_drains(void **state)
+{
+	struct fixture *f = *state;
+	struct sup_worker *w = f->w;
+
+	assert_int_equal(setenv(FAKE_ENV, "exit-on-drain", 1), 0);
+	start_ready(f);
+	kill_worker(f);
+	assert_int_equal(w->state, W_BACKOFF);
+	/* SIGTERM came while it was down: the drain reached no worker. */
+	f->s.stopping = true;
+	sup_workers_drain(&f->s);
+	sup_worker_event(w, E_TIMER);
+	assert_int_equal(w->state, W_STARTING);
+	wait_ready(f);
+	wait_reaped(f);
+	assert_true(WIFEXITED(w->last_exit));
+	assert_int_equal(WEXITSTATUS(w->last_exit), FAKE_DRAINED);
+}
+
 /* As a worker: READY on the control socket, then wait for a signal to end it. */
 static int fake_worker(void)
 {
@@ -412,6 +435,15 @@ static int fake_worker(void)
 		n = ipc_encode(buf, sizeof(buf), IPC_READY, 0, 0, &ready, sizeof(ready), NULL, 0);
 		if (n < 0 || ipc_channel_send(3, buf, (size_t)n, NULL, 0, 0) < 0)
 			return 1;
+	}
+	while (how && strcmp(how, "exit-on-drain") == 0) {
+		struct ipc_msg msg;
+
+		if (ipc_channel_recv_msg(3, buf, sizeof(buf), &msg, 0) != 1)
+			return 1;
+		if (msg.hdr.type == IPC_DRAIN)
+			return FAKE_DRAINED;
+		ipc_msg_close_fds(&msg);
 	}
 	for (;;)
 		(void)pause();
@@ -432,6 +464,7 @@ int main(int argc, char **argv)
 		FIXTURE_TEST(test_workers_stop_terms),
 		FIXTURE_TEST(test_workers_stop_kills_after_grace),
 		FIXTURE_TEST(test_workers_spawn_failure_is_a_death),
+		FIXTURE_TEST(test_workers_back_while_stopping_drains),
 	};
 
 	/* Spawned as gpux-worker (--device N ... --control-fd 3 ...). */

@@ -35,6 +35,11 @@
 /* Fds queued for one client: two per device at hello, and more as workers restart. */
 #define SUP_CLIENT_QUEUE_FDS (4u * IPC_DEVICES_MAX)
 
+/* A worker's log pipe: what one round of the loop reads of it (a worker writing without end
+ * does not keep gpuxd from the rest), and the longest line kept (the rest is cut). */
+#define SUP_LOG_ROUND_BYTES (16u * 1024u)
+#define SUP_LOG_LINE_MAX 1024u
+
 /* Exit codes. */
 #define SUP_EXIT_OK 0
 #define SUP_EXIT_FAIL 1
@@ -123,8 +128,9 @@ struct sup_worker {
 	/* Its stderr, a pipe whose lines go to gpuxd's log (an NVRTC helper shares it). */
 	int log_fd;
 	struct ipc_watch *log_watch;
-	char log_line[1024];
+	char log_line[SUP_LOG_LINE_MAX];
 	size_t log_len;
+	bool log_cut; /* the line was longer than log_line: the rest of it is dropped */
 	/* Launches per second: the count at the start of the current second. */
 	uint64_t rate_launches;
 	uint64_t rate_since_ns;
@@ -246,6 +252,9 @@ void sup_workers_drain(struct sup *s);
 /* Whether every ready worker has said (on its status page) that it drains. */
 bool sup_workers_drained(const struct sup *s);
 void sup_workers_free(struct sup *s);
+/* One round of w's log pipe into gpuxd's log: at most SUP_LOG_ROUND_BYTES, lines cut at
+ * SUP_LOG_LINE_MAX; at its end the pipe is closed. */
+void sup_worker_log_read(struct sup_worker *w);
 const char *sup_state_name(enum sup_state st);
 uint32_t sup_public_state(const struct sup_worker *w);
 

@@ -242,7 +242,7 @@ static void on_worker_timer(struct ipc_timer *t, void *userdata)
 static void log_flush_line(struct sup_worker *w)
 {
 	static const char tag[] = "gpux-worker[";
-	const char *line = w->log_line, *end;
+	char *line = w->log_line, *end;
 	size_t len = w->log_len;
 
 	/* The worker's own name and device are said once, here. */
@@ -255,27 +255,32 @@ static void log_flush_line(struct sup_worker *w)
 			len--;
 		}
 	}
+	/* Terminal escapes and the like are not for whoever reads the log. */
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)line[i] < 0x20 || line[i] == 0x7f)
+			line[i] = line[i] == '\t' ? ' ' : '?';
 	if (len > 0)
-		sup_logp(LOG_NOTICE, "device %u: worker %d: %.*s", w->index, (int)w->pid, (int)len,
-			 line);
+		sup_logp(LOG_NOTICE, "device %u: worker %d: %.*s%s", w->index, (int)w->pid,
+			 (int)len, line, w->log_cut ? " [cut]" : "");
 	w->log_len = 0;
 }
 
 static void log_pipe_close(struct sup_worker *w)
 {
 	log_flush_line(w);
+	w->log_cut = false;
 	ipc_watch_free(w->log_watch);
 	w->log_watch = NULL;
 	w->log_fd = safe_close(w->log_fd);
 }
 
-/* Read what is there; a line is logged when it ends, or fills the buffer. */
-static void log_pipe_read(struct sup_worker *w)
+void sup_worker_log_read(struct sup_worker *w)
 {
 	char buf[4096];
+	size_t taken = 0;
 
-	while (w->log_fd >= 0) {
-		ssize_t n = read(w->log_fd, buf, sizeof(buf));
+	while (w->log_fd >= 0 && taken < SUP_LOG_ROUND_BYTES) {
+		ssize_t n = read(w->log_fd, buf, MIN(sizeof(buf), SUP_LOG_ROUND_BYTES - taken));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -285,21 +290,27 @@ static void log_pipe_read(struct sup_worker *w)
 			log_pipe_close(w);
 			return;
 		}
+		taken += (size_t)n;
 		for (ssize_t i = 0; i < n; i++) {
 			if (buf[i] == '\n') {
-				log_flush_line(w);
+				if (!w->log_cut)
+					log_flush_line(w);
+				w->log_cut = false;
+			} else if (w->log_cut) {
 				continue;
-			}
-			w->log_line[w->log_len++] = buf[i];
-			if (w->log_len == sizeof(w->log_line))
+			} else if (w->log_len == sizeof(w->log_line)) {
+				w->log_cut = true;
 				log_flush_line(w);
+			} else {
+				w->log_line[w->log_len++] = buf[i];
+			}
 		}
 	}
 }
 
 static void on_log_pipe(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
 {
-	log_pipe_read(userdata);
+	sup_worker_log_read(userdata);
 }
 
 static void reap(struct sup_worker *w)
@@ -309,8 +320,9 @@ static void reap(struct sup_worker *w)
 	if (waitpid(w->pid, &st, WNOHANG) != w->pid)
 		return;
 	w->last_exit = st;
-	/* Its last words (a sanitizer's report, say) are in the pipe by now. */
-	log_pipe_read(w);
+	/* Its last words (a sanitizer's report, say) are in the pipe by now; what one round
+	 * does not take, the pipe's watch does. */
+	sup_worker_log_read(w);
 	ipc_watch_free(w->pid_watch);
 	w->pid_watch = NULL;
 	w->pidfd = safe_close(w->pidfd);
@@ -395,9 +407,10 @@ static int spawn(struct sup_worker *w)
 	status_child = dup_high(w->status_fd);
 	if (ctl_child < 0 || status_child < 0)
 		return -EMFILE;
-	/* The last worker's pipe may still be held by its NVRTC helper: its lines are read now. */
+	/* The last worker's pipe may still be held by a child of its: one more round, and the
+	 * rest is dropped. */
 	if (w->log_fd >= 0) {
-		log_pipe_read(w);
+		sup_worker_log_read(w);
 		log_pipe_close(w);
 	}
 	if (pipe2(logp, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -762,7 +775,7 @@ void sup_workers_free(struct sup *s)
 		(void)safe_close(w->pidfd);
 		status_page_drop(w);
 		if (w->log_fd >= 0) {
-			log_pipe_read(w);
+			sup_worker_log_read(w);
 			log_pipe_close(w);
 		}
 	}

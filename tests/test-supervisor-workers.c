@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -400,6 +401,89 @@ static void test_workers_spawn_failure_is_a_death(void **state)
 	assert_int_equal(sup_worker_recent_deaths(w), 1);
 }
 
+/* What the pipe holds unread. */
+static int pipe_unread(int fd)
+{
+	int n = -1;
+
+	assert_int_equal(ioctl(fd, FIONREAD, &n), 0);
+	return n;
+}
+
+/*
+ * A worker's stderr is read a round at a time, so that one writing without end does not hold
+ * up gpuxd's loop, and into lines of SUP_LOG_LINE_MAX at most, with no terminal escapes.
+ */
+static void test_workers_log_pipe_is_read_in_bounded_rounds(void **state)
+{
+	static char text[60000], logged[128 * 1024];
+	struct fixture *f = *state;
+	struct sup_worker *w = f->w;
+	char path[] = "/tmp/gpux-test-log-XXXXXX";
+	size_t off = 0;
+	unsigned lines = 0, rounds = 0, fillers = 0;
+	int p[2], fd;
+	ssize_t n;
+
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	(void)close(fd);
+	assert_int_equal(sup_log_open(SUP_LOG_FILE, path, LOG_DEBUG), 0);
+	off += (size_t)snprintf(text, sizeof(text), "gpux-worker[0]: first\n\x1b[2Jsecond\n");
+	memset(text + off, 'x', 5000);
+	off += 5000;
+	text[off++] = '\n';
+	while (off + 100 <= sizeof(text)) {
+		memset(text + off, 'f', 99);
+		text[off + 99] = '\n';
+		off += 100;
+		fillers++;
+	}
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	assert_int_equal(write(p[1], text, off), (ssize_t)off);
+	w->log_fd = p[0];
+
+	sup_worker_log_read(w);
+	assert_int_equal(pipe_unread(p[0]), (int)(off - SUP_LOG_ROUND_BYTES));
+	while (pipe_unread(p[0]) > 0 && rounds++ < 10)
+		sup_worker_log_read(w);
+	assert_int_equal(pipe_unread(p[0]), 0);
+	assert_int_equal(w->log_fd, p[0]);
+	/* Its end closes it. */
+	(void)close(p[1]);
+	sup_worker_log_read(w);
+	assert_int_equal(w->log_fd, -1);
+	sup_log_close();
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, logged, sizeof(logged) - 1);
+	(void)close(fd);
+	(void)unlink(path);
+	assert_true(n > 0);
+	logged[n] = '\0';
+	assert_null(strchr(logged, '\x1b'));
+	for (char *line = logged, *end; (end = strchr(line, '\n')); line = end + 1) {
+		static const char *const want[] = { "first", "?[2Jsecond" };
+		const char *said = strstr(line, "device 0: worker 0: ");
+
+		*end = '\0';
+		assert_non_null(said);
+		said += strlen("device 0: worker 0: ");
+		if (lines < 2) {
+			assert_string_equal(said, want[lines]);
+		} else if (lines == 2) {
+			assert_int_equal(strspn(said, "x"), SUP_LOG_LINE_MAX);
+			assert_string_equal(said + SUP_LOG_LINE_MAX, " [cut]");
+		} else {
+			assert_int_equal(strspn(said, "f"), 99);
+			assert_int_equal(strlen(said), 99);
+		}
+		lines++;
+	}
+	assert_int_equal(lines, 3 + fillers);
+}
+
 /* A worker that comes back while gpuxd drains is told to drain, as READY comes in. */
 static void test_workers_back_while_stopping_drains(void **state)
 {
@@ -465,6 +549,7 @@ int main(int argc, char **argv)
 		FIXTURE_TEST(test_workers_stop_kills_after_grace),
 		FIXTURE_TEST(test_workers_spawn_failure_is_a_death),
 		FIXTURE_TEST(test_workers_back_while_stopping_drains),
+		FIXTURE_TEST(test_workers_log_pipe_is_read_in_bounded_rounds),
 	};
 
 	/* Spawned as gpux-worker (--device N ... --control-fd 3 ...). */

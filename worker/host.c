@@ -329,12 +329,8 @@ static int host_module_load(void *dv, const uint8_t *image, size_t len, void **r
 	char path[32];
 	void *dl;
 
-	if (d->sandbox) {
-		int rc = wrk_sandbox_image_check(image, len, ret_msg);
-
-		if (rc < 0)
-			return rc;
-	}
+	if (d->sandbox && wrk_sandbox_image_check(image, len, ret_msg) < 0)
+		return GPUX_E_INVAL;
 	fd = image_memfd(image, len, ret_msg);
 	if (fd >= 0)
 		fd = fresh_name(TAKE_FD(fd), ret_msg);

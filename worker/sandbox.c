@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/sandbox.c: the seccomp filter a host back end's slot thread runs kernels under. */
 #include <assert.h>
-#include <elf.h>
 #include <errno.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
@@ -19,10 +18,8 @@
 
 #if defined(__x86_64__)
 #define NATIVE_ARCH AUDIT_ARCH_X86_64
-#define R_IRELATIVE R_X86_64_IRELATIVE
 #elif defined(__aarch64__)
 #define NATIVE_ARCH AUDIT_ARCH_AARCH64
-#define R_IRELATIVE R_AARCH64_IRELATIVE
 #endif
 
 /* x86-64's x32 ABI: the same arch in seccomp_data, numbers with this bit set. */
@@ -145,89 +142,4 @@ int wrk_sandbox_enter(int wake_fd)
 #else
 	return -ENOSYS;
 #endif
-}
-
-/* Section i's header, or NULL when the image cannot hold it. */
-static const Elf64_Shdr *section(const uint8_t *image, size_t len, const Elf64_Ehdr *eh,
-				 unsigned i)
-{
-	uint64_t off = eh->e_shoff + (uint64_t)i * sizeof(Elf64_Shdr);
-
-	if (eh->e_shentsize != sizeof(Elf64_Shdr) || off < eh->e_shoff ||
-	    !range_ok(off, sizeof(Elf64_Shdr), len))
-		return NULL;
-	return (const Elf64_Shdr *)(image + off);
-}
-
-/* Whether section sh, of entries of `size` bytes, lies in the image. */
-static bool entries_ok(const Elf64_Shdr *sh, size_t size, size_t len)
-{
-	return sh->sh_entsize == size && range_ok(sh->sh_offset, sh->sh_size, len);
-}
-
-/* What in section sh would run code as the module loads (or is looked up), or NULL. */
-static const char *load_code(const uint8_t *image, size_t len, const Elf64_Shdr *sh)
-{
-	switch (sh->sh_type) {
-	case SHT_INIT_ARRAY:
-	case SHT_FINI_ARRAY:
-	case SHT_PREINIT_ARRAY:
-		return sh->sh_size ? "a constructor or destructor" : NULL;
-	case SHT_DYNAMIC:
-		if (!entries_ok(sh, sizeof(Elf64_Dyn), len))
-			return "an unreadable dynamic section";
-		for (uint64_t o = 0; o < sh->sh_size; o += sizeof(Elf64_Dyn)) {
-			const Elf64_Dyn *d = (const Elf64_Dyn *)(image + sh->sh_offset + o);
-			if (d->d_tag == DT_INIT || d->d_tag == DT_FINI)
-				return "an _init or _fini function";
-		}
-		return NULL;
-	case SHT_DYNSYM:
-	case SHT_SYMTAB:
-		if (!entries_ok(sh, sizeof(Elf64_Sym), len))
-			return "an unreadable symbol table";
-		for (uint64_t o = 0; o < sh->sh_size; o += sizeof(Elf64_Sym)) {
-			const Elf64_Sym *y = (const Elf64_Sym *)(image + sh->sh_offset + o);
-			if (ELF64_ST_TYPE(y->st_info) == STT_GNU_IFUNC)
-				return "an IFUNC symbol";
-		}
-		return NULL;
-	case SHT_RELA:
-		if (!entries_ok(sh, sizeof(Elf64_Rela), len))
-			return "an unreadable relocation section";
-		for (uint64_t o = 0; o < sh->sh_size; o += sizeof(Elf64_Rela)) {
-			const Elf64_Rela *rl = (const Elf64_Rela *)(image + sh->sh_offset + o);
-			if (ELF64_R_TYPE(rl->r_info) == R_IRELATIVE)
-				return "an IFUNC relocation";
-		}
-		return NULL;
-	default:
-		return NULL;
-	}
-}
-
-int wrk_sandbox_image_check(const uint8_t *image, size_t len, char **ret_msg)
-{
-	const Elf64_Ehdr *eh = (const Elf64_Ehdr *)image;
-	const char *what = NULL;
-	bool dynamic = false;
-
-	/* What is not read here is not vouched for: a module without sections is refused. */
-	if (len < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
-	    eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_type != ET_DYN || eh->e_shnum == 0) {
-		*ret_msg = strdup("the module is not a 64-bit shared object with sections");
-		return GPUX_E_INVAL;
-	}
-	for (unsigned i = 0; i < eh->e_shnum && !what; i++) {
-		const Elf64_Shdr *sh = section(image, len, eh, i);
-
-		what = sh ? load_code(image, len, sh) : "an unreadable section header";
-		dynamic = dynamic || (sh && sh->sh_type == SHT_DYNAMIC);
-	}
-	if (!what && dynamic)
-		return 0;
-	*ret_msg = what ? wrk_strdup_printf("the module has %s: code that would run as it is "
-					    "loaded, outside the sandbox of host kernels", what)
-			: strdup("the module has no dynamic section");
-	return GPUX_E_INVAL;
 }

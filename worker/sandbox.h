@@ -19,8 +19,11 @@ char *wrk_sandbox_fault_text(const char *kernel, int nr, unsigned arch);
 
 /*
  * Whether a host module's image (a shared object) runs none of its code as it is loaded or
- * looked up: no constructors or destructors, _init or _fini, IFUNC resolvers. That code
- * would run on the thread that loads the module, outside the sandbox. 0, or GPUX_E_INVAL
- * with *ret_msg saying what was found.
+ * looked up, and loads no object of its own choosing: no constructors or destructors, _init
+ * or _fini, IFUNC resolvers, library paths, audit or filter objects, DT_NEEDED paths. That
+ * code would run on the thread that loads the module, outside the sandbox. The image is read
+ * as the loader reads it (program headers, the dynamic segment where it is mapped), not by
+ * its section table, which the loader never reads (worker/sandbox-image.c). 0, or -EINVAL
+ * with *ret_msg (to free) saying what was found.
  */
 int wrk_sandbox_image_check(const uint8_t *image, size_t len, char **ret_msg);

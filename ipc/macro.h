@@ -72,6 +72,24 @@ static inline uint64_t mono_ns(void)
 	return now_ns(CLOCK_MONOTONIC);
 }
 
+/* Write all of buf, through short writes and EINTR: 0 or -errno. */
+static inline int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
 /* a + b, or false when it overflows. */
 static inline int add_ok(uint64_t a, uint64_t b, uint64_t *ret)
 {

@@ -116,18 +116,13 @@ void ipc_segment_done(struct ipc_segment *s)
 int ipc_blob_new(const char *name, const void *data, size_t len, int *ret_fd)
 {
 	_cleanup_(closep) int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	size_t off = 0;
+	int r;
 
 	if (fd < 0)
 		return -errno;
-	while (off < len) {
-		ssize_t k = write(fd, (const uint8_t *)data + off, len - off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		off += (size_t)k;
-	}
+	r = write_all(fd, data, len);
+	if (r < 0)
+		return r;
 	if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
 		return -errno;
 	*ret_fd = TAKE_FD(fd);

@@ -88,27 +88,12 @@ static int options_split(const char *options, char **argv, unsigned *ret_n, char
 static int write_file(const char *path, const void *a, size_t alen, const void *b, size_t blen)
 {
 	_cleanup_(closep) int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	const struct {
-		const void *p;
-		size_t n;
-	} parts[2] = { { a, alen }, { b, blen } };
+	int r;
 
 	if (fd < 0)
 		return -errno;
-	for (unsigned i = 0; i < 2; i++) {
-		const uint8_t *p = parts[i].p;
-		size_t n = parts[i].n;
-		while (n) {
-			ssize_t k = write(fd, p, n);
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k < 0)
-				return -errno;
-			p += k;
-			n -= (size_t)k;
-		}
-	}
-	return 0;
+	r = write_all(fd, a, alen);
+	return r < 0 ? r : write_all(fd, b, blen);
 }
 
 static int read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
@@ -214,7 +199,7 @@ int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_imag
 		       "\n#line 1 \"kernel.c\"\n", 20);
 	if (r == 0) {
 		_cleanup_(closep) int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-		r = fd < 0 ? -errno : (write(fd, b->code, b->code_len) == (ssize_t)b->code_len ? 0 : -EIO);
+		r = fd < 0 ? -errno : write_all(fd, b->code, b->code_len);
 	}
 	if (r < 0) {
 		*ret_log = wrk_strdup_printf("writing the source: %s", strerror(-r));

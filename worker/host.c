@@ -15,6 +15,7 @@
 
 #include "host-build.h"
 #include "ipc/macro.h"
+#include "ipc/segment.h"
 #include "sandbox.h"
 #include "wrk.h"
 
@@ -270,30 +271,11 @@ static bool name_taken(const char *path)
 	return true;
 }
 
-static int image_memfd(const uint8_t *image, size_t len, char **ret_msg)
-{
-	_cleanup_(closep) int fd = memfd_create("gpux-host-module", MFD_CLOEXEC);
-	size_t off = 0;
-
-	if (fd < 0) {
-		*ret_msg = wrk_strdup_printf("memfd_create: %s", strerror(errno));
-		return GPUX_E_IO;
-	}
-	while (off < len) {
-		ssize_t n = write(fd, image + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			*ret_msg = wrk_strdup_printf("writing the module: %s", strerror(errno));
-			return GPUX_E_IO;
-		}
-		off += (size_t)n;
-	}
-	return TAKE_FD(fd);
-}
-
-/* An fd of the image whose /proc/self/fd name no loaded object has. */
-static int fresh_name(int fd, char **ret_msg)
+/*
+ * An fd of the image whose /proc/self/fd name no loaded object has: fd, or a duplicate of
+ * it. Takes fd; -EBUSY when no name is free after NAME_TRIES.
+ */
+static int fresh_name_take(int fd)
 {
 	int taken[NAME_TRIES];
 	unsigned n = 0;
@@ -313,8 +295,7 @@ static int fresh_name(int fd, char **ret_msg)
 		(void)close(taken[--n]);
 	if (name_taken(path)) {
 		(void)close(fd);
-		*ret_msg = wrk_strdup_printf("no free name to load the module under");
-		return GPUX_E_DEVICE;
+		return -EBUSY;
 	}
 	return fd;
 }
@@ -328,14 +309,23 @@ static int host_module_load(void *dv, const uint8_t *image, size_t len, void **r
 	struct link_map *lm = NULL;
 	char path[32];
 	void *dl;
+	int r;
 
 	if (d->sandbox && wrk_sandbox_image_check(image, len, ret_msg) < 0)
 		return GPUX_E_INVAL;
-	fd = image_memfd(image, len, ret_msg);
-	if (fd >= 0)
-		fd = fresh_name(TAKE_FD(fd), ret_msg);
-	if (fd < 0)
-		return fd;
+	/* Sealed: what was checked is what the loader maps, whoever holds the fd. */
+	r = ipc_blob_new("gpux-host-module", image, len, &fd);
+	if (r < 0) {
+		*ret_msg = wrk_strdup_printf("a memfd for the module: %s", strerror(-r));
+		return r == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_IO;
+	}
+	fd = fresh_name_take(TAKE_FD(fd));
+	if (fd < 0) {
+		*ret_msg = fd == -EBUSY
+				   ? strdup("no free name to load the module under")
+				   : wrk_strdup_printf("a name for the module: %s", strerror(-fd));
+		return GPUX_E_DEVICE;
+	}
 	hm = calloc(1, sizeof(*hm));
 	if (!hm)
 		return GPUX_E_NOMEM;

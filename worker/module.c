@@ -93,23 +93,6 @@ static int disk_read(struct wrk *w, struct wrk_module *m)
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /*
  * Write an image under a temporary name, then rename: readers never see half a file. No
  * fsync: what a crash leaves half written fails its checksum and is compiled again, while

@@ -96,9 +96,12 @@ void wrk_req_discard(struct wrk_req *r)
 	req_free(r);
 }
 
-/* A finished request in the counters by status (metrics: gpux_requests_total). */
-static void count_status(struct wrk *w, int status)
+void wrk_count_finished(struct wrk *w, int status)
 {
+	if (status < 0)
+		w->stats.requests_failed++;
+	else
+		w->stats.requests_done++;
 	if (status <= 0 && -status < (int)IPC_STATUS_CODES)
 		w->stats.by_status[-status]++;
 }
@@ -107,8 +110,7 @@ static void count_status(struct wrk *w, int status)
 void wrk_req_fail(struct wrk_req *r, int status, char *error)
 {
 	wrk_reply(r->client, r->id, status, error);
-	r->w->stats.requests_failed++;
-	count_status(r->w, status);
+	wrk_count_finished(r->w, status);
 	free(error);
 	req_free(r);
 }
@@ -391,11 +393,7 @@ static void req_end(struct wrk *w, struct wrk_req *r)
 	wrk_slot_end(w, r);
 	if (r->t_start > r->t_end)
 		r->t_start = r->t_end;
-	if (r->status < 0)
-		w->stats.requests_failed++;
-	else
-		w->stats.requests_done++;
-	count_status(w, r->status);
+	wrk_count_finished(w, r->status);
 	w->stats.launches += r->kind == REQ_LAUNCH;
 	ipc_hist_add(&w->stats.latency, r->t_end - r->t_arrive);
 	ipc_hist_add(&w->stats.queue, r->t_start - r->t_arrive);

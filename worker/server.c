@@ -121,10 +121,8 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 	if (!w->draining || (t != IPC_SUBMIT && t != IPC_COPY && t != IPC_MOD_LOAD &&
 			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC))
 		return false;
-	if (t == IPC_SUBMIT || t == IPC_COPY) {
-		w->stats.requests_failed++;
-		w->stats.by_status[-GPUX_E_STOPPING]++;
-	}
+	if (t == IPC_SUBMIT || t == IPC_COPY)
+		wrk_count_finished(w, GPUX_E_STOPPING);
 	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING, "gpuxd is stopping: it takes no new work");
 	return true;
 }

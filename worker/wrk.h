@@ -376,6 +376,9 @@ void wrk_status_refresh(struct wrk *w);
 int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
 struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
 void wrk_req_fail(struct wrk_req *r, int status, char *error);
+/* A request finished with `status` (a gpux_status): done or failed, and by status (metrics:
+ * gpux_requests_total). */
+void wrk_count_finished(struct wrk *w, int status);
 /* Free a request that never reached a slot, without an answer. */
 void wrk_req_discard(struct wrk_req *r);
 /* Check what needs the module: the kernel, its parameters, the launch's shape. */

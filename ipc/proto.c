@@ -196,7 +196,9 @@ int ipc_mod_extra_next(struct ipc_mod_extra_cursor *c, struct ipc_mod_item *ret)
 		    it.name_len == 0 || it.name_len > IPC_HEADER_NAME_MAX ||
 		    !(it.name = extra_take(c, it.name_len)))
 			return -EBADMSG;
-		/* An empty header is "" (NVRTC takes strings): never NULL, which means a name. */
+		/* An empty header's text is its zero bytes at the end of its name, not NULL
+		 * (NULL marks a name expression); nothing is NUL-terminated here, readers
+		 * take text_len bytes. */
 		it.text = it.text_len ? extra_take(c, it.text_len) : it.name + it.name_len;
 		if (!it.text)
 			return -EBADMSG;

@@ -192,7 +192,7 @@ _Static_assert(sizeof(struct ipc_mod_load) == 40, "wire ABI");
 struct ipc_mod_item {
 	const char *name; /* a header's name, or a name expression */
 	uint32_t name_len;
-	const char *text; /* a header's text; NULL for a name expression */
+	const char *text; /* text_len bytes, not NUL-terminated; NULL: a name expression */
 	uint32_t text_len;
 };
 

@@ -110,7 +110,7 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 	r = ipc_channel_pair(pair, false);
 	if (r < 0) {
 		*ret_msg = wrk_strdup_printf("socketpair: %s", strerror(-r));
-		return GPUX_E_IO;
+		return r;
 	}
 	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
 	(void)posix_spawn_file_actions_init(&fa);
@@ -132,7 +132,7 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 		(void)close(pair[0]);
 		c->pid = 0;
 		*ret_msg = wrk_strdup_printf("cannot start the compiler: %s", strerror(r));
-		return GPUX_E_IO;
+		return -r;
 	}
 	c->fd = pair[0];
 	c->greeted = false;
@@ -158,41 +158,52 @@ static int recv_reply(struct wrk_compiler *c, uint64_t deadline, bool want_image
 		      struct cc_rep *ret, char **ret_log, int *ret_fd)
 {
 	static uint8_t buf[sizeof(struct cc_rep) + CC_LOG_MAX];
-	int fds[IPC_FDS_MAX];
+	int fds[IPC_FDS_MAX], r = 0;
+	struct cc_rep rep;
 	unsigned nfds = 0;
+	char *log = NULL;
 	ssize_t n;
 
 	for (;;) {
 		struct pollfd p = { .fd = c->fd, .events = POLLIN };
 		uint64_t now = mono_ns();
-		int r;
+		int k;
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		r = poll(&p, 1, (int)MIN((deadline - now) / NSEC_PER_MSEC + 1, (uint64_t)INT32_MAX));
-		if (r < 0 && errno != EINTR)
+		k = poll(&p, 1, (int)MIN((deadline - now) / NSEC_PER_MSEC + 1, (uint64_t)INT32_MAX));
+		if (k < 0 && errno != EINTR)
 			return -errno;
-		if (r > 0)
+		if (k > 0)
 			break;
 	}
 	n = ipc_channel_recv(c->fd, buf, sizeof(buf), fds, &nfds, MSG_DONTWAIT);
 	if (n <= 0)
 		return n == 0 ? -ECONNRESET : (int)n;
-	memcpy(ret, buf, MIN((size_t)n, sizeof(*ret)));
-	if ((size_t)n < sizeof(*ret) || ret->magic != CC_MAGIC || ret->log_len > CC_LOG_MAX ||
-	    (size_t)n != sizeof(*ret) + ret->log_len ||
-	    nfds != (want_image && ret->status == 0 ? 1u : 0u)) {
+	memcpy(&rep, buf, MIN((size_t)n, sizeof(rep)));
+	if ((size_t)n < sizeof(rep) || rep.magic != CC_MAGIC || rep.log_len > CC_LOG_MAX ||
+	    (size_t)n != sizeof(rep) + rep.log_len ||
+	    nfds != (want_image && rep.status == 0 ? 1u : 0u))
+		r = -EBADMSG;
+	else if (!(log = strndup((const char *)buf + sizeof(rep), rep.log_len)))
+		r = -ENOMEM;
+	if (r < 0) {
 		for (unsigned i = 0; i < nfds; i++)
 			(void)close(fds[i]);
-		return -EBADMSG;
+		return r;
 	}
-	*ret_log = strndup((const char *)buf + sizeof(*ret), ret->log_len);
+	*ret = rep;
+	*ret_log = log;
 	*ret_fd = nfds ? fds[0] : -1;
-	return *ret_log ? 0 : -ENOMEM;
+	return 0;
 }
 
-/* A running helper that has said hello, started now if need be. One that died before its
- * hello (killed while it warmed up) is replaced once. */
+/*
+ * A running helper that has said hello, started now if need be. One that died before its
+ * hello (killed while it warmed up) is replaced once. 0, or with *ret_msg (to free): -ENOSYS
+ * (the helper found no NVRTC), -EPROTO (it did not start: it died, or said why not), or why
+ * it could not be started.
+ */
 static int ready(struct wrk_compiler *c, char **ret_msg)
 {
 	struct cc_rep hello;
@@ -227,7 +238,7 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 		free(log);
 		free(why);
 		wrk_compiler_stop(c);
-		return r == 0 && hello.status == GPUX_E_NODRIVER ? GPUX_E_NODRIVER : GPUX_E_COMPILE;
+		return r == 0 && hello.status == GPUX_E_NODRIVER ? -ENOSYS : -EPROTO;
 	}
 	free(log);
 	free(why);
@@ -257,6 +268,21 @@ static int image_check(const struct wrk_compiler *c, const uint8_t *image, size_
 	return 0;
 }
 
+/* What a client is told when no helper is ready (see ready()). */
+static int ready_status(int r)
+{
+	switch (r) {
+	case -ENOSYS:
+		return GPUX_E_NODRIVER;
+	case -EPROTO:
+		return GPUX_E_COMPILE;
+	case -ENOMEM:
+		return GPUX_E_NOMEM;
+	default:
+		return GPUX_E_IO;
+	}
+}
+
 int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_t **ret_image,
 		       size_t *ret_len, char **ret_log)
 {
@@ -281,7 +307,7 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 		return GPUX_E_INVAL;
 	r = ready(c, ret_log);
 	if (r < 0)
-		return r;
+		return ready_status(r);
 	memcpy(buf, &rq, sizeof(rq));
 	memcpy(buf + sizeof(rq), b->options, rq.options_len);
 	/* The code and its headers and names are one piece in the worker's memory. */
@@ -293,7 +319,7 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 		free(death(c));
 		r = ready(c, ret_log);
 		if (r < 0)
-			return r;
+			return ready_status(r);
 		r = ipc_channel_send(c->fd, buf, sizeof(rq) + rq.options_len, &code_fd, 1, 0);
 	}
 	if (r == 0)

@@ -35,7 +35,7 @@ int wrk_compiler_main(int fd, pid_t parent);
 
 /*
  * Start the helper now, so that it loads NVRTC and warms up while the worker opens its
- * device; not waited for. Returns 0, or a gpux_status with a message to free.
+ * device; not waited for. Returns 0, or -errno with a message (to free) in *ret_msg.
  */
 int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg);
 

@@ -60,8 +60,8 @@ struct fat_entry {
 };
 _Static_assert(sizeof(struct fat_entry) <= FATBIN_ENTRY_MIN, "fatbin entry");
 
-/* A refusal: its message in *ret_msg, and the status. */
-#define FAIL(ret_msg, ...) (*(ret_msg) = wrk_strdup_printf(__VA_ARGS__), GPUX_E_INVAL)
+/* A refusal: its message in *ret_msg, and -EINVAL. */
+#define FAIL(ret_msg, ...) (*(ret_msg) = wrk_strdup_printf(__VA_ARGS__), -EINVAL)
 
 /* The SM number (major * 10 + minor) a cubin was made for. */
 static unsigned elf_sm(const Elf64_Ehdr *h)

@@ -14,8 +14,8 @@
  * version at its minor or later); a fatbin's header and entries likewise, with at least one
  * entry the device can run (a cubin as above, or PTX for it or an older one), and none of
  * those that the driver might pick compressed (compressed code cannot be checked).
- * Returns 0, or GPUX_E_INVAL with *ret_msg (to free) saying what is wrong: a gpux_status,
- * since the message is what a client's MOD_LOAD is answered with.
+ * Returns 0, or -EINVAL with *ret_msg (to free) saying what is wrong: what a client's
+ * MOD_LOAD is answered with (GPUX_E_INVAL).
  */
 int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg);
 

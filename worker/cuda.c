@@ -298,7 +298,7 @@ static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, 
 			rc = wrk_cubin_check(b->code, b->code_len,
 					     (unsigned)(d->cc_major * 10 + d->cc_minor), ret_log);
 			if (rc < 0)
-				return rc;
+				return GPUX_E_INVAL;
 		}
 		/* PTX must end with a NUL: the driver reads it as a string. */
 		if (b->lang == GPUX_LANG_PTX && b->code[b->code_len - 1] != 0) {
@@ -392,7 +392,7 @@ static int kernel_find(struct cuda_dev *d, struct cuda_module *m, const char *na
 	if (r == CUDA_ERROR_NOT_FOUND && !sym) {
 		rc = wrk_knames_match(m->names, name, &sym, ret_msg);
 		if (rc < 0)
-			return rc;
+			return rc == -ENOTUNIQ ? GPUX_E_INVAL : GPUX_E_NOTFOUND;
 		r = d->cu.cuModuleGetFunction(ret, m->mod, sym);
 	}
 	if (r != CUDA_SUCCESS) {

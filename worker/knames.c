@@ -183,11 +183,11 @@ const char *wrk_knames_lowered(const struct wrk_knames *k, const char *name)
 /* ---- C++ names ---- */
 
 /*
- * The Itanium mangling of a function `name` ("f", "ns::f") up to its parameters:
- * "_Z1f" (or "_ZL1f", internal linkage) or "_ZN2ns1f". 0, or -EINVAL if name is not such a
- * name.
+ * The Itanium mangling of a function `name` ("f", "ns::f") up to its parameters, into buf:
+ * "_Z1f" or "_ZN2ns1f"; into sbuf, with internal linkage: "_ZL1f". 0, or -EINVAL if name is
+ * not such a name (the buffers then hold nothing of use).
  */
-static int mangle_prefix(const char *name, char *ret, size_t cap, char *ret_static, size_t scap,
+static int mangle_prefix(const char *name, char *buf, size_t cap, char *sbuf, size_t scap,
 			 bool *ret_nested)
 {
 	char body[NAME_MAX_LEN];
@@ -215,10 +215,10 @@ static int mangle_prefix(const char *name, char *ret, size_t cap, char *ret_stat
 			return -EINVAL;
 		p += 2;
 	}
-	*ret_nested = parts > 1;
-	if ((size_t)snprintf(ret, cap, "%s%s", parts > 1 ? "_ZN" : "_Z", body) >= cap ||
-	    (size_t)snprintf(ret_static, scap, "_ZL%s", body) >= scap)
+	if ((size_t)snprintf(buf, cap, "%s%s", parts > 1 ? "_ZN" : "_Z", body) >= cap ||
+	    (size_t)snprintf(sbuf, scap, "_ZL%s", body) >= scap)
 		return -EINVAL;
+	*ret_nested = parts > 1;
 	return 0;
 }
 
@@ -277,7 +277,7 @@ int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **
 	if (!k->entries_known) {
 		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (its kernels cannot be "
 					      "listed: ask for one by its exact symbol)", name);
-		return GPUX_E_NOTFOUND;
+		return -ENOENT;
 	}
 	if (mangle_prefix(name, prefix, sizeof(prefix), sprefix, sizeof(sprefix), &nested) == 0) {
 		for (unsigned i = 0; i < k->nentries; i++) {
@@ -298,7 +298,7 @@ int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **
 						      "(%s); ask for one by its symbol", name, funcs,
 						      l ? l : "");
 			free(l);
-			return GPUX_E_INVAL;
+			return -ENOTUNIQ;
 		}
 		if (templates) {
 			l = list(k, prefix, sprefix, nested, 2);
@@ -308,7 +308,7 @@ int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **
 				"instantiated in its source, or by its symbol (%s)", name, name,
 				l ? l : "");
 			free(l);
-			return GPUX_E_NOTFOUND;
+			return -ENOENT;
 		}
 	}
 	l = list(k, "", "", false, 0);
@@ -319,7 +319,7 @@ int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **
 							  "loaded, or instantiated in its source"
 							: "");
 	free(l);
-	return GPUX_E_NOTFOUND;
+	return -ENOENT;
 }
 
 /* ---- explicit instantiations in a source ---- */

@@ -35,8 +35,8 @@ const char *wrk_knames_lowered(const struct wrk_knames *k, const char *name);
 
 /*
  * For a name the driver does not know as a symbol: the symbol of the one kernel that is the
- * C++ function `name` (borrowed from k). GPUX_E_NOTFOUND or GPUX_E_INVAL (ambiguous) with a
- * message (to free) that names the candidates, or the module's kernels.
+ * C++ function `name` (borrowed from k). -ENOENT, or -ENOTUNIQ (ambiguous: several
+ * overloads), with a message (to free) that names the candidates or the module's kernels.
  */
 int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **ret_symbol,
 		     char **ret_msg);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import threading
+import weakref
 from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
@@ -360,10 +361,6 @@ def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> int:
     return int(lang)
 
 
-_modules_lock = threading.Lock()
-_modules: dict[int, "Module"] = {}
-
-
 class Module:
     """Code loaded for kernels: CUDA C++ (compiled by NVRTC in the worker), PTX, a cubin or
     fatbin, or C for the host back end (see gpux/host-kernel.h). Compiled once per machine and
@@ -386,9 +383,10 @@ class Module:
         self.code = raw
         self.options = options
         self._m = _gpux.Module(self.lang, raw, options, context)
-        self._kernels: dict[str, _gpux.Kernel] = {}
-        with _modules_lock:
-            _modules[id(self._m)] = self
+        # Each kernel holds its Module (what pickles it), so the Module holds them weakly:
+        # the code is unloaded once neither is left.
+        self._kernels: weakref.WeakValueDictionary[str, _gpux.Kernel] = \
+            weakref.WeakValueDictionary()
 
     @classmethod
     def from_file(cls, path: Union[str, os.PathLike], lang: Union[str, int, None] = None,
@@ -417,7 +415,7 @@ class Module:
         lacks shows at the first launch (gpux.KernelNotFoundError)."""
         k = self._kernels.get(name)
         if k is None:
-            k = self._kernels[name] = _gpux.Kernel(self._m, name)
+            k = self._kernels[name] = _gpux.Kernel(self._m, name, self)
         return k
 
     __getitem__ = get_function
@@ -425,23 +423,15 @@ class Module:
     def __reduce__(self):
         return (_load_module, (self.code, self.lang, self.options))
 
-    def __del__(self) -> None:
-        m = getattr(self, "_m", None)
-        if m is not None:
-            with _modules_lock:
-                if _modules.get(id(m)) is self:
-                    del _modules[id(m)]
-
 
 def _load_module(code: bytes, lang: int, options: Optional[str]) -> Module:
     return Module(code, lang, options)
 
 
 def _reduce_kernel(k: _gpux.Kernel):
-    with _modules_lock:
-        m = _modules.get(id(k.module))
-    if m is None or m._m is not k.module:
-        raise TypeError("this kernel's gpux.Module is gone: it cannot be pickled")
+    m = k.owner
+    if not isinstance(m, Module) or m._m is not k.module:
+        raise TypeError("only a kernel of a gpux.Module (get_function, RawKernel) pickles")
     return (_kernel_of, (m, k.name))
 
 

@@ -6,6 +6,8 @@
 
 #include "pygpux.h"
 
+#include <structmember.h>
+
 /* What a call names besides the kernel; borrowed references. */
 struct call {
 	PyObject *grid, *block, *args, *shared, *queue, *device, *timeout;
@@ -188,13 +190,14 @@ static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *ke
 
 static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "module", "name", NULL };
-	PyObject *mod, *name;
+	static char *names[] = { "module", "name", "owner", NULL };
+	PyObject *mod, *name, *owner = Py_None;
 	pyx_Kernel *self;
 	const char *utf8;
 	Py_ssize_t len;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U", names, pyx_ModuleType, &mod, &name))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|O", names, pyx_ModuleType, &mod, &name,
+					 &owner))
 		return NULL;
 	utf8 = PyUnicode_AsUTF8AndSize(name, &len);
 	if (!utf8)
@@ -209,12 +212,16 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->name = strdup(utf8);
 	if (!self->name) {
 		PyObject_Free(self);
+		Py_DECREF(type);
 		return PyErr_NoMemory();
 	}
+	self->weakrefs = NULL;
 	Py_INCREF(mod);
 	self->module = (pyx_Module *)mod;
 	Py_INCREF(name);
 	self->name_obj = name;
+	Py_INCREF(owner);
+	self->owner = owner;
 	return (PyObject *)self;
 }
 
@@ -222,8 +229,11 @@ static void kernel_dealloc(pyx_Kernel *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)self);
 	free(self->name);
 	Py_DECREF(self->name_obj);
+	Py_DECREF(self->owner);
 	Py_DECREF(self->module);
 	PyObject_Free(self);
 	Py_DECREF(type);
@@ -320,6 +330,12 @@ static PyObject *kernel_module(pyx_Kernel *self, void *unused)
 	return (PyObject *)self->module;
 }
 
+static PyObject *kernel_owner(pyx_Kernel *self, void *unused)
+{
+	Py_INCREF(self->owner);
+	return self->owner;
+}
+
 static PyMethodDef kernel_methods[] = {
 	{ "submit", (PyCFunction)(void (*)(void))kernel_submit, METH_VARARGS | METH_KEYWORDS,
 	  "submit(grid, block, args=(), **options) -> gpux.Future: launch without waiting." },
@@ -331,6 +347,12 @@ static PyMethodDef kernel_methods[] = {
 static PyGetSetDef kernel_getset[] = {
 	{ "name", (getter)kernel_name, NULL, "the kernel's name in its module", NULL },
 	{ "module", (getter)kernel_module, NULL, "the module (gpux._gpux.Module)", NULL },
+	{ "owner", (getter)kernel_owner, NULL, "what made it (a gpux.Module), or None", NULL },
+	{ 0 },
+};
+
+static PyMemberDef kernel_members[] = {
+	{ "__weaklistoffset__", T_PYSSIZET, offsetof(pyx_Kernel, weakrefs), READONLY, NULL },
 	{ 0 },
 };
 
@@ -340,8 +362,10 @@ static PyType_Slot kernel_slots[] = {
 	{ Py_tp_call, kernel_call },
 	{ Py_tp_methods, kernel_methods },
 	{ Py_tp_getset, kernel_getset },
-	{ Py_tp_doc, "Kernel(module, name); kernel(grid, block, args=(), *, shared_mem=0, "
-		     "queue=None, device=None, timeout=None, timed=False) runs it and waits." },
+	{ Py_tp_members, kernel_members },
+	{ Py_tp_doc, "Kernel(module, name, owner=None); kernel(grid, block, args=(), *, "
+		     "shared_mem=0, queue=None, device=None, timeout=None, timed=False) runs it "
+		     "and waits." },
 	{ 0, NULL },
 };
 

@@ -58,9 +58,11 @@ typedef struct {
 
 typedef struct {
 	PyObject_HEAD
+	PyObject *weakrefs;
 	pyx_Module *module;
 	char *name;
 	PyObject *name_obj;
+	PyObject *owner; /* what made it (a gpux.Module), kept alive with it: it pickles it */
 } pyx_Kernel;
 
 /* An argument wrapper: In(x), Out(x), ..., or a device buffer's range. */

@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Arrays in shared memory and kernels on them: arguments, options, errors, device buffers.
 import copy
+import gc
 import pickle
+import weakref
 
 import numpy as np
 import pytest
@@ -195,3 +197,34 @@ def test_devices_and_version():
     info = gpux.devices()
     assert [d["index"] for d in info] == [0, 1] and all(d["backend"] == 1 for d in info)
     assert gpux.version() == gpux.__version__
+
+
+EMPTY_HOST = "GPUX_HOST_PARAMS(k, 4);\nGPUX_HOST_KERNEL(k) { (void)gpux_args; }\n"
+HOST_TWO = "GPUX_HOST_KERNEL(a) { }\nGPUX_HOST_KERNEL(b) { }\n"
+
+
+def test_a_dropped_module_is_unloaded():
+    m = gpux.Module(EMPTY_HOST, "host")
+    r = weakref.ref(m)
+    del m
+    assert r() is None
+    # A client may hold 1024 modules at once: each one dropped gives its place back.
+    for _ in range(1100):
+        gpux.Module(EMPTY_HOST, "host").get_function("k")(1, 1, (np.uint32(0),))
+
+
+def test_a_kernel_keeps_its_module_for_pickling():
+    k = gpux.RawKernel(EMPTY_HOST, "k", lang="host")
+    m = weakref.ref(gpux.Module(EMPTY_HOST, "host"))
+    gc.collect()
+    assert m() is None
+    k2 = pickle.loads(pickle.dumps(k))
+    k2(1, 1, (np.uint32(0),))
+    assert k2.name == "k"
+    # Two kernels of one module pickle it once.
+    front = gpux.Module(HOST_TWO, "host")
+    a, b = pickle.loads(pickle.dumps([front.get_function("a"), front.get_function("b")]))
+    assert a.module is b.module
+    r = weakref.ref(front)
+    del front
+    assert r() is None

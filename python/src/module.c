@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* python/src/module.c: the gpux._gpux extension: its module, errors and Context. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,9 +38,10 @@ PyObject *pyx_raise(gpux_status st, const char *detail)
 static void notify(pyx_Context *ctx)
 {
 	uint64_t one = 1;
+	int fd = atomic_load(&ctx->notify_fd);
 
-	if (ctx->notify_fd >= 0)
-		(void)!write(ctx->notify_fd, &one, sizeof(one));
+	if (fd >= 0)
+		(void)!write(fd, &one, sizeof(one));
 }
 
 void pyx_blocking_enter(pyx_Context *ctx)
@@ -97,6 +99,34 @@ int pyx_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **ret)
 
 /* ---- Context ---- */
 
+/*
+ * The live contexts. A thread of the parent in a blocking call at fork() is not in the child,
+ * nor are the watchers that the eventfds belong to: the child starts with neither counted,
+ * whatever forked it (os.fork(), or C code that Python's own fork hooks never see).
+ */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pyx_Context *live;
+static bool atfork_registered;
+
+static void live_lock_take(void)
+{
+	(void)pthread_mutex_lock(&live_lock);
+}
+
+static void live_lock_give(void)
+{
+	(void)pthread_mutex_unlock(&live_lock);
+}
+
+static void live_after_fork_child(void)
+{
+	for (pyx_Context *c = live; c; c = c->next) {
+		atomic_store(&c->blocking, 0);
+		atomic_store(&c->notify_fd, -1);
+	}
+	(void)pthread_mutex_unlock(&live_lock);
+}
+
 static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "socket", NULL };
@@ -119,7 +149,14 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	self->ctx = ctx;
 	atomic_init(&self->blocking, 0);
-	self->notify_fd = -1;
+	atomic_init(&self->notify_fd, -1);
+	live_lock_take();
+	self->prev = NULL;
+	self->next = live;
+	if (live)
+		live->prev = self;
+	live = self;
+	live_lock_give();
 	return (PyObject *)self;
 }
 
@@ -127,6 +164,14 @@ static void context_dealloc(pyx_Context *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	live_lock_take();
+	if (self->prev)
+		self->prev->next = self->next;
+	else
+		live = self->next;
+	if (self->next)
+		self->next->prev = self->prev;
+	live_lock_give();
 	/* Every object made from it holds a reference: none is left. */
 	Py_BEGIN_ALLOW_THREADS
 	gpux_disconnect(self->ctx);
@@ -202,7 +247,7 @@ static PyObject *context_set_notify_fd(pyx_Context *self, PyObject *arg)
 
 	if (fd == -1 && PyErr_Occurred())
 		return NULL;
-	self->notify_fd = fd < 0 ? -1 : (int)fd;
+	atomic_store(&self->notify_fd, fd < 0 ? -1 : (int)fd);
 	Py_RETURN_NONE;
 }
 
@@ -321,6 +366,14 @@ PyMODINIT_FUNC PyInit__gpux(void)
 
 	if (!m)
 		return NULL;
+	/* Once per process: its prepare handler would wait for itself the second time. */
+	if (!atfork_registered) {
+		if (pthread_atfork(live_lock_take, live_lock_give, live_after_fork_child) != 0) {
+			Py_DECREF(m);
+			return PyErr_NoMemory();
+		}
+		atfork_registered = true;
+	}
 	if (pyx_add_type(m, &context_spec, &pyx_ContextType) < 0 || pyx_buffer_init_types(m) < 0 ||
 	    pyx_launch_init_types(m) < 0 || pyx_request_init_types(m) < 0) {
 		Py_DECREF(m);

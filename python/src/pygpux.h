@@ -16,14 +16,16 @@
 #define PYX_ARGS_MAX 64u
 #define PYX_SCALAR_MAX 256u
 
-typedef struct {
+typedef struct pyx_Context {
 	PyObject_HEAD
 	gpux_ctx *ctx;
 	/* Threads in a blocking call of this context; a watcher is told when it leaves 0
 	 * and when it comes back (notify_fd), since such a thread takes in completions that
-	 * the watcher then does not see arrive on the context's fd. */
+	 * the watcher then does not see arrive on the context's fd. A forked child starts
+	 * with neither (module.c). */
 	atomic_int blocking;
-	int notify_fd;
+	atomic_int notify_fd;
+	struct pyx_Context *prev, *next; /* the live contexts, for that reset */
 } pyx_Context;
 
 typedef struct {

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -67,6 +69,25 @@ def test_forked_children_use_inherited_objects(kernels):
         np.testing.assert_allclose(out[row], row * x + y, rtol=1e-6)
     assert os.getpid() not in pids
     _inherited.clear()
+
+
+def test_forked_child_counts_no_blocking_calls(kernels):
+    """The parent's thread blocked in a gpux call at fork() is not in the child: the child's
+    watcher must not look every millisecond for it."""
+    spin = kernels.get_function("spin")
+    ctx = gpux.get_context()
+    t = threading.Thread(target=spin, args=(1, 1, (np.uint32(1000),)), kwargs={"device": 1})
+    t.start()
+    deadline = time.monotonic() + 30
+    while ctx._blocking == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if ctx._blocking == 0 else 1)
+    t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def _process_main(a, k):

@@ -5,11 +5,11 @@ A Future is a concurrent.futures.Future. ``result()`` waits in the calling threa
 released), with no thread of gpux's in between. Something must also complete futures that
 nobody waits on that way: ``concurrent.futures.wait``/``as_completed``, done callbacks, and
 ``await``. For those, a watcher per context and process takes in completions from the
-context's pollable fd (``Context.fd()``): in an asyncio loop as a reader of that fd
-(``loop.add_reader``), otherwise in one daemon thread that polls it. A thread blocked in a
-gpux call takes in completions too, and then the fd says nothing: the context tells the
-watcher when such a call starts and ends (an eventfd), and meanwhile the watcher looks every
-millisecond.
+context's pollable fd (``Context.fd()``): for awaits, as a reader of the running asyncio
+loop (``loop.add_reader``), otherwise in one daemon thread that polls it. A thread blocked
+in a gpux call takes in completions too, and then the fd says nothing: the context tells the
+watcher when such a call starts and ends (an eventfd), and meanwhile a watcher with futures
+to complete looks every millisecond. A watcher with none looks at nothing.
 """
 from __future__ import annotations
 
@@ -196,106 +196,229 @@ class Future(cf.Future):
 
 # ---- watchers ----
 
+# A context's notify slots (Context._set_notify_fd): one for each way of watching.
+_SLOT_THREAD = 0
+_SLOT_LOOP = 1
+
+
+def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _take_in(context: _gpux.Context) -> None:
+    try:
+        context.process()
+    except Exception:
+        # A lost connection fails the requests themselves; their futures say so.
+        pass
+
+
 class _Watcher:
-    """Completes watched futures of one context in one process (see the module's doc)."""
+    """Completes the watched futures of one context in one process (see the module's doc).
+
+    Two ways, each with its set of futures and its eventfd, which the context writes when a
+    blocking call starts or ends while that set is not empty:
+
+    - the futures awaited in the asyncio loop bound now, through two readers of that loop
+      (the context's fd and the eventfd). An await in another loop binds that one instead
+      once the bound one has stopped (asyncio.run() after asyncio.run());
+    - one daemon thread, for the rest: concurrent.futures.wait, as_completed, done
+      callbacks, and awaits in a loop that runs while the bound one runs too.
+
+    Neither looks at anything while it has no futures. The context is held weakly: once it
+    is gone, the thread ends and the loop's readers go.
+    """
 
     def __init__(self, context: _gpux.Context) -> None:
-        self.context = context
+        self.ref = weakref.ref(context, self._gone)
         self.pid = os.getpid()
+        self.fd = context.fd()
         self.lock = threading.Lock()
         self.futures: set[Future] = set()
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
         self.thread: Optional[threading.Thread] = None
-        self.notify = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self.thread_notify = -1
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.loop_futures: set[Future] = set()
+        self.loop_notify = -1
         self.timer: Optional[asyncio.TimerHandle] = None
-        context._set_notify_fd(self.notify)
+
+    # The thread.
 
     def add(self, f: Future) -> None:
+        """Complete f from the thread."""
+        start = False
         with self.lock:
-            self.futures.add(f)
-            loop = self.loop
-            if loop is None and self.thread is None:
+            if self.thread is None:
+                self.thread_notify = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
                 self.thread = threading.Thread(target=self._run, name="gpux-watcher",
                                                daemon=True)
-                self.thread.start()
-        if loop is not None:
-            loop.call_soon_threadsafe(self.check)
-        else:
-            os.eventfd_write(self.notify, 1)
+                start = True
+            if not self.futures:
+                f._context._set_notify_fd(_SLOT_THREAD, self.thread_notify)
+            self.futures.add(f)
+            os.eventfd_write(self.thread_notify, 1)
+        if start:
+            self.thread.start()
+
+    def _run(self) -> None:
+        idle = select.poll()
+        idle.register(self.thread_notify, select.POLLIN)
+        busy = select.poll()
+        busy.register(self.thread_notify, select.POLLIN)
+        busy.register(self.fd, select.POLLIN)
+        while True:
+            ctx = self.ref()
+            if ctx is None:
+                break
+            with self.lock:
+                watching = bool(self.futures)
+            # Another thread's blocking call takes in completions that the fd then does not
+            # tell of: look every millisecond while one runs, and only then.
+            timeout = _BUSY_POLL_S * 1000 if watching and ctx._blocking > 0 else None
+            del ctx
+            # Futures hold the context: while some are watched, the fd stays open.
+            (busy if watching else idle).poll(timeout)
+            try:
+                os.eventfd_read(self.thread_notify)
+            except BlockingIOError:
+                pass
+            self._check(self.futures, _SLOT_THREAD)
+        with self.lock:
+            os.close(self.thread_notify)
+            self.thread_notify = -1
+
+    def _check(self, futures: set[Future], slot: int) -> Optional[_gpux.Context]:
+        """Take in what arrived and complete what finished, of one way's futures. Returns
+        the context while some are left."""
+        ctx = self.ref()
+        if ctx is None:
+            return None
+        _take_in(ctx)
+        with self.lock:
+            pending = list(futures)
+        done = [f for f in pending if f._poll()]
+        with self.lock:
+            futures.difference_update(done)
+            if not futures:
+                ctx._set_notify_fd(slot, -1)
+                return None
+        return ctx
+
+    # The loop.
 
     def add_async(self, f: Future, loop: asyncio.AbstractEventLoop,
                   waiter: "asyncio.Future[None]") -> None:
+        """Wake waiter, in the running loop, once f is done."""
         def wake(_: Future) -> None:
             if loop.is_closed():
                 return
-            try:
-                running = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
+            if _running_loop() is loop:
                 _set_waiter(waiter)
             else:
                 loop.call_soon_threadsafe(_set_waiter, waiter)
 
         cf.Future.add_done_callback(f, wake)
+        left: set[Future] = set()
         with self.lock:
-            if self.loop is None and self.thread is None:
-                self.loop = loop
-                loop.add_reader(self.context.fd(), self.check)
-                loop.add_reader(self.notify, self._on_notify)
-        f._watched = True
-        self.add(f)
+            old = self.loop
+            if old is not loop and (old is None or not old.is_running()):
+                # Let go of outside the lock: a future collected waits for its request.
+                left, self.loop_futures = self.loop_futures, set()
+                self._bind(loop, old)
+            mine = self.loop is loop
+            if mine:
+                if not self.loop_futures:
+                    f._context._set_notify_fd(_SLOT_LOOP, self.loop_notify)
+                self.loop_futures.add(f)
+        if old is not None and not old.is_closed():
+            # Stopped, not closed: it may run again, and the awaits in it with it.
+            for g in left:
+                g._watch()
+        del left
+        if mine:
+            loop.call_soon(self._check_loop, loop)
+        else:
+            f._watch()
 
-    def check(self) -> None:
-        """Take in what arrived and complete what finished."""
-        try:
-            self.context.process()
-        except Exception:
-            # A lost connection fails the requests themselves; they say so below.
-            pass
-        with self.lock:
-            pending = list(self.futures)
-        done = [f for f in pending if f._poll()]
-        if done:
-            with self.lock:
-                self.futures.difference_update(done)
-        if self.loop is not None:
-            self._rearm()
+    def _bind(self, loop: asyncio.AbstractEventLoop,
+              old: Optional[asyncio.AbstractEventLoop]) -> None:
+        # Lock held; old is not running.
+        if old is not None and not old.is_closed():
+            old.remove_reader(self.fd)
+            old.remove_reader(self.loop_notify)
+        if self.loop_notify < 0:
+            self.loop_notify = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        loop.add_reader(self.fd, self._check_loop, loop)
+        loop.add_reader(self.loop_notify, self._on_loop_notify, loop)
+        self.loop = loop
+        self.timer = None
 
-    def _on_notify(self) -> None:
+    def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is not self.loop:
+            return
+        ctx = self._check(self.loop_futures, _SLOT_LOOP)
+        # Look again soon while another thread's blocking call may take our completions.
+        if ctx is not None and ctx._blocking > 0 and self.timer is None:
+            self.timer = loop.call_later(_BUSY_POLL_S, self._again, loop)
+
+    def _again(self, loop: asyncio.AbstractEventLoop) -> None:
+        if loop is self.loop:
+            self.timer = None
+            self._check_loop(loop)
+
+    def _on_loop_notify(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
-            os.eventfd_read(self.notify)
+            os.eventfd_read(self.loop_notify)
         except BlockingIOError:
             pass
-        self.check()
+        self._check_loop(loop)
 
-    def _rearm(self) -> None:
-        # Look again soon while another thread's blocking call may take our completions.
-        if self.futures and self.context._blocking and self.timer is None:
-            def again() -> None:
-                self.timer = None
-                self.check()
+    # Others' part.
 
-            self.timer = self.loop.call_later(_BUSY_POLL_S, again)
+    def nudge(self) -> None:
+        """Another thread took in completions: some may be of watched futures."""
+        if self.pid != os.getpid():
+            return
+        if self.futures and self.thread_notify >= 0:
+            os.eventfd_write(self.thread_notify, 1)
+        if self.loop_futures and self.loop_notify >= 0:
+            os.eventfd_write(self.loop_notify, 1)
 
-    def _run(self) -> None:
-        fd = self.context.fd()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        poller.register(self.notify, select.POLLIN)
-        while True:
-            with self.lock:
-                idle = not self.futures
-            busy = self.context._blocking > 0
-            events = poller.poll(None if idle and not busy else
-                                 (_BUSY_POLL_S * 1000 if busy else None))
-            for efd, _ in events:
-                if efd == self.notify:
-                    try:
-                        os.eventfd_read(self.notify)
-                    except BlockingIOError:
-                        pass
-            self.check()
+    def _gone(self, _: weakref.ref) -> None:
+        # The context is being freed, its fd still open: the thread ends (and closes its
+        # eventfd), the loop's readers go.
+        if self.pid != os.getpid():
+            return
+        with self.lock:
+            if self.thread_notify >= 0:
+                os.eventfd_write(self.thread_notify, 1)
+            loop, self.loop = self.loop, None
+            notify, self.loop_notify = self.loop_notify, -1
+        if loop is None or loop.is_closed():
+            if notify >= 0:
+                os.close(notify)
+            return
+
+        def unbind() -> None:
+            if not loop.is_closed():
+                loop.remove_reader(self.fd)
+                loop.remove_reader(notify)
+            os.close(notify)
+
+        if _running_loop() is loop or not loop.is_running():
+            unbind()
+        else:
+            loop.call_soon_threadsafe(unbind)
+
+    def _forget(self) -> None:
+        # In a forked child: the parent's thread and loop are not here; its eventfds are.
+        for fd in (self.thread_notify, self.loop_notify):
+            if fd >= 0:
+                os.close(fd)
+        self.thread_notify = self.loop_notify = -1
 
 
 def _set_waiter(waiter: "asyncio.Future[None]") -> None:
@@ -304,26 +427,25 @@ def _set_waiter(waiter: "asyncio.Future[None]") -> None:
 
 
 _watchers_lock = threading.Lock()
-_watchers: dict[int, _Watcher] = {}
+_watchers: "weakref.WeakKeyDictionary[_gpux.Context, _Watcher]" = weakref.WeakKeyDictionary()
 
 
 def _watcher(context: _gpux.Context) -> _Watcher:
-    pid = os.getpid()
     with _watchers_lock:
-        w = _watchers.get(id(context))
-        if w is None or w.pid != pid or w.context is not context:
-            if w is not None and w.pid != pid:
-                # Inherited over fork(): its thread and loop are the parent's.
-                os.close(w.notify)
-            w = _watchers[id(context)] = _Watcher(context)
+        w = _watchers.get(context)
+        if w is None or w.pid != os.getpid():
+            w = _watchers[context] = _Watcher(context)
         return w
 
 
 def _after_fork_in_child() -> None:
-    # The parent's watchers (threads, loops, eventfds) are not this process's.
-    for w in _watchers.values():
-        w.context._set_notify_fd(-1)
-        os.close(w.notify)
+    global _watchers_lock, _lazy_lock
+    # The parent's threads are not here: a lock one of them held at fork() stays held.
+    _watchers_lock = threading.Lock()
+    _lazy_lock = threading.Lock()
+    # Nor are its watchers' threads and loops (the context forgot their eventfds).
+    for w in list(_watchers.values()):
+        w._forget()
     _watchers.clear()
 
 
@@ -331,10 +453,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _recheck(context: _gpux.Context) -> None:
-    """After this thread took in completions: the watcher may have futures among them."""
-    w = _watchers.get(id(context))
-    if w is not None and w.futures and w.pid == os.getpid():
-        if w.loop is not None:
-            w.loop.call_soon_threadsafe(w.check)
-        else:
-            os.eventfd_write(w.notify, 1)
+    """After this thread took in completions: the watchers may have futures among them."""
+    w = _watchers.get(context)
+    if w is not None:
+        w.nudge()

@@ -9,6 +9,8 @@
 
 #include "pygpux.h"
 
+#include <structmember.h>
+
 PyTypeObject *pyx_ContextType;
 PyObject *pyx_np_generic;
 PyObject *pyx_future_type;
@@ -38,10 +40,13 @@ PyObject *pyx_raise(gpux_status st, const char *detail)
 static void notify(pyx_Context *ctx)
 {
 	uint64_t one = 1;
-	int fd = atomic_load(&ctx->notify_fd);
 
-	if (fd >= 0)
-		(void)!write(fd, &one, sizeof(one));
+	for (unsigned i = 0; i < PYX_NOTIFY_MAX; i++) {
+		int fd = atomic_load(&ctx->notify_fd[i]);
+
+		if (fd >= 0)
+			(void)!write(fd, &one, sizeof(one));
+	}
 }
 
 void pyx_blocking_enter(pyx_Context *ctx)
@@ -122,7 +127,8 @@ static void live_after_fork_child(void)
 {
 	for (pyx_Context *c = live; c; c = c->next) {
 		atomic_store(&c->blocking, 0);
-		atomic_store(&c->notify_fd, -1);
+		for (unsigned i = 0; i < PYX_NOTIFY_MAX; i++)
+			atomic_store(&c->notify_fd[i], -1);
 	}
 	(void)pthread_mutex_unlock(&live_lock);
 }
@@ -147,9 +153,11 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		gpux_disconnect(ctx);
 		return NULL;
 	}
+	self->weakrefs = NULL;
 	self->ctx = ctx;
 	atomic_init(&self->blocking, 0);
-	atomic_init(&self->notify_fd, -1);
+	for (unsigned i = 0; i < PYX_NOTIFY_MAX; i++)
+		atomic_init(&self->notify_fd[i], -1);
 	live_lock_take();
 	self->prev = NULL;
 	self->next = live;
@@ -164,6 +172,8 @@ static void context_dealloc(pyx_Context *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)self);
 	live_lock_take();
 	if (self->prev)
 		self->prev->next = self->next;
@@ -241,13 +251,18 @@ static PyObject *context_process(pyx_Context *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
-static PyObject *context_set_notify_fd(pyx_Context *self, PyObject *arg)
+static PyObject *context_set_notify_fd(pyx_Context *self, PyObject *args)
 {
-	long fd = PyLong_AsLong(arg);
+	unsigned int slot;
+	int fd;
 
-	if (fd == -1 && PyErr_Occurred())
+	if (!PyArg_ParseTuple(args, "Ii", &slot, &fd))
 		return NULL;
-	atomic_store(&self->notify_fd, fd < 0 ? -1 : (int)fd);
+	if (slot >= PYX_NOTIFY_MAX) {
+		PyErr_SetString(PyExc_ValueError, "no such notify slot");
+		return NULL;
+	}
+	atomic_store(&self->notify_fd[slot], fd < 0 ? -1 : fd);
 	Py_RETURN_NONE;
 }
 
@@ -266,8 +281,9 @@ static PyMethodDef context_methods[] = {
 	  "Owned by the context; another one after fork()." },
 	{ "process", (PyCFunction)context_process, METH_NOARGS,
 	  "process(): take in every completion that has arrived, without blocking." },
-	{ "_set_notify_fd", (PyCFunction)context_set_notify_fd, METH_O,
-	  "An eventfd written when a blocking call starts or ends (-1: none)." },
+	{ "_set_notify_fd", (PyCFunction)context_set_notify_fd, METH_VARARGS,
+	  "_set_notify_fd(slot, fd): an eventfd written when a blocking call starts or ends "
+	  "(-1: none); slot 0 or 1, one for each watcher." },
 	{ 0 },
 };
 
@@ -276,11 +292,17 @@ static PyGetSetDef context_getset[] = {
 	{ 0 },
 };
 
+static PyMemberDef context_members[] = {
+	{ "__weaklistoffset__", T_PYSSIZET, offsetof(pyx_Context, weakrefs), READONLY, NULL },
+	{ 0 },
+};
+
 static PyType_Slot context_slots[] = {
 	{ Py_tp_new, context_new },
 	{ Py_tp_dealloc, context_dealloc },
 	{ Py_tp_methods, context_methods },
 	{ Py_tp_getset, context_getset },
+	{ Py_tp_members, context_members },
 	{ Py_tp_doc, "Context(socket=None): a connection to gpuxd (started when none runs)." },
 	{ 0, NULL },
 };

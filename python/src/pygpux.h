@@ -16,15 +16,19 @@
 #define PYX_ARGS_MAX 64u
 #define PYX_SCALAR_MAX 256u
 
+/* The eventfds a context tells of blocking calls: its watcher thread's, and its loop's. */
+#define PYX_NOTIFY_MAX 2
+
 typedef struct pyx_Context {
 	PyObject_HEAD
+	PyObject *weakrefs;
 	gpux_ctx *ctx;
-	/* Threads in a blocking call of this context; a watcher is told when it leaves 0
-	 * and when it comes back (notify_fd), since such a thread takes in completions that
-	 * the watcher then does not see arrive on the context's fd. A forked child starts
-	 * with neither (module.c). */
+	/* Threads in a blocking call of this context; the watchers are told when it leaves 0
+	 * and when it comes back (notify_fd, -1: none), since such a thread takes in
+	 * completions that they then do not see arrive on the context's fd. A forked child
+	 * starts with none of either (module.c). */
 	atomic_int blocking;
-	atomic_int notify_fd;
+	atomic_int notify_fd[PYX_NOTIFY_MAX];
 	struct pyx_Context *prev, *next; /* the live contexts, for that reset */
 } pyx_Context;
 

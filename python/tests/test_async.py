@@ -3,13 +3,19 @@
 # context's fd, and kernels from many threads.
 import asyncio
 import concurrent.futures as cf
+import gc
+import os
+import subprocess
+import sys
+import textwrap
 import threading
+import weakref
 
 import numpy as np
 import pytest
 
 import gpux
-from conftest import settle
+from conftest import HOST_KERNELS, settle
 
 
 def test_future_is_a_concurrent_future(kernels):
@@ -95,3 +101,92 @@ def test_threads_share_a_context(kernels):
     with cf.ThreadPoolExecutor(4) as ex:
         sums = list(ex.map(work, arrays))
     assert sums == [25.0 * 4096] * 4
+
+
+def _watcher_wakeups() -> int:
+    """How often the watcher threads woke up so far (they sleep in poll())."""
+    n = 0
+    for t in threading.enumerate():
+        if t.name == "gpux-watcher":
+            with open(f"/proc/self/task/{t.native_id}/status") as f:
+                n += sum(int(line.split()[1]) for line in f
+                         if line.startswith("voluntary_ctxt_switches"))
+    return n
+
+
+def test_an_idle_watcher_sleeps(kernels):
+    """With nothing to watch, the watcher does not look while another thread blocks."""
+    spin = kernels.get_function("spin")
+    done, _ = cf.wait([spin.submit(1, 1, (np.uint32(1),))], timeout=30)
+    assert done
+    before = _watcher_wakeups()
+    spin(1, 1, (np.uint32(300),))
+    # A watcher that looked every millisecond meanwhile would have woken about 300 times.
+    assert _watcher_wakeups() - before < 20
+
+
+def test_a_watched_context_is_let_go(daemon):
+    ctx = gpux.Context(daemon)
+    spin = gpux.Module(HOST_KERNELS, "host", context=ctx).get_function("spin")
+    before = set(threading.enumerate())
+    f = spin.submit(1, 1, (np.uint32(1),))
+    done, _ = cf.wait([f], timeout=30)
+    assert f in done
+    watchers = [t for t in set(threading.enumerate()) - before if t.name == "gpux-watcher"]
+    assert len(watchers) == 1
+    r = weakref.ref(ctx)
+    del ctx, spin, f, done
+    gc.collect()
+    assert r() is None
+    watchers[0].join(30)
+    assert not watchers[0].is_alive()
+
+
+def test_await_in_one_event_loop_after_another(daemon):
+    """In a process of its own, where no earlier test has started a watcher thread."""
+    script = textwrap.dedent('''
+        import asyncio, concurrent.futures as cf, gc, threading, weakref, gpux
+        src = """
+        #include <time.h>
+        GPUX_HOST_KERNEL(nap) { struct timespec t = { 0, 20000000 }; nanosleep(&t, NULL); }
+        """
+        k = gpux.Module(src, "host").get_function("nap")
+
+        async def main(barrier=None):
+            f = k.submit(1, 1)
+            if barrier is not None:
+                barrier.wait(60)  # both loops run now, each awaiting
+            await f
+            await asyncio.gather(*(k.submit(1, 1) for _ in range(3)))
+            return True
+
+        for _ in range(3):
+            assert asyncio.run(main())
+        # A loop left open (not running), then another, then the first again.
+        loop = asyncio.new_event_loop()
+        assert loop.run_until_complete(main())
+        assert asyncio.run(asyncio.wait_for(main(), 60))
+        assert loop.run_until_complete(main())
+        loop.close()
+        # Two loops at once, in two threads.
+        barrier = threading.Barrier(2)
+        with cf.ThreadPoolExecutor(2) as ex:
+            assert all(ex.map(lambda _: asyncio.run(main(barrier)), range(2)))
+        # Futures watched after the loops are gone.
+        fs = [k.submit(1, 1) for _ in range(3)]
+        assert len(cf.wait(fs, timeout=60).done) == 3
+
+        # A context awaited in a loop is let go with its last reference.
+        async def own_context():
+            ctx = gpux.Context()
+            await gpux.Module(src, "host", context=ctx).get_function("nap").submit(1, 1)
+            return weakref.ref(ctx)
+        r = asyncio.run(own_context())
+        gc.collect()
+        assert r() is None
+        print("ok")
+    ''')
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, GPUX_SOCKET=daemon))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"

@@ -116,7 +116,7 @@ def test_asyncio_uses_the_fd_without_a_thread(daemon):
             for _ in range(3):
                 await k.submit(1, 1)
             await asyncio.gather(*(k.submit(1, 1) for _ in range(4)))
-            w = _future._watchers.get(id(gpux.get_context()))
+            w = _future._watchers.get(gpux.get_context())
             return w is not None and w.loop is asyncio.get_running_loop() and w.thread is None
         ok = asyncio.run(main())
         names = [t.name for t in threading.enumerate()]

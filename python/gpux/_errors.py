@@ -6,7 +6,8 @@ __all__ = [
     "GpuxError", "InvalidError", "OutOfMemoryError", "ProtocolError", "ConnectError",
     "PermissionError_", "NoDeviceError", "WorkerLostError", "KernelFaultError",
     "DeadlineError", "CompileError", "KernelNotFoundError", "QuotaError", "NoDriverError",
-    "DeviceError", "IOError_", "VersionError", "ShareError",
+    "DeviceError", "IOError_", "VersionError", "StoppingError", "NotFinishedError",
+    "ShareError",
 ]
 
 # The C library's statuses (gpux_status).
@@ -28,6 +29,7 @@ E_NODRIVER = -14
 E_DEVICE = -15
 E_IO = -16
 E_VERSION = -17
+E_STOPPING = -18
 
 
 class GpuxError(Exception):
@@ -125,6 +127,15 @@ class VersionError(GpuxError):
     """GPUX_E_VERSION: gpuxd speaks no protocol version this library knows."""
 
 
+class StoppingError(GpuxError):
+    """GPUX_E_STOPPING: gpuxd is stopping: it finishes what it has and takes nothing new."""
+
+
+class NotFinishedError(GpuxError):
+    """GPUX_E_AGAIN: the request has not finished (Future.result(timeout) raises
+    concurrent.futures.TimeoutError instead; gpux itself raises this for nothing else)."""
+
+
 class ShareError(GpuxError):
     """A pickled gpux array cannot be attached here: another host, or its memory is gone."""
 
@@ -149,4 +160,6 @@ BY_STATUS: dict[int, type[GpuxError]] = {
     E_DEVICE: DeviceError,
     E_IO: IOError_,
     E_VERSION: VersionError,
+    E_STOPPING: StoppingError,
+    E_AGAIN: NotFinishedError,
 }

@@ -128,7 +128,8 @@ static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_BEGIN_ALLOW_THREADS
 	st = gpux_buf_alloc(ctx->ctx, (size_t)size, &buf);
 	Py_END_ALLOW_THREADS
-	res = st < 0 ? pyx_raise(st, "cannot allocate a shared buffer") : buffer_wrap(type, ctx, buf);
+	res = st < 0 ? pyx_raise_call(st, "cannot allocate a shared buffer")
+		     : buffer_wrap(type, ctx, buf);
 	Py_DECREF(ctx);
 	return res;
 }
@@ -150,7 +151,7 @@ static PyObject *buffer_import(PyObject *cls, PyObject *args)
 	Py_BEGIN_ALLOW_THREADS
 	st = gpux_buf_import(ctx->ctx, fd, &buf);
 	Py_END_ALLOW_THREADS
-	self = st < 0 ? (pyx_raise(st, "cannot import the shared buffer"), NULL)
+	self = st < 0 ? (pyx_raise_call(st, "cannot import the shared buffer"), NULL)
 		      : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
 	Py_DECREF(ctx);
 	if (self) {
@@ -204,7 +205,7 @@ static PyObject *buffer_freeze(pyx_Buffer *self, PyObject *unused)
 	st = gpux_buf_freeze(self->buf);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
-		return pyx_raise(st, "cannot freeze the buffer");
+		return pyx_raise_call(st, "cannot freeze the buffer");
 	self->frozen = true;
 	Py_RETURN_NONE;
 }
@@ -217,7 +218,7 @@ static PyObject *buffer_fd(pyx_Buffer *self, PyObject *unused)
 
 	st = gpux_buf_fd(self->buf, &fd, &off);
 	if (st < 0)
-		return pyx_raise(st, NULL);
+		return pyx_raise_call(st, NULL);
 	return Py_BuildValue("(iK)", fd, (unsigned long long)off);
 }
 
@@ -312,7 +313,7 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		Py_DECREF(ctx);
-		return pyx_raise(st, "cannot allocate device memory");
+		return pyx_raise_call(st, "cannot allocate device memory");
 	}
 	self = PyObject_New(pyx_DeviceBuffer, type);
 	if (!self) {
@@ -398,7 +399,7 @@ static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		Py_DECREF(ctx);
-		return pyx_raise(st, "cannot open a queue");
+		return pyx_raise_call(st, "cannot open a queue");
 	}
 	self = PyObject_New(pyx_Queue, type);
 	if (!self) {

@@ -158,7 +158,10 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 	pyx_temps_finish(v->temps, v->ntemps, st);
 	v->ntemps = 0;
 	if (st < 0) {
-		pyx_raise(st, r ? gpux_req_message(r) : NULL);
+		if (r)
+			pyx_raise(st, gpux_req_message(r));
+		else
+			pyx_raise_call(st, NULL);
 		gpux_req_free(r);
 		return NULL;
 	}
@@ -181,7 +184,7 @@ static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *ke
 	if (st < 0) {
 		pyx_temps_finish(v->temps, v->ntemps, st);
 		v->ntemps = 0;
-		return pyx_raise(st, NULL);
+		return pyx_raise_call(st, NULL);
 	}
 	return pyx_future_new(ctx, r, keep, v);
 }
@@ -476,7 +479,7 @@ static PyObject *dbuf_copy(PyObject *m, PyObject *args)
 	if (st < 0) {
 		pyx_temps_finish(v.temps, v.ntemps, st);
 		Py_DECREF(keep);
-		return pyx_raise(st, NULL);
+		return pyx_raise_call(st, NULL);
 	}
 	m = pyx_request_new(d->ctx, r, keep, &v);
 	Py_DECREF(keep);

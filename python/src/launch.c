@@ -77,7 +77,7 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 	st = gpux_buf_alloc(ctx->ctx, (size_t)view.len, &t->buf);
 	if (st < 0) {
 		PyBuffer_Release(&view);
-		pyx_raise(st, "cannot allocate a temporary shared buffer");
+		pyx_raise_call(st, "cannot allocate a temporary shared buffer");
 		return -1;
 	}
 	v->ntemps++;
@@ -314,7 +314,10 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&code);
 	if (st < 0) {
-		pyx_raise(st, log ? log : "cannot load the module");
+		if (log)
+			pyx_raise(st, log);
+		else
+			pyx_raise_call(st, "cannot load the module");
 		free(log);
 		Py_DECREF(ctx);
 		return NULL;

@@ -37,6 +37,26 @@ PyObject *pyx_raise(gpux_status st, const char *detail)
 	return NULL;
 }
 
+/* The statuses a failed attempt to reach gpuxd gives. */
+static bool connect_status(gpux_status st)
+{
+	return st == GPUX_E_CONNECT || st == GPUX_E_PERM || st == GPUX_E_PROTO ||
+	       st == GPUX_E_VERSION || st == GPUX_E_STOPPING;
+}
+
+PyObject *pyx_raise_call(gpux_status st, const char *what)
+{
+	const char *why = connect_status(st) ? gpux_connect_error() : "";
+	char detail[1024];
+
+	if (!*why)
+		return pyx_raise(st, what);
+	if (!what)
+		return pyx_raise(st, why);
+	(void)snprintf(detail, sizeof(detail), "%s: %s", what, why);
+	return pyx_raise(st, detail);
+}
+
 static void notify(pyx_Context *ctx)
 {
 	uint64_t one = 1;
@@ -147,7 +167,7 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	st = gpux_connect(socket, &ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
-		return pyx_raise(st, "cannot reach gpuxd");
+		return pyx_raise(st, gpux_connect_error());
 	self = PyObject_New(pyx_Context, type);
 	if (!self) {
 		gpux_disconnect(ctx);
@@ -215,7 +235,7 @@ static PyObject *context_device_info(pyx_Context *self, PyObject *arg)
 	st = gpux_device_info(self->ctx, (uint32_t)dev, &info);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
-		return pyx_raise(st, NULL);
+		return pyx_raise_call(st, NULL);
 	for (unsigned i = 0; i < 16; i++)
 		(void)snprintf(uuid + 2 * i, 3, "%02x", info.uuid[i]);
 	info.name[sizeof(info.name) - 1] = 0;
@@ -235,7 +255,7 @@ static PyObject *context_fd(pyx_Context *self, PyObject *unused)
 	st = gpux_fd(self->ctx, &fd);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
-		return pyx_raise(st, NULL);
+		return pyx_raise_call(st, NULL);
 	return PyLong_FromLong(fd);
 }
 
@@ -247,7 +267,7 @@ static PyObject *context_process(pyx_Context *self, PyObject *unused)
 	st = gpux_process(self->ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
-		return pyx_raise(st, NULL);
+		return pyx_raise_call(st, NULL);
 	Py_RETURN_NONE;
 }
 

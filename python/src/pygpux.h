@@ -126,6 +126,11 @@ extern PyTypeObject *pyx_ContextType, *pyx_BufferType, *pyx_DeviceBufferType, *p
 /* module.c */
 /* Set the Python exception for a gpux status, with the worker's detail text (or NULL). */
 PyObject *pyx_raise(gpux_status st, const char *detail);
+/*
+ * The same for the failure of a call into the library that this thread made just now, with
+ * what failed (or NULL): where it failed to reach gpuxd, the library's reason joins it.
+ */
+PyObject *pyx_raise_call(gpux_status st, const char *what);
 /* A blocking call starts or ends in ctx: count it, and tell a watcher at 0 (GIL released). */
 void pyx_blocking_enter(pyx_Context *ctx);
 void pyx_blocking_leave(pyx_Context *ctx);

@@ -2,7 +2,12 @@
 # Arrays in shared memory and kernels on them: arguments, options, errors, device buffers.
 import copy
 import gc
+import os
+import pathlib
 import pickle
+import re
+import subprocess
+import time
 import weakref
 
 import numpy as np
@@ -228,3 +233,58 @@ def test_a_kernel_keeps_its_module_for_pickling():
     r = weakref.ref(front)
     del front
     assert r() is None
+
+
+def test_connect_error_says_where_and_why(tmp_path):
+    sock = str(tmp_path / "gpuxd.sock")
+    with pytest.raises(gpux.ConnectError) as e:
+        gpux.Context(sock)
+    assert sock in e.value.detail and "no such socket" in str(e.value)
+
+
+def test_every_status_has_its_class():
+    header = pathlib.Path(__file__).resolve().parents[2] / "include" / "gpux" / "gpux.h"
+    statuses = re.findall(r"\bGPUX_E_(\w+)\s*=\s*(-\d+)", header.read_text())
+    assert ("STOPPING", "-18") in statuses
+    unknown = gpux._gpux.strerror(-1000)
+    for name, value in statuses:
+        status = int(value)
+        assert getattr(gpux._errors, "E_" + name) == status
+        cls = gpux._errors.BY_STATUS.get(status)
+        assert cls is not None and getattr(gpux, cls.__name__) is cls, name
+        e = cls(status, "detail")
+        assert isinstance(e, gpux.GpuxError) and e.status == status
+        assert e.reason != unknown and str(e) == e.reason + ": detail"
+
+
+def test_a_call_that_cannot_reconnect_says_why(tmp_path):
+    sock = str(tmp_path / "gpuxd.sock")
+    proc = subprocess.Popen([os.environ["GPUX_DAEMON"], "--socket", sock, "--cache-dir",
+                             str(tmp_path / "cache"), "--backend", "host", "--host-devices",
+                             "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                ctx = gpux.Context(sock)
+                if ctx.device_info(0)["state"] == 2:  # ready
+                    break
+            except gpux.ConnectError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+    finally:
+        proc.terminate()
+        assert proc.wait(30) == 0
+    # Not a private gpuxd (it was named): nothing starts another one. Until the context has
+    # seen its gpuxd go, a load may find its device stopping.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            gpux.Module(EMPTY_HOST, "host", context=ctx)
+        except gpux.ConnectError as e:
+            assert e.detail.startswith("cannot load the module: " + sock)
+            break
+        except gpux.NoDeviceError:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)

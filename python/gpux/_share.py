@@ -6,7 +6,9 @@ fetches from the sending process over a Unix socket (SCM_RIGHTS) and imports
 (gpux_buf_import), so both see one memory. Each process that pickles arrays answers such
 requests on an abstract socket, from a daemon thread started on first use; it hands out a
 duplicate of the memfd taken when the array was pickled, once, to a process of the same user
-(SO_PEERCRED), so that the memory outlives the sender's array until the receiver has it. A
+(SO_PEERCRED), so that the memory outlives the sender's array until the receiver has it. Any
+local process can connect to that socket: one of another user is dropped on arrival, one
+that asks for nothing within seconds after, and the thread serves all peers at once. A
 pickle that is never unpickled keeps that duplicate (and so the memory) until the sender
 exits. Unpickling needs the sender alive, on the same host and network namespace (abstract
 sockets live there); anything else raises gpux.ShareError: send np.asarray(a) (a copy)
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import selectors
 import socket
 import struct
 import threading
+import time
 import weakref
 from typing import Any, Optional
 
@@ -32,6 +36,10 @@ from ._errors import ShareError
 
 _VERSION = 1
 _CREDS = struct.Struct("3i")
+# A peer asks for its memfd as soon as it connects: one that has not within this time is
+# dropped. At most this many wait at once (each an fd of this process).
+_PEER_TIMEOUT_S = 5.0
+_PEERS_MAX = 64
 
 
 def host_key() -> tuple[str, int]:
@@ -83,8 +91,13 @@ class _Sharer:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.bind(self.name)
         self.sock.listen(128)
+        self.sock.setblocking(False)
         self.exports: dict[bytes, int] = {}
         self.lock = threading.Lock()
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        # Connected peers of this user that have not asked yet -> when they must have.
+        self.peers: dict[socket.socket, float] = {}
         threading.Thread(target=self._serve, name="gpux-share", daemon=True).start()
 
     def export(self, fd: int) -> bytes:
@@ -94,32 +107,74 @@ class _Sharer:
             self.exports[token] = dup
         return token
 
-    def _serve(self) -> None:
-        sock = self.sock
-        while True:
+    def _drop(self, conn: socket.socket) -> None:
+        self.selector.unregister(conn)
+        del self.peers[conn]
+        conn.close()
+        if len(self.peers) == _PEERS_MAX - 1:
+            self.selector.register(self.sock, selectors.EVENT_READ)
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        try:
+            _, uid, _ = _CREDS.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                      _CREDS.size))
+            conn.setblocking(False)
+        except OSError:
+            uid = -1
+        # Another user's peer is sent away before it can say anything.
+        if uid != os.getuid():
+            conn.close()
+            return
+        self.peers[conn] = time.monotonic() + _PEER_TIMEOUT_S
+        self.selector.register(conn, selectors.EVENT_READ)
+        # Full: the next peers wait in the listen backlog until one of these leaves.
+        if len(self.peers) == _PEERS_MAX:
+            self.selector.unregister(self.sock)
+
+    def _answer(self, conn: socket.socket) -> None:
+        try:
+            token = conn.recv(64)
+        except OSError:
+            return
+        with self.lock:
+            fd = self.exports.pop(token, None)
+        if fd is None:
             try:
-                conn, _ = sock.accept()
+                conn.send(b"N")
+            except OSError:
+                pass
+            return
+        try:
+            socket.send_fds(conn, [b"Y"], [fd])
+        except OSError:
+            # Not handed out: kept for the receiver's next try.
+            with self.lock:
+                self.exports[token] = fd
+            return
+        os.close(fd)
+
+    def _serve(self) -> None:
+        """Every peer at once, none blocking: a peer that says nothing in its time (or is
+        another user) holds up no other process's unpickling."""
+        while True:
+            now = time.monotonic()
+            for conn in [c for c, t in self.peers.items() if t <= now]:
+                self._drop(conn)
+            wait = max(min(self.peers.values()) - now, 0) if self.peers else None
+            try:
+                events = self.selector.select(wait)
             except OSError:
                 return
-            with conn:
-                try:
-                    conn.settimeout(10)
-                    _, uid, _ = _CREDS.unpack(conn.getsockopt(socket.SOL_SOCKET,
-                                                              socket.SO_PEERCRED, _CREDS.size))
-                    token = conn.recv(64)
-                    if uid != os.getuid():
-                        continue
-                    with self.lock:
-                        fd = self.exports.pop(token, None)
-                    if fd is None:
-                        conn.send(b"N")
-                        continue
-                    try:
-                        socket.send_fds(conn, [b"Y"], [fd])
-                    finally:
-                        os.close(fd)
-                except OSError:
-                    continue
+            for key, _ in events:
+                if key.fileobj is self.sock:
+                    self._accept()
+                elif key.fileobj in self.peers:
+                    self._answer(key.fileobj)
+                    self._drop(key.fileobj)
 
 
 _sharer: Optional[_Sharer] = None
@@ -139,6 +194,9 @@ def _after_fork_in_child() -> None:
     # The parent's socket and duplicates are the parent's to serve.
     if _sharer is not None:
         _sharer.sock.close()
+        for conn in _sharer.peers:
+            conn.close()
+        _sharer.selector.close()
         for fd in _sharer.exports.values():
             os.close(fd)
         _sharer = None

@@ -2,8 +2,11 @@
 # multiprocessing with fork, forkserver and spawn: arrays handed to children are the same
 # memory, kernels and modules travel by pickling, and results come back shared; asyncio in a
 # process of its own goes through the context's fd, with no thread of gpux's.
+import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import pickle
+import socket
 import subprocess
 import sys
 import textwrap
@@ -140,3 +143,72 @@ def test_bench_prints_one_json_document(daemon):
     scenarios = {row["scenario"]: row for row in doc["results"]}
     assert scenarios["empty launch, run and wait, p50"]["gpux"] > 0
     assert scenarios["async launches"]["unit"] == "k/s"
+
+
+def _stalled_peers(n):
+    """Connections to this process's sharer (gpux/_share.py) that never ask for anything."""
+    from gpux import _share
+
+    peers = []
+    for _ in range(n):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(_share._get_sharer().name)
+        peers.append(s)
+    return peers
+
+
+def test_stalled_peers_hold_up_no_unpickling():
+    from gpux import _share
+
+    a = gpux.asarray(np.arange(10))
+    data = pickle.dumps(a)
+    peers = _stalled_peers(3)
+    try:
+        with cf.ThreadPoolExecutor(1) as ex:
+            # Answered while they wait, not after each has had its time.
+            b = ex.submit(pickle.loads, data).result(timeout=2 * _share._PEER_TIMEOUT_S)
+        assert b.tolist() == list(range(10))
+    finally:
+        for s in peers:
+            s.close()
+
+
+def test_silent_peers_are_dropped_and_more_wait_their_turn(monkeypatch):
+    from gpux import _share
+
+    monkeypatch.setattr(_share, "_PEER_TIMEOUT_S", 0.2)
+    a = gpux.asarray(np.arange(10))
+    data = pickle.dumps(a)
+    # More than the sharer serves at once: the last ones, then the unpickling, wait in the
+    # listen backlog until the first ones are dropped.
+    peers = _stalled_peers(_share._PEERS_MAX + 5)
+    try:
+        assert pickle.loads(data).tolist() == list(range(10))
+        for s in peers:
+            s.settimeout(30)
+            assert s.recv(16) == b""
+    finally:
+        for s in peers:
+            s.close()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to be another user")
+def test_another_users_peer_is_dropped_at_once():
+    from gpux import _share
+
+    name = _share._get_sharer().name
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                s.connect(name)
+                s.settimeout(8)
+                # Closed without a word, before it sent anything.
+                code = 0 if s.recv(16) == b"" else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -6,10 +6,11 @@ released), with no thread of gpux's in between. Something must also complete fut
 nobody waits on that way: ``concurrent.futures.wait``/``as_completed``, done callbacks, and
 ``await``. For those, a watcher per context and process takes in completions from the
 context's pollable fd (``Context.fd()``): for awaits, as a reader of the running asyncio
-loop (``loop.add_reader``), otherwise in one daemon thread that polls it. A thread blocked
-in a gpux call takes in completions too, and then the fd says nothing: the context tells the
-watcher when such a call starts and ends (an eventfd), and meanwhile a watcher with futures
-to complete looks every millisecond. A watcher with none looks at nothing.
+loop (``loop.add_reader``), otherwise in one daemon thread that polls it. Any other gpux
+call that waits (or ``done()``, ``Context.process()``) takes in completions too, and then
+the fd says nothing: the context tells the watcher when such a call starts and ends (an
+eventfd), and meanwhile a watcher with futures to complete looks every millisecond. A
+watcher with none looks at nothing.
 """
 from __future__ import annotations
 
@@ -117,9 +118,17 @@ class Future(cf.Future):
         return True
 
     def _poll(self) -> bool:
+        """Take in what arrived (the watchers are told) and complete this future if done."""
         if self._state == _FINISHED:
             return True
         self._request.wait(0)
+        return self._complete()
+
+    def _peek(self) -> bool:
+        """Complete this future if what was taken in finished it; takes nothing in."""
+        if self._state == _FINISHED:
+            return True
+        self._request.peek()
         return self._complete()
 
     def _watch(self) -> None:
@@ -138,9 +147,7 @@ class Future(cf.Future):
     def done(self) -> bool:
         if self._state == _FINISHED:
             return True
-        done = self._poll()
-        _recheck(self._context)
-        return done
+        return self._poll()
 
     def running(self) -> bool:
         return not self.done()
@@ -149,7 +156,6 @@ class Future(cf.Future):
         if self._state != _FINISHED:
             if self._request.wait(timeout):
                 self._complete()
-            _recheck(self._context)
             if self._state != _FINISHED:
                 raise cf.TimeoutError()
 
@@ -208,14 +214,6 @@ def _running_loop() -> Optional[asyncio.AbstractEventLoop]:
         return None
 
 
-def _take_in(context: _gpux.Context) -> None:
-    try:
-        context.process()
-    except Exception:
-        # A lost connection fails the requests themselves; their futures say so.
-        pass
-
-
 class _Watcher:
     """Completes the watched futures of one context in one process (see the module's doc).
 
@@ -228,8 +226,9 @@ class _Watcher:
     - one daemon thread, for the rest: concurrent.futures.wait, as_completed, done
       callbacks, and awaits in a loop that runs while the bound one runs too.
 
-    Neither looks at anything while it has no futures. The context is held weakly: once it
-    is gone, the thread ends and the loop's readers go.
+    Either, once woken, completes the futures of both. Neither looks at anything while it
+    has no futures. The context is held weakly: once it is gone, the thread ends and the
+    loop's readers go.
     """
 
     def __init__(self, context: _gpux.Context) -> None:
@@ -285,25 +284,29 @@ class _Watcher:
                 os.eventfd_read(self.thread_notify)
             except BlockingIOError:
                 pass
-            self._check(self.futures, _SLOT_THREAD)
+            self._check(_SLOT_THREAD)
         with self.lock:
             os.close(self.thread_notify)
             self.thread_notify = -1
 
-    def _check(self, futures: set[Future], slot: int) -> Optional[_gpux.Context]:
-        """Take in what arrived and complete what finished, of one way's futures. Returns
-        the context while some are left."""
+    def _check(self, slot: int) -> Optional[_gpux.Context]:
+        """Take in what arrived, then complete what finished: of both ways' futures, since
+        what one takes in the fd no longer tells the other. Only peeks after taking in, so
+        that whatever arrives meanwhile leaves the fd readable. Returns the context while
+        futures of this way are left."""
         ctx = self.ref()
         if ctx is None:
             return None
-        _take_in(ctx)
+        ctx._take_in()
         with self.lock:
-            pending = list(futures)
-        done = [f for f in pending if f._poll()]
+            pending = list(self.futures | self.loop_futures)
+        done = [f for f in pending if f._peek()]
         with self.lock:
-            futures.difference_update(done)
-            if not futures:
-                ctx._set_notify_fd(slot, -1)
+            for futures, way in ((self.futures, _SLOT_THREAD), (self.loop_futures, _SLOT_LOOP)):
+                futures.difference_update(done)
+                if not futures:
+                    ctx._set_notify_fd(way, -1)
+            if not (self.futures if slot == _SLOT_THREAD else self.loop_futures):
                 return None
         return ctx
 
@@ -359,7 +362,7 @@ class _Watcher:
     def _check_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self.loop:
             return
-        ctx = self._check(self.loop_futures, _SLOT_LOOP)
+        ctx = self._check(_SLOT_LOOP)
         # Look again soon while another thread's blocking call may take our completions.
         if ctx is not None and ctx._blocking > 0 and self.timer is None:
             self.timer = loop.call_later(_BUSY_POLL_S, self._again, loop)
@@ -375,17 +378,6 @@ class _Watcher:
         except BlockingIOError:
             pass
         self._check_loop(loop)
-
-    # Others' part.
-
-    def nudge(self) -> None:
-        """Another thread took in completions: some may be of watched futures."""
-        if self.pid != os.getpid():
-            return
-        if self.futures and self.thread_notify >= 0:
-            os.eventfd_write(self.thread_notify, 1)
-        if self.loop_futures and self.loop_notify >= 0:
-            os.eventfd_write(self.loop_notify, 1)
 
     def _gone(self, _: weakref.ref) -> None:
         # The context is being freed, its fd still open: the thread ends (and closes its
@@ -451,9 +443,3 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-
-def _recheck(context: _gpux.Context) -> None:
-    """After this thread took in completions: the watchers may have futures among them."""
-    w = _watchers.get(context)
-    if w is not None:
-        w.nudge()

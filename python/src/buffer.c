@@ -309,7 +309,9 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!ctx)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(ctx);
 	st = gpux_dbuf_alloc(ctx->ctx, device, (size_t)size, &dbuf);
+	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		Py_DECREF(ctx);
@@ -395,7 +397,9 @@ static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!ctx)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(ctx);
 	st = gpux_queue_open(ctx->ctx, device, &q);
+	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		Py_DECREF(ctx);

@@ -310,7 +310,9 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(ctx);
 	st = gpux_module_load(ctx->ctx, lang, code.buf, (size_t)code.len, options, &m, &log);
+	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&code);
 	if (st < 0) {

@@ -232,7 +232,9 @@ static PyObject *context_device_info(pyx_Context *self, PyObject *arg)
 	if (dev >= UINT32_MAX)
 		return pyx_raise(GPUX_E_NODEV, "no such device");
 	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(self);
 	st = gpux_device_info(self->ctx, (uint32_t)dev, &info);
+	pyx_blocking_leave(self);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
 		return pyx_raise_call(st, NULL);
@@ -264,10 +266,22 @@ static PyObject *context_process(pyx_Context *self, PyObject *unused)
 	gpux_status st;
 
 	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(self);
 	st = gpux_process(self->ctx);
+	pyx_blocking_leave(self);
 	Py_END_ALLOW_THREADS
 	if (st < 0)
 		return pyx_raise_call(st, NULL);
+	Py_RETURN_NONE;
+}
+
+/* process() for the watchers, who check every future they watch after it: uncounted, so
+ * that it does not wake them again. Its errors fail the requests themselves. */
+static PyObject *context_take_in(pyx_Context *self, PyObject *unused)
+{
+	Py_BEGIN_ALLOW_THREADS
+	(void)gpux_process(self->ctx);
+	Py_END_ALLOW_THREADS
 	Py_RETURN_NONE;
 }
 
@@ -301,6 +315,8 @@ static PyMethodDef context_methods[] = {
 	  "Owned by the context; another one after fork()." },
 	{ "process", (PyCFunction)context_process, METH_NOARGS,
 	  "process(): take in every completion that has arrived, without blocking." },
+	{ "_take_in", (PyCFunction)context_take_in, METH_NOARGS,
+	  "_take_in(): process(), not told to the watchers, errors ignored (theirs)." },
 	{ "_set_notify_fd", (PyCFunction)context_set_notify_fd, METH_VARARGS,
 	  "_set_notify_fd(slot, fd): an eventfd written when a blocking call starts or ends "
 	  "(-1: none); slot 0 or 1, one for each watcher." },

@@ -16,16 +16,17 @@
 #define PYX_ARGS_MAX 64u
 #define PYX_SCALAR_MAX 256u
 
-/* The eventfds a context tells of blocking calls: its watcher thread's, and its loop's. */
+/* The eventfds a context tells of calls that take in: its watcher thread's, and its loop's. */
 #define PYX_NOTIFY_MAX 2
 
 typedef struct pyx_Context {
 	PyObject_HEAD
 	PyObject *weakrefs;
 	gpux_ctx *ctx;
-	/* Threads in a blocking call of this context; the watchers are told when it leaves 0
-	 * and when it comes back (notify_fd, -1: none), since such a thread takes in
-	 * completions that they then do not see arrive on the context's fd. A forked child
+	/* Threads in a call of this context that may take in completions (every call that
+	 * waits for gpuxd or a worker, wait(0) and process() too); the watchers are told when
+	 * it leaves 0 and when it comes back (notify_fd, -1: none), since such a thread takes
+	 * in completions that they then do not see arrive on the context's fd. A forked child
 	 * starts with none of either (module.c). */
 	atomic_int blocking;
 	atomic_int notify_fd[PYX_NOTIFY_MAX];
@@ -131,7 +132,8 @@ PyObject *pyx_raise(gpux_status st, const char *detail);
  * what failed (or NULL): where it failed to reach gpuxd, the library's reason joins it.
  */
 PyObject *pyx_raise_call(gpux_status st, const char *what);
-/* A blocking call starts or ends in ctx: count it, and tell a watcher at 0 (GIL released). */
+/* A call that may take in completions starts or ends in ctx: count it, and tell the
+ * watchers at 0 (GIL released). */
 void pyx_blocking_enter(pyx_Context *ctx);
 void pyx_blocking_leave(pyx_Context *ctx);
 /* A new reference to the context named (None or NULL: the process's default one). */

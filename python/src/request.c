@@ -25,7 +25,9 @@ PyObject *pyx_request_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struc
 	if (!self || (v->ntemps && !self->temps)) {
 		/* The request must end before its temporaries go. */
 		Py_BEGIN_ALLOW_THREADS
+		pyx_blocking_enter(ctx);
 		gpux_req_free(req);
+		pyx_blocking_leave(ctx);
 		Py_END_ALLOW_THREADS
 		pyx_temps_finish(v->temps, v->ntemps, GPUX_E_NOMEM);
 		if (self)
@@ -78,7 +80,9 @@ static void request_dealloc(pyx_Request *self)
 		gpux_status st;
 
 		Py_BEGIN_ALLOW_THREADS
+		pyx_blocking_enter(self->ctx);
 		st = gpux_wait(self->req, -1);
+		pyx_blocking_leave(self->ctx);
 		Py_END_ALLOW_THREADS
 		finished(self, st);
 	}
@@ -107,7 +111,9 @@ static PyObject *request_wait(pyx_Request *self, PyObject *args)
 		ms = s <= 0 ? 0 : (int64_t)ceil(s * 1000.0);
 	}
 	if (ms == 0) {
+		pyx_blocking_enter(self->ctx);
 		st = gpux_test(self->req);
+		pyx_blocking_leave(self->ctx);
 	} else {
 		Py_BEGIN_ALLOW_THREADS
 		pyx_blocking_enter(self->ctx);
@@ -115,6 +121,30 @@ static PyObject *request_wait(pyx_Request *self, PyObject *args)
 		pyx_blocking_leave(self->ctx);
 		Py_END_ALLOW_THREADS
 	}
+	if (st == GPUX_E_AGAIN)
+		Py_RETURN_FALSE;
+	finished(self, st);
+	Py_RETURN_TRUE;
+}
+
+/*
+ * peek() -> bool: whether it finished, of what this process has taken in (Context.process()),
+ * taking nothing in itself: a watcher that took in, then peeks at each of its futures, has
+ * missed none that another peek took in meanwhile (a wait(0) may take in anyone's).
+ */
+static PyObject *request_peek(pyx_Request *self, PyObject *unused)
+{
+	struct gpux_times t;
+	gpux_status st = GPUX_E_AGAIN;
+
+	if (self->done)
+		Py_RETURN_TRUE;
+	/* Neither takes anything in: gpux_req_times() answers once the request is done, and
+	 * gpux_test() of a done request only reads its status. */
+	Py_BEGIN_ALLOW_THREADS
+	if (gpux_req_times(self->req, &t) == GPUX_OK)
+		st = gpux_test(self->req);
+	Py_END_ALLOW_THREADS
 	if (st == GPUX_E_AGAIN)
 		Py_RETURN_FALSE;
 	finished(self, st);
@@ -169,6 +199,9 @@ static PyObject *request_device(pyx_Request *self, void *unused)
 static PyMethodDef request_methods[] = {
 	{ "wait", (PyCFunction)request_wait, METH_VARARGS,
 	  "wait(timeout=None) -> bool: whether it finished, waiting up to timeout seconds." },
+	{ "peek", (PyCFunction)request_peek, METH_NOARGS,
+	  "peek() -> bool: whether it finished, of what was taken in (Context.process()); "
+	  "unlike wait(0), takes nothing in." },
 	{ "check", (PyCFunction)request_check, METH_NOARGS,
 	  "check(): raise the request's error (a gpux.GpuxError), if it failed." },
 	{ 0 },

@@ -69,6 +69,30 @@ def test_wait_while_another_thread_blocks(kernels):
     assert watched in done
 
 
+def test_a_watched_future_completes_while_other_calls_take_in(kernels):
+    """Another thread's calls that take in completions (here device_info, in a loop) leave
+    the fd with nothing to say: the watcher must hear of them, every time."""
+    spin = kernels.get_function("spin")
+    ctx = kernels.context
+    missed = 0
+    for _ in range(5):
+        f = spin.submit(1, 1, (np.uint32(50),), device=0)
+        stop = threading.Event()
+
+        def take_in():
+            while not stop.is_set():
+                ctx.device_info(1)
+
+        t = threading.Thread(target=take_in)
+        t.start()
+        done, _ = cf.wait([f], timeout=3)
+        stop.set()
+        t.join()
+        missed += f not in done
+        f.result()
+    assert missed == 0
+
+
 def test_asyncio_await_and_gather(kernels):
     spin = kernels.get_function("spin")
     add1 = kernels.get_function("add1")
@@ -190,3 +214,4 @@ def test_await_in_one_event_loop_after_another(daemon):
                        timeout=300, env=dict(os.environ, GPUX_SOCKET=daemon))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
+

@@ -90,7 +90,9 @@ static PyObject *buffer_wrap(PyTypeObject *type, pyx_Context *ctx, gpux_buf *buf
 	pyx_Buffer *self = PyObject_New(pyx_Buffer, type);
 
 	if (!self) {
+		Py_BEGIN_ALLOW_THREADS
 		gpux_buf_free(buf);
+		Py_END_ALLOW_THREADS
 		return NULL;
 	}
 	self->weakrefs = NULL;
@@ -141,6 +143,7 @@ static PyObject *buffer_import(PyObject *cls, PyObject *args)
 	pyx_Buffer *self;
 	gpux_buf *buf;
 	gpux_status st;
+	bool frozen = false;
 	int fd;
 
 	if (!PyArg_ParseTuple(args, "i|O", &fd, &ctx_obj))
@@ -150,21 +153,22 @@ static PyObject *buffer_import(PyObject *cls, PyObject *args)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	st = gpux_buf_import(ctx->ctx, fd, &buf);
-	Py_END_ALLOW_THREADS
-	self = st < 0 ? (pyx_raise_call(st, "cannot import the shared buffer"), NULL)
-		      : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
-	Py_DECREF(ctx);
-	if (self) {
-		int sfd;
+	if (st == GPUX_OK) {
+		int sfd, seals;
 		uint64_t off;
 
 		/* A frozen memfd gives a frozen buffer: its pages are mapped read-only. */
 		if (gpux_buf_fd(buf, &sfd, &off) == GPUX_OK) {
-			int seals = fcntl(sfd, F_GET_SEALS);
-
-			self->frozen = seals >= 0 && (seals & F_SEAL_WRITE);
+			seals = fcntl(sfd, F_GET_SEALS);
+			frozen = seals >= 0 && (seals & F_SEAL_WRITE);
 		}
 	}
+	Py_END_ALLOW_THREADS
+	self = st < 0 ? (pyx_raise_call(st, "cannot import the shared buffer"), NULL)
+		      : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
+	Py_DECREF(ctx);
+	if (self)
+		self->frozen = frozen;
 	return (PyObject *)self;
 }
 
@@ -216,7 +220,9 @@ static PyObject *buffer_fd(pyx_Buffer *self, PyObject *unused)
 	gpux_status st;
 	int fd;
 
+	Py_BEGIN_ALLOW_THREADS
 	st = gpux_buf_fd(self->buf, &fd, &off);
+	Py_END_ALLOW_THREADS
 	if (st < 0)
 		return pyx_raise_call(st, NULL);
 	return Py_BuildValue("(iK)", fd, (unsigned long long)off);
@@ -319,7 +325,9 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	self = PyObject_New(pyx_DeviceBuffer, type);
 	if (!self) {
+		Py_BEGIN_ALLOW_THREADS
 		gpux_dbuf_free(dbuf);
+		Py_END_ALLOW_THREADS
 		Py_DECREF(ctx);
 		return NULL;
 	}
@@ -407,7 +415,9 @@ static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	self = PyObject_New(pyx_Queue, type);
 	if (!self) {
+		Py_BEGIN_ALLOW_THREADS
 		gpux_queue_free(q);
+		Py_END_ALLOW_THREADS
 		Py_DECREF(ctx);
 		return NULL;
 	}

@@ -141,32 +141,44 @@ static PyObject *call_args(const struct call *c)
 	return PySequence_Tuple(c->args);
 }
 
-/* Submit and wait, the GIL released once for both; then the temporaries' copies back. */
+/*
+ * Submit, wait and free, the GIL released once for all; then the temporaries' copies back.
+ * A failed request is kept for its message until the error is made.
+ */
 static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx_argv *v)
 {
 	pyx_Context *ctx = k->module->ctx;
+	const char *why = NULL;
 	gpux_req *r = NULL;
 	gpux_status st;
 
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
 	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
-	if (st == GPUX_OK)
+	if (st == GPUX_OK) {
 		st = gpux_wait(r, -1);
+		if (st < 0) {
+			why = gpux_req_message(r);
+		} else {
+			gpux_req_free(r);
+			r = NULL;
+		}
+	}
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	pyx_temps_finish(v->temps, v->ntemps, st);
 	v->ntemps = 0;
-	if (st < 0) {
-		if (r)
-			pyx_raise(st, gpux_req_message(r));
-		else
-			pyx_raise_call(st, NULL);
+	if (st >= 0)
+		Py_RETURN_NONE;
+	if (r) {
+		pyx_raise(st, why);
+		Py_BEGIN_ALLOW_THREADS
 		gpux_req_free(r);
-		return NULL;
+		Py_END_ALLOW_THREADS
+	} else {
+		pyx_raise_call(st, NULL);
 	}
-	gpux_req_free(r);
-	Py_RETURN_NONE;
+	return NULL;
 }
 
 static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *keep,

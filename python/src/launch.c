@@ -11,17 +11,26 @@ PyTypeObject *pyx_ModuleType, *pyx_KernelType, *pyx_ArgType, *pyx_LaunchType;
 
 void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
 {
+	if (n == 0)
+		return;
+	/* The views held keep the memory copied into; freeing takes the context's lock. */
+	Py_BEGIN_ALLOW_THREADS
+	for (unsigned i = 0; i < n; i++) {
+		struct pyx_temp *t = &temps[i];
+
+		if (t->copy_back && st == GPUX_OK)
+			memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
+		gpux_buf_free(t->buf);
+		t->buf = NULL;
+	}
+	Py_END_ALLOW_THREADS
 	for (unsigned i = 0; i < n; i++) {
 		struct pyx_temp *t = &temps[i];
 
 		if (t->copy_back) {
-			if (st == GPUX_OK)
-				memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
 			PyBuffer_Release(&t->view);
 			t->copy_back = false;
 		}
-		gpux_buf_free(t->buf);
-		t->buf = NULL;
 	}
 }
 
@@ -74,7 +83,9 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 		return arg_error(i, "Cached() needs a frozen array in gpux memory (gpux.freeze)");
 	}
 	t = &v->temps[v->ntemps];
+	Py_BEGIN_ALLOW_THREADS
 	st = gpux_buf_alloc(ctx->ctx, (size_t)view.len, &t->buf);
+	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		PyBuffer_Release(&view);
 		pyx_raise_call(st, "cannot allocate a temporary shared buffer");
@@ -332,7 +343,9 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	if (!self || !self->log) {
 		if (self)
 			PyObject_Free(self);
+		Py_BEGIN_ALLOW_THREADS
 		gpux_module_free(m);
+		Py_END_ALLOW_THREADS
 		Py_DECREF(ctx);
 		return NULL;
 	}

@@ -170,7 +170,9 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return pyx_raise(st, gpux_connect_error());
 	self = PyObject_New(pyx_Context, type);
 	if (!self) {
+		Py_BEGIN_ALLOW_THREADS
 		gpux_disconnect(ctx);
+		Py_END_ALLOW_THREADS
 		return NULL;
 	}
 	self->weakrefs = NULL;

@@ -86,7 +86,9 @@ static void request_dealloc(pyx_Request *self)
 		Py_END_ALLOW_THREADS
 		finished(self, st);
 	}
+	Py_BEGIN_ALLOW_THREADS
 	gpux_req_free(self->req);
+	Py_END_ALLOW_THREADS
 	Py_DECREF(self->ctx);
 	PyObject_Free(self);
 	Py_DECREF(type);
@@ -110,17 +112,11 @@ static PyObject *request_wait(pyx_Request *self, PyObject *args)
 			return NULL;
 		ms = s <= 0 ? 0 : (int64_t)ceil(s * 1000.0);
 	}
-	if (ms == 0) {
-		pyx_blocking_enter(self->ctx);
-		st = gpux_test(self->req);
-		pyx_blocking_leave(self->ctx);
-	} else {
-		Py_BEGIN_ALLOW_THREADS
-		pyx_blocking_enter(self->ctx);
-		st = gpux_wait(self->req, ms);
-		pyx_blocking_leave(self->ctx);
-		Py_END_ALLOW_THREADS
-	}
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(self->ctx);
+	st = ms == 0 ? gpux_test(self->req) : gpux_wait(self->req, ms);
+	pyx_blocking_leave(self->ctx);
+	Py_END_ALLOW_THREADS
 	if (st == GPUX_E_AGAIN)
 		Py_RETURN_FALSE;
 	finished(self, st);
@@ -151,6 +147,17 @@ static PyObject *request_peek(pyx_Request *self, PyObject *unused)
 	Py_RETURN_TRUE;
 }
 
+/* The worker's detail text (owned by the request, set once it is done), or "". */
+static const char *message(pyx_Request *self)
+{
+	const char *m;
+
+	Py_BEGIN_ALLOW_THREADS
+	m = gpux_req_message(self->req);
+	Py_END_ALLOW_THREADS
+	return m;
+}
+
 /* check(): raise the request's error, if it failed. */
 static PyObject *request_check(pyx_Request *self, PyObject *unused)
 {
@@ -159,7 +166,7 @@ static PyObject *request_check(pyx_Request *self, PyObject *unused)
 		return NULL;
 	}
 	if (self->status < 0)
-		return pyx_raise(self->status, gpux_req_message(self->req));
+		return pyx_raise(self->status, message(self));
 	Py_RETURN_NONE;
 }
 
@@ -177,15 +184,20 @@ static PyObject *request_status(pyx_Request *self, void *unused)
 
 static PyObject *request_message(pyx_Request *self, void *unused)
 {
-	return PyUnicode_DecodeUTF8(gpux_req_message(self->req),
-				    (Py_ssize_t)strlen(gpux_req_message(self->req)), "replace");
+	const char *m = message(self);
+
+	return PyUnicode_DecodeUTF8(m, (Py_ssize_t)strlen(m), "replace");
 }
 
 static PyObject *request_times(pyx_Request *self, void *unused)
 {
 	struct gpux_times t;
+	gpux_status st;
 
-	if (gpux_req_times(self->req, &t) != GPUX_OK)
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_req_times(self->req, &t);
+	Py_END_ALLOW_THREADS
+	if (st != GPUX_OK)
 		Py_RETURN_NONE;
 	return Py_BuildValue("(KKK)", (unsigned long long)t.queue_ns, (unsigned long long)t.run_ns,
 			     (unsigned long long)t.device_ns);

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -215,3 +216,50 @@ def test_await_in_one_event_loop_after_another(daemon):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
 
+
+
+def test_calls_waiting_for_the_context_let_python_run(kernels):
+    """A thread freezing a large array holds the context's lock while it copies the bytes:
+    the other threads' calls that wait for that lock release the GIL meanwhile."""
+    big = gpux.zeros(256 << 20, np.uint8)
+    small = gpux.zeros(16, np.float32)
+    plain = np.zeros(16, np.float32)
+    spin = kernels.get_function("spin")
+    add1 = kernels.get_function("add1")
+    fut = spin.submit(1, 1, (np.uint32(1),))
+    msg = spin.submit(1, 1, (np.uint32(1),))
+    calls = {
+        "Buffer.fd": gpux.buffer_of(small).fd,
+        "Future.done": fut.done,
+        "Request.message": lambda: msg.request.message,
+        "a temporary argument": lambda: add1(1, 16, (np.uint64(16), plain, plain)),
+    }
+    spans = {}
+
+    def call(name, fn):
+        t0 = time.monotonic()
+        fn()
+        spans[name] = (t0, time.monotonic())
+
+    freezer = threading.Thread(target=call, args=("freeze", lambda: gpux.freeze(big)))
+    freezer.start()
+    time.sleep(0.03)
+    threads = [threading.Thread(target=call, args=item) for item in calls.items()]
+    for t in threads:
+        t.start()
+    ticks = []
+    while any(t.is_alive() for t in threads):
+        ticks.append(time.monotonic())
+        time.sleep(0.005)
+    freezer.join()
+    fut.result()
+    msg.result()
+    f0, f1 = spans.pop("freeze")
+    # Judged where a call waited for the freeze 50 ms or more: Python ran meanwhile.
+    waited = {name: (max(t0, f0), min(t1, f1)) for name, (t0, t1) in spans.items()
+              if min(t1, f1) - max(t0, f0) >= 0.05}
+    if not waited:
+        pytest.skip(f"the freeze took {f1 - f0:.3f} s: too short to wait for")
+    stalled = {name: round(w1 - w0, 3) for name, (w0, w1) in waited.items()
+               if sum(w0 < t < w1 for t in ticks) < 3}
+    assert not stalled, f"held the GIL while waiting (seconds): {stalled}"

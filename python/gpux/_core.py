@@ -457,7 +457,11 @@ def RawKernel(code: Union[str, bytes], name: str,
 def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *,
                  context: Optional[_gpux.Context] = None) -> Module:
     """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels.
-    Kernels need ``extern "C"`` (or their mangled names)."""
+    No ``extern "C"`` is needed: a kernel with C++ linkage is found by its name, plain or
+    qualified (``"saxpy"``, ``"ns::saxpy"``), or by its mangled symbol (an overloaded name
+    raises gpux.InvalidError, naming the candidates). A template's instance is found by its
+    name (``"fill<float>"``) where the source instantiates it explicitly
+    (``template __global__ void fill<float>(float *, int);``)."""
     return Module(source, LANG_CUDA, options, context=context)
 
 

@@ -341,8 +341,11 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 						 "replace");
 	free(log);
 	if (!self || !self->log) {
-		if (self)
+		if (self) {
+			/* PyObject_New took a reference to the type, as each object does. */
 			PyObject_Free(self);
+			Py_DECREF(type);
+		}
 		Py_BEGIN_ALLOW_THREADS
 		gpux_module_free(m);
 		Py_END_ALLOW_THREADS

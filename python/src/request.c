@@ -30,8 +30,11 @@ PyObject *pyx_request_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struc
 		pyx_blocking_leave(ctx);
 		Py_END_ALLOW_THREADS
 		pyx_temps_finish(v->temps, v->ntemps, GPUX_E_NOMEM);
-		if (self)
+		if (self) {
+			/* PyObject_New took a reference to the type, as each object does. */
 			PyObject_Free(self);
+			Py_DECREF(pyx_RequestType);
+		}
 		return PyErr_NoMemory();
 	}
 	v->ntemps = 0;

@@ -332,6 +332,39 @@ static void test_cuda_fake_device_time_when_asked(void **state)
 }
 
 /* An illegal address reported at synchronisation, as a real fault is. */
+/*
+ * A kernel that runs longer than a waiter spins: its waiter blocks in cuEventSynchronize, its
+ * event or its context made to block. The fake refuses a synchronize that a real driver would
+ * spin through, which would hold a CPU for as long as the kernel runs.
+ */
+static void test_cuda_fake_long_wait_blocks(void **state)
+{
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t ms = 100;
+	struct gpux_arg a = GPUX_ARG_VALUE(ms);
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct ipc_status st;
+	uint64_t blocked;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_REFUSE_SPIN", "1", 1), 0);
+	start(d);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_REFUSE_SPIN"), 0);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	blocked = devs[0].stats.blocking_waits;
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(gpux_run(m, "spin", &l, &a, 1), GPUX_OK);
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	assert_true(devs[0].stats.blocking_waits >= blocked + 3);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
 static void test_cuda_fake_fault_restarts_worker(void **state)
 {
 	sticky_case(*state, NULL, "fault", false);
@@ -736,6 +769,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_parameters_checked),
 		TEST_WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
 		TEST_WITH_DAEMON(test_cuda_fake_device_time_when_asked),
+		TEST_WITH_DAEMON(test_cuda_fake_long_wait_blocks),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),

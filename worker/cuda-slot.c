@@ -111,11 +111,11 @@ struct cuda_group *cuda_group_get(struct cuda_dev *d, CUresult *err)
 		*err = CUDA_ERROR_OUT_OF_MEMORY;
 		return NULL;
 	}
-	r = d->cu.cuEventCreate(&g->start, CU_EVENT_BLOCKING_SYNC);
+	r = d->cu.cuEventCreate(&g->start, d->event_flags);
 	if (r == CUDA_SUCCESS)
-		r = d->cu.cuEventCreate(&g->end, CU_EVENT_BLOCKING_SYNC);
+		r = d->cu.cuEventCreate(&g->end, d->event_flags);
 	if (r == CUDA_SUCCESS)
-		r = d->cu.cuEventCreate(&g->done, CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING);
+		r = d->cu.cuEventCreate(&g->done, d->event_flags | CU_EVENT_DISABLE_TIMING);
 	if (r != CUDA_SUCCESS) {
 		if (g->start)
 			(void)d->cu.cuEventDestroy(g->start);

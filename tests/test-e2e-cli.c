@@ -225,6 +225,19 @@ static void test_cli_bench_json_is_json(void **state)
 	assert_true(json_array_size(res) >= 1);
 	/* No baseline on the host back end: null, never nan. */
 	assert_true(json_is_null(json_object_get(json_array_get(res, 0), "baseline")));
+	/* The worker's hand-offs per request, from gpuxd's counters: a number each. */
+	{
+		bool woken = false;
+
+		for (size_t i = 0; i < json_array_size(res); i++) {
+			json_t *row = json_array_get(res, i);
+
+			if (strcmp(json_string_value(json_object_get(row, "scenario")),
+				   "  per request: clients woken") == 0)
+				woken = json_is_number(json_object_get(row, "gpux"));
+		}
+		assert_true(woken);
+	}
 	assert_non_null(strstr(r.err, "[1/1] rtt"));
 	assert_non_null(strstr(r.err, "scenario"));
 	json_decref(j);

@@ -38,8 +38,13 @@ void bench_add(struct bench *b, const char *name, double gpux, double base, cons
 {
 	struct result *r;
 
-	if (b->nres == MAX_RESULTS)
-		return;
+	/* A row left out would read as a scenario that did not run: a bench that outgrows the
+	 * table is a bug of ours, found at once. */
+	if (b->nres == MAX_RESULTS) {
+		(void)fprintf(stderr, "gpux: bench: more than %u rows: \"%s\" and later left out\n",
+			      MAX_RESULTS, name);
+		abort();
+	}
 	r = &b->res[b->nres++];
 	(void)snprintf(r->name, sizeof(r->name), "%s", name);
 	r->gpux = gpux;

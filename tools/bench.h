@@ -8,7 +8,7 @@
 
 #include "tools.h"
 
-#define MAX_RESULTS 64
+#define MAX_RESULTS 128
 #define BASE_OUT_MAX 4096
 
 /*

@@ -188,6 +188,19 @@ struct gpux_ctx {
 	int epfd;
 	int wake_fd;
 	bool reader;
+	/*
+	 * gpux_fd(), made at its first call: an epoll fd over epfd and news_fd. news_fd (an
+	 * eventfd) is written when a call other than gpux_process() took in a completion that
+	 * its caller does not learn of, so that an event loop comes back for it; `news` while it
+	 * holds that, until gpux_process() reads it. Internal waits never see news_fd.
+	 */
+	int pub_epfd;
+	int news_fd;
+	bool news;
+	/* Set only while the lock is held by a thread taking in: the request whose completion
+	 * its caller learns of (gpux_test(), gpux_wait()), or all of them (gpux_process()). */
+	const struct gpux_req *taking_for;
+	bool processing;
 	uint64_t client_id;
 	uint32_t ndevices;
 	struct cli_dev devs[IPC_DEVICES_MAX];
@@ -291,10 +304,18 @@ void cli_outbox_clear(struct cli_outbox *o);
 void cli_outbox_close_fds(struct cli_outbox *o);
 
 /* client/wait.c */
-/* Returns 0 once pred() holds, -ETIMEDOUT at the deadline, -EIO if waiting itself failed. */
+/*
+ * Returns 0 once pred() holds, -ETIMEDOUT at the deadline, -EIO if waiting itself failed.
+ * `mine`: the request the caller waits for (its completion is no news for gpux_fd()), or NULL.
+ */
 int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
-		   uint64_t deadline);
+		   const struct gpux_req *mine, uint64_t deadline);
 void cli_wake(gpux_ctx *ctx);
+/* Lock held: request r finished; tell gpux_fd()'s event loop unless the caller of the call
+ * that took it in learns of it from that call. */
+void cli_announce(gpux_ctx *ctx, const struct gpux_req *r);
+/* Lock held: gpux_process() is looking at everything; what was announced is read. */
+void cli_news_read(gpux_ctx *ctx);
 
 /* client/handle.c */
 /* Whether obj (NULL accepted) is a live handle of the type with `magic`. Any thread. */

@@ -47,6 +47,8 @@ static void atfork_child(void)
 		c->sup_fd = safe_close(c->sup_fd);
 		c->epfd = safe_close(c->epfd);
 		c->wake_fd = safe_close(c->wake_fd);
+		c->pub_epfd = safe_close(c->pub_epfd);
+		c->news_fd = safe_close(c->news_fd);
 		for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++) {
 			c->devs[i].chan_fd = safe_close(c->devs[i].chan_fd);
 			cli_outbox_close_fds(&c->devs[i].out);
@@ -83,6 +85,9 @@ static void forget_parent(gpux_ctx *ctx)
 			       NULL);
 	ctx->epfd = safe_close(ctx->epfd);
 	ctx->wake_fd = safe_close(ctx->wake_fd);
+	ctx->pub_epfd = safe_close(ctx->pub_epfd);
+	ctx->news_fd = safe_close(ctx->news_fd);
+	ctx->news = false;
 	/* A reader of the parent spinning on the rings at fork() is not in this process. */
 	for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++)
 		if (ctx->devs[i].rings)
@@ -192,7 +197,7 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 			return 0;
 		cli_pump(ctx);
 		channel_request(ctx, device);
-		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, deadline);
+		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, NULL, deadline);
 		if (r == -ETIMEDOUT)
 			return -ENODEV;
 		if (r < 0)
@@ -240,6 +245,7 @@ static gpux_ctx *ctx_new(void)
 	if (!ctx)
 		return NULL;
 	ctx->sup_fd = ctx->connecting_fd = ctx->epfd = ctx->wake_fd = -1;
+	ctx->pub_epfd = ctx->news_fd = -1;
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		ctx->devs[i].chan_fd = -1;
 	ctx->fork_gen = cli_fork_gen;
@@ -265,6 +271,8 @@ static void ctx_free(gpux_ctx *ctx)
 	cli_disconnect(ctx);
 	ctx->epfd = safe_close(ctx->epfd);
 	ctx->wake_fd = safe_close(ctx->wake_fd);
+	ctx->pub_epfd = safe_close(ctx->pub_epfd);
+	ctx->news_fd = safe_close(ctx->news_fd);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	(void)pthread_mutex_destroy(&ctx->lock);
 	(void)pthread_cond_destroy(&ctx->cond);
@@ -374,6 +382,31 @@ GPUX_EXPORT gpux_status gpux_device_info(gpux_ctx *ctx, uint32_t device,
 	return cli_status_from_errno(r);
 }
 
+/*
+ * Lock held, connected: gpux_fd()'s epoll fd, over the one internal waits use and news_fd,
+ * which only gpux_process() reads. Made at the first gpux_fd(), so that a program without an
+ * event loop never writes news_fd. The epoll fd's and the eventfd's own errors mean nothing
+ * to a caller: -EIO.
+ */
+static int pub_fds(gpux_ctx *ctx)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	_cleanup_(closep) int pub = -1;
+	_cleanup_(closep) int news = -1;
+
+	if (ctx->pub_epfd >= 0)
+		return 0;
+	pub = epoll_create1(EPOLL_CLOEXEC);
+	news = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (pub < 0 || news < 0 || epoll_ctl(pub, EPOLL_CTL_ADD, ctx->epfd, &ev) < 0 ||
+	    epoll_ctl(pub, EPOLL_CTL_ADD, news, &ev) < 0)
+		return -EIO;
+	ctx->pub_epfd = TAKE_FD(pub);
+	ctx->news_fd = TAKE_FD(news);
+	ctx->news = false;
+	return 0;
+}
+
 GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd)
 {
 	int r;
@@ -383,7 +416,9 @@ GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd)
 	(void)pthread_mutex_lock(&ctx->lock);
 	r = cli_ensure(ctx);
 	if (r == 0)
-		*ret_fd = ctx->epfd;
+		r = pub_fds(ctx);
+	if (r == 0)
+		*ret_fd = ctx->pub_epfd;
 	(void)pthread_mutex_unlock(&ctx->lock);
 	return cli_status_from_errno(r);
 }
@@ -395,8 +430,13 @@ GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx)
 	(void)pthread_mutex_lock(&ctx->lock);
 	/* Never connects (that may wait): without a connection nothing can have arrived. */
 	cli_after_fork(ctx);
-	if (ctx->connected && !ctx->reader)
+	/* Every completion announced so far is in its request: the caller looks at them next. */
+	cli_news_read(ctx);
+	if (ctx->connected && !ctx->reader) {
+		ctx->processing = true;
 		cli_pump(ctx);
+		ctx->processing = false;
+	}
 	(void)pthread_mutex_unlock(&ctx->lock);
 	return GPUX_OK;
 }

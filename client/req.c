@@ -80,6 +80,7 @@ void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, si
 	r->message = len ? strndup(text, len) : NULL;
 	if (t)
 		r->times = *t;
+	cli_announce(ctx, r);
 	cli_wake(ctx);
 }
 
@@ -130,7 +131,7 @@ static bool req_done(gpux_ctx *ctx, void *arg)
 /* Lock held. */
 int cli_req_wait(struct gpux_req *r, uint64_t deadline)
 {
-	return cli_wait_until(r->ctx, req_done, r, deadline);
+	return cli_wait_until(r->ctx, req_done, r, r, deadline);
 }
 
 /* ---- choosing a device ---- */
@@ -430,7 +431,7 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 		rc = launch_check(l, &ctx->devs[device].limits);
 		if (rc < 0)
 			goto out;
-		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, 0);
+		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, NULL, 0);
 		if (rc < 0)
 			goto out;
 		if (!r) {
@@ -490,11 +491,28 @@ GPUX_EXPORT gpux_status gpux_test(gpux_req *r)
 	(void)pthread_mutex_lock(&ctx->lock);
 	/* In a child, the parent's requests end here (GPUX_E_INVAL), as in gpux_wait(). */
 	cli_after_fork(ctx);
-	if (!r->done && !ctx->reader && r->fork_gen == cli_fork_gen)
+	if (!r->done && !ctx->reader && r->fork_gen == cli_fork_gen) {
+		ctx->taking_for = r;
 		cli_pump(ctx);
+		ctx->taking_for = NULL;
+	}
 	st = r->done ? r->status : GPUX_E_AGAIN;
 	(void)pthread_mutex_unlock(&ctx->lock);
 	return st;
+}
+
+GPUX_EXPORT bool gpux_req_done(gpux_req *r)
+{
+	bool done;
+
+	if (!cli_alive(r, CLI_REQ_MAGIC))
+		return false;
+	(void)pthread_mutex_lock(&r->ctx->lock);
+	/* In a child, the parent's requests are finished here, as by every other call. */
+	cli_after_fork(r->ctx);
+	done = r->done;
+	(void)pthread_mutex_unlock(&r->ctx->lock);
+	return done;
 }
 
 GPUX_EXPORT const char *gpux_req_message(gpux_req *r)

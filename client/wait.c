@@ -62,7 +62,7 @@ static bool spin_fits(const gpux_ctx *ctx)
  * only a ring has news, *ret_ring then set), or -1 with errno.
  */
 static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, uint64_t deadline,
-		       bool *ret_ring)
+		       const struct gpux_req *mine, bool *ret_ring)
 {
 	uint64_t until = mono_ns() + ipc_spin_ns();
 	struct spin_set s = { 0 };
@@ -88,10 +88,12 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 	 * word came without a kick, and is older than `seen`: take it now. Whatever is left
 	 * waits for a socket message (its stamp), which will wake us.
 	 */
+	ctx->taking_for = mine;
 	if (s.n > 0 && cli_rings_take_all(ctx)) {
 		until = 0;
 		taken = true;
 	}
+	ctx->taking_for = NULL;
 	(void)pthread_mutex_unlock(&ctx->lock);
 	for (unsigned k = 0; mono_ns() < until; k++) {
 		if (spin_set_changed(&s))
@@ -125,7 +127,7 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
  * condition variable and look again when it is done.
  */
 int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *arg,
-		   uint64_t deadline)
+		   const struct gpux_req *mine, uint64_t deadline)
 {
 	while (!pred(ctx, arg)) {
 		uint64_t now = mono_ns();
@@ -142,18 +144,22 @@ int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *
 					      (uint64_t)INT_MAX);
 			/* What reached a ring while nobody looked (no kick: older records were
 			 * there) is taken before waiting. */
-			if (cli_rings_take_all(ctx)) {
+			ctx->taking_for = mine;
+			ring = cli_rings_take_all(ctx);
+			ctx->taking_for = NULL;
+			if (ring) {
 				(void)pthread_cond_broadcast(&ctx->cond);
 				continue;
 			}
 			ctx->reader = true;
-			n = wait_events(ctx, ev, (int)ARRAY_SIZE(ev), ms, deadline, &ring);
+			n = wait_events(ctx, ev, (int)ARRAY_SIZE(ev), ms, deadline, mine, &ring);
 			ctx->reader = false;
 			/* epoll_wait()'s own errors (EBADF, EINVAL) mean nothing to a caller. */
 			if (n < 0 && errno != EINTR) {
 				(void)pthread_cond_broadcast(&ctx->cond);
 				return -EIO;
 			}
+			ctx->taking_for = mine;
 			/* A full batch may have left some out: then look at everything. */
 			if (n == (int)ARRAY_SIZE(ev)) {
 				uint64_t v;
@@ -164,6 +170,7 @@ int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *
 				cli_pump_events(ctx, ev, n);
 			if (ring)
 				(void)cli_rings_take_all(ctx);
+			ctx->taking_for = NULL;
 			(void)pthread_cond_broadcast(&ctx->cond);
 		} else {
 			struct timespec ts;
@@ -178,6 +185,35 @@ int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *
 		}
 	}
 	return 0;
+}
+
+/*
+ * An event loop polls gpux_fd(), calls gpux_process() and then looks at its requests: it
+ * learns of a completion only if gpux_fd() polls readable after it arrived. What any other
+ * call takes in (gpux_test() or gpux_wait() of another request, a submit waiting for room,
+ * a thread of the program's own) no longer makes the channels readable, so news_fd is
+ * written instead, once until gpux_process() reads it. Internal requests are the library's
+ * own business, and nobody calls gpux_fd() in a program without an event loop.
+ */
+void cli_announce(gpux_ctx *ctx, const struct gpux_req *r)
+{
+	uint64_t one = 1;
+
+	if (r->internal || ctx->news || ctx->news_fd < 0 || ctx->processing ||
+	    r == ctx->taking_for)
+		return;
+	if (write(ctx->news_fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
+		ctx->news = true;
+}
+
+void cli_news_read(gpux_ctx *ctx)
+{
+	uint64_t v;
+
+	if (ctx->news) {
+		(void)read(ctx->news_fd, &v, sizeof(v));
+		ctx->news = false;
+	}
 }
 
 /* Used by requests freed or finished by another thread to wake the waiting one. */

@@ -3,6 +3,7 @@
 #ifndef GPUX_GPUX_H
 #define GPUX_GPUX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -142,14 +143,23 @@ GPUX_EXPORT gpux_status gpux_device_info(gpux_ctx *ctx, uint32_t device,
 
 /*
  * An fd that polls readable when completions may have arrived, or when messages that waited
- * for a worker to read can go out; then call gpux_process() and gpux_test(). Owned by ctx;
- * valid until the next fork (the child gets its own).
+ * for a worker to read can go out. Owned by ctx; valid until the next fork (the child gets
+ * its own). An event loop waits for it to poll readable, calls gpux_process(), then looks at
+ * each of its requests with gpux_req_done() (or gpux_test()):
+ *
+ *     poll fd readable -> gpux_process(ctx) -> for each request r: if gpux_req_done(r) ...
+ *
+ * No completion is missed that way: a completion that another call took in (gpux_test()
+ * or gpux_wait() of another request, a submit that waited for room, another thread's call)
+ * leaves the fd readable until the next gpux_process(). Only the completion of the request
+ * that gpux_test() or gpux_wait() was asked about is told by that call's return alone.
  */
 GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd);
 
 /*
  * Take in every completion that has arrived, and send what waited for room, without
- * blocking. It never connects: when the connection to gpuxd is gone (its requests have ended
+ * blocking. gpux_fd() stops polling readable for what it took in, and for what other calls
+ * took in before: look at every outstanding request after it. It never connects: when the connection to gpuxd is gone (its requests have ended
  * with GPUX_E_WORKER_LOST), it takes in nothing and returns GPUX_OK; the next call that
  * needs gpuxd connects again.
  */
@@ -465,8 +475,18 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *module, const char *kernel,
  */
 GPUX_EXPORT gpux_status gpux_wait(gpux_req *req, int64_t timeout_ms);
 
-/* gpux_wait() with no waiting. */
+/*
+ * gpux_wait() with no waiting: it takes in what has arrived, for every request. What it takes
+ * in for other requests leaves gpux_fd() readable, so that an event loop comes back for it.
+ */
 GPUX_EXPORT gpux_status gpux_test(gpux_req *req);
+
+/*
+ * Whether the request has finished (its status is then gpux_test()'s), as far as what was
+ * already taken in says: it takes nothing in and waits for nothing but the context's lock.
+ * false for an invalid handle. For event loops, after gpux_process() (see gpux_fd()).
+ */
+GPUX_EXPORT bool gpux_req_done(gpux_req *req);
 
 /* The finished request's detail text (compiler log, CUDA error, bad argument), or "". */
 GPUX_EXPORT const char *gpux_req_message(gpux_req *req);

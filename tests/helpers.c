@@ -487,6 +487,25 @@ ssize_t test_loop_recv(struct ipc_loop *l, int sock, void *buf, size_t cap, int 
 
 /* ---- files and sockets ---- */
 
+uint8_t *test_read_file(const char *path, size_t *ret_len)
+{
+	struct stat st;
+	uint8_t *p = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) == 0 && (p = malloc(st.st_size ? (size_t)st.st_size : 1)) &&
+	    read(fd, p, (size_t)st.st_size) != st.st_size) {
+		free(p);
+		p = NULL;
+	}
+	(void)close(fd);
+	if (p)
+		*ret_len = (size_t)st.st_size;
+	return p;
+}
+
 char *test_mkdtemp(void)
 {
 	const char *base = getenv("TMPDIR");

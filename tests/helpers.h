@@ -92,6 +92,10 @@ ssize_t test_loop_recv(struct ipc_loop *l, int sock, void *buf, size_t cap, int 
 
 /* ---- files and sockets ---- */
 
+/* A whole file in a buffer of exactly its size (ASan sees any read past the end), or NULL;
+ * free() it. Asserts nothing: a helper process may call it too. */
+uint8_t *test_read_file(const char *path, size_t *ret_len);
+
 /* A new empty directory under $TMPDIR (or /tmp), mode 0700; free() the path. Asserts. */
 char *test_mkdtemp(void);
 

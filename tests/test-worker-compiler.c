@@ -26,18 +26,12 @@
 static uint8_t *slurp(const char *name, size_t *ret_len)
 {
 	char path[512];
-	struct stat st;
 	uint8_t *p;
-	int fd;
 
 	(void)snprintf(path, sizeof(path), "%s/%s", CORPUS_DIR, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) < 0 || !(p = malloc((size_t)st.st_size)))
+	p = test_read_file(path, ret_len);
+	if (!p)
 		exit(3);
-	if (read(fd, p, (size_t)st.st_size) != st.st_size)
-		exit(3);
-	(void)close(fd);
-	*ret_len = (size_t)st.st_size;
 	return p;
 }
 

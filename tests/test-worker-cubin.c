@@ -66,20 +66,11 @@ static const struct {
 static uint8_t *slurp(const char *name, size_t *ret_len)
 {
 	char path[512];
-	struct stat st;
 	uint8_t *p;
-	int fd;
 
 	(void)snprintf(path, sizeof(path), "%s/%s", CORPUS_DIR, name);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(fstat(fd, &st), 0);
-	/* Exactly its size: ASan sees any read past the end. */
-	p = malloc((size_t)st.st_size);
+	p = test_read_file(path, ret_len);
 	assert_non_null(p);
-	assert_int_equal(read(fd, p, (size_t)st.st_size), st.st_size);
-	(void)close(fd);
-	*ret_len = (size_t)st.st_size;
 	return p;
 }
 

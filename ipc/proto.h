@@ -382,7 +382,7 @@ struct ipc_stats {
 	uint64_t loop_sleeps;    /* times the worker's loop went to sleep: a wake-up each */
 	uint64_t kicks_sent;     /* IPC_KICKs to clients that were not looking at their ring */
 	uint64_t socket_msgs;    /* client messages that came by the socket, not the ring */
-	uint64_t blocking_waits; /* a back end's thread blocked for a request's end */
+	uint64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
 	uint64_t slot_waits;     /* a queue waited in line for room in its slot */
 	uint64_t launches;  /* launch requests finished (copies are not launches) */
 	uint64_t build_ns;  /* time spent compiling modules and reading them from disk */

@@ -333,9 +333,9 @@ static void test_cuda_fake_device_time_when_asked(void **state)
 
 /* An illegal address reported at synchronisation, as a real fault is. */
 /*
- * A kernel that runs longer than a waiter spins: its waiter blocks in cuEventSynchronize, its
- * event or its context made to block. The fake refuses a synchronize that a real driver would
- * spin through, which would hold a CPU for as long as the kernel runs.
+ * A kernel that runs longer than a waiter spins: its waiter naps between looks. The fake
+ * refuses a synchronize that a real driver would spin through (an event made without
+ * CU_EVENT_BLOCKING_SYNC), which would hold a CPU for as long as the kernel runs.
  */
 static void test_cuda_fake_long_wait_blocks(void **state)
 {

@@ -38,7 +38,6 @@ struct cuda_dev {
 	struct cu_driver cu;
 	CUdevice dev;
 	CUcontext ctx;
-	unsigned event_flags; /* CU_EVENT_BLOCKING_SYNC unless the context blocks */
 	bool ctx_retained;
 	CUmemoryPool pool;
 	int cc_major, cc_minor;

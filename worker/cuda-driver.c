@@ -29,7 +29,6 @@ static const struct entry entries[] = {
 	E(cuDeviceGetUuid, 11040),
 	E(cuDeviceTotalMem, 3020),
 	E(cuDeviceGetAttribute, 2000),
-	E(cuDevicePrimaryCtxSetFlags, 11000),
 	E(cuDevicePrimaryCtxRetain, 7000),
 	E(cuDevicePrimaryCtxRelease, 11000),
 	E(cuCtxSetCurrent, 4000),
@@ -72,8 +71,7 @@ static const struct entry entries[] = {
 /* Entries the worker cannot do without. */
 static bool required(const struct entry *e)
 {
-	return strcmp(e->name, "cuFuncGetParamInfo") != 0 &&
-	       strcmp(e->name, "cuDevicePrimaryCtxSetFlags") != 0;
+	return strcmp(e->name, "cuFuncGetParamInfo") != 0;
 }
 
 int cu_driver_load(struct cu_driver *d, char **ret_msg)

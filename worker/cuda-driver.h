@@ -26,7 +26,6 @@ struct cu_driver {
 	CU_FN(cuDeviceGetUuid);
 	CU_FN(cuDeviceTotalMem);
 	CU_FN(cuDeviceGetAttribute);
-	CU_FN(cuDevicePrimaryCtxSetFlags);
 	CU_FN(cuDevicePrimaryCtxRetain);
 	CU_FN(cuDevicePrimaryCtxRelease);
 	CU_FN(cuCtxSetCurrent);

@@ -153,16 +153,6 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 	if (rc < 0)
 		goto err;
 	r = d->cu.cuDeviceGet(&d->dev, (int)device);
-	/*
-	 * A waiter that has spun long enough blocks in cuEventSynchronize: the context says so
-	 * for all its events, or else each event must. An event made with BLOCKING_SYNC costs
-	 * every launch that records it: measured on an H200, a request's launch took 5.1 us
-	 * against 3.8 us, and the round trip 11.8 us against 10.7.
-	 */
-	d->event_flags = CU_EVENT_BLOCKING_SYNC;
-	if (r == CUDA_SUCCESS && d->cu.cuDevicePrimaryCtxSetFlags &&
-	    d->cu.cuDevicePrimaryCtxSetFlags(d->dev, CU_CTX_SCHED_BLOCKING_SYNC) == CUDA_SUCCESS)
-		d->event_flags = 0;
 	if (r == CUDA_SUCCESS)
 		r = d->cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
 	if (r != CUDA_SUCCESS) {

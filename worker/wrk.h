@@ -330,7 +330,7 @@ struct wrk {
 	struct wrk_req *soon_reqs; /* see wrk_req_soon() */
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
-	atomic_uint_fast64_t blocking_waits; /* a back end's thread blocked for a request's end */
+	atomic_uint_fast64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
 	atomic_bool fatal;    /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */

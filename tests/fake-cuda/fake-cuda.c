@@ -31,9 +31,9 @@
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
  * GPUX_FAKE_CUDA_INIT_MS (how long cuInit takes, as a real driver's start-up does: 0),
  * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
- * code breaks the context as a fault would), GPUX_FAKE_CUDA_REFUSE_SPIN=1 (a synchronize that
- * a real driver would spin through, neither its event nor the context made to block, fails
- * with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel).
+ * code breaks the context as a fault would), GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
+ * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
+ * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel).
  */
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -46,7 +46,6 @@ static char fail_fn[64];
 static unsigned fail_at, fail_calls;
 static CUresult fail_code;
 static int ndevices = 1;
-static unsigned ctx_flags; /* cuDevicePrimaryCtxSetFlags(), every device alike */
 static bool refuse_spin;
 /* How long a kernel the fake does not know keeps its stream busy. */
 static uint64_t kernel_ns = 5000;
@@ -223,15 +222,6 @@ static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice d)
 	return CUDA_SUCCESS;
 }
 
-static CUresult f_ctx_set_flags(CUdevice d, unsigned flags)
-{
-	ENTER("cuDevicePrimaryCtxSetFlags");
-	(void)pthread_mutex_lock(&fake_lock);
-	ctx_flags = flags;
-	(void)pthread_mutex_unlock(&fake_lock);
-	return CUDA_SUCCESS;
-}
-
 static CUresult f_ctx_retain(CUcontext *c, CUdevice d)
 {
 	ENTER("cuDevicePrimaryCtxRetain");
@@ -355,8 +345,7 @@ static CUresult f_event_sync(CUevent e)
 	struct fake_event *ev = (struct fake_event *)e;
 
 	ENTER("cuEventSynchronize");
-	if (refuse_spin && !(ev->flags & CU_EVENT_BLOCKING_SYNC) &&
-	    (ctx_flags & CU_CTX_SCHED_MASK) != CU_CTX_SCHED_BLOCKING_SYNC)
+	if (refuse_spin && !(ev->flags & CU_EVENT_BLOCKING_SYNC))
 		return CUDA_ERROR_NOT_PERMITTED;
 	for (;;) {
 		uint64_t now = now_ns(), at;
@@ -823,7 +812,6 @@ static const struct {
 	{ "cuDeviceGetUuid", f_device_uuid },
 	{ "cuDeviceTotalMem", f_total_mem },
 	{ "cuDeviceGetAttribute", f_attribute },
-	{ "cuDevicePrimaryCtxSetFlags", f_ctx_set_flags },
 	{ "cuDevicePrimaryCtxRetain", f_ctx_retain },
 	{ "cuDevicePrimaryCtxRelease", f_ctx_release },
 	{ "cuCtxSetCurrent", f_ctx_set_current },

@@ -88,6 +88,12 @@ grep -q "gpux soak: passed" "$tmp/soak.out" || fail "installed gpux soak did not
 GPUX_WORKER="$stage$libexecdir/gpux-worker" "$stage$sbindir/gpuxd" --socket "$tmp/bench.sock" \
 	--backend host --cache-dir "$tmp/bcache" >"$tmp/bench-gpuxd.log" 2>&1 &
 bench_daemon=$!
+# gpux bench connects once, at once: the daemon's socket must be there first (up to 10 s).
+n=0
+while [ ! -S "$tmp/bench.sock" ] && [ "$n" -lt 200 ] && kill -0 "$bench_daemon" 2>/dev/null; do
+	sleep 0.05
+	n=$((n + 1))
+done
 # Its verdict on the targets depends on this machine's load: what counts here is that it ran.
 tool bench --socket "$tmp/bench.sock" --quick --only modules --json >"$tmp/bench.json" \
 	2>"$tmp/bench.err" || true

@@ -22,9 +22,10 @@ from ._errors import *  # noqa: F401,F403
 from ._errors import GpuxError, ShareError
 from ._core import (  # noqa: F401
     ANY, LANG_CUBIN, LANG_CUDA, LANG_HOST, LANG_PTX, Buffer, Cached, Context, DeviceBuffer,
-    In, InOut, Kernel, Launch, Mapped, Module, Out, Queue, RawKernel, SourceModule, array,
-    asarray, buffer_of, device_count, devices, empty, empty_like, freeze, full, get_context,
-    is_shared, ndarray, ones, zeros, zeros_like,
+    MODULE_HEADERS_MAX, MODULE_NAMES_MAX, In, InOut, Kernel, Launch, Mapped, Module, Out,
+    Queue, RawKernel, RawModule, SourceModule, array, asarray, buffer_of, device_count,
+    devices, empty, empty_like, freeze, full, get_context, is_shared, ndarray, ones, zeros,
+    zeros_like,
 )
 from ._future import Future  # noqa: F401
 from . import _gpux

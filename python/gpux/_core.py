@@ -6,7 +6,7 @@ import copy
 import os
 import threading
 import weakref
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -16,9 +16,10 @@ from ._errors import BY_STATUS, GpuxError, InvalidError
 __all__ = [
     "Context", "get_context", "Buffer", "DeviceBuffer", "Queue", "Kernel", "Launch",
     "ndarray", "empty", "zeros", "ones", "full", "empty_like", "zeros_like", "asarray",
-    "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "SourceModule",
-    "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX", "LANG_CUBIN",
-    "LANG_HOST", "ANY", "device_count", "devices",
+    "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "RawModule",
+    "SourceModule", "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX",
+    "LANG_CUBIN", "LANG_HOST", "MODULE_HEADERS_MAX", "MODULE_NAMES_MAX", "ANY",
+    "device_count", "devices",
 ]
 
 Context = _gpux.Context
@@ -37,6 +38,12 @@ _LANGS = {"cuda": LANG_CUDA, "ptx": LANG_PTX, "cubin": LANG_CUBIN, "fatbin": LAN
 
 ARG_IN, ARG_OUT, ARG_INOUT, ARG_MAPPED, ARG_DBUF = 2, 3, 4, 5, 6
 ARG_CACHED = 1
+
+#: At most this many headers, and name expressions, a module takes (gpux.h's
+#: GPUX_MODULE_HEADERS_MAX, GPUX_MODULE_NAMES_MAX); a header's name, a name expression, has
+#: 1 to 255 bytes of UTF-8; code, headers and name expressions come to 64 MiB at most.
+MODULE_HEADERS_MAX = 256
+MODULE_NAMES_MAX = 1024
 
 #: A device index meaning "let gpux choose" (gpux.h's GPUX_ANY): pass device=None.
 ANY = None
@@ -369,10 +376,21 @@ class Module:
     ``lang``: "cuda", "ptx", "cubin", "host" (or None: guessed from the code). ``options``:
     the compiler's options, a string or a sequence. Compile errors raise gpux.CompileError,
     whose ``log`` is the compiler's. Pickles as its code (loaded again where unpickled).
+
+    CUDA C++ only: ``headers`` maps names to texts (``{"util.cuh": "..."}``, str or bytes):
+    the source's ``#include "util.cuh"`` reads them (the worker compiles where no file of
+    the client's can be read, so ``-I`` is refused: pass what the code includes here).
+    ``name_expressions`` lists template instances to compile (``["fill<float>",
+    "reduce<int, 256>"]``), as CuPy's RawModule and NVRTC take them; each is then a kernel
+    name for ``get_function``. One that names no kernel fails the compile (CompileError).
+    At most MODULE_HEADERS_MAX headers and MODULE_NAMES_MAX expressions, each name 1 to
+    255 bytes: more, or wrong types, raise gpux.InvalidError (a ValueError) or TypeError.
     """
 
     def __init__(self, code: Union[str, bytes], lang: Union[str, int, None] = None,
                  options: Union[str, Sequence[str], None] = None, *,
+                 headers: Optional[Mapping[str, Union[str, bytes]]] = None,
+                 name_expressions: Optional[Sequence[str]] = None,
                  context: Optional[_gpux.Context] = None) -> None:
         self.lang = _lang(lang, code)
         raw = code.encode() if isinstance(code, str) else bytes(code)
@@ -382,7 +400,13 @@ class Module:
             options = " ".join(options)
         self.code = raw
         self.options = options
-        self._m = _gpux.Module(self.lang, raw, options, context)
+        self._m = _gpux.Module(self.lang, raw, options, context, headers=headers,
+                               name_expressions=name_expressions)
+        # As loaded (the extension checked them): what pickling loads again.
+        self.headers: Optional[dict[str, Union[str, bytes]]] = \
+            dict(headers) if headers is not None else None
+        self.name_expressions: Optional[tuple[str, ...]] = \
+            tuple(name_expressions) if name_expressions is not None else None
         # Each kernel holds its Module (what pickles it), so the Module holds them weakly:
         # the code is unloaded once neither is left.
         self._kernels: weakref.WeakValueDictionary[str, _gpux.Kernel] = \
@@ -391,15 +415,20 @@ class Module:
     @classmethod
     def from_file(cls, path: Union[str, os.PathLike], lang: Union[str, int, None] = None,
                   options: Union[str, Sequence[str], None] = None, *,
+                  headers: Optional[Mapping[str, Union[str, bytes]]] = None,
+                  name_expressions: Optional[Sequence[str]] = None,
                   context: Optional[_gpux.Context] = None) -> "Module":
-        """Load a file: .cu (CUDA), .ptx, .cubin or .fatbin, .c (host), else guessed."""
+        """Load a file: .cu (CUDA), .ptx, .cubin or .fatbin, .c (host), else guessed.
+        ``headers`` and ``name_expressions`` as for Module (the files the source includes
+        are not read from beside it: pass them in ``headers``)."""
         path = os.fspath(path)
         ext = os.path.splitext(path)[1].lower()
         if lang is None:
             lang = {".cu": "cuda", ".ptx": "ptx", ".cubin": "cubin", ".fatbin": "cubin",
                     ".c": "host"}.get(ext)
         with open(path, "rb") as f:
-            return cls(f.read(), lang, options, context=context)
+            return cls(f.read(), lang, options, headers=headers,
+                       name_expressions=name_expressions, context=context)
 
     @property
     def log(self) -> str:
@@ -411,8 +440,11 @@ class Module:
         return self._m.context
 
     def get_function(self, name: str) -> _gpux.Kernel:
-        """The kernel ``name`` (cached): call it as ``k(grid, block, args)``. A name the module
-        lacks shows at the first launch (gpux.KernelNotFoundError)."""
+        """The kernel ``name`` (cached): call it as ``k(grid, block, args)``. ``name`` is the
+        kernel's plain, qualified or mangled name, or a template instance's name expression
+        (``"fill<float>"``: one listed in ``name_expressions`` or instantiated in the
+        source). A name the module lacks shows at the first launch
+        (gpux.KernelNotFoundError, whose ``detail`` lists the module's kernels)."""
         k = self._kernels.get(name)
         if k is None:
             k = self._kernels[name] = _gpux.Kernel(self._m, name, self)
@@ -421,11 +453,14 @@ class Module:
     __getitem__ = get_function
 
     def __reduce__(self):
-        return (_load_module, (self.code, self.lang, self.options))
+        return (_load_module, (self.code, self.lang, self.options, self.headers,
+                               self.name_expressions))
 
 
-def _load_module(code: bytes, lang: int, options: Optional[str]) -> Module:
-    return Module(code, lang, options)
+def _load_module(code: bytes, lang: int, options: Optional[str],
+                 headers: Optional[dict[str, Union[str, bytes]]] = None,
+                 name_expressions: Optional[tuple[str, ...]] = None) -> Module:
+    return Module(code, lang, options, headers=headers, name_expressions=name_expressions)
 
 
 def _reduce_kernel(k: _gpux.Kernel):
@@ -448,21 +483,45 @@ copyreg.pickle(_gpux.Kernel, _reduce_kernel)
 def RawKernel(code: Union[str, bytes], name: str,
               options: Union[str, Sequence[str], None] = None,
               lang: Union[str, int, None] = None, *,
+              headers: Optional[Mapping[str, Union[str, bytes]]] = None,
               context: Optional[_gpux.Context] = None) -> _gpux.Kernel:
     """As CuPy's RawKernel: the kernel ``name`` of ``code``; call it as
-    ``k(grid, block, args, shared_mem=0)``."""
-    return Module(code, lang, options, context=context).get_function(name)
+    ``k(grid, block, args, shared_mem=0)``. ``headers`` as for Module. A template
+    instance's name (``"fill<float>"``) is listed as the module's name expression, so that
+    the template needs no explicit instantiation in the source."""
+    lang_id = _lang(lang, code)
+    exprs = [name] if lang_id == LANG_CUDA and "<" in name else None
+    return Module(code, lang_id, options, headers=headers, name_expressions=exprs,
+                  context=context).get_function(name)
+
+
+def RawModule(code: Union[str, bytes], options: Union[str, Sequence[str], None] = None, *,
+              name_expressions: Optional[Sequence[str]] = None,
+              headers: Optional[Mapping[str, Union[str, bytes]]] = None,
+              context: Optional[_gpux.Context] = None) -> Module:
+    """As CuPy's RawModule: CUDA C++ ``code``, with the template instances that
+    ``name_expressions`` lists (``["fill<float>"]``) compiled; ``get_function(expr)`` gives
+    one by the same expression. ``headers`` as for Module (CuPy reads ``-I`` directories;
+    gpux takes the headers' texts by name instead)."""
+    return Module(code, LANG_CUDA, options, headers=headers,
+                  name_expressions=name_expressions, context=context)
 
 
 def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *,
+                 headers: Optional[Mapping[str, Union[str, bytes]]] = None,
+                 name_expressions: Optional[Sequence[str]] = None,
                  context: Optional[_gpux.Context] = None) -> Module:
     """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels.
-    No ``extern "C"`` is needed: a kernel with C++ linkage is found by its name, plain or
-    qualified (``"saxpy"``, ``"ns::saxpy"``), or by its mangled symbol (an overloaded name
-    raises gpux.InvalidError, naming the candidates). A template's instance is found by its
-    name (``"fill<float>"``) where the source instantiates it explicitly
-    (``template __global__ void fill<float>(float *, int);``)."""
-    return Module(source, LANG_CUDA, options, context=context)
+    No ``extern "C"`` is needed (PyCUDA's ``no_extern_c=True`` is how gpux always
+    compiles): a kernel with C++ linkage is found by its name, plain or qualified
+    (``"saxpy"``, ``"ns::saxpy"``), or by its mangled symbol (an overloaded name raises
+    gpux.InvalidError, naming the candidates). A template's instance is found by its name
+    expression (``"fill<float>"``) where ``name_expressions`` lists it or the source
+    instantiates it explicitly (``template __global__ void fill<float>(float *, int);``).
+    Where PyCUDA takes ``include_dirs``, gpux takes ``headers``: the texts of the files the
+    source includes, by the names it includes them by (``{"util.cuh": "..."}``)."""
+    return Module(source, LANG_CUDA, options, headers=headers,
+                  name_expressions=name_expressions, context=context)
 
 
 def _register() -> None:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # Types of gpux._gpux, the extension over include/gpux/gpux.h (python/src).
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 _Dims = Union[int, Sequence[int]]
 
@@ -77,7 +77,9 @@ class Arg:
 
 class Module:
     def __init__(self, lang: int, code: bytes, options: Optional[str] = None,
-                 context: Optional[Context] = None) -> None: ...
+                 context: Optional[Context] = None, *,
+                 headers: Optional[Mapping[str, Union[str, bytes]]] = None,
+                 name_expressions: Optional[Sequence[str]] = None) -> None: ...
     @property
     def log(self) -> str: ...
     @property

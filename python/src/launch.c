@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* python/src/launch.c: Modules, Kernels and their launches: arguments, grid, options, submit. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,10 +301,207 @@ static PyType_Spec argw_spec = {
 
 /* ---- Module ---- */
 
+/* gpux_module_load_ex()'s headers and name expressions, and the objects their strings are in. */
+struct load_extra {
+	struct gpux_module_opts o;
+	struct gpux_header *headers;
+	const char **names;
+	PyObject *items; /* list of (name, text): keeps the headers' strings alive */
+	PyObject *seq;   /* the name expressions, likewise */
+};
+
+static void load_extra_done(struct load_extra *x)
+{
+	PyMem_Free(x->headers);
+	PyMem_Free(x->names);
+	Py_XDECREF(x->items);
+	Py_XDECREF(x->seq);
+}
+
+static PyObject *inval(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static PyObject *inval(const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return pyx_raise(GPUX_E_INVAL, msg);
+}
+
+/* TypeError "<what>, not <o's type>" (the limited API has no tp_name). */
+static void wrong_type(const char *what, PyObject *o)
+{
+	PyObject *name = PyType_GetName(Py_TYPE(o));
+
+	if (!name)
+		return;
+	PyErr_Format(PyExc_TypeError, "%s, not %U", what, name);
+	Py_DECREF(name);
+}
+
+/* A header's name and text into h; the bytes it adds to the request into *size. */
+static int header_get(PyObject *item, struct gpux_header *h, uint64_t *size)
+{
+	PyObject *name, *text;
+	Py_ssize_t nl, tl;
+	char *t;
+
+	if (!PyTuple_Check(item) || PyTuple_Size(item) != 2) {
+		PyErr_SetString(PyExc_TypeError, "headers: its items() are not (name, text) pairs");
+		return -1;
+	}
+	name = PyTuple_GetItem(item, 0);
+	text = PyTuple_GetItem(item, 1);
+	if (!PyUnicode_Check(name)) {
+		wrong_type("headers: a header's name is a str", name);
+		return -1;
+	}
+	h->name = PyUnicode_AsUTF8AndSize(name, &nl);
+	if (!h->name)
+		return -1;
+	if (nl == 0 || nl > (Py_ssize_t)PYX_NAME_MAX || strlen(h->name) != (size_t)nl) {
+		inval("headers: a header's name has 1 to %u bytes and no NUL: '%.64s'",
+		      PYX_NAME_MAX, h->name);
+		return -1;
+	}
+	if (PyUnicode_Check(text)) {
+		h->text = PyUnicode_AsUTF8AndSize(text, &tl);
+	} else if (PyBytes_Check(text)) {
+		h->text = PyBytes_AsStringAndSize(text, &t, &tl) < 0 ? NULL : t;
+	} else {
+		char what[128];
+
+		(void)snprintf(what, sizeof(what), "headers['%.64s']: the text is a str or bytes",
+			       h->name);
+		wrong_type(what, text);
+		return -1;
+	}
+	if (!h->text)
+		return -1;
+	if (strlen(h->text) != (size_t)tl) {
+		inval("headers['%.64s']: the text has a NUL byte", h->name);
+		return -1;
+	}
+	*size += 8 + (uint64_t)nl + (uint64_t)tl;
+	return 0;
+}
+
+static int headers_get(PyObject *headers, struct load_extra *x, uint64_t *size)
+{
+	Py_ssize_t n;
+
+	if (!PyMapping_Check(headers) || PyUnicode_Check(headers) || PyBytes_Check(headers) ||
+	    PySequence_Check(headers)) {
+		wrong_type("headers: a mapping of names to texts ({'util.cuh': '...'})", headers);
+		return -1;
+	}
+	n = PyMapping_Size(headers);
+	if (n < 0)
+		return -1;
+	if ((size_t)n > GPUX_MODULE_HEADERS_MAX) {
+		inval("headers: at most %u of them, not %zd", GPUX_MODULE_HEADERS_MAX, n);
+		return -1;
+	}
+	x->items = PyMapping_Items(headers);
+	if (!x->items)
+		return -1;
+	n = PyList_Size(x->items);
+	x->headers = PyMem_Calloc((size_t)n + 1, sizeof(*x->headers));
+	if (!x->headers) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++)
+		if (header_get(PyList_GetItem(x->items, i), &x->headers[i], size) < 0)
+			return -1;
+	x->o.headers = x->headers;
+	x->o.nheaders = (uint32_t)n;
+	return 0;
+}
+
+static int names_get(PyObject *names, struct load_extra *x, uint64_t *size)
+{
+	Py_ssize_t n;
+
+	if (PyUnicode_Check(names) || PyBytes_Check(names) || !PySequence_Check(names)) {
+		wrong_type("name_expressions: a sequence of str (such as ['fill<float>'])", names);
+		return -1;
+	}
+	x->seq = PySequence_Tuple(names);
+	if (!x->seq)
+		return -1;
+	n = PyTuple_Size(x->seq);
+	if ((size_t)n > GPUX_MODULE_NAMES_MAX) {
+		inval("name_expressions: at most %u of them, not %zd", GPUX_MODULE_NAMES_MAX, n);
+		return -1;
+	}
+	x->names = PyMem_Calloc((size_t)n + 1, sizeof(*x->names));
+	if (!x->names) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *o = PyTuple_GetItem(x->seq, i);
+		Py_ssize_t len;
+
+		if (!PyUnicode_Check(o)) {
+			char what[64];
+
+			(void)snprintf(what, sizeof(what), "name_expressions[%zd]: a str", i);
+			wrong_type(what, o);
+			return -1;
+		}
+		x->names[i] = PyUnicode_AsUTF8AndSize(o, &len);
+		if (!x->names[i])
+			return -1;
+		if (len == 0 || len > (Py_ssize_t)PYX_NAME_MAX || strlen(x->names[i]) != (size_t)len) {
+			inval("name_expressions[%zd]: 1 to %u bytes and no NUL: '%.64s'", i,
+			      PYX_NAME_MAX, x->names[i]);
+			return -1;
+		}
+		*size += 4 + (uint64_t)len;
+	}
+	x->o.names = x->names;
+	x->o.nnames = (uint32_t)n;
+	return 0;
+}
+
+/* The checks gpux_module_load_ex() makes, here, to say which argument is wrong and why. */
+static int load_extra_get(PyObject *headers, PyObject *names, unsigned lang, size_t code_len,
+			  struct load_extra *x)
+{
+	uint64_t size = code_len;
+
+	memset(x, 0, sizeof(*x));
+	x->o.size = sizeof(x->o);
+	if (headers == Py_None)
+		headers = NULL;
+	if (names == Py_None)
+		names = NULL;
+	if ((headers || names) && lang != GPUX_LANG_CUDA) {
+		inval("headers and name_expressions are for CUDA C++ only (lang \"cuda\")");
+		return -1;
+	}
+	if ((headers && headers_get(headers, x, &size) < 0) ||
+	    (names && names_get(names, x, &size) < 0))
+		return -1;
+	if (size > PYX_CODE_MAX) {
+		inval("the code, headers and name expressions take %llu bytes, above the %u MiB a "
+		      "module may", (unsigned long long)size, PYX_CODE_MAX >> 20);
+		return -1;
+	}
+	return 0;
+}
+
 static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "lang", "code", "options", "context", NULL };
-	PyObject *ctx_obj = NULL;
+	static char *names[] = { "lang", "code", "options", "context", "headers",
+				 "name_expressions", NULL };
+	PyObject *ctx_obj = NULL, *headers = NULL, *exprs = NULL;
+	struct load_extra x;
 	pyx_Context *ctx;
 	unsigned int lang;
 	Py_buffer code;
@@ -312,19 +511,27 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	char *log = NULL;
 	gpux_status st;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "Iy*|zO", names, &lang, &code, &options,
-					 &ctx_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "Iy*|zO$OO", names, &lang, &code, &options,
+					 &ctx_obj, &headers, &exprs))
 		return NULL;
+	if (load_extra_get(headers, exprs, lang, (size_t)code.len, &x) < 0) {
+		load_extra_done(&x);
+		PyBuffer_Release(&code);
+		return NULL;
+	}
+	x.o.options = options;
 	ctx = pyx_context_arg(ctx_obj);
 	if (!ctx) {
+		load_extra_done(&x);
 		PyBuffer_Release(&code);
 		return NULL;
 	}
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
-	st = gpux_module_load(ctx->ctx, lang, code.buf, (size_t)code.len, options, &m, &log);
+	st = gpux_module_load_ex(ctx->ctx, lang, code.buf, (size_t)code.len, &x.o, &m, &log);
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
+	load_extra_done(&x);
 	PyBuffer_Release(&code);
 	if (st < 0) {
 		if (log)
@@ -392,8 +599,9 @@ static PyType_Slot module_slots[] = {
 	{ Py_tp_new, module_new },
 	{ Py_tp_dealloc, module_dealloc },
 	{ Py_tp_getset, module_getset },
-	{ Py_tp_doc, "Module(lang, code, options=None, context=None): code loaded for kernels "
-		     "(gpux.Module is the package's front)." },
+	{ Py_tp_doc, "Module(lang, code, options=None, context=None, *, headers=None, "
+		     "name_expressions=None): code loaded for kernels (gpux.Module is the "
+		     "package's front)." },
 	{ 0, NULL },
 };
 

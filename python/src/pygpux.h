@@ -15,6 +15,8 @@
 /* As the library's own limits (ipc/proto.h), which only the library checks. */
 #define PYX_ARGS_MAX 64u
 #define PYX_SCALAR_MAX 256u
+#define PYX_NAME_MAX 255u                 /* bytes of a kernel, name expression or header name */
+#define PYX_CODE_MAX (64u * 1024u * 1024u) /* code, headers and name expressions together */
 
 /* The eventfds a context tells of calls that take in: its watcher thread's, and its loop's. */
 #define PYX_NOTIFY_MAX 2

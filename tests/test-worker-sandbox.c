@@ -244,6 +244,36 @@ static void test_sandbox_image_ifunc_symbol_found_by_hash(void **state)
 	}
 }
 
+/*
+ * The loader reads its tables (relocations, symbols, the dynamic array) from the mapped
+ * module while it relocates it, and an earlier relocation may write them: here relocation 0
+ * (R_X86_64_64 of an absolute symbol, a value of the image's choosing) turns relocation 1
+ * into an IRELATIVE, whose resolver glibc runs at dlopen(). The image as read has neither an
+ * IFUNC relocation nor an IFUNC symbol.
+ */
+static void test_sandbox_image_relocation_rewrites_relocations(void **state)
+{
+	const Elf64_Dyn tags[] = { { .d_tag = DT_RELA, .d_un.d_ptr = TABLES_AT },
+				   { .d_tag = DT_RELASZ, .d_un.d_val = 2 * sizeof(Elf64_Rela) },
+				   { .d_tag = DT_RELAENT, .d_un.d_val = sizeof(Elf64_Rela) },
+				   { .d_tag = DT_SYMTAB, .d_un.d_ptr = TABLES_AT + 64 },
+				   { .d_tag = DT_SYMENT, .d_un.d_val = sizeof(Elf64_Sym) } };
+	const Elf64_Rela rl[2] = {
+		{ .r_offset = TABLES_AT + sizeof(Elf64_Rela) + offsetof(Elf64_Rela, r_info),
+		  .r_info = ELF64_R_INFO(1, R_X86_64_64) },
+		{ .r_offset = 0x40, .r_info = ELF64_R_INFO(0, R_X86_64_NONE), .r_addend = 0x100 },
+	};
+	const Elf64_Sym sym = { .st_info = ELF64_ST_INFO(STB_LOCAL, STT_NOTYPE),
+				.st_shndx = SHN_ABS,
+				.st_value = ELF64_R_INFO(0, R_IRELATIVE) };
+	struct image im;
+
+	image_make(&im, tags, ARRAY_SIZE(tags));
+	memcpy(im.b + TABLES_AT, rl, sizeof(rl));
+	memcpy(im.b + TABLES_AT + 64 + sizeof(sym), &sym, sizeof(sym));
+	assert_refused(&im, "relocation");
+}
+
 /* Objects loaded with the module run their constructors: none from a path of its choosing. */
 static void test_sandbox_image_other_objects(void **state)
 {
@@ -301,6 +331,7 @@ int main(void)
 		cmocka_unit_test(test_sandbox_image_dynamic_unreadable),
 		cmocka_unit_test(test_sandbox_image_ifunc_relocation),
 		cmocka_unit_test(test_sandbox_image_ifunc_symbol_found_by_hash),
+		cmocka_unit_test(test_sandbox_image_relocation_rewrites_relocations),
 		cmocka_unit_test(test_sandbox_image_other_objects),
 		cmocka_unit_test(test_sandbox_image_executable_stack),
 	};

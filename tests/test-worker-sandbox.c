@@ -244,6 +244,283 @@ static void test_sandbox_image_ifunc_symbol_found_by_hash(void **state)
 	}
 }
 
+/*
+ * The loader reads its tables (relocations, symbols, the dynamic array) from the mapped
+ * module while it relocates it, and an earlier relocation may write them: here relocation 0
+ * (R_X86_64_64 of an absolute symbol, a value of the image's choosing) turns relocation 1
+ * into an IRELATIVE, whose resolver glibc runs at dlopen(). The image as read has neither an
+ * IFUNC relocation nor an IFUNC symbol.
+ */
+static void test_sandbox_image_relocation_rewrites_relocations(void **state)
+{
+	const Elf64_Dyn tags[] = { { .d_tag = DT_RELA, .d_un.d_ptr = TABLES_AT },
+				   { .d_tag = DT_RELASZ, .d_un.d_val = 2 * sizeof(Elf64_Rela) },
+				   { .d_tag = DT_RELAENT, .d_un.d_val = sizeof(Elf64_Rela) },
+				   { .d_tag = DT_SYMTAB, .d_un.d_ptr = TABLES_AT + 64 },
+				   { .d_tag = DT_SYMENT, .d_un.d_val = sizeof(Elf64_Sym) } };
+	const Elf64_Rela rl[2] = {
+		{ .r_offset = TABLES_AT + sizeof(Elf64_Rela) + offsetof(Elf64_Rela, r_info),
+		  .r_info = ELF64_R_INFO(1, R_X86_64_64) },
+		{ .r_offset = 0x40, .r_info = ELF64_R_INFO(0, R_X86_64_NONE), .r_addend = 0x100 },
+	};
+	const Elf64_Sym sym = { .st_info = ELF64_ST_INFO(STB_LOCAL, STT_NOTYPE),
+				.st_shndx = SHN_ABS,
+				.st_value = ELF64_R_INFO(0, R_IRELATIVE) };
+	struct image im;
+
+	image_make(&im, tags, ARRAY_SIZE(tags));
+	memcpy(im.b + TABLES_AT, rl, sizeof(rl));
+	memcpy(im.b + TABLES_AT + 64 + sizeof(sym), &sym, sizeof(sym));
+	assert_refused(&im, "relocation");
+}
+
+/* Symbols of the images below: free bytes between the program headers and the dynamic array. */
+#define SYMS_AT 256u
+
+/* An absolute symbol: a relocation of it writes st_value + r_addend, a value of the image's
+ * choosing, wherever the module is loaded. */
+#define ABS_SYM(v)                                                                            \
+	{ .st_info = ELF64_ST_INFO(STB_LOCAL, STT_NOTYPE), .st_shndx = SHN_ABS, .st_value = (v) }
+
+/*
+ * An image with relocations rl at TABLES_AT, naming symbols 1.. (sym) of the table at
+ * SYMS_AT (DT_SYMTAB is the first tag, so its d_ptr is at DYN_AT + 8), then the tags more.
+ */
+static void image_relocs(struct image *im, const Elf64_Rela *rl, unsigned nrl,
+			 const Elf64_Sym *sym, unsigned nsym, const Elf64_Dyn *more, unsigned nmore)
+{
+	Elf64_Dyn tags[8] = { { .d_tag = DT_SYMTAB, .d_un.d_ptr = SYMS_AT },
+			      { .d_tag = DT_SYMENT, .d_un.d_val = sizeof(Elf64_Sym) },
+			      { .d_tag = DT_RELA, .d_un.d_ptr = TABLES_AT },
+			      { .d_tag = DT_RELASZ, .d_un.d_val = nrl * sizeof(Elf64_Rela) },
+			      { .d_tag = DT_RELAENT, .d_un.d_val = sizeof(Elf64_Rela) } };
+
+	assert_true(nmore <= 3 && (nsym + 1) * sizeof(Elf64_Sym) <= DYN_AT - SYMS_AT &&
+		    nrl * sizeof(Elf64_Rela) <= SHDR_AT - TABLES_AT);
+	memcpy(tags + 5, more, nmore * sizeof(*more));
+	image_make(im, tags, 5 + nmore);
+	memcpy(im->b + TABLES_AT, rl, nrl * sizeof(*rl));
+	memcpy(im->b + SYMS_AT + sizeof(Elf64_Sym), sym, nsym * sizeof(*sym));
+}
+
+/* Relocation 0 makes symbol 2, which the hash table lets dlsym() find, an IFUNC of the
+ * module's (st_name, st_info, st_other and st_shndx are its first 8 bytes). */
+static void test_sandbox_image_relocation_rewrites_symbols(void **state)
+{
+	const uint64_t ifunc = (uint64_t)ELF64_ST_INFO(STB_GLOBAL, STT_GNU_IFUNC) << 32 |
+			       (uint64_t)1 << 48;
+	const Elf64_Rela rl = { .r_offset = SYMS_AT + 2 * sizeof(Elf64_Sym),
+				.r_info = ELF64_R_INFO(1, R_X86_64_64) };
+	const Elf64_Sym sym[2] = { ABS_SYM(ifunc),
+				   { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+				     .st_shndx = 1 } };
+	const Elf64_Dyn more[] = { { .d_tag = DT_GNU_HASH, .d_un.d_ptr = TABLES_AT + 64 } };
+	/* One bucket from symbol 1, one bloom word; bucket 0: symbol 1; its chain ends at 2. */
+	const uint32_t hash[] = { 1, 1, 1, 0, 0, 0, 1, 0, 1 };
+	struct image im;
+
+	image_relocs(&im, &rl, 1, sym, 2, more, 1);
+	memcpy(im.b + TABLES_AT + 64, hash, sizeof(hash));
+	assert_refused(&im, "relocation that writes");
+}
+
+/* Relocation 0 points DT_SYMTAB at another table, where symbol 2 (of relocation 1) is an
+ * IFUNC of the module's: the loader reads DT_SYMTAB's entry each time it looks a symbol up. */
+static void test_sandbox_image_relocation_rewrites_dynamic(void **state)
+{
+	const uint64_t other = SYMS_AT + 4 * sizeof(Elf64_Sym);
+	const Elf64_Rela rl[2] = {
+		{ .r_offset = DYN_AT + offsetof(Elf64_Dyn, d_un),
+		  .r_info = ELF64_R_INFO(1, R_X86_64_64) },
+		{ .r_offset = 0x40, .r_info = ELF64_R_INFO(2, R_X86_64_GLOB_DAT) },
+	};
+	const Elf64_Sym sym[2] = { ABS_SYM(other),
+				   { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+				     .st_shndx = 1 } };
+	const Elf64_Sym ifunc = { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_GNU_IFUNC),
+				  .st_shndx = 1 };
+	struct image im;
+
+	image_relocs(&im, rl, 2, sym, 2, NULL, 0);
+	memcpy(im.b + other + 2 * sizeof(Elf64_Sym), &ifunc, sizeof(ifunc));
+	assert_refused(&im, "relocation that writes");
+}
+
+/*
+ * Every byte a relocation may write, against every table the loader reads as it relocates:
+ * one word (even a relocation that writes none: the first DT_RELACOUNT are taken for
+ * RELATIVEs), two for a TLS descriptor; a copy relocation's length is its symbol's.
+ */
+static void test_sandbox_image_relocation_writes(void **state)
+{
+	static const struct {
+		uint64_t at;
+		uint32_t type;
+		const char *says; /* NULL: taken */
+	} cases[] = {
+		{ DYN_AT - 8, R_X86_64_RELATIVE, NULL },
+		{ DYN_AT - 7, R_X86_64_RELATIVE, "relocation that writes" },
+		{ DYN_AT - 7, R_X86_64_NONE, "relocation that writes" },
+		{ DYN_AT - 16, R_X86_64_TLSDESC, NULL },
+		{ DYN_AT - 15, R_X86_64_TLSDESC, "relocation that writes" },
+		/* The last entry of the dynamic array, DT_NULL (tags: 5, and 2 more). */
+		{ DYN_AT + 7 * sizeof(Elf64_Dyn), R_X86_64_64, "relocation that writes" },
+		{ DYN_AT + 8 * sizeof(Elf64_Dyn), R_X86_64_64, NULL },
+		{ TABLES_AT - 8, R_X86_64_GLOB_DAT, NULL },
+		{ TABLES_AT + sizeof(Elf64_Rela) - 1, R_X86_64_JUMP_SLOT, "relocation that writes" },
+		{ SYMS_AT + 2 * sizeof(Elf64_Sym) - 1, R_X86_64_DTPMOD64, "relocation that writes" },
+		{ SYMS_AT + 2 * sizeof(Elf64_Sym), R_X86_64_DTPMOD64, NULL },
+		{ TABLES_AT + 64 + 4, R_X86_64_TPOFF64, "relocation that writes" },
+		{ 0x40, R_X86_64_COPY, "copy relocation" },
+	};
+
+	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
+		const Elf64_Rela rl = { .r_offset = cases[i].at,
+					.r_info = ELF64_R_INFO(1, cases[i].type) };
+		const Elf64_Sym sym = { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+					.st_shndx = 1 };
+		/* A string table of 8 bytes at TABLES_AT + 64. */
+		const Elf64_Dyn more[] = { { .d_tag = DT_STRTAB, .d_un.d_ptr = TABLES_AT + 64 },
+					   { .d_tag = DT_STRSZ, .d_un.d_val = 8 } };
+		struct image im;
+		char *msg = NULL;
+
+		image_relocs(&im, &rl, 1, &sym, 1, more, ARRAY_SIZE(more));
+		if (cases[i].says) {
+			assert_refused(&im, cases[i].says);
+		} else {
+			assert_int_equal(check(&im, &msg), 0);
+			assert_null(msg);
+		}
+	}
+}
+
+/* The hash tables and symbol versions the loader reads as it looks symbols up, to their last
+ * byte: a relocation of that byte is refused, of the next taken. */
+static void test_sandbox_image_relocation_writes_lookup_tables(void **state)
+{
+	/* GNU: one bucket from symbol 1, one bloom word, bucket 0: symbol 1, chain to 2. SysV:
+	 * one bucket, two chain entries. Versions: one half-word for each of symbols 0-2. */
+	static const uint32_t gnu[] = { 1, 1, 1, 0, 0, 0, 1, 0, 1 };
+	static const uint32_t sysv[] = { 1, 3, 1, 0, 0, 0 };
+	static const uint16_t versym[] = { 0, 1, 1 };
+	static const struct {
+		int64_t tag;
+		const void *table;
+		size_t size;
+	} tables[] = {
+		{ DT_GNU_HASH, gnu, sizeof(gnu) },
+		{ DT_HASH, sysv, sizeof(sysv) },
+		{ DT_VERSYM, versym, sizeof(versym) },
+	};
+	const Elf64_Sym sym[2] = {
+		{ .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC), .st_shndx = 1 },
+		{ .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC), .st_shndx = 1 },
+	};
+
+	for (unsigned i = 0; i < ARRAY_SIZE(tables); i++) {
+		const Elf64_Dyn more[] = { { .d_tag = tables[i].tag,
+					     .d_un.d_ptr = TABLES_AT + 64 } };
+		/* Symbol 2 for the versions: the hash tables name it. */
+		const uint64_t sym_of = tables[i].tag == DT_VERSYM ? 2 : 1;
+
+		for (unsigned past = 0; past < 2; past++) {
+			const Elf64_Rela rl = {
+				.r_offset = TABLES_AT + 64 + tables[i].size - 1 + past,
+				.r_info = ELF64_R_INFO(sym_of, R_X86_64_GLOB_DAT)
+			};
+			struct image im;
+			char *msg = NULL;
+
+			image_relocs(&im, &rl, 1, sym, 2, more, 1);
+			memcpy(im.b + TABLES_AT + 64, tables[i].table, tables[i].size);
+			if (!past) {
+				assert_refused(&im, "relocation that writes");
+			} else {
+				assert_int_equal(check(&im, &msg), 0);
+				assert_null(msg);
+			}
+		}
+	}
+}
+
+/*
+ * Packed RELATIVEs (DT_RELR) are relocations too: an address (even) is a word the loader
+ * adds its base to; a bitmap (odd), 63 words after it (bit b: word b - 1). A bitmap before
+ * any address would be words from address 0.
+ */
+static void test_sandbox_image_relr_writes(void **state)
+{
+	static const struct {
+		uint64_t relr[2];
+		const char *says; /* NULL: taken */
+	} cases[] = {
+		{ { 0x40, 1 | 1 << 3 }, NULL },
+		{ { DYN_AT, 1 }, "relocation that writes" },
+		/* Word 2 after 0x200 - 8 * 3. */
+		{ { DYN_AT - 8 * 3, 1 | 1 << 3 }, "relocation that writes" },
+		{ { DYN_AT - 8 * 3, 1 | 1 << 2 }, NULL },
+		{ { 1 | 1 << 1, 0x40 }, "relocation that writes" },
+	};
+
+	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
+		const Elf64_Dyn more[] = { { .d_tag = DT_RELR, .d_un.d_ptr = TABLES_AT + 64 },
+					   { .d_tag = DT_RELRSZ, .d_un.d_val = 16 },
+					   { .d_tag = DT_RELRENT, .d_un.d_val = 8 } };
+		struct image im;
+		char *msg = NULL;
+
+		image_relocs(&im, NULL, 0, NULL, 0, more, ARRAY_SIZE(more));
+		memcpy(im.b + TABLES_AT + 64, cases[i].relr, sizeof(cases[i].relr));
+		if (cases[i].says) {
+			assert_refused(&im, cases[i].says);
+		} else {
+			assert_int_equal(check(&im, &msg), 0);
+			assert_null(msg);
+		}
+	}
+	/* The table itself. */
+	{
+		const Elf64_Dyn more[] = { { .d_tag = DT_RELR, .d_un.d_ptr = TABLES_AT + 64 },
+					   { .d_tag = DT_RELRSZ, .d_un.d_val = 8 } };
+		const uint64_t self = TABLES_AT + 64;
+		struct image im;
+
+		image_relocs(&im, NULL, 0, NULL, 0, more, ARRAY_SIZE(more));
+		memcpy(im.b + TABLES_AT + 64, &self, sizeof(self));
+		assert_refused(&im, "relocation that writes");
+	}
+}
+
+/* Text relocations: the loader makes read-only segments writable while it relocates. */
+static void test_sandbox_image_text_relocations(void **state)
+{
+	static const struct {
+		int64_t tag;
+		uint64_t val;
+		const char *says; /* NULL: taken */
+	} cases[] = {
+		{ DT_TEXTREL, 0, "DT_TEXTREL" },
+		{ DT_FLAGS, DF_TEXTREL | DF_BIND_NOW, "DF_TEXTREL" },
+		{ DT_FLAGS, DF_BIND_NOW, NULL },
+	};
+
+	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
+		const Elf64_Dyn tags[] = { { .d_tag = DT_STRSZ, .d_un.d_val = 1 },
+					   { .d_tag = cases[i].tag, .d_un.d_val = cases[i].val } };
+		struct image im;
+		char *msg = NULL;
+
+		image_make(&im, tags, ARRAY_SIZE(tags));
+		if (cases[i].says) {
+			assert_refused(&im, cases[i].says);
+		} else {
+			assert_int_equal(check(&im, &msg), 0);
+			assert_null(msg);
+		}
+	}
+}
+
 /* Objects loaded with the module run their constructors: none from a path of its choosing. */
 static void test_sandbox_image_other_objects(void **state)
 {
@@ -301,6 +578,13 @@ int main(void)
 		cmocka_unit_test(test_sandbox_image_dynamic_unreadable),
 		cmocka_unit_test(test_sandbox_image_ifunc_relocation),
 		cmocka_unit_test(test_sandbox_image_ifunc_symbol_found_by_hash),
+		cmocka_unit_test(test_sandbox_image_relocation_rewrites_relocations),
+		cmocka_unit_test(test_sandbox_image_relocation_rewrites_symbols),
+		cmocka_unit_test(test_sandbox_image_relocation_rewrites_dynamic),
+		cmocka_unit_test(test_sandbox_image_relocation_writes),
+		cmocka_unit_test(test_sandbox_image_relocation_writes_lookup_tables),
+		cmocka_unit_test(test_sandbox_image_relr_writes),
+		cmocka_unit_test(test_sandbox_image_text_relocations),
 		cmocka_unit_test(test_sandbox_image_other_objects),
 		cmocka_unit_test(test_sandbox_image_executable_stack),
 	};

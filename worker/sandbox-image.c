@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/sandbox-image.c: a host module's image, read as the loader reads it, before dlopen(). */
+#include <assert.h>
 #include <elf.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -12,8 +13,12 @@
 
 #if defined(__x86_64__)
 #define R_IRELATIVE R_X86_64_IRELATIVE
+#define R_COPY R_X86_64_COPY
+#define R_TLSDESC R_X86_64_TLSDESC
 #elif defined(__aarch64__)
 #define R_IRELATIVE R_AARCH64_IRELATIVE
+#define R_COPY R_AARCH64_COPY
+#define R_TLSDESC R_AARCH64_TLSDESC
 #endif
 
 /* More than any object has: program headers (a linker writes about ten), entries of the
@@ -68,18 +73,22 @@ static const uint8_t *at(const struct view *v, uint64_t addr, uint64_t size)
 	return off >= hit->p_offset && range_ok(off, size, v->len) ? v->image + off : NULL;
 }
 
-/* The tags the loader takes from the dynamic array, the last of each as it does. */
+/* The tags the loader takes from the dynamic array, the last of each as it does, and how many
+ * entries it reads (DT_NULL included). */
 struct dyn {
 	uint64_t val[DT_NUM];
 	bool has[DT_NUM];
-	uint64_t gnu_hash;
-	bool has_gnu_hash;
+	uint64_t gnu_hash, versym;
+	bool has_gnu_hash, has_versym;
+	uint64_t count;
 };
 
-/* What a tag makes the loader do that the sandbox cannot allow, or NULL. */
-static const char *tag_refused(int64_t tag)
+_Static_assert(DT_RELR < DT_NUM && DT_RELRSZ < DT_NUM && DT_RELRENT < DT_NUM, "RELR tags");
+
+/* What an entry makes the loader do that the sandbox cannot allow, or NULL. */
+static const char *tag_refused(const Elf64_Dyn *e)
 {
-	switch (tag) {
+	switch (e->d_tag) {
 	case DT_INIT:
 		return "DT_INIT (an _init function)";
 	case DT_FINI:
@@ -107,6 +116,13 @@ static const char *tag_refused(int64_t tag)
 	case DT_FILTER:
 	case DT_AUXILIARY:
 		return "DT_FILTER (another object in its place)";
+	/* The loader makes read-only segments writable while it relocates: then nothing the
+	 * module maps is out of its relocations' reach. */
+	case DT_TEXTREL:
+		return "DT_TEXTREL (relocations of read-only segments)";
+	case DT_FLAGS:
+		return e->d_un.d_val & DF_TEXTREL ? "DF_TEXTREL (relocations of read-only segments)"
+						  : NULL;
 	default:
 		return NULL;
 	}
@@ -129,14 +145,19 @@ static int dyn_read(const struct view *v, const Elf64_Phdr *pd, struct dyn *ret,
 			return -EINVAL;
 		}
 		memcpy(&e, p, sizeof(e));
-		if (e.d_tag == DT_NULL)
+		if (e.d_tag == DT_NULL) {
+			d.count = i + 1;
 			break;
-		*why = tag_refused(e.d_tag);
+		}
+		*why = tag_refused(&e);
 		if (*why)
 			return -EINVAL;
 		if (e.d_tag == DT_GNU_HASH) {
 			d.gnu_hash = e.d_un.d_ptr;
 			d.has_gnu_hash = true;
+		} else if (e.d_tag == DT_VERSYM) {
+			d.versym = e.d_un.d_ptr;
+			d.has_versym = true;
 		} else if (e.d_tag >= 0 && e.d_tag < DT_NUM) {
 			d.val[e.d_tag] = e.d_un.d_val;
 			d.has[e.d_tag] = true;
@@ -147,28 +168,188 @@ static int dyn_read(const struct view *v, const Elf64_Phdr *pd, struct dyn *ret,
 }
 
 /*
- * One table of relocations (entries of `ent` bytes, r_info at 8 in both kinds): what in it
- * would run a resolver, or NULL. *syms: one past the highest symbol it names.
+ * What the loader reads from the mapped module once it relocates it, and as dlsym() looks a
+ * symbol up: the dynamic array (it keeps pointers to its entries, and reads them as it goes),
+ * the relocation tables, the symbols it looks at, their hash tables, strings and versions
+ * (DT_VERSYM; the definitions and needs are read before the first relocation). A relocation
+ * writes wherever the module is writable, RELRO included (made read-only once relocation is
+ * done), so one that wrote these would make a later step read what this check never saw: a
+ * relocation turned into an IRELATIVE, a symbol into an IFUNC, DT_SYMTAB pointed at another
+ * table. No relocation may write a byte of them, wherever they lie.
  */
-static const char *relocs_check(const struct view *v, uint64_t addr, uint64_t size, uint64_t ent,
+#define SPANS_MAX 12u
+
+struct spans {
+	uint64_t lo[SPANS_MAX], end[SPANS_MAX];
+	unsigned n;
+};
+
+/* Add [addr, addr + size), which at() has read (so it does not wrap). */
+static void span_add(struct spans *s, uint64_t addr, uint64_t size)
+{
+	assert(s->n < SPANS_MAX);
+	s->lo[s->n] = addr;
+	s->end[s->n] = addr + size;
+	s->n++;
+}
+
+/* Whether [addr, addr + size) meets a span, or wraps. */
+static bool span_hit(const struct spans *s, uint64_t addr, uint64_t size)
+{
+	uint64_t end;
+
+	if (!add_ok(addr, size, &end))
+		return true;
+	for (unsigned i = 0; i < s->n; i++)
+		if (addr < s->end[i] && s->lo[i] < end)
+			return true;
+	return false;
+}
+
+#define WRITES_TABLES "a relocation that writes the loader's own tables as it relocates"
+
+/* A table of relocations: entries of `ent` bytes, r_offset at 0 and r_info at 8 in both
+ * kinds. */
+struct rtab {
+	uint64_t addr, size, ent;
+};
+
+/* The dynamic array's relocation tables (RELR aside) into t: how many. */
+static unsigned rtabs_get(const struct dyn *d, struct rtab t[3])
+{
+	unsigned n = 0;
+
+	if (d->has[DT_RELA])
+		t[n++] = (struct rtab){ d->val[DT_RELA], d->val[DT_RELASZ], sizeof(Elf64_Rela) };
+	if (d->has[DT_REL])
+		t[n++] = (struct rtab){ d->val[DT_REL], d->val[DT_RELSZ], sizeof(Elf64_Rel) };
+	if (d->has[DT_JMPREL])
+		t[n++] = (struct rtab){ d->val[DT_JMPREL], d->val[DT_PLTRELSZ],
+					d->val[DT_PLTREL] == DT_REL ? sizeof(Elf64_Rel)
+								    : sizeof(Elf64_Rela) };
+	return n;
+}
+
+/*
+ * How many bytes the loader may write at a relocation's r_offset, or 0 with *why for a type
+ * refused: an IRELATIVE runs a resolver of the module's, a COPY (an executable's, never a
+ * shared object's) copies as many bytes as a symbol says. A TLS descriptor is two words; any
+ * other type one, even one that writes none or fewer: the loader takes the first
+ * DT_RELACOUNT relocations for RELATIVEs, whatever their type says.
+ */
+static unsigned reloc_width(uint32_t type, const char **why)
+{
+	switch (type) {
+	case R_IRELATIVE:
+		*why = "an IFUNC relocation";
+		return 0;
+	case R_COPY:
+		*why = "a copy relocation";
+		return 0;
+	case R_TLSDESC:
+		return 16;
+	default:
+		return 8;
+	}
+}
+
+/* One table of relocations: what in it would run a resolver or copy, or NULL. *syms: one
+ * past the highest symbol it names. Its bytes go into s. */
+static const char *relocs_check(const struct view *v, const struct rtab *t, struct spans *s,
 				uint64_t *syms)
 {
+	const char *why = NULL;
 	const uint8_t *p;
 
-	if (size == 0)
+	if (t->size == 0)
 		return NULL;
-	p = at(v, addr, size);
-	if (!p || size % ent)
+	p = at(v, t->addr, t->size);
+	if (!p || t->size % t->ent)
 		return "unreadable relocations";
-	for (uint64_t o = 0; o < size; o += ent) {
+	for (uint64_t o = 0; o < t->size; o += t->ent) {
 		uint64_t info;
 
 		memcpy(&info, p + o + 8, sizeof(info));
-		if (ELF64_R_TYPE(info) == R_IRELATIVE)
-			return "an IFUNC relocation";
+		if (reloc_width(ELF64_R_TYPE(info), &why) == 0)
+			return why;
 		*syms = MAX(*syms, (uint64_t)ELF64_R_SYM(info) + 1);
 	}
+	span_add(s, t->addr, t->size);
 	return NULL;
+}
+
+/* Whether a relocation of a table relocs_check() took writes a byte of s. */
+static bool relocs_write(const struct view *v, const struct rtab *t, const struct spans *s)
+{
+	const uint8_t *p = t->size ? at(v, t->addr, t->size) : NULL;
+	const char *why = NULL;
+
+	for (uint64_t o = 0; p && o < t->size; o += t->ent) {
+		uint64_t off, info;
+
+		memcpy(&off, p + o, sizeof(off));
+		memcpy(&info, p + o + 8, sizeof(info));
+		if (span_hit(s, off, reloc_width(ELF64_R_TYPE(info), &why)))
+			return true;
+	}
+	return false;
+}
+
+/* The RELR table (packed RELATIVEs, DT_RELR): NULL, or why it is refused. Its bytes go into
+ * s; *ret_p and *ret_size: where it is (NULL: none). */
+static const char *relr_check(const struct view *v, const struct dyn *d, struct spans *s,
+			      const uint8_t **ret_p, uint64_t *ret_size)
+{
+	const uint8_t *p = NULL;
+	uint64_t size = d->has[DT_RELR] ? d->val[DT_RELRSZ] : 0;
+
+	if (size) {
+		p = at(v, d->val[DT_RELR], size);
+		if (!p || size % sizeof(uint64_t) ||
+		    (d->has[DT_RELRENT] && d->val[DT_RELRENT] != sizeof(uint64_t)))
+			return "unreadable relocations";
+		span_add(s, d->val[DT_RELR], size);
+	}
+	*ret_p = p;
+	*ret_size = size;
+	return NULL;
+}
+
+/*
+ * Whether the RELR table writes a byte of s (or cannot be followed). An even entry is the
+ * address of a word the loader adds its base to; an odd one a bitmap of the 63 words after
+ * the last it wrote or passed over: bit b (1-63) stands for word b - 1.
+ */
+static bool relr_write(const uint8_t *p, uint64_t size, const struct spans *s)
+{
+	uint64_t where = 0;
+	bool based = false;
+
+	for (uint64_t o = 0; o < size; o += sizeof(uint64_t)) {
+		uint64_t e;
+
+		memcpy(&e, p + o, sizeof(e));
+		if (!(e & 1)) {
+			if (span_hit(s, e, 8))
+				return true;
+			where = e + 8;
+			based = true;
+			continue;
+		}
+		/* A bitmap before any address: words from address 0, not the module's. */
+		if (!based)
+			return true;
+		for (unsigned b = 1; b < 64; b++) {
+			uint64_t a;
+
+			if (((e >> b) & 1) &&
+			    (!add_ok(where, (b - 1) * 8ull, &a) || span_hit(s, a, 8)))
+				return true;
+		}
+		if (!add_ok(where, 63 * 8, &where))
+			return true;
+	}
+	return false;
 }
 
 /* A 32-bit word at addr, or false. */
@@ -184,18 +365,22 @@ static bool word(const struct view *v, uint64_t addr, uint32_t *ret)
 
 /*
  * How many symbols dlsym() can find, through DT_HASH or DT_GNU_HASH: it would run the
- * resolver of any of them asked for. -EINVAL when a table cannot be read (or says more than
- * SYMS_MAX).
+ * resolver of any of them asked for. The bytes of the tables it reads go into s. -EINVAL
+ * when a table cannot be read (or says more than SYMS_MAX).
  */
-static int64_t syms_found(const struct view *v, const struct dyn *d)
+static int64_t syms_found(const struct view *v, const struct dyn *d, struct spans *s)
 {
-	uint64_t n = 0;
+	uint64_t n = 0, size;
 	uint32_t h[4], top = 0;
 
 	if (d->has[DT_HASH]) {
-		/* nbucket, nchain: one chain entry per symbol. */
-		if (!word(v, d->val[DT_HASH] + 4, &h[1]))
+		/* nbucket, nchain, the buckets, then one chain entry per symbol. */
+		if (!word(v, d->val[DT_HASH], &h[0]) || !word(v, d->val[DT_HASH] + 4, &h[1]))
 			return -EINVAL;
+		size = 8 + 4 * ((uint64_t)h[0] + h[1]);
+		if (!at(v, d->val[DT_HASH], size))
+			return -EINVAL;
+		span_add(s, d->val[DT_HASH], size);
 		n = h[1];
 	}
 	if (d->has_gnu_hash) {
@@ -213,57 +398,55 @@ static int64_t syms_found(const struct view *v, const struct dyn *d)
 		if (h[0] && !buckets)
 			return -EINVAL;
 		for (uint32_t b = 0; b < h[0]; b++) {
-			uint32_t s;
+			uint32_t c;
 
-			memcpy(&s, buckets + 4 * (size_t)b, sizeof(s));
-			top = MAX(top, s);
+			memcpy(&c, buckets + 4 * (size_t)b, sizeof(c));
+			top = MAX(top, c);
 		}
 		/* The last chain (from the highest bucket's symbol) ends with its low bit set. */
+		size = chain - d->gnu_hash;
 		while (top >= h[1] && top <= SYMS_MAX) {
 			uint32_t c;
 
+			size = chain + 4 * (uint64_t)(top - h[1] + 1) - d->gnu_hash;
 			if (!word(v, chain + 4 * (uint64_t)(top - h[1]), &c))
 				return -EINVAL;
 			if (c & 1)
 				break;
 			top++;
 		}
+		if (!at(v, d->gnu_hash, size))
+			return -EINVAL;
+		span_add(s, d->gnu_hash, size);
 		n = MAX(n, MAX((uint64_t)top + 1, (uint64_t)h[1]));
 	}
 	return n > SYMS_MAX ? -EINVAL : (int64_t)n;
 }
 
-/* What the dynamic array's relocations and symbols would run as the module loads or is
- * looked up: IFUNC resolvers of its own. NULL when nothing. */
-static const char *dyn_check(const struct view *v, const struct dyn *d)
+/* The symbols the loader looks at (syms of them): what would run a resolver of the module's,
+ * or NULL. Their bytes, their versions' and the strings go into s. */
+static const char *syms_check(const struct view *v, const struct dyn *d, uint64_t syms,
+			      struct spans *s)
 {
-	uint64_t syms = 0;
 	const uint8_t *p;
-	const char *what = NULL;
-	int64_t found;
 
-	if (d->has[DT_RELA])
-		what = relocs_check(v, d->val[DT_RELA], d->val[DT_RELASZ], sizeof(Elf64_Rela),
-				    &syms);
-	if (!what && d->has[DT_REL])
-		what = relocs_check(v, d->val[DT_REL], d->val[DT_RELSZ], sizeof(Elf64_Rel), &syms);
-	if (!what && d->has[DT_JMPREL])
-		what = relocs_check(v, d->val[DT_JMPREL], d->val[DT_PLTRELSZ],
-				    d->val[DT_PLTREL] == DT_REL ? sizeof(Elf64_Rel)
-								: sizeof(Elf64_Rela),
-				    &syms);
-	if (what)
-		return what;
-	found = syms_found(v, d);
-	if (found < 0)
-		return "an unreadable hash table";
-	syms = MAX(syms, (uint64_t)found);
+	if (d->has[DT_STRTAB]) {
+		if (!d->has[DT_STRSZ] || !at(v, d->val[DT_STRTAB], d->val[DT_STRSZ]))
+			return "an unreadable string table";
+		span_add(s, d->val[DT_STRTAB], d->val[DT_STRSZ]);
+	}
 	if (syms == 0)
 		return NULL;
 	if (syms > SYMS_MAX || !d->has[DT_SYMTAB] ||
 	    (d->has[DT_SYMENT] && d->val[DT_SYMENT] != sizeof(Elf64_Sym)) ||
 	    !(p = at(v, d->val[DT_SYMTAB], syms * sizeof(Elf64_Sym))))
 		return "an unreadable symbol table";
+	span_add(s, d->val[DT_SYMTAB], syms * sizeof(Elf64_Sym));
+	if (d->has_versym) {
+		if (!at(v, d->versym, syms * sizeof(Elf64_Half)))
+			return "unreadable symbol versions";
+		span_add(s, d->versym, syms * sizeof(Elf64_Half));
+	}
 	for (uint64_t i = 0; i < syms; i++) {
 		Elf64_Sym y;
 
@@ -272,6 +455,38 @@ static const char *dyn_check(const struct view *v, const struct dyn *d)
 			return "an IFUNC symbol";
 	}
 	return NULL;
+}
+
+/* What the dynamic array's relocations and symbols would run as the module loads or is
+ * looked up (IFUNC resolvers of its own), or what of the loader's tables its relocations
+ * would write. NULL when nothing. */
+static const char *dyn_check(const struct view *v, const Elf64_Phdr *pd, const struct dyn *d)
+{
+	struct spans s = { 0 };
+	struct rtab t[3];
+	unsigned nt = rtabs_get(d, t);
+	uint64_t syms = 0, relr_size;
+	const uint8_t *relr;
+	const char *what = NULL;
+	int64_t found;
+
+	span_add(&s, pd->p_vaddr, d->count * sizeof(Elf64_Dyn));
+	for (unsigned i = 0; i < nt && !what; i++)
+		what = relocs_check(v, &t[i], &s, &syms);
+	if (!what)
+		what = relr_check(v, d, &s, &relr, &relr_size);
+	if (what)
+		return what;
+	found = syms_found(v, d, &s);
+	if (found < 0)
+		return "an unreadable hash table";
+	what = syms_check(v, d, MAX(syms, (uint64_t)found), &s);
+	if (what)
+		return what;
+	for (unsigned i = 0; i < nt; i++)
+		if (relocs_write(v, &t[i], &s))
+			return WRITES_TABLES;
+	return relr && relr_write(relr, relr_size, &s) ? WRITES_TABLES : NULL;
 }
 
 /* Each DT_NEEDED a name the library path resolves (not a path of the module's choosing). */
@@ -342,7 +557,7 @@ int wrk_sandbox_image_check(const uint8_t *image, size_t len, char **ret_msg)
 		return -EINVAL;
 	}
 	if (!what)
-		what = dyn_check(&v, &d);
+		what = dyn_check(&v, pd, &d);
 	if (!what)
 		what = needed_check(&v, pd, &d);
 	if (!what)

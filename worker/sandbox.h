@@ -23,7 +23,9 @@ char *wrk_sandbox_fault_text(const char *kernel, int nr, unsigned arch);
  * or _fini, IFUNC resolvers, library paths, audit or filter objects, DT_NEEDED paths. That
  * code would run on the thread that loads the module, outside the sandbox. The image is read
  * as the loader reads it (program headers, the dynamic segment where it is mapped), not by
- * its section table, which the loader never reads (worker/sandbox-image.c). 0, or -EINVAL
- * with *ret_msg (to free) saying what was found.
+ * its section table, which the loader never reads; and since the loader reads its tables
+ * from the module as it relocates it, no relocation may write them (nor text relocations
+ * make read-only segments writable, nor copy relocations copy) (worker/sandbox-image.c).
+ * 0, or -EINVAL with *ret_msg (to free) saying what was found.
  */
 int wrk_sandbox_image_check(const uint8_t *image, size_t len, char **ret_msg);

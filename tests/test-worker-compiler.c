@@ -152,16 +152,23 @@ static void test_compiler_checks_the_helpers_cubin(void **state)
 	assert_refused("raw:cubin-sm90", "malformed image");
 }
 
-static void test_compiler_status_is_a_gpux_status(void **state)
+static void test_compiler_status_is_one_a_compile_ends_with(void **state)
 {
 	char *log = NULL;
 
-	/* A status of gpux is passed on: the helper's own refusals. */
+	/* What a compile ends with is passed on: the helper's own refusals. */
 	assert_int_equal(build("status:-2", &log), GPUX_E_NOMEM);
 	free(log);
-	assert_refused("status:-1000", "no status of gpux (-1000)");
-	assert_refused("status:-2147483648", "no status of gpux");
-	assert_refused("status:7", "no status of gpux (7)");
+	assert_int_equal(build("status:-1", &log), GPUX_E_INVAL);
+	free(log);
+	assert_int_equal(build("status:-10", &log), GPUX_E_COMPILE);
+	free(log);
+	/* Anything else is the compile's failure, even a status of gpux's: a quota, a stop. */
+	assert_refused("status:-12", "no compile ends with (-12)");
+	assert_refused("status:-18", "no compile ends with (-18)");
+	assert_refused("status:-1000", "no compile ends with (-1000)");
+	assert_refused("status:-2147483648", "no compile ends with");
+	assert_refused("status:7", "no compile ends with (7)");
 }
 
 int main(int argc, char **argv)
@@ -169,7 +176,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compiler_takes_a_good_image),
 		cmocka_unit_test(test_compiler_checks_the_helpers_cubin),
-		cmocka_unit_test(test_compiler_status_is_a_gpux_status),
+		cmocka_unit_test(test_compiler_status_is_one_a_compile_ends_with),
 	};
 
 	/* Started by the code under test as its helper. */

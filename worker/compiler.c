@@ -336,14 +336,17 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 					   : strdup("the compiler said something it should not");
 		return GPUX_E_COMPILE;
 	}
+	/* What a compile can end with (compile-helper.c); any other status, even one of gpux's
+	 * (a quota, a stopping daemon), would be the helper's word about what it cannot know. */
 	if (rep.status != 0) {
-		if (ipc_status_valid(rep.status)) {
+		if (rep.status == GPUX_E_COMPILE || rep.status == GPUX_E_INVAL ||
+		    rep.status == GPUX_E_NOMEM) {
 			*ret_log = log;
 			return rep.status;
 		}
 		free(log);
-		*ret_log = wrk_strdup_printf("the compiler answered with no status of gpux (%d)",
-					     rep.status);
+		*ret_log = wrk_strdup_printf("the compiler answered with a status no compile ends "
+					     "with (%d)", rep.status);
 		return GPUX_E_COMPILE;
 	}
 	r = ipc_blob_read(image_fd, 0, CC_IMAGE_MAX, &image, &len);

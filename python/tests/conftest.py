@@ -90,22 +90,21 @@ def _gpuxd() -> str:
     return path
 
 
-@pytest.fixture(scope="session", autouse=True)
-def daemon(tmp_path_factory):
+def start_gpuxd(d, *args):
+    """A gpuxd of its own on d/gpuxd.sock, given args, once every device is ready:
+    (process, socket). The log is d/gpuxd.log."""
     import gpux
 
-    d = tmp_path_factory.mktemp("gpuxd")
     sock = str(d / "gpuxd.sock")
     log = open(d / "gpuxd.log", "wb")
-    proc = subprocess.Popen([_gpuxd(), "--socket", sock, "--cache-dir", str(d / "cache"),
-                             "--backend", "host", "--host-devices", "2"],
+    proc = subprocess.Popen([_gpuxd(), "--socket", sock, "--cache-dir", str(d / "cache"), *args],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    os.environ["GPUX_SOCKET"] = sock
     deadline = time.monotonic() + 30
     while True:
         try:
             ctx = gpux.Context(sock)
-            if all(ctx.device_info(i)["state"] == 2 for i in range(ctx.device_count())):
+            if ctx.device_count() and all(ctx.device_info(i)["state"] == 2
+                                          for i in range(ctx.device_count())):
                 break
         except gpux.GpuxError:
             pass
@@ -114,9 +113,21 @@ def daemon(tmp_path_factory):
             raise RuntimeError("gpuxd did not start: " + (d / "gpuxd.log").read_text())
         time.sleep(0.02)
     del ctx
-    yield sock
+    return proc, sock
+
+
+def stop_gpuxd(proc, d):
     proc.terminate()
     assert proc.wait(30) == 0, (d / "gpuxd.log").read_text()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def daemon(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpuxd")
+    proc, sock = start_gpuxd(d, "--backend", "host", "--host-devices", "2")
+    os.environ["GPUX_SOCKET"] = sock
+    yield sock
+    stop_gpuxd(proc, d)
 
 
 @pytest.fixture(scope="session")

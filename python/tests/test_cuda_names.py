@@ -6,13 +6,12 @@
 # so a launch that ends well found the instance asked for.
 import os
 import pickle
-import subprocess
-import time
 
 import numpy as np
 import pytest
 
 import gpux
+from conftest import start_gpuxd, stop_gpuxd
 from gpux._errors import E_NOTFOUND
 
 pytestmark = pytest.mark.skipif(
@@ -43,29 +42,12 @@ def ctx(tmp_path_factory):
     so the process's default context is made on this daemon too: unpickled modules load
     there."""
     d = tmp_path_factory.mktemp("gpuxd-cuda")
-    sock = str(d / "gpuxd.sock")
-    log = open(d / "gpuxd.log", "wb")
-    proc = subprocess.Popen([os.environ["GPUX_DAEMON"], "--socket", sock, "--cache-dir",
-                             str(d / "cache"), "--backend", "cuda"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            c = gpux.Context(sock)
-            if c.device_count() and all(c.device_info(i)["state"] == 2
-                                        for i in range(c.device_count())):
-                break
-        except gpux.GpuxError:
-            pass
-        if time.monotonic() > deadline or proc.poll() is not None:
-            proc.kill()
-            raise RuntimeError("gpuxd did not start: " + (d / "gpuxd.log").read_text())
-        time.sleep(0.02)
+    proc, sock = start_gpuxd(d, "--backend", "cuda")
     os.environ["GPUX_SOCKET"] = sock
+    c = gpux.Context(sock)
     yield c
     del c
-    proc.terminate()
-    assert proc.wait(30) == 0, (d / "gpuxd.log").read_text()
+    stop_gpuxd(proc, d)
 
 
 def test_template_instances_by_name_expression(ctx):

@@ -297,10 +297,14 @@ static void image_relocs(struct image *im, const Elf64_Rela *rl, unsigned nrl,
 
 	assert_true(nmore <= 3 && (nsym + 1) * sizeof(Elf64_Sym) <= DYN_AT - SYMS_AT &&
 		    nrl * sizeof(Elf64_Rela) <= SHDR_AT - TABLES_AT);
-	memcpy(tags + 5, more, nmore * sizeof(*more));
+	/* (memcpy() of nothing from NULL is still undefined.) */
+	if (nmore)
+		memcpy(tags + 5, more, nmore * sizeof(*more));
 	image_make(im, tags, 5 + nmore);
-	memcpy(im->b + TABLES_AT, rl, nrl * sizeof(*rl));
-	memcpy(im->b + SYMS_AT + sizeof(Elf64_Sym), sym, nsym * sizeof(*sym));
+	if (nrl)
+		memcpy(im->b + TABLES_AT, rl, nrl * sizeof(*rl));
+	if (nsym)
+		memcpy(im->b + SYMS_AT + sizeof(Elf64_Sym), sym, nsym * sizeof(*sym));
 }
 
 /* Relocation 0 makes symbol 2, which the hash table lets dlsym() find, an IFUNC of the

@@ -4,7 +4,10 @@
 
 #include <stdint.h>
 
-/* Keys followed at once; one more takes the place of the one whose window began longest ago. */
+/*
+ * Keys followed at once, each with a slot. One more takes the slot of a key whose window
+ * ended; while none has, it shares `others` with every key that found no slot.
+ */
 #define WRK_RATELIMIT_KEYS 64u
 
 struct wrk_ratelimit_key {
@@ -18,14 +21,18 @@ struct wrk_ratelimit {
 	uint64_t window_ns;
 	unsigned burst;
 	struct wrk_ratelimit_key keys[WRK_RATELIMIT_KEYS];
+	struct wrk_ratelimit_key others; /* the keys without a slot, limited as one */
+	uint64_t unreported; /* lines left out of `others`, or of keys whose slot was taken */
 };
 
 #define WRK_RATELIMIT_INIT(window, lines) { .window_ns = (window), .burst = (lines) }
 
 /*
  * A line for `key` at time `now` (ns, > 0, never going back): whether it may be written. At
- * most rl->burst lines a window for each key. Returns how many lines of that key were left
- * out before this one (to say so first), or -1 when this one is left out. A key pushed out
- * of the table by WRK_RATELIMIT_KEYS others starts afresh (its count is lost). Not locked.
+ * most rl->burst lines a window for each key. Returns how many lines were left out before
+ * this one (to say so first), or -1 when this one is left out. Keys that find no slot (more
+ * than WRK_RATELIMIT_KEYS in one window) are limited together, as one; the lines they had
+ * left out, and those of a key whose slot was taken after its window, are counted with the
+ * next line let through, whichever key's. Not locked.
  */
 int64_t wrk_ratelimit_take(struct wrk_ratelimit *rl, uint32_t key, uint64_t now);

@@ -368,18 +368,19 @@ static int chan_flush(gpux_ctx *ctx, uint32_t i)
 }
 
 /* Lock held: queue a message that its socket cannot take now, unless the worker has left so
- * much unread that it is taken for one that dropped us. */
+ * much unread (callers wait long before: cli_room_wait()) that it is taken for one that
+ * dropped us. */
 static int chan_queue(gpux_ctx *ctx, uint32_t i, const void *msg, size_t len, const int *fds,
 		      unsigned nfds)
 {
 	struct cli_dev *d = &ctx->devs[i];
 	int r;
 
-	if (d->out.bytes + len > CLI_OUTBOX_MAX) {
+	if (d->out.bytes + len > CLI_OUTBOX_MAX || d->out.nfds + nfds > CLI_OUTBOX_FDS_MAX) {
 		char why[96];
 
-		(void)snprintf(why, sizeof(why), "the worker left %u MiB sent to it unread",
-			       CLI_OUTBOX_MAX >> 20);
+		(void)snprintf(why, sizeof(why), "the worker left %u MiB or %u fds sent to it unread",
+			       CLI_OUTBOX_MAX >> 20, CLI_OUTBOX_FDS_MAX);
 		free(d->dropped);
 		d->dropped = strdup(why);
 		return -EPIPE;
@@ -412,6 +413,19 @@ static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len
 	if (r == 0)
 		d->sock_out++;
 	return r;
+}
+
+static bool has_room(gpux_ctx *ctx, void *arg)
+{
+	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
+
+	return d->chan_fd < 0 || (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT &&
+				  d->out.nfds < CLI_OUTBOX_FDS_WAIT);
+}
+
+int cli_room_wait(gpux_ctx *ctx, uint32_t device)
+{
+	return cli_wait_until(ctx, has_room, (void *)(uintptr_t)device, NULL, 0);
 }
 
 void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,

@@ -21,12 +21,17 @@
 #define CLI_INFLIGHT_MAX 1024u
 /*
  * Messages a channel's socket could not take yet wait in its outbox (client/outbox.c), so
- * that no thread blocks in sendmsg() with the lock held. A launch waits (without the lock)
- * while the outbox holds CLI_OUTBOX_WAIT bytes or more; a worker that leaves CLI_OUTBOX_MAX
- * unread is treated as one that dropped the channel.
+ * that no thread blocks in sendmsg() with the lock held. Every call that a caller can repeat
+ * without end waits (without the lock) while the outbox holds CLI_OUTBOX_WAIT bytes or
+ * more, or CLI_OUTBOX_FDS_WAIT fds (its own copies, each one of this process's fds); one
+ * call sends a bounded number of messages after it waited. So only a worker that leaves
+ * CLI_OUTBOX_MAX or CLI_OUTBOX_FDS_MAX unread, far more than callers that wait can queue,
+ * is treated as one that dropped the channel.
  */
 #define CLI_OUTBOX_WAIT (2u * 1024u * 1024u)
 #define CLI_OUTBOX_MAX (32u * 1024u * 1024u)
+#define CLI_OUTBOX_FDS_WAIT 64u
+#define CLI_OUTBOX_FDS_MAX 1024u
 /* How long a call waits for a device that is (re)starting. */
 #define CLI_DEVICE_WAIT_NS (30ULL * 1000000000ULL)
 /* How long connecting may take, an autospawned gpuxd's start included. */
@@ -145,11 +150,13 @@ struct cli_rings {
 	unsigned refs;
 };
 
-/* Messages for a channel, oldest first; what they hold in bytes (with their bookkeeping). */
+/* Messages for a channel, oldest first; what they hold in bytes (with their bookkeeping),
+ * and in fds. */
 struct cli_out_msg;
 struct cli_outbox {
 	struct cli_out_msg *head, *tail;
 	size_t bytes;
+	unsigned nfds;
 };
 
 struct cli_dev {
@@ -283,6 +290,13 @@ bool cli_rings_take_all(gpux_ctx *ctx);
  */
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds);
+/*
+ * Lock held: wait, the lock dropped meanwhile, until device's channel has room for a request
+ * (fewer than CLI_INFLIGHT_MAX in flight, its outbox below CLI_OUTBOX_WAIT bytes and
+ * CLI_OUTBOX_FDS_WAIT fds) or is gone. Every call that a caller can repeat without end waits
+ * here before it sends. 0, or -EIO when waiting failed.
+ */
+int cli_room_wait(gpux_ctx *ctx, uint32_t device);
 /*
  * Lock held: tell device's worker that an object it was given on channel `gen` (0: never
  * sent) is gone, when that channel is still this process's and open. A child after fork()

@@ -116,6 +116,8 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
 	rc = cli_ensure(ctx);
+	if (rc == 0)
+		rc = cli_room_wait(ctx, d->device);
 	if (rc < 0)
 		goto out;
 	/* Its memory went with the worker that held it. */

@@ -89,6 +89,9 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *
 				device = i;
 		if (device == UINT32_MAX)
 			return -ENODEV;
+		rc = cli_room_wait(ctx, device);
+		if (rc < 0)
+			return rc;
 		r = cli_req_new(ctx, device, true);
 		if (!r)
 			return -ENOMEM;

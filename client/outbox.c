@@ -56,6 +56,7 @@ int cli_outbox_push(struct cli_outbox *o, const void *msg, size_t len, const int
 		o->head = m;
 	o->tail = m;
 	o->bytes += msg_cost(len);
+	o->nfds += m->nfds;
 	return 0;
 }
 
@@ -78,6 +79,7 @@ int cli_outbox_flush(struct cli_outbox *o, int fd)
 		if (!o->head)
 			o->tail = NULL;
 		o->bytes -= msg_cost(m->len);
+		o->nfds -= m->nfds;
 		msg_free(m);
 	}
 	return 0;
@@ -93,6 +95,7 @@ void cli_outbox_clear(struct cli_outbox *o)
 	}
 	o->tail = NULL;
 	o->bytes = 0;
+	o->nfds = 0;
 }
 
 void cli_outbox_close_fds(struct cli_outbox *o)

@@ -374,13 +374,6 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	return rc;
 }
 
-static bool below_cap(gpux_ctx *ctx, void *arg)
-{
-	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
-
-	return d->chan_fd < 0 || (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT);
-}
-
 GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 				    const struct gpux_launch *l, const struct gpux_arg *args,
 				    uint32_t nargs, gpux_req **ret_req)
@@ -431,7 +424,7 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 		rc = launch_check(l, &ctx->devs[device].limits);
 		if (rc < 0)
 			goto out;
-		rc = cli_wait_until(ctx, below_cap, (void *)(uintptr_t)device, NULL, 0);
+		rc = cli_room_wait(ctx, device);
 		if (rc < 0)
 			goto out;
 		if (!r) {
@@ -582,9 +575,14 @@ GPUX_EXPORT gpux_status gpux_run(gpux_module *m, const char *kernel, const struc
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
 	     uint64_t *ret_gen, gpux_status *ret_status)
 {
-	struct gpux_req *r = cli_req_new(ctx, device, true);
+	struct gpux_req *r;
 	int n, rc;
 
+	/* A call waits for its answer, but many threads may make calls at once. */
+	rc = cli_room_wait(ctx, device);
+	if (rc < 0)
+		return rc;
+	r = cli_req_new(ctx, device, true);
 	if (!r)
 		return -ENOMEM;
 	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);

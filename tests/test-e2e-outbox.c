@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-outbox.c: a worker that stops reading its channel holds no caller of the library. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "client/cli.h"
 #include "e2e.h"
 #include "helpers.h"
 
@@ -148,6 +153,218 @@ static void test_outbox_full_socket_holds_nobody(void **state)
 	free(reqs);
 }
 
+/* A thread that makes n calls, each returning a request, while the test looks on. */
+struct issuer {
+	pthread_t thread;
+	gpux_status (*issue)(void *arg, uint32_t i, gpux_req **ret_req);
+	void *arg;
+	uint32_t n;
+	gpux_req **reqs;
+	_Atomic pid_t tid;
+	_Atomic uint32_t issued;
+	_Atomic bool done;
+	gpux_status failed;
+};
+
+static void *issuer_main(void *arg)
+{
+	struct issuer *it = arg;
+
+	atomic_store(&it->tid, gettid());
+	it->failed = GPUX_OK;
+	for (uint32_t i = 0; i < it->n; i++) {
+		gpux_status st = it->issue(it->arg, i, &it->reqs[i]);
+
+		if (st != GPUX_OK) {
+			it->failed = st;
+			break;
+		}
+		atomic_fetch_add(&it->issued, 1);
+	}
+	atomic_store(&it->done, true);
+	return NULL;
+}
+
+/* Whether the thread sleeps (in a system call), as /proc tells. */
+static bool thread_sleeps(pid_t tid)
+{
+	char path[64], buf[512];
+	const char *p;
+	ssize_t n;
+	int fd;
+
+	(void)snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	n = read(fd, buf, sizeof(buf) - 1);
+	(void)close(fd);
+	assert_true(n > 0);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	assert_non_null(p);
+	return p[1] == ' ' && p[2] == 'S';
+}
+
+/*
+ * With device 0's worker stopped, make the issuer's calls until they have all returned or
+ * the thread sleeps, waiting for room (nothing else can wake it while the worker reads
+ * nothing); then let the worker go on. Every call must have succeeded, none having ended
+ * the channel, and every request must end well.
+ */
+static void issue_while_stopped(struct test_env *e, struct issuer *it)
+{
+	pid_t worker = test_worker_pid(&e->d, 0);
+
+	it->reqs = calloc(it->n, sizeof(*it->reqs));
+	assert_non_null(it->reqs);
+	assert_int_equal(kill(worker, SIGSTOP), 0);
+	assert_int_equal(pthread_create(&it->thread, NULL, issuer_main, it), 0);
+	while (!atomic_load(&it->done) &&
+	       !(atomic_load(&it->issued) > 0 && thread_sleeps(atomic_load(&it->tid))))
+		(void)usleep(1000);
+	assert_int_equal(kill(worker, SIGCONT), 0);
+	assert_int_equal(pthread_join(it->thread, NULL), 0);
+	assert_int_equal(it->failed, GPUX_OK);
+	assert_int_equal(atomic_load(&it->issued), it->n);
+	for (uint32_t i = 0; i < it->n; i++) {
+		assert_int_equal(gpux_wait(it->reqs[i], -1), GPUX_OK);
+		gpux_req_free(it->reqs[i]);
+	}
+	free(it->reqs);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+}
+
+struct copies {
+	gpux_dbuf *dbuf;
+	gpux_buf *src;
+	gpux_queue *q;
+	gpux_buf **frozen;
+};
+
+/* Copy i: the source's word i over the device buffer's first, all on one queue. */
+static gpux_status copy_word(void *arg, uint32_t i, gpux_req **ret_req)
+{
+	struct copies *c = arg;
+
+	return gpux_dbuf_write(c->dbuf, 0, c->src, i * sizeof(uint32_t), sizeof(uint32_t), c->q,
+			       ret_req);
+}
+
+/*
+ * More small asynchronous copies than the library's whole outbox holds, made while the
+ * worker is stopped: the calls wait for room rather than end the channel, and once the
+ * worker goes on every copy runs, in order (the last one's word is what stays).
+ */
+static void test_outbox_many_copies_wait(void **state)
+{
+	struct test_env *e = *state;
+	uint32_t n = CLI_OUTBOX_MAX / (uint32_t)(sizeof(struct ipc_hdr) + sizeof(struct ipc_copy));
+	struct copies c = { 0 };
+	struct issuer it = { .issue = copy_word, .arg = &c, .n = n };
+	gpux_buf *back;
+	uint32_t *words;
+	gpux_req *r;
+
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, sizeof(uint32_t), &c.dbuf), GPUX_OK);
+	assert_int_equal(gpux_queue_open(e->ctx, 0, &c.q), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, (size_t)n * sizeof(uint32_t), &c.src), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, sizeof(uint32_t), &back), GPUX_OK);
+	words = gpux_buf_data(c.src);
+	for (uint32_t i = 0; i < n; i++)
+		words[i] = i;
+	/* The worker has the source's segment before it stops. */
+	assert_int_equal(copy_word(&c, 0, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+
+	issue_while_stopped(e, &it);
+	assert_int_equal(gpux_dbuf_read(back, 0, c.dbuf, 0, sizeof(uint32_t), c.q, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	assert_int_equal(*(uint32_t *)gpux_buf_data(back), n - 1);
+	gpux_buf_free(back);
+	gpux_buf_free(c.src);
+	gpux_queue_free(c.q);
+	gpux_dbuf_free(c.dbuf);
+}
+
+/* Copy i: frozen buffer i (a segment of its own, sent with its fd) to word i. */
+static gpux_status copy_frozen(void *arg, uint32_t i, gpux_req **ret_req)
+{
+	struct copies *c = arg;
+
+	return gpux_dbuf_write(c->dbuf, i * sizeof(uint32_t), c->frozen[i], 0, sizeof(uint32_t),
+			       NULL, ret_req);
+}
+
+/* The fds this process has open now. */
+static unsigned fds_open(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	const struct dirent *de;
+	unsigned n = 0;
+
+	assert_non_null(dir);
+	while ((de = readdir(dir)))
+		if (de->d_name[0] != '.')
+			n++;
+	(void)closedir(dir);
+	return n - 1; /* the directory's own */
+}
+
+#define FROZEN_COPIES 1000u
+/* Fds this process may open beyond those it has: well above what the outbox may hold, well
+ * below what a stopped worker's requests would leave in it. */
+#define FD_ROOM (2u * CLI_OUTBOX_FDS_WAIT + 32u)
+
+/*
+ * Requests that each send a new segment, with its fd, while the worker is stopped: the
+ * outbox holds copies of their fds, but not without bound. With few fds to spare the calls
+ * wait for room rather than fail for lack of fds, and all run once the worker goes on.
+ */
+static void test_outbox_fds_are_capped(void **state)
+{
+	struct test_env *e = *state;
+	struct copies c = { 0 };
+	struct issuer it = { .issue = copy_frozen, .arg = &c, .n = FROZEN_COPIES };
+	struct rlimit old, lim;
+	gpux_buf *back;
+	uint32_t *words;
+	gpux_req *r;
+
+	c.frozen = calloc(FROZEN_COPIES, sizeof(*c.frozen));
+	assert_non_null(c.frozen);
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, FROZEN_COPIES * sizeof(uint32_t), &c.dbuf),
+			 GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, FROZEN_COPIES * sizeof(uint32_t), &back), GPUX_OK);
+	for (uint32_t i = 0; i < FROZEN_COPIES; i++) {
+		assert_int_equal(gpux_buf_alloc(e->ctx, sizeof(uint32_t), &c.frozen[i]), GPUX_OK);
+		*(uint32_t *)gpux_buf_data(c.frozen[i]) = i * 7 + 1;
+		assert_int_equal(gpux_buf_freeze(c.frozen[i]), GPUX_OK);
+	}
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	lim = old;
+	lim.rlim_cur = fds_open() + FD_ROOM;
+	assert_true(lim.rlim_cur <= old.rlim_cur);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+	issue_while_stopped(e, &it);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+
+	assert_int_equal(gpux_dbuf_read(back, 0, c.dbuf, 0, FROZEN_COPIES * sizeof(uint32_t), NULL,
+				       &r),
+			 GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	gpux_req_free(r);
+	words = gpux_buf_data(back);
+	for (uint32_t i = 0; i < FROZEN_COPIES; i++) {
+		assert_int_equal(words[i], i * 7 + 1);
+		gpux_buf_free(c.frozen[i]);
+	}
+	free(c.frozen);
+	gpux_buf_free(back);
+	gpux_dbuf_free(c.dbuf);
+}
+
 static int setup(void **state)
 {
 	*state = test_env_open(NULL);
@@ -165,6 +382,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_outbox_full_socket_holds_nobody, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_outbox_many_copies_wait, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_outbox_fds_are_capped, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
  *   status:N    a reply of status N, without an image
  *   image:FILE  success, with an image whose code is FILE of the cubin corpus
  *   raw:FILE    success, with FILE itself (no image around it)
+ *   silent      closes its socket and lives on (as a helper taken over might)
  */
 
 static uint8_t *slurp(const char *name, size_t *ret_len)
@@ -80,7 +83,16 @@ static int fake_helper(const char *how)
 	if (n <= 0 || nfds != 0 || helper_reply(3, 0, -1) < 0)
 		return 1;
 	while ((n = ipc_channel_recv(3, buf, sizeof(buf), fds, &nfds, 0)) > 0) {
-		int status, fd = helper_answer(how, &status);
+		int status, fd;
+
+		if (strcmp(how, "silent") == 0) {
+			/* Gone with the test if the worker's side never ends it. */
+			(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+			(void)close(3);
+			for (;;)
+				(void)pause();
+		}
+		fd = helper_answer(how, &status);
 
 		for (unsigned i = 0; i < nfds; i++)
 			(void)close(fds[i]);
@@ -171,12 +183,19 @@ static void test_compiler_status_is_one_a_compile_ends_with(void **state)
 	assert_refused("status:7", "no compile ends with (7)");
 }
 
+/* A helper that hangs up but does not exit is ended, not waited for forever. */
+static void test_compiler_ends_a_helper_that_hangs_up(void **state)
+{
+	assert_refused("silent", "the compiler died: Killed");
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_compiler_takes_a_good_image),
 		cmocka_unit_test(test_compiler_checks_the_helpers_cubin),
 		cmocka_unit_test(test_compiler_status_is_one_a_compile_ends_with),
+		cmocka_unit_test(test_compiler_ends_a_helper_that_hangs_up),
 	};
 
 	/* Started by the code under test as its helper. */

@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "compiler.h"
 #include "cubin.h"
@@ -30,6 +32,7 @@
 
 #define COMPILE_TIMEOUT_NS (120ULL * NSEC_PER_SEC)
 #define HELLO_TIMEOUT_NS (30ULL * NSEC_PER_SEC)
+#define DEATH_GRACE_MS 1000
 
 extern char **environ;
 
@@ -47,6 +50,26 @@ uint32_t wrk_nvrtc_probe(struct wrk_toolkit *ret_tk)
 	return (uint32_t)(major * 1000 + minor * 10);
 }
 
+/*
+ * Reap a helper whose socket closed. One that exits closes its fds a moment before it can be
+ * reaped: it is given DEATH_GRACE_MS for that. One that hung up and lives on (taken over by a
+ * client's source) is killed: waiting for it would hold the worker for good.
+ */
+static bool reap(pid_t pid, int *ret_status)
+{
+	_cleanup_(closep) int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+	if (pidfd >= 0) {
+		struct pollfd p = { .fd = pidfd, .events = POLLIN };
+
+		(void)poll(&p, 1, DEATH_GRACE_MS);
+	}
+	if (waitpid(pid, ret_status, WNOHANG) == pid)
+		return true;
+	(void)kill(pid, SIGKILL);
+	return waitpid(pid, ret_status, 0) == pid;
+}
+
 /* Reap a helper whose socket is gone, and say how it went. */
 static char *death(struct wrk_compiler *c)
 {
@@ -58,8 +81,7 @@ static char *death(struct wrk_compiler *c)
 	c->greeted = false;
 	if (pid <= 0)
 		return strdup("the compiler is gone");
-	/* Its socket closed: it has exited, or is about to. */
-	if (waitpid(pid, &st, 0) != pid)
+	if (!reap(pid, &st))
 		return strdup("the compiler died");
 	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS)
 		return strdup("the compiler was killed by its sandbox: it made a system call that "

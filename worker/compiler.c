@@ -229,16 +229,14 @@ static int recv_reply(struct wrk_compiler *c, uint64_t deadline, bool want_image
 static int ready(struct wrk_compiler *c, char **ret_msg)
 {
 	struct cc_rep hello;
-	char *log = NULL, *why = NULL;
+	char *log = NULL;
 	int image_fd = -1, r;
 
 	for (unsigned attempt = 0; !c->greeted; attempt++) {
 		if (c->fd < 0) {
 			r = wrk_compiler_spawn(c, ret_msg);
-			if (r < 0) {
-				free(why);
+			if (r < 0)
 				return r;
-			}
 		}
 		r = recv_reply(c, mono_ns() + HELLO_TIMEOUT_NS, false, &hello, &log, &image_fd);
 		if (r == 0 && hello.status == 0) {
@@ -246,7 +244,7 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 			break;
 		}
 		if (r == -ECONNRESET && attempt == 0) {
-			why = death(c);
+			free(death(c));
 			continue;
 		}
 		if (r == 0 && log && *log)
@@ -258,12 +256,10 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 						     r < 0 ? strerror(-r)
 							   : ipc_status_text(hello.status));
 		free(log);
-		free(why);
 		wrk_compiler_stop(c);
 		return r == 0 && hello.status == GPUX_E_NODRIVER ? -ENOSYS : -EPROTO;
 	}
 	free(log);
-	free(why);
 	return 0;
 }
 

@@ -51,6 +51,9 @@ static void test_knames_scan_skips_what_is_not_one(void **state)
 		"#if 0\n#endif\n"
 		"const char *s = \"template __global__ void fill<long>(long *);\";\n"
 		"const char *r = R\"x(template __global__ void fill<short>(short *);)x\";\n"
+		/* The longest delimiter a raw string may have (16), and quotes inside it. */
+		"const char *q = R\"0123456789abcdef(\" template __global__ void fill<int>(int *); "
+		"\")0123456789abcdef\";\n"
 		"template <typename T> __device__ T twice(T x) { return 2 * x; }\n"
 		"template __device__ float twice<float>(float);\n"
 		"template <typename T> struct S { };\n"

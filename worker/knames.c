@@ -358,15 +358,20 @@ static const char *skip_quoted(const char *p, const char *end)
 	return p < end ? p + 1 : end;
 }
 
-/* Past a raw string R"delim( ... )delim" whose quote is at p. */
+/*
+ * Past a raw string R"delim( ... )delim" whose quote is at p. Its '(' is looked for only as
+ * far as the longest delimiter (16) allows: a source of many R" without one would otherwise
+ * be read to its end at each.
+ */
 static const char *skip_raw(const char *p, const char *end)
 {
-	const char *open = memchr(p, '(', (size_t)(end - p));
+	const char *open = memchr(p, '(', MIN((size_t)(end - p), (size_t)18));
 	char close[20];
 	size_t dn;
 
-	if (!open || (dn = (size_t)(open - p - 1)) > 16)
+	if (!open)
 		return skip_quoted(p, end);
+	dn = (size_t)(open - p - 1);
 	close[0] = ')';
 	memcpy(close + 1, p + 1, dn);
 	close[dn + 1] = '"';

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,8 @@ static int write_file(const char *path, const void *a, size_t alen, const void *
 	return r < 0 ? r : write_all(fd, b, blen);
 }
 
-static int read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_len)
+/* The file at path: its first max bytes when `cut`, else all of it or -EFBIG past max. */
+static int read_file(const char *path, size_t max, bool cut, uint8_t **ret, size_t *ret_len)
 {
 	_cleanup_(closep) int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
@@ -107,6 +109,8 @@ static int read_file(const char *path, size_t max, uint8_t **ret, size_t *ret_le
 		return -errno;
 	if (fstat(fd, &st) < 0)
 		return -errno;
+	if ((uint64_t)st.st_size > max && !cut)
+		return -EFBIG;
 	len = MIN((size_t)st.st_size, max);
 	p = malloc(len + 1);
 	if (!p)
@@ -221,7 +225,7 @@ int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_imag
 		r = run_compiler(argv, logp, &st);
 		(void)snprintf(path, sizeof(path), "%s", logp);
 	}
-	(void)read_file(path, LOG_MAX, &log, &loglen);
+	(void)read_file(path, LOG_MAX, true, &log, &loglen);
 	if (r == -ENOENT || (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)) {
 		*ret_log = wrk_strdup_printf("no C compiler \"%s\" (set GPUX_HOST_CC or install gcc)",
 					     cc);
@@ -235,7 +239,14 @@ int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_imag
 		rc = GPUX_E_COMPILE;
 		goto out_rm;
 	}
-	r = read_file(out, SIZE_MAX - 1, ret_image, ret_len);
+	/* What the client's source made: more than its modules may hold is never read in. */
+	r = read_file(out, WRK_CLIENT_MOD_BYTES, false, ret_image, ret_len);
+	if (r == -EFBIG) {
+		*ret_log = wrk_strdup_printf("the compiled module takes more than the %llu MiB a "
+					     "client's modules may", WRK_CLIENT_MOD_BYTES / MiB);
+		rc = GPUX_E_QUOTA;
+		goto out_rm;
+	}
 	if (r < 0) {
 		*ret_log = wrk_strdup_printf("reading the compiled module: %s", strerror(-r));
 		rc = GPUX_E_IO;

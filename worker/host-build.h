@@ -17,7 +17,9 @@ void wrk_host_build_key(const char *cc, const char *cc_version, struct ipc_key_s
 /*
  * Compile b (GPUX_LANG_HOST) with cc in a fresh private directory (compile thread): the
  * shared object's bytes in *ret_image (to free), or GPUX_E_COMPILE with the log, GPUX_E_INVAL
- * for options outside the documented set, GPUX_E_IO. *ret_log may hold warnings on success.
+ * for options outside the documented set, GPUX_E_QUOTA for an object larger than a client's
+ * modules may be (WRK_CLIENT_MOD_BYTES; never read in), GPUX_E_IO. *ret_log may hold
+ * warnings on success.
  */
 int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image,
 		   size_t *ret_len, char **ret_log);

@@ -377,6 +377,13 @@ static void test_cuda_fake_injected_launch_failure(void **state)
 	sticky_case(*state, "cuLaunchKernel:2:719", "spin", true);
 }
 
+/* The event after a request refused with a sticky error: the request was launched, so it ran
+ * and is blamed; it ends at once (its end cannot be waited for), the co-tenant's after it. */
+static void test_cuda_fake_injected_event_failure(void **state)
+{
+	sticky_case(*state, "cuEventRecord:2:719", "spin", false);
+}
+
 static uint64_t stat_of(const struct test_daemon *d, size_t off);
 #define STAT(d, field) stat_of((d), offsetof(struct ipc_stats, field))
 
@@ -772,6 +779,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_long_wait_blocks),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
+		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_errors_and_sandbox),

@@ -51,25 +51,29 @@ struct cuda_graph {
 
 /* ---- arguments ---- */
 
+/* The device address of an argument that needs no copy: the client's pages mapped, a device
+ * buffer's memory, or a cached input's copy. */
+static CUdeviceptr arg_direct(const struct wrk_arg *a)
+{
+	switch (a->kind) {
+	case GPUX_ARG_MAPPED:
+		return a->map->dev_addr + a->offset;
+	case GPUX_ARG_DBUF:
+		return (CUdeviceptr)(uintptr_t)a->dbuf->ptr + a->offset;
+	default:
+		return (CUdeviceptr)(uintptr_t)a->centry->ptr;
+	}
+}
+
 /* The device pointers of the arguments that need no copy, as the kernel's parameters. */
 static void args_direct(struct wrk_req *r)
 {
 	for (unsigned i = 0; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
 
-		switch (a->kind) {
-		case GPUX_ARG_SCALAR:
+		if (a->kind == GPUX_ARG_SCALAR)
 			continue;
-		case GPUX_ARG_MAPPED:
-			a->dev = (void *)(uintptr_t)(a->map->dev_addr + a->offset);
-			break;
-		case GPUX_ARG_DBUF:
-			a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
-			break;
-		default:
-			a->dev = a->centry->ptr;
-			break;
-		}
+		a->dev = (void *)(uintptr_t)arg_direct(a);
 		r->params[i] = &a->dev;
 	}
 }
@@ -101,7 +105,7 @@ static bool graphable(const struct wrk_req *r)
 static CUresult enqueue_copy(struct cuda_dev *d, struct wrk_req *r, CUstream st, char **ret_msg)
 {
 	struct wrk_arg *h = &r->args[0], *dv = &r->args[1];
-	CUdeviceptr p = (CUdeviceptr)(uintptr_t)dv->dbuf->ptr + dv->offset;
+	CUdeviceptr p = arg_direct(dv);
 	CUresult e = h->kind == GPUX_ARG_IN ? d->cu.cuMemcpyHtoDAsync(p, h->host, h->len, st)
 					    : d->cu.cuMemcpyDtoHAsync(h->host, p, h->len, st);
 
@@ -143,10 +147,8 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 		case GPUX_ARG_SCALAR:
 			continue;
 		case GPUX_ARG_MAPPED:
-			p = a->map->dev_addr + a->offset;
-			break;
 		case GPUX_ARG_DBUF:
-			p = (CUdeviceptr)(uintptr_t)a->dbuf->ptr + a->offset;
+			p = arg_direct(a);
 			break;
 		default:
 			if (a->centry) {
@@ -159,7 +161,7 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 						return e;
 					}
 				}
-				p = (CUdeviceptr)(uintptr_t)a->centry->ptr;
+				p = arg_direct(a);
 				break;
 			}
 			e = pool_alloc(d, &p, a->len, st);

@@ -175,19 +175,24 @@ void cuda_group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req 
 	wrk_reqs_complete(&r, 1, sticky);
 }
 
-/* A group whose end cannot be waited for (the context is gone): its requests end now. */
-void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
+/* Hand a group's requests to the loop and let the group go. */
+static void group_complete(struct cuda_dev *d, struct cuda_group *g, bool fatal)
 {
 	struct wrk_req *reqs[CUDA_GRAPH_MAX];
 	unsigned n = g->n;
 
-	for (unsigned i = 0; i < n; i++) {
+	memcpy(reqs, g->reqs, n * sizeof(*reqs));
+	cuda_group_put(d, g);
+	wrk_reqs_complete(reqs, n, fatal);
+}
+
+/* A group whose end cannot be waited for (the context is gone): its requests end now. */
+void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
+{
+	for (unsigned i = 0; i < g->n; i++)
 		if (g->reqs[i]->status == 0)
 			(void)cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
-		reqs[i] = g->reqs[i];
-	}
-	cuda_group_put(d, g);
-	wrk_reqs_complete(reqs, n, true);
+	group_complete(d, g, true);
 }
 
 /* Hand a launched group to its slot's waiter. */
@@ -285,17 +290,6 @@ static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 		fatal |= r->sticky;
 	}
 	return fatal;
-}
-
-/* Hand a group's requests to the loop and let the group go. */
-static void group_complete(struct cuda_dev *d, struct cuda_group *g, bool fatal)
-{
-	struct wrk_req *reqs[CUDA_GRAPH_MAX];
-	unsigned n = g->n;
-
-	memcpy(reqs, g->reqs, n * sizeof(*reqs));
-	cuda_group_put(d, g);
-	wrk_reqs_complete(reqs, n, fatal);
 }
 
 /* Take the slot's groups up to `last` off its list (the loop thread appends meanwhile). */

@@ -15,25 +15,26 @@ void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
 {
 	if (n == 0)
 		return;
-	/* The views held keep the memory copied into; freeing takes the context's lock. */
-	Py_BEGIN_ALLOW_THREADS
-	for (unsigned i = 0; i < n; i++) {
-		struct pyx_temp *t = &temps[i];
-
-		if (t->copy_back && st == GPUX_OK)
-			memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
-		gpux_buf_free(t->buf);
-		t->buf = NULL;
-	}
-	Py_END_ALLOW_THREADS
+	/*
+	 * The copies back with the GIL held, as the copies in: a thread that sees the request
+	 * finished (request.c) sees its outputs whole. Freeing takes the context's lock.
+	 */
 	for (unsigned i = 0; i < n; i++) {
 		struct pyx_temp *t = &temps[i];
 
 		if (t->copy_back) {
+			if (st == GPUX_OK)
+				memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
 			PyBuffer_Release(&t->view);
 			t->copy_back = false;
 		}
 	}
+	Py_BEGIN_ALLOW_THREADS
+	for (unsigned i = 0; i < n; i++) {
+		gpux_buf_free(temps[i].buf);
+		temps[i].buf = NULL;
+	}
+	Py_END_ALLOW_THREADS
 }
 
 static int arg_error(uint32_t i, const char *what)

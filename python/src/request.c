@@ -59,19 +59,28 @@ PyObject *pyx_future_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struct
 	return f;
 }
 
-/* The request ended with st: its outputs are copied back and what it used is let go. */
+/*
+ * The request ended with st: its outputs are copied back and what it used is let go, once.
+ * Two threads may see it end (result() and the watcher's peek()): the first takes all of it,
+ * and lets go of every Python object, before pyx_temps_finish() lets go of the GIL, so the
+ * second finds nothing left to do.
+ */
 static void finished(pyx_Request *self, gpux_status st)
 {
+	struct pyx_temp *temps = self->temps;
+	unsigned ntemps = self->ntemps;
 	PyObject *keep = self->keep;
 
+	if (self->done)
+		return;
 	self->done = true;
 	self->status = st;
-	pyx_temps_finish(self->temps, self->ntemps, st);
-	PyMem_Free(self->temps);
 	self->temps = NULL;
 	self->ntemps = 0;
 	self->keep = NULL;
 	Py_XDECREF(keep);
+	pyx_temps_finish(temps, ntemps, st);
+	PyMem_Free(temps);
 }
 
 static void request_dealloc(pyx_Request *self)

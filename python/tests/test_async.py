@@ -94,6 +94,24 @@ def test_a_watched_future_completes_while_other_calls_take_in(kernels):
     assert missed == 0
 
 
+def test_a_request_finished_by_two_threads_copies_back_once(kernels):
+    """result() in this thread and the watcher (a done callback) both see the request end:
+    the temporary standing in for a plain numpy output is copied back and let go once, and
+    the output is whole when result() returns."""
+    add1 = kernels.get_function("add1")
+    x = np.arange(256, dtype=np.float32)
+    out = np.zeros(256, np.float32)
+    base = sys.getrefcount(out)
+    for i in range(200):
+        out[:] = 0
+        f = add1.submit(1, 256, (np.uint64(256), x + i, gpux.Out(out)), device=i % 2)
+        f.add_done_callback(lambda _: None)
+        f.result()
+        assert (out == x + i + 1).all()
+        del f
+        assert sys.getrefcount(out) == base
+
+
 def test_asyncio_await_and_gather(kernels):
     spin = kernels.get_function("spin")
     add1 = kernels.get_function("add1")

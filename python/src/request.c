@@ -122,7 +122,12 @@ static PyObject *request_wait(pyx_Request *self, PyObject *args)
 
 		if (s == -1.0 && PyErr_Occurred())
 			return NULL;
-		ms = s <= 0 ? 0 : (int64_t)ceil(s * 1000.0);
+		if (isnan(s)) {
+			PyErr_SetString(PyExc_ValueError, "timeout: seconds, or None");
+			return NULL;
+		}
+		/* Past 10^9 s (and inf) the cast to int64 would be undefined: no limit. */
+		ms = s <= 0 ? 0 : s >= 1e9 ? -1 : (int64_t)ceil(s * 1000.0);
 	}
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(self->ctx);

@@ -31,6 +31,14 @@ def test_future_is_a_concurrent_future(kernels):
     assert run_ns > 50_000_000  # the worker timed the 100 ms kernel
 
 
+def test_result_timeouts_out_of_range(kernels):
+    f = kernels.get_function("spin").submit(1, 1, (np.uint32(100),))
+    with pytest.raises(ValueError):
+        f.result(float("nan"))
+    assert f.result(float("inf")) is None and f.done()
+    assert kernels.get_function("empty").submit(1, 1).result(1e300) is None
+
+
 def test_wait_as_completed_and_callbacks(kernels):
     spin = kernels.get_function("spin")
     futs = [spin.submit(1, 1, (np.uint32(ms),), device=i % 2)

@@ -147,15 +147,13 @@ static PyObject *request_wait(pyx_Request *self, PyObject *args)
  */
 static PyObject *request_peek(pyx_Request *self, PyObject *unused)
 {
-	struct gpux_times t;
 	gpux_status st = GPUX_E_AGAIN;
 
 	if (self->done)
 		Py_RETURN_TRUE;
-	/* Neither takes anything in: gpux_req_times() answers once the request is done, and
-	 * gpux_test() of a done request only reads its status. */
+	/* gpux_test() of a done request only reads its status. */
 	Py_BEGIN_ALLOW_THREADS
-	if (gpux_req_times(self->req, &t) == GPUX_OK)
+	if (gpux_req_done(self->req))
 		st = gpux_test(self->req);
 	Py_END_ALLOW_THREADS
 	if (st == GPUX_E_AGAIN)

@@ -254,7 +254,8 @@ static void kernel_dealloc(pyx_Kernel *self)
 	Py_DECREF(type);
 }
 
-static PyObject *kernel_call(pyx_Kernel *self, PyObject *args, PyObject *kw)
+/* A call or submit(): parsed and resolved alike, then run and waited for, or submitted. */
+static PyObject *kernel_launch(pyx_Kernel *self, PyObject *args, PyObject *kw, bool wait)
 {
 	struct gpux_launch l;
 	struct pyx_argv v;
@@ -270,30 +271,19 @@ static PyObject *kernel_call(pyx_Kernel *self, PyObject *args, PyObject *kw)
 		Py_DECREF(tuple);
 		return NULL;
 	}
-	res = run_sync(self, &l, &v);
+	res = wait ? run_sync(self, &l, &v) : submit(self, &l, tuple, &v);
 	Py_DECREF(tuple);
 	return res;
 }
 
+static PyObject *kernel_call(pyx_Kernel *self, PyObject *args, PyObject *kw)
+{
+	return kernel_launch(self, args, kw, true);
+}
+
 static PyObject *kernel_submit(pyx_Kernel *self, PyObject *args, PyObject *kw)
 {
-	struct gpux_launch l;
-	struct pyx_argv v;
-	struct call c;
-	PyObject *tuple, *res;
-
-	if (call_parse(args, kw, &c) < 0 || call_launch(self->module->ctx, &c, &l) < 0)
-		return NULL;
-	tuple = call_args(&c);
-	if (!tuple)
-		return NULL;
-	if (pyx_argv_fill(self->module->ctx, tuple, &v) < 0) {
-		Py_DECREF(tuple);
-		return NULL;
-	}
-	res = submit(self, &l, tuple, &v);
-	Py_DECREF(tuple);
-	return res;
+	return kernel_launch(self, args, kw, false);
 }
 
 static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)

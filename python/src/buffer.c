@@ -195,10 +195,6 @@ static int buffer_getbuffer(pyx_Buffer *self, Py_buffer *view, int flags)
 				 flags);
 }
 
-static void buffer_releasebuffer(pyx_Buffer *self, Py_buffer *view)
-{
-}
-
 static PyObject *buffer_freeze(pyx_Buffer *self, PyObject *unused)
 {
 	gpux_status st;
@@ -279,7 +275,6 @@ static PyType_Slot buffer_slots[] = {
 	{ Py_tp_getset, buffer_getset },
 	{ Py_tp_members, buffer_members },
 	{ Py_bf_getbuffer, buffer_getbuffer },
-	{ Py_bf_releasebuffer, buffer_releasebuffer },
 	{ Py_tp_doc, "Buffer(size, context=None): bytes in shared memory that kernels use in "
 		     "place; gpux.empty() and friends make numpy arrays of them." },
 	{ 0, NULL },

@@ -55,8 +55,7 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 	if (PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) < 0) {
 		PyErr_Clear();
 		PyErr_Format(PyExc_TypeError,
-			     "argument %u: %s is neither a contiguous array nor a scalar", i,
-			     Py_TYPE(obj) ? "this object" : "?");
+			     "argument %u: this object is neither a contiguous array nor a scalar", i);
 		return -1;
 	}
 	if (kind == 0)

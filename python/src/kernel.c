@@ -133,7 +133,7 @@ static int call_launch(pyx_Context *ctx, const struct call *c, struct gpux_launc
 	return 0;
 }
 
-/* The arguments as a tuple (a new reference): what keeps their memory alive meanwhile. */
+/* The arguments as a tuple (a new reference); their memory is held in the argv (temps). */
 static PyObject *call_args(const struct call *c)
 {
 	if (!c->args || c->args == Py_None)
@@ -296,6 +296,7 @@ static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
 	p = PyObject_New(pyx_Launch, pyx_LaunchType);
 	if (!p)
 		return NULL;
+	p->nheld = 0;
 	p->argv = PyMem_Malloc(sizeof(*p->argv));
 	p->args = call_args(&c);
 	Py_INCREF((PyObject *)self);
@@ -311,15 +312,20 @@ static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
 		Py_DECREF(p);
 		return NULL;
 	}
-	if (p->argv->ntemps) {
-		pyx_temps_finish(p->argv->temps, p->argv->ntemps, GPUX_E_INVAL);
-		PyMem_Free(p->argv);
-		p->argv = NULL;
-		Py_DECREF(p);
-		PyErr_SetString(PyExc_ValueError,
-				"prepare() takes arrays in gpux memory only (gpux.asarray)");
-		return NULL;
+	for (unsigned i = 0; i < p->argv->ntemps; i++) {
+		if (p->argv->temps[i].buf) {
+			pyx_temps_finish(p->argv->temps, p->argv->ntemps, GPUX_E_INVAL);
+			PyMem_Free(p->argv);
+			p->argv = NULL;
+			Py_DECREF(p);
+			PyErr_SetString(PyExc_ValueError,
+					"prepare() takes arrays in gpux memory only (gpux.asarray)");
+			return NULL;
+		}
 	}
+	/* Its arguments' memory stays held until it goes, not only while a call runs. */
+	p->nheld = p->argv->ntemps;
+	p->argv->ntemps = 0;
 	return (PyObject *)p;
 }
 
@@ -387,6 +393,8 @@ static void launch_dealloc(pyx_Launch *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	if (self->argv)
+		pyx_temps_finish(self->argv->temps, self->nheld, GPUX_OK);
 	PyMem_Free(self->argv);
 	Py_XDECREF(self->args);
 	Py_XDECREF(self->queue);
@@ -404,9 +412,10 @@ static PyObject *launch_call(pyx_Launch *self, PyObject *args, PyObject *kw)
 	return run_sync(self->kernel, &self->launch, self->argv);
 }
 
+/* The request keeps the Launch, which holds the arguments' memory. */
 static PyObject *launch_submit(pyx_Launch *self, PyObject *unused)
 {
-	return submit(self->kernel, &self->launch, self->args, self->argv);
+	return submit(self->kernel, &self->launch, (PyObject *)self, self->argv);
 }
 
 static PyMethodDef launch_methods[] = {

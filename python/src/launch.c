@@ -13,8 +13,8 @@ PyTypeObject *pyx_ModuleType, *pyx_KernelType, *pyx_ArgType, *pyx_LaunchType;
 
 void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
 {
-	if (n == 0)
-		return;
+	bool bufs = false;
+
 	/*
 	 * The copies back with the GIL held, as the copies in: a thread that sees the request
 	 * finished (request.c) sees its outputs whole. Freeing takes the context's lock.
@@ -22,13 +22,16 @@ void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
 	for (unsigned i = 0; i < n; i++) {
 		struct pyx_temp *t = &temps[i];
 
-		if (t->copy_back) {
-			if (st == GPUX_OK)
+		if (t->held) {
+			if (t->copy_back && st == GPUX_OK)
 				memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
 			PyBuffer_Release(&t->view);
-			t->copy_back = false;
+			t->held = t->copy_back = false;
 		}
+		bufs |= t->buf != NULL;
 	}
+	if (!bufs)
+		return;
 	Py_BEGIN_ALLOW_THREADS
 	for (unsigned i = 0; i < n; i++) {
 		gpux_buf_free(temps[i].buf);
@@ -70,14 +73,18 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 	}
 	b = pyx_buffer_find(view.buf, (size_t)view.len);
 	if (b) {
-		PyBuffer_Release(&view);
-		if (b->ctx != ctx)
+		if (b->ctx != ctx) {
+			PyBuffer_Release(&view);
 			return arg_error(i, "the array belongs to another gpux Context");
-		if ((flags & GPUX_ARG_CACHED) && !b->frozen)
+		}
+		if ((flags & GPUX_ARG_CACHED) && !b->frozen) {
+			PyBuffer_Release(&view);
 			return arg_error(i, "Cached() needs a frozen array (gpux.freeze)");
+		}
 		*ret = gpux_arg_buf(kind, b->buf, (uint64_t)((char *)view.buf - b->data),
 				    (uint64_t)view.len);
 		ret->flags = flags;
+		v->temps[v->ntemps++] = (struct pyx_temp){ .view = view, .held = true };
 		return 0;
 	}
 	if (flags & GPUX_ARG_CACHED) {
@@ -96,8 +103,8 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 	v->ntemps++;
 	if (kind != GPUX_ARG_OUT)
 		memcpy(gpux_buf_data(t->buf), view.buf, (size_t)view.len);
-	t->copy_back = kind != GPUX_ARG_IN;
-	if (t->copy_back)
+	t->held = t->copy_back = kind != GPUX_ARG_IN;
+	if (t->held)
 		t->view = view;
 	else
 		PyBuffer_Release(&view);

@@ -83,17 +83,19 @@ typedef struct {
 	uint64_t offset, size; /* a range of a device buffer; size 0: all of it */
 } pyx_Arg;
 
-/* An argument in memory that is not gpux's: a temporary gpux buffer stands in for it. */
+/*
+ * An argument's memory, held while the library may use it: the buffer protocol keeps memory
+ * valid only while it stays exported (a memoryview can be released, letting go of its
+ * Buffer). In memory that is not gpux's, a temporary gpux buffer stands in for it.
+ */
 struct pyx_temp {
-	gpux_buf *buf;
-	Py_buffer view; /* held until the copy back (OUT, INOUT) */
+	gpux_buf *buf;  /* the temporary, or NULL: the argument's own gpux memory */
+	Py_buffer view; /* held: gpux memory, or a temporary's to copy back (OUT, INOUT) */
+	bool held;
 	bool copy_back;
 };
 
-/*
- * A launch's arguments as the library takes them. The memory they point into is kept alive
- * by the tuple of argument objects (an array holds its Buffer), which the caller keeps.
- */
+/* A launch's arguments as the library takes them; temps hold the memory they point into. */
 struct pyx_argv {
 	uint32_t n;
 	struct gpux_arg a[PYX_ARGS_MAX];
@@ -118,9 +120,10 @@ typedef struct {
 	PyObject_HEAD
 	pyx_Kernel *kernel;
 	PyObject *queue;
-	PyObject *args; /* tuple: keeps alive what argv points into */
+	PyObject *args; /* tuple: the argument objects */
 	struct gpux_launch launch;
 	struct pyx_argv *argv;
+	unsigned nheld; /* argv's temps: views held until the Launch goes (its ntemps is 0) */
 } pyx_Launch;
 
 extern PyTypeObject *pyx_ContextType, *pyx_BufferType, *pyx_DeviceBufferType, *pyx_QueueType,
@@ -152,14 +155,14 @@ pyx_Buffer *pyx_buffer_find(const void *p, size_t len);
 /* launch.c */
 int pyx_launch_init_types(PyObject *m);
 /*
- * Argument i, in memory that obj exports: a range of its gpux Buffer, or a temporary copy
- * recorded in v (kind 0: IN for read-only memory, else INOUT).
+ * Argument i, in memory that obj exports: a range of its gpux Buffer, or a temporary copy;
+ * recorded in v's temps either way (kind 0: IN for read-only memory, else INOUT).
  */
 int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uint32_t flags,
 		 struct pyx_argv *v, struct gpux_arg *ret);
 /* Resolve args (a tuple) for a kernel of ctx into argv; copies into temporaries made. */
 int pyx_argv_fill(pyx_Context *ctx, PyObject *args, struct pyx_argv *argv);
-/* After the request ended with st: copy temporaries back (on success), free and release. */
+/* After the request ended with st: copy temporaries back (on success), free, release views. */
 void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st);
 
 /* kernel.c */

@@ -175,6 +175,30 @@ def test_prepared_launch_reuses_its_arguments(kernels):
         kernels.get_function("add1").prepare(1, 128, (np.uint64(n), np.zeros(n, np.float32), x))
 
 
+def test_arguments_in_gpux_memory_stay_exported_while_used(kernels):
+    """An argument's memory stays exported until the prepared launch, or the request, is
+    done with it: a memoryview of a gpux array cannot be released meanwhile, and so cannot
+    let its Buffer go under a kernel."""
+    n = 256
+    add1 = kernels.get_function("add1")
+    x = gpux.zeros(n, np.float32)
+    mv = memoryview(x)
+    launch = add1.prepare(grid(n), 128, (np.uint64(n), mv, mv))
+    with pytest.raises(BufferError):
+        mv.release()
+    del launch
+    mv.release()
+    mv = memoryview(x)
+    q = gpux.Queue(0)
+    kernels.get_function("spin").submit(1, 1, (np.uint32(200),), queue=q)
+    f = add1.submit(grid(n), 128, (np.uint64(n), mv, mv), queue=q)
+    with pytest.raises(BufferError):
+        mv.release()
+    f.result()
+    mv.release()
+    assert (x == 1).all()
+
+
 def test_kernels_and_modules_pickle(kernels):
     k = pickle.loads(pickle.dumps(kernels.get_function("add1")))
     x = gpux.zeros(4, np.float32)

@@ -384,6 +384,33 @@ void test_env_close(struct test_env *e)
 	free(e);
 }
 
+int test_env_setup(void **state)
+{
+	*state = test_env_open(NULL);
+	return 0;
+}
+
+int test_env_setup_two_devices(void **state)
+{
+	static const char *const args[] = { "--host-devices", "2", NULL };
+
+	*state = test_env_open(args);
+	return 0;
+}
+
+int test_env_teardown(void **state)
+{
+	test_env_close(*state);
+	return 0;
+}
+
+void test_env_still_serves(const struct test_env *e)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+
+	assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
+}
+
 int test_raw_connect(const struct test_daemon *d)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -79,6 +79,16 @@ struct test_env {
 struct test_env *test_env_open(const char *const *args);
 void test_env_close(struct test_env *e);
 
+/* cmocka group setups that test_env_open() with no extra arguments, or with two host devices;
+ * the teardown test_env_close()s either. */
+int test_env_setup(void **state);
+int test_env_setup_two_devices(void **state);
+int test_env_teardown(void **state);
+#define TEST_WITH_ENV(t) cmocka_unit_test_setup_teardown(t, test_env_setup, test_env_teardown)
+
+/* The daemon still runs a kernel ("empty", one thread) for e's client; asserts. */
+void test_env_still_serves(const struct test_env *e);
+
 /* Uniform floats in [-1, 1) from a seed. */
 void test_fill_random(float *p, size_t n, uint64_t *seed);
 

@@ -9,20 +9,6 @@
 #include "e2e.h"
 #include "helpers.h"
 
-static int setup(void **state)
-{
-	static const char *const args[] = { "--host-devices", "2", NULL };
-
-	*state = test_env_open(args);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static void poison(float *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -470,5 +456,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_pollable_fd),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_env_setup_two_devices, test_env_teardown);
 }

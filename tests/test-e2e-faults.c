@@ -20,12 +20,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static uint32_t generation(struct test_env *e, uint32_t dev)
 {
 	struct ipc_status st;
@@ -342,5 +336,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_device_failed_after_repeated_deaths),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, test_env_teardown);
 }

@@ -12,20 +12,6 @@
 #define CHILDREN 16
 #define N 8192
 
-static int setup(void **state)
-{
-	static const char *const args[] = { "--host-devices", "2", NULL };
-
-	*state = test_env_open(args);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static gpux_status saxpy(gpux_module *m, uint32_t dev, float a, gpux_buf *x, gpux_buf *y,
 			 gpux_buf *out, uint64_t slice)
 {
@@ -226,5 +212,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_fork_parent_request_message_in_child),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_env_setup_two_devices, test_env_teardown);
 }

@@ -6,24 +6,7 @@
 #include "e2e.h"
 #include "helpers.h"
 
-static int setup(void **state)
-{
-	*state = test_env_open(NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static const struct gpux_launch one = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-
-static void still_serves(struct test_env *e)
-{
-	assert_int_equal(gpux_run(e->m, "empty", &one, NULL, 0), GPUX_OK);
-}
 
 /* add1 over one float of b (into b's second float). */
 static gpux_status add1(struct test_env *e, gpux_buf *b)
@@ -63,7 +46,7 @@ static void test_e2e_handles_freed_buffer(void **state)
 	assert_int_equal(add1(e, other), GPUX_OK);
 	gpux_dbuf_free(d);
 	gpux_buf_free(other);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 static void test_e2e_handles_freed_request(void **state)
@@ -85,7 +68,7 @@ static void test_e2e_handles_freed_request(void **state)
 	assert_int_equal(gpux_submit(e->m, "empty", &one, NULL, 0, &r), GPUX_OK);
 	gpux_req_free(r);
 	gpux_req_free(r);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 static void test_e2e_handles_freed_module_and_queue(void **state)
@@ -108,7 +91,7 @@ static void test_e2e_handles_freed_module_and_queue(void **state)
 	gpux_queue_free(q);
 	assert_int_equal(gpux_submit(e->m, "empty", &l, NULL, 0, &r), GPUX_E_INVAL);
 	assert_null(r);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 static void test_e2e_handles_freed_device_buffer(void **state)
@@ -131,7 +114,7 @@ static void test_e2e_handles_freed_device_buffer(void **state)
 	assert_int_equal(gpux_submit(e->m, "empty", &one, &arg, 1, &r), GPUX_E_INVAL);
 	assert_null(r);
 	gpux_buf_free(b);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* A handle of one type given where another is expected is refused too. */
@@ -152,7 +135,7 @@ static void test_e2e_handles_wrong_type(void **state)
 	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
 	gpux_req_free(r);
 	gpux_buf_free(b);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* Many objects made and freed after a freed one: the library's memory stays its own. */
@@ -172,7 +155,7 @@ static void test_e2e_handles_many_frees(void **state)
 		gpux_buf_free(b);
 		gpux_buf_free(b);
 	}
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 int main(void)
@@ -186,5 +169,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_handles_many_frees),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_env_setup, test_env_teardown);
 }

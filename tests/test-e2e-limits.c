@@ -45,12 +45,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static int raw_connect(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -298,5 +292,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_silent_connections_cut_sooner_under_pressure),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, test_env_teardown);
 }

@@ -19,18 +19,6 @@ static const char code_b[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
 static const char code_c[] = "GPUX_HOST_PARAMS(h, sizeof(int *));\n"
 			     "GPUX_HOST_KERNEL(h) { *GPUX_ARG(int *, 0) = 444; }\n";
 
-static int setup(void **state)
-{
-	*state = test_env_open(NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static gpux_module *load(gpux_ctx *ctx, const char *code)
 {
 	gpux_module *m = NULL;
@@ -156,12 +144,9 @@ static void test_e2e_modules_reloaded_from_the_caches_stay_apart(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_e2e_modules_freed_module_is_not_run_for_the_next,
-						setup, teardown),
-		cmocka_unit_test_setup_teardown(test_e2e_modules_loaded_together_stay_apart, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_e2e_modules_reloaded_from_the_caches_stay_apart,
-						setup, teardown),
+		TEST_WITH_ENV(test_e2e_modules_freed_module_is_not_run_for_the_next),
+		TEST_WITH_ENV(test_e2e_modules_loaded_together_stay_apart),
+		TEST_WITH_ENV(test_e2e_modules_reloaded_from_the_caches_stay_apart),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -9,20 +9,6 @@
 #include "e2e.h"
 #include "helpers.h"
 
-static int setup(void **state)
-{
-	static const char *const args[] = { "--host-devices", "2", NULL };
-
-	*state = test_env_open(args);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 /*
  * Forked clients keep 32 launches in flight on device 1 for two seconds (checking every
  * result), others on device 0; device 0's worker is killed in the middle. Every request on
@@ -102,5 +88,6 @@ int main(void)
 		cmocka_unit_test(test_multi_worker_killed_under_load_other_untouched),
 	};
 
-	return cmocka_run_group_tests_name("two devices", tests, setup, teardown);
+	return cmocka_run_group_tests_name("two devices", tests, test_env_setup_two_devices,
+					   test_env_teardown);
 }

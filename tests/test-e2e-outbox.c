@@ -365,25 +365,12 @@ static void test_outbox_fds_are_capped(void **state)
 	gpux_dbuf_free(c.dbuf);
 }
 
-static int setup(void **state)
-{
-	*state = test_env_open(NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_outbox_full_socket_holds_nobody, setup,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_outbox_many_copies_wait, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_outbox_fds_are_capped, setup, teardown),
+		TEST_WITH_ENV(test_outbox_full_socket_holds_nobody),
+		TEST_WITH_ENV(test_outbox_many_copies_wait),
+		TEST_WITH_ENV(test_outbox_fds_are_capped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

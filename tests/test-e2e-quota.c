@@ -21,19 +21,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
-static void still_serves(struct test_env *e)
-{
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-
-	assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
-}
-
 /* Run add1 over a buffer's first float (it reads and writes the buffer's memory). */
 static gpux_status touch(gpux_module *m, gpux_buf *b)
 {
@@ -65,7 +52,7 @@ static void test_e2e_quota_library_refuses_past_the_client_cap(void **state)
 	assert_int_equal(gpux_buf_freeze(c), GPUX_OK);
 	gpux_buf_free(b);
 	gpux_buf_free(c);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* A client that skips the library is refused by the worker, on the request using the memory. */
@@ -109,7 +96,7 @@ static void test_e2e_quota_worker_refuses_past_the_client_cap(void **state)
 	assert_int_equal(test_raw_call(chan, buf, (size_t)n, NULL, 0), GPUX_OK);
 	(void)close(chan);
 	(void)close(sup);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /*
@@ -146,7 +133,7 @@ static void test_e2e_quota_worker_refuses_past_the_user_cap(void **state)
 	gpux_buf_free(b2);
 	gpux_module_free(om);
 	gpux_disconnect(other);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 int main(void)
@@ -157,5 +144,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_quota_worker_refuses_past_the_user_cap),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, test_env_teardown);
 }

@@ -16,25 +16,6 @@
 
 static const char code[] = "GPUX_HOST_KERNEL(k)\n{\n}\n";
 
-static int setup(void **state)
-{
-	*state = test_env_open(NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
-static void still_serves(struct test_env *e)
-{
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-
-	assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
-}
-
 /* A raw channel with module 7 (kernel "k") loaded. */
 static int channel_with_module(struct test_env *e, int *ret_sup)
 {
@@ -182,7 +163,7 @@ static void test_e2e_refusals_malformed_requests_are_answered(void **state)
 	(void)close(chan);
 	(void)close(sup);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* A SUBMIT reading 16 bytes of segment `seg`. */
@@ -239,7 +220,7 @@ static void test_e2e_refusals_refused_segments_are_told_on_use(void **state)
 	(void)close(chan);
 	(void)close(sup);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 static uint64_t requests_failed(struct test_env *e)
@@ -274,7 +255,7 @@ static void test_e2e_refusals_bad_launch_shape_refused_at_submit(void **state)
 		assert_int_equal(gpux_run(e->m, "empty", &bad[i], NULL, 0), GPUX_E_INVAL);
 	}
 	assert_int_equal(requests_failed(e), failed);
-	still_serves(e);
+	test_env_still_serves(e);
 	{
 		/* The largest the device allows is fine. */
 		struct gpux_launch l = { .grid = { 3, 1, 1 }, .block = { 1024, 1, 1 },
@@ -342,7 +323,7 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 
-	still_serves(e);
+	test_env_still_serves(e);
 	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
 	/* A record the worker cannot frame: it can tie it to nothing, so it drops the channel. */
 	memset(junk, 0xa5, sizeof(junk));
@@ -352,7 +333,7 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 	gpux_req_free(r);
 
 	/* Not a dead device: the next requests run, on a channel of their own. */
-	still_serves(e);
+	test_env_still_serves(e);
 	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
@@ -374,7 +355,7 @@ static void test_e2e_refusals_unanswerable_message_drops_only_its_client(void **
 	(void)close(chan);
 	(void)close(sup);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 int main(void)
@@ -387,5 +368,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_env_setup, test_env_teardown);
 }

@@ -21,12 +21,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static struct ipc_dev_status dev_status(struct test_env *e, uint32_t dev)
 {
 	struct ipc_status st;
@@ -400,5 +394,5 @@ int main(void)
 		cmocka_unit_test(test_residency_any_survives_a_dead_worker),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, test_env_teardown);
 }

@@ -94,12 +94,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static uint32_t generation(struct test_env *e)
 {
 	struct ipc_status st;
@@ -256,7 +250,7 @@ static void test_e2e_sandboxed_module_may_not_run_code_at_load(void **state)
 	}
 }
 
-#define WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
+#define WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, setup, test_env_teardown)
 
 int main(void)
 {

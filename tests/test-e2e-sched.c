@@ -32,12 +32,6 @@ static int setup_one_slot(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 /* Submit n appends of 0..n-1 to log on queue q (NULL: the default one); r gets them. */
 static void submit_appends(gpux_module *m, gpux_queue *q, gpux_buf *log, uint32_t n, gpux_req **r)
 {
@@ -238,7 +232,8 @@ int main(void)
 	const struct CMUnitTest one_slot[] = {
 		cmocka_unit_test(test_sched_busy_client_does_not_starve_another),
 	};
-	int r = cmocka_run_group_tests_name("two slots", tests, setup, teardown);
+	int r = cmocka_run_group_tests_name("two slots", tests, setup, test_env_teardown);
 
-	return r | cmocka_run_group_tests_name("one slot", one_slot, setup_one_slot, teardown);
+	return r |
+	       cmocka_run_group_tests_name("one slot", one_slot, setup_one_slot, test_env_teardown);
 }

@@ -30,19 +30,6 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
-static void still_serves(struct test_env *e)
-{
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-
-	assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
-}
-
 static void test_e2e_other_user_refused(void **state)
 {
 	struct test_env *e = *state;
@@ -67,7 +54,7 @@ static void test_e2e_other_user_refused(void **state)
 	assert_int_equal(WEXITSTATUS(ws), 0);
 	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
 	assert_true(st.clients_refused >= 1);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* A member of --allow-group may connect, but not run native code as gpuxd's user. */
@@ -121,7 +108,7 @@ static void test_e2e_garbage_to_gpuxd_drops_only_that_client(void **state)
 	}
 	assert_true(test_closed_by_peer(fd));
 	(void)close(fd);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* A client of an older protocol is told, in its own version, that none is in common. */
@@ -152,7 +139,7 @@ static void test_e2e_old_client_told_why(void **state)
 	assert_int_equal(d.status, GPUX_E_VERSION);
 	assert_true(test_closed_by_peer(fd));
 	(void)close(fd);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 static void test_e2e_garbage_on_a_channel_drops_only_it(void **state)
@@ -169,7 +156,7 @@ static void test_e2e_garbage_on_a_channel_drops_only_it(void **state)
 	(void)close(chan);
 	(void)close(sup);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* A request that names bytes outside its segment is refused, and the client stays. */
@@ -222,7 +209,7 @@ static void test_e2e_out_of_range_argument_refused(void **state)
 	assert_int_equal(done.m.status, GPUX_OK);
 	(void)close(chan);
 	(void)close(sup);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* How many fds a process has open. */
@@ -301,7 +288,7 @@ static void test_e2e_channel_req_flood_is_capped(void **state)
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 	(void)close(chan);
 	(void)close(sup);
-	still_serves(e);
+	test_env_still_serves(e);
 }
 
 /* gpuxd has all the fds it may (systemd gives 1024 unless raised; main() lowers ours). */
@@ -345,5 +332,5 @@ int main(void)
 		(void)setrlimit(RLIMIT_NOFILE, &rl);
 	}
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, setup, test_env_teardown);
 }

@@ -14,18 +14,6 @@
 
 #define N 4096
 
-static int setup(void **state)
-{
-	*state = test_env_open(NULL);
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	test_env_close(*state);
-	return 0;
-}
-
 static gpux_status add1(gpux_module *m, gpux_buf *in, uint64_t in_off, gpux_buf *out,
 			uint64_t out_off)
 {
@@ -198,5 +186,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_share_import_refuses_other_files),
 	};
 
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, test_env_setup, test_env_teardown);
 }

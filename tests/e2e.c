@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/e2e.c: starting, querying and stopping a real gpuxd for end-to-end tests. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -293,6 +294,49 @@ pid_t test_worker_pid(const struct test_daemon *d, uint32_t device)
 struct gen_arg {
 	uint32_t generation;
 };
+
+pid_t test_compiler_of(pid_t worker)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *e;
+	pid_t found = 0;
+
+	assert_non_null(proc);
+	while (!found && (e = readdir(proc))) {
+		char path[320], buf[512], *p;
+		int ppid = 0;
+		ssize_t n;
+		int fd;
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			(void)close(fd);
+		buf[n > 0 ? n : 0] = '\0';
+		p = strrchr(buf, ')');
+		if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1 || ppid != worker)
+			continue;
+		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+		if (fd >= 0)
+			(void)close(fd);
+		/* argv[1], after argv[0]'s NUL. */
+		if (n > 0 && memchr(buf, '\0', (size_t)n) &&
+		    strcmp(buf + strlen(buf) + 1, "--compiler") == 0)
+			found = (pid_t)atoi(e->d_name);
+	}
+	(void)closedir(proc);
+	return found;
+}
+
+bool test_have_nvrtc(void)
+{
+	return access("/usr/local/cuda/lib64/libnvrtc.so", R_OK) == 0 || getenv("GPUX_NVRTC_LIB");
+}
 
 static bool newer_ready(const struct ipc_dev_status *s, void *arg)
 {

@@ -50,6 +50,12 @@ void test_stop_pid(pid_t pid);
 /* The pid of a device's worker now (asserting it is ready). */
 pid_t test_worker_pid(const struct test_daemon *d, uint32_t device);
 
+/* The pid of a worker's compile helper (its child started with --compiler), 0 if it has none. */
+pid_t test_compiler_of(pid_t worker);
+
+/* Whether NVRTC can be loaded here: the toolkit's, or $GPUX_NVRTC_LIB. */
+bool test_have_nvrtc(void);
+
 /* Wait until the device is ready with a worker of a generation above `generation`. */
 void test_wait_generation(const struct test_daemon *d, uint32_t device, uint32_t generation);
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-compile.c: CUDA C++ as written (headers, C++ names, templates) and checked cubins, on a fake driver. */
-#include <dirent.h>
+/* tests/test-e2e-compile.c: CUDA C++ as written (headers, C++ names, templates) and checked cubins,
+ * on a fake driver. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include "e2e.h"
 #include "helpers.h"
-#include "worker/nvrtc-loader.h"
+#include "nvrtc-helpers.h"
 
 #include "sample-matrixMul_kernel.h"
 #include "sample-reduction_kernel.h"
@@ -33,11 +33,6 @@ struct ctx {
 	gpux_ctx *c;
 };
 
-static bool have_nvrtc(void)
-{
-	return access("/usr/local/cuda/lib64/libnvrtc.so", R_OK) == 0 || getenv("GPUX_NVRTC_LIB");
-}
-
 static bool have_landlock(void)
 {
 	return syscall(SYS_landlock_create_ruleset, NULL, 0, 1u) > 0;
@@ -48,7 +43,7 @@ static int setup(void **state)
 	static const char *const args[] = { "--backend", "cuda", NULL };
 	struct ctx *t;
 
-	if (!have_nvrtc())
+	if (!test_have_nvrtc())
 		return 0;
 	t = calloc(1, sizeof(*t));
 	if (!t)
@@ -387,53 +382,6 @@ static const char cubin_src[] =
 	"__global__ void over(int *p) { *p = 1; }\n"
 	"__global__ void over(float *p) { *p = 1; }\n";
 
-/* NVRTC in this process, for cubins the way a client would make them. */
-static uint8_t *nvrtc_cubin(const char *arch, size_t *ret_len)
-{
-	static struct nvrtc nv;
-	char why[256], opt[64];
-	const char *opts[] = { opt };
-	nvrtcProgram prog;
-	uint8_t *cubin;
-
-	if (!nv.lib)
-		assert_int_equal(nvrtc_load(&nv, why, sizeof(why)), 0);
-	(void)snprintf(opt, sizeof(opt), "--gpu-architecture=%s", arch);
-	assert_int_equal(nv.create(&prog, cubin_src, "c.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-	assert_int_equal(nv.compile(prog, 1, opts), NVRTC_SUCCESS);
-	assert_int_equal(nv.cubin_size(prog, ret_len), NVRTC_SUCCESS);
-	cubin = malloc(*ret_len);
-	assert_non_null(cubin);
-	assert_int_equal(nv.cubin(prog, (char *)cubin), NVRTC_SUCCESS);
-	(void)nv.destroy(&prog);
-	return cubin;
-}
-
-/* A fatbin of one uncompressed cubin entry for sm (as nvcc -fatbin lays them out). */
-static uint8_t *fatbin(const uint8_t *cubin, size_t len, uint32_t sm, size_t *ret_len)
-{
-	size_t size = ALIGN_UP(len, 8);
-	uint8_t *f = calloc(1, 16 + 64 + size);
-	uint32_t magic = 0xba55ed50u, hsize = 64, arch = sm;
-	uint16_t version = 1, head = 16, kind = 2, ever = 0x101;
-	uint64_t fat = 64 + size, sz = size, flags = 0x11;
-
-	assert_non_null(f);
-	memcpy(f, &magic, 4);
-	memcpy(f + 4, &version, 2);
-	memcpy(f + 6, &head, 2);
-	memcpy(f + 8, &fat, 8);
-	memcpy(f + 16, &kind, 2);
-	memcpy(f + 18, &ever, 2);
-	memcpy(f + 20, &hsize, 4);
-	memcpy(f + 24, &sz, 8);
-	memcpy(f + 16 + 28, &arch, 4);
-	memcpy(f + 16 + 40, &flags, 8);
-	memcpy(f + 16 + 64, cubin, len);
-	*ret_len = 16 + 64 + size;
-	return f;
-}
-
 /* Load code of a language; the status, with a log that must hold `in_log` if not NULL. */
 static void expect_load(struct ctx *t, uint32_t lang, const void *code, size_t len,
 			gpux_status want, const char *in_log, gpux_module **ret)
@@ -466,8 +414,8 @@ static void test_compile_cubins_checked(void **state)
 	NEED(state);
 	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
 	gen = devs[0].generation;
-	c90 = nvrtc_cubin("sm_90", &len);
-	c80 = nvrtc_cubin("sm_80", &len80);
+	c90 = test_nvrtc_compile(cubin_src, "sm_90", false, &len);
+	c80 = test_nvrtc_compile(cubin_src, "sm_80", false, &len80);
 	bad = malloc(len);
 	assert_non_null(bad);
 
@@ -493,12 +441,12 @@ static void test_compile_cubins_checked(void **state)
 	expect_load(t, GPUX_LANG_CUBIN, "garbage, not a cubin", 20, GPUX_E_INVAL, "not a cubin",
 		    NULL);
 	/* Fatbins: one with code for the device loads, one without names what it has. */
-	fb = fatbin(c90, len, 90, &flen);
+	fb = test_fatbin(c90, len, 90, &flen);
 	expect_load(t, GPUX_LANG_CUBIN, fb, flen, GPUX_OK, NULL, &m);
 	expect_run(t->c, m, "saxpy", 2, sa, 1, GPUX_OK, NULL);
 	gpux_module_free(m);
 	free(fb);
-	fb = fatbin(c80, len80, 80, &flen);
+	fb = test_fatbin(c80, len80, 80, &flen);
 	expect_load(t, GPUX_LANG_CUBIN, fb, flen, GPUX_E_INVAL, "no code for sm_90 (it has: sm_80",
 		    NULL);
 	expect_load(t, GPUX_LANG_CUBIN, fb, flen - 8, GPUX_E_INVAL, "fatbin", NULL);
@@ -527,46 +475,6 @@ static void test_compile_ptx_names(void **state)
 }
 
 /* ---- the helper's death ---- */
-
-/* The worker's compiler helper: the child of pid with "--compiler" in its command line. */
-static pid_t helper_of(pid_t pid)
-{
-	DIR *d = opendir("/proc");
-	struct dirent *e;
-	pid_t found = 0;
-
-	assert_non_null(d);
-	while (!found && (e = readdir(d))) {
-		char path[300], buf[512];
-		int ppid = 0;
-		FILE *f;
-		size_t n;
-
-		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fscanf(f, "%*d (%*[^)]) %*c %d", &ppid) != 1 || ppid != pid) {
-			(void)fclose(f);
-			continue;
-		}
-		(void)fclose(f);
-		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		n = fread(buf, 1, sizeof(buf) - 1, f);
-		(void)fclose(f);
-		for (size_t i = 0; i < n; i++)
-			if (buf[i] == '\0')
-				buf[i] = ' ';
-		buf[n] = '\0';
-		if (strstr(buf, "--compiler"))
-			found = (pid_t)atoi(e->d_name);
-	}
-	(void)closedir(d);
-	return found;
-}
 
 /* CPU time (ticks) a process has used. */
 static long cpu_ticks(pid_t pid)
@@ -633,7 +541,7 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	/* A first compile: the helper has warmed up, and waits. */
 	assert_int_equal(load(t, small_src, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
 	gpux_module_free(m);
-	k.helper = helper_of(test_worker_pid(&t->d, 0));
+	k.helper = test_compiler_of(test_worker_pid(&t->d, 0));
 	assert_true(k.helper > 0);
 	k.from = cpu_ticks(k.helper);
 	/* A compile of a few hundred ms at least, killed in the middle. */
@@ -653,7 +561,7 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
 	assert_int_equal(devs[0].generation, gen);
 	/* An idle helper killed: the next compile does not even notice. */
-	k.helper = helper_of(test_worker_pid(&t->d, 0));
+	k.helper = test_compiler_of(test_worker_pid(&t->d, 0));
 	assert_true(k.helper > 0);
 	assert_int_equal(kill(k.helper, SIGSYS), 0);
 	(void)usleep(50000);

@@ -501,11 +501,6 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 	test_daemon_stop(d);
 }
 
-static bool have_nvrtc(void)
-{
-	return access("/usr/local/cuda/lib64/libnvrtc.so", R_OK) == 0 || getenv("GPUX_NVRTC_LIB");
-}
-
 static uint64_t stat_of(const struct test_daemon *d, size_t off)
 {
 	struct ipc_status st;
@@ -568,7 +563,7 @@ static void test_cuda_nvrtc_compile_and_disk_cache(void **state)
 {
 	struct test_daemon *d = *state;
 
-	if (!have_nvrtc())
+	if (!test_have_nvrtc())
 		skip();
 	start(d);
 	nvrtc_saxpy(d, -3.0f);
@@ -598,7 +593,7 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 	gpux_ctx *ctx;
 	char *log = NULL;
 
-	if (!have_nvrtc())
+	if (!test_have_nvrtc())
 		skip();
 	start(d);
 	ctx = test_connect(d);
@@ -669,45 +664,6 @@ static bool fd_cloexec(pid_t pid, const char *fd)
 	return flags & O_CLOEXEC;
 }
 
-/* The worker's compile helper: its child started with --compiler; 0 if there is none. */
-static pid_t compiler_of(pid_t worker)
-{
-	DIR *proc = opendir("/proc");
-	struct dirent *e;
-	pid_t found = 0;
-
-	assert_non_null(proc);
-	while (!found && (e = readdir(proc))) {
-		char path[320], buf[512], *p;
-		int ppid = 0;
-		ssize_t n;
-		int fd;
-
-		if (e->d_name[0] < '1' || e->d_name[0] > '9')
-			continue;
-		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-		if (fd >= 0)
-			(void)close(fd);
-		buf[n > 0 ? n : 0] = '\0';
-		p = strrchr(buf, ')');
-		if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1 || ppid != worker)
-			continue;
-		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-		if (fd >= 0)
-			(void)close(fd);
-		/* argv[1], after argv[0]'s NUL. */
-		if (n > 0 && memchr(buf, '\0', (size_t)n) &&
-		    strcmp(buf + strlen(buf) + 1, "--compiler") == 0)
-			found = (pid_t)atoi(e->d_name);
-	}
-	(void)closedir(proc);
-	return found;
-}
-
 /*
  * The worker keeps nothing that a process it starts would inherit: every fd past stdio is
  * close-on-exec, and gpuxd's status page is mapped, its fd closed. Its compile helper, which
@@ -724,7 +680,7 @@ static void test_cuda_worker_fds_stay_its_own(void **state)
 
 	start(d);
 	/* The helper has answered a compile: it is warm and sealed. */
-	if (have_nvrtc())
+	if (test_have_nvrtc())
 		nvrtc_saxpy(d, 1.0f);
 	worker = test_worker_pid(d, 0);
 	(void)snprintf(link, sizeof(link), "/proc/%d/fd", (int)worker);
@@ -741,8 +697,8 @@ static void test_cuda_worker_fds_stay_its_own(void **state)
 	}
 	(void)closedir(fds);
 
-	helper = have_nvrtc() ? compiler_of(worker) : 0;
-	assert_true(helper > 0 || !have_nvrtc());
+	helper = test_have_nvrtc() ? test_compiler_of(worker) : 0;
+	assert_true(helper > 0 || !test_have_nvrtc());
 	if (helper) {
 		unsigned n = 0;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-gpu-samples.c: CUDA code as published and as C++ programmers write it, on a real GPU (suite gpu). */
-#include <dlfcn.h>
+/* tests/test-gpu-samples.c: CUDA code as published and as C++ programmers write it, on a real GPU
+ * (suite gpu). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 #include "e2e.h"
 #include "helpers.h"
-#include "worker/nvrtc-loader.h"
+#include "nvrtc-helpers.h"
 
 #include "sample-matrixMul_kernel.h"
 #include "sample-reduction_kernel.h"
@@ -316,65 +316,6 @@ static const char client_src[] =
 	"__global__ void over(int *p) { p[threadIdx.x] = 1; }\n"
 	"__global__ void over(float *p) { p[threadIdx.x] = 1; }\n";
 
-/* NVRTC in this process: a cubin for arch ("sm_90"), or PTX for "compute_90". */
-static uint8_t *client_compile(const char *arch, bool ptx, size_t *ret_len)
-{
-	static struct nvrtc nv;
-	char why[256], opt[64];
-	const char *opts[] = { opt };
-	nvrtcProgram prog;
-	uint8_t *code;
-
-	if (!nv.lib)
-		assert_int_equal(nvrtc_load(&nv, why, sizeof(why)), 0);
-	(void)snprintf(opt, sizeof(opt), "--gpu-architecture=%s", arch);
-	assert_int_equal(nv.create(&prog, client_src, "c.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-	assert_int_equal(nv.compile(prog, 1, opts), NVRTC_SUCCESS);
-	if (ptx) {
-		nvrtcResult (*size)(nvrtcProgram, size_t *) = dlsym(nv.lib, "nvrtcGetPTXSize");
-		nvrtcResult (*get)(nvrtcProgram, char *) = dlsym(nv.lib, "nvrtcGetPTX");
-
-		assert_non_null(size);
-		assert_non_null(get);
-		assert_int_equal(size(prog, ret_len), NVRTC_SUCCESS);
-		code = malloc(*ret_len);
-		assert_non_null(code);
-		assert_int_equal(get(prog, (char *)code), NVRTC_SUCCESS);
-	} else {
-		assert_int_equal(nv.cubin_size(prog, ret_len), NVRTC_SUCCESS);
-		code = malloc(*ret_len);
-		assert_non_null(code);
-		assert_int_equal(nv.cubin(prog, (char *)code), NVRTC_SUCCESS);
-	}
-	(void)nv.destroy(&prog);
-	return code;
-}
-
-/* A fatbin of one uncompressed cubin entry for sm, as nvcc -fatbin lays it out. */
-static uint8_t *fatbin(const uint8_t *cubin, size_t len, uint32_t sm, size_t *ret_len)
-{
-	size_t size = ALIGN_UP(len, 8);
-	uint8_t *f = calloc(1, 16 + 64 + size);
-	uint32_t magic = 0xba55ed50u, hsize = 64;
-	uint16_t version = 1, head = 16, kind = 2, ever = 0x101;
-	uint64_t fat = 64 + size, sz = size, flags = 0x11;
-
-	assert_non_null(f);
-	memcpy(f, &magic, 4);
-	memcpy(f + 4, &version, 2);
-	memcpy(f + 6, &head, 2);
-	memcpy(f + 8, &fat, 8);
-	memcpy(f + 16, &kind, 2);
-	memcpy(f + 18, &ever, 2);
-	memcpy(f + 20, &hsize, 4);
-	memcpy(f + 24, &sz, 8);
-	memcpy(f + 44, &sm, 4);
-	memcpy(f + 56, &flags, 8);
-	memcpy(f + 80, cubin, len);
-	*ret_len = 16 + 64 + size;
-	return f;
-}
-
 static void scale_check(struct env *e, uint32_t lang, const void *code, size_t len)
 {
 	const int n = 1000;
@@ -417,15 +358,16 @@ static void test_gpu_client_cubin_fatbin_ptx(void **state)
 	char *log = NULL;
 
 	(void)snprintf(arch, sizeof(arch), "sm_%u", sm);
-	cubin = client_compile(arch, false, &len);
+	cubin = test_nvrtc_compile(client_src, arch, false, &len);
 	scale_check(e, GPUX_LANG_CUBIN, cubin, len);
-	fb = fatbin(cubin, len, sm, &flen);
+	fb = test_fatbin(cubin, len, sm, &flen);
 	scale_check(e, GPUX_LANG_CUBIN, fb, flen);
 	(void)snprintf(arch, sizeof(arch), "compute_%u", sm);
-	ptx = client_compile(arch, true, &len);
+	ptx = test_nvrtc_compile(client_src, arch, true, &len);
 	scale_check(e, GPUX_LANG_PTX, ptx, len);
 	/* A cubin of another major version is refused by gpux before the driver sees it. */
-	other = client_compile(e->info.cc_major == 8 ? "sm_90" : "sm_80", false, &other_len);
+	other = test_nvrtc_compile(client_src, e->info.cc_major == 8 ? "sm_90" : "sm_80", false,
+				   &other_len);
 	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_CUBIN, other, other_len, NULL, &m, &log),
 			 GPUX_E_INVAL);
 	assert_non_null(log);

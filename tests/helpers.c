@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -64,6 +65,24 @@ void test_assert_fd_count_at(int before, const char *file, int line)
 		return;
 	print_error("%d fds open, %d expected:\n", now, before);
 	list_fds();
+	_fail(file, line);
+}
+
+void test_assert_child_ok_at(pid_t pid, const char *file, int line)
+{
+	pid_t got;
+	int st;
+
+	got = waitpid(pid, &st, 0);
+	if (got != pid)
+		print_error("waitpid(%d) gave %d: %s\n", (int)pid, (int)got,
+			    got < 0 ? strerror(errno) : "another child");
+	else if (WIFSIGNALED(st))
+		print_error("child %d killed by signal %d\n", (int)pid, WTERMSIG(st));
+	else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		print_error("child %d exited with status %d\n", (int)pid, WEXITSTATUS(st));
+	else
+		return;
 	_fail(file, line);
 }
 

@@ -27,6 +27,13 @@ int test_fd_count(void);
 #define assert_no_fd_leak(before) test_assert_fd_count_at((before), __FILE__, __LINE__)
 void test_assert_fd_count_at(int before, const char *file, int line);
 
+/*
+ * Wait for child pid and fail the running test, at the caller's line, unless it exited with
+ * status 0; how it ended is printed (a child's exit code often says which of its checks failed).
+ */
+#define assert_child_ok(pid) test_assert_child_ok_at((pid), __FILE__, __LINE__)
+void test_assert_child_ok_at(pid_t pid, const char *file, int line);
+
 /* Whether two fds refer to the same file (st_dev and st_ino). */
 bool test_same_file(int a, int b);
 

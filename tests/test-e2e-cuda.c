@@ -428,7 +428,6 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 	gpux_dbuf *da, *db;
 	gpux_req *r;
 	pid_t pid;
-	int st;
 
 	test_daemon_start(d, args);
 	assert_int_equal(chmod(d->dir, 0755), 0);
@@ -466,9 +465,7 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 			oa[2] = gpux_arg_out(out, 0, n * 4);
 			_exit(gpux_run(om, "add1", &l, oa, 3) == GPUX_OK ? 0 : 3);
 		}
-		assert_int_equal(waitpid(pid, &st, 0), pid);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
+		assert_child_ok(pid);
 		assert_int_equal(STAT(d, cache_hits), 2);
 		assert_int_equal(STAT(d, cache_misses), 2);
 	}

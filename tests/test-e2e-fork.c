@@ -85,12 +85,8 @@ static void test_e2e_fork_children_use_inherited_objects(void **state)
 		if (pids[k] == 0)
 			_exit(child_main(e, k, x, y, out));
 	}
-	for (unsigned k = 0; k < CHILDREN; k++) {
-		int st;
-		assert_int_equal(waitpid(pids[k], &st, 0), pids[k]);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	for (unsigned k = 0; k < CHILDREN; k++)
+		assert_child_ok(pids[k]);
 	/* The children's results are in the shared buffer, and the parent goes on as before. */
 	for (unsigned k = 0; k < CHILDREN; k++)
 		assert_true(slice_ok(x, y, out, k, (float)(k + 1)));
@@ -132,9 +128,7 @@ static void test_e2e_fork_parent_requests_stay_the_parents(void **state)
 			_exit(23);
 		_exit(WEXITSTATUS(st));
 	}
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_child_ok(pid);
 	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
 	gpux_req_free(r);
 }
@@ -180,7 +174,6 @@ static void test_e2e_fork_parent_request_message_in_child(void **state)
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	pid_t pid[2];
-	int st;
 
 	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
 	for (unsigned k = 0; k < 2; k++) {
@@ -194,11 +187,8 @@ static void test_e2e_fork_parent_request_message_in_child(void **state)
 			_exit(gpux_req_times(r, &t) == GPUX_OK ? 0 : 41);
 		}
 	}
-	for (unsigned k = 0; k < 2; k++) {
-		assert_int_equal(waitpid(pid[k], &st, 0), pid[k]);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	for (unsigned k = 0; k < 2; k++)
+		assert_child_ok(pid[k]);
 	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
 	gpux_req_free(r);
 }

@@ -63,13 +63,8 @@ static void test_multi_worker_killed_under_load_other_untouched(void **state)
 	(void)usleep(700 * 1000);
 	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
 	for (uint32_t dev = 0; dev < 2; dev++)
-		for (unsigned c = 0; c < CLIENTS; c++) {
-			int st;
-
-			assert_int_equal(waitpid(pids[dev][c], &st, 0), pids[dev][c]);
-			assert_true(WIFEXITED(st));
-			assert_int_equal(WEXITSTATUS(st), 0);
-		}
+		for (unsigned c = 0; c < CLIENTS; c++)
+			assert_child_ok(pids[dev][c]);
 	for (unsigned c = 0; c < CLIENTS; c++) {
 		const uint64_t *d0 = &counts[c * 2], *d1 = &counts[(CLIENTS + c) * 2];
 

@@ -249,7 +249,6 @@ static void test_residency_dbufs_reclaimed_and_quota(void **state)
 	uint64_t base = dev_status(e, 0).stats.dbuf_bytes;
 	gpux_dbuf *d;
 	pid_t pid;
-	int st;
 
 	/* 4 MiB per client: 3 fit, 2 more do not. */
 	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 3 << 20, &d), GPUX_OK);
@@ -283,9 +282,7 @@ static void test_residency_dbufs_reclaimed_and_quota(void **state)
 			_exit(1);
 		_exit(0);
 	}
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_child_ok(pid);
 	test_wait_stats(&e->d, 0, no_dbufs, &base);
 }
 

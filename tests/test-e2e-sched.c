@@ -120,13 +120,8 @@ static void test_sched_queues_keep_order_under_load(void **state)
 			_exit(bad ? 1 : 0);
 		}
 	}
-	for (unsigned p = 0; p < PROCS; p++) {
-		int st;
-
-		assert_int_equal(waitpid(pids[p], &st, 0), pids[p]);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	for (unsigned p = 0; p < PROCS; p++)
+		assert_child_ok(pids[p]);
 }
 
 static bool none_inflight(const struct ipc_dev_status *s, void *arg)

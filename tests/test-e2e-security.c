@@ -36,7 +36,6 @@ static void test_e2e_other_user_refused(void **state)
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	pid_t pid;
-	int ws;
 
 	if (geteuid() != 0)
 		skip();
@@ -49,9 +48,7 @@ static void test_e2e_other_user_refused(void **state)
 			_exit(10);
 		_exit(gpux_connect(e->d.sock, &ctx) == GPUX_E_PERM && !ctx ? 0 : 11);
 	}
-	assert_int_equal(waitpid(pid, &ws, 0), pid);
-	assert_true(WIFEXITED(ws));
-	assert_int_equal(WEXITSTATUS(ws), 0);
+	assert_child_ok(pid);
 	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
 	assert_true(st.clients_refused >= 1);
 	test_env_still_serves(e);
@@ -63,7 +60,6 @@ static void test_e2e_group_member_may_not_load_host_kernels(void **state)
 	static const char *const args[] = { "--allow-group", "65534", NULL };
 	struct test_daemon g;
 	pid_t pid;
-	int ws;
 
 	if (geteuid() != 0)
 		skip();
@@ -82,9 +78,7 @@ static void test_e2e_group_member_may_not_load_host_kernels(void **state)
 		_exit(gpux_module_load(ctx, GPUX_LANG_HOST, test_host_kernels,
 				       test_host_kernels_len, NULL, &m, NULL) == GPUX_E_PERM ? 0 : 12);
 	}
-	assert_int_equal(waitpid(pid, &ws, 0), pid);
-	assert_true(WIFEXITED(ws));
-	assert_int_equal(WEXITSTATUS(ws), 0);
+	assert_child_ok(pid);
 	test_daemon_stop(&g);
 }
 

@@ -264,7 +264,7 @@ static void test_service_daemonize_lets_go_of_the_terminal(void **state)
 	char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--daemonize", "--backend", "host",
 			 "--socket", sock, "--log-file", log, NULL };
 	posix_spawn_file_actions_t fa;
-	int out[2], st;
+	int out[2];
 	char c;
 	pid_t pid;
 
@@ -279,8 +279,7 @@ static void test_service_daemonize_lets_go_of_the_terminal(void **state)
 	assert_int_equal(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)close(out[1]);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_child_ok(pid);
 	/* Ready: it listens; and the pipe is at its end, nobody holds it. */
 	assert_int_equal(access(sock, F_OK), 0);
 	assert_int_equal(read(out[0], &c, 1), 0);
@@ -432,7 +431,7 @@ static void test_service_systemd_notify_and_socket_activation(void **state)
 {
 	char dir[64], sock[96], notify[96], cache[96], msg[512];
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int lfd, nfd, st;
+	int lfd, nfd;
 	gpux_ctx *ctx;
 	pid_t pid;
 
@@ -476,8 +475,7 @@ static void test_service_systemd_notify_and_socket_activation(void **state)
 	assert_int_equal(kill(pid, SIGTERM), 0);
 	notify_recv(nfd, msg, sizeof(msg));
 	assert_non_null(strstr(msg, "STOPPING=1"));
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_child_ok(pid);
 	assert_int_equal(access(sock, F_OK), 0);
 	(void)close(nfd);
 	{

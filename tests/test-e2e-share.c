@@ -66,7 +66,7 @@ static void test_e2e_share_another_connection_runs_on_imported_buffers(void **st
 	struct test_env *e = *state;
 	uint64_t seed = 7, offs[2];
 	gpux_buf *small, *big;
-	int sv[2], fds[2], st;
+	int sv[2], fds[2];
 	pid_t pid;
 
 	/* One buffer from an arena (not at its start), one in a segment of its own. */
@@ -94,9 +94,7 @@ static void test_e2e_share_another_connection_runs_on_imported_buffers(void **st
 	}
 	(void)close(sv[1]);
 	test_send_raw(sv[0], offs, sizeof(offs), fds, 2);
-	assert_int_equal(waitpid(pid, &st, 0), pid);
-	assert_true(WIFEXITED(st));
-	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_child_ok(pid);
 	(void)close(sv[0]);
 
 	/* The child's kernel wrote into the parent's memory. */

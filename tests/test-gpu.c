@@ -524,12 +524,8 @@ static void test_gpu_32_forked_children(void **state)
 			_exit(gpux_run(e->m, "saxpy", &l, args, 5) == GPUX_OK ? 0 : 1);
 		}
 	}
-	for (unsigned k = 0; k < 32; k++) {
-		int st;
-		assert_int_equal(waitpid(pids[k], &st, 0), pids[k]);
-		assert_true(WIFEXITED(st));
-		assert_int_equal(WEXITSTATUS(st), 0);
-	}
+	for (unsigned k = 0; k < 32; k++)
+		assert_child_ok(pids[k]);
 	for (unsigned k = 0; k < 32; k++)
 		for (uint64_t i = 0; i < n; i++) {
 			float want = ((float)k + 0.5f) * ((float *)gpux_buf_data(x))[i] +

@@ -130,7 +130,7 @@ static void test_channel_recv_msg_parses(void **state)
 static void test_channel_recv_blocks_until_message(void **state)
 {
 	int before = test_fd_count();
-	int sv[2], got[IPC_FDS_MAX], status;
+	int sv[2], got[IPC_FDS_MAX];
 	unsigned n;
 	pid_t pid;
 	size_t len = test_msg_make(sbuf, IPC_HELLO, 5, 0, NULL, 0);
@@ -144,8 +144,7 @@ static void test_channel_recv_blocks_until_message(void **state)
 	}
 	assert_int_equal(ipc_channel_recv(sv[1], rbuf, sizeof(rbuf), got, &n, 0), (ssize_t)len);
 	assert_int_equal(test_hdr_get(rbuf).id, 5);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_child_ok(pid);
 	test_close_all(sv, 2);
 	assert_no_fd_leak(before);
 }

@@ -566,6 +566,16 @@ unsigned test_gpu_count(void)
 	return pclose(f) == 0 ? lines : 0;
 }
 
+void test_gpu_require(unsigned n)
+{
+	unsigned have = test_gpu_count();
+
+	if (have >= n)
+		return;
+	(void)fprintf(stderr, "%u CUDA devices, %u needed: skipped\n", have, n);
+	exit(77);
+}
+
 int test_daemon_setup(void **state)
 {
 	*state = calloc(1, sizeof(struct test_daemon));

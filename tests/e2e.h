@@ -120,6 +120,9 @@ bool test_closed_by_peer(int fd);
  * exit 77 (skipped) without one. */
 unsigned test_gpu_count(void);
 
+/* Exit 77 (skipped), saying why, when fewer than n CUDA devices are here. For main(). */
+void test_gpu_require(unsigned n);
+
 /* A test of its own daemon: the state is a struct test_daemon that the test starts (with the
  * arguments it needs) and that is stopped after it, whatever happened in it. */
 int test_daemon_setup(void **state);

@@ -142,9 +142,6 @@ int main(void)
 		cmocka_unit_test(test_multi_one_worker_killed_other_serves),
 	};
 
-	if (test_gpu_count() < 2) {
-		(void)fprintf(stderr, "fewer than two CUDA devices: skipped\n");
-		return 77;
-	}
+	test_gpu_require(2);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -386,9 +386,6 @@ int main(void)
 		cmocka_unit_test(test_gpu_client_cubin_fatbin_ptx),
 	};
 
-	if (test_gpu_count() == 0) {
-		(void)fprintf(stderr, "no CUDA device: skipped\n");
-		return 77;
-	}
+	test_gpu_require(1);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

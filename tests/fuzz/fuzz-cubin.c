@@ -16,14 +16,6 @@
  * a worker image and as PTX.
  */
 
-#define CHECK(x)                                                                                   \
-	do {                                                                                       \
-		if (!(x)) {                                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);      \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
-
 struct names {
 	const uint8_t *lo, *hi; /* where names may lie */
 	unsigned n;

@@ -18,14 +18,6 @@
  * to the same bytes.
  */
 
-#define CHECK(x)                                                                                   \
-	do {                                                                                       \
-		if (!(x)) {                                                                        \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #x);      \
-			abort();                                                                   \
-		}                                                                                  \
-	} while (0)
-
 static const int fake_fds[IPC_FDS_MAX + 1] = { 1000, 1001, 1002, 1003, 1004 };
 
 /* The record being checked, and where encoders write it again. */

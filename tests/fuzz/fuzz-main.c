@@ -21,6 +21,8 @@ static int run_file(int dirfd, const char *name)
 
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		fprintf(stderr, "fuzz-replay: %s: %s\n", name, strerror(errno));
+		if (fd >= 0)
+			(void)close(fd);
 		return -1;
 	}
 	buf = malloc(st.st_size > 0 ? (size_t)st.st_size : 1);

@@ -208,6 +208,19 @@ static void test_cli_compile(void **state)
 	assert_non_null(strstr(json_string_value(json_object_get(j, "log")), "caf\\xe9 au lait"));
 	json_decref(j);
 	run_free(&r);
+
+	/* An empty file and a directory are refused as such, before gpuxd is asked. */
+	write_file(d, "empty.c", "", bad, sizeof(bad));
+	r = gpux(d, args);
+	assert_int_equal(r.code, 1);
+	assert_non_null(strstr(r.err, "not a file with something in it"));
+	run_free(&r);
+	(void)snprintf(bad, sizeof(bad), "%s", d->dir);
+	args[1] = "--lang=host";
+	r = gpux(d, args);
+	assert_int_equal(r.code, 1);
+	assert_non_null(strstr(r.err, "not a file with something in it"));
+	run_free(&r);
 }
 
 /* --json prints one JSON document and nothing else: the table and progress go to stderr. */

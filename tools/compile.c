@@ -32,20 +32,28 @@ static uint32_t lang_of_name(const char *file)
 	return 0;
 }
 
-/* The whole file, NUL-terminated (PTX must be), in *ret (free() it). */
+/*
+ * The whole file, NUL-terminated (PTX must be), in *ret (free() it). -EINVAL: not a regular
+ * file, or an empty one; -EFBIG: CODE_MAX or more; -EIO: it changed size while read.
+ */
 static int read_file(const char *path, char **ret, size_t *ret_len)
 {
 	struct stat st;
 	char *buf;
 	size_t len = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r = 0;
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size == 0 ||
-	    (uint64_t)st.st_size >= CODE_MAX) {
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISREG(st.st_mode) || st.st_size == 0)
+		r = -EINVAL;
+	else if ((uint64_t)st.st_size >= CODE_MAX)
+		r = -EFBIG;
+	if (r < 0) {
 		(void)close(fd);
-		return S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
+		return r;
 	}
 	buf = malloc((size_t)st.st_size + 1);
 	while (buf && len < (size_t)st.st_size) {
@@ -53,13 +61,19 @@ static int read_file(const char *path, char **ret, size_t *ret_len)
 
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		if (n <= 0) {
+			r = n < 0 ? -errno : -EIO;
 			break;
+		}
 		len += (size_t)n;
 	}
 	(void)close(fd);
 	if (!buf)
 		return -ENOMEM;
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
 	buf[len] = '\0';
 	*ret = buf;
 	*ret_len = len;

@@ -296,6 +296,20 @@ static void test_cli_conventions(void **state)
 		assert_non_null(strstr(r.err, "usage: gpux soak"));
 		run_free(&r);
 	}
+	/* A list too long to read whole is refused, not cut short to what fitted. */
+	{
+		char ops[160] = "";
+		const char *args[] = { "soak", "--ops", ops, "--minutes", "0.001", NULL };
+
+		for (unsigned i = 0; i < 31; i++)
+			(void)strcat(ops, "run,");
+		(void)strcat(ops, "run,frob");
+		r = gpux(d, args);
+		assert_int_equal(r.code, 2);
+		assert_non_null(strstr(r.err, "--ops"));
+		assert_non_null(strstr(r.err, "usage: gpux soak"));
+		run_free(&r);
+	}
 	{
 		const char *args[] = { "bench", "--only", "rtt,nope", NULL };
 		r = gpux(d, args);

@@ -387,7 +387,10 @@ static int parse_ops(const char *list, unsigned *ret)
 	char copy[128], *save = NULL;
 	unsigned mask = 0;
 
-	(void)snprintf(copy, sizeof(copy), "%s", list);
+	/* Cut short, the list would lose its last names without a word. */
+	if (strlen(list) >= sizeof(copy))
+		return -EINVAL;
+	memcpy(copy, list, strlen(list) + 1);
 	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
 		unsigned i = 0;
 

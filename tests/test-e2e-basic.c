@@ -417,7 +417,9 @@ static void test_e2e_pollable_fd(void **state)
 {
 	struct test_env *e = *state;
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-	uint32_t ms = 20;
+	/* Long enough to be running still at the first look, on a loaded machine too (20 ms was
+	 * not, once, on 2 CPUs). */
+	uint32_t ms = 500;
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	int fd;

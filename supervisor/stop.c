@@ -21,13 +21,13 @@ static void drain_tick(struct ipc_timer *t, void *userdata)
 		ipc_timer_arm(t, mono_ns() + DRAIN_TICK_NS);
 		return;
 	}
-	if (inflight > 0)
+	if (inflight > 0) {
 		(void)sup_notify("STATUS=stopping: %llu requests cut short",
 				 (unsigned long long)inflight);
-	if (inflight > 0)
 		sup_logp(LOG_WARNING,
 			 "drain time (%llu ms) is over with %llu requests in flight: stopping anyway",
 			 (unsigned long long)s->opts.drain_ms, (unsigned long long)inflight);
+	}
 	for (unsigned i = 0; i < s->nworkers; i++)
 		sup_worker_event(&s->workers[i], E_STOP);
 	if (sup_workers_all_down(s))

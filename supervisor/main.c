@@ -478,17 +478,21 @@ static int absolute(const char **path, char **ret_owned)
 static int open_log(struct sup_opts *o)
 {
 	char path[PATH_MAX];
+	/* Of the automatic targets only the journal's socket can fail to open. */
+	const char *where = "the journal";
 	int r;
 
-	if (o->log_file)
+	if (o->log_file) {
+		where = o->log_file;
 		r = sup_log_open(SUP_LOG_FILE, o->log_file, o->log_level);
-	else if (o->private_mode && ipc_private_log(path, sizeof(path)) == 0)
+	} else if (o->private_mode && ipc_private_log(path, sizeof(path)) == 0) {
+		where = path;
 		r = sup_log_open(SUP_LOG_FILE, path, o->log_level);
-	else
+	} else {
 		r = sup_log_open(sup_log_auto(o->daemonize), NULL, o->log_level);
+	}
 	if (r < 0)
-		(void)fprintf(stderr, "gpuxd: log %s: %s\n", o->log_file ? o->log_file : path,
-			      strerror(-r));
+		(void)fprintf(stderr, "gpuxd: log %s: %s\n", where, strerror(-r));
 	return r;
 }
 

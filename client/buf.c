@@ -49,15 +49,16 @@ static int pages_find(const struct cli_seg *s, unsigned n)
 }
 
 /*
- * Lock held: -EDQUOT when `size` bytes more of segments would pass gpuxd's cap on this
- * client's shared memory (--quota-shared). Checked before a memfd is made, so that a
- * request for too much touches no memory: posix_fallocate() of it would charge the pages to
- * this process's memory cgroup, whose OOM killer may pick anyone in it (a private gpuxd and
- * its workers among them). The workers check the same cap again.
+ * Lock held: -EDQUOT when one segment more, of `size` bytes, would pass CLI_SEGMENTS_MAX or
+ * gpuxd's cap on this client's shared memory (--quota-shared). Checked before a memfd is
+ * made, so that a request for too much touches no memory: posix_fallocate() of it would
+ * charge the pages to this process's memory cgroup, whose OOM killer may pick anyone in it
+ * (a private gpuxd and its workers among them). The workers check the same cap again.
  */
-static int quota_check(const gpux_ctx *ctx, uint64_t size)
+static int seg_room(const gpux_ctx *ctx, uint64_t size)
 {
-	if (size > ctx->quota_shared - MIN(ctx->shared_bytes, ctx->quota_shared))
+	if (ctx->nsegs >= CLI_SEGMENTS_MAX ||
+	    size > ctx->quota_shared - MIN(ctx->shared_bytes, ctx->quota_shared))
 		return -EDQUOT;
 	return 0;
 }
@@ -81,8 +82,9 @@ static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **re
 	void *addr;
 	int r;
 
-	if (ctx->nsegs >= CLI_SEGMENTS_MAX || quota_check(ctx, size) < 0)
-		return -EDQUOT;
+	r = seg_room(ctx, size);
+	if (r < 0)
+		return r;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
@@ -270,11 +272,7 @@ static int buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf)
 	b = calloc(1, sizeof(*b));
 	(void)pthread_mutex_lock(&ctx->lock);
 	cli_after_fork(ctx);
-	r = 0;
-	if (!s || !b)
-		r = -ENOMEM;
-	else if (ctx->nsegs >= CLI_SEGMENTS_MAX || quota_check(ctx, (uint64_t)st.st_size) < 0)
-		r = -EDQUOT;
+	r = s && b ? seg_room(ctx, (uint64_t)st.st_size) : -ENOMEM;
 	if (r < 0) {
 		(void)pthread_mutex_unlock(&ctx->lock);
 		free(s);
@@ -412,7 +410,7 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 	}
 	len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
 	/* Out of an arena, the frozen pages are one segment more, and memory more. */
-	if (old->arena && (ctx->nsegs >= CLI_SEGMENTS_MAX || quota_check(ctx, len) < 0)) {
+	if (old->arena && seg_room(ctx, len) < 0) {
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_E_QUOTA;
 	}

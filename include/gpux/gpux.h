@@ -193,7 +193,7 @@ GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
  * then keeps its bytes on the device and does not upload them again, for any request of
  * this user with the same bytes. Costs one copy of the buffer. Children forked before the
  * freeze keep seeing the bytes as they were. GPUX_E_QUOTA: a small buffer's frozen copy would
- * be one shared segment more than a process may have (4096).
+ * be one shared segment more than a process may have (4096), or pass gpuxd --quota-shared.
  */
 GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *buf);
 
@@ -210,8 +210,8 @@ GPUX_EXPORT gpux_status gpux_buf_fd(gpux_buf *buf, int *ret_fd, uint64_t *ret_of
  * A buffer over the whole of a gpux memfd from another process (see gpux_buf_fd()): the same
  * memory, read and written in place by this process's kernels. The fd stays the caller's (it is
  * duplicated). A frozen buffer's memfd gives a frozen buffer. GPUX_E_INVAL: fd is not a memfd
- * sealed against shrinking, as gpux makes them; GPUX_E_QUOTA: one shared segment too many (4096).
- * Free it with gpux_buf_free().
+ * sealed against shrinking, as gpux makes them; GPUX_E_QUOTA: one shared segment too many (4096),
+ * or more shared memory than gpuxd --quota-shared allows. Free it with gpux_buf_free().
  */
 GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf);
 

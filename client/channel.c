@@ -103,6 +103,9 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 		dev_close_channel(ctx, i);
 	}
 	cli_dev_drop_rings(d);
+	/* A channel asked for after a drop is here, or one came with a new worker: asking
+	 * gpuxd for another would have the worker drop this one, and what runs on it. */
+	d->want_channel = false;
 	d->chan_fd = ipc_msg_take_fd(msg, 0);
 	d->chan_gen = ++ctx->chan_counter;
 	d->generation = dm.generation;

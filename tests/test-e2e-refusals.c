@@ -2,6 +2,7 @@
 /* tests/test-e2e-refusals.c: what a worker refuses is answered with why, and the client stays. */
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -338,6 +339,43 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
 
+/*
+ * A channel the worker dropped is asked for again only while it is missing: after a restart
+ * of the worker has brought a new channel already, asking gpuxd for one more would have the
+ * worker drop the channel that the next request runs on.
+ */
+static void test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 0 };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_submit bad = one;
+	uint32_t ms = 300;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+	size_t n;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	/* A well-framed message that asks for no answer and cannot be: the worker drops the
+	 * channel with its last word on a socket still open (junk would shut it first). */
+	bad.grid[1] = 0;
+	n = submit_msg(buf, 0, bad, NULL);
+	assert_int_equal(send(library_channel(), buf, n, 0), (ssize_t)n);
+	assert_int_equal(gpux_wait(r, 10000), GPUX_E_PROTO);
+	gpux_req_free(r);
+
+	/* Before the library needs device 0 again, its worker dies and comes back. */
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
+	test_wait_generation(&e->d, 0, devs[0].generation);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, 10000), GPUX_OK);
+	gpux_req_free(r);
+	test_env_still_serves(e);
+}
+
 /* A broken message that asks for no answer: only its client goes. */
 static void test_e2e_refusals_unanswerable_message_drops_only_its_client(void **state)
 {
@@ -366,6 +404,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_refusals_refused_segments_are_told_on_use),
 		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
 		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),
+		cmocka_unit_test(test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel),
 	};
 
 	return cmocka_run_group_tests(tests, test_env_setup, test_env_teardown);

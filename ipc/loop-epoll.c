@@ -82,6 +82,8 @@ static void epoll_conn_kick(struct ipc_conn *c)
 
 static void epoll_conn_stop(struct ipc_conn *c)
 {
+	/* As with io_uring: the peer's sends fail from now on, the owner may say a last word. */
+	(void)shutdown(c->fd, SHUT_RD);
 	(void)epoll_ctl(c->obj.loop->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 }
 

@@ -141,8 +141,10 @@ static void uring_conn_kick(struct ipc_conn *c)
 
 static void uring_conn_stop(struct ipc_conn *c)
 {
-	/* Shutting the socket down completes a pending receive (0) and send (-EPIPE). */
-	(void)shutdown(c->fd, SHUT_RDWR);
+	/* Shutting the reading side completes a pending receive (0), and the peer's sends now
+	 * fail; the writing side stays open for a last word of the owner's (the peer must read
+	 * why it is dropped before it sees the end). The pending send is cancelled. */
+	(void)shutdown(c->fd, SHUT_RD);
 	if (c->recv_armed)
 		cancel_op(c->obj.loop, &c->recv_op);
 	if (c->send_armed)

@@ -81,6 +81,9 @@ static void rec_on_close(struct ipc_conn *c, int error, void *userdata)
 	r->error = error;
 	r->msgs_at_close = r->msgs;
 	r->send_in_close = ipc_conn_send(c, test_sbuf, sizeof(struct ipc_hdr), NULL, 0);
+	if (r->last_word)
+		r->last_word_sent = ipc_channel_send(ipc_conn_fd(c), test_sbuf,
+						     sizeof(struct ipc_hdr), NULL, 0, MSG_DONTWAIT);
 	if (r->free_on_close) {
 		ipc_conn_free(c);
 		r->c = NULL;

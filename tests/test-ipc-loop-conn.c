@@ -241,6 +241,38 @@ static void test_loop_conn_bad_header_drops_peer(void **state)
 	(void)close(sv[1]);
 }
 
+/*
+ * A connection that fails leaves its socket open for writing until it is freed: what its
+ * owner says last (a worker tells a client why it drops it) reaches the peer before the end.
+ */
+static void test_loop_conn_last_word_comes_before_the_end(void **state)
+{
+	struct ipc_loop *l = test_loop_of(state);
+	struct test_rec r;
+	int sv[2], fds[IPC_FDS_MAX];
+	unsigned nfds;
+	size_t len;
+
+	assert_int_equal(ipc_channel_pair(sv, false), 0);
+	test_rec_init(&r, l, sv[0]);
+	r.last_word = true;
+	memset(test_sbuf, 0xa5, 64);
+	test_send_raw(sv[1], test_sbuf, 64, NULL, 0);
+	assert_true(test_loop_until(l, &r.closes, 1, WAIT_MS));
+	assert_int_equal(r.error, -EBADMSG);
+	assert_int_equal(r.last_word_sent, 0);
+	/* The peer's own sends are refused now: nobody reads them. */
+	len = test_msg_make(test_sbuf, IPC_HELLO, 1, 0, NULL, 0);
+	assert_int_equal(ipc_channel_send(sv[1], test_sbuf, len, NULL, 0, MSG_DONTWAIT),
+			 -EPIPE);
+	assert_int_equal(test_recv_wait(sv[1], test_rbuf, sizeof(test_rbuf), fds, &nfds, WAIT_MS),
+			 (ssize_t)sizeof(struct ipc_hdr));
+	test_rec_done(&r);
+	assert_int_equal(ipc_loop_iterate(l, 0), 0);
+	assert_true(test_peer_sees_hangup(sv[1]));
+	(void)close(sv[1]);
+}
+
 static void test_loop_conn_too_many_fds_drops_peer(void **state)
 {
 	struct ipc_loop *l = test_loop_of(state);
@@ -340,6 +372,7 @@ int main(void)
 		LOOP_TEST(test_loop_conn_send_after_close_is_epipe),
 		LOOP_TEST(test_loop_conn_send_rejects_bad_args),
 		LOOP_TEST(test_loop_conn_bad_header_drops_peer),
+		LOOP_TEST(test_loop_conn_last_word_comes_before_the_end),
 		LOOP_TEST(test_loop_conn_too_many_fds_drops_peer),
 		LOOP_TEST(test_loop_conn_oversized_record_drops_peer),
 		LOOP_TEST(test_loop_conn_reply_after_peer_reset),

@@ -29,8 +29,10 @@ void cli_dev_drop_rings(struct cli_dev *d)
 
 /*
  * The channel ended. A worker that said why it drops us lives on: a new channel is asked of
- * gpuxd when the device is next needed. Otherwise the worker died, and gpuxd hands a new
- * channel to everyone once its successor is ready.
+ * gpuxd when the device is next needed. An end without a word is most often a death, which
+ * gpuxd announces, handing a new channel to everyone once the successor is ready; but a live
+ * worker may end a channel silently too (it has too many clients, or the end overtook its
+ * word), so gpuxd is asked as well: it hands a channel only while that same worker runs.
  */
 static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 {
@@ -44,10 +46,12 @@ static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 	d->chan_fd = safe_close(d->chan_fd);
 	cli_reqs_lost(ctx, i, d->chan_gen);
 	d->inflight = 0;
-	if (d->dropped)
+	if (d->dropped) {
 		d->want_channel = true;
-	else if (d->info.state == GPUX_DEVICE_READY)
+	} else if (d->info.state == GPUX_DEVICE_READY) {
 		d->info.state = GPUX_DEVICE_RESTARTING;
+		d->want_channel = true;
+	}
 	free(d->dropped);
 	d->dropped = NULL;
 }
@@ -95,6 +99,7 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 		 * io_uring lets go of sockets late), so gpuxd's word is what counts. */
 		chan_drain(ctx, i);
 		dev_close_channel(ctx, i);
+		d->want_channel = false;
 		d->info.state = dm.state;
 		return;
 	}

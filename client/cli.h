@@ -171,7 +171,7 @@ struct cli_dev {
 	uint32_t sock_in;        /* messages taken from the channel's socket */
 	uint32_t sock_out;       /* messages sent on it */
 	char *dropped;           /* why the worker is dropping the channel (its last word) */
-	bool want_channel;       /* the worker dropped it, alive: ask gpuxd for a new one */
+	bool want_channel;       /* it ended, the worker may live: ask gpuxd for a new one */
 	struct cli_outbox out;   /* what its socket could not take yet, in order */
 	bool out_armed;          /* epoll watches the channel for room (EPOLLOUT) */
 };

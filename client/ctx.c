@@ -152,10 +152,11 @@ static bool worker_gone(const struct cli_dev *d)
 	return d->status && __atomic_load_n(&d->status->gone, __ATOMIC_ACQUIRE);
 }
 
-/* Lock held: ask gpuxd for a new channel to a device whose worker dropped ours. */
+/* Lock held: ask gpuxd for a new channel to a device whose channel ended, from the worker that
+ * ended it (gpuxd ignores the wish when that one is gone). */
 static void channel_request(gpux_ctx *ctx, uint32_t device)
 {
-	struct ipc_channel_req q = { .device = device };
+	struct ipc_channel_req q = { .device = device, .generation = ctx->devs[device].generation };
 	int n;
 
 	if (!ctx->devs[device].want_channel || !ctx->connected)

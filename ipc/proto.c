@@ -540,7 +540,7 @@ int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *re
 
 	if (r < 0)
 		return r;
-	if (m.flags != 0 || m.device >= IPC_DEVICES_MAX)
+	if (m.device >= IPC_DEVICES_MAX)
 		return -EBADMSG;
 	*ret = m;
 	return 0;

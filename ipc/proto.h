@@ -314,12 +314,13 @@ struct ipc_rings_offer {
 _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
 
 /*
- * Answered by a DEVICE: with a new channel when the worker is ready (its worker lets go of
- * the client's earlier channel, if it still has one), else with the device's state.
+ * Answered by a DEVICE with a new channel when the worker of that generation is ready (it lets
+ * go of the client's earlier channel, if it still has one). Otherwise not answered: a later
+ * worker hands every client a channel when it is ready, and a death is announced to all.
  */
 struct ipc_channel_req {
 	uint32_t device;
-	uint32_t flags; /* none yet: 0 */
+	uint32_t generation; /* of the worker whose channel was lost; 0: whichever runs */
 };
 _Static_assert(sizeof(struct ipc_channel_req) == 8, "wire ABI");
 

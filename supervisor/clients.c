@@ -143,6 +143,8 @@ void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 	(void)close(pair[0]);
 	(void)close(pair[1]);
 	c->chan_last_ns[w->index] = mono_ns();
+	/* Whatever the client asked of this device, it has a channel now. */
+	c->chan_wanted &= ~(1ULL << w->index);
 }
 
 /* A worker became ready or went away: tell every client, with a new channel when ready. */
@@ -339,11 +341,16 @@ static void channels_give(struct sup_client *c)
 		if (!(c->chan_wanted & (1ULL << i)))
 			continue;
 		if (now >= at && !client_unread(c)) {
+			uint32_t gen = c->chan_wanted_gen[i];
+
 			c->chan_wanted &= ~(1ULL << i);
-			if (w->state == W_READY && w->control)
+			/* A channel of a later worker than the one asked of came already, or comes
+			 * when it is ready; a worker that died is announced to every client. A
+			 * second channel would take the place of the first, and of what runs on
+			 * it. */
+			sup_worker_reap_if_dead(w);
+			if (w->state == W_READY && w->control && (gen == 0 || gen == w->generation))
 				sup_client_give_channel(c, w);
-			else
-				send_device(c, w, NULL);
 			continue;
 		}
 		at = MAX(at, now + SUP_CHANNEL_RETRY_NS);
@@ -357,7 +364,8 @@ static void on_chan_timer(struct ipc_timer *t, void *userdata)
 	channels_give(userdata);
 }
 
-/* A client lost its channel to a device's worker (the worker dropped it, telling why). */
+/* A client lost its channel to a device's worker: the worker dropped it, or the channel ended
+ * without a word before gpuxd told the client of a death. */
 static int channel_req(struct sup_client *c, const struct ipc_msg *msg)
 {
 	struct ipc_channel_req q;
@@ -366,6 +374,7 @@ static int channel_req(struct sup_client *c, const struct ipc_msg *msg)
 	if (ipc_decode_channel_req(msg, &q) < 0 || q.device >= c->s->nworkers)
 		return -EBADMSG;
 	c->chan_wanted |= 1ULL << q.device;
+	c->chan_wanted_gen[q.device] = q.generation;
 	channels_give(c);
 	return 0;
 }

@@ -152,9 +152,11 @@ struct sup_client {
 	bool hurried;    /* silent under pressure: has the busy deadline */
 	uint64_t accepted_ns;
 	struct ipc_timer *hello_timer;
-	/* Channels asked for (CHANNEL_REQ) and not given yet, a bit per device; when each
-	 * device's last channel went; the timer that gives them. */
+	/* Channels asked for (CHANNEL_REQ) and not given yet, a bit per device, and the worker
+	 * generation each asks of (0: any); when each device's last channel went; the timer
+	 * that gives them. */
 	uint64_t chan_wanted;
+	uint32_t chan_wanted_gen[IPC_DEVICES_MAX];
 	uint64_t chan_last_ns[IPC_DEVICES_MAX];
 	struct ipc_timer *chan_timer;
 	struct sup_client *prev, *next;
@@ -244,6 +246,8 @@ void sup_stop(struct sup *s);
 int sup_workers_probe(struct sup *s);
 int sup_workers_start(struct sup *s);
 void sup_worker_event(struct sup_worker *w, enum sup_event ev);
+/* A worker that died and whose pidfd's news is still on its way is taken for dead now. */
+void sup_worker_reap_if_dead(struct sup_worker *w);
 unsigned sup_worker_recent_deaths(const struct sup_worker *w);
 bool sup_workers_all_down(const struct sup *s);
 uint64_t sup_workers_inflight(const struct sup *s);

@@ -348,6 +348,12 @@ static void on_pidfd(struct ipc_watch *watch, int fd, uint32_t revents, void *us
 	reap(userdata);
 }
 
+void sup_worker_reap_if_dead(struct sup_worker *w)
+{
+	if (w->pid > 0)
+		reap(w);
+}
+
 static void on_worker_msg(struct ipc_conn *c, struct ipc_msg *msg, void *userdata)
 {
 	struct sup_worker *w = userdata;

@@ -340,6 +340,35 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 }
 
 /*
+ * A channel that ends without a word, its worker alive (here the library's own end is shut,
+ * as when a worker with too many clients closes a new one): what was in flight is lost, and
+ * the next call gets a channel from gpuxd at once, not after waiting for a restart that
+ * never comes.
+ */
+static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	pid_t worker = test_worker_pid(&e->d, 0);
+	uint32_t ms = 300;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+
+	test_env_still_serves(e);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
+	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
+	gpux_req_free(r);
+
+	/* Well inside the 30 s a restart is waited for. */
+	(void)alarm(20);
+	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	(void)alarm(0);
+	test_env_still_serves(e);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+}
+
+/*
  * A channel the worker dropped is asked for again only while it is missing: after a restart
  * of the worker has brought a new channel already, asking gpuxd for one more would have the
  * worker drop the channel that the next request runs on.
@@ -404,6 +433,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_refusals_refused_segments_are_told_on_use),
 		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
 		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),
+		cmocka_unit_test(test_e2e_refusals_silent_end_with_live_worker_recovers),
 		cmocka_unit_test(test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel),
 	};
 

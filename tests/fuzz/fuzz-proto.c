@@ -325,7 +325,7 @@ static int decode_check(const struct ipc_msg *msg, uint16_t type)
 	case IPC_CHANNEL_REQ:
 		r = ipc_decode_channel_req(msg, &u.channel_req);
 		if (r == 0) {
-			CHECK(msg->nfds == 0 && u.channel_req.flags == 0);
+			CHECK(msg->nfds == 0);
 			CHECK(u.channel_req.device < IPC_DEVICES_MAX);
 			check_fixed(msg, &u.channel_req, sizeof(u.channel_req));
 		}

@@ -449,6 +449,17 @@ out:
 	return cli_status_from_errno(rc);
 }
 
+/* When a wait of timeout_ms ends; 0: never (negative, or beyond any clock this side of
+ * centuries). */
+static uint64_t wait_deadline(int64_t timeout_ms)
+{
+	uint64_t now = mono_ns();
+
+	if (timeout_ms < 0 || (uint64_t)timeout_ms >= (UINT64_MAX - now - 1) / NSEC_PER_MSEC)
+		return 0;
+	return now + (uint64_t)timeout_ms * NSEC_PER_MSEC + 1;
+}
+
 GPUX_EXPORT gpux_status gpux_wait(gpux_req *r, int64_t timeout_ms)
 {
 	gpux_ctx *ctx;
@@ -464,7 +475,7 @@ GPUX_EXPORT gpux_status gpux_wait(gpux_req *r, int64_t timeout_ms)
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_E_INVAL;
 	}
-	rc = cli_req_wait(r, timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * NSEC_PER_MSEC + 1);
+	rc = cli_req_wait(r, wait_deadline(timeout_ms));
 	if (rc == -ETIMEDOUT)
 		st = GPUX_E_AGAIN;
 	else

@@ -441,6 +441,23 @@ static void test_e2e_pollable_fd(void **state)
 	gpux_req_free(r);
 }
 
+/* A time limit beyond any clock's reach is no limit, not one that passed long ago. */
+static void test_e2e_wait_longest_limit(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	uint32_t ms = 200;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *r;
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, INT64_MAX), GPUX_OK);
+	gpux_req_free(r);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, INT64_MAX / 1000), GPUX_OK);
+	gpux_req_free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -456,6 +473,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_status_counts_requests_by_status_and_time),
 		cmocka_unit_test(test_e2e_status_counts_memory_by_user),
 		cmocka_unit_test(test_e2e_pollable_fd),
+		cmocka_unit_test(test_e2e_wait_longest_limit),
 	};
 
 	return cmocka_run_group_tests(tests, test_env_setup_two_devices, test_env_teardown);

@@ -383,14 +383,63 @@ struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size)
 }
 
 /*
- * A frozen copy: a new memfd with the bytes, sealed against writing, mapped read-only at
- * the buffer's own address (MAP_FIXED) so that its data pointer does not change.
+ * The frozen copy of len bytes at addr (size of them the buffer's): a new memfd with the
+ * bytes, sealed against writing, and their key, read from the copy. Made without the lock
+ * (a copy of 256 MiB takes a while): pwrite() reads the buffer and answers EFAULT rather
+ * than fault if another thread unmapped it meanwhile.
+ */
+static int frozen_copy(const void *addr, uint64_t size, uint64_t len, struct cli_seg **ret)
+{
+	struct cli_seg *f = calloc(1, sizeof(*f));
+	void *copy;
+	int r;
+
+	if (!f)
+		return -ENOMEM;
+	f->fd = -1;
+	r = ipc_segment_create("gpux-frozen", len, &f->fd);
+	if (r == 0 && pwrite(f->fd, addr, size, 0) != (ssize_t)size)
+		r = -EIO;
+	if (r == 0)
+		r = ipc_segment_seal_write(f->fd);
+	if (r == 0) {
+		copy = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
+		if (copy == MAP_FAILED) {
+			r = -errno;
+		} else {
+			f->keys[0] = (struct cli_range_key){ 0, size, ipc_key_of(copy, size) };
+			f->nkeys = 1;
+			(void)munmap(copy, len);
+		}
+	}
+	if (r < 0) {
+		(void)safe_close(f->fd);
+		free(f);
+		return r;
+	}
+	f->size = len;
+	f->frozen = true;
+	f->nbufs = 1;
+	*ret = f;
+	return 0;
+}
+
+/* Lock held: the buffer b, still as it was when its copy was made, is in use at all? */
+static bool freeze_still_wanted(const gpux_buf *b, const struct cli_seg *old)
+{
+	return cli_alive(b, CLI_BUF_MAGIC) && b->seg == old && !old->frozen;
+}
+
+/*
+ * A frozen copy (frozen_copy()) takes the buffer's place at its own address (MAP_FIXED), so
+ * that its data pointer does not change. Two threads freezing one buffer both copy; the
+ * first to come back puts its copy in place, the other lets its own go.
  */
 GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 {
 	gpux_ctx *ctx;
 	struct cli_seg *f, *old;
-	uint64_t len;
+	uint64_t len, size;
 	void *addr, *p;
 	int r;
 
@@ -408,41 +457,37 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 		(void)pthread_mutex_unlock(&ctx->lock);
 		return GPUX_OK;
 	}
-	len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
-	/* Out of an arena, the frozen pages are one segment more, and memory more. */
-	if (old->arena && seg_room(ctx, len) < 0) {
-		(void)pthread_mutex_unlock(&ctx->lock);
-		return GPUX_E_QUOTA;
-	}
+	size = b->size;
+	len = ALIGN_UP(size, (uint64_t)CLI_PAGE);
 	addr = old->addr + b->offset;
-	f = calloc(1, sizeof(*f));
-	if (!f) {
-		(void)pthread_mutex_unlock(&ctx->lock);
-		return GPUX_E_NOMEM;
-	}
-	f->fd = -1;
-	r = ipc_segment_create("gpux-frozen", len, &f->fd);
-	if (r == 0 && pwrite(f->fd, addr, b->size, 0) != (ssize_t)b->size)
-		r = -EIO;
-	if (r == 0)
-		r = ipc_segment_seal_write(f->fd);
-	if (r == 0) {
+	/* Out of an arena, the frozen pages are one segment more, and memory more. */
+	r = old->arena ? seg_room(ctx, len) : 0;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	if (r < 0)
+		return GPUX_E_QUOTA;
+
+	r = frozen_copy(addr, size, len, &f);
+	if (r < 0)
+		return r == -ENOMEM || r == -ENOSPC ? GPUX_E_NOMEM : GPUX_E_IO;
+
+	(void)pthread_mutex_lock(&ctx->lock);
+	if (!freeze_still_wanted(b, old)) {
+		/* Freed meanwhile (INVAL), or frozen by another thread (OK). */
+		r = cli_alive(b, CLI_BUF_MAGIC) ? 0 : -EINVAL;
+	} else if (old->arena && seg_room(ctx, len) < 0) {
+		r = -EDQUOT;
+	} else {
 		p = mmap(addr, len, PROT_READ, MAP_SHARED | MAP_FIXED, f->fd, 0);
-		if (p == MAP_FAILED)
-			r = -errno;
+		r = p == MAP_FAILED ? (errno == ENOMEM ? -ENOMEM : -EIO) : 1;
 	}
-	if (r < 0) {
+	if (r <= 0) {
+		(void)pthread_mutex_unlock(&ctx->lock);
 		(void)safe_close(f->fd);
 		free(f);
-		(void)pthread_mutex_unlock(&ctx->lock);
-		return r == -ENOMEM || r == -ENOSPC ? GPUX_E_NOMEM : GPUX_E_IO;
+		return cli_status_from_errno(r);
 	}
 	f->addr = addr;
-	f->size = len;
-	f->frozen = true;
-	f->nbufs = 1;
 	seg_link(ctx, f);
-	(void)cli_seg_key(f, 0, b->size);
 	if (old->arena) {
 		/* Its pages stay taken in the arena until the buffer is freed. */
 		b->arena = old;

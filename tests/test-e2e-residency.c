@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-residency.c: the device cache, device buffers, quotas, queues and GPUX_ANY. */
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -123,6 +125,84 @@ static void test_residency_freeze_makes_memory_read_only_and_keeps_bytes(void **
 	}
 	gpux_buf_free(small);
 	gpux_buf_free(big);
+}
+
+/* This process's open frozen copies: memfds named gpux-frozen. */
+static unsigned frozen_fds(void)
+{
+	unsigned n = 0;
+
+	for (int fd = 0; fd < 4096; fd++) {
+		char path[64], target[256];
+		ssize_t len;
+
+		(void)snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len < 0)
+			continue;
+		target[len] = 0;
+		n += strstr(target, "memfd:gpux-frozen") != NULL;
+	}
+	return n;
+}
+
+struct freezer {
+	gpux_buf *b;
+	pthread_barrier_t *go;
+	gpux_status st;
+};
+
+static void *freeze_thread(void *arg)
+{
+	struct freezer *f = arg;
+
+	(void)pthread_barrier_wait(f->go);
+	f->st = gpux_buf_freeze(f->b);
+	return NULL;
+}
+
+/*
+ * Threads freezing one buffer at once (the copy is made without the context's lock): each is
+ * told OK, one copy takes the buffer's place at its address, the others are let go.
+ */
+static void test_residency_freeze_from_many_threads(void **state)
+{
+	struct test_env *e = *state;
+	enum { THREADS = 6 };
+
+	for (int k = 0; k < 2; k++) {
+		const uint64_t n = k ? 1 << 20 : 1000; /* its own segment, or from an arena */
+		struct freezer f[THREADS];
+		pthread_t t[THREADS];
+		pthread_barrier_t go;
+		unsigned fds0 = frozen_fds();
+		uint64_t seed = 5;
+		gpux_buf *b;
+		float *p, *want = malloc(n * 4);
+
+		assert_non_null(want);
+		assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &b), GPUX_OK);
+		p = gpux_buf_data(b);
+		test_fill_random(p, n, &seed);
+		memcpy(want, p, n * 4);
+		assert_int_equal(pthread_barrier_init(&go, NULL, THREADS), 0);
+		for (int i = 0; i < THREADS; i++) {
+			f[i] = (struct freezer){ .b = b, .go = &go, .st = GPUX_E_IO };
+			assert_int_equal(pthread_create(&t[i], NULL, freeze_thread, &f[i]), 0);
+		}
+		for (int i = 0; i < THREADS; i++) {
+			assert_int_equal(pthread_join(t[i], NULL), 0);
+			assert_int_equal(f[i].st, GPUX_OK);
+		}
+		(void)pthread_barrier_destroy(&go);
+		assert_ptr_equal(gpux_buf_data(b), p);
+		assert_memory_equal(p, want, n * 4);
+		assert_int_equal(frozen_fds(), fds0 + 1);
+		(void)add1_cached(e, b, n, 0);
+		gpux_buf_free(b);
+		assert_int_equal(frozen_fds(), fds0);
+		free(want);
+	}
 }
 
 static void test_residency_cache_hit_after_freeze(void **state)
@@ -380,6 +460,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_residency_freeze_makes_memory_read_only_and_keeps_bytes),
+		cmocka_unit_test(test_residency_freeze_from_many_threads),
 		cmocka_unit_test(test_residency_cache_hit_after_freeze),
 		cmocka_unit_test(test_residency_eviction_under_budget),
 		cmocka_unit_test(test_residency_ttl_expiry),

@@ -224,6 +224,25 @@ int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev
 		   DEV(launch_rate), true);
 	per_device(f, st, devs, "gpux_requests_inflight", "gauge",
 		   "Requests the worker holds: queued or running.", STAT(inflight), false);
+	/* How requests were handed on: wake-ups where spinning should do show a slow mode. */
+	per_device(f, st, devs, "gpux_worker_loop_sleeps_total", "counter",
+		   "Times the worker's loop went to sleep, each ended by a wake-up.",
+		   STAT(loop_sleeps), false);
+	per_device(f, st, devs, "gpux_client_kicks_total", "counter",
+		   "Clients woken because they were not looking at their ring.", STAT(kicks_sent),
+		   false);
+	per_device(f, st, devs, "gpux_socket_messages_total", "counter",
+		   "Client messages that came by the socket, not the ring.", STAT(socket_msgs),
+		   false);
+	per_device(f, st, devs, "gpux_blocking_waits_total", "counter",
+		   "Waits for a request's end that stopped spinning and napped.",
+		   STAT(blocking_waits), false);
+	per_device(f, st, devs, "gpux_slot_waits_total", "counter",
+		   "Times a queue waited in line for room in its slot.", STAT(slot_waits), false);
+	per_device(f, st, devs, "gpux_graph_launches_total", "counter",
+		   "Groups of requests launched as one CUDA graph.", STAT(graph_launches), false);
+	per_device(f, st, devs, "gpux_graph_requests_total", "counter",
+		   "Requests launched inside CUDA graphs.", STAT(graph_requests), false);
 	histogram(f, st, devs, "gpux_request_latency_seconds",
 		  "From a request's arrival at the worker to its completion.", STAT(latency));
 	histogram(f, st, devs, "gpux_request_queue_seconds",

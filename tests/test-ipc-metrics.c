@@ -62,6 +62,8 @@ static void test_metrics_text_has_the_counts(void **state)
 	devs[1].stats.by_status[0] = 40;
 	devs[1].stats.by_status[-GPUX_E_WORKER_LOST] = 2;
 	devs[1].stats.launches = 42;
+	devs[1].stats.loop_sleeps = 17;
+	devs[1].stats.graph_requests = 640;
 	devs[1].stats.usage[3] = (struct ipc_usage){ .uid = 1000, .shared_bytes = 4096 };
 	devs[1].stats.usage[IPC_USAGE_UIDS - 1] = (struct ipc_usage){ .uid = IPC_USAGE_OTHERS,
 								     .device_bytes = 8192 };
@@ -75,6 +77,8 @@ static void test_metrics_text_has_the_counts(void **state)
 	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"1\",status=\"worker_lost\"} 2\n"));
 	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"0\",status=\"ok\"} 0\n"));
 	assert_non_null(strstr(text, "\ngpux_launches_total{device=\"1\"} 42\n"));
+	assert_non_null(strstr(text, "\ngpux_worker_loop_sleeps_total{device=\"1\"} 17\n"));
+	assert_non_null(strstr(text, "\ngpux_graph_requests_total{device=\"1\"} 640\n"));
 	assert_non_null(strstr(text, "\ngpux_shared_memory_bytes{device=\"1\",uid=\"1000\"} 4096\n"));
 	assert_non_null(strstr(text, "\ngpux_device_buffer_bytes{device=\"1\",uid=\"other\"} 8192\n"));
 	/* Only users that hold something. */

@@ -65,6 +65,10 @@ def check(fams):
     fam("gpux_clients", "counter")
     fam("gpux_worker_restarts", "counter")
     fam("gpux_cache_hits", "counter")
+    for name in ("gpux_worker_loop_sleeps", "gpux_client_kicks", "gpux_socket_messages",
+                 "gpux_blocking_waits", "gpux_slot_waits", "gpux_graph_launches",
+                 "gpux_graph_requests"):
+        fam(name, "counter")
     fam("gpux_module_compiles", "counter")
     fam("gpux_module_build_seconds", "counter")
     shared = fam("gpux_shared_memory_bytes", "gauge")

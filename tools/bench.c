@@ -66,6 +66,7 @@ static int spawn_kv(char *program, const char *const *args, bool quiet, struct k
 	posix_spawn_file_actions_t fa;
 	int p[2], st;
 	size_t len = 0;
+	bool truncated = false;
 	pid_t pid;
 
 	argv[argc++] = program;
@@ -86,15 +87,25 @@ static int spawn_kv(char *program, const char *const *args, bool quiet, struct k
 	}
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)close(p[1]);
+	/* Read to the end, what does not fit too (into `spill`): a helper blocked on a full pipe
+	 * would never exit. Output that does not fit is an error of the helper's. */
 	for (;;) {
-		ssize_t n = read(p[0], kv->out + len, sizeof(kv->out) - 1 - len);
+		char spill[4096];
+		size_t room = sizeof(kv->out) - 1 - len;
+		ssize_t n = room ? read(p[0], kv->out + len, room) : read(p[0], spill, sizeof(spill));
+
+		if (n < 0 && errno == EINTR)
+			continue;
 		if (n <= 0)
 			break;
-		len += (size_t)n;
+		if (room)
+			len += (size_t)n;
+		else
+			truncated = true;
 	}
 	kv->out[len] = '\0';
 	(void)close(p[0]);
-	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || truncated)
 		return -EIO;
 	return 0;
 }

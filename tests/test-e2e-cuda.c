@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-cuda.c: the CUDA back end through a real gpuxd, on a fake libcuda (no GPU needed). */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -643,8 +644,11 @@ static void fd_link(pid_t pid, const char *fd, char *buf, size_t cap)
 	buf[n > 0 ? n : 0] = '\0';
 }
 
-/* Whether fd of process pid is close-on-exec (its fdinfo's flags, in octal). */
-static bool fd_cloexec(pid_t pid, const char *fd)
+/*
+ * Whether fd of process pid is close-on-exec (its fdinfo's flags, in octal): 1 or 0, or -1
+ * when the fd was closed since the directory was read (the worker opens some for a moment).
+ */
+static int fd_cloexec(pid_t pid, const char *fd)
 {
 	char path[320], line[128];
 	unsigned long flags = 0;
@@ -653,12 +657,14 @@ static bool fd_cloexec(pid_t pid, const char *fd)
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
 	f = fopen(path, "re");
+	if (!f && errno == ENOENT)
+		return -1;
 	assert_non_null(f);
 	while (!found && fgets(line, sizeof(line), f))
 		found = sscanf(line, "flags: %lo", &flags) == 1;
 	(void)fclose(f);
 	assert_true(found);
-	return flags & O_CLOEXEC;
+	return !!(flags & O_CLOEXEC);
 }
 
 /*
@@ -689,7 +695,7 @@ static void test_cuda_worker_fds_stay_its_own(void **state)
 		fd_link(worker, e->d_name, link, sizeof(link));
 		if (strstr(link, "gpux-status"))
 			fail_msg("the worker keeps the status page's fd %s (%s)", e->d_name, link);
-		if (atoi(e->d_name) > 2 && !fd_cloexec(worker, e->d_name))
+		if (atoi(e->d_name) > 2 && fd_cloexec(worker, e->d_name) == 0)
 			fail_msg("the worker's fd %s (%s) is not close-on-exec", e->d_name, link);
 	}
 	(void)closedir(fds);
@@ -713,7 +719,7 @@ static void test_cuda_worker_fds_stay_its_own(void **state)
 				fail_msg("the compile helper's fd %d is %s, not /dev/null", fd, link);
 			if (fd == 3 && strncmp(link, "socket:", 7) != 0)
 				fail_msg("the compile helper's fd 3 is %s, not its socket", link);
-			if (fd > 3 && !fd_cloexec(helper, e->d_name))
+			if (fd > 3 && fd_cloexec(helper, e->d_name) == 0)
 				fail_msg("the compile helper inherited fd %d (%s)", fd, link);
 		}
 		(void)closedir(fds);

@@ -85,7 +85,7 @@ const char test_host_kernels[] =
 	"	struct timespec a, b;\n"
 	"	clock_gettime(CLOCK_MONOTONIC, &a);\n"
 	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
-	"	while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);\n"
+	"	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < ms * 1000000ll);\n"
 	"}\n"
 	/* Busy for us microseconds: requests that take a while but not long. */
 	"GPUX_HOST_PARAMS(spin_us, 4);\n"
@@ -95,7 +95,7 @@ const char test_host_kernels[] =
 	"	struct timespec a, b;\n"
 	"	clock_gettime(CLOCK_MONOTONIC, &a);\n"
 	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
-	"	while ((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000 < us);\n"
+	"	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < us * 1000ll);\n"
 	"}\n"
 	/* An illegal address, as a faulting GPU kernel has. */
 	"GPUX_HOST_PARAMS(crash, sizeof(float *));\n"

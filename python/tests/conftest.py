@@ -69,7 +69,7 @@ GPUX_HOST_KERNEL(spin)
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	do clock_gettime(CLOCK_MONOTONIC, &b);
-	while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < ms);
+	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < ms * 1000000ll);
 }
 GPUX_HOST_PARAMS(crash, sizeof(float *));
 GPUX_HOST_KERNEL(crash)

@@ -15,6 +15,7 @@ static const char kernels[] =
 	"#include <signal.h>\n"
 	"#include <stdlib.h>\n"
 	"#include <string.h>\n"
+	"#include <sys/mman.h>\n"
 	"#include <sys/socket.h>\n"
 	"#include <sys/syscall.h>\n"
 	"#include <time.h>\n"
@@ -47,6 +48,17 @@ static const char kernels[] =
 	"GPUX_HOST_KERNEL(kills)\n"
 	"{\n"
 	"	*GPUX_ARG(int *, 0) = kill(1, 0) == 0;\n"
+	"}\n"
+	/* Calls allowed by their arguments, with others: write() to another fd, mmap() of a file. */
+	"GPUX_HOST_PARAMS(writes, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(writes)\n"
+	"{\n"
+	"	*GPUX_ARG(int *, 0) = write(2, \"x\", 1) == 1;\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(maps, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(maps)\n"
+	"{\n"
+	"	*GPUX_ARG(int *, 0) = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 0, 0) != MAP_FAILED;\n"
 	"}\n"
 	"GPUX_HOST_PARAMS(runs, sizeof(int *));\n"
 	"GPUX_HOST_KERNEL(runs)\n"
@@ -194,6 +206,12 @@ static void test_e2e_sandboxed_kernel_may_not_signal(void **state)
 	forbidden(*state, "kills", "(kill)");
 }
 
+static void test_e2e_sandboxed_kernel_may_not_write_or_map_files(void **state)
+{
+	forbidden(*state, "writes", "(write)");
+	forbidden(*state, "maps", "(mmap)");
+}
+
 static void test_e2e_sandboxed_kernel_may_not_run_programs(void **state)
 {
 	/* system() starts with a signal action or a clone, whichever the libc has first. */
@@ -260,6 +278,7 @@ int main(void)
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_open),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_make_sockets),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_signal),
+		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_write_or_map_files),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_run_programs),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_use_other_abis),
 		WITH_DAEMON(test_e2e_sandboxed_module_may_not_run_code_at_load),

@@ -329,6 +329,11 @@ static int do_memfd_exec(void)
 	return (int)syscall(SYS_memfd_create, "x", 0);
 }
 
+static int do_fcntl_setown(void)
+{
+	return (int)syscall(SYS_fcntl, env.chan[0], F_SETOWN, env.parent);
+}
+
 static int do_ioctl(void)
 {
 	return (int)syscall(SYS_ioctl, 0, 0x5401 /* TCGETS */, NULL);
@@ -380,6 +385,7 @@ static void test_sandbox_kills_forbidden_calls(void **state)
 		{ "mprotect PROT_EXEC", do_mprotect_exec },
 		{ "prlimit of another process", do_prlimit_other },
 		{ "memfd_create without close-on-exec", do_memfd_exec },
+		{ "fcntl F_SETOWN", do_fcntl_setown },
 		{ "ioctl", do_ioctl },
 		{ "landlock_create_ruleset", do_landlock_again },
 #if defined(__x86_64__)

@@ -2,13 +2,10 @@
 /* worker/compile-sandbox.c: the compiler helper's cage: Landlock for files, a seccomp allow-list for the rest. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -16,6 +13,7 @@
 
 #include "ipc/macro.h"
 #include "compile-sandbox.h"
+#include "seccomp.h"
 
 /*
  * A seccomp filter cannot look at path strings, so files are Landlock's: the helper may read
@@ -100,82 +98,12 @@ static int landlock(int abi, const char *const *dirs, unsigned ndirs)
 
 /* ---- the seccomp program ---- */
 
-#if defined(__x86_64__)
-#define SANDBOX_ARCH AUDIT_ARCH_X86_64
-#define X32_BIT 0x40000000u
-#elif defined(__aarch64__)
-#define SANDBOX_ARCH AUDIT_ARCH_AARCH64
-#else
+#ifndef WRK_BPF_ARCH
 #error "the compiler's sandbox needs this architecture's audit number"
 #endif
 
-#define FILTER_MAX 256
-#define ARG_LO(i) ((uint32_t)offsetof(struct seccomp_data, args[(i)]))
 #define RET_KILL (SECCOMP_RET_KILL_PROCESS)
 #define RET_EACCES (SECCOMP_RET_ERRNO | (EACCES & SECCOMP_RET_DATA))
-
-struct prog {
-	struct sock_filter f[FILTER_MAX];
-	unsigned n;
-};
-
-static void emit(struct prog *p, struct sock_filter ins)
-{
-	if (p->n < FILTER_MAX)
-		p->f[p->n] = ins;
-	p->n++;
-}
-
-static void ld(struct prog *p, uint32_t off)
-{
-	emit(p, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, off));
-}
-
-static void ret(struct prog *p, uint32_t action)
-{
-	emit(p, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, action));
-}
-
-static void allow(struct prog *p, long nr)
-{
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1));
-	ret(p, SECCOMP_RET_ALLOW);
-}
-
-static void refuse(struct prog *p, long nr, uint32_t action)
-{
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1));
-	ret(p, action);
-}
-
-/*
- * nr with argument `arg` (its low 32 bits: every argument checked here is an int or flags
- * the kernel reads from them): allowed when none of `bits` is set, else `action`.
- */
-static void allow_without(struct prog *p, long nr, unsigned arg, uint32_t bits, uint32_t action)
-{
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 4));
-	ld(p, ARG_LO(arg));
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, bits, 0, 1));
-	ret(p, action);
-	ret(p, SECCOMP_RET_ALLOW);
-	/* The skip above lands here, where nr is no longer in the accumulator: load it again. */
-	ld(p, offsetof(struct seccomp_data, nr));
-}
-
-/* nr allowed only when argument `arg` is one of vals[0..nvals); else it kills. */
-static void allow_if(struct prog *p, long nr, unsigned arg, const uint32_t *vals, unsigned nvals)
-{
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0,
-					     (uint8_t)(nvals + 3)));
-	ld(p, ARG_LO(arg));
-	for (unsigned i = 0; i < nvals; i++)
-		emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, vals[i],
-						     (uint8_t)(nvals - i), 0));
-	ret(p, RET_KILL);
-	ret(p, SECCOMP_RET_ALLOW);
-	ld(p, offsetof(struct seccomp_data, nr));
-}
 
 static const long plain[] = {
 	/* memory (mmap and mprotect are below: never executable) */
@@ -210,7 +138,7 @@ static const long plain[] = {
 };
 
 /* The filter; `files`: opening for reading is allowed (Landlock decides what). */
-static int build(struct prog *p, int channel_fd, bool files)
+static int build(struct wrk_bpf *p, int channel_fd, bool files)
 {
 	static const uint32_t fcntl_cmds[] = { F_GETFD, F_SETFD, F_GETFL, F_DUPFD_CLOEXEC,
 					       F_ADD_SEALS, F_GET_SEALS };
@@ -218,50 +146,37 @@ static int build(struct prog *p, int channel_fd, bool files)
 	const uint32_t memfd_flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	const uint32_t self = 0, chan = (uint32_t)channel_fd;
 
-	ld(p, offsetof(struct seccomp_data, arch));
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SANDBOX_ARCH, 1, 0));
-	ret(p, RET_KILL);
-	ld(p, offsetof(struct seccomp_data, nr));
-#ifdef X32_BIT
-	/* x32 calls share x86-64's audit number: their numbers carry this bit. */
-	emit(p, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, X32_BIT, 0, 1));
-	ret(p, RET_KILL);
-#endif
-	for (unsigned i = 0; i < ARRAY_SIZE(plain); i++)
-		allow(p, plain[i]);
+	wrk_bpf_begin(p, RET_KILL);
+	wrk_bpf_allow(p, plain, ARRAY_SIZE(plain));
 	/* Opening for reading only, and only under Landlock: without it, nothing. Either way a
 	 * refusal fails as Landlock's would. */
 	if (files) {
-		allow_without(p, SYS_openat, 2, writes, RET_EACCES);
+		wrk_bpf_allow_without(p, SYS_openat, 2, writes, RET_EACCES);
 #ifdef SYS_open
-		allow_without(p, SYS_open, 1, writes, RET_EACCES);
+		wrk_bpf_allow_without(p, SYS_open, 1, writes, RET_EACCES);
 #endif
 	} else {
-		refuse(p, SYS_openat, RET_EACCES);
+		wrk_bpf_refuse(p, SYS_openat, RET_EACCES);
 #ifdef SYS_open
-		refuse(p, SYS_open, RET_EACCES);
+		wrk_bpf_refuse(p, SYS_open, RET_EACCES);
 #endif
 	}
-	allow_without(p, SYS_mmap, 2, PROT_EXEC, RET_KILL);
-	allow_without(p, SYS_mprotect, 2, PROT_EXEC, RET_KILL);
+	wrk_bpf_allow_without(p, SYS_mmap, 2, PROT_EXEC, RET_KILL);
+	wrk_bpf_allow_without(p, SYS_mprotect, 2, PROT_EXEC, RET_KILL);
 	/* NVRTC raises its own stack limit; no other process's. */
-	allow_if(p, SYS_prlimit64, 0, &self, 1);
-	allow_if(p, SYS_recvmsg, 0, &chan, 1);
-	allow_if(p, SYS_sendmsg, 0, &chan, 1);
-	allow_if(p, SYS_fcntl, 1, fcntl_cmds, ARRAY_SIZE(fcntl_cmds));
-	allow_if(p, SYS_memfd_create, 1, &memfd_flags, 1);
-	ret(p, RET_KILL);
-	return p->n <= FILTER_MAX ? 0 : -E2BIG;
+	wrk_bpf_allow_if(p, SYS_prlimit64, 0, &self, 1, RET_KILL);
+	wrk_bpf_allow_if(p, SYS_recvmsg, 0, &chan, 1, RET_KILL);
+	wrk_bpf_allow_if(p, SYS_sendmsg, 0, &chan, 1, RET_KILL);
+	wrk_bpf_allow_if(p, SYS_fcntl, 1, fcntl_cmds, ARRAY_SIZE(fcntl_cmds), RET_KILL);
+	wrk_bpf_allow_if(p, SYS_memfd_create, 1, &memfd_flags, 1, RET_KILL);
+	return wrk_bpf_end(p, RET_KILL);
 }
 
 int wrk_compile_sandbox_seal_abi(int abi, const char *const *read_dirs, unsigned ndirs, int channel_fd)
 {
-	static struct prog p;
-	struct sock_fprog fprog;
-	int r;
+	struct wrk_bpf p;
+	int r = build(&p, channel_fd, abi > 0);
 
-	p.n = 0;
-	r = build(&p, channel_fd, abi > 0);
 	if (r < 0)
 		return r;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -271,10 +186,7 @@ int wrk_compile_sandbox_seal_abi(int abi, const char *const *read_dirs, unsigned
 		if (r < 0)
 			return r;
 	}
-	fprog = (struct sock_fprog){ .len = (unsigned short)p.n, .filter = p.f };
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) < 0)
-		return -errno;
-	return 0;
+	return wrk_bpf_load(&p, SECCOMP_FILTER_FLAG_TSYNC);
 }
 
 int wrk_compile_sandbox_seal(const char *const *read_dirs, unsigned ndirs, int channel_fd,

@@ -30,8 +30,9 @@ struct wrk_bpf {
 /* Start p: a call of another architecture (int 0x80 on x86-64), or an x32 one, gets action. */
 void wrk_bpf_begin(struct wrk_bpf *p, uint32_t action);
 
-/* The calls nrs[0..n) are allowed; call nr gets action. */
+/* The calls nrs[0..n) are allowed. */
 void wrk_bpf_allow(struct wrk_bpf *p, const long *nrs, unsigned n);
+/* Call nr gets action. */
 void wrk_bpf_refuse(struct wrk_bpf *p, long nr, uint32_t action);
 
 /*

@@ -187,6 +187,66 @@ static void usage(FILE *f, const struct ipc_status *st, const struct ipc_dev_sta
 #define DEV(field) offsetof(struct ipc_dev_status, field)
 #define STAT(field) offsetof(struct ipc_dev_status, stats.field)
 
+/* A number per device: a field of its status (u32: 32 bits wide, else 64). */
+static const struct {
+	const char *name, *type, *help;
+	size_t off;
+	bool u32;
+} counts[] = {
+	{ "gpux_worker_restarts_total", "counter",
+	  "Times the device's worker was started again.", DEV(restarts), true },
+	{ "gpux_worker_deaths_recent", "gauge",
+	  "Deaths of the device's worker within the last minute (5 mark it failed).",
+	  DEV(deaths_recent), true },
+	{ "gpux_device_clients", "gauge",
+	  "Clients with a channel to the device's worker.", STAT(clients), false },
+	{ "gpux_launches_total", "counter", "Kernel launches finished.", STAT(launches), false },
+	{ "gpux_launches_per_second", "gauge",
+	  "Kernel launches finished per second, over the last second or so.",
+	  DEV(launch_rate), true },
+	{ "gpux_requests_inflight", "gauge",
+	  "Requests the worker holds: queued or running.", STAT(inflight), false },
+	/* How requests were handed on: wake-ups where spinning should do show a slow mode. */
+	{ "gpux_worker_loop_sleeps_total", "counter",
+	  "Times the worker's loop went to sleep, each ended by a wake-up.",
+	  STAT(loop_sleeps), false },
+	{ "gpux_client_kicks_total", "counter",
+	  "Clients woken because they were not looking at their ring.", STAT(kicks_sent), false },
+	{ "gpux_socket_messages_total", "counter",
+	  "Client messages that came by the socket, not the ring.", STAT(socket_msgs), false },
+	{ "gpux_blocking_waits_total", "counter",
+	  "Waits for a request's end that stopped spinning and napped.",
+	  STAT(blocking_waits), false },
+	{ "gpux_slot_waits_total", "counter",
+	  "Times a queue waited in line for room in its slot.", STAT(slot_waits), false },
+	{ "gpux_graph_launches_total", "counter",
+	  "Groups of requests launched as one CUDA graph.", STAT(graph_launches), false },
+	{ "gpux_graph_requests_total", "counter",
+	  "Requests launched inside CUDA graphs.", STAT(graph_requests), false },
+	{ "gpux_cache_hits_total", "counter",
+	  "Cached inputs found on the device.", STAT(cache_hits), false },
+	{ "gpux_cache_misses_total", "counter",
+	  "Cached inputs uploaded because the device did not hold them.",
+	  STAT(cache_misses), false },
+	{ "gpux_cache_evictions_total", "counter",
+	  "Cached inputs dropped from the device.", STAT(cache_evictions), false },
+	{ "gpux_cache_bytes", "gauge",
+	  "Device memory of cached inputs.", STAT(cache_bytes), false },
+	{ "gpux_cache_entries", "gauge",
+	  "Cached inputs on the device.", STAT(cache_entries), false },
+	{ "gpux_modules", "gauge", "Modules the worker holds.", STAT(modules_loaded), false },
+	{ "gpux_module_memory_hits_total", "counter",
+	  "Module loads the worker had in memory.", STAT(module_mem_hits), false },
+	{ "gpux_module_disk_hits_total", "counter",
+	  "Module loads read from the disk cache.", STAT(module_disk_hits), false },
+	{ "gpux_module_compiles_total", "counter",
+	  "Modules compiled (failed compiles included).", STAT(module_compiles), false },
+	{ "gpux_device_memory_total_bytes", "gauge",
+	  "The device's memory.", DEV(info.mem_total), false },
+	{ "gpux_device_memory_free_bytes", "gauge",
+	  "The device's free memory, as its driver last said.", STAT(mem_free), false },
+};
+
 int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
 {
 	family(f, "gpux_build_info", "gauge", "gpuxd's version (the value is always 1).");
@@ -209,63 +269,14 @@ int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev
 
 	device_info(f, st, devs);
 	device_state(f, st, devs);
-	per_device(f, st, devs, "gpux_worker_restarts_total", "counter",
-		   "Times the device's worker was started again.", DEV(restarts), true);
-	per_device(f, st, devs, "gpux_worker_deaths_recent", "gauge",
-		   "Deaths of the device's worker within the last minute (5 mark it failed).",
-		   DEV(deaths_recent), true);
-	per_device(f, st, devs, "gpux_device_clients", "gauge",
-		   "Clients with a channel to the device's worker.", STAT(clients), false);
 	requests(f, st, devs);
-	per_device(f, st, devs, "gpux_launches_total", "counter", "Kernel launches finished.",
-		   STAT(launches), false);
-	per_device(f, st, devs, "gpux_launches_per_second", "gauge",
-		   "Kernel launches finished per second, over the last second or so.",
-		   DEV(launch_rate), true);
-	per_device(f, st, devs, "gpux_requests_inflight", "gauge",
-		   "Requests the worker holds: queued or running.", STAT(inflight), false);
-	/* How requests were handed on: wake-ups where spinning should do show a slow mode. */
-	per_device(f, st, devs, "gpux_worker_loop_sleeps_total", "counter",
-		   "Times the worker's loop went to sleep, each ended by a wake-up.",
-		   STAT(loop_sleeps), false);
-	per_device(f, st, devs, "gpux_client_kicks_total", "counter",
-		   "Clients woken because they were not looking at their ring.", STAT(kicks_sent),
-		   false);
-	per_device(f, st, devs, "gpux_socket_messages_total", "counter",
-		   "Client messages that came by the socket, not the ring.", STAT(socket_msgs),
-		   false);
-	per_device(f, st, devs, "gpux_blocking_waits_total", "counter",
-		   "Waits for a request's end that stopped spinning and napped.",
-		   STAT(blocking_waits), false);
-	per_device(f, st, devs, "gpux_slot_waits_total", "counter",
-		   "Times a queue waited in line for room in its slot.", STAT(slot_waits), false);
-	per_device(f, st, devs, "gpux_graph_launches_total", "counter",
-		   "Groups of requests launched as one CUDA graph.", STAT(graph_launches), false);
-	per_device(f, st, devs, "gpux_graph_requests_total", "counter",
-		   "Requests launched inside CUDA graphs.", STAT(graph_requests), false);
 	histogram(f, st, devs, "gpux_request_latency_seconds",
 		  "From a request's arrival at the worker to its completion.", STAT(latency));
 	histogram(f, st, devs, "gpux_request_queue_seconds",
 		  "From a request's arrival at the worker to the start of its work.", STAT(queue));
-	per_device(f, st, devs, "gpux_cache_hits_total", "counter",
-		   "Cached inputs found on the device.", STAT(cache_hits), false);
-	per_device(f, st, devs, "gpux_cache_misses_total", "counter",
-		   "Cached inputs uploaded because the device did not hold them.",
-		   STAT(cache_misses), false);
-	per_device(f, st, devs, "gpux_cache_evictions_total", "counter",
-		   "Cached inputs dropped from the device.", STAT(cache_evictions), false);
-	per_device(f, st, devs, "gpux_cache_bytes", "gauge", "Device memory of cached inputs.",
-		   STAT(cache_bytes), false);
-	per_device(f, st, devs, "gpux_cache_entries", "gauge", "Cached inputs on the device.",
-		   STAT(cache_entries), false);
-	per_device(f, st, devs, "gpux_modules", "gauge", "Modules the worker holds.",
-		   STAT(modules_loaded), false);
-	per_device(f, st, devs, "gpux_module_memory_hits_total", "counter",
-		   "Module loads the worker had in memory.", STAT(module_mem_hits), false);
-	per_device(f, st, devs, "gpux_module_disk_hits_total", "counter",
-		   "Module loads read from the disk cache.", STAT(module_disk_hits), false);
-	per_device(f, st, devs, "gpux_module_compiles_total", "counter",
-		   "Modules compiled (failed compiles included).", STAT(module_compiles), false);
+	for (unsigned k = 0; k < ARRAY_SIZE(counts); k++)
+		per_device(f, st, devs, counts[k].name, counts[k].type, counts[k].help,
+			   counts[k].off, counts[k].u32);
 	family(f, "gpux_module_build_seconds_total", "counter",
 	       "Time spent compiling modules and reading them from the disk cache.");
 	for (uint32_t i = 0; i < st->ndevices; i++)
@@ -274,9 +285,5 @@ int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev
 	      "Shared memory of each user's clients that the worker maps.", false);
 	usage(f, st, devs, "gpux_device_buffer_bytes",
 	      "Device memory held in each user's device buffers.", true);
-	per_device(f, st, devs, "gpux_device_memory_total_bytes", "gauge",
-		   "The device's memory.", DEV(info.mem_total), false);
-	per_device(f, st, devs, "gpux_device_memory_free_bytes", "gauge",
-		   "The device's free memory, as its driver last said.", STAT(mem_free), false);
 	return ferror(f) ? -EIO : 0;
 }

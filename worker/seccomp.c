@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/seccomp.c: the seccomp-BPF builder of the worker's two sandboxes. */
 #include <assert.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -52,22 +53,26 @@ void wrk_bpf_refuse(struct wrk_bpf *p, long nr, uint32_t action)
 	RET(p, action);
 }
 
-void wrk_bpf_allow_without(struct wrk_bpf *p, long nr, unsigned arg, uint32_t bits, uint32_t action)
+/* Call nr allowed by its argument's bits: when they are `set`, or when none is. */
+static void allow_by_bits(struct wrk_bpf *p, long nr, unsigned arg, uint32_t bits, bool set,
+			  uint32_t action)
 {
 	JUMP(p, BPF_JEQ, (uint32_t)nr, 0, 4);
 	LD(p, ARG_LO(arg));
-	JUMP(p, BPF_JSET, bits, 0, 1);
+	/* A bit set jumps over the refusal (set) or to it (none may be). */
+	JUMP(p, BPF_JSET, bits, set ? 1 : 0, set ? 0 : 1);
 	RET(p, action);
 	RET(p, SECCOMP_RET_ALLOW);
 }
 
+void wrk_bpf_allow_without(struct wrk_bpf *p, long nr, unsigned arg, uint32_t bits, uint32_t action)
+{
+	allow_by_bits(p, nr, arg, bits, false, action);
+}
+
 void wrk_bpf_allow_with(struct wrk_bpf *p, long nr, unsigned arg, uint32_t bit, uint32_t action)
 {
-	JUMP(p, BPF_JEQ, (uint32_t)nr, 0, 4);
-	LD(p, ARG_LO(arg));
-	JUMP(p, BPF_JSET, bit, 1, 0);
-	RET(p, action);
-	RET(p, SECCOMP_RET_ALLOW);
+	allow_by_bits(p, nr, arg, bit, true, action);
 }
 
 void wrk_bpf_allow_if(struct wrk_bpf *p, long nr, unsigned arg, const uint32_t *vals,

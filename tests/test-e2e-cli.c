@@ -349,6 +349,25 @@ static void test_cli_conventions(void **state)
 	}
 }
 
+/*
+ * A few seconds of soak: it passes, and its summary names the seed it was given, the one
+ * that repeats the run (not its random state at the end). Sanitizer builds keep freed
+ * memory: room for that in the RSS check.
+ */
+static void test_cli_soak_briefly(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "soak", "--minutes", "0.05", "--clients", "2", "--seed", "4242",
+			       "--rss-slack-mib", "512", NULL };
+	struct run r = gpux(d, args);
+
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, ", seed 4242\n"));
+	assert_non_null(strstr(r.out, "wrong results: 0;"));
+	assert_non_null(strstr(r.out, "gpux soak: passed"));
+	run_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -357,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_cli_compile),
 		cmocka_unit_test(test_cli_bench_json_is_json),
 		cmocka_unit_test(test_cli_conventions),
+		cmocka_unit_test(test_cli_soak_briefly),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -46,7 +46,8 @@ struct soak {
 	uint64_t sup_down_until; /* gpuxd was killed: start it again then */
 	uint64_t next_kill, next_sup_kill, worker_killed[DEVICES];
 	unsigned nclients;
-	uint64_t seed;
+	uint64_t seed; /* as given, else the time: the summary prints it to repeat the run */
+	uint64_t rng;  /* rnd()'s state, from the seed */
 	uint64_t watchdog_ns;
 	uint64_t rss_slack_kib; /* an ASan build's quarantine alone keeps 256 MiB */
 	uint64_t clients, worker_kills, sup_kills, sup_deaths, hangs;
@@ -67,7 +68,7 @@ uint64_t soak_now(void)
 
 static uint64_t rnd(struct soak *s)
 {
-	uint64_t z = (s->seed += 0x9e3779b97f4a7c15ull);
+	uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
 
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -520,6 +521,7 @@ int tool_soak(int argc, char **argv)
 		return tool_fail("soak", strerror(errno));
 	s.b->ops_mask = (1u << SOAK_OP_N) - 1;
 	parse(argc, argv, &s, &minutes, &keep);
+	s.rng = s.seed;
 	if (tool_daemon_path(s.gpuxd, sizeof(s.gpuxd)) < 0) {
 		char why[sizeof(s.gpuxd) + 64];
 

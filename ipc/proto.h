@@ -50,6 +50,8 @@
 #define IPC_HEADER_NAME_MAX 255u          /* bytes of a header's name */
 #define IPC_TEXT_MAX (16u * 1024u)        /* completion text (a compile log is cut there) */
 #define IPC_DEVICES_MAX 64u
+/* Channels a worker holds at once, one per client: gpuxd's --max-clients is at most this. */
+#define IPC_WORKER_CLIENTS_MAX 4096u
 #define IPC_GRID_MAX 0x7fffffffu
 
 struct ipc_hdr {

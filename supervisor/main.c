@@ -79,9 +79,9 @@ static void usage(FILE *f)
 		"                        worker's memory can still reach past it\n"
 		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
 		"Connections (a process has one per gpux_connect()):\n"
-		"  --max-clients N       at once, of everybody (default %d); the last\n"
-		"                        --reserved-clients of them only for gpuxd's user and\n"
-		"                        root\n"
+		"  --max-clients N       at once, of everybody (default %d, at most %u); the\n"
+		"                        last --reserved-clients of them only for gpuxd's user\n"
+		"                        and root\n"
 		"  --reserved-clients N  (default max-clients / 16)\n"
 		"  --max-clients-per-user N     of one user other than those (default %d)\n"
 		"  --max-clients-per-process N  of one process (default %d)\n"
@@ -102,8 +102,9 @@ static void usage(FILE *f)
 		"  -h, --help            this text\n"
 		"  --version             gpuxd's version\n",
 		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_DRAIN_MS,
-		DEFAULT_MAX_CLIENTS, DEFAULT_MAX_CLIENTS_PER_USER, DEFAULT_MAX_CLIENTS_PER_PROCESS,
-		DEFAULT_ADMIN_CLIENTS, DEFAULT_HELLO_TIMEOUT_MS, DEFAULT_BUSY_HELLO_TIMEOUT_MS);
+		DEFAULT_MAX_CLIENTS, IPC_WORKER_CLIENTS_MAX, DEFAULT_MAX_CLIENTS_PER_USER,
+		DEFAULT_MAX_CLIENTS_PER_PROCESS, DEFAULT_ADMIN_CLIENTS, DEFAULT_HELLO_TIMEOUT_MS,
+		DEFAULT_BUSY_HELLO_TIMEOUT_MS);
 }
 
 static int parse_group(const char *s, gid_t *ret)
@@ -261,8 +262,10 @@ static int parse_args(int argc, char **argv, struct sup_opts *o)
 				o->cache_ttl_ms = v;
 			else if (c == O_SLOTS)
 				o->slots = (unsigned)MIN(v, IPC_STATUS_SLOTS);
+			else if (c == O_MAXC && v > IPC_WORKER_CLIENTS_MAX)
+				r = -ERANGE; /* a worker would close the channels past it */
 			else if (c == O_MAXC)
-				o->max_clients = (unsigned)MIN(v, 1000000);
+				o->max_clients = (unsigned)v;
 			else if (c == O_RESERVED)
 				o->reserved_clients = (unsigned)MIN(v, 1000000);
 			else if (c == O_PERUSER)

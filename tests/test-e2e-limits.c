@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -280,6 +281,49 @@ static void test_e2e_silent_connections_cut_sooner_under_pressure(void **state)
 	connect_and_run(e, GPUX_OK);
 }
 
+/* gpuxd's exit status with these options, its stderr in err (cap bytes). */
+static int gpuxd_exit(const char *max_clients, const char *last, char *err, size_t cap)
+{
+	char path[] = "/tmp/gpux-limits-err-XXXXXX";
+	char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--max-clients", (char *)max_clients,
+			 (char *)last, NULL };
+	int fd = mkstemp(path), st;
+	ssize_t n;
+	pid_t pid;
+
+	assert_true(fd >= 0);
+	(void)unlink(path);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		(void)dup2(fd, 2);
+		(void)execv(argv[0], argv);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	n = pread(fd, err, cap - 1, 0);
+	err[n > 0 ? n : 0] = '\0';
+	(void)close(fd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/*
+ * Every client has a channel to every worker, and a worker holds IPC_WORKER_CLIENTS_MAX: more
+ * clients than that would have their channels closed. Such a --max-clients is refused.
+ */
+static void test_e2e_max_clients_within_a_worker_s_channels(void **state)
+{
+	char err[4096], max[16], over[16];
+
+	(void)snprintf(max, sizeof(max), "%u", IPC_WORKER_CLIENTS_MAX);
+	(void)snprintf(over, sizeof(over), "%u", IPC_WORKER_CLIENTS_MAX + 1);
+	assert_int_equal(gpuxd_exit(over, "--version", err, sizeof(err)), 2);
+	assert_non_null(strstr(err, "--max-clients"));
+	assert_non_null(strstr(err, over));
+	/* Up to it is fine: parsing goes on to --help, which exits 0. */
+	assert_int_equal(gpuxd_exit(max, "--help", err, sizeof(err)), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -287,6 +331,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_status_answers_when_full),
 		cmocka_unit_test(test_e2e_other_user_cannot_lock_out_the_owner),
 		cmocka_unit_test(test_e2e_silent_connections_cut_sooner_under_pressure),
+		cmocka_unit_test(test_e2e_max_clients_within_a_worker_s_channels),
 	};
 
 	return cmocka_run_group_tests(tests, setup, test_env_teardown);

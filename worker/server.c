@@ -313,7 +313,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 			wrk_client_drop(c);
 			break;
 		}
-	if (w->nclients >= WRK_CLIENTS_MAX || w->stopping || w->draining) {
+	if (w->nclients >= IPC_WORKER_CLIENTS_MAX || w->stopping || w->draining) {
 		(void)safe_close(fd);
 		return;
 	}

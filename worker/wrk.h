@@ -29,7 +29,6 @@
 #define WRK_CLIENT_QUEUES_MAX 64u
 #define WRK_CLIENT_DBUFS_MAX 4096u
 #define WRK_CLIENT_INFLIGHT_MAX 4096u
-#define WRK_CLIENTS_MAX 4096u
 /* Device-cache entries of all users: the byte budget alone let 8-byte inputs make millions. */
 #define WRK_CACHE_ENTRIES_MAX 16384u
 /* How stale the free memory in the status page may get while requests complete. */

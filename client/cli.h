@@ -34,6 +34,8 @@
 #define CLI_OUTBOX_FDS_MAX 1024u
 /* How long a call waits for a device that is (re)starting. */
 #define CLI_DEVICE_WAIT_NS (30ULL * 1000000000ULL)
+/* How often a wish for a channel that gpuxd's full socket refused is sent again. */
+#define CLI_CHANNEL_RETRY_NS (10ULL * 1000000ULL)
 /* How long connecting may take, an autospawned gpuxd's start included. */
 #define CLI_CONNECT_NS (30ULL * 1000000000ULL)
 /* Buffers up to this size share arena segments; larger ones get a segment each. */

@@ -163,7 +163,7 @@ static void channel_request(gpux_ctx *ctx, uint32_t device)
 		return;
 	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
 	/* gpuxd's socket does not block (it is not worth the lock): when gpuxd is too busy to
-	 * take the request now, it is asked again the next time the device is wanted. */
+	 * take the request now, it is asked again (device_settle(), or the next call). */
 	if (n > 0 && ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0) != -EAGAIN)
 		ctx->devs[device].want_channel = false;
 }
@@ -179,6 +179,29 @@ static bool dev_settled(gpux_ctx *ctx, void *arg)
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
 
 	return !ctx->connected || d->chan_fd >= 0 || d->info.state == GPUX_DEVICE_FAILED;
+}
+
+/*
+ * Lock held: wait until the device has a channel, has failed, or gpuxd is gone. A wish for a
+ * channel that gpuxd's socket could not take is sent again every CLI_CHANNEL_RETRY_NS: no
+ * answer would come to a wish never sent.
+ */
+static int device_settle(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
+{
+	for (;;) {
+		uint64_t until = deadline;
+		int r;
+
+		channel_request(ctx, device);
+		if (ctx->devs[device].want_channel && ctx->connected) {
+			uint64_t retry = mono_ns() + CLI_CHANNEL_RETRY_NS;
+
+			until = deadline ? MIN(deadline, retry) : retry;
+		}
+		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, NULL, until);
+		if (r != -ETIMEDOUT || until == deadline)
+			return r;
+	}
 }
 
 /* Lock held: have a channel to the device, waiting while its worker (re)starts. */
@@ -197,8 +220,7 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 		if (ctx->devs[device].chan_fd >= 0 && !worker_gone(&ctx->devs[device]))
 			return 0;
 		cli_pump(ctx);
-		channel_request(ctx, device);
-		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, NULL, deadline);
+		r = device_settle(ctx, device, deadline);
 		if (r == -ETIMEDOUT)
 			return -ENODEV;
 		if (r < 0)

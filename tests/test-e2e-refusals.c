@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-refusals.c: what a worker refuses is answered with why, and the client stays. */
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -368,6 +371,95 @@ static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
 
+/* The library's socket to gpuxd: its SOCK_SEQPACKET socket whose peer is gpuxd's path. */
+static int library_daemon_socket(const char *path)
+{
+	for (int fd = 3; fd < 1024; fd++) {
+		struct sockaddr_un sa;
+		socklen_t len = sizeof(sa);
+		int type;
+		socklen_t tlen = sizeof(type);
+
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
+			continue;
+		if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 &&
+		    len > sizeof(sa_family_t) && strcmp(sa.sun_path, path) == 0)
+			return fd;
+	}
+	fail_msg("no socket to gpuxd found");
+	return -1;
+}
+
+/* Whether process pid is stopped (its state in /proc/PID/stat is T). */
+static bool stopped(pid_t pid)
+{
+	char path[64], buf[512], *p;
+	FILE *f;
+	bool r = false;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	if (f && fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		r = p[1] == ' ' && p[2] == 'T';
+	if (f)
+		(void)fclose(f);
+	return r;
+}
+
+static void *resume_later(void *arg)
+{
+	(void)usleep(1000 * 1000);
+	(void)kill(*(pid_t *)arg, SIGCONT);
+	return NULL;
+}
+
+/*
+ * A wish for a new channel that gpuxd's socket cannot take (gpuxd busy: its queue from this
+ * client is full) is sent again while the call waits, not lost for the call's 30 s. Here
+ * gpuxd is stopped and its queue filled with wishes for a worker generation that never ran
+ * (gpuxd answers none of them); then the channel ends and the next run must wait for the
+ * library's own wish to get through once gpuxd goes on.
+ */
+static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	struct ipc_channel_req q = { .device = 0, .generation = UINT32_MAX };
+	pid_t worker = test_worker_pid(&e->d, 0);
+	uint32_t ms = 50;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	uint8_t buf[64];
+	pthread_t t;
+	gpux_req *r;
+	int fd, n, sent = 0;
+
+	test_env_still_serves(e);
+	assert_int_equal(kill(e->d.pid, SIGSTOP), 0);
+	/* Resumed in a second whatever happens here: a failed check must not leave it stopped. */
+	assert_int_equal(pthread_create(&t, NULL, resume_later, &e->d.pid), 0);
+	for (int i = 0; i < 500 && !stopped(e->d.pid); i++)
+		(void)usleep(1000);
+	assert_true(stopped(e->d.pid));
+	fd = library_daemon_socket(e->d.sock);
+	n = ipc_encode(buf, sizeof(buf), IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
+	assert_true(n > 0);
+	while (sent < 100000 && send(fd, buf, (size_t)n, MSG_DONTWAIT) == n)
+		sent++;
+	assert_int_equal(errno, EAGAIN);
+
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
+	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
+	gpux_req_free(r);
+
+	(void)alarm(20);
+	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	(void)alarm(0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	test_env_still_serves(e);
+	assert_int_equal(test_worker_pid(&e->d, 0), worker);
+}
+
 /*
  * A channel the worker dropped is asked for again only while it is missing: after a restart
  * of the worker has brought a new channel already, asking gpuxd for one more would have the
@@ -434,6 +526,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_refusals_unanswerable_message_drops_only_its_client),
 		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),
 		cmocka_unit_test(test_e2e_refusals_silent_end_with_live_worker_recovers),
+		cmocka_unit_test(test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full),
 		cmocka_unit_test(test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel),
 	};
 

@@ -383,45 +383,94 @@ struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size)
 }
 
 /*
- * The frozen copy of len bytes at addr (size of them the buffer's): a new memfd with the
- * bytes, sealed against writing, and their key, read from the copy. Made without the lock
- * (a copy of 256 MiB takes a while): pwrite() reads the buffer and answers EFAULT rather
- * than fault if another thread unmapped it meanwhile.
+ * Lock held: a frozen copy to be, of len bytes, as a memfd. While it is filled without the
+ * lock, it is listed in ctx->freezing, so that a child that fork() makes meanwhile closes its
+ * copy of the fd (the filling thread is not in the child to do it).
  */
-static int frozen_copy(const void *addr, uint64_t size, uint64_t len, struct cli_seg **ret)
+static int frozen_new(gpux_ctx *ctx, uint64_t len, struct cli_seg **ret)
 {
 	struct cli_seg *f = calloc(1, sizeof(*f));
-	void *copy;
 	int r;
 
 	if (!f)
 		return -ENOMEM;
-	f->fd = -1;
 	r = ipc_segment_create("gpux-frozen", len, &f->fd);
-	if (r == 0 && pwrite(f->fd, addr, size, 0) != (ssize_t)size)
-		r = -EIO;
-	if (r == 0)
-		r = ipc_segment_seal_write(f->fd);
-	if (r == 0) {
-		copy = mmap(NULL, len, PROT_READ, MAP_SHARED, f->fd, 0);
-		if (copy == MAP_FAILED) {
-			r = -errno;
-		} else {
-			f->keys[0] = (struct cli_range_key){ 0, size, ipc_key_of(copy, size) };
-			f->nkeys = 1;
-			(void)munmap(copy, len);
-		}
-	}
 	if (r < 0) {
-		(void)safe_close(f->fd);
 		free(f);
 		return r;
 	}
 	f->size = len;
 	f->frozen = true;
 	f->nbufs = 1;
+	f->next = ctx->freezing;
+	if (ctx->freezing)
+		ctx->freezing->prev = f;
+	ctx->freezing = f;
 	*ret = f;
 	return 0;
+}
+
+/* Lock held: f is not being filled any more. */
+static void frozen_unlist(gpux_ctx *ctx, struct cli_seg *f)
+{
+	if (f->prev)
+		f->prev->next = f->next;
+	else
+		ctx->freezing = f->next;
+	if (f->next)
+		f->next->prev = f->prev;
+	f->prev = f->next = NULL;
+}
+
+/*
+ * Without the lock (a copy of 256 MiB takes a while): the size bytes at addr into f, sealed
+ * against writing, and their key, read from the copy. pwrite() reads the buffer and answers
+ * EFAULT rather than fault if another thread unmapped it meanwhile. The copy is mapped to be
+ * read under the lock, where no fork() comes between: the mapping is not a child's.
+ */
+static int frozen_fill(gpux_ctx *ctx, struct cli_seg *f, const void *addr, uint64_t size)
+{
+	void *copy;
+	int r = 0;
+
+	if (pwrite(f->fd, addr, size, 0) != (ssize_t)size)
+		return -EIO;
+	r = ipc_segment_seal_write(f->fd);
+	if (r < 0)
+		return r;
+	(void)pthread_mutex_lock(&ctx->lock);
+	copy = mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
+	if (copy == MAP_FAILED)
+		r = -errno;
+	else if (madvise(copy, f->size, MADV_DONTFORK) < 0)
+		r = -errno;
+	(void)pthread_mutex_unlock(&ctx->lock);
+	if (r == 0) {
+		f->keys[0] = (struct cli_range_key){ 0, size, ipc_key_of(copy, size) };
+		f->nkeys = 1;
+	}
+	if (copy != MAP_FAILED)
+		(void)munmap(copy, f->size);
+	return r;
+}
+
+/* After fork(), in the child: the copies other threads were making are not this process's
+ * (their fds are closed already, by atfork_child()). */
+void cli_frozen_forget(gpux_ctx *ctx)
+{
+	while (ctx->freezing) {
+		struct cli_seg *f = ctx->freezing;
+
+		ctx->freezing = f->next;
+		(void)safe_close(f->fd);
+		free(f);
+	}
+}
+
+/* A copy that failed: for want of memory (-ENOMEM), else the buffer's or the memfd's (-EIO). */
+static int copy_errno(int r)
+{
+	return r == -ENOMEM || r == -ENOSPC ? -ENOMEM : -EIO;
 }
 
 /* Lock held: the buffer b, still as it was when its copy was made, is in use at all? */
@@ -431,14 +480,14 @@ static bool freeze_still_wanted(const gpux_buf *b, const struct cli_seg *old)
 }
 
 /*
- * A frozen copy (frozen_copy()) takes the buffer's place at its own address (MAP_FIXED), so
- * that its data pointer does not change. Two threads freezing one buffer both copy; the
- * first to come back puts its copy in place, the other lets its own go.
+ * A frozen copy (frozen_new(), frozen_fill()) takes the buffer's place at its own address
+ * (MAP_FIXED), so that its data pointer does not change. Two threads freezing one buffer both
+ * copy; the first to come back puts its copy in place, the other lets its own go.
  */
 GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 {
 	gpux_ctx *ctx;
-	struct cli_seg *f, *old;
+	struct cli_seg *f = NULL, *old;
 	uint64_t len, size;
 	void *addr, *p;
 	int r;
@@ -462,16 +511,18 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 	addr = old->addr + b->offset;
 	/* Out of an arena, the frozen pages are one segment more, and memory more. */
 	r = old->arena ? seg_room(ctx, len) : 0;
+	if (r == 0)
+		r = frozen_new(ctx, len, &f);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	if (r < 0)
-		return GPUX_E_QUOTA;
-
-	r = frozen_copy(addr, size, len, &f);
-	if (r < 0)
-		return r == -ENOMEM || r == -ENOSPC ? GPUX_E_NOMEM : GPUX_E_IO;
+		return r == -EDQUOT ? GPUX_E_QUOTA : cli_status_from_errno(copy_errno(r));
+	r = frozen_fill(ctx, f, addr, size);
 
 	(void)pthread_mutex_lock(&ctx->lock);
-	if (!freeze_still_wanted(b, old)) {
+	frozen_unlist(ctx, f);
+	if (r < 0) {
+		r = copy_errno(r);
+	} else if (!freeze_still_wanted(b, old)) {
 		/* Freed meanwhile (INVAL), or frozen by another thread (OK). */
 		r = cli_alive(b, CLI_BUF_MAGIC) ? 0 : -EINVAL;
 	} else if (old->arena && seg_room(ctx, len) < 0) {

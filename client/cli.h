@@ -224,6 +224,7 @@ struct gpux_ctx {
 	unsigned nkilled;
 	struct cli_seg *segs;
 	unsigned nsegs;
+	struct cli_seg *freezing; /* frozen copies being made without the lock */
 	uint64_t shared_bytes; /* of all segs */
 	uint64_t quota_shared; /* gpuxd's cap on shared_bytes, from its welcome */
 	struct gpux_buf *bufs;
@@ -361,6 +362,7 @@ void cli_reqs_free_all(gpux_ctx *ctx);
 int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device);
 struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size);
 void cli_bufs_free_all(gpux_ctx *ctx);
+void cli_frozen_forget(gpux_ctx *ctx);
 
 /* client/dbuf.c */
 void cli_dbufs_free_all(gpux_ctx *ctx);

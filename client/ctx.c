@@ -53,6 +53,9 @@ static void atfork_child(void)
 			c->devs[i].chan_fd = safe_close(c->devs[i].chan_fd);
 			cli_outbox_close_fds(&c->devs[i].out);
 		}
+		/* Nor the copies its freezing threads were making (the memory they hold). */
+		for (struct cli_seg *f = c->freezing; f; f = f->next)
+			f->fd = safe_close(f->fd);
 		c->connected = false;
 		(void)pthread_mutex_unlock(&c->lock);
 	}
@@ -93,6 +96,7 @@ static void forget_parent(gpux_ctx *ctx)
 		if (ctx->devs[i].rings)
 			ctx->devs[i].rings->refs = 1;
 	cli_disconnect(ctx);
+	cli_frozen_forget(ctx);
 	ctx->reader = false;
 	ctx->nkilled = 0;
 	(void)pthread_cond_destroy(&ctx->cond);

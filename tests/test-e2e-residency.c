@@ -150,6 +150,7 @@ struct freezer {
 	gpux_buf *b;
 	pthread_barrier_t *go;
 	gpux_status st;
+	bool done;
 };
 
 static void *freeze_thread(void *arg)
@@ -158,6 +159,7 @@ static void *freeze_thread(void *arg)
 
 	(void)pthread_barrier_wait(f->go);
 	f->st = gpux_buf_freeze(f->b);
+	__atomic_store_n(&f->done, true, __ATOMIC_RELEASE);
 	return NULL;
 }
 
@@ -202,6 +204,70 @@ static void test_residency_freeze_from_many_threads(void **state)
 		gpux_buf_free(b);
 		assert_int_equal(frozen_fds(), fds0);
 		free(want);
+	}
+}
+
+/* This process's mappings of frozen copies: at `at` (the buffer's place), and elsewhere. */
+static void frozen_maps(const void *at, unsigned *ret_at, unsigned *ret_other)
+{
+	char line[512];
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	*ret_at = *ret_other = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "memfd:gpux-frozen"))
+			continue;
+		if (strtoull(line, NULL, 16) == (uintptr_t)at)
+			(*ret_at)++;
+		else
+			(*ret_other)++;
+	}
+	if (f)
+		(void)fclose(f);
+}
+
+/*
+ * A child forked while another thread copies a buffer to freeze it has no part in that copy:
+ * neither its fd nor its mapping (the memory they hold would live as long as the child). A
+ * freeze that came first is the child's as well: its one fd, mapped at the buffer's place.
+ * The fork is made once the copy's memfd exists; a copy that ends before it proves less.
+ */
+static void test_residency_fork_while_freezing_holds_no_copy(void **state)
+{
+	struct test_env *e = *state;
+	const uint64_t n = 16u << 20; /* 64 MiB: a copy that takes a while */
+
+	for (int k = 0; k < 3; k++) {
+		pthread_barrier_t go;
+		struct freezer f = { .go = &go, .st = GPUX_E_IO };
+		unsigned fds0 = frozen_fds(), at0, other0;
+		pthread_t t;
+		pid_t pid;
+		int st;
+
+		assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &f.b), GPUX_OK);
+		memset(gpux_buf_data(f.b), 0x5a, n * 4);
+		frozen_maps(gpux_buf_data(f.b), &at0, &other0);
+		assert_int_equal(pthread_barrier_init(&go, NULL, 2), 0);
+		assert_int_equal(pthread_create(&t, NULL, freeze_thread, &f), 0);
+		(void)pthread_barrier_wait(&go);
+		while (frozen_fds() == fds0 && !__atomic_load_n(&f.done, __ATOMIC_ACQUIRE))
+			;
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			unsigned at, other;
+
+			frozen_maps(gpux_buf_data(f.b), &at, &other);
+			_exit(frozen_fds() == fds0 + at && other == other0 ? 0 : 1);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_int_equal(pthread_join(t, NULL), 0);
+		(void)pthread_barrier_destroy(&go);
+		assert_int_equal(f.st, GPUX_OK);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+		gpux_buf_free(f.b);
 	}
 }
 
@@ -461,6 +527,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_residency_freeze_makes_memory_read_only_and_keeps_bytes),
 		cmocka_unit_test(test_residency_freeze_from_many_threads),
+		cmocka_unit_test(test_residency_fork_while_freezing_holds_no_copy),
 		cmocka_unit_test(test_residency_cache_hit_after_freeze),
 		cmocka_unit_test(test_residency_eviction_under_budget),
 		cmocka_unit_test(test_residency_ttl_expiry),

@@ -185,14 +185,22 @@ static bool dev_settled(gpux_ctx *ctx, void *arg)
 	return !ctx->connected || d->chan_fd >= 0 || d->info.state == GPUX_DEVICE_FAILED;
 }
 
+/* Settled, or the channel that came meanwhile ended too: a new wish to send. */
+static bool dev_settled_or_wish(gpux_ctx *ctx, void *arg)
+{
+	return dev_settled(ctx, arg) || ctx->devs[(uintptr_t)arg].want_channel;
+}
+
 /*
  * Lock held: wait until the device has a channel, has failed, or gpuxd is gone. A wish for a
- * channel that gpuxd's socket could not take is sent again every CLI_CHANNEL_RETRY_NS: no
- * answer would come to a wish never sent.
+ * channel that gpuxd's socket could not take is sent again every CLI_CHANNEL_RETRY_NS, and
+ * one that arises while waiting (the channel handed ended at once) is sent when it arises:
+ * no answer would come to a wish never sent.
  */
 static int device_settle(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 {
 	for (;;) {
+		bool (*settled)(gpux_ctx *, void *) = dev_settled_or_wish;
 		uint64_t until = deadline;
 		int r;
 
@@ -201,9 +209,12 @@ static int device_settle(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 			uint64_t retry = mono_ns() + CLI_CHANNEL_RETRY_NS;
 
 			until = deadline ? MIN(deadline, retry) : retry;
+			settled = dev_settled;
 		}
-		r = cli_wait_until(ctx, dev_settled, (void *)(uintptr_t)device, NULL, until);
-		if (r != -ETIMEDOUT || until == deadline)
+		r = cli_wait_until(ctx, settled, (void *)(uintptr_t)device, NULL, until);
+		if (r == 0 && dev_settled(ctx, (void *)(uintptr_t)device))
+			return 0;
+		if (r < 0 && (r != -ETIMEDOUT || until == deadline))
 			return r;
 	}
 }

@@ -347,9 +347,10 @@ static void channels_give(struct sup_client *c)
 			/* A channel of a later worker than the one asked of came already, or comes
 			 * when it is ready; a worker that died is announced to every client. A
 			 * second channel would take the place of the first, and of what runs on
-			 * it. */
+			 * it. While gpuxd stops, its draining workers take no new channel. */
 			sup_worker_reap_if_dead(w);
-			if (w->state == W_READY && w->control && (gen == 0 || gen == w->generation))
+			if (!s->stopping && w->state == W_READY && w->control &&
+			    (gen == 0 || gen == w->generation))
 				sup_client_give_channel(c, w);
 			continue;
 		}

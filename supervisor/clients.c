@@ -120,6 +120,19 @@ static void send_device(struct sup_client *c, struct sup_worker *w, const int *f
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, fds, fds ? 2 : 0);
 }
 
+/*
+ * A channel that could not be made (gpuxd out of fds, say): the client hears the device's
+ * state now, and gets the channel later, as if it had asked (channels_give()). Without it, a
+ * client told the device is ready would wait for a channel that nobody means to give.
+ */
+static void give_later(struct sup_client *c, struct sup_worker *w)
+{
+	send_device(c, w, NULL);
+	c->chan_wanted |= 1ULL << w->index;
+	c->chan_wanted_gen[w->index] = w->generation;
+	ipc_timer_arm(c->chan_timer, mono_ns() + SUP_CHANNEL_RETRY_NS);
+}
+
 /* Make a channel between a client and a ready worker and give each its end. */
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 {
@@ -127,14 +140,14 @@ void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 	int pair[2], fds[2], n;
 
 	if (ipc_channel_pair(pair, false) < 0) {
-		send_device(c, w, NULL);
+		give_later(c, w);
 		return;
 	}
 	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_ATTACH, 0, 1, &a, sizeof(a), NULL, 0);
 	if (n < 0 || ipc_conn_send(w->control, msgbuf, (size_t)n, &pair[1], 1) < 0) {
 		(void)close(pair[0]);
 		(void)close(pair[1]);
-		send_device(c, w, NULL);
+		give_later(c, w);
 		return;
 	}
 	fds[0] = pair[0];
@@ -352,7 +365,9 @@ static void channels_give(struct sup_client *c)
 			if (!s->stopping && w->state == W_READY && w->control &&
 			    (gen == 0 || gen == w->generation))
 				sup_client_give_channel(c, w);
-			continue;
+			/* Given, or nothing to give; else it failed and is tried again. */
+			if (!(c->chan_wanted & (1ULL << i)))
+				continue;
 		}
 		at = MAX(at, now + SUP_CHANNEL_RETRY_NS);
 		next = next ? MIN(next, at) : at;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-refusals.c: what a worker refuses is answered with why, and the client stays. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -479,6 +481,70 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
 
+/* How many fds process pid has open. */
+static unsigned fds_of(pid_t pid)
+{
+	char path[64];
+	struct dirent *d;
+	unsigned n = 0;
+	DIR *dir;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	assert_non_null(dir);
+	while ((d = readdir(dir)))
+		n += d->d_name[0] != '.';
+	(void)closedir(dir);
+	return n;
+}
+
+struct limit_restore {
+	pid_t pid;
+	struct rlimit old;
+};
+
+static void *restore_limit_later(void *arg)
+{
+	struct limit_restore *lr = arg;
+
+	(void)usleep(300 * 1000);
+	(void)prlimit(lr->pid, RLIMIT_NOFILE, &lr->old, NULL);
+	return NULL;
+}
+
+/*
+ * gpuxd that cannot make a client's channel (out of fds: room for the new connection, not
+ * for a socket pair) says the device's state, and makes the channel once it can: the client
+ * is not left with a ready device and no channel until the next restart.
+ */
+static void test_e2e_refusals_channel_made_later_when_gpuxd_was_out_of_fds(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	struct limit_restore lr = { .pid = e->d.pid };
+	struct rlimit low;
+	gpux_module *m;
+	gpux_ctx *ctx;
+	pthread_t t;
+
+	test_env_still_serves(e);
+	assert_int_equal(prlimit(e->d.pid, RLIMIT_NOFILE, NULL, &lr.old), 0);
+	low = lr.old;
+	low.rlim_cur = fds_of(e->d.pid) + 1;
+	assert_int_equal(prlimit(e->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
+	/* Restored in a while whatever happens here: a failed check must not leave it low. */
+	assert_int_equal(pthread_create(&t, NULL, restore_limit_later, &lr), 0);
+	ctx = test_connect(&e->d);
+	(void)alarm(20);
+	m = test_load_host_kernels(ctx);
+	assert_int_equal(gpux_run(m, "empty", &l, NULL, 0), GPUX_OK);
+	(void)alarm(0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_env_still_serves(e);
+}
+
 /*
  * A channel the worker dropped is asked for again only while it is missing: after a restart
  * of the worker has brought a new channel already, asking gpuxd for one more would have the
@@ -546,6 +612,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_refusals_dropped_library_client_is_told_and_recovers),
 		cmocka_unit_test(test_e2e_refusals_silent_end_with_live_worker_recovers),
 		cmocka_unit_test(test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full),
+		cmocka_unit_test(test_e2e_refusals_channel_made_later_when_gpuxd_was_out_of_fds),
 		cmocka_unit_test(test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel),
 	};
 

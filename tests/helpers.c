@@ -21,19 +21,27 @@
 #include "ipc/macro.h"
 #include "ipc/ring.h"
 
-int test_fd_count(void)
+int test_fd_count_of(pid_t pid)
 {
-	DIR *d = opendir("/proc/self/fd");
+	char path[64];
 	struct dirent *e;
 	int n = 0;
+	DIR *d;
 
+	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
 	assert_non_null(d);
 	while ((e = readdir(d)))
 		if (e->d_name[0] != '.')
 			n++;
 	(void)closedir(d);
-	/* The directory's own fd was listed too. */
-	return n - 1;
+	return n;
+}
+
+int test_fd_count(void)
+{
+	/* The directory's own fd is listed too. */
+	return test_fd_count_of(getpid()) - 1;
 }
 
 static void list_fds(void)

@@ -20,6 +20,9 @@
 /* The number of fds open in this process, not counting the one used to count them. */
 int test_fd_count(void);
 
+/* The number of fds open in process pid (this user's, or any as root). Asserts. */
+int test_fd_count_of(pid_t pid);
+
 /*
  * Fail the running test, at the caller's line, when the number of open fds is not `before`
  * (a test_fd_count() taken at its start); the open fds are listed to show what leaked.

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-refusals.c: what a worker refuses is answered with why, and the client stays. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -297,8 +296,11 @@ static void told_dropped(int chan, const char *words)
 	assert_true(told);
 }
 
-/* The library's channel to device 0: its SOCK_SEQPACKET socket with an unnamed peer. */
-static int library_channel(void)
+/*
+ * One of the library's SOCK_SEQPACKET sockets: the one to gpuxd, whose peer is bound to
+ * `path`, or (path NULL) the channel to device 0, whose peer is unnamed.
+ */
+static int library_socket(const char *path)
 {
 	for (int fd = 3; fd < 1024; fd++) {
 		struct sockaddr_un sa;
@@ -306,13 +308,20 @@ static int library_channel(void)
 		int type;
 		socklen_t tlen = sizeof(type);
 
-		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET ||
+		    getpeername(fd, (struct sockaddr *)&sa, &len) < 0)
 			continue;
-		if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 && len == sizeof(sa_family_t))
+		if (path ? len > sizeof(sa_family_t) && strcmp(sa.sun_path, path) == 0
+			 : len == sizeof(sa_family_t))
 			return fd;
 	}
-	fail_msg("no channel socket found");
+	fail_msg("no socket of the library's found");
 	return -1;
+}
+
+static int library_channel(void)
+{
+	return library_socket(NULL);
 }
 
 /*
@@ -371,25 +380,6 @@ static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 	(void)alarm(0);
 	test_env_still_serves(e);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
-}
-
-/* The library's socket to gpuxd: its SOCK_SEQPACKET socket whose peer is gpuxd's path. */
-static int library_daemon_socket(const char *path)
-{
-	for (int fd = 3; fd < 1024; fd++) {
-		struct sockaddr_un sa;
-		socklen_t len = sizeof(sa);
-		int type;
-		socklen_t tlen = sizeof(type);
-
-		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
-			continue;
-		if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0 &&
-		    len > sizeof(sa_family_t) && strcmp(sa.sun_path, path) == 0)
-			return fd;
-	}
-	fail_msg("no socket to gpuxd found");
-	return -1;
 }
 
 /* Whether process pid is stopped (its state in /proc/PID/stat is T). */
@@ -458,7 +448,7 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	for (int i = 0; i < RESUME_ANYWAY_MS / 2 && !stopped(e->d.pid); i++)
 		(void)usleep(1000);
 	assert_true(stopped(e->d.pid));
-	fd = library_daemon_socket(e->d.sock);
+	fd = library_socket(e->d.sock);
 	n = ipc_encode(buf, sizeof(buf), IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
 	assert_true(n > 0);
 	while (sent < 100000 && send(fd, buf, (size_t)n, MSG_DONTWAIT) == n)
@@ -479,23 +469,6 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	(void)close(rs.go[1]);
 	test_env_still_serves(e);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
-}
-
-/* How many fds process pid has open. */
-static unsigned fds_of(pid_t pid)
-{
-	char path[64];
-	struct dirent *d;
-	unsigned n = 0;
-	DIR *dir;
-
-	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	dir = opendir(path);
-	assert_non_null(dir);
-	while ((d = readdir(dir)))
-		n += d->d_name[0] != '.';
-	(void)closedir(dir);
-	return n;
 }
 
 struct limit_restore {
@@ -530,7 +503,7 @@ static void test_e2e_refusals_channel_made_later_when_gpuxd_was_out_of_fds(void 
 	test_env_still_serves(e);
 	assert_int_equal(prlimit(e->d.pid, RLIMIT_NOFILE, NULL, &lr.old), 0);
 	low = lr.old;
-	low.rlim_cur = fds_of(e->d.pid) + 1;
+	low.rlim_cur = (rlim_t)test_fd_count_of(e->d.pid) + 1;
 	assert_int_equal(prlimit(e->d.pid, RLIMIT_NOFILE, &low, NULL), 0);
 	/* Restored in a while whatever happens here: a failed check must not leave it low. */
 	assert_int_equal(pthread_create(&t, NULL, restore_limit_later, &lr), 0);

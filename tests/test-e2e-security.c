@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-security.c: other users, garbage and hostile messages reach nobody else. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
@@ -207,22 +206,6 @@ static void test_e2e_out_of_range_argument_refused(void **state)
 }
 
 /* How many fds a process has open. */
-static unsigned fd_count(pid_t pid)
-{
-	char path[64];
-	unsigned n = 0;
-	struct dirent *e;
-	DIR *d;
-
-	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	assert_non_null(d);
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	(void)closedir(d);
-	return n;
-}
-
 /* Read what gpuxd sent on sup until nothing comes for 200 ms: how many channels it gave. */
 static unsigned channels_read(int sup)
 {
@@ -253,7 +236,7 @@ static void test_e2e_channel_req_flood_is_capped(void **state)
 	struct ipc_channel_req q = { .device = 0 };
 	static uint8_t buf[256];
 	pid_t worker = test_worker_pid(&e->d, 0);
-	unsigned before = fd_count(e->d.pid), peak = before;
+	unsigned before = (unsigned)test_fd_count_of(e->d.pid), peak = before;
 	int sup, chan = test_raw_channel(&e->d, &sup), n, rc;
 	gpux_ctx *other = NULL;
 
@@ -263,11 +246,11 @@ static void test_e2e_channel_req_flood_is_capped(void **state)
 			break;
 		if (i % 100 == 0) {
 			(void)usleep(2000);
-			peak = MAX(peak, fd_count(e->d.pid));
+			peak = MAX(peak, (unsigned)test_fd_count_of(e->d.pid));
 		}
 	}
 	(void)usleep(200000);
-	peak = MAX(peak, fd_count(e->d.pid));
+	peak = MAX(peak, (unsigned)test_fd_count_of(e->d.pid));
 	rc = gpux_connect(e->d.sock, &other);
 	if (other)
 		gpux_disconnect(other);

@@ -458,6 +458,52 @@ static void test_gpu_deadline(void **state)
 	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
 }
 
+/* CPU time (user and system, all threads) that process pid has used, in seconds. */
+static double cpu_seconds(pid_t pid)
+{
+	char path[64], buf[1024], *p;
+	unsigned long long utime = 0, stime = 0;
+	FILE *f;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	assert_non_null(fgets(buf, sizeof(buf), f));
+	(void)fclose(f);
+	/* Past the command's parentheses: state is field 3, utime 14, stime 15. */
+	p = strrchr(buf, ')');
+	assert_non_null(p);
+	assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+				&utime, &stime),
+			 2);
+	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * A kernel that runs for a second or more: its waiter naps between looks at its event instead
+ * of spinning (a plain event's synchronize would spin for as long as the kernel runs), so the
+ * worker uses a small part of a CPU meanwhile.
+ */
+static void test_gpu_long_kernel_leaves_the_cpu(void **state)
+{
+	struct env *e = *state;
+	uint64_t cycles = 3ull * 1000 * 1000 * 1000; /* 1.5 s at 2 GHz */
+	struct gpux_arg arg = GPUX_ARG_VALUE(cycles);
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint64_t naps = stat_of(e, offsetof(struct ipc_stats, blocking_waits));
+	pid_t worker = test_worker_pid(&e->d, 0);
+	double cpu = cpu_seconds(worker), wall = (double)mono_ns();
+
+	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	wall = ((double)mono_ns() - wall) / 1e9;
+	cpu = cpu_seconds(worker) - cpu;
+	assert_true(wall >= 0.5);
+	/* Spinning would cost the whole wall time; naps of up to 100 us, a few per cent. */
+	if (cpu > wall / 4)
+		fail_msg("the worker used %.2f s of CPU during a %.2f s kernel", cpu, wall);
+	assert_true(stat_of(e, offsetof(struct ipc_stats, blocking_waits)) > naps);
+}
+
 /* The device's own time, with timing events, only when asked for. */
 static void test_gpu_device_time_when_asked(void **state)
 {
@@ -670,6 +716,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_compile_errors),
 		cmocka_unit_test(test_gpu_illegal_address_restarts_worker),
 		cmocka_unit_test(test_gpu_deadline),
+		cmocka_unit_test(test_gpu_long_kernel_leaves_the_cpu),
 		cmocka_unit_test(test_gpu_device_time_when_asked),
 		cmocka_unit_test(test_gpu_module_from_disk_after_restart),
 		cmocka_unit_test(test_gpu_32_forked_children),

@@ -532,8 +532,9 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 		r = p == MAP_FAILED ? (errno == ENOMEM ? -ENOMEM : -EIO) : 1;
 	}
 	if (r <= 0) {
-		(void)pthread_mutex_unlock(&ctx->lock);
+		/* Closed under the lock: a fork() after it unlisted would leave the child the fd. */
 		(void)safe_close(f->fd);
+		(void)pthread_mutex_unlock(&ctx->lock);
 		free(f);
 		return cli_status_from_errno(r);
 	}

@@ -389,6 +389,22 @@ gpux_module *test_load_host_kernels(gpux_ctx *ctx)
 	return m;
 }
 
+gpux_status test_spin_submit(gpux_module *m, uint32_t device, uint32_t ms, gpux_req **ret_req)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = device };
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+
+	return gpux_submit(m, "spin", &l, &arg, 1, ret_req);
+}
+
+gpux_status test_spin_run(gpux_module *m, uint32_t device, uint32_t ms)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = device };
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+
+	return gpux_run(m, "spin", &l, &arg, 1);
+}
+
 void test_fill_random(float *p, size_t n, uint64_t *seed)
 {
 	for (size_t i = 0; i < n; i++) {

@@ -73,6 +73,11 @@ extern const size_t test_host_kernels_len;
 /* Load test_host_kernels; asserts. */
 gpux_module *test_load_host_kernels(gpux_ctx *ctx);
 
+/* The host kernel "spin" of m (one thread, busy for ms milliseconds) on a device: submitted
+ * (the request in *ret_req), or run to its end. gpux_submit()'s or gpux_run()'s status. */
+gpux_status test_spin_submit(gpux_module *m, uint32_t device, uint32_t ms, gpux_req **ret_req);
+gpux_status test_spin_run(gpux_module *m, uint32_t device, uint32_t ms);
+
 /* Most e2e tests' state: a daemon, a connection to it, the host kernels, a random seed. */
 struct test_env {
 	struct test_daemon d;

@@ -416,16 +416,13 @@ static void test_e2e_status_counts_memory_by_user(void **state)
 static void test_e2e_pollable_fd(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-	/* Long enough to be running still at the first look, on a loaded machine too (20 ms was
-	 * not, once, on 2 CPUs). */
-	uint32_t ms = 500;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	int fd;
 
 	assert_int_equal(gpux_fd(e->ctx, &fd), GPUX_OK);
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	/* 500 ms: long enough to be running still at the first look, on a loaded machine too
+	 * (20 ms was not, once, on 2 CPUs). */
+	assert_int_equal(test_spin_submit(e->m, 0, 500, &r), GPUX_OK);
 	assert_int_equal(gpux_test(r), GPUX_E_AGAIN);
 	for (int i = 0; i < 100 && gpux_test(r) == GPUX_E_AGAIN; i++) {
 		struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -445,15 +442,12 @@ static void test_e2e_pollable_fd(void **state)
 static void test_e2e_wait_longest_limit(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-	uint32_t ms = 200;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 200, &r), GPUX_OK);
 	assert_int_equal(gpux_wait(r, INT64_MAX), GPUX_OK);
 	gpux_req_free(r);
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 200, &r), GPUX_OK);
 	assert_int_equal(gpux_wait(r, INT64_MAX / 1000), GPUX_OK);
 	gpux_req_free(r);
 }

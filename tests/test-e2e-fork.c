@@ -101,29 +101,23 @@ static void test_e2e_fork_children_use_inherited_objects(void **state)
 static void test_e2e_fork_parent_requests_stay_the_parents(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-	uint32_t ms = 200;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	pid_t pid;
 	int st;
 
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 200, &r), GPUX_OK);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		uint32_t zero = 0;
-		struct gpux_arg a0 = GPUX_ARG_VALUE(zero);
-
 		/* The parent's request is not the child's to wait for; the child has its own. */
 		if (gpux_wait(r, 1000) != GPUX_E_INVAL)
 			_exit(20);
-		if (gpux_run(e->m, "spin", &l, &a0, 1) != GPUX_OK)
+		if (test_spin_run(e->m, 0, 0) != GPUX_OK)
 			_exit(21);
 		/* A grandchild too. */
 		pid = fork();
 		if (pid == 0)
-			_exit(gpux_run(e->m, "spin", &l, &a0, 1) == GPUX_OK ? 0 : 22);
+			_exit(test_spin_run(e->m, 0, 0) == GPUX_OK ? 0 : 22);
 		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
 			_exit(23);
 		_exit(WEXITSTATUS(st));
@@ -137,14 +131,11 @@ static void test_e2e_fork_parent_requests_stay_the_parents(void **state)
 static void test_e2e_fork_parent_request_polled_in_child(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-	uint32_t ms = 1000;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	pid_t pid;
 	int st;
 
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 1000, &r), GPUX_OK);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
@@ -169,13 +160,10 @@ static void test_e2e_fork_parent_request_polled_in_child(void **state)
 static void test_e2e_fork_parent_request_message_in_child(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
-	uint32_t ms = 1000;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	pid_t pid[2];
 
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 1000, &r), GPUX_OK);
 	for (unsigned k = 0; k < 2; k++) {
 		pid[k] = fork();
 		assert_true(pid[k] >= 0);

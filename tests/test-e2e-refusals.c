@@ -331,15 +331,12 @@ static int library_channel(void)
 static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	pid_t worker = test_worker_pid(&e->d, 0);
 	uint8_t junk[300];
-	uint32_t ms = 300;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 
 	test_env_still_serves(e);
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 300, &r), GPUX_OK);
 	/* A record the worker cannot frame: it can tie it to nothing, so it drops the channel. */
 	memset(junk, 0xa5, sizeof(junk));
 	assert_int_equal(send(library_channel(), junk, sizeof(junk), 0), (ssize_t)sizeof(junk));
@@ -349,7 +346,7 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 
 	/* Not a dead device: the next requests run, on a channel of their own. */
 	test_env_still_serves(e);
-	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	assert_int_equal(test_spin_run(e->m, 0, 300), GPUX_OK);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
 
@@ -362,21 +359,18 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	pid_t worker = test_worker_pid(&e->d, 0);
-	uint32_t ms = 300;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 
 	test_env_still_serves(e);
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 300, &r), GPUX_OK);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
 
 	/* Well inside the 30 s a restart is waited for. */
 	(void)alarm(20);
-	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	assert_int_equal(test_spin_run(e->m, 0, 300), GPUX_OK);
 	(void)alarm(0);
 	test_env_still_serves(e);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
@@ -428,11 +422,8 @@ static void *resume_later(void *arg)
 static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	struct ipc_channel_req q = { .device = 0, .generation = UINT32_MAX };
 	pid_t worker = test_worker_pid(&e->d, 0);
-	uint32_t ms = 50;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	uint8_t buf[64];
 	struct resumer rs = { .pid = e->d.pid };
 	pthread_t t;
@@ -455,14 +446,14 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 		sent++;
 	assert_int_equal(errno, EAGAIN);
 
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 50, &r), GPUX_OK);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
 
 	assert_int_equal(write(rs.go[1], "", 1), 1);
 	(void)alarm(20);
-	assert_int_equal(gpux_run(e->m, "spin", &l, &arg, 1), GPUX_OK);
+	assert_int_equal(test_spin_run(e->m, 0, 50), GPUX_OK);
 	(void)alarm(0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	(void)close(rs.go[0]);
@@ -526,19 +517,16 @@ static void test_e2e_refusals_channel_made_later_when_gpuxd_was_out_of_fds(void 
 static void test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 0 };
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	static uint8_t buf[IPC_MSG_MAX];
 	struct ipc_submit bad = one;
-	uint32_t ms = 300;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r;
 	size_t n;
 
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 300, &r), GPUX_OK);
 	/* A well-framed message that asks for no answer and cannot be: the worker drops the
-	 * channel with its last word on a socket still open (junk would shut it first). */
+	 * channel with its last word. */
 	bad.grid[1] = 0;
 	n = submit_msg(buf, 0, bad, NULL);
 	assert_int_equal(send(library_channel(), buf, n, 0), (ssize_t)n);
@@ -549,7 +537,7 @@ static void test_e2e_refusals_dropped_then_restarted_keeps_the_new_channel(void 
 	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
 	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
 	test_wait_generation(&e->d, 0, devs[0].generation);
-	assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, 300, &r), GPUX_OK);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_OK);
 	gpux_req_free(r);
 	test_env_still_serves(e);

@@ -470,14 +470,11 @@ static void test_residency_queues_overlap_and_keep_order(void **state)
 static void test_residency_any_spreads_over_devices(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
-	uint32_t ms = 30;
-	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r[8];
 	unsigned on[2] = { 0, 0 };
 
 	for (int i = 0; i < 8; i++)
-		assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r[i]), GPUX_OK);
+		assert_int_equal(test_spin_submit(e->m, GPUX_ANY, 30, &r[i]), GPUX_OK);
 	for (int i = 0; i < 8; i++) {
 		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
 		on[gpux_req_device(r[i])]++;
@@ -504,16 +501,14 @@ static void test_residency_any_follows_affinity(void **state)
 static void test_residency_any_survives_a_dead_worker(void **state)
 {
 	struct test_env *e = *state;
-	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
-	uint32_t ms = 1, gen = dev_status(e, 0).generation;
+	uint32_t gen = dev_status(e, 0).generation;
 
 	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
 	for (int i = 0; i < 10; i++) {
-		struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 		gpux_req *r;
 		gpux_status st;
 
-		assert_int_equal(gpux_submit(e->m, "spin", &l, &arg, 1, &r), GPUX_OK);
+		assert_int_equal(test_spin_submit(e->m, GPUX_ANY, 1, &r), GPUX_OK);
 		st = gpux_wait(r, -1);
 		/* One submitted before the death was noticed may be lost with it. */
 		assert_true(st == GPUX_OK || (st == GPUX_E_WORKER_LOST && gpux_req_device(r) == 0));

@@ -98,6 +98,31 @@ static void forker_join(struct forker *f)
 }
 
 /*
+ * With c's thread waiting to connect: fork() in another thread comes back while it still
+ * waits; then release() lets the connection end, which fails (no device).
+ */
+static void fork_while_connecting(struct connector *c, void (*release)(void *), void *arg)
+{
+	struct forker f;
+	bool forked, connect_over;
+
+	forker_start(&f);
+	forked = forker_wait(&f);
+	connect_over = __atomic_load_n(&c->done, __ATOMIC_ACQUIRE);
+	release(arg);
+	assert_int_equal(pthread_join(c->thread, NULL), 0);
+	forker_join(&f);
+	assert_true(forked);
+	assert_false(connect_over);
+	assert_int_equal(c->ndevices, 0);
+}
+
+static void close_fd(void *arg)
+{
+	(void)close(*(int *)arg);
+}
+
+/*
  * A gpuxd that takes the connection and never answers the hello: while a thread waits for
  * its answer, fork() in another thread is not held up (the library takes every context's
  * lock around fork(), so connecting must not wait with one held).
@@ -108,9 +133,7 @@ static void test_connect_fork_not_held_by_a_silent_gpuxd(void **state)
 	struct connector c = { 0 };
 	struct test_daemon d;
 	char hello[256];
-	struct forker f;
 	int lfd, conn, st;
-	bool forked, connect_over;
 
 	/* A context that a gpuxd served, gone now; a silent one listens in its place. */
 	test_daemon_start(&d, NULL);
@@ -131,22 +154,24 @@ static void test_connect_fork_not_held_by_a_silent_gpuxd(void **state)
 	/* The hello is here: the connector now waits for an answer that does not come. */
 	assert_true(recv(conn, hello, sizeof(hello), 0) > 0);
 
-	forker_start(&f);
-	forked = forker_wait(&f);
-	connect_over = __atomic_load_n(&c.done, __ATOMIC_ACQUIRE);
-	/* The silent gpuxd hangs up: connecting fails at once, not at its deadline. */
-	(void)close(conn);
-	assert_int_equal(pthread_join(c.thread, NULL), 0);
-	forker_join(&f);
-	assert_true(forked);
-	assert_false(connect_over);
-	assert_int_equal(c.ndevices, 0);
+	/* Then the silent gpuxd hangs up: connecting fails at once, not at its deadline. */
+	fork_while_connecting(&c, close_fd, &conn);
 	assert_non_null(strstr(c.why, "did not answer"));
 	assert_null(strstr(c.why, "timed out"));
 
 	gpux_disconnect(c.ctx);
 	(void)close(lfd);
 	test_daemon_stop(&d);
+}
+
+/* The slow "gpuxd" below reads a line from this fifo, then exits 1. */
+static void let_start_fail(void *fifo)
+{
+	int fd = open(fifo, O_WRONLY | O_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "go\n", 3), 3);
+	(void)close(fd);
 }
 
 /*
@@ -159,10 +184,7 @@ static void test_connect_fork_not_held_by_a_starting_gpuxd(void **state)
 	const char *old_rt = getenv("XDG_RUNTIME_DIR"), *daemon = getenv("GPUX_DAEMON");
 	char *saved_rt = old_rt ? strdup(old_rt) : NULL, *saved_daemon = strdup(daemon);
 	struct connector c = { 0 };
-	struct forker f;
-	bool forked, connect_over;
 	FILE *s;
-	int fd;
 
 	(void)snprintf(rt, sizeof(rt), "/tmp/gpux-slow-XXXXXX");
 	assert_non_null(mkdtemp(rt));
@@ -197,19 +219,8 @@ static void test_connect_fork_not_held_by_a_starting_gpuxd(void **state)
 	while (access(started, F_OK) != 0)
 		(void)usleep(10000);
 
-	forker_start(&f);
-	forked = forker_wait(&f);
-	connect_over = __atomic_load_n(&c.done, __ATOMIC_ACQUIRE);
-	/* Let the start fail. */
-	fd = open(fifo, O_WRONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	assert_int_equal(write(fd, "go\n", 3), 3);
-	(void)close(fd);
-	assert_int_equal(pthread_join(c.thread, NULL), 0);
-	forker_join(&f);
-	assert_true(forked);
-	assert_false(connect_over);
-	assert_int_equal(c.ndevices, 0);
+	/* Then the start fails. */
+	fork_while_connecting(&c, let_start_fail, fifo);
 	assert_non_null(strstr(c.why, "failed with status 1"));
 
 	gpux_disconnect(c.ctx);

@@ -95,15 +95,26 @@ static void assert_refused(struct image *im, const char *why)
 	free(msg);
 }
 
+/* The check's verdict on im: refused with a message that names why, or taken (why NULL). */
+static void assert_verdict(struct image *im, const char *why)
+{
+	char *msg = NULL;
+
+	if (why) {
+		assert_refused(im, why);
+		return;
+	}
+	assert_int_equal(check(im, &msg), 0);
+	assert_null(msg);
+}
+
 static void test_sandbox_image_clean_is_taken(void **state)
 {
 	const Elf64_Dyn tags[] = { { .d_tag = DT_STRSZ, .d_un.d_val = 1 } };
 	struct image im;
-	char *msg = NULL;
 
 	image_make(&im, tags, 1);
-	assert_int_equal(check(&im, &msg), 0);
-	assert_null(msg);
+	assert_verdict(&im, NULL);
 }
 
 /* Every tag that makes the loader run code, behind a section table that shows none. */
@@ -227,7 +238,6 @@ static void test_sandbox_image_ifunc_symbol_found_by_hash(void **state)
 	const uint32_t hash[] = { 1, 1, 1, 0, 0, 0, 1, 1 };
 	const unsigned types[] = { STT_FUNC, STT_GNU_IFUNC };
 	struct image im;
-	char *msg = NULL;
 
 	for (unsigned i = 0; i < ARRAY_SIZE(types); i++) {
 		Elf64_Sym sym = { .st_info = ELF64_ST_INFO(STB_GLOBAL, types[i]), .st_shndx = 1 };
@@ -235,12 +245,7 @@ static void test_sandbox_image_ifunc_symbol_found_by_hash(void **state)
 		image_make(&im, tags, ARRAY_SIZE(tags));
 		memcpy(im.b + TABLES_AT + sizeof(sym), &sym, sizeof(sym));
 		memcpy(im.b + TABLES_AT + 64, hash, sizeof(hash));
-		if (types[i] == STT_GNU_IFUNC) {
-			assert_refused(&im, "IFUNC symbol");
-		} else {
-			assert_int_equal(check(&im, &msg), 0);
-			assert_null(msg);
-		}
+		assert_verdict(&im, types[i] == STT_GNU_IFUNC ? "IFUNC symbol" : NULL);
 	}
 }
 
@@ -387,15 +392,9 @@ static void test_sandbox_image_relocation_writes(void **state)
 		const Elf64_Dyn more[] = { { .d_tag = DT_STRTAB, .d_un.d_ptr = TABLES_AT + 64 },
 					   { .d_tag = DT_STRSZ, .d_un.d_val = 8 } };
 		struct image im;
-		char *msg = NULL;
 
 		image_relocs(&im, &rl, 1, &sym, 1, more, ARRAY_SIZE(more));
-		if (cases[i].says) {
-			assert_refused(&im, cases[i].says);
-		} else {
-			assert_int_equal(check(&im, &msg), 0);
-			assert_null(msg);
-		}
+		assert_verdict(&im, cases[i].says);
 	}
 }
 
@@ -434,16 +433,10 @@ static void test_sandbox_image_relocation_writes_lookup_tables(void **state)
 				.r_info = ELF64_R_INFO(sym_of, R_X86_64_GLOB_DAT)
 			};
 			struct image im;
-			char *msg = NULL;
 
 			image_relocs(&im, &rl, 1, sym, 2, more, 1);
 			memcpy(im.b + TABLES_AT + 64, tables[i].table, tables[i].size);
-			if (!past) {
-				assert_refused(&im, "relocation that writes");
-			} else {
-				assert_int_equal(check(&im, &msg), 0);
-				assert_null(msg);
-			}
+			assert_verdict(&im, !past ? "relocation that writes" : NULL);
 		}
 	}
 }
@@ -472,16 +465,10 @@ static void test_sandbox_image_relr_writes(void **state)
 					   { .d_tag = DT_RELRSZ, .d_un.d_val = 16 },
 					   { .d_tag = DT_RELRENT, .d_un.d_val = 8 } };
 		struct image im;
-		char *msg = NULL;
 
 		image_relocs(&im, NULL, 0, NULL, 0, more, ARRAY_SIZE(more));
 		memcpy(im.b + TABLES_AT + 64, cases[i].relr, sizeof(cases[i].relr));
-		if (cases[i].says) {
-			assert_refused(&im, cases[i].says);
-		} else {
-			assert_int_equal(check(&im, &msg), 0);
-			assert_null(msg);
-		}
+		assert_verdict(&im, cases[i].says);
 	}
 	/* The table itself. */
 	{
@@ -513,15 +500,9 @@ static void test_sandbox_image_text_relocations(void **state)
 		const Elf64_Dyn tags[] = { { .d_tag = DT_STRSZ, .d_un.d_val = 1 },
 					   { .d_tag = cases[i].tag, .d_un.d_val = cases[i].val } };
 		struct image im;
-		char *msg = NULL;
 
 		image_make(&im, tags, ARRAY_SIZE(tags));
-		if (cases[i].says) {
-			assert_refused(&im, cases[i].says);
-		} else {
-			assert_int_equal(check(&im, &msg), 0);
-			assert_null(msg);
-		}
+		assert_verdict(&im, cases[i].says);
 	}
 }
 
@@ -548,16 +529,10 @@ static void test_sandbox_image_other_objects(void **state)
 					   { .d_tag = DT_STRSZ, .d_un.d_val = sizeof(strings) },
 					   { .d_tag = cases[i].tag, .d_un.d_val = cases[i].val } };
 		struct image im;
-		char *msg = NULL;
 
 		image_make(&im, tags, ARRAY_SIZE(tags));
 		memcpy(im.b + TABLES_AT, strings, sizeof(strings));
-		if (cases[i].says) {
-			assert_refused(&im, cases[i].says);
-		} else {
-			assert_int_equal(check(&im, &msg), 0);
-			assert_null(msg);
-		}
+		assert_verdict(&im, cases[i].says);
 	}
 }
 

@@ -381,11 +381,14 @@ static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_m
 	return ipc_key_end(&s);
 }
 
+/* The client's mod_id, just bound to m (building), is answered when m is built. */
 static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id, uint64_t mod_id)
 {
 	struct wrk_waiter *wt = calloc(1, sizeof(*wt));
 
 	if (!wt) {
+		/* Told it failed, the client holds no module: nor does its id, nor its charge. */
+		wrk_module_drop(c, mod_id);
 		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
 		return;
 	}

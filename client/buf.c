@@ -68,10 +68,7 @@ static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
 {
 	s->owner = cli_fork_gen;
 	s->id = ++ctx->next_obj_id;
-	s->next = ctx->segs;
-	if (ctx->segs)
-		ctx->segs->prev = s;
-	ctx->segs = s;
+	LIST_PREPEND(ctx->segs, s);
 	ctx->nsegs++;
 	ctx->shared_bytes += s->size;
 }
@@ -117,12 +114,7 @@ static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
 
 	for (uint32_t i = 0; i < ctx->ndevices; i++)
 		cli_send_drop(ctx, i, s->sent[i], IPC_SEG_DROP, &d, sizeof(d));
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		ctx->segs = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
+	LIST_REMOVE(ctx->segs, s);
 	ctx->nsegs--;
 	ctx->shared_bytes -= s->size;
 	if (mapped)
@@ -202,10 +194,7 @@ GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **re
 	b->magic = CLI_BUF_MAGIC;
 	b->ctx = ctx;
 	b->size = size;
-	b->next = ctx->bufs;
-	if (ctx->bufs)
-		ctx->bufs->prev = b;
-	ctx->bufs = b;
+	LIST_PREPEND(ctx->bufs, b);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	*ret_buf = b;
 	return GPUX_OK;
@@ -290,10 +279,7 @@ static int buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf)
 	b->ctx = ctx;
 	b->seg = s;
 	b->size = s->size;
-	b->next = ctx->bufs;
-	if (ctx->bufs)
-		ctx->bufs->prev = b;
-	ctx->bufs = b;
+	LIST_PREPEND(ctx->bufs, b);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	*ret_buf = b;
 	return 0;
@@ -320,12 +306,7 @@ static void buf_free(gpux_ctx *ctx, gpux_buf *b, bool retire)
 {
 	struct cli_seg *s = b->seg;
 
-	if (b->prev)
-		b->prev->next = b->next;
-	else
-		ctx->bufs = b->next;
-	if (b->next)
-		b->next->prev = b->prev;
+	LIST_REMOVE(ctx->bufs, b);
 	if (b->arena) {
 		/* Frozen out of an arena: the arena's pages come back under the frozen ones. */
 		uint64_t len = ALIGN_UP(b->size, (uint64_t)CLI_PAGE);
@@ -402,24 +383,9 @@ static int frozen_new(gpux_ctx *ctx, uint64_t len, struct cli_seg **ret)
 	f->size = len;
 	f->frozen = true;
 	f->nbufs = 1;
-	f->next = ctx->freezing;
-	if (ctx->freezing)
-		ctx->freezing->prev = f;
-	ctx->freezing = f;
+	LIST_PREPEND(ctx->freezing, f);
 	*ret = f;
 	return 0;
-}
-
-/* Lock held: f is not being filled any more. */
-static void frozen_unlist(gpux_ctx *ctx, struct cli_seg *f)
-{
-	if (f->prev)
-		f->prev->next = f->next;
-	else
-		ctx->freezing = f->next;
-	if (f->next)
-		f->next->prev = f->prev;
-	f->prev = f->next = NULL;
 }
 
 /*
@@ -519,7 +485,8 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 	r = frozen_fill(ctx, f, addr, size);
 
 	(void)pthread_mutex_lock(&ctx->lock);
-	frozen_unlist(ctx, f);
+	/* Not being filled any more. */
+	LIST_REMOVE(ctx->freezing, f);
 	if (r < 0) {
 		r = copy_errno(r);
 	} else if (!freeze_still_wanted(b, old)) {

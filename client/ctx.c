@@ -255,23 +255,14 @@ int cli_device_wait(gpux_ctx *ctx, uint32_t device, uint64_t deadline)
 static void ctx_register(gpux_ctx *ctx)
 {
 	(void)pthread_mutex_lock(&all_lock);
-	ctx->next = all_ctx;
-	if (all_ctx)
-		all_ctx->prev = ctx;
-	all_ctx = ctx;
+	LIST_PREPEND(all_ctx, ctx);
 	(void)pthread_mutex_unlock(&all_lock);
 }
 
 static void ctx_unregister(gpux_ctx *ctx)
 {
 	(void)pthread_mutex_lock(&all_lock);
-	if (ctx->prev)
-		ctx->prev->next = ctx->next;
-	else
-		all_ctx = ctx->next;
-	if (ctx->next)
-		ctx->next->prev = ctx->prev;
-	ctx->prev = ctx->next = NULL;
+	LIST_REMOVE(all_ctx, ctx);
 	(void)pthread_mutex_unlock(&all_lock);
 }
 

@@ -36,10 +36,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 	if (st < 0)
 		goto err;
 	d->magic = CLI_DBUF_MAGIC;
-	d->next = ctx->dbufs;
-	if (ctx->dbufs)
-		ctx->dbufs->prev = d;
-	ctx->dbufs = d;
+	LIST_PREPEND(ctx->dbufs, d);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	*ret_dbuf = d;
 	return GPUX_OK;
@@ -55,12 +52,7 @@ static void dbuf_free(gpux_ctx *ctx, gpux_dbuf *d, bool retire)
 	struct ipc_dbuf_free f = { .dbuf_id = d->id };
 
 	cli_send_drop(ctx, d->device, d->chan_gen, IPC_DBUF_FREE, &f, sizeof(f));
-	if (d->prev)
-		d->prev->next = d->next;
-	else
-		ctx->dbufs = d->next;
-	if (d->next)
-		d->next->prev = d->prev;
+	LIST_REMOVE(ctx->dbufs, d);
 	if (retire)
 		cli_retire(ctx, d);
 	else

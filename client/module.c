@@ -52,12 +52,7 @@ static void module_free(gpux_ctx *ctx, gpux_module *m, bool retire)
 
 	for (uint32_t i = 0; i < ctx->ndevices; i++)
 		cli_send_drop(ctx, i, m->sent[i], IPC_MOD_DROP, &d, sizeof(d));
-	if (m->prev)
-		m->prev->next = m->next;
-	else
-		ctx->modules = m->next;
-	if (m->next)
-		m->next->prev = m->prev;
+	LIST_REMOVE(ctx->modules, m);
 	m->code_fd = safe_close(m->code_fd);
 	free(m->code);
 	free(m->options);
@@ -256,10 +251,7 @@ GPUX_EXPORT gpux_status gpux_module_load_ex(gpux_ctx *ctx, uint32_t lang, const 
 
 	(void)pthread_mutex_lock(&ctx->lock);
 	m->id = ++ctx->next_obj_id;
-	m->next = ctx->modules;
-	if (ctx->modules)
-		ctx->modules->prev = m;
-	ctx->modules = m;
+	LIST_PREPEND(ctx->modules, m);
 	rc = load_now(ctx, m, ret_log, &st);
 	if (rc < 0)
 		st = cli_status_from_errno(rc);

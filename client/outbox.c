@@ -2,7 +2,6 @@
 /* client/outbox.c: messages a channel's full socket could not take yet, in order, fds and all. */
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,27 +28,21 @@ int cli_outbox_push(struct cli_outbox *o, const void *msg, size_t len, const int
 		    unsigned nfds)
 {
 	struct cli_out_msg *m;
+	int r;
 
 	assert(nfds <= IPC_FDS_MAX && len <= IPC_MSG_MAX);
 	m = malloc(msg_cost(len));
 	if (!m)
 		return -ENOMEM;
+	r = ipc_fds_dup(fds, nfds, m->fds);
+	if (r < 0) {
+		free(m);
+		return r;
+	}
 	m->next = NULL;
 	m->len = (uint32_t)len;
-	m->nfds = 0;
+	m->nfds = nfds;
 	memcpy(m->data, msg, len);
-	for (unsigned i = 0; i < nfds; i++) {
-		m->fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-		if (m->fds[i] < 0) {
-			int r = -errno;
-
-			while (m->nfds > 0)
-				(void)close(m->fds[--m->nfds]);
-			free(m);
-			return r;
-		}
-		m->nfds++;
-	}
 	if (o->tail)
 		o->tail->next = m;
 	else

@@ -56,10 +56,7 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
 	if (st < 0)
 		goto err;
 	q->magic = CLI_QUEUE_MAGIC;
-	q->next = ctx->queues;
-	if (ctx->queues)
-		ctx->queues->prev = q;
-	ctx->queues = q;
+	LIST_PREPEND(ctx->queues, q);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	*ret_queue = q;
 	return GPUX_OK;
@@ -75,12 +72,7 @@ static void queue_free(gpux_ctx *ctx, gpux_queue *q, bool retire)
 	struct ipc_queue_msg m = { .queue = q->id };
 
 	cli_send_drop(ctx, q->device, q->sent, IPC_QUEUE_CLOSE, &m, sizeof(m));
-	if (q->prev)
-		q->prev->next = q->next;
-	else
-		ctx->queues = q->next;
-	if (q->next)
-		q->next->prev = q->prev;
+	LIST_REMOVE(ctx->queues, q);
 	if (retire)
 		cli_retire(ctx, q);
 	else

@@ -26,10 +26,7 @@ struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal)
 	r->internal = internal;
 	r->fork_gen = cli_fork_gen;
 	r->status = GPUX_E_AGAIN;
-	r->next = ctx->all_reqs;
-	if (ctx->all_reqs)
-		ctx->all_reqs->prev = r;
-	ctx->all_reqs = r;
+	LIST_PREPEND(ctx->all_reqs, r);
 	return r;
 }
 
@@ -43,12 +40,7 @@ void cli_req_release(struct gpux_req *r)
 		if (ctx->devs[r->device].chan_gen == r->chan_gen && ctx->devs[r->device].inflight)
 			ctx->devs[r->device].inflight--;
 	}
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		ctx->all_reqs = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
+	LIST_REMOVE(ctx->all_reqs, r);
 	free(r->message);
 	r->message = NULL;
 	cli_retire(ctx, r);

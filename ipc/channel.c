@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* ipc/channel.c: SOCK_SEQPACKET records with fd passing, closing every fd on refusal. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -147,6 +148,26 @@ int ipc_channel_recv_msg(int fd, void *buf, size_t cap, struct ipc_msg *ret, int
 		return r;
 	}
 	return 1;
+}
+
+int ipc_fds_dup(const int *fds, unsigned nfds, int *ret_fds)
+{
+	int copy[IPC_FDS_MAX];
+
+	if (nfds > IPC_FDS_MAX)
+		return -EINVAL;
+	for (unsigned i = 0; i < nfds; i++) {
+		copy[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
+		if (copy[i] < 0) {
+			int r = -errno;
+
+			while (i > 0)
+				(void)safe_close(copy[--i]);
+			return r;
+		}
+	}
+	memcpy(ret_fds, copy, nfds * sizeof(int));
+	return 0;
 }
 
 void ipc_msg_close_fds(struct ipc_msg *msg)

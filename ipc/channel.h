@@ -44,6 +44,12 @@ ssize_t ipc_channel_take_fds(const struct msghdr *mh, ssize_t n, int *fds, unsig
  */
 int ipc_channel_recv_msg(int fd, void *buf, size_t cap, struct ipc_msg *ret, int flags);
 
+/*
+ * Copies of nfds fds into ret_fds, close-on-exec and above stdio, for a message to be sent
+ * later (its sender may close its own meanwhile). Returns 0, or -errno with none made.
+ */
+int ipc_fds_dup(const int *fds, unsigned nfds, int *ret_fds);
+
 /* Close the fds of a message that nobody took (a taker sets its slot to -1). */
 void ipc_msg_close_fds(struct ipc_msg *msg);
 

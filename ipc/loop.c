@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* ipc/loop.c: the event loop's objects, timers and message delivery, shared by both back ends. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -432,6 +431,7 @@ int ipc_conn_send(struct ipc_conn *c, const void *buf, size_t len, const int *fd
 {
 	struct ipc_out *o;
 	bool idle;
+	int r;
 
 	if (c->closed)
 		return -EPIPE;
@@ -447,20 +447,14 @@ int ipc_conn_send(struct ipc_conn *c, const void *buf, size_t len, const int *fd
 	o = malloc(sizeof(*o) + len);
 	if (!o)
 		return -ENOMEM;
+	r = ipc_fds_dup(fds, nfds, o->fds);
+	if (r < 0) {
+		free(o);
+		return r;
+	}
 	o->next = NULL;
 	o->len = len;
-	o->nfds = 0;
-	for (unsigned i = 0; i < nfds; i++) {
-		int d = fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
-		if (d < 0) {
-			int r = -errno;
-			for (unsigned j = 0; j < o->nfds; j++)
-				(void)safe_close(o->fds[j]);
-			free(o);
-			return r;
-		}
-		o->fds[o->nfds++] = d;
-	}
+	o->nfds = nfds;
 	memcpy(o->data, buf, len);
 
 	idle = c->out_head == NULL;

@@ -60,6 +60,29 @@ static inline void closep(int *fd)
 		_p;                                                                                \
 	})
 
+/* Lists linked both ways through members `prev` and `next`, from a head pointer: one list's
+ * item is put first, or taken out (its own links cleared). */
+#define LIST_PREPEND(head, item)                                                                   \
+	do {                                                                                       \
+		__typeof__(item) _item = (item);                                                   \
+		_item->prev = NULL;                                                                \
+		_item->next = (head);                                                              \
+		if (_item->next)                                                                   \
+			_item->next->prev = _item;                                                 \
+		(head) = _item;                                                                    \
+	} while (0)
+#define LIST_REMOVE(head, item)                                                                    \
+	do {                                                                                       \
+		__typeof__(item) _item = (item);                                                   \
+		if (_item->prev)                                                                   \
+			_item->prev->next = _item->next;                                           \
+		else                                                                               \
+			(head) = _item->next;                                                      \
+		if (_item->next)                                                                   \
+			_item->next->prev = _item->prev;                                           \
+		_item->prev = _item->next = NULL;                                                  \
+	} while (0)
+
 static inline uint64_t now_ns(clockid_t clock)
 {
 	struct timespec ts;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* ipc/metrics.c: request-time histograms and the Prometheus text form of a STATUS. */
+#include <assert.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -67,16 +68,19 @@ static void sample_seconds(FILE *f, const char *name, uint32_t device, uint64_t 
 	(void)fprintf(f, "%s{device=\"%u\"} %.9f\n", name, device, (double)ns / 1e9);
 }
 
-/* A counter or gauge with one value per device, the value at `off` in its ipc_dev_status. */
+/* A counter or gauge with one value per device, the value at `off` in its ipc_dev_status
+ * (`size` bytes: 4 or 8). */
 static void per_device(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs,
-		       const char *name, const char *type, const char *help, size_t off, bool u32)
+		       const char *name, const char *type, const char *help, size_t off,
+		       size_t size)
 {
+	assert(size == sizeof(uint32_t) || size == sizeof(uint64_t));
 	family(f, name, type, help);
 	for (uint32_t i = 0; i < st->ndevices; i++) {
 		const uint8_t *p = (const uint8_t *)&devs[i] + off;
 		uint64_t v = 0;
 
-		if (u32) {
+		if (size == sizeof(uint32_t)) {
 			uint32_t v32;
 			memcpy(&v32, p, sizeof(v32));
 			v = v32;
@@ -184,67 +188,68 @@ static void usage(FILE *f, const struct ipc_status *st, const struct ipc_dev_sta
 		}
 }
 
-#define DEV(field) offsetof(struct ipc_dev_status, field)
-#define STAT(field) offsetof(struct ipc_dev_status, stats.field)
+/* Where a field of a device's status is, and how wide (4 or 8 bytes). */
+#define DEV(field)                                                                                 \
+	offsetof(struct ipc_dev_status, field), sizeof(((struct ipc_dev_status *)0)->field)
+#define STAT(field) DEV(stats.field)
 
-/* A number per device: a field of its status (u32: 32 bits wide, else 64). */
+/* A number per device: a field of its status. */
 static const struct {
 	const char *name, *type, *help;
-	size_t off;
-	bool u32;
+	size_t off, size;
 } counts[] = {
 	{ "gpux_worker_restarts_total", "counter",
-	  "Times the device's worker was started again.", DEV(restarts), true },
+	  "Times the device's worker was started again.", DEV(restarts) },
 	{ "gpux_worker_deaths_recent", "gauge",
 	  "Deaths of the device's worker within the last minute (5 mark it failed).",
-	  DEV(deaths_recent), true },
+	  DEV(deaths_recent) },
 	{ "gpux_device_clients", "gauge",
-	  "Clients with a channel to the device's worker.", STAT(clients), false },
-	{ "gpux_launches_total", "counter", "Kernel launches finished.", STAT(launches), false },
+	  "Clients with a channel to the device's worker.", STAT(clients) },
+	{ "gpux_launches_total", "counter", "Kernel launches finished.", STAT(launches) },
 	{ "gpux_launches_per_second", "gauge",
 	  "Kernel launches finished per second, over the last second or so.",
-	  DEV(launch_rate), true },
+	  DEV(launch_rate) },
 	{ "gpux_requests_inflight", "gauge",
-	  "Requests the worker holds: queued or running.", STAT(inflight), false },
+	  "Requests the worker holds: queued or running.", STAT(inflight) },
 	/* How requests were handed on: wake-ups where spinning should do show a slow mode. */
 	{ "gpux_worker_loop_sleeps_total", "counter",
 	  "Times the worker's loop went to sleep, each ended by a wake-up.",
-	  STAT(loop_sleeps), false },
+	  STAT(loop_sleeps) },
 	{ "gpux_client_kicks_total", "counter",
-	  "Clients woken because they were not looking at their ring.", STAT(kicks_sent), false },
+	  "Clients woken because they were not looking at their ring.", STAT(kicks_sent) },
 	{ "gpux_socket_messages_total", "counter",
-	  "Client messages that came by the socket, not the ring.", STAT(socket_msgs), false },
+	  "Client messages that came by the socket, not the ring.", STAT(socket_msgs) },
 	{ "gpux_blocking_waits_total", "counter",
 	  "Waits for a request's end that stopped spinning and napped.",
-	  STAT(blocking_waits), false },
+	  STAT(blocking_waits) },
 	{ "gpux_slot_waits_total", "counter",
-	  "Times a queue waited in line for room in its slot.", STAT(slot_waits), false },
+	  "Times a queue waited in line for room in its slot.", STAT(slot_waits) },
 	{ "gpux_graph_launches_total", "counter",
-	  "Groups of requests launched as one CUDA graph.", STAT(graph_launches), false },
+	  "Groups of requests launched as one CUDA graph.", STAT(graph_launches) },
 	{ "gpux_graph_requests_total", "counter",
-	  "Requests launched inside CUDA graphs.", STAT(graph_requests), false },
+	  "Requests launched inside CUDA graphs.", STAT(graph_requests) },
 	{ "gpux_cache_hits_total", "counter",
-	  "Cached inputs found on the device.", STAT(cache_hits), false },
+	  "Cached inputs found on the device.", STAT(cache_hits) },
 	{ "gpux_cache_misses_total", "counter",
 	  "Cached inputs uploaded because the device did not hold them.",
-	  STAT(cache_misses), false },
+	  STAT(cache_misses) },
 	{ "gpux_cache_evictions_total", "counter",
-	  "Cached inputs dropped from the device.", STAT(cache_evictions), false },
+	  "Cached inputs dropped from the device.", STAT(cache_evictions) },
 	{ "gpux_cache_bytes", "gauge",
-	  "Device memory of cached inputs.", STAT(cache_bytes), false },
+	  "Device memory of cached inputs.", STAT(cache_bytes) },
 	{ "gpux_cache_entries", "gauge",
-	  "Cached inputs on the device.", STAT(cache_entries), false },
-	{ "gpux_modules", "gauge", "Modules the worker holds.", STAT(modules_loaded), false },
+	  "Cached inputs on the device.", STAT(cache_entries) },
+	{ "gpux_modules", "gauge", "Modules the worker holds.", STAT(modules_loaded) },
 	{ "gpux_module_memory_hits_total", "counter",
-	  "Module loads the worker had in memory.", STAT(module_mem_hits), false },
+	  "Module loads the worker had in memory.", STAT(module_mem_hits) },
 	{ "gpux_module_disk_hits_total", "counter",
-	  "Module loads read from the disk cache.", STAT(module_disk_hits), false },
+	  "Module loads read from the disk cache.", STAT(module_disk_hits) },
 	{ "gpux_module_compiles_total", "counter",
-	  "Modules compiled (failed compiles included).", STAT(module_compiles), false },
+	  "Modules compiled (failed compiles included).", STAT(module_compiles) },
 	{ "gpux_device_memory_total_bytes", "gauge",
-	  "The device's memory.", DEV(info.mem_total), false },
+	  "The device's memory.", DEV(info.mem_total) },
 	{ "gpux_device_memory_free_bytes", "gauge",
-	  "The device's free memory, as its driver last said.", STAT(mem_free), false },
+	  "The device's free memory, as its driver last said.", STAT(mem_free) },
 };
 
 int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
@@ -271,12 +276,14 @@ int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev
 	device_state(f, st, devs);
 	requests(f, st, devs);
 	histogram(f, st, devs, "gpux_request_latency_seconds",
-		  "From a request's arrival at the worker to its completion.", STAT(latency));
+		  "From a request's arrival at the worker to its completion.",
+		  offsetof(struct ipc_dev_status, stats.latency));
 	histogram(f, st, devs, "gpux_request_queue_seconds",
-		  "From a request's arrival at the worker to the start of its work.", STAT(queue));
+		  "From a request's arrival at the worker to the start of its work.",
+		  offsetof(struct ipc_dev_status, stats.queue));
 	for (unsigned k = 0; k < ARRAY_SIZE(counts); k++)
 		per_device(f, st, devs, counts[k].name, counts[k].type, counts[k].help,
-			   counts[k].off, counts[k].u32);
+			   counts[k].off, counts[k].size);
 	family(f, "gpux_module_build_seconds_total", "counter",
 	       "Time spent compiling modules and reading them from the disk cache.");
 	for (uint32_t i = 0; i < st->ndevices; i++)

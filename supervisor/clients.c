@@ -82,12 +82,7 @@ static void client_free(struct sup_client *c)
 {
 	struct sup *s = c->s;
 
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->clients = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	LIST_REMOVE(s->clients, c);
 	s->nclients--;
 	if (c->silent)
 		s->nsilent--;
@@ -577,10 +572,7 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	if (r == 0)
 		r = ipc_conn_new_take_fd(s->loop, TAKE_FD(fd), on_client_msg, on_client_close, c,
 					 &c->conn);
-	c->next = s->clients;
-	if (s->clients)
-		s->clients->prev = c;
-	s->clients = c;
+	LIST_PREPEND(s->clients, c);
 	s->nclients++;
 	c->silent = true;
 	s->nsilent++;

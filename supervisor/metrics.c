@@ -39,12 +39,7 @@ static void http_free(struct sup_http *h)
 {
 	struct sup *s = h->s;
 
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		s->http = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
+	LIST_REMOVE(s->http, h);
 	s->nhttp--;
 	ipc_watch_free(h->watch);
 	ipc_timer_free(h->timer);
@@ -169,10 +164,7 @@ static void on_http_accept(struct ipc_listener *li, int fd, void *userdata)
 	}
 	h->s = s;
 	h->fd = fd;
-	h->next = s->http;
-	if (s->http)
-		s->http->prev = h;
-	s->http = h;
+	LIST_PREPEND(s->http, h);
 	s->nhttp++;
 	if (ipc_timer_new(s->loop, on_http_timeout, h, &h->timer) < 0 ||
 	    ipc_watch_new(s->loop, fd, POLLIN, on_http_readable, h, &h->watch) < 0) {

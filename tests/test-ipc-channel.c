@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -583,6 +584,38 @@ static void test_channel_take_fds_closes_on_error(void **state)
 	assert_no_fd_leak(before);
 }
 
+/* Copies for later are each a new fd on the same file, close-on-exec, above stdio; when one
+ * cannot be made, none is left open. */
+static void test_fds_dup_all_or_none(void **state)
+{
+	int before = test_fd_count();
+	int fds[IPC_FDS_MAX], copy[IPC_FDS_MAX];
+	struct stat a, b;
+
+	test_open_files(fds, IPC_FDS_MAX);
+	assert_int_equal(ipc_fds_dup(fds, IPC_FDS_MAX, copy), 0);
+	for (unsigned i = 0; i < IPC_FDS_MAX; i++) {
+		assert_int_not_equal(copy[i], fds[i]);
+		assert_true(copy[i] >= 3);
+		assert_true(test_fd_cloexec(copy[i]));
+		assert_int_equal(fstat(fds[i], &a), 0);
+		assert_int_equal(fstat(copy[i], &b), 0);
+		assert_true(a.st_ino == b.st_ino && a.st_dev == b.st_dev);
+	}
+	test_close_all(copy, IPC_FDS_MAX);
+
+	/* The last one is closed: the copies of the others go again. */
+	fds[IPC_FDS_MAX - 1] = safe_close(fds[IPC_FDS_MAX - 1]);
+	copy[0] = -2;
+	assert_int_equal(ipc_fds_dup(fds, IPC_FDS_MAX, copy), -EBADF);
+	assert_int_equal(copy[0], -2);
+	test_close_all(fds, IPC_FDS_MAX - 1);
+	assert_no_fd_leak(before);
+
+	assert_int_equal(ipc_fds_dup(fds, IPC_FDS_MAX + 1, copy), -EINVAL);
+	assert_int_equal(ipc_fds_dup(NULL, 0, copy), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -604,6 +637,7 @@ int main(void)
 		cmocka_unit_test(test_channel_recv_refuses_empty_record_with_fds),
 		cmocka_unit_test(test_channel_recv_msg_refuses_bad_headers),
 		cmocka_unit_test(test_channel_take_fds_closes_on_error),
+		cmocka_unit_test(test_fds_dup_all_or_none),
 	};
 
 	return cmocka_run_group_tests_name("ipc-channel", tests, NULL, NULL);

@@ -115,6 +115,10 @@ def test_errors_carry_status_and_message(kernels):
     with pytest.raises(gpux.CompileError) as e:
         gpux.Module("GPUX_HOST_KERNEL(broken) { this is not C }", "host")
     assert e.value.status == -10 and "error" in e.value.log
+    # A log that is not UTF-8 (the compiler quotes the source's bytes) is still the error's.
+    with pytest.raises(gpux.CompileError) as e:
+        gpux.Module(b'#error "caf\xe9"\nGPUX_HOST_KERNEL(k) { }\n', "host")
+    assert 'caf\ufffd"' in e.value.log
     with pytest.raises(gpux.KernelNotFoundError) as e:
         kernels.get_function("nope")(1, 1)
     assert "nope" in str(e.value)

@@ -66,6 +66,15 @@ def get_context() -> _gpux.Context:
     return ctx
 
 
+def _after_fork_in_child() -> None:
+    global _default_lock
+    # A thread of the parent making the default context is not here to let go of the lock.
+    _default_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def device_count(context: Optional[_gpux.Context] = None) -> int:
     """How many devices gpuxd serves (GPUs, or CPU 'devices' on the host back end)."""
     return (context or get_context()).device_count()

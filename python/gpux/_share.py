@@ -190,7 +190,10 @@ def _get_sharer() -> _Sharer:
 
 
 def _after_fork_in_child() -> None:
-    global _sharer
+    global _sharer, _lock, _sharer_lock
+    # The parent's threads are not here: a lock one of them held at fork() stays held.
+    _lock = threading.Lock()
+    _sharer_lock = threading.Lock()
     # The parent's socket and duplicates are the parent's to serve.
     if _sharer is not None:
         _sharer.sock.close()

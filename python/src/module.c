@@ -23,13 +23,19 @@ static PyObject *error_base;
 PyObject *pyx_raise(gpux_status st, const char *detail)
 {
 	PyObject *cls = st < 0 && -st < ERRORS_MAX && errors[-st] ? errors[-st] : error_base;
-	PyObject *exc;
+	PyObject *exc, *text;
 
 	if (!cls) {
 		PyErr_Format(PyExc_RuntimeError, "gpux: %s", gpux_strerror(st));
 		return NULL;
 	}
-	exc = PyObject_CallFunction(cls, "is", (int)st, detail ? detail : "");
+	/* The detail may quote bytes that are not UTF-8 (a compiler's log quotes the source):
+	 * decoded as the log of a loaded module is, so that the error stays gpux's. */
+	detail = detail ? detail : "";
+	text = PyUnicode_DecodeUTF8(detail, (Py_ssize_t)strlen(detail), "replace");
+	if (!text)
+		return NULL;
+	exc = PyObject_CallFunction(cls, "iN", (int)st, text);
 	if (exc) {
 		PyErr_SetObject(cls, exc);
 		Py_DECREF(exc);

@@ -8,6 +8,17 @@ import time
 
 import pytest
 
+ADD1_KERNEL = r"""
+GPUX_HOST_PARAMS(add1, 8, sizeof(float *), sizeof(float *));
+GPUX_HOST_KERNEL(add1)
+{
+	uint64_t n = GPUX_ARG(uint64_t, 0);
+	const float *in = GPUX_ARG(const float *, 1);
+	float *out = GPUX_ARG(float *, 2);
+	GPUX_FOR_EACH_THREAD(t) { uint64_t i = GPUX_GLOBAL_X(t); if (i < n) out[i] = in[i] + 1; }
+}
+"""
+
 HOST_KERNELS = r"""
 #include <time.h>
 GPUX_HOST_PARAMS(saxpy, 8, 4, sizeof(float *), sizeof(float *), sizeof(float *));
@@ -48,14 +59,7 @@ GPUX_HOST_KERNEL(block_sum)
 			if (t.x < s) sh[t.x] += sh[t.x + s];
 	out[gpux->block_idx.x] = sh[0];
 }
-GPUX_HOST_PARAMS(add1, 8, sizeof(float *), sizeof(float *));
-GPUX_HOST_KERNEL(add1)
-{
-	uint64_t n = GPUX_ARG(uint64_t, 0);
-	const float *in = GPUX_ARG(const float *, 1);
-	float *out = GPUX_ARG(float *, 2);
-	GPUX_FOR_EACH_THREAD(t) { uint64_t i = GPUX_GLOBAL_X(t); if (i < n) out[i] = in[i] + 1; }
-}
+""" + ADD1_KERNEL + r"""
 GPUX_HOST_PARAMS(append, 4, sizeof(uint32_t *));
 GPUX_HOST_KERNEL(append)
 {

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import gpux
-from conftest import settle
+from conftest import ADD1_KERNEL, settle
 
 
 def grid(n, block=128):
@@ -115,6 +115,10 @@ def test_errors_carry_status_and_message(kernels):
     with pytest.raises(gpux.CompileError) as e:
         gpux.Module("GPUX_HOST_KERNEL(broken) { this is not C }", "host")
     assert e.value.status == -10 and "error" in e.value.log
+    # A log that is not UTF-8 (the compiler quotes the source's bytes) is still the error's.
+    with pytest.raises(gpux.CompileError) as e:
+        gpux.Module(b'#error "caf\xe9"\nGPUX_HOST_KERNEL(k) { }\n', "host")
+    assert 'caf\ufffd"' in e.value.log
     with pytest.raises(gpux.KernelNotFoundError) as e:
         kernels.get_function("nope")(1, 1)
     assert "nope" in str(e.value)
@@ -322,17 +326,8 @@ import _testcapi
 import gpux
 from gpux import _gpux
 
-SRC = """
-#warning "a warning, so that the module has a log"
-GPUX_HOST_PARAMS(add1, 8, sizeof(float *), sizeof(float *));
-GPUX_HOST_KERNEL(add1)
-{
-	uint64_t n = GPUX_ARG(uint64_t, 0);
-	const float *in = GPUX_ARG(const float *, 1);
-	float *out = GPUX_ARG(float *, 2);
-	GPUX_FOR_EACH_THREAD(t) { uint64_t i = GPUX_GLOBAL_X(t); if (i < n) out[i] = in[i] + 1; }
-}
-"""
+# conftest.ADD1_KERNEL, given as the argument.
+SRC = '#warning "a warning, so that the module has a log"\n' + sys.argv[1]
 names = ["Context", "Buffer", "DeviceBuffer", "Queue", "Module", "Kernel", "Arg", "Request",
          "Launch"]
 types = [getattr(_gpux, n) for n in names]
@@ -382,7 +377,7 @@ def test_failed_allocations_leak_no_type(daemon):
     """Every object holds a reference to its type: a failure after the object was made and
     before it was whole lets go of both (the k-th allocation made to fail, for each k)."""
     pytest.importorskip("_testcapi")
-    r = subprocess.run([sys.executable, "-c", _FAILED_ALLOCATIONS], capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, GPUX_SOCKET=daemon))
+    r = subprocess.run([sys.executable, "-c", _FAILED_ALLOCATIONS, ADD1_KERNEL],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, GPUX_SOCKET=daemon))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "{}"

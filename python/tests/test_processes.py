@@ -6,6 +6,7 @@ import concurrent.futures as cf
 import multiprocessing as mp
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -89,6 +90,35 @@ def test_forked_child_counts_no_blocking_calls(kernels):
     if pid == 0:
         os._exit(0 if ctx._blocking == 0 else 1)
     t.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_forked_child_waits_for_no_lock_of_the_parents_threads():
+    """A thread of the parent inside gpux's Python code at fork() (making the default
+    context, pickling) is not in the child, nor will it let go of the locks it holds: the
+    child must make its own context and pickle without waiting for them."""
+    from gpux import _core, _share
+
+    a = gpux.asarray(np.arange(10))
+    locks = [_core._default_lock, _share._lock, _share._sharer_lock]
+    for lock in locks:
+        lock.acquire()
+    try:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(20)
+                _core._default = None
+                assert gpux.get_context() is not None
+                assert pickle.loads(pickle.dumps(a)).tolist() == list(range(10))
+                code = 0
+            finally:
+                os._exit(code)
+    finally:
+        for lock in locks:
+            lock.release()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 

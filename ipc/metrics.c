@@ -224,6 +224,8 @@ static const struct {
 	  STAT(blocking_waits) },
 	{ "gpux_slot_waits_total", "counter",
 	  "Times a queue waited in line for room in its slot.", STAT(slot_waits) },
+	{ "gpux_loop_waits_total", "counter",
+	  "Requests launched alone whose end the worker's loop saw itself.", STAT(loop_waits) },
 	{ "gpux_graph_launches_total", "counter",
 	  "Groups of requests launched as one CUDA graph.", STAT(graph_launches) },
 	{ "gpux_graph_requests_total", "counter",

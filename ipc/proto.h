@@ -396,7 +396,8 @@ struct ipc_stats {
 	uint32_t driver_version; /* CUDA: cuDriverGetVersion() (13000 is 13.0); 0 on the host */
 	uint32_t nvrtc_version;  /* major * 1000 + minor * 10, as driver_version; 0: none */
 	char driver[32];         /* the kernel driver's release ("580.95.05"), or "" */
-	uint64_t reserved[4];
+	uint64_t loop_waits; /* requests whose end the loop itself saw, launched alone */
+	uint64_t reserved[3];
 };
 _Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 

@@ -332,7 +332,6 @@ static void test_cuda_fake_device_time_when_asked(void **state)
 	test_daemon_stop(d);
 }
 
-/* An illegal address reported at synchronisation, as a real fault is. */
 /*
  * A kernel that runs longer than a waiter spins: its waiter naps between looks. The fake
  * refuses a synchronize that a real driver would spin through (an event made without
@@ -366,6 +365,121 @@ static void test_cuda_fake_long_wait_blocks(void **state)
 	test_daemon_stop(d);
 }
 
+/* Device 0's requests whose end its worker's loop saw itself. */
+static uint64_t loop_waits(const struct test_daemon *d)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(d, &st, devs), 0);
+	return devs[0].stats.loop_waits;
+}
+
+/* A worker that spins for spin_us (GPUX_SPIN_US), on any machine. */
+static void start_spinning(struct test_daemon *d, const char *spin_us)
+{
+	assert_int_equal(setenv("GPUX_SPIN_US", spin_us, 1), 0);
+	start(d);
+	assert_int_equal(unsetenv("GPUX_SPIN_US"), 0);
+}
+
+/*
+ * A request launched while nothing else runs on the device is watched by the loop thread
+ * that launched it, not handed to a waiter (worker/cuda-slot.c): its end is counted as seen
+ * by the loop, and its result is the kernel's.
+ */
+static void test_cuda_fake_lone_request_ends_in_the_loop(void **state)
+{
+	struct test_daemon *d = *state;
+	gpux_buf *x, *y, *out;
+	uint64_t before;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	start_spinning(d, "10000");
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, 64 * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, 64 * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, 64 * 4, &out), GPUX_OK);
+	for (unsigned i = 0; i < 64; i++) {
+		((float *)gpux_buf_data(x))[i] = (float)i;
+		((float *)gpux_buf_data(y))[i] = 1;
+	}
+	before = loop_waits(d);
+	for (int i = 0; i < 4; i++) {
+		memset(gpux_buf_data(out), 0, 64 * 4);
+		assert_int_equal(saxpy(m, x, y, out, 64, 2.0f, GPUX_ARG_OUT), GPUX_OK);
+		check_saxpy(x, y, out, 64, 2.0f);
+	}
+	/* Every one, unless the machine stopped the loop for the whole spin (10 ms). */
+	assert_true(loop_waits(d) > before);
+	assert_true(loop_waits(d) <= before + 4);
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
+/*
+ * What the loop holds goes to a waiter when it runs longer than the loop spins, and when
+ * another group is launched behind it (in order, on its stream); a fault that the loop's
+ * look sees is the waiter's to blame.
+ */
+static void test_cuda_fake_held_request_goes_to_a_waiter(void **state)
+{
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } }, timed = l;
+	uint32_t long_ms = 300, short_ms = 30, zero = 0;
+	struct gpux_arg a_long = GPUX_ARG_VALUE(long_ms), a_short = GPUX_ARG_VALUE(short_ms);
+	struct gpux_arg a_zero = GPUX_ARG_VALUE(zero);
+	gpux_req *first, *second, *bad;
+	uint64_t before;
+	gpux_module *m;
+	gpux_ctx *ctx;
+	uint32_t gen;
+
+	start_spinning(d, "10000");
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	before = loop_waits(d);
+	/* Another behind a held one on the same stream: the first goes to its waiter first.
+	 * (Timed, the second is no graph node: they are two groups, whatever batch they are
+	 * in.) */
+	assert_int_equal(gpux_submit(m, "spin", &l, &a_long, 1, &first), GPUX_OK);
+	timed.flags = GPUX_LAUNCH_TIMED;
+	assert_int_equal(gpux_submit(m, "spin", &timed, &a_zero, 1, &second), GPUX_OK);
+	assert_int_equal(gpux_wait(second, 10000), GPUX_OK);
+	assert_int_equal(gpux_test(first), GPUX_OK);
+	gpux_req_free(first);
+	gpux_req_free(second);
+	assert_int_equal(loop_waits(d), before);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+
+	start_spinning(d, "1000");
+	gen = generation(d);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	before = loop_waits(d);
+	/* Longer than the loop's 1 ms spin. */
+	assert_int_equal(gpux_run(m, "spin", &l, &a_short, 1), GPUX_OK);
+	assert_int_equal(loop_waits(d), before);
+	/* A fault alone: the loop's look sees it, the waiter blames it. */
+	assert_int_equal(gpux_submit(m, "fault", &l, NULL, 0, &bad), GPUX_OK);
+	assert_int_equal(gpux_wait(bad, 10000), GPUX_E_KERNEL_FAULT);
+	assert_non_null(strstr(gpux_req_message(bad), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+	gpux_req_free(bad);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_wait_generation(d, 0, gen);
+	test_daemon_stop(d);
+}
+
+/* An illegal address reported at synchronisation, as a real fault is. */
 static void test_cuda_fake_fault_restarts_worker(void **state)
 {
 	sticky_case(*state, NULL, "fault", false);
@@ -736,6 +850,8 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
 		TEST_WITH_DAEMON(test_cuda_fake_device_time_when_asked),
 		TEST_WITH_DAEMON(test_cuda_fake_long_wait_blocks),
+		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_in_the_loop),
+		TEST_WITH_DAEMON(test_cuda_fake_held_request_goes_to_a_waiter),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),

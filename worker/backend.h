@@ -91,6 +91,12 @@ struct wrk_backend_ops {
 	 * request's work is queued.
 	 */
 	void (*launch)(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
+	/*
+	 * After each round of the loop (`sleeping`: before it sleeps), for work the back end
+	 * lets the loop thread watch itself; NULL: none. Returns whether the loop should stay
+	 * awake for it.
+	 */
+	bool (*poll)(void *dev, bool sleeping);
 
 	/* Device memory that outlives requests (device buffers, cache entries). */
 	int (*dev_alloc)(void *dev, uint64_t size, void **ret_ptr, char **ret_msg);

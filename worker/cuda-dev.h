@@ -53,6 +53,8 @@ struct cuda_dev {
 	atomic_uint_fast64_t seq;       /* groups launched so far */
 	pthread_mutex_t fault_lock;
 	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
+	struct cuda_group *held; /* a lone group whose end the loop thread looks at */
+	uint64_t held_until;     /* when it goes to its waiter if not ended */
 };
 
 struct cuda_module {
@@ -93,6 +95,12 @@ struct cuda_group *cuda_group_get(struct cuda_dev *d, CUresult *err);
 void cuda_group_put(struct cuda_dev *d, struct cuda_group *g);
 /* Hand a launched group to its slot's waiter. */
 void cuda_group_push(struct cuda_slot *s, struct cuda_group *g);
+/* A group launched: held by the loop thread when nothing else is in flight, else pushed. */
+void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g);
+/* The held group, if any, to its waiter (loop thread). */
+void cuda_held_release(struct cuda_dev *d);
+/* The loop thread's look at the held group's end (wrk_backend_ops.poll). */
+bool cuda_poll(void *dev, bool sleeping);
 /*
  * Request i of group g failed with e (what: where); `ran`: g's work had been launched (any
  * error its waiter sees; one the loop thread meets after g's launch). Returns whether the

@@ -271,7 +271,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	if (e != CUDA_SUCCESS)
 		cuda_group_end_now(d, g, e);
 	else
-		cuda_group_push(s, g);
+		cuda_group_launched(d, s, g);
 }
 
 /* ---- graphs ---- */
@@ -422,7 +422,7 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	if (e != CUDA_SUCCESS)
 		cuda_group_end_now(d, g, e);
 	else
-		cuda_group_push(s, g);
+		cuda_group_launched(d, s, g);
 	return;
 one_by_one:
 	for (unsigned i = 0; i < n; i++)

@@ -518,6 +518,7 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.kernel_get = cuda_kernel_get,
 	.slot_open = cuda_slot_open,
 	.launch = cuda_launch,
+	.poll = cuda_poll,
 	.dev_alloc = cuda_dev_alloc,
 	.dev_free = cuda_dev_free,
 	.upload = cuda_upload,

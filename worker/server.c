@@ -422,6 +422,9 @@ static bool poll_work(void *userdata, bool sleeping)
 		}
 		c = next;
 	}
+	/* Before the completions: what it ends is answered this round. */
+	if (w->be->poll)
+		found |= w->be->poll(w->dev, sleeping);
 	if (atomic_load(&w->done_any)) {
 		take_done(w);
 		found = true;

@@ -413,6 +413,23 @@ static int do_costs(const char *cubin)
 		CHECK(cu.cuStreamSynchronize(stream));
 		printf("write_value_ns %.1f\n", (double)(now() - t0) / N);
 	}
+	{
+		/* A request's temporary, as a worker takes it: from the default pool, which keeps
+		 * what is freed. */
+		cuuint64_t keep = UINT64_MAX;
+		CUmemoryPool pool;
+		CUdeviceptr p;
+
+		CHECK(cu.cuDeviceGetDefaultMemPool(&pool, dev));
+		CHECK(cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+		t0 = now();
+		for (unsigned i = 0; i < N; i++) {
+			CHECK(cu.cuMemAllocFromPoolAsync(&p, 65536, pool, stream));
+			CHECK(cu.cuMemFreeAsync(p, stream));
+		}
+		CHECK(cu.cuStreamSynchronize(stream));
+		printf("pool_alloc_free_ns %.1f\n", (double)(now() - t0) / N);
+	}
 	for (unsigned how = 0; how < 4; how++) {
 		if (how == 3 && !word_dev)
 			break;

@@ -69,6 +69,7 @@ static void add_handoffs(struct bench *b, const char *what, const struct ipc_sta
 		{ offsetof(struct ipc_stats, kicks_sent), "clients woken" },
 		{ offsetof(struct ipc_stats, socket_msgs), "sent by socket" },
 		{ offsetof(struct ipc_stats, blocking_waits), "waiters that napped" },
+		{ offsetof(struct ipc_stats, loop_waits), "ends seen by the loop" },
 	};
 	double n = (double)(s1->requests_done - s0->requests_done);
 
@@ -127,6 +128,7 @@ int bench_rtt(struct bench *b)
 			{ "graph_node_set_ns", "  in-process: cuGraphExecKernelNodeSetParams" },
 			{ "graph64_launch_ns", "  in-process: cuGraphLaunch of 64 nodes" },
 			{ "write_value_ns", "  in-process: cuStreamWriteValue64" },
+			{ "pool_alloc_free_ns", "  in-process: a 64 KiB temporary from the pool, freed" },
 		};
 
 		for (unsigned i = 0; i < ARRAY_SIZE(costs); i++) {

@@ -32,9 +32,11 @@ static bool spin_set_changed(const struct spin_set *s)
 	return false;
 }
 
-/* How many spins between two looks at the fds and two offers of the CPU (a system call
- * each): many spinning clients must not starve the worker they wait for. */
-#define SPIN_FD_EVERY 16u
+/* How long a spinning reader goes between two looks at the fds and two offers of the CPU (a
+ * system call each): many spinning clients must not starve the worker they wait for. Not a
+ * count of spins: 16 spins are about a microsecond, and news on a ring that came during the
+ * calls waited for them. */
+#define SPIN_FD_GAP_NS (10 * NSEC_PER_USEC)
 
 /*
  * Whether this reader may spin: only while every client of the workers it waits for, and
@@ -95,14 +97,15 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 	}
 	ctx->taking_for = NULL;
 	(void)pthread_mutex_unlock(&ctx->lock);
-	for (unsigned k = 0; mono_ns() < until; k++) {
+	for (uint64_t now = mono_ns(), fd_next = now; now < until; now = mono_ns()) {
 		if (spin_set_changed(&s))
 			break;
-		if (k % SPIN_FD_EVERY == 0) {
+		if (now >= fd_next) {
 			n = epoll_wait(ctx->epfd, ev, nev, 0);
 			if (n != 0)
 				break;
 			(void)sched_yield();
+			fd_next = mono_ns() + SPIN_FD_GAP_NS;
 		}
 		cpu_relax();
 	}

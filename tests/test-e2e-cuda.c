@@ -131,6 +131,42 @@ static void test_cuda_fake_device_and_copies(void **state)
 	test_daemon_stop(d);
 }
 
+/*
+ * Copies of every size between a request and the device: small ones in the slot's scratch
+ * memory (each argument its own place in it), larger ones that make it grow, and ones past
+ * its 4 MiB in temporaries from the pool; the scratch is used again after them.
+ */
+static void test_cuda_fake_copies_of_every_size(void **state)
+{
+	static const uint64_t sizes[] = { 64, 100000, 300000, 1u << 20, 64 };
+	struct test_daemon *d = *state;
+	uint64_t most = 1u << 20;
+	uint64_t seed = 7;
+	gpux_buf *x, *y, *out;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	start(d);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), most, &seed);
+	test_fill_random(gpux_buf_data(y), most, &seed);
+	for (unsigned i = 0; i < ARRAY_SIZE(sizes); i++) {
+		memset(gpux_buf_data(out), 0xff, sizes[i] * 4);
+		assert_int_equal(saxpy(m, x, y, out, sizes[i], 0.5f, GPUX_ARG_OUT), GPUX_OK);
+		check_saxpy(x, y, out, sizes[i], 0.5f);
+	}
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
 static void test_cuda_fake_parameters_checked(void **state)
 {
 	struct test_daemon *d = *state;
@@ -846,6 +882,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TEST_WITH_DAEMON(test_cuda_fake_device_and_copies),
+		TEST_WITH_DAEMON(test_cuda_fake_copies_of_every_size),
 		TEST_WITH_DAEMON(test_cuda_fake_parameters_checked),
 		TEST_WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
 		TEST_WITH_DAEMON(test_cuda_fake_device_time_when_asked),

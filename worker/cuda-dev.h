@@ -31,6 +31,8 @@ struct cuda_slot {
 	atomic_uint queued;             /* groups in head..tail: what a waiter about to sleep spins on */
 	bool stop;
 	struct cuda_graph *graphs[CUDA_GRAPH_SIZES]; /* loop thread; made when first needed */
+	CUdeviceptr scratch;  /* for its requests' copies, one request at a time (loop thread) */
+	uint64_t scratch_len;
 };
 
 struct cuda_dev {

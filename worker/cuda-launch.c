@@ -29,6 +29,15 @@
 /* Host-device copies go at most this fast (bytes per ns): 60 GB/s, above what PCIe 5 and an
  * H200 give (55 GB/s), so that a waiter that sleeps for a copy wakes before it ends. */
 #define COPY_BYTES_PER_NS 60u
+/* A request whose copies need at most this much device memory in all takes it from its slot's
+ * scratch memory: the stream runs its requests one after the other, so each may use all of it
+ * with no allocation (stream-ordered or not) and no free. Scratch grows in powers of two from
+ * SCRATCH_MIN; 8 slots hold 32 MiB at most. Larger copies take 70 us or more, next to which a
+ * temporary from the pool costs little. */
+#define SCRATCH_MAX (4u << 20)
+#define SCRATCH_MIN (1u << 20)
+/* Each argument's place in it, as cuMemAlloc aligns. */
+#define SCRATCH_ALIGN 256u
 /* Parameter bytes a graph node remembers, to tell that a request gives it the same again. */
 #define NODE_PARAMS_KEPT 256u
 
@@ -129,14 +138,52 @@ static CUresult pool_alloc(struct cuda_dev *d, CUdeviceptr *p, uint64_t len, CUs
 	return e;
 }
 
+/* Whether an argument is copied through device memory that the request alone uses. */
+static bool arg_copied(const struct wrk_arg *a)
+{
+	return a->kind != GPUX_ARG_SCALAR && a->kind != GPUX_ARG_MAPPED &&
+	       a->kind != GPUX_ARG_DBUF && !a->centry;
+}
+
+/* The slot's scratch, grown to hold a request's copies if they fit in SCRATCH_MAX; false: they
+ * take temporaries from the pool. */
+static bool scratch_fits(struct cuda_dev *d, struct cuda_slot *s, const struct wrk_req *r)
+{
+	uint64_t need = 0, len = SCRATCH_MIN;
+
+	for (unsigned i = 0; i < r->nargs; i++)
+		if (arg_copied(&r->args[i]))
+			need += ALIGN_UP(r->args[i].len, (uint64_t)SCRATCH_ALIGN);
+	if (need == 0 || need > SCRATCH_MAX)
+		return false;
+	if (need <= s->scratch_len)
+		return true;
+	/* What runs before on the stream still uses the old one: freed in stream order. */
+	if (s->scratch)
+		(void)d->cu.cuMemFreeAsync(s->scratch, s->stream);
+	s->scratch = 0;
+	s->scratch_len = 0;
+	while (len < need)
+		len *= 2;
+	if (pool_alloc(d, &s->scratch, len, s->stream) != CUDA_SUCCESS) {
+		s->scratch = 0;
+		return false;
+	}
+	s->scratch_len = len;
+	return true;
+}
+
 /*
  * Enqueue the copies in, the launch, the copies out. Returns the first failure (what failed
  * in *ret_msg); what was enqueued before it still runs and is waited for.
  */
-static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group *g, CUstream st,
-			char **ret_msg)
+static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group *g,
+			struct cuda_slot *s, char **ret_msg)
 {
 	struct wrk_kernel_info *ki = &r->kernel->info;
+	CUstream st = s->stream;
+	bool scratch = scratch_fits(d, s, r);
+	uint64_t used = 0;
 	CUresult e;
 
 	for (unsigned i = 0; i < r->nargs; i++) {
@@ -164,13 +211,19 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 				p = arg_direct(a);
 				break;
 			}
-			e = pool_alloc(d, &p, a->len, st);
-			if (e != CUDA_SUCCESS) {
-				*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device memory",
-							     i, (unsigned long long)a->len);
-				return e;
+			if (scratch) {
+				p = s->scratch + used;
+				used += ALIGN_UP(a->len, (uint64_t)SCRATCH_ALIGN);
+			} else {
+				e = pool_alloc(d, &p, a->len, st);
+				if (e != CUDA_SUCCESS) {
+					*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device "
+								     "memory", i,
+								     (unsigned long long)a->len);
+					return e;
+				}
+				g->temp[g->ntemp++] = p;
 			}
-			g->temp[g->ntemp++] = p;
 			if (a->kind != GPUX_ARG_OUT) {
 				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
 				if (e != CUDA_SUCCESS) {
@@ -256,7 +309,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	} else if (!wrk_req_cancelled(r)) {
 		/* (A cancelled one, of a client gone, queues no work: it ends in its turn.) */
 		e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
-					: enqueue(d, r, g, s->stream, &what);
+					: enqueue(d, r, g, s, &what);
 		r->launched = e == CUDA_SUCCESS;
 	}
 	if (e != CUDA_SUCCESS) {

@@ -458,6 +458,8 @@ void cuda_slots_close(struct cuda_dev *d)
 			(void)pthread_join(s->waiter, NULL);
 		}
 		cuda_slot_graphs_free(d, s);
+		if (s->scratch)
+			(void)d->cu.cuMemFreeAsync(s->scratch, s->stream);
 		if (s->stream)
 			(void)d->cu.cuStreamDestroy(s->stream);
 	}

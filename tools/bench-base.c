@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "bench-kernels.h"
+#include "ipc/macro.h"
 #include "worker/cuda-driver.h"
 #include "worker/nvrtc-loader.h"
 
@@ -351,16 +352,19 @@ static uint64_t median_of(uint64_t *t, unsigned n)
 
 /*
  * What single calls cost (ns each, averaged over many), and round trips of an empty kernel
- * that end in four ways: cuStreamSynchronize; an event, spun on with cuEventQuery; an event,
+ * that end in five ways: cuStreamSynchronize; an event, spun on with cuEventQuery; an event,
  * waited for with cuEventSynchronize; a 64-bit word the stream writes to mapped host memory,
- * spun on (cuStreamWriteValue64).
+ * spun on (cuStreamWriteValue64); the stream, spun on with cuStreamQuery.
  */
 static int do_costs(const char *cubin)
 {
 	enum { N = 20000, RTT = 2000 };
+	static const char *const ends[] = { "sync", "event_spin", "event_sync", "word_spin",
+					    "stream_spin" };
 	static uint64_t t[RTT];
 	CUresult (*write64)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
 	CUresult (*host_alloc)(void **, size_t, unsigned);
+	CUresult (*stream_query)(CUstream);
 	volatile uint64_t *word = NULL;
 	CUdeviceptr word_dev = 0;
 	CUgraphNode nodes[64];
@@ -373,6 +377,7 @@ static int do_costs(const char *cubin)
 	f = load(cubin, "empty");
 	write64 = driver_fn("cuStreamWriteValue64");
 	host_alloc = driver_fn("cuMemHostAlloc");
+	stream_query = driver_fn("cuStreamQuery");
 	CHECK(cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
 	if (write64 && host_alloc &&
 	    host_alloc((void **)&word, 4096, CU_MEMHOSTALLOC_DEVICEMAP) == CUDA_SUCCESS)
@@ -391,6 +396,12 @@ static int do_costs(const char *cubin)
 	for (unsigned i = 0; i < N; i++)
 		(void)cu.cuEventQuery(ev);
 	printf("event_query_ns %.1f\n", (double)(now() - t0) / N);
+	if (stream_query) {
+		t0 = now();
+		for (unsigned i = 0; i < N; i++)
+			(void)stream_query(stream);
+		printf("stream_query_ns %.1f\n", (double)(now() - t0) / N);
+	}
 	exec = chain(f, 64, nodes);
 	{
 		CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1,
@@ -430,9 +441,9 @@ static int do_costs(const char *cubin)
 		CHECK(cu.cuStreamSynchronize(stream));
 		printf("pool_alloc_free_ns %.1f\n", (double)(now() - t0) / N);
 	}
-	for (unsigned how = 0; how < 4; how++) {
-		if (how == 3 && !word_dev)
-			break;
+	for (unsigned how = 0; how < ARRAY_SIZE(ends); how++) {
+		if ((how == 3 && !word_dev) || (how == 4 && !stream_query))
+			continue;
 		for (unsigned i = 0; i < RTT; i++) {
 			uint64_t a = now();
 
@@ -446,15 +457,17 @@ static int do_costs(const char *cubin)
 			} else if (how == 2) {
 				CHECK(cu.cuEventRecord(ev, stream));
 				CHECK(cu.cuEventSynchronize(ev));
-			} else {
+			} else if (how == 3) {
 				CHECK(write64(stream, word_dev, i + 1, 0));
 				while (*word != i + 1)
+					;
+			} else {
+				while (stream_query(stream) == CUDA_ERROR_NOT_READY)
 					;
 			}
 			t[i] = now() - a;
 		}
-		printf("rtt_%s_p50_ns %llu\n",
-		       how == 0 ? "sync" : how == 1 ? "event_spin" : how == 2 ? "event_sync" : "word_spin",
+		printf("rtt_%s_p50_ns %llu\n", ends[how],
 		       (unsigned long long)median_of(t + RTT / 10, RTT - RTT / 10));
 	}
 	return 0;

@@ -131,8 +131,11 @@ int cli_req_wait(struct gpux_req *r, uint64_t deadline)
 /* Preferring a device that holds a cached input outweighs this many requests of backlog. */
 #define AFFINITY_WEIGHT 64u
 
-/* How many of the launch's cached inputs the device's status page says it holds. */
-static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *snap,
+/*
+ * How many of the launch's cached inputs the device's status page says it holds. Its words
+ * are read one by one, as they are: a filter seen half updated only makes a worse guess.
+ */
+static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
 			 const struct gpux_arg *args, uint32_t nargs)
 {
 	unsigned n = 0;
@@ -146,8 +149,10 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *snap,
 			continue;
 		k = cli_seg_key(a->buf->seg, a->buf->offset + a->offset, a->size);
 		ipc_affinity_bits((uint32_t)geteuid(), k.lo, k.hi, bit);
-		if ((snap->affinity[bit[0] / 64] >> (bit[0] % 64) & 1) &&
-		    (snap->affinity[bit[1] / 64] >> (bit[1] % 64) & 1))
+		if ((__atomic_load_n(&page->affinity[bit[0] / 64], __ATOMIC_RELAXED) >>
+			     (bit[0] % 64) & 1) &&
+		    (__atomic_load_n(&page->affinity[bit[1] / 64], __ATOMIC_RELAXED) >>
+			     (bit[1] % 64) & 1))
 			n++;
 	}
 	return n;
@@ -155,7 +160,9 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *snap,
 
 /*
  * GPUX_ANY: the ready device with the least work queued (its worker's count, then ours),
- * where holding a cached input of the launch counts for AFFINITY_WEIGHT requests.
+ * where holding a cached input of the launch counts for AFFINITY_WEIGHT requests. Of each
+ * worker's status page it reads those words only: a copy of the whole, at every launch, took
+ * 4 KiB that the worker writes at every completion away from its cache.
  */
 static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs, uint32_t *ret)
 {
@@ -168,14 +175,13 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 	for (uint32_t k = 0; k < ctx->ndevices; k++) {
 		uint32_t i = (ctx->rr + k) % ctx->ndevices;
 		const struct cli_dev *d = &ctx->devs[i];
-		struct ipc_status_page snap;
 		uint64_t score = (uint64_t)d->inflight + AFFINITY_WEIGHT * IPC_ARGS_MAX;
 
 		if (d->chan_fd < 0 || d->info.state != GPUX_DEVICE_READY)
 			continue;
-		if (d->status && ipc_status_read(d->status, &snap))
-			score += snap.stats.inflight -
-				 (uint64_t)AFFINITY_WEIGHT * affinity(ctx, &snap, args, nargs);
+		if (d->status)
+			score += __atomic_load_n(&d->status->stats.inflight, __ATOMIC_RELAXED) -
+				 (uint64_t)AFFINITY_WEIGHT * affinity(ctx, d->status, args, nargs);
 		if (score < best_score) {
 			best_score = score;
 			best = i;

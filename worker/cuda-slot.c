@@ -21,15 +21,14 @@
 
 /* Between two looks at an event while spinning. */
 #define QUERY_GAP_NS 600u
-/* A waiter sleeps through a long copy in naps this long at most until shortly before it should
- * end, then looks every NAP_FINE_NS until twice that time has passed (its timer slack is set
- * to 1 µs, so naps are about as long as asked). */
+/* A waiter sleeps through a long copy in naps this long at most until NAP_EARLY_NS before it
+ * should end (its timer slack is set to 1 µs, so naps are about as long as asked). */
 #define NAP_MAX_NS (200 * NSEC_PER_USEC)
 #define NAP_EARLY_NS (30 * NSEC_PER_USEC)
-#define NAP_FINE_NS (10 * NSEC_PER_USEC)
 /* A kernel still running after the spin is looked at after naps that double from NAP_FINE_NS
- * up to this (1 ms where threads must not spin): a look every 100 µs is 1% of a CPU, and
+ * up to NAP_LONG_NS (1 ms where threads must not spin): a look every 100 µs is 1% of a CPU, and
  * finds the end sooner than a blocked cuEventSynchronize woke (0.2-0.4 ms late on an H200). */
+#define NAP_FINE_NS (10 * NSEC_PER_USEC)
 #define NAP_LONG_NS (100 * NSEC_PER_USEC)
 #define NAP_LONG_NOSPIN_NS (1000 * NSEC_PER_USEC)
 #define WAITER_TIMER_SLACK_NS 1000ul
@@ -216,7 +215,7 @@ void cuda_group_push(struct cuda_slot *s, struct cuda_group *g)
  * A lone group: when nothing else of the device is in flight, the loop thread that launched
  * it looks at its end itself between its looks at the rings (cuda_poll()), and no waiter
  * hands it on. That saves a round trip the hand-off to the waiter and back to the loop (0.3
- * and 0.6 us of 10.5 on an H200, docs/PERFORMANCE.md) and the pacing of the waiter's looks. The
+ * and 0.6 µs of 10.5 on an H200, docs/PERFORMANCE.md) and the pacing of the waiter's looks. The
  * group goes to its slot's waiter as soon as another group is to be launched, the loop is
  * about to sleep, a look says anything but "not ready" (a fault is the waiter's to blame), or
  * it has been held for a spin. Nowhere threads must not spin, and not a group with copies
@@ -249,41 +248,37 @@ void cuda_held_release(struct cuda_dev *d)
 /* ---- waiting ---- */
 
 /*
- * Wait for a group's event. A group with copies longer than a spin naps through them and looks
- * closely around when they should end (a blocked wait wakes late: measured 0.2-0.4 ms on an
- * H200); any other looks briefly (the round trip of short kernels); then it naps between
- * looks. It never calls cuEventSynchronize: on an event made without CU_EVENT_BLOCKING_SYNC
- * that spins for as long as the kernel runs, and the flag costs every launch. Looks are
- * paced: each query takes a lock of the driver's that the launching thread needs (measured on
- * an H200: a thread querying without pause costs launches 23% of their rate).
+ * Wait for a group's event. A group with copies longer than a spin naps through most of them,
+ * then looks closely from shortly before they should end (a nap may end late), for a spin and
+ * an eighth of their time, as copies can be that much slower than COPY_BYTES_PER_NS; any
+ * other looks briefly (the round trip of short kernels); then it naps between looks. It never
+ * calls cuEventSynchronize: on an event made without CU_EVENT_BLOCKING_SYNC that spins for as
+ * long as the kernel runs, and the flag costs every launch. Looks are paced: each query takes
+ * a lock of the driver's that the launching thread needs (measured on an H200: a thread
+ * querying without pause costs launches 23% of their rate).
  */
 static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
 {
-	uint64_t now = mono_ns(), until;
+	uint64_t now = mono_ns(), until = now + d->w->spin_ns;
 	CUevent ev = g->fin;
 	CUresult r;
 
 	/* Naps are a kind of spinning: not where threads must not spin (GPUX_SPIN_US=0). */
 	if (d->w->spin_ns > 0 && g->copy_ns > d->w->spin_ns) {
 		uint64_t coarse = now + g->copy_ns - MIN(g->copy_ns, NAP_EARLY_NS);
-		uint64_t fine = now + 2 * g->copy_ns;
-		bool told = false;
 
-		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < fine) {
-			uint64_t nap = now < coarse ? MIN(coarse - now, NAP_MAX_NS) : NAP_FINE_NS;
-			struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)nap };
+		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < coarse) {
+			struct timespec ts = { .tv_sec = 0,
+					       .tv_nsec = (long)MIN(coarse - now, NAP_MAX_NS) };
 
-			if (now >= coarse && !told) {
-				wrk_req_soon(g->reqs[0]);
-				told = true;
-			}
 			(void)nanosleep(&ts, NULL);
 			now = mono_ns();
 		}
 		if (r != CUDA_ERROR_NOT_READY)
 			return r;
+		wrk_req_soon(g->reqs[0]);
+		until = now + d->w->spin_ns + g->copy_ns / 8;
 	}
-	until = now + d->w->spin_ns;
 	for (;;) {
 		r = d->cu.cuEventQuery(ev);
 		if (r != CUDA_ERROR_NOT_READY)

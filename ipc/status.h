@@ -49,6 +49,10 @@ struct ipc_status_page {
 	struct ipc_running running[IPC_STATUS_SLOTS];
 	uint64_t affinity[IPC_AFFINITY_BITS / 64];
 	struct ipc_launch_limits limits; /* so that a client refuses what the device would */
+	/* Set by gpuxd: the processes connected to it, of every device and user (0: unknown).
+	 * What a client weighs its spinning against (client/wait.c). */
+	uint32_t processes;
+	uint32_t reserved;
 };
 
 #define IPC_STATUS_PAGE_SIZE 8192u

@@ -89,8 +89,10 @@ static void client_free(struct sup_client *c)
 	if (c->admin_pool)
 		s->nadmin_pool--;
 	count_sub(&s->per_uid, c->uid);
-	if (c->pid > 0)
+	if (c->pid > 0) {
 		count_sub(&s->per_pid, (uint64_t)c->pid);
+		sup_workers_tell_processes(s);
+	}
 	if (c->hello_done)
 		(void)ipc_map_remove(&s->client_ids, c->id);
 	ipc_timer_free(c->hello_timer);
@@ -560,6 +562,8 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		r = count_add(&s->per_pid, (uint64_t)cr.pid);
 		if (r < 0)
 			count_sub(&s->per_uid, cr.uid);
+		else
+			sup_workers_tell_processes(s);
 	}
 	if (r < 0) {
 		(void)safe_close(fd);

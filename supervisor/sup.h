@@ -248,6 +248,8 @@ int sup_workers_start(struct sup *s);
 void sup_worker_event(struct sup_worker *w, enum sup_event ev);
 /* A worker that died and whose pidfd's news is still on its way is taken for dead now. */
 void sup_worker_reap_if_dead(struct sup_worker *w);
+/* Write the number of client processes into every worker's status page (ipc/status.h). */
+void sup_workers_tell_processes(struct sup *s);
 unsigned sup_worker_recent_deaths(const struct sup_worker *w);
 bool sup_workers_all_down(const struct sup *s);
 uint64_t sup_workers_inflight(const struct sup *s);

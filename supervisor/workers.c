@@ -147,7 +147,17 @@ static int status_page_new(struct sup_worker *w)
 	if (r < 0)
 		return r;
 	w->status = p;
+	sup_workers_tell_processes(w->s);
 	return 0;
+}
+
+void sup_workers_tell_processes(struct sup *s)
+{
+	uint32_t n = (uint32_t)MIN(ipc_map_size(&s->per_pid), (size_t)UINT32_MAX);
+
+	for (unsigned i = 0; i < s->nworkers; i++)
+		if (s->workers[i].status)
+			__atomic_store_n(&s->workers[i].status->processes, n, __ATOMIC_RELAXED);
 }
 
 static int status_page_seal(struct sup_worker *w)

@@ -241,6 +241,24 @@ static void test_workers_start_then_ready(void **state)
 	assert_int_equal(w->status->gone, 0);
 }
 
+/* Every worker's status page says how many client processes gpuxd serves, from the start. */
+static void test_workers_status_page_counts_processes(void **state)
+{
+	struct fixture *f = *state;
+	struct sup_worker *w = f->w;
+
+	assert_int_equal(ipc_map_put(&f->s.per_pid, 4242, (void *)1), 0);
+	sup_worker_event(w, E_START);
+	wait_ready(f);
+	assert_int_equal(__atomic_load_n(&w->status->processes, __ATOMIC_RELAXED), 1);
+	assert_int_equal(ipc_map_put(&f->s.per_pid, 4343, (void *)2), 0);
+	sup_workers_tell_processes(&f->s);
+	assert_int_equal(__atomic_load_n(&w->status->processes, __ATOMIC_RELAXED), 2);
+	ipc_map_done(&f->s.per_pid);
+	sup_workers_tell_processes(&f->s);
+	assert_int_equal(__atomic_load_n(&w->status->processes, __ATOMIC_RELAXED), 0);
+}
+
 static void test_workers_no_ready_in_time_is_killed(void **state)
 {
 	struct fixture *f = *state;
@@ -540,6 +558,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_workers_state_names),
 		cmocka_unit_test(test_workers_public_state),
 		FIXTURE_TEST(test_workers_start_then_ready),
+		FIXTURE_TEST(test_workers_status_page_counts_processes),
 		FIXTURE_TEST(test_workers_no_ready_in_time_is_killed),
 		FIXTURE_TEST(test_workers_deaths_back_off),
 		FIXTURE_TEST(test_workers_five_deaths_in_a_minute_fail),

@@ -302,14 +302,21 @@ int bench_clients(struct bench *b)
 	 * processes alone fill the CPUs of a host of two GPUs and 32 CPUs (measured there:
 	 * 1.34x); 16 leave the workers room. */
 	for (unsigned n = 16; n <= 32 && gpux_device_count(b->ctx) > 1; n *= 2) {
-		double one = clients_rate(b, n, "empty", false, 0, secs);
-		double any = clients_rate(b, n, "empty", false, GPUX_ANY, secs);
+		struct ipc_stats s0, s1;
+		double one = clients_rate(b, n, "empty", false, 0, secs), any;
+		bool counted = handoffs(b, &s0);
 
+		any = clients_rate(b, n, "empty", false, GPUX_ANY, secs);
+		counted = counted && handoffs(b, &s1);
 		if (isnan(one) || isnan(any))
 			return -1;
 		(void)snprintf(name, sizeof(name), "%u processes over all devices vs one", n);
 		bench_add(b, name, any / 1e3, one / 1e3, "k/s", ">= 1.9x", any / one,
 			  any >= 1.9 * one);
+		if (counted) {
+			(void)snprintf(name, sizeof(name), "%u over all, device 0", n);
+			add_handoffs(b, name, &s0, &s1);
+		}
 	}
 	bench_add(b, "  in-process: 1 thread", NAN, alt.thread1 / 1e3, "k/s", "", NAN, true);
 	for (unsigned i = 0; i < 3; i++) {

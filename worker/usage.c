@@ -46,19 +46,42 @@ void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t
 	w->status_dirty = true;
 }
 
+/*
+ * The release in the first line of /proc/driver/nvidia/version: the first word after "Kernel
+ * Module" that starts with a digit. The proprietary module says "NVRM version: NVIDIA UNIX
+ * x86_64 Kernel Module  580.95.05  Tue Sep ...", the open one "NVRM version: NVIDIA UNIX Open
+ * Kernel Module for x86_64  580.159.04  Release Build ...". "" when there is none.
+ */
+void wrk_driver_release(const char *line, char *ret, size_t size)
+{
+	const char *p = strstr(line, "Kernel Module");
+
+	ret[0] = '\0';
+	if (!p || size == 0)
+		return;
+	for (p += strlen("Kernel Module"); *p && *p != '\n'; p += strcspn(p, " \t\n")) {
+		p += strspn(p, " \t");
+		if (*p >= '0' && *p <= '9') {
+			size_t n = MIN(strcspn(p, " \t\n"), size - 1);
+
+			memcpy(ret, p, n);
+			ret[n] = '\0';
+			return;
+		}
+	}
+}
+
 void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version)
 {
 	char line[256];
-	const char *p;
 	FILE *f;
 
 	w->stats.driver_version = driver_version;
 	w->stats.nvrtc_version = nvrtc_version;
-	/* "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Tue Sep ..." */
 	f = fopen("/proc/driver/nvidia/version", "re");
 	if (!f)
 		return;
-	if (fgets(line, sizeof(line), f) && (p = strstr(line, "Kernel Module")))
-		(void)sscanf(p + strlen("Kernel Module"), "%31s", w->stats.driver);
+	if (fgets(line, sizeof(line), f))
+		wrk_driver_release(line, w->stats.driver, sizeof(w->stats.driver));
 	(void)fclose(f);
 }

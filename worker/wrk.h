@@ -482,6 +482,8 @@ unsigned wrk_usage_add(struct wrk *w, uint32_t uid, uint64_t shared_bytes, uint6
 void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t device_bytes);
 /* What the status page says the worker runs on: versions, and the kernel driver's release. */
 void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
+/* The kernel driver's release ("580.95.05") in a line of /proc/driver/nvidia/version, or "". */
+void wrk_driver_release(const char *line, char *ret, size_t size);
 
 /* worker/segment.c */
 /*

@@ -84,11 +84,18 @@ static uint32_t generation(const struct test_daemon *d)
 	return devs[0].generation;
 }
 
+/*
+ * The device, and copies between a request and it: through device memory and back, then
+ * straight into the mapped pages; then copies of every size: small ones in the slot's
+ * scratch memory (each argument its own place in it), larger ones that make it grow, ones
+ * past its 4 MiB in temporaries from the pool, and the scratch used again after them.
+ */
 static void test_cuda_fake_device_and_copies(void **state)
 {
+	static const uint64_t sizes[] = { 64, 100000, 1u << 20, 64 };
 	struct test_daemon *d = *state;
 	struct gpux_device_info info;
-	const uint64_t n = 300001;
+	const uint64_t n = 300001, most = 1u << 20;
 	uint64_t seed = 7;
 	gpux_buf *x, *y, *out;
 	gpux_module *m;
@@ -110,12 +117,11 @@ static void test_cuda_fake_device_and_copies(void **state)
 		assert_true(devs[0].stats.nvrtc_version >= 12000);
 	}
 	m = load_ptx(ctx);
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
-	test_fill_random(gpux_buf_data(x), n, &seed);
-	test_fill_random(gpux_buf_data(y), n, &seed);
-	/* In through device temporaries and back out; then straight into the mapped pages. */
+	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), most, &seed);
+	test_fill_random(gpux_buf_data(y), most, &seed);
 	for (uint32_t kind = GPUX_ARG_OUT; kind <= GPUX_ARG_MAPPED; kind++) {
 		if (kind == GPUX_ARG_INOUT)
 			continue;
@@ -123,37 +129,6 @@ static void test_cuda_fake_device_and_copies(void **state)
 		assert_int_equal(saxpy(m, x, y, out, n, 1.5f, kind), GPUX_OK);
 		check_saxpy(x, y, out, n, 1.5f);
 	}
-	gpux_buf_free(out);
-	gpux_buf_free(y);
-	gpux_buf_free(x);
-	gpux_module_free(m);
-	gpux_disconnect(ctx);
-	test_daemon_stop(d);
-}
-
-/*
- * Copies of every size between a request and the device: small ones in the slot's scratch
- * memory (each argument its own place in it), larger ones that make it grow, and ones past
- * its 4 MiB in temporaries from the pool; the scratch is used again after them.
- */
-static void test_cuda_fake_copies_of_every_size(void **state)
-{
-	static const uint64_t sizes[] = { 64, 100000, 300000, 1u << 20, 64 };
-	struct test_daemon *d = *state;
-	uint64_t most = 1u << 20;
-	uint64_t seed = 7;
-	gpux_buf *x, *y, *out;
-	gpux_module *m;
-	gpux_ctx *ctx;
-
-	start(d);
-	ctx = test_connect(d);
-	m = load_ptx(ctx);
-	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &x), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &y), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(ctx, most * 4, &out), GPUX_OK);
-	test_fill_random(gpux_buf_data(x), most, &seed);
-	test_fill_random(gpux_buf_data(y), most, &seed);
 	for (unsigned i = 0; i < ARRAY_SIZE(sizes); i++) {
 		memset(gpux_buf_data(out), 0xff, sizes[i] * 4);
 		assert_int_equal(saxpy(m, x, y, out, sizes[i], 0.5f, GPUX_ARG_OUT), GPUX_OK);
@@ -882,7 +857,6 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TEST_WITH_DAEMON(test_cuda_fake_device_and_copies),
-		TEST_WITH_DAEMON(test_cuda_fake_copies_of_every_size),
 		TEST_WITH_DAEMON(test_cuda_fake_parameters_checked),
 		TEST_WITH_DAEMON(test_cuda_fake_out_of_memory_is_not_fatal),
 		TEST_WITH_DAEMON(test_cuda_fake_device_time_when_asked),

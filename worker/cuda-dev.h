@@ -28,7 +28,10 @@ struct cuda_slot {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct cuda_group *head, *tail; /* launched, not ended, in order */
-	atomic_uint queued;             /* groups in head..tail: what a waiter about to sleep spins on */
+	/* Groups in head..tail: what a waiter about to sleep spins on. Counted down only once
+	 * a group's requests are handed to the loop: a loop that finds every slot at 0 has every
+	 * end before it, and may answer a group it holds (cuda_group_launched()) in order. */
+	atomic_uint queued;
 	bool stop;
 	struct cuda_graph *graphs[CUDA_GRAPH_SIZES]; /* loop thread; made when first needed */
 	CUdeviceptr scratch;  /* for its requests' copies, one request at a time (loop thread) */

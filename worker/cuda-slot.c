@@ -374,8 +374,8 @@ static void *waiter_main(void *arg)
 			bool fatal = group_result(d, g, e);
 
 			slot_take(s, g);
-			atomic_fetch_sub(&s->queued, 1);
 			group_complete(d, g, fatal);
+			atomic_fetch_sub(&s->queued, 1);
 			continue;
 		}
 		slot_take(s, last);
@@ -383,8 +383,8 @@ static void *waiter_main(void *arg)
 			struct cuda_group *next = g->next;
 			bool end = g == last;
 
-			atomic_fetch_sub(&s->queued, 1);
 			group_complete(d, g, group_result(d, g, CUDA_SUCCESS));
+			atomic_fetch_sub(&s->queued, 1);
 			if (end)
 				break;
 			g = next;

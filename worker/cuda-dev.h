@@ -32,6 +32,7 @@ struct cuda_slot {
 	 * a group's requests are handed to the loop: a loop that finds every slot at 0 has every
 	 * end before it, and may answer a group it holds (cuda_group_launched()) in order. */
 	atomic_uint queued;
+	atomic_bool looking; /* its waiter saw a group end that is still its first (look()) */
 	bool stop;
 	struct cuda_graph *graphs[CUDA_GRAPH_SIZES]; /* loop thread; made when first needed */
 	CUdeviceptr scratch;  /* for its requests' copies, one request at a time (loop thread) */

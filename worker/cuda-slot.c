@@ -53,6 +53,9 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 		for (unsigned i = 0; i < d->nslots; i++) {
 			struct cuda_slot *s = &d->slots[i];
 
+			/* A group its waiter has just seen end is no culprit: wait for it to go. */
+			while (atomic_load(&s->looking))
+				cpu_relax();
 			(void)pthread_mutex_lock(&s->lock);
 			if (s->head)
 				ran = MAX(ran, s->head->seq);
@@ -248,6 +251,24 @@ void cuda_held_release(struct cuda_dev *d)
 /* ---- waiting ---- */
 
 /*
+ * A waiter's look at one of its slot's events. From just before it until the group is off
+ * the slot (slot_take()), a look that says it ended keeps the slot marked `looking`, which
+ * culprit() waits out: else it could blame a group whose end was seen but that is still its
+ * slot's first, and nobody would get the fault.
+ */
+static CUresult look(struct cuda_dev *d, const struct cuda_group *g, CUevent ev)
+{
+	struct cuda_slot *s = &d->slots[g->slot];
+	CUresult r;
+
+	atomic_store(&s->looking, true);
+	r = d->cu.cuEventQuery(ev);
+	if (r != CUDA_SUCCESS)
+		atomic_store(&s->looking, false);
+	return r;
+}
+
+/*
  * Wait for a group's event. A group with copies longer than a spin naps through most of them,
  * then looks closely from shortly before they should end (a nap may end late), for a spin and
  * an eighth of their time, as copies can be that much slower than COPY_BYTES_PER_NS; any
@@ -267,7 +288,7 @@ static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
 	if (d->w->spin_ns > 0 && g->copy_ns > d->w->spin_ns) {
 		uint64_t coarse = now + g->copy_ns - MIN(g->copy_ns, NAP_EARLY_NS);
 
-		while ((r = d->cu.cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now < coarse) {
+		while ((r = look(d, g, ev)) == CUDA_ERROR_NOT_READY && now < coarse) {
 			struct timespec ts = { .tv_sec = 0,
 					       .tv_nsec = (long)MIN(coarse - now, NAP_MAX_NS) };
 
@@ -280,7 +301,7 @@ static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
 		until = now + d->w->spin_ns + g->copy_ns / 8;
 	}
 	for (;;) {
-		r = d->cu.cuEventQuery(ev);
+		r = look(d, g, ev);
 		if (r != CUDA_ERROR_NOT_READY)
 			return r;
 		for (uint64_t next = now + QUERY_GAP_NS; (now = mono_ns()) < next;)
@@ -294,7 +315,7 @@ static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)nap };
 
 		(void)nanosleep(&ts, NULL);
-		r = d->cu.cuEventQuery(ev);
+		r = look(d, g, ev);
 		if (r != CUDA_ERROR_NOT_READY)
 			return r;
 	}
@@ -331,6 +352,7 @@ static void slot_take(struct cuda_slot *s, struct cuda_group *last)
 	if (!s->head)
 		s->tail = NULL;
 	(void)pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->looking, false);
 }
 
 static void *waiter_main(void *arg)
@@ -362,7 +384,7 @@ static void *waiter_main(void *arg)
 			return NULL;
 		/* Under load, many wait in line: when the newest is done, all are (one stream), and
 		 * one query of the driver's stands for them all. */
-		if (last != g && d->cu.cuEventQuery(last->fin) == CUDA_SUCCESS) {
+		if (last != g && look(d, last, last->fin) == CUDA_SUCCESS) {
 			e = CUDA_SUCCESS;
 		} else {
 			last = g;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -490,6 +491,40 @@ static void test_cuda_fake_held_request_goes_to_a_waiter(void **state)
 	test_daemon_stop(d);
 }
 
+/*
+ * A worker told to stop while its loop holds a lone request (just launched, within the spin)
+ * still answers it before it goes: what it holds goes to a waiter, whose answer the last
+ * rounds send.
+ */
+static void test_cuda_fake_held_request_answered_at_stop(void **state)
+{
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t ms = 50;
+	struct gpux_arg a = GPUX_ARG_VALUE(ms);
+	gpux_module *m;
+	gpux_ctx *ctx;
+	gpux_req *r;
+	uint32_t gen;
+	pid_t worker;
+
+	start_spinning(d, "10000");
+	gen = generation(d);
+	worker = test_worker_pid(d, 0);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	/* The signal comes right behind the request: the loop takes both in the same few
+	 * rounds, well within its 10 ms spin, and ends its loop holding the request. */
+	assert_int_equal(gpux_submit(m, "spin", &l, &a, 1, &r), GPUX_OK);
+	assert_int_equal(kill(worker, SIGTERM), 0);
+	assert_int_equal(gpux_wait(r, 10000), GPUX_OK);
+	gpux_req_free(r);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_wait_generation(d, 0, gen);
+	test_daemon_stop(d);
+}
+
 /* An illegal address reported at synchronisation, as a real fault is. */
 static void test_cuda_fake_fault_restarts_worker(void **state)
 {
@@ -863,6 +898,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_long_wait_blocks),
 		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_in_the_loop),
 		TEST_WITH_DAEMON(test_cuda_fake_held_request_goes_to_a_waiter),
+		TEST_WITH_DAEMON(test_cuda_fake_held_request_answered_at_stop),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),

@@ -511,6 +511,10 @@ void wrk_server_stop(struct wrk *w)
 {
 	uint64_t until = mono_ns() + FLUSH_NS;
 
+	/* The rounds below sleep and never poll: work the loop watched itself goes to the back
+	 * end's threads, which answer it as they do the rest. */
+	if (w->dev && w->be->poll)
+		(void)w->be->poll(w->dev, true);
 	/* Send the answers already made, and those the back end is about to make (a fault's
 	 * report among them), before the channels go. */
 	while ((anything_queued(w) || slots_busy(w)) && mono_ns() < until)

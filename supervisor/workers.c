@@ -147,7 +147,6 @@ static int status_page_new(struct sup_worker *w)
 	if (r < 0)
 		return r;
 	w->status = p;
-	sup_workers_tell_processes(w->s);
 	return 0;
 }
 
@@ -609,6 +608,9 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 			sup_worker_event(w, E_TIMER);
 			return;
 		}
+		/* The worker cleared its page as it started: the count goes in now, through the
+		 * mapping made before the seal. */
+		sup_workers_tell_processes(w->s);
 		w->generation++;
 		sup_log("device %u: %s ready (worker %d, generation %u)", w->index, w->info.name,
 			(int)w->pid, w->generation);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -241,7 +242,8 @@ static void test_workers_start_then_ready(void **state)
 	assert_int_equal(w->status->gone, 0);
 }
 
-/* Every worker's status page says how many client processes gpuxd serves, from the start. */
+/* Every worker's status page says how many client processes gpuxd serves, from its ready on
+ * (a worker clears its page as it starts). */
 static void test_workers_status_page_counts_processes(void **state)
 {
 	struct fixture *f = *state;
@@ -524,13 +526,23 @@ static void test_workers_back_while_stopping_drains(void **state)
 }
 
 /* As a worker: READY on the control socket, then wait for a signal to end it. */
-static int fake_worker(void)
+static int fake_worker(int argc, char **argv)
 {
 	static uint8_t buf[IPC_MSG_MAX];
 	const char *how = getenv(FAKE_ENV);
 	struct ipc_ready ready = { .info = { .backend = GPUX_BACKEND_HOST, .name = "fake" } };
 	int n;
 
+	/* Its status page cleared as it starts, as gpux-worker's is. */
+	for (int i = 1; i + 1 < argc; i++)
+		if (strcmp(argv[i], "--status-fd") == 0) {
+			void *p = mmap(NULL, IPC_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+				       atoi(argv[i + 1]), 0);
+
+			if (p == MAP_FAILED)
+				return 1;
+			memset(p, 0, sizeof(struct ipc_status_page));
+		}
 	if (how && strcmp(how, "ignore-term") == 0)
 		(void)signal(SIGTERM, SIG_IGN);
 	if (!how || strcmp(how, "silent") != 0) {
@@ -573,6 +585,6 @@ int main(int argc, char **argv)
 
 	/* Spawned as gpux-worker (--device N ... --control-fd 3 ...). */
 	if (argc > 1 && strcmp(argv[1], "--device") == 0)
-		return fake_worker();
+		return fake_worker(argc, argv);
 	return cmocka_run_group_tests_name("supervisor-workers", tests, NULL, NULL);
 }

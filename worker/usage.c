@@ -56,8 +56,10 @@ void wrk_driver_release(const char *line, char *ret, size_t size)
 {
 	const char *p = strstr(line, "Kernel Module");
 
+	if (size == 0)
+		return;
 	ret[0] = '\0';
-	if (!p || size == 0)
+	if (!p)
 		return;
 	for (p += strlen("Kernel Module"); *p && *p != '\n'; p += strcspn(p, " \t\n")) {
 		p += strspn(p, " \t");

@@ -138,11 +138,12 @@ static CUresult pool_alloc(struct cuda_dev *d, CUdeviceptr *p, uint64_t len, CUs
 	return e;
 }
 
-/* Whether an argument is copied through device memory that the request alone uses. */
+/* Whether an argument is copied through device memory that the request alone uses (IN, OUT
+ * and INOUT ranges, but cached inputs). */
 static bool arg_copied(const struct wrk_arg *a)
 {
-	return a->kind != GPUX_ARG_SCALAR && a->kind != GPUX_ARG_MAPPED &&
-	       a->kind != GPUX_ARG_DBUF && !a->centry;
+	return (a->kind == GPUX_ARG_IN || a->kind == GPUX_ARG_OUT || a->kind == GPUX_ARG_INOUT) &&
+	       !a->centry;
 }
 
 /* The slot's scratch, grown to hold a request's copies if they fit in SCRATCH_MAX; false: they
@@ -276,12 +277,8 @@ static uint64_t copy_bytes(const struct wrk_req *r)
 	for (unsigned i = 0; i < r->nargs; i++) {
 		const struct wrk_arg *a = &r->args[i];
 
-		if (a->centry)
-			continue;
-		if (a->kind == GPUX_ARG_IN || a->kind == GPUX_ARG_OUT)
-			n += a->len;
-		else if (a->kind == GPUX_ARG_INOUT)
-			n += 2 * a->len;
+		if (arg_copied(a))
+			n += a->kind == GPUX_ARG_INOUT ? 2 * a->len : a->len;
 	}
 	return n;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "e2e.h"
+#include "helpers.h"
 #include "ipc/admin.h"
 #include "ipc/channel.h"
 #include "ipc/macro.h"
@@ -255,20 +256,16 @@ pid_t test_daemon_pid_at(const char *sock)
 	struct test_daemon p = { 0 };
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
-	char path[64], buf[512], *close_paren;
-	FILE *f;
+	char path[64], buf[512];
+	const char *fields;
 	int ppid = 0;
 
 	(void)snprintf(p.sock, sizeof(p.sock), "%s", sock);
 	assert_int_equal(test_daemon_status(&p, &st, devs), 0);
 	(void)snprintf(path, sizeof(path), "/proc/%u/stat", devs[0].pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	assert_non_null(fgets(buf, sizeof(buf), f));
-	(void)fclose(f);
-	close_paren = strrchr(buf, ')');
-	assert_non_null(close_paren);
-	assert_int_equal(sscanf(close_paren + 2, "%*c %d", &ppid), 1);
+	fields = test_proc_stat(path, buf, sizeof(buf));
+	assert_non_null(fields);
+	assert_int_equal(sscanf(fields, "%*c %d", &ppid), 1);
 	return ppid;
 }
 
@@ -303,7 +300,8 @@ pid_t test_compiler_of(pid_t worker)
 
 	assert_non_null(proc);
 	while (!found && (e = readdir(proc))) {
-		char path[320], buf[512], *p;
+		char path[320], buf[512];
+		const char *fields;
 		int ppid = 0;
 		ssize_t n;
 		int fd;
@@ -311,13 +309,8 @@ pid_t test_compiler_of(pid_t worker)
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
 		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
-		if (fd >= 0)
-			(void)close(fd);
-		buf[n > 0 ? n : 0] = '\0';
-		p = strrchr(buf, ')');
-		if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1 || ppid != worker)
+		fields = test_proc_stat(path, buf, sizeof(buf));
+		if (!fields || sscanf(fields, "%*c %d", &ppid) != 1 || ppid != worker)
 			continue;
 		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
 		fd = open(path, O_RDONLY | O_CLOEXEC);

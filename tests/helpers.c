@@ -38,6 +38,24 @@ int test_fd_count_of(pid_t pid)
 	return n;
 }
 
+const char *test_proc_stat(const char *path, char *buf, size_t size)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	char *p;
+
+	if (fd < 0)
+		return NULL;
+	n = read(fd, buf, size - 1);
+	(void)close(fd);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	/* The command may hold anything, a ')' too: the last one closes it. */
+	p = strrchr(buf, ')');
+	return p && p[1] == ' ' ? p + 2 : NULL;
+}
+
 int test_fd_count(void)
 {
 	/* The directory's own fd is listed too. */

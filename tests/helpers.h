@@ -24,6 +24,12 @@ int test_fd_count(void);
 int test_fd_count_of(pid_t pid);
 
 /*
+ * A process's or thread's /proc stat file at path, read into buf: its fields after the
+ * command, from the state on ("S 1 ..."), or NULL when it cannot be read (it is gone).
+ */
+const char *test_proc_stat(const char *path, char *buf, size_t size);
+
+/*
  * Fail the running test, at the caller's line, when the number of open fds is not `before`
  * (a test_fd_count() taken at its start); the open fds are listed to show what leaked.
  */

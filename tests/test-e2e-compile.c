@@ -479,18 +479,17 @@ static void test_compile_ptx_names(void **state)
 /* CPU time (ticks) a process has used. */
 static long cpu_ticks(pid_t pid)
 {
-	char path[64];
+	char path[64], buf[1024];
 	long utime = 0, stime = 0;
-	FILE *f;
+	const char *fields;
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
+	fields = test_proc_stat(path, buf, sizeof(buf));
+	if (!fields)
 		return -1;
-	if (fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
+	if (sscanf(fields, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
 		   &stime) != 2)
 		utime = -1;
-	(void)fclose(f);
 	return utime + stime;
 }
 

@@ -189,20 +189,12 @@ static void *issuer_main(void *arg)
 static bool thread_sleeps(pid_t tid)
 {
 	char path[64], buf[512];
-	const char *p;
-	ssize_t n;
-	int fd;
+	const char *fields;
 
 	(void)snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	assert_true(fd >= 0);
-	n = read(fd, buf, sizeof(buf) - 1);
-	(void)close(fd);
-	assert_true(n > 0);
-	buf[n] = '\0';
-	p = strrchr(buf, ')');
-	assert_non_null(p);
-	return p[1] == ' ' && p[2] == 'S';
+	fields = test_proc_stat(path, buf, sizeof(buf));
+	assert_non_null(fields);
+	return fields[0] == 'S';
 }
 
 /*

@@ -461,19 +461,15 @@ static void test_gpu_deadline(void **state)
 /* CPU time (user and system, all threads) that process pid has used, in seconds. */
 static double cpu_seconds(pid_t pid)
 {
-	char path[64], buf[1024], *p;
+	char path[64], buf[1024];
 	unsigned long long utime = 0, stime = 0;
-	FILE *f;
+	const char *fields;
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "re");
-	assert_non_null(f);
-	assert_non_null(fgets(buf, sizeof(buf), f));
-	(void)fclose(f);
-	/* Past the command's parentheses: state is field 3, utime 14, stime 15. */
-	p = strrchr(buf, ')');
-	assert_non_null(p);
-	assert_int_equal(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+	fields = test_proc_stat(path, buf, sizeof(buf));
+	assert_non_null(fields);
+	/* From the state (field 3) on: utime is field 14, stime 15. */
+	assert_int_equal(sscanf(fields, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
 				&utime, &stime),
 			 2);
 	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);

@@ -299,8 +299,8 @@ int bench_clients(struct bench *b)
 			  "k/s", "", rate / alt.best, true);
 	}
 	/* With several devices: the same clients on any of them, against one. 32 client
-	 * processes alone fill the CPUs of a host of two GPUs and 32 CPUs (measured there:
-	 * 1.34x); 16 leave the workers room. */
+	 * processes alone fill the CPUs of a host of two GPUs and 32 CPUs; 16 leave the workers
+	 * room. (On two H200s both stay below 1.9x: docs/PERFORMANCE.md.) */
 	for (unsigned n = 16; n <= 32 && gpux_device_count(b->ctx) > 1; n *= 2) {
 		struct ipc_stats s0, s1;
 		double one = clients_rate(b, n, "empty", false, 0, secs), any;

@@ -354,21 +354,25 @@ static uint64_t median_of(uint64_t *t, unsigned n)
  * What single calls cost (ns each, averaged over many), and round trips of an empty kernel
  * that end in five ways: cuStreamSynchronize; an event, spun on with cuEventQuery; an event,
  * waited for with cuEventSynchronize; a 64-bit word the stream writes to mapped host memory,
- * spun on (cuStreamWriteValue64); the stream, spun on with cuStreamQuery.
+ * spun on (cuStreamWriteValue64); the stream, spun on with cuStreamQuery. And three with the
+ * kernel in a graph of one node instead of cuLaunchKernel: launched as it is, its node set
+ * before each launch, each ended by an event spun on; and the same without the event, ended
+ * by cuStreamSynchronize.
  */
 static int do_costs(const char *cubin)
 {
 	enum { N = 20000, RTT = 2000 };
-	static const char *const ends[] = { "sync", "event_spin", "event_sync", "word_spin",
-					    "stream_spin" };
+	static const char *const ends[] = { "sync",        "event_spin",        "event_sync",
+					    "word_spin",   "stream_spin",       "graph1_event_spin",
+					    "graph1_set_event_spin", "graph1_sync" };
 	static uint64_t t[RTT];
 	CUresult (*write64)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
 	CUresult (*host_alloc)(void **, size_t, unsigned);
 	CUresult (*stream_query)(CUstream);
 	volatile uint64_t *word = NULL;
 	CUdeviceptr word_dev = 0;
-	CUgraphNode nodes[64];
-	CUgraphExec exec;
+	CUgraphNode nodes[64], node1;
+	CUgraphExec exec, one;
 	CUfunction f;
 	CUevent ev;
 	uint64_t t0;
@@ -417,6 +421,12 @@ static int do_costs(const char *cubin)
 		CHECK(cu.cuGraphLaunch(exec, stream));
 	CHECK(cu.cuStreamSynchronize(stream));
 	printf("graph64_launch_ns %.1f\n", (double)(now() - t0) / (N / 64));
+	one = chain(f, 1, &node1);
+	t0 = now();
+	for (unsigned i = 0; i < N; i++)
+		CHECK(cu.cuGraphLaunch(one, stream));
+	CHECK(cu.cuStreamSynchronize(stream));
+	printf("graph1_launch_ns %.1f\n", (double)(now() - t0) / N);
 	if (word_dev) {
 		t0 = now();
 		for (unsigned i = 0; i < N; i++)
@@ -447,10 +457,22 @@ static int do_costs(const char *cubin)
 		for (unsigned i = 0; i < RTT; i++) {
 			uint64_t a = now();
 
-			CHECK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
-			if (how == 0) {
+			if (how >= 5) {
+				if (how == 6) {
+					CUDA_KERNEL_NODE_PARAMS p = {
+						.func = f, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
+						.blockDimX = 1, .blockDimY = 1, .blockDimZ = 1
+					};
+
+					CHECK(cu.cuGraphExecKernelNodeSetParams(one, node1, &p));
+				}
+				CHECK(cu.cuGraphLaunch(one, stream));
+			} else {
+				CHECK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
+			}
+			if (how == 0 || how == 7) {
 				CHECK(cu.cuStreamSynchronize(stream));
-			} else if (how == 1) {
+			} else if (how == 1 || how == 5 || how == 6) {
 				CHECK(cu.cuEventRecord(ev, stream));
 				while (cu.cuEventQuery(ev) == CUDA_ERROR_NOT_READY)
 					;

@@ -129,6 +129,12 @@ int bench_rtt(struct bench *b)
 			{ "stream_query_ns", "  in-process: cuStreamQuery" },
 			{ "graph_node_set_ns", "  in-process: cuGraphExecKernelNodeSetParams" },
 			{ "graph64_launch_ns", "  in-process: cuGraphLaunch of 64 nodes" },
+			{ "graph1_launch_ns", "  in-process: cuGraphLaunch of 1 node" },
+			{ "rtt_graph1_event_spin_p50_ns",
+			  "  in-process: graph of 1 node, event, spin on it, p50" },
+			{ "rtt_graph1_set_event_spin_p50_ns",
+			  "  in-process: the same, its node set first, p50" },
+			{ "rtt_graph1_sync_p50_ns", "  in-process: graph of 1 node, synchronize, p50" },
 			{ "write_value_ns", "  in-process: cuStreamWriteValue64" },
 			{ "pool_alloc_free_ns", "  in-process: a 64 KiB temporary from the pool, freed" },
 		};

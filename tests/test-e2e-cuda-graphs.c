@@ -77,6 +77,55 @@ static void submit_append(gpux_module *m, uint32_t v, gpux_buf *log, gpux_req **
 }
 
 /*
+ * Launches one at a time, each a graph of one node: the node set anew when the value, the log
+ * or the kernel changes, and left as it is when the launch is the same. Every log holds what was
+ * appended, in order, and none of it counts as a graph of several.
+ */
+static void test_graphs_of_one_follow_each_launch(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 40 };
+	gpux_buf *a, *b;
+	const uint32_t *pa, *pb;
+	gpux_module *m;
+	gpux_ctx *ctx;
+	gpux_req *r;
+
+	start(d, NULL);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	a = new_log(ctx, N);
+	b = new_log(ctx, N);
+	for (uint32_t i = 0; i < N; i++) {
+		/* The same launch twice in a row, then another value, log or kernel. */
+		submit_append(m, i / 2, i % 4 < 2 ? a : b, &r);
+		assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+		gpux_req_free(r);
+		if (i % 5 == 4) {
+			submit_spin(m, 0, &r);
+			assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+			gpux_req_free(r);
+		}
+	}
+	pa = gpux_buf_data(a);
+	pb = gpux_buf_data(b);
+	assert_int_equal(pa[0], N / 2);
+	assert_int_equal(pb[0], N / 2);
+	for (uint32_t i = 0; i < N / 2; i++) {
+		uint32_t k = i / 2;
+
+		if (pa[1 + i] != 2 * k || pb[1 + i] != 2 * k + 1)
+			fail_msg("position %u: %u and %u", i, pa[1 + i], pb[1 + i]);
+	}
+	assert_int_equal(stats(d).graph_launches, 0);
+	gpux_buf_free(b);
+	gpux_buf_free(a);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
+/*
  * Behind a full slot: appends of changing values to two logs in turn, then the same launch
  * again and again (its nodes left as they are). Every log holds what was appended, in order,
  * and most of it went through graphs.
@@ -190,14 +239,15 @@ static void test_graphs_fault_stays_with_one_client(void **state)
 		m[k] = load_ptx(ctx[k]);
 		log[k] = new_log(ctx[k], N);
 	}
-	submit_spin(m[0], 300, &spin);
-	/* The slot filled with launches that are no graph's (timed ones). */
-	for (uint32_t i = 0; i < SLOT_DEPTH; i++) {
-		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .flags = GPUX_LAUNCH_TIMED };
-		uint32_t zero = 0;
-		struct gpux_arg a = GPUX_ARG_VALUE(zero);
+	/* A spin, then its slot filled, with launches that no graph takes (more dynamic shared
+	 * memory than every kernel may have): cuLaunchKernel. */
+	for (uint32_t i = 0; i <= SLOT_DEPTH; i++) {
+		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .shared_bytes = 64 * 1024 };
+		uint32_t ms = i == 0 ? 300 : 0;
+		struct gpux_arg a = GPUX_ARG_VALUE(ms);
 
-		assert_int_equal(gpux_submit(m[0], "spin", &l, &a, 1, &fill[i]), GPUX_OK);
+		assert_int_equal(gpux_submit(m[0], "spin", &l, &a, 1, i ? &fill[i - 1] : &spin),
+				 GPUX_OK);
 	}
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++)
@@ -242,6 +292,7 @@ static void test_graphs_fault_stays_with_one_client(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		TEST_WITH_DAEMON(test_graphs_of_one_follow_each_launch),
 		TEST_WITH_DAEMON(test_graphs_keep_order_and_parameters),
 		TEST_WITH_DAEMON(test_graphs_refused_node_falls_back),
 		TEST_WITH_DAEMON(test_graphs_fault_stays_with_one_client),

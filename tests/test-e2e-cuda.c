@@ -255,10 +255,11 @@ static bool inflight_one(const struct ipc_dev_status *s, void *arg)
 /*
  * A sticky error while a co-tenant's request runs on another stream. `refused`: the error is
  * the driver refusing the bad request's launch, so the bad one ran nothing and what was
- * running is blamed; else the bad kernel ran and broke the device.
+ * running is blamed; else the bad kernel ran and broke the device. `shared`: the bad launch's
+ * dynamic shared memory.
  */
 static void sticky_case(struct test_daemon *d, const char *fail, const char *kernel,
-			bool refused)
+			uint32_t shared, bool refused)
 {
 	gpux_ctx *ctx, *other;
 	gpux_module *m, *om;
@@ -286,9 +287,11 @@ static void sticky_case(struct test_daemon *d, const char *fail, const char *ker
 		/* Running before the bad one is launched (two clients' rings: either may come
 		 * first). */
 		test_wait_stats(d, 0, inflight_one, NULL);
+		l.shared_bytes = shared;
 		assert_int_equal(gpux_submit(m, kernel, &l, &quick, strcmp(kernel, "fault") ? 1 : 0,
 					     &bad),
 				 GPUX_OK);
+		l.shared_bytes = 0;
 		assert_int_equal(gpux_wait(bad, 10000),
 				 refused ? GPUX_E_WORKER_LOST : GPUX_E_KERNEL_FAULT);
 		assert_non_null(strstr(gpux_req_message(bad), "CUDA_ERROR_"));
@@ -529,21 +532,29 @@ static void test_cuda_fake_held_request_answered_at_stop(void **state)
 /* An illegal address reported at synchronisation, as a real fault is. */
 static void test_cuda_fake_fault_restarts_worker(void **state)
 {
-	sticky_case(*state, NULL, "fault", false);
+	sticky_case(*state, NULL, "fault", 0, false);
 }
 
 /* The driver refusing a launch with a sticky error (SQLite-style fault injection): a request
- * that ran, the co-tenant's, broke the device; the refused one is not blamed. */
+ * that ran, the co-tenant's, broke the device; the refused one is not blamed. A kernel goes as
+ * a graph of one node: the victim's is the first cuGraphLaunch, the bad one's the second. */
 static void test_cuda_fake_injected_launch_failure(void **state)
 {
-	sticky_case(*state, "cuLaunchKernel:2:719", "spin", true);
+	sticky_case(*state, "cuGraphLaunch:2:719", "spin", 0, true);
+}
+
+/* The same refusal of a launch that no graph takes (more dynamic shared memory than every
+ * kernel may have): cuLaunchKernel. */
+static void test_cuda_fake_injected_kernel_launch_failure(void **state)
+{
+	sticky_case(*state, "cuLaunchKernel:1:719", "spin", 64 * 1024, true);
 }
 
 /* The event after a request refused with a sticky error: the request was launched, so it ran
  * and is blamed; it ends at once (its end cannot be waited for), the co-tenant's after it. */
 static void test_cuda_fake_injected_event_failure(void **state)
 {
-	sticky_case(*state, "cuEventRecord:2:719", "spin", false);
+	sticky_case(*state, "cuEventRecord:2:719", "spin", 0, false);
 }
 
 static uint64_t stat_of(const struct test_daemon *d, size_t off);
@@ -902,6 +913,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_held_request_answered_at_stop),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
+		TEST_WITH_DAEMON(test_cuda_fake_injected_kernel_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),

@@ -15,9 +15,15 @@ struct cuda_dev;
 struct cuda_group;
 struct cuda_graph;
 
-/* Requests launched as one CUDA graph at most; graphs of 2, 4, ... up to this many nodes. */
+/*
+ * Requests launched as one CUDA graph at most; graphs of 1, 2, 4, ... up to this many nodes.
+ * Even one request alone goes as a graph when it can: on an H200 (driver 580) cuGraphLaunch
+ * of a graph of one kernel node costs 1.4-1.5 µs of the launching thread, cuLaunchKernel of
+ * the same kernel 3.3-3.4 µs, and the round trip of an empty kernel is 5.9 µs against 8.1
+ * (gpux-bench-base costs, docs/PERFORMANCE.md).
+ */
 #define CUDA_GRAPH_MAX 64u
-#define CUDA_GRAPH_SIZES 6u
+#define CUDA_GRAPH_SIZES 7u
 
 /* A stream, the requests launched on it in groups, and the thread that waits for them. */
 struct cuda_slot {

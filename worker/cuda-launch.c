@@ -174,156 +174,6 @@ static bool scratch_fits(struct cuda_dev *d, struct cuda_slot *s, const struct w
 	return true;
 }
 
-/*
- * Enqueue the copies in, the launch, the copies out. Returns the first failure (what failed
- * in *ret_msg); what was enqueued before it still runs and is waited for.
- */
-static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group *g,
-			struct cuda_slot *s, char **ret_msg)
-{
-	struct wrk_kernel_info *ki = &r->kernel->info;
-	CUstream st = s->stream;
-	bool scratch = scratch_fits(d, s, r);
-	uint64_t used = 0;
-	CUresult e;
-
-	for (unsigned i = 0; i < r->nargs; i++) {
-		struct wrk_arg *a = &r->args[i];
-		CUdeviceptr p = 0;
-
-		switch (a->kind) {
-		case GPUX_ARG_SCALAR:
-			continue;
-		case GPUX_ARG_MAPPED:
-		case GPUX_ARG_DBUF:
-			p = arg_direct(a);
-			break;
-		default:
-			if (a->centry) {
-				/* A cached input: wait for its upload, if that still runs. */
-				if (a->centry->ready) {
-					e = d->cu.cuStreamWaitEvent(st, (CUevent)a->centry->ready, 0);
-					if (e != CUDA_SUCCESS) {
-						*ret_msg = wrk_strdup_printf("argument %u: waiting for its "
-									     "upload", i);
-						return e;
-					}
-				}
-				p = arg_direct(a);
-				break;
-			}
-			if (scratch) {
-				p = s->scratch + used;
-				used += ALIGN_UP(a->len, (uint64_t)SCRATCH_ALIGN);
-			} else {
-				e = pool_alloc(d, &p, a->len, st);
-				if (e != CUDA_SUCCESS) {
-					*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device "
-								     "memory", i,
-								     (unsigned long long)a->len);
-					return e;
-				}
-				g->temp[g->ntemp++] = p;
-			}
-			if (a->kind != GPUX_ARG_OUT) {
-				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
-				if (e != CUDA_SUCCESS) {
-					*ret_msg = wrk_strdup_printf("argument %u: copy to the device", i);
-					return e;
-				}
-			}
-			break;
-		}
-		a->dev = (void *)(uintptr_t)p;
-		r->params[i] = &a->dev;
-	}
-	/* A kernel's dynamic shared memory limit, raised once to what it was asked for. */
-	if (r->shared_bytes > DEFAULT_SHARED && r->shared_bytes > ki->shared_optin) {
-		e = d->cu.cuFuncSetAttribute(ki->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-					     (int)r->shared_bytes);
-		if (e != CUDA_SUCCESS) {
-			*ret_msg = strdup("raising the kernel's dynamic shared memory");
-			return e;
-		}
-		ki->shared_optin = r->shared_bytes;
-	}
-	e = d->cu.cuLaunchKernel(ki->fn, r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
-				 r->block[2], r->shared_bytes, st, r->params, NULL);
-	if (e != CUDA_SUCCESS) {
-		*ret_msg = strdup("launch");
-		return e;
-	}
-	for (unsigned i = 0; i < r->nargs; i++) {
-		struct wrk_arg *a = &r->args[i];
-
-		if ((a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT) || a->centry)
-			continue;
-		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
-		if (e != CUDA_SUCCESS) {
-			*ret_msg = wrk_strdup_printf("argument %u: copy from the device", i);
-			return e;
-		}
-	}
-	return CUDA_SUCCESS;
-}
-
-/* The bytes a request copies between host and device. */
-static uint64_t copy_bytes(const struct wrk_req *r)
-{
-	uint64_t n = 0;
-
-	if (r->kind == REQ_COPY)
-		return r->args[0].len;
-	for (unsigned i = 0; i < r->nargs; i++) {
-		const struct wrk_arg *a = &r->args[i];
-
-		if (arg_copied(a))
-			n += a->kind == GPUX_ARG_INOUT ? 2 * a->len : a->len;
-	}
-	return n;
-}
-
-static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r)
-{
-	struct cuda_group *g;
-	char *what = NULL;
-	CUresult e = CUDA_SUCCESS;
-
-	g = cuda_group_get(d, &e);
-	if (!g) {
-		cuda_group_abandon(d, s, r, e, "cuEventCreate");
-		return;
-	}
-	g->reqs[0] = r;
-	g->n = 1;
-	g->slot = (unsigned)(s - d->slots);
-	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
-	g->fin = r->timed ? g->end : g->done;
-	g->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
-	e = r->timed ? d->cu.cuEventRecord(g->start, s->stream) : CUDA_SUCCESS;
-	if (e != CUDA_SUCCESS) {
-		what = strdup("cuEventRecord");
-	} else if (!wrk_req_cancelled(r)) {
-		/* (A cancelled one, of a client gone, queues no work: it ends in its turn.) */
-		e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
-					: enqueue(d, r, g, s, &what);
-		r->launched = e == CUDA_SUCCESS;
-	}
-	if (e != CUDA_SUCCESS) {
-		/* Copies already queued may still read or write the client's pages: the request
-		 * ends only after the stream has passed them. */
-		r->sticky = cuda_group_fail(d, g, 0, e, what ? what : "enqueue", false);
-		free(what);
-	}
-	for (unsigned i = 0; i < g->ntemp; i++)
-		(void)d->cu.cuMemFreeAsync(g->temp[i], s->stream);
-	e = d->cu.cuEventRecord(g->fin, s->stream);
-	if (e != CUDA_SUCCESS)
-		cuda_group_end_now(d, g, e);
-	else
-		cuda_group_launched(d, s, g);
-}
-
 /* ---- graphs ---- */
 
 /* The parameters' bytes, one after the other, or UINT32_MAX when they are more than kept. */
@@ -415,6 +265,190 @@ static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, struct wrk_r
 }
 
 /*
+ * Start r's kernel on the slot's stream: through the slot's graph of one node (cuda-dev.h says
+ * why), set to r's launch where it holds another's, or with cuLaunchKernel() where a graph
+ * cannot take it (more dynamic shared memory than every kernel may have) or fails to be made
+ * or set, so that the device says what is wrong with the launch.
+ */
+static CUresult kernel_launch(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r)
+{
+	const struct wrk_kernel_info *ki = &r->kernel->info;
+	struct cuda_graph *gr = s->graphs[0];
+	CUresult e = CUDA_SUCCESS;
+
+	if (r->shared_bytes <= DEFAULT_SHARED) {
+		struct cuda_node want;
+		CUDA_KERNEL_NODE_PARAMS p;
+
+		if (!gr)
+			gr = s->graphs[0] = graph_new(d, 1, r, &e);
+		if (gr) {
+			node_of(r, &want, &p);
+			if (!node_same(&gr->set[0], &want))
+				e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[0], &p);
+			if (e == CUDA_SUCCESS) {
+				gr->set[0] = want;
+				return d->cu.cuGraphLaunch(gr->exec, s->stream);
+			}
+			graph_free(d, gr);
+			s->graphs[0] = NULL;
+		}
+	}
+	return d->cu.cuLaunchKernel(ki->fn, r->grid[0], r->grid[1], r->grid[2], r->block[0],
+				    r->block[1], r->block[2], r->shared_bytes, s->stream, r->params,
+				    NULL);
+}
+
+/*
+ * Enqueue the copies in, the launch, the copies out. Returns the first failure (what failed
+ * in *ret_msg); what was enqueued before it still runs and is waited for.
+ */
+static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group *g,
+			struct cuda_slot *s, char **ret_msg)
+{
+	struct wrk_kernel_info *ki = &r->kernel->info;
+	CUstream st = s->stream;
+	bool scratch = scratch_fits(d, s, r);
+	uint64_t used = 0;
+	CUresult e;
+
+	for (unsigned i = 0; i < r->nargs; i++) {
+		struct wrk_arg *a = &r->args[i];
+		CUdeviceptr p = 0;
+
+		switch (a->kind) {
+		case GPUX_ARG_SCALAR:
+			continue;
+		case GPUX_ARG_MAPPED:
+		case GPUX_ARG_DBUF:
+			p = arg_direct(a);
+			break;
+		default:
+			if (a->centry) {
+				/* A cached input: wait for its upload, if that still runs. */
+				if (a->centry->ready) {
+					e = d->cu.cuStreamWaitEvent(st, (CUevent)a->centry->ready, 0);
+					if (e != CUDA_SUCCESS) {
+						*ret_msg = wrk_strdup_printf("argument %u: waiting for its "
+									     "upload", i);
+						return e;
+					}
+				}
+				p = arg_direct(a);
+				break;
+			}
+			if (scratch) {
+				p = s->scratch + used;
+				used += ALIGN_UP(a->len, (uint64_t)SCRATCH_ALIGN);
+			} else {
+				e = pool_alloc(d, &p, a->len, st);
+				if (e != CUDA_SUCCESS) {
+					*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device "
+								     "memory", i,
+								     (unsigned long long)a->len);
+					return e;
+				}
+				g->temp[g->ntemp++] = p;
+			}
+			if (a->kind != GPUX_ARG_OUT) {
+				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
+				if (e != CUDA_SUCCESS) {
+					*ret_msg = wrk_strdup_printf("argument %u: copy to the device", i);
+					return e;
+				}
+			}
+			break;
+		}
+		a->dev = (void *)(uintptr_t)p;
+		r->params[i] = &a->dev;
+	}
+	/* A kernel's dynamic shared memory limit, raised once to what it was asked for. */
+	if (r->shared_bytes > DEFAULT_SHARED && r->shared_bytes > ki->shared_optin) {
+		e = d->cu.cuFuncSetAttribute(ki->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+					     (int)r->shared_bytes);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = strdup("raising the kernel's dynamic shared memory");
+			return e;
+		}
+		ki->shared_optin = r->shared_bytes;
+	}
+	e = kernel_launch(d, s, r);
+	if (e != CUDA_SUCCESS) {
+		*ret_msg = strdup("launch");
+		return e;
+	}
+	for (unsigned i = 0; i < r->nargs; i++) {
+		struct wrk_arg *a = &r->args[i];
+
+		if ((a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT) || a->centry)
+			continue;
+		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = wrk_strdup_printf("argument %u: copy from the device", i);
+			return e;
+		}
+	}
+	return CUDA_SUCCESS;
+}
+
+/* The bytes a request copies between host and device. */
+static uint64_t copy_bytes(const struct wrk_req *r)
+{
+	uint64_t n = 0;
+
+	if (r->kind == REQ_COPY)
+		return r->args[0].len;
+	for (unsigned i = 0; i < r->nargs; i++) {
+		const struct wrk_arg *a = &r->args[i];
+
+		if (arg_copied(a))
+			n += a->kind == GPUX_ARG_INOUT ? 2 * a->len : a->len;
+	}
+	return n;
+}
+
+static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r)
+{
+	struct cuda_group *g;
+	char *what = NULL;
+	CUresult e = CUDA_SUCCESS;
+
+	g = cuda_group_get(d, &e);
+	if (!g) {
+		cuda_group_abandon(d, s, r, e, "cuEventCreate");
+		return;
+	}
+	g->reqs[0] = r;
+	g->n = 1;
+	g->slot = (unsigned)(s - d->slots);
+	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
+	g->fin = r->timed ? g->end : g->done;
+	g->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
+	e = r->timed ? d->cu.cuEventRecord(g->start, s->stream) : CUDA_SUCCESS;
+	if (e != CUDA_SUCCESS) {
+		what = strdup("cuEventRecord");
+	} else if (!wrk_req_cancelled(r)) {
+		/* (A cancelled one, of a client gone, queues no work: it ends in its turn.) */
+		e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
+					: enqueue(d, r, g, s, &what);
+		r->launched = e == CUDA_SUCCESS;
+	}
+	if (e != CUDA_SUCCESS) {
+		/* Copies already queued may still read or write the client's pages: the request
+		 * ends only after the stream has passed them. */
+		r->sticky = cuda_group_fail(d, g, 0, e, what ? what : "enqueue", false);
+		free(what);
+	}
+	for (unsigned i = 0; i < g->ntemp; i++)
+		(void)d->cu.cuMemFreeAsync(g->temp[i], s->stream);
+	e = d->cu.cuEventRecord(g->fin, s->stream);
+	if (e != CUDA_SUCCESS)
+		cuda_group_end_now(d, g, e);
+	else
+		cuda_group_launched(d, s, g);
+}
+
+/*
  * Launch n requests (a power of two, at least 2) as one graph, with one event after it. Any
  * node that cannot be given its request makes them all go on their own, where the device says
  * what is wrong with that one.
@@ -422,7 +456,7 @@ static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, struct wrk_r
 static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *const *reqs,
 			 unsigned n)
 {
-	unsigned k = (unsigned)__builtin_ctz(n) - 1;
+	unsigned k = (unsigned)__builtin_ctz(n);
 	struct cuda_graph *gr;
 	struct cuda_group *g;
 	CUresult e = CUDA_SUCCESS;

@@ -18,9 +18,9 @@ struct cuda_graph;
 /*
  * Requests launched as one CUDA graph at most; graphs of 1, 2, 4, ... up to this many nodes.
  * Even one request alone goes as a graph when it can: on an H200 (driver 580) cuGraphLaunch
- * of a graph of one kernel node costs 1.4-1.5 µs of the launching thread, cuLaunchKernel of
- * the same kernel 3.3-3.4 µs, and the round trip of an empty kernel is 5.9 µs against 8.1
- * (gpux-bench-base costs, docs/PERFORMANCE.md).
+ * of a graph of one kernel node costs 1.4-1.7 µs of the launching thread, cuLaunchKernel of
+ * the same kernel 3.2-3.6 µs, and the round trip of an empty kernel is 5.8-6.8 µs against
+ * 7.8-8.9 (gpux-bench-base costs, docs/PERFORMANCE.md).
  */
 #define CUDA_GRAPH_MAX 64u
 #define CUDA_GRAPH_SIZES 7u

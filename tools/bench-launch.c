@@ -194,6 +194,9 @@ static uint64_t client_loop(struct bench *b, const char *kernel, bool scalar, un
 	return done;
 }
 
+/* For clients_rate(): client process i launches on device i modulo the devices. */
+#define DEVICE_IN_TURN (GPUX_ANY - 1)
+
 /* n client processes for secs seconds after a half-second start: their launches per second. */
 static double clients_rate(struct bench *b, unsigned n, const char *kernel, bool scalar,
 			   uint32_t device, double secs)
@@ -210,7 +213,10 @@ static double clients_rate(struct bench *b, unsigned n, const char *kernel, bool
 		pid_t pid = fork();
 
 		if (pid == 0) {
-			cnt[i] = client_loop(b, kernel, scalar, WINDOW, device, from, until);
+			uint32_t dev = device == DEVICE_IN_TURN ? i % gpux_device_count(b->ctx)
+								: device;
+
+			cnt[i] = client_loop(b, kernel, scalar, WINDOW, dev, from, until);
 			_exit(cnt[i] ? 0 : 1);
 		}
 		if (pid < 0)
@@ -323,6 +329,13 @@ int bench_clients(struct bench *b)
 			(void)snprintf(name, sizeof(name), "%u over all, device 0", n);
 			add_handoffs(b, name, &s0, &s1);
 		}
+		/* The same processes each on one device, in turn: what the workers give without
+		 * GPUX_ANY's choice at every launch (each process's window on one device). */
+		any = clients_rate(b, n, "empty", false, DEVICE_IN_TURN, secs);
+		if (isnan(any))
+			return -1;
+		(void)snprintf(name, sizeof(name), "  %u processes, each on one device, vs one", n);
+		bench_add(b, name, any / 1e3, one / 1e3, "k/s", "", any / one, true);
 	}
 	bench_add(b, "  in-process: 1 thread", NAN, alt.thread1 / 1e3, "k/s", "", NAN, true);
 	for (unsigned i = 0; i < 3; i++) {

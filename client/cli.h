@@ -169,6 +169,7 @@ struct cli_dev {
 	struct ipc_status_page *status;
 	struct ipc_launch_limits limits; /* from the status page; zeros: not known */
 	unsigned inflight;
+	uint64_t any_load, any_load_ns; /* the worker's count in flight, when read (pick_device()) */
 	struct cli_rings *rings; /* NULL until the worker offers them, or without */
 	uint32_t sock_in;        /* messages taken from the channel's socket */
 	uint32_t sock_out;       /* messages sent on it */
@@ -218,6 +219,7 @@ struct gpux_ctx {
 	uint64_t next_obj_id;
 	uint32_t next_queue_id;
 	uint32_t rr;
+	uint32_t any_last; /* the device of the last GPUX_ANY launch (0 at first) */
 	struct ipc_map reqs; /* id -> struct gpux_req in flight */
 	struct gpux_req *all_reqs;
 	struct ipc_killed killed[CLI_KILLED_MAX];

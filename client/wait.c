@@ -43,7 +43,10 @@ static bool spin_set_changed(const struct spin_set *s)
  * waiter threads, could have a CPU each. Beyond that, spinners would take the CPUs that the
  * workers need (measured: 64 spinning clients on 16 CPUs cut the rate 4-fold). The processes
  * are gpuxd's count; the workers' own counts are summed only where gpuxd gives none, as they
- * count a process that uses several devices once on each.
+ * count a process that uses several devices once on each. (gpuxd's count sits at the end of
+ * each status page, which it writes only as processes come and go; the workers' counters sit
+ * where the worker writes at every completion, so a read there costs a cache miss on both
+ * sides, at every wait.)
  */
 static bool spin_fits(const gpux_ctx *ctx)
 {
@@ -57,7 +60,11 @@ static bool spin_fits(const gpux_ctx *ctx)
 		threads += 2;
 		processes = MAX(processes,
 				__atomic_load_n(&d->status->processes, __ATOMIC_RELAXED));
-		if (d->rings)
+	}
+	for (uint32_t i = 0; i < ctx->ndevices && processes == 0; i++) {
+		const struct cli_dev *d = &ctx->devs[i];
+
+		if (d->status && d->rings)
 			summed += __atomic_load_n(&d->status->stats.clients, __ATOMIC_RELAXED);
 	}
 	return ipc_spin_fits((processes ? processes : summed) + threads);

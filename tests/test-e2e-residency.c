@@ -484,6 +484,25 @@ static void test_residency_any_spreads_over_devices(void **state)
 	assert_true(on[1] > 0);
 }
 
+/* Launches one at a time find both devices idle: they stay on the device of the first, so that
+ * a process's launches reach one worker in runs, not every other one on each. */
+static void test_residency_any_stays_where_no_less_is_queued(void **state)
+{
+	struct test_env *e = *state;
+	uint32_t first = GPUX_ANY;
+
+	for (int i = 0; i < 20; i++) {
+		gpux_req *r;
+
+		assert_int_equal(test_spin_submit(e->m, GPUX_ANY, 0, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+		if (first == GPUX_ANY)
+			first = gpux_req_device(r);
+		assert_int_equal(gpux_req_device(r), first);
+		gpux_req_free(r);
+	}
+}
+
 static void test_residency_any_follows_affinity(void **state)
 {
 	struct test_env *e = *state;
@@ -530,6 +549,7 @@ int main(void)
 		cmocka_unit_test(test_residency_dbufs_reclaimed_and_quota),
 		cmocka_unit_test(test_residency_queues_overlap_and_keep_order),
 		cmocka_unit_test(test_residency_any_spreads_over_devices),
+		cmocka_unit_test(test_residency_any_stays_where_no_less_is_queued),
 		cmocka_unit_test(test_residency_any_follows_affinity),
 		cmocka_unit_test(test_residency_any_survives_a_dead_worker),
 	};

@@ -435,8 +435,10 @@ struct gpux_launch {
 	uint32_t shared_bytes; /* dynamic shared memory per block */
 	uint32_t timeout_ms;   /* 0: gpuxd's default deadline */
 	uint32_t device;       /* a device index, or GPUX_ANY (gpux chooses: the least busy ready
-				* device, preferring one that holds the cached inputs; a device
-				* buffer argument decides it); ignored when queue is set */
+				* device, preferring one that holds the cached inputs, and the
+				* device of the last GPUX_ANY launch while no other has a quarter
+				* less to do; a device buffer argument decides it); ignored when
+				* queue is set */
 	uint32_t flags;        /* GPUX_LAUNCH_* */
 	gpux_queue *queue;     /* NULL: the device's default queue */
 };

@@ -164,8 +164,9 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
  * worker's status page it reads those words only: a copy of the whole, at every launch, took
  * 4 KiB that the worker writes at every completion away from its cache.
  *
- * The device of the last GPUX_ANY launch keeps the next unless another has at least a
- * quarter less to do: then a process's launches reach a worker in runs, which it launches as
+ * The device of the last GPUX_ANY launch keeps the next unless another has more than a
+ * quarter, and more than ANY_KEEP_MIN requests, less to do (a count read just before a
+ * completion was counted may be that much behind): then a process's launches reach a worker in runs, which it launches as
  * graphs of several (a graph holds one client's requests), where choosing afresh each time
  * scattered them. A worker's count is read again only after ANY_LOAD_AGE_NS: the worker
  * rewrites it at every completion, so a read at every launch costs a cache miss on both
@@ -174,6 +175,7 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
  * each process on one device (docs/PERFORMANCE.md).
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
+#define ANY_KEEP_MIN 2u
 
 static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs, uint32_t *ret)
 {
@@ -211,7 +213,7 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 		}
 	}
 	ctx->rr++;
-	if (last_score != UINT64_MAX && best_score + last_load / 4 >= last_score)
+	if (last_score != UINT64_MAX && best_score + MAX(last_load / 4, ANY_KEEP_MIN) >= last_score)
 		best = ctx->any_last;
 	if (best != UINT32_MAX) {
 		ctx->any_last = best;

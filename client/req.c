@@ -181,6 +181,7 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 {
 	uint64_t best_score = UINT64_MAX, last_score = UINT64_MAX, last_load = 0, now = mono_ns();
 	uint32_t best = UINT32_MAX;
+	unsigned best_aff = 0, last_aff = 0;
 	int r;
 
 	/* A device whose worker dropped our channel comes back for the next request. */
@@ -189,6 +190,7 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 		uint32_t i = (ctx->rr + k) % ctx->ndevices;
 		struct cli_dev *d = &ctx->devs[i];
 		uint64_t load = d->inflight, score;
+		unsigned aff;
 
 		if (d->chan_fd < 0 || d->info.state != GPUX_DEVICE_READY)
 			continue;
@@ -200,20 +202,23 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 			}
 			load += d->any_load;
 		}
-		score = load + AFFINITY_WEIGHT * IPC_ARGS_MAX;
-		if (d->status)
-			score -= (uint64_t)AFFINITY_WEIGHT * affinity(ctx, d->status, args, nargs);
+		aff = d->status ? affinity(ctx, d->status, args, nargs) : 0;
+		score = load + AFFINITY_WEIGHT * (IPC_ARGS_MAX - aff);
 		if (i == ctx->any_last) {
 			last_score = score;
 			last_load = load;
+			last_aff = aff;
 		}
 		if (score < best_score) {
 			best_score = score;
 			best = i;
+			best_aff = aff;
 		}
 	}
 	ctx->rr++;
-	if (last_score != UINT64_MAX && best_score + MAX(last_load / 4, ANY_KEEP_MIN) >= last_score)
+	/* Kept, but never against more of the launch's cached inputs elsewhere. */
+	if (last_score != UINT64_MAX && best_aff <= last_aff &&
+	    best_score + MAX(last_load / 4, ANY_KEEP_MIN) >= last_score)
 		best = ctx->any_last;
 	if (best != UINT32_MAX) {
 		ctx->any_last = best;

@@ -40,7 +40,9 @@ struct cuda_slot {
 	atomic_uint queued;
 	atomic_bool looking; /* its waiter saw a group end that is still its first (look()) */
 	bool stop;
-	struct cuda_graph *graphs[CUDA_GRAPH_SIZES]; /* loop thread; made when first needed */
+	/* graphs[k]: a chain of 2^k kernel nodes (graphs[0]: one request's kernel); loop thread;
+	 * each made when first needed */
+	struct cuda_graph *graphs[CUDA_GRAPH_SIZES];
 	CUdeviceptr scratch;  /* for its requests' copies, one request at a time (loop thread) */
 	uint64_t scratch_len;
 };

@@ -166,13 +166,14 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
  *
  * The device of the last GPUX_ANY launch keeps the next unless another has more than a
  * quarter, and more than ANY_KEEP_MIN requests, less to do (a count read just before a
- * completion was counted may be that much behind): then a process's launches reach a worker in runs, which it launches as
- * graphs of several (a graph holds one client's requests), where choosing afresh each time
- * scattered them. A worker's count is read again only after ANY_LOAD_AGE_NS: the worker
- * rewrites it at every completion, so a read at every launch costs a cache miss on both
- * sides. Measured on two H200s, 16 processes over both devices: 1.38 M launches/s with the
- * choice afresh at every launch and every count read, 1.69-1.76 M/s now, 1.70-2.04 M/s with
- * each process on one device (docs/PERFORMANCE.md).
+ * completion was counted may be that much behind), or more of the launch's cached inputs:
+ * then a process's launches reach a worker in runs, which it launches as graphs of several
+ * (a graph holds one client's requests), where choosing afresh each time scattered them. A
+ * worker's count is read again only after ANY_LOAD_AGE_NS: the worker rewrites it at every
+ * completion, so a read at every launch costs a cache miss on both sides. Measured on two
+ * H200s, 16 processes over both devices: 1.38 M launches/s with the choice afresh at every
+ * launch and every count read, 1.69-1.76 M/s with the device kept and fewer reads,
+ * 1.70-2.04 M/s with each process on one device (docs/PERFORMANCE.md).
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
 #define ANY_KEEP_MIN 2u

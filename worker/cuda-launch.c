@@ -264,6 +264,22 @@ static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, struct wrk_r
 	return g;
 }
 
+/* Give node i of the graph r's launch, unless it holds that already. */
+static CUresult node_set(struct cuda_dev *d, struct cuda_graph *gr, unsigned i, struct wrk_req *r)
+{
+	struct cuda_node want;
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUresult e;
+
+	node_of(r, &want, &p);
+	if (node_same(&gr->set[i], &want))
+		return CUDA_SUCCESS;
+	e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[i], &p);
+	if (e == CUDA_SUCCESS)
+		gr->set[i] = want;
+	return e;
+}
+
 /*
  * Bytes copied in just before a kernel, at most, for the kernel to go as a graph: on an H200
  * (driver 580) a graph launched behind a 64 KiB copy in ended 4.5 µs later than the same
@@ -285,25 +301,16 @@ static CUresult kernel_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 {
 	const struct wrk_kernel_info *ki = &r->kernel->info;
 	struct cuda_graph *gr = s->graphs[0];
-	CUresult e = CUDA_SUCCESS;
+	CUresult e;
 
 	if (graph && r->shared_bytes <= DEFAULT_SHARED) {
-		struct cuda_node want;
-		CUDA_KERNEL_NODE_PARAMS p;
-
 		if (!gr)
 			gr = s->graphs[0] = graph_new(d, 1, r, &e);
-		if (gr) {
-			node_of(r, &want, &p);
-			if (!node_same(&gr->set[0], &want))
-				e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[0], &p);
-			if (e == CUDA_SUCCESS) {
-				gr->set[0] = want;
-				return d->cu.cuGraphLaunch(gr->exec, s->stream);
-			}
-			graph_free(d, gr);
-			s->graphs[0] = NULL;
-		}
+		if (gr && node_set(d, gr, 0, r) == CUDA_SUCCESS)
+			return d->cu.cuGraphLaunch(gr->exec, s->stream);
+		/* Not made, or what its node holds is not known: made again when next needed. */
+		graph_free(d, gr);
+		s->graphs[0] = NULL;
 	}
 	return d->cu.cuLaunchKernel(ki->fn, r->grid[0], r->grid[1], r->grid[2], r->block[0],
 				    r->block[1], r->block[2], r->shared_bytes, s->stream, r->params,
@@ -482,14 +489,7 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	if (!g)
 		goto one_by_one;
 	for (unsigned i = 0; i < n; i++) {
-		struct cuda_node want;
-		CUDA_KERNEL_NODE_PARAMS p;
-
-		node_of(reqs[i], &want, &p);
-		if (node_same(&gr->set[i], &want))
-			continue;
-		e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[i], &p);
-		if (e != CUDA_SUCCESS) {
+		if (node_set(d, gr, i, reqs[i]) != CUDA_SUCCESS) {
 			/* What the node holds now is not known (nor, so, which module it needs
 			 * loaded): the graph goes, and is made again when next needed. */
 			graph_free(d, gr);
@@ -497,7 +497,6 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 			cuda_group_put(d, g);
 			goto one_by_one;
 		}
-		gr->set[i] = want;
 	}
 	memcpy(g->reqs, reqs, n * sizeof(*reqs));
 	g->n = n;

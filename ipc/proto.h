@@ -397,7 +397,8 @@ struct ipc_stats {
 	uint32_t nvrtc_version;  /* major * 1000 + minor * 10, as driver_version; 0: none */
 	char driver[32];         /* the kernel driver's release ("580.95.05"), or "" */
 	uint64_t loop_waits; /* requests whose end the loop itself saw, launched alone */
-	uint64_t reserved[3];
+	uint64_t copyin_requests; /* requests whose copies in went by gpux's copy-in kernel */
+	uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 

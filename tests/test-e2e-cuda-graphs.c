@@ -19,7 +19,9 @@ static const char ptx[] =
 	".version 8.0\n.target sm_90\n.address_size 64\n"
 	".visible .entry append(.param .u32 append_param_0, .param .u64 append_param_1)\n"
 	"{\n\tret;\n}\n"
-	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n";
+	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
+	".visible .entry add1(.param .u64 add1_param_0, .param .u64 add1_param_1,\n"
+	"\t.param .u64 add1_param_2)\n{\n\tret;\n}\n";
 
 static void start(struct test_daemon *d, const char *fail)
 {
@@ -181,6 +183,74 @@ static void test_graphs_keep_order_and_parameters(void **state)
 	test_daemon_stop(d);
 }
 
+static uint64_t copyin_requests(const struct test_daemon *d)
+{
+	return stats(d).copyin_requests;
+}
+
+/* add1 of n floats from `in` at byte offset off, new values each time: checked. */
+static void run_add1(gpux_module *m, gpux_buf *in, uint64_t off, uint64_t n, gpux_buf *out,
+		     uint64_t *seed)
+{
+	struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(in, off, n * 4),
+				   gpux_arg_out(out, 0, n * 4) };
+	struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+	const float *pi = (const float *)((const uint8_t *)gpux_buf_data(in) + off);
+	const float *po = gpux_buf_data(out);
+
+	test_fill_random(gpux_buf_data(in), gpux_buf_size(in) / 4, seed);
+	assert_int_equal(gpux_run(m, "add1", &l, args, 3), GPUX_OK);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(po[i], pi[i] + 1.0f, 0);
+}
+
+/*
+ * Copies in of more than 4 KiB and at most 256 KiB, each from a 16-byte aligned place, go by
+ * gpux's copy-in kernel in one graph with the request's kernel, once the worker has loaded it
+ * (on a thread of its own: until then, by cuMemcpyHtoDAsync). Two inputs in turn, so that the
+ * copy node is set each time; the third time the driver refuses that (not sticky), and that
+ * request's copy goes by cuMemcpyHtoDAsync, the graph made again for the next. Copies of 4 KiB,
+ * of more than 256 KiB and from an unaligned place do not go by the kernel. Every result is
+ * right.
+ */
+static void test_copies_in_by_kernel(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 20 };
+	const uint64_t n = 16384;
+	uint64_t seed = 7, before, until = mono_ns() + 10 * 1000000000ull;
+	gpux_buf *in[2], *out;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	start(d, "cuGraphExecKernelNodeSetParams:3:1");
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	for (int k = 0; k < 2; k++)
+		assert_int_equal(gpux_buf_alloc(ctx, 512 << 10, &in[k]), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, 512 << 10, &out), GPUX_OK);
+	while (copyin_requests(d) == 0) {
+		run_add1(m, in[0], 0, n, out, &seed);
+		assert_true(mono_ns() < until);
+	}
+	before = copyin_requests(d);
+	for (unsigned i = 0; i < N; i++)
+		run_add1(m, in[(i + 1) % 2], 16 * (i % 3), n, out, &seed);
+	assert_int_equal(copyin_requests(d) - before, N - 1);
+	run_add1(m, in[0], 0, 1024, out, &seed);
+	run_add1(m, in[0], 0, (256 << 10) / 4 + 1, out, &seed);
+	run_add1(m, in[0], 4, n, out, &seed);
+	assert_int_equal(copyin_requests(d) - before, N - 1);
+	run_add1(m, in[0], 0, (256 << 10) / 4, out, &seed);
+	assert_int_equal(copyin_requests(d) - before, N);
+	for (int k = 0; k < 2; k++)
+		gpux_buf_free(in[k]);
+	gpux_buf_free(out);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
 /* A node the driver refuses (not sticky): the batch goes one request at a time instead. */
 static void test_graphs_refused_node_falls_back(void **state)
 {
@@ -294,6 +364,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TEST_WITH_DAEMON(test_graphs_of_one_follow_each_launch),
 		TEST_WITH_DAEMON(test_graphs_keep_order_and_parameters),
+		TEST_WITH_DAEMON(test_copies_in_by_kernel),
 		TEST_WITH_DAEMON(test_graphs_refused_node_falls_back),
 		TEST_WITH_DAEMON(test_graphs_fault_stays_with_one_client),
 	};

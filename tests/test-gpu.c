@@ -84,6 +84,14 @@ static const char kernels[] =
 	"	if (i < n)\n"
 	"		out[i] = in[i] + 1.0f;\n"
 	"}\n"
+	"extern \"C\" __global__ void xor3(unsigned long long n, const unsigned char *a,\n"
+	"                                 const unsigned char *b, const unsigned char *c,\n"
+	"                                 unsigned char *out)\n"
+	"{\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	if (i < n)\n"
+	"		out[i] = a[i] ^ b[i] ^ c[i];\n"
+	"}\n"
 	"extern \"C\" __global__ void square(unsigned long long n, const float *in, float *out)\n"
 	"{\n"
 	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
@@ -607,6 +615,76 @@ static void test_gpu_cached_input_hits(void **state)
 	gpux_buf_free(in);
 }
 
+/*
+ * Copies in that go by gpux's copy-in kernel (more than 4 KiB, at most 256 KiB in all, each
+ * from a 16-byte aligned place), and some that do not, of every length: each byte arrives.
+ * The kernel is compiled by the driver on a thread of the worker's (about 120 ms): requests go
+ * by cuMemcpyHtoDAsync until it is there.
+ */
+static void test_gpu_copies_in_by_kernel(void **state)
+{
+	struct env *e = *state;
+	static const struct {
+		uint64_t n, off[3];
+	} cases[] = {
+		{ 4097, { 0, 16, 32 } },	    { 5000, { 16, 4096, 48 } },
+		{ 16387, { 0, 0, 0 } },		    { 65536, { 4096, 16, 8192 } },
+		{ 65541, { 4, 0, 0 } },		    { 87381, { 0, 16, 160 } },
+		{ 87382, { 0, 0, 0 } },		    { 1365, { 0, 16, 32 } },
+		{ 100000, { 1, 2, 3 } },
+	};
+	const uint64_t cap = 128 << 10;
+	uint64_t before, want = 0, until = mono_ns() + 20 * 1000000000ull;
+	gpux_buf *in[3], *out;
+
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(gpux_buf_alloc(e->ctx, cap, &in[k]), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(e->ctx, cap, &out), GPUX_OK);
+	/* Until the kernel is there (64 KiB in: one range). */
+	before = stat_of(e, offsetof(struct ipc_stats, copyin_requests));
+	while (stat_of(e, offsetof(struct ipc_stats, copyin_requests)) == before) {
+		const uint64_t n = 16384;
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(in[0], 0, n * 4),
+					   gpux_arg_out(out, 0, n * 4) };
+		struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 } };
+		const float *pi = gpux_buf_data(in[0]), *po = gpux_buf_data(out);
+
+		test_fill_random(gpux_buf_data(in[0]), n, &e->seed);
+		assert_int_equal(gpux_run(e->m, "add1", &l, args, 3), GPUX_OK);
+		for (uint64_t i = 0; i < n; i++)
+			assert_float_equal(po[i], pi[i] + 1.0f, 0);
+		assert_true(mono_ns() < until);
+	}
+	before = stat_of(e, offsetof(struct ipc_stats, copyin_requests));
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		uint64_t n = cases[c].n;
+		const uint64_t *off = cases[c].off;
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(in[0], off[0], n),
+					   gpux_arg_in(in[1], off[1], n), gpux_arg_in(in[2], off[2], n),
+					   gpux_arg_out(out, 0, n) };
+		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+		const uint8_t *a = (const uint8_t *)gpux_buf_data(in[0]) + off[0];
+		const uint8_t *b = (const uint8_t *)gpux_buf_data(in[1]) + off[1];
+		const uint8_t *cc = (const uint8_t *)gpux_buf_data(in[2]) + off[2];
+		const uint8_t *po = gpux_buf_data(out);
+
+		for (int k = 0; k < 3; k++)
+			test_fill_random(gpux_buf_data(in[k]), cap / 4, &e->seed);
+		poison(gpux_buf_data(out), cap);
+		assert_int_equal(gpux_run(e->m, "xor3", &l, args, 5), GPUX_OK);
+		for (uint64_t i = 0; i < n; i++)
+			if (po[i] != (uint8_t)(a[i] ^ b[i] ^ cc[i]))
+				fail_msg("case %zu (%llu bytes): byte %llu", c, (unsigned long long)n,
+					 (unsigned long long)i);
+		want += 3 * n > 4096 && 3 * n <= (256u << 10) &&
+			(off[0] | off[1] | off[2]) % 16 == 0;
+	}
+	assert_int_equal(stat_of(e, offsetof(struct ipc_stats, copyin_requests)) - before, want);
+	for (int k = 0; k < 3; k++)
+		gpux_buf_free(in[k]);
+	gpux_buf_free(out);
+}
+
 /* x -> device buffer -> add1 -> square -> saxpy, never through the host, against the CPU. */
 static void test_gpu_dbuf_chain(void **state)
 {
@@ -717,6 +795,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_module_from_disk_after_restart),
 		cmocka_unit_test(test_gpu_32_forked_children),
 		cmocka_unit_test(test_gpu_cached_input_hits),
+		cmocka_unit_test(test_gpu_copies_in_by_kernel),
 		cmocka_unit_test(test_gpu_dbuf_chain),
 		cmocka_unit_test(test_gpu_queues_overlap),
 	};

@@ -67,7 +67,7 @@ def check(fams):
     fam("gpux_cache_hits", "counter")
     for name in ("gpux_worker_loop_sleeps", "gpux_client_kicks", "gpux_socket_messages",
                  "gpux_blocking_waits", "gpux_slot_waits", "gpux_graph_launches",
-                 "gpux_graph_requests", "gpux_loop_waits"):
+                 "gpux_graph_requests", "gpux_loop_waits", "gpux_copyin_requests"):
         fam(name, "counter")
     fam("gpux_module_compiles", "counter")
     fam("gpux_module_build_seconds", "counter")

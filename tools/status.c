@@ -80,7 +80,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 		C(module_disk_hits), C(module_compiles), C(cache_hits), C(cache_misses),
 		C(cache_bytes), C(cache_entries), C(cache_evictions), C(dbuf_bytes), C(mem_free),
 		C(graph_launches), C(graph_requests), C(loop_sleeps), C(kicks_sent),
-		C(socket_msgs), C(blocking_waits), C(slot_waits), C(loop_waits),
+		C(socket_msgs), C(blocking_waits), C(slot_waits), C(loop_waits), C(copyin_requests),
 #undef C
 	};
 
@@ -191,11 +191,12 @@ static void print_table(const char *path, const struct ipc_status *st, const str
 			       (unsigned long long)s->cache_evictions);
 		printf("     hand-offs: %llu graphs of %llu requests, %llu loop sleeps, %llu kicks "
 		       "sent, %llu socket messages, %llu blocking waits, %llu slot waits, %llu "
-		       "ends seen by the loop\n",
+		       "ends seen by the loop, %llu copied in by kernel\n",
 		       (unsigned long long)s->graph_launches, (unsigned long long)s->graph_requests,
 		       (unsigned long long)s->loop_sleeps, (unsigned long long)s->kicks_sent,
 		       (unsigned long long)s->socket_msgs, (unsigned long long)s->blocking_waits,
-		       (unsigned long long)s->slot_waits, (unsigned long long)s->loop_waits);
+		       (unsigned long long)s->slot_waits, (unsigned long long)s->loop_waits,
+		       (unsigned long long)s->copyin_requests);
 	}
 }
 

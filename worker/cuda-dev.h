@@ -43,9 +43,33 @@ struct cuda_slot {
 	/* graphs[k]: a chain of 2^k kernel nodes (graphs[0]: one request's kernel); loop thread;
 	 * each made when first needed */
 	struct cuda_graph *graphs[CUDA_GRAPH_SIZES];
+	/* a request's copies in, by the copy-in kernel, then its kernel (loop thread) */
+	struct cuda_graph *graph_in;
 	CUdeviceptr scratch;  /* for its requests' copies, one request at a time (loop thread) */
 	uint64_t scratch_len;
 };
+
+/*
+ * Copies in that go by a kernel of gpux's own (worker/cuda-copyin.c) in one graph with the
+ * request's kernel, rather than cuMemcpyHtoDAsync and the kernel behind it: at most
+ * CUDA_COPYIN_RANGES of them, of more than GRAPH_AFTER_COPY_MAX and at most CUDA_COPYIN_MAX
+ * bytes in all. On an H200 (driver 580), a 64 KiB copy in and a kernel took 11.4-12.3 µs so,
+ * 12.7-18.2 µs with the copy engine; 128 KiB 12.8-13.9 against 19.8-20.5; 256 KiB 15.4-16.3
+ * against 20.7-21.9; 512 KiB the same both ways (docs/PERFORMANCE.md).
+ */
+#define CUDA_COPYIN_RANGES 8u
+#define CUDA_COPYIN_MAX (256u << 10)
+
+/* What gpux_copy_in is given: range i goes from src[i] (the device's view of the client's
+ * pages) to dst[i] (device memory), len[i] bytes. */
+struct cuda_copyin {
+	uint32_t n, pad;
+	uint64_t dst[CUDA_COPYIN_RANGES];
+	uint64_t src[CUDA_COPYIN_RANGES];
+	uint64_t len[CUDA_COPYIN_RANGES];
+};
+
+enum { COPYIN_NONE, COPYIN_LOADING, COPYIN_READY, COPYIN_FAILED };
 
 struct cuda_dev {
 	struct wrk *w;
@@ -69,6 +93,12 @@ struct cuda_dev {
 	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
 	struct cuda_group *held; /* a lone group whose end the loop thread looks at */
 	uint64_t held_until;     /* when it goes to its waiter if not ended */
+	/* The copy-in kernel, loaded by a thread of its own once the context is made. */
+	atomic_int copyin_state; /* COPYIN_*; copyin_fn is there once READY */
+	bool copyin_started;     /* copyin_thread is to be joined */
+	pthread_t copyin_thread;
+	CUmodule copyin_mod;
+	CUfunction copyin_fn;
 };
 
 struct cuda_module {
@@ -99,6 +129,14 @@ void cuda_launch(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
 /* A module goes: graphs whose nodes last held one of its kernels go too (loop thread). */
 void cuda_graphs_forget(struct cuda_dev *d, struct cuda_module *m);
 void cuda_slot_graphs_free(struct cuda_dev *d, struct cuda_slot *s);
+
+/* worker/cuda-copyin.c */
+/* Load the copy-in kernel on a thread of its own (the context made). */
+void cuda_copyin_start(struct cuda_dev *d);
+/* The copy-in kernel, or NULL while it is not loaded (or could not be). */
+CUfunction cuda_copyin_fn(struct cuda_dev *d);
+/* Wait for its load, and let it go. */
+void cuda_copyin_stop(struct cuda_dev *d);
 
 /* worker/cuda-slot.c */
 int cuda_slot_open(void *dev, unsigned slot, char **ret_msg);

@@ -234,11 +234,16 @@ static void graph_free(struct cuda_dev *d, struct cuda_graph *g)
 	free(g);
 }
 
-/* A chain of n kernel nodes, each given r's launch, instantiated. */
-static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, struct wrk_req *r,
+/*
+ * A chain of n kernel nodes, instantiated: the first given `first` (with its parameters
+ * `first_p`) where that is not NULL, every other r's launch.
+ */
+static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, const struct cuda_node *first,
+				    const CUDA_KERNEL_NODE_PARAMS *first_p, struct wrk_req *r,
 				    CUresult *err)
 {
 	struct cuda_graph *g = calloc(1, sizeof(*g));
+	struct cuda_node rn;
 	CUDA_KERNEL_NODE_PARAMS p;
 	CUresult e;
 
@@ -247,12 +252,14 @@ static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, struct wrk_r
 		return NULL;
 	}
 	g->n = n;
-	node_of(r, &g->set[0], &p);
+	node_of(r, &rn, &p);
 	e = d->cu.cuGraphCreate(&g->graph, 0);
 	for (unsigned i = 0; i < n && e == CUDA_SUCCESS; i++) {
+		bool own = i == 0 && first;
+
 		e = d->cu.cuGraphAddKernelNode(&g->nodes[i], g->graph, i ? &g->nodes[i - 1] : NULL,
-					       i ? 1 : 0, &p);
-		g->set[i] = g->set[0];
+					       i ? 1 : 0, own ? first_p : &p);
+		g->set[i] = own ? *first : rn;
 	}
 	if (e == CUDA_SUCCESS)
 		e = d->cu.cuGraphInstantiateWithFlags(&g->exec, g->graph, 0);
@@ -264,20 +271,28 @@ static struct cuda_graph *graph_new(struct cuda_dev *d, unsigned n, struct wrk_r
 	return g;
 }
 
+/* Give node i of the graph `want` (its parameters p), unless it holds that already. */
+static CUresult node_give(struct cuda_dev *d, struct cuda_graph *gr, unsigned i,
+			  const struct cuda_node *want, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	CUresult e;
+
+	if (node_same(&gr->set[i], want))
+		return CUDA_SUCCESS;
+	e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[i], p);
+	if (e == CUDA_SUCCESS)
+		gr->set[i] = *want;
+	return e;
+}
+
 /* Give node i of the graph r's launch, unless it holds that already. */
 static CUresult node_set(struct cuda_dev *d, struct cuda_graph *gr, unsigned i, struct wrk_req *r)
 {
 	struct cuda_node want;
 	CUDA_KERNEL_NODE_PARAMS p;
-	CUresult e;
 
 	node_of(r, &want, &p);
-	if (node_same(&gr->set[i], &want))
-		return CUDA_SUCCESS;
-	e = d->cu.cuGraphExecKernelNodeSetParams(gr->exec, gr->nodes[i], &p);
-	if (e == CUDA_SUCCESS)
-		gr->set[i] = want;
-	return e;
+	return node_give(d, gr, i, &want, &p);
 }
 
 /*
@@ -285,7 +300,8 @@ static CUresult node_set(struct cuda_dev *d, struct cuda_graph *gr, unsigned i, 
  * (driver 580) a graph launched behind a 64 KiB copy in ended 4.5 µs later than the same
  * kernel launched with cuLaunchKernel (16.4 against 11.9 µs for the copy and the kernel),
  * behind 4 KiB sooner (IN 4 KiB + kernel 1.07-1.27 of the in-process rate, against 0.96-0.97
- * with cuLaunchKernel). Copies out after the kernel cost it nothing.
+ * with cuLaunchKernel). Copies out after the kernel cost it nothing. More copied in goes by
+ * the copy-in kernel where it can (cuda-dev.h), in one graph with the kernel.
  */
 #define GRAPH_AFTER_COPY_MAX 4096u
 
@@ -305,7 +321,7 @@ static CUresult kernel_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 
 	if (graph && r->shared_bytes <= DEFAULT_SHARED) {
 		if (!gr)
-			gr = s->graphs[0] = graph_new(d, 1, r, &e);
+			gr = s->graphs[0] = graph_new(d, 1, NULL, NULL, r, &e);
 		if (gr && node_set(d, gr, 0, r) == CUDA_SUCCESS)
 			return d->cu.cuGraphLaunch(gr->exec, s->stream);
 		/* Not made, or what its node holds is not known: made again when next needed. */
@@ -315,6 +331,104 @@ static CUresult kernel_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 	return d->cu.cuLaunchKernel(ki->fn, r->grid[0], r->grid[1], r->grid[2], r->block[0],
 				    r->block[1], r->block[2], r->shared_bytes, s->stream, r->params,
 				    NULL);
+}
+
+/* Threads of a block of the copy-in kernel, and its blocks for a range at most: 512 blocks of
+ * 256 copy 2 MiB with one load each. */
+#define COPYIN_THREADS 256u
+#define COPYIN_BLOCKS_MAX 512u
+
+/* A request's copies in, for the copy-in kernel, and where they come from on the host. */
+struct copyin {
+	struct cuda_copyin t;
+	void *host[CUDA_COPYIN_RANGES];
+};
+
+/*
+ * The copy-in kernel, if r's copies in are to go by it (cuda-dev.h says when): all into the
+ * slot's scratch (`scratch`), each from pages the device sees, 16-byte aligned. Else, or while
+ * the kernel is not loaded (yet), NULL.
+ */
+static CUfunction copyin_wanted(struct cuda_dev *d, const struct wrk_req *r, bool scratch)
+{
+	uint64_t bytes = 0;
+	unsigned n = 0;
+
+	if (!scratch || r->shared_bytes > DEFAULT_SHARED)
+		return NULL;
+	for (unsigned i = 0; i < r->nargs; i++) {
+		const struct wrk_arg *a = &r->args[i];
+
+		if (!arg_copied(a) || a->kind == GPUX_ARG_OUT)
+			continue;
+		if (++n > CUDA_COPYIN_RANGES || !a->map->dev_addr ||
+		    (a->map->dev_addr + a->offset) % 16 != 0)
+			return NULL;
+		bytes += a->len;
+	}
+	if (bytes <= GRAPH_AFTER_COPY_MAX || bytes > CUDA_COPYIN_MAX)
+		return NULL;
+	return cuda_copyin_fn(d);
+}
+
+/*
+ * Start r's copies in (c) and its kernel as the slot's graph of two nodes, the copy-in
+ * kernel's and r's. Where that graph cannot be made or set, the copies go by
+ * cuMemcpyHtoDAsync and the kernel by cuLaunchKernel, as they would without the copy-in kernel.
+ */
+static CUresult copyin_launch(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r,
+			      CUfunction fn, struct copyin *c, char **ret_msg)
+{
+	struct cuda_graph *gr = s->graph_in;
+	uint64_t most = 0;
+	struct cuda_node want = { .fn = fn, .block = { COPYIN_THREADS, 1, 1 }, .len = sizeof(c->t) };
+	void *params[] = { &c->t };
+	CUDA_KERNEL_NODE_PARAMS p;
+	CUresult e;
+
+	for (unsigned i = 0; i < c->t.n; i++)
+		most = MAX(most, c->t.len[i]);
+	want.grid[0] = (uint32_t)MIN(MAX((most + 16u * COPYIN_THREADS - 1) / (16u * COPYIN_THREADS),
+					 1u),
+				     COPYIN_BLOCKS_MAX);
+	want.grid[1] = c->t.n;
+	want.grid[2] = 1;
+	memcpy(want.params, &c->t, sizeof(c->t));
+	p = (CUDA_KERNEL_NODE_PARAMS){
+		.func = fn,
+		.gridDimX = want.grid[0],
+		.gridDimY = want.grid[1],
+		.gridDimZ = 1,
+		.blockDimX = COPYIN_THREADS,
+		.blockDimY = 1,
+		.blockDimZ = 1,
+		.kernelParams = params,
+	};
+	if (!gr)
+		gr = s->graph_in = graph_new(d, 2, &want, &p, r, &e);
+	if (gr && node_give(d, gr, 0, &want, &p) == CUDA_SUCCESS &&
+	    node_set(d, gr, 1, r) == CUDA_SUCCESS) {
+		e = d->cu.cuGraphLaunch(gr->exec, s->stream);
+		if (e == CUDA_SUCCESS)
+			d->w->stats.copyin_requests++;
+		else
+			*ret_msg = strdup("launch");
+		return e;
+	}
+	/* Not made, or what its nodes hold is not known: made again when next needed. */
+	graph_free(d, gr);
+	s->graph_in = NULL;
+	for (unsigned i = 0; i < c->t.n; i++) {
+		e = d->cu.cuMemcpyHtoDAsync(c->t.dst[i], c->host[i], c->t.len[i], s->stream);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = strdup("copy to the device");
+			return e;
+		}
+	}
+	e = kernel_launch(d, s, r, false);
+	if (e != CUDA_SUCCESS)
+		*ret_msg = strdup("launch");
+	return e;
 }
 
 /*
@@ -327,8 +441,12 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 	struct wrk_kernel_info *ki = &r->kernel->info;
 	CUstream st = s->stream;
 	bool scratch = scratch_fits(d, s, r);
+	CUfunction copier = copyin_wanted(d, r, scratch);
+	struct copyin c;
 	uint64_t used = 0, in_bytes = 0;
 	CUresult e;
+
+	memset(&c.t, 0, sizeof(c.t));
 
 	for (unsigned i = 0; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
@@ -368,7 +486,12 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 				}
 				g->temp[g->ntemp++] = p;
 			}
-			if (a->kind != GPUX_ARG_OUT) {
+			if (a->kind != GPUX_ARG_OUT && copier) {
+				c.t.dst[c.t.n] = p;
+				c.t.src[c.t.n] = a->map->dev_addr + a->offset;
+				c.t.len[c.t.n] = a->len;
+				c.host[c.t.n++] = a->host;
+			} else if (a->kind != GPUX_ARG_OUT) {
 				in_bytes += a->len;
 				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
 				if (e != CUDA_SUCCESS) {
@@ -391,10 +514,16 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 		}
 		ki->shared_optin = r->shared_bytes;
 	}
-	e = kernel_launch(d, s, r, in_bytes <= GRAPH_AFTER_COPY_MAX);
-	if (e != CUDA_SUCCESS) {
-		*ret_msg = strdup("launch");
-		return e;
+	if (copier) {
+		e = copyin_launch(d, s, r, copier, &c, ret_msg);
+		if (e != CUDA_SUCCESS)
+			return e;
+	} else {
+		e = kernel_launch(d, s, r, in_bytes <= GRAPH_AFTER_COPY_MAX);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = strdup("launch");
+			return e;
+		}
 	}
 	for (unsigned i = 0; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
@@ -484,7 +613,7 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 		args_direct(reqs[i]);
 	gr = s->graphs[k];
 	if (!gr)
-		gr = s->graphs[k] = graph_new(d, n, reqs[0], &e);
+		gr = s->graphs[k] = graph_new(d, n, NULL, NULL, reqs[0], &e);
 	g = gr ? cuda_group_get(d, &e) : NULL;
 	if (!g)
 		goto one_by_one;
@@ -564,20 +693,27 @@ void cuda_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned n)
 	launch_run(d, s, run, nrun);
 }
 
+/* A graph of the slot's, if one of its nodes last held a kernel of m, goes. */
+static void graph_forget(struct cuda_dev *d, struct cuda_graph **gp, struct cuda_module *m)
+{
+	struct cuda_graph *g = *gp;
+	bool uses = false;
+
+	for (unsigned j = 0; g && j < g->n && !uses; j++)
+		uses = g->set[j].mod == m;
+	if (uses) {
+		graph_free(d, g);
+		*gp = NULL;
+	}
+}
+
 void cuda_graphs_forget(struct cuda_dev *d, struct cuda_module *m)
 {
-	for (unsigned i = 0; i < d->nslots; i++)
-		for (unsigned k = 0; k < CUDA_GRAPH_SIZES; k++) {
-			struct cuda_graph *g = d->slots[i].graphs[k];
-			bool uses = false;
-
-			for (unsigned j = 0; g && j < g->n && !uses; j++)
-				uses = g->set[j].mod == m;
-			if (uses) {
-				graph_free(d, g);
-				d->slots[i].graphs[k] = NULL;
-			}
-		}
+	for (unsigned i = 0; i < d->nslots; i++) {
+		for (unsigned k = 0; k < CUDA_GRAPH_SIZES; k++)
+			graph_forget(d, &d->slots[i].graphs[k], m);
+		graph_forget(d, &d->slots[i].graph_in, m);
+	}
 }
 
 void cuda_slot_graphs_free(struct cuda_dev *d, struct cuda_slot *s)
@@ -586,4 +722,6 @@ void cuda_slot_graphs_free(struct cuda_dev *d, struct cuda_slot *s)
 		graph_free(d, s->graphs[k]);
 		s->graphs[k] = NULL;
 	}
+	graph_free(d, s->graph_in);
+	s->graph_in = NULL;
 }

@@ -114,6 +114,7 @@ static void cuda_close(void *dv)
 	if (!d)
 		return;
 	cuda_slots_close(d);
+	cuda_copyin_stop(d);
 	wrk_compiler_stop(&d->compiler);
 	if (d->aux)
 		(void)d->cu.cuStreamDestroy(d->aux);
@@ -202,6 +203,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 		.max_shared_per_block_optin = (uint32_t)attr(
 			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
 	};
+	cuda_copyin_start(d);
 	*ret_dev = d;
 	return 0;
 err:

@@ -775,6 +775,20 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 		log[1 + log[0]++] = P(uint32_t, 0);
 	} else if (strcmp(fn->name, "spin") == 0) {
 		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
+	} else if (strcmp(fn->name, "gpux_copy_in") == 0) {
+		/* gpux's own (worker/cuda-copyin.c): its table's ranges, from the client's pages. */
+		const uint8_t *t = params[0];
+		uint32_t n;
+
+		memcpy(&n, t, sizeof(n));
+		for (uint32_t i = 0; i < n && i < 8; i++) {
+			uint64_t dst, src, len;
+
+			memcpy(&dst, t + 8 + 8 * i, 8);
+			memcpy(&src, t + 72 + 8 * i, 8);
+			memcpy(&len, t + 136 + 8 * i, 8);
+			memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
+		}
 	} else if (strcmp(fn->name, "fault") == 0) {
 		/* Reported later, as a real fault is: at the next synchronisation. */
 		(void)pthread_mutex_lock(&fake_lock);

@@ -71,6 +71,9 @@ struct cuda_copyin {
 
 enum { COPYIN_NONE, COPYIN_LOADING, COPYIN_READY, COPYIN_FAILED };
 
+/* 64-bit words from one slot's end word to the next (struct cuda_dev): a cache line each. */
+#define CUDA_END_WORD_STRIDE 8u
+
 struct cuda_dev {
 	struct wrk *w;
 	struct cu_driver cu;
@@ -93,6 +96,15 @@ struct cuda_dev {
 	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
 	struct cuda_group *held; /* a lone group whose end the loop thread looks at */
 	uint64_t held_until;     /* when it goes to its waiter if not ended */
+	/*
+	 * A word for each slot (CUDA_END_WORD_STRIDE apart) in host memory the device sees, to
+	 * which the slot's stream writes a group's seq once it is through (cuStreamWriteValue64),
+	 * where the loop thread will hold the group: it reads the word instead of asking the
+	 * driver (cuEventQuery, 1.5 µs a look). NULL: ends are seen through events only.
+	 */
+	_Atomic uint64_t *ends;
+	CUdeviceptr ends_dev;
+	bool ends_refused; /* cuStreamWriteValue64 failed once: events only */
 	/* The copy-in kernel, loaded by a thread of its own once the context is made. */
 	atomic_int copyin_state; /* COPYIN_*; copyin_fn is there once READY */
 	bool copyin_started;     /* copyin_thread is to be joined */
@@ -117,6 +129,7 @@ struct cuda_group {
 	CUevent done;       /* without timing (a twelfth of the cost): after any other group */
 	CUevent fin;        /* end or done: what the waiter waits for */
 	uint64_t copy_ns;   /* how long its copies take at least: the waiter sleeps through that */
+	bool word;          /* its stream writes seq to its slot's end word after its event */
 	unsigned ntemp;
 	CUdeviceptr temp[IPC_ARGS_MAX];
 };
@@ -147,6 +160,8 @@ struct cuda_group *cuda_group_get(struct cuda_dev *d, CUresult *err);
 void cuda_group_put(struct cuda_dev *d, struct cuda_group *g);
 /* Hand a launched group to its slot's waiter. */
 void cuda_group_push(struct cuda_slot *s, struct cuda_group *g);
+/* Whether cuda_group_launched() will hold g, launched now (loop thread). */
+bool cuda_group_will_hold(const struct cuda_dev *d, const struct cuda_group *g);
 /* A group launched: held by the loop thread when nothing else is in flight, else pushed. */
 void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g);
 /* The held group, if any, to its waiter (loop thread). */

@@ -66,12 +66,14 @@ static const struct entry entries[] = {
 	E(cuGraphExecDestroy, 10000),
 	E(cuGraphExecKernelNodeSetParams, 12000),
 	E(cuGraphLaunch, 10000),
+	E(cuStreamWriteValue64, 12000),
 };
 
 /* Entries the worker cannot do without. */
 static bool required(const struct entry *e)
 {
-	return strcmp(e->name, "cuFuncGetParamInfo") != 0;
+	return strcmp(e->name, "cuFuncGetParamInfo") != 0 &&
+	       strcmp(e->name, "cuStreamWriteValue64") != 0;
 }
 
 int cu_driver_load(struct cu_driver *d, char **ret_msg)

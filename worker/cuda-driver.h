@@ -63,6 +63,7 @@ struct cu_driver {
 	CU_FN(cuGraphExecDestroy);
 	CU_FN(cuGraphExecKernelNodeSetParams);
 	CU_FN(cuGraphLaunch);
+	CU_FN(cuStreamWriteValue64); /* NULL where the driver will not */
 };
 
 /*

@@ -222,15 +222,21 @@ void cuda_group_push(struct cuda_slot *s, struct cuda_group *g)
  * group goes to its slot's waiter as soon as another group is to be launched, the loop is
  * about to sleep, a look says anything but "not ready" (a fault is the waiter's to blame), or
  * it has been held for a spin. Nowhere threads must not spin, and not a group with copies
- * longer than a spin: the waiter naps through those.
+ * longer than a spin: the waiter naps through those. Only the loop thread adds to the slots'
+ * counts, so a group that will be held when launched still will be once it is.
  */
-void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g)
+bool cuda_group_will_hold(const struct cuda_dev *d, const struct cuda_group *g)
 {
 	bool idle = d->w->spin_ns > 0 && g->copy_ns <= d->w->spin_ns;
 
 	for (unsigned i = 0; i < d->nslots && idle; i++)
 		idle = atomic_load(&d->slots[i].queued) == 0;
-	if (!idle) {
+	return idle;
+}
+
+void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g)
+{
+	if (!cuda_group_will_hold(d, g)) {
 		cuda_group_push(s, g);
 		return;
 	}
@@ -422,7 +428,17 @@ bool cuda_poll(void *dv, bool sleeping)
 
 	if (!g)
 		return false;
-	e = sleeping ? CUDA_ERROR_NOT_READY : d->cu.cuEventQuery(g->fin);
+	if (sleeping)
+		e = CUDA_ERROR_NOT_READY;
+	else if (g->word)
+		/* Written once the stream is past the group's event: a fault never writes it, and
+		 * the group goes to its waiter, which blames it, a spin later. */
+		e = atomic_load_explicit(&d->ends[g->slot * CUDA_END_WORD_STRIDE],
+					 memory_order_acquire) >= g->seq
+			    ? CUDA_SUCCESS
+			    : CUDA_ERROR_NOT_READY;
+	else
+		e = d->cu.cuEventQuery(g->fin);
 	if (e == CUDA_SUCCESS) {
 		d->held = NULL;
 		d->w->stats.loop_waits += g->n;

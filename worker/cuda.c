@@ -107,6 +107,42 @@ static int cuda_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n
 	return 0;
 }
 
+/* The slots' end words (cuda-dev.h): a page of host memory the device sees. Without it, or
+ * cuStreamWriteValue64, ends are seen through events only. */
+#define ENDS_BYTES 4096u
+_Static_assert(WRK_SLOTS_MAX * CUDA_END_WORD_STRIDE * sizeof(uint64_t) <= ENDS_BYTES,
+	       "every slot's end word in the page");
+
+static void ends_open(struct cuda_dev *d)
+{
+	CUdeviceptr dp;
+	void *p;
+
+	if (!d->cu.cuStreamWriteValue64 || posix_memalign(&p, ENDS_BYTES, ENDS_BYTES) != 0)
+		return;
+	memset(p, 0, ENDS_BYTES);
+	if (d->cu.cuMemHostRegister(p, ENDS_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS) {
+		free(p);
+		return;
+	}
+	if (d->cu.cuMemHostGetDevicePointer(&dp, p, 0) != CUDA_SUCCESS) {
+		(void)d->cu.cuMemHostUnregister(p);
+		free(p);
+		return;
+	}
+	d->ends = p;
+	d->ends_dev = dp;
+}
+
+static void ends_close(struct cuda_dev *d)
+{
+	if (!d->ends)
+		return;
+	(void)d->cu.cuMemHostUnregister((void *)d->ends);
+	free((void *)d->ends);
+	d->ends = NULL;
+}
+
 static void cuda_close(void *dv)
 {
 	struct cuda_dev *d = dv;
@@ -114,6 +150,7 @@ static void cuda_close(void *dv)
 	if (!d)
 		return;
 	cuda_slots_close(d);
+	ends_close(d);
 	cuda_copyin_stop(d);
 	wrk_compiler_stop(&d->compiler);
 	if (d->aux)
@@ -203,6 +240,7 @@ static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_
 		.max_shared_per_block_optin = (uint32_t)attr(
 			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
 	};
+	ends_open(d);
 	cuda_copyin_start(d);
 	*ret_dev = d;
 	return 0;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/fake-cuda/fake-cuda.c: a libcuda.so.1 without a GPU, for testing the CUDA back end in CI. */
 #include <ctype.h>
+#include <errno.h>
 #include <elf.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -325,6 +326,55 @@ static CUresult f_event_record(CUevent e, CUstream s)
 	(void)pthread_mutex_lock(&fake_lock);
 	ev->at = st->ready_at > now ? st->ready_at : now;
 	(void)pthread_mutex_unlock(&fake_lock);
+	return CUDA_SUCCESS;
+}
+
+/* A word a stream writes once it is through its work (cuStreamWriteValue64), unless a fault
+ * came first: by a thread of its own, as the device writes it with nobody asking. */
+struct fake_write {
+	uint64_t *addr, value, at;
+};
+
+static void *write_later(void *arg)
+{
+	struct fake_write *w = arg;
+	struct timespec ts = { .tv_sec = (time_t)(w->at / 1000000000u),
+			       .tv_nsec = (long)(w->at % 1000000000u) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+	(void)pthread_mutex_lock(&fake_lock);
+	if (fake_sticky == CUDA_SUCCESS)
+		__atomic_store_n(w->addr, w->value, __ATOMIC_RELEASE);
+	(void)pthread_mutex_unlock(&fake_lock);
+	free(w);
+	return NULL;
+}
+
+static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned flags)
+{
+	struct fake_stream *st = (struct fake_stream *)s;
+	struct fake_write *w;
+	pthread_attr_t attr;
+	pthread_t t;
+	int e;
+
+	ENTER("cuStreamWriteValue64");
+	w = malloc(sizeof(*w));
+	if (!w)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	(void)pthread_mutex_lock(&fake_lock);
+	*w = (struct fake_write){ .addr = (uint64_t *)(uintptr_t)addr, .value = value,
+				  .at = st->ready_at };
+	(void)pthread_mutex_unlock(&fake_lock);
+	(void)pthread_attr_init(&attr);
+	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	e = pthread_create(&t, &attr, write_later, w);
+	(void)pthread_attr_destroy(&attr);
+	if (e != 0) {
+		free(w);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	return CUDA_SUCCESS;
 }
 
@@ -839,6 +889,7 @@ static const struct {
 	{ "cuEventDestroy", f_event_destroy },
 	{ "cuEventRecord", f_event_record },
 	{ "cuEventQuery", f_event_query },
+	{ "cuStreamWriteValue64", f_write_value },
 	{ "cuEventSynchronize", f_event_sync },
 	{ "cuEventElapsedTime", f_elapsed },
 	{ "cuMemHostRegister", f_host_register },

@@ -399,19 +399,23 @@ static void start_spinning(struct test_daemon *d, const char *spin_us)
 }
 
 /*
- * A request launched while nothing else runs on the device is watched by the loop thread
- * that launched it, not handed to a waiter (worker/cuda-slot.c): its end is counted as seen
- * by the loop, and its result is the kernel's.
+ * Requests launched while nothing else runs on the device are watched by the loop thread that
+ * launched them, not handed to a waiter (worker/cuda-slot.c): their ends are counted as seen
+ * by the loop, and their results are the kernel's. With `fail`, the driver refuses the first
+ * word a stream is to write at a group's end (CUDA_ERROR_NOT_SUPPORTED): the loop then sees
+ * ends through events.
  */
-static void test_cuda_fake_lone_request_ends_in_the_loop(void **state)
+static void lone_requests_end_in_the_loop(struct test_daemon *d, const char *fail)
 {
-	struct test_daemon *d = *state;
 	gpux_buf *x, *y, *out;
 	uint64_t before;
 	gpux_module *m;
 	gpux_ctx *ctx;
 
+	if (fail)
+		assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", fail, 1), 0);
 	start_spinning(d, "10000");
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
 	ctx = test_connect(d);
 	m = load_ptx(ctx);
 	assert_int_equal(gpux_buf_alloc(ctx, 64 * 4, &x), GPUX_OK);
@@ -430,12 +434,32 @@ static void test_cuda_fake_lone_request_ends_in_the_loop(void **state)
 	/* Every one, unless the machine stopped the loop for the whole spin (10 ms). */
 	assert_true(loop_waits(d) > before);
 	assert_true(loop_waits(d) <= before + 4);
+	if (fail) {
+		static const char said[] = "ends are seen through events only";
+		size_t len;
+		uint8_t *log = test_read_file(d->log, &len);
+
+		assert_non_null(log);
+		assert_non_null(memmem(log, len, said, sizeof(said) - 1));
+		free(log);
+	}
 	gpux_buf_free(out);
 	gpux_buf_free(y);
 	gpux_buf_free(x);
 	gpux_module_free(m);
 	gpux_disconnect(ctx);
 	test_daemon_stop(d);
+}
+
+/* Through the word its stream writes (the fake writes it when the stream is through). */
+static void test_cuda_fake_lone_request_ends_in_the_loop(void **state)
+{
+	lone_requests_end_in_the_loop(*state, NULL);
+}
+
+static void test_cuda_fake_lone_request_ends_without_the_word(void **state)
+{
+	lone_requests_end_in_the_loop(*state, "cuStreamWriteValue64:1:801");
 }
 
 /*
@@ -909,6 +933,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_device_time_when_asked),
 		TEST_WITH_DAEMON(test_cuda_fake_long_wait_blocks),
 		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_in_the_loop),
+		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_without_the_word),
 		TEST_WITH_DAEMON(test_cuda_fake_held_request_goes_to_a_waiter),
 		TEST_WITH_DAEMON(test_cuda_fake_held_request_answered_at_stop),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),

@@ -493,8 +493,12 @@ void cuda_slots_close(struct cuda_dev *d)
 		cuda_slot_graphs_free(d, s);
 		if (s->scratch)
 			(void)d->cu.cuMemFreeAsync(s->scratch, s->stream);
-		if (s->stream)
+		if (s->stream) {
+			/* Its waiter saw every group's event; the end word written after one (to
+			 * pages about to be unregistered) may not be yet. */
+			(void)d->cu.cuStreamSynchronize(s->stream);
 			(void)d->cu.cuStreamDestroy(s->stream);
+		}
 	}
 	while (d->free_groups) {
 		struct cuda_group *g = d->free_groups;

@@ -48,6 +48,8 @@ static unsigned fail_at, fail_calls;
 static CUresult fail_code;
 static int ndevices = 1;
 static bool refuse_spin;
+/* Words streams are still to write (f_write_value()). */
+static unsigned writes_pending;
 /* How long a kernel the fake does not know keeps its stream busy. */
 static uint64_t kernel_ns = 5000;
 static bool initialized;
@@ -346,6 +348,7 @@ static void *write_later(void *arg)
 	(void)pthread_mutex_lock(&fake_lock);
 	if (fake_sticky == CUDA_SUCCESS)
 		__atomic_store_n(w->addr, w->value, __ATOMIC_RELEASE);
+	writes_pending--;
 	(void)pthread_mutex_unlock(&fake_lock);
 	free(w);
 	return NULL;
@@ -366,12 +369,16 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 	(void)pthread_mutex_lock(&fake_lock);
 	*w = (struct fake_write){ .addr = (uint64_t *)(uintptr_t)addr, .value = value,
 				  .at = st->ready_at };
+	writes_pending++;
 	(void)pthread_mutex_unlock(&fake_lock);
 	(void)pthread_attr_init(&attr);
 	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	e = pthread_create(&t, &attr, write_later, w);
 	(void)pthread_attr_destroy(&attr);
 	if (e != 0) {
+		(void)pthread_mutex_lock(&fake_lock);
+		writes_pending--;
+		(void)pthread_mutex_unlock(&fake_lock);
 		free(w);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -432,6 +439,16 @@ static CUresult f_host_register(void *p, size_t len, unsigned flags)
 
 static CUresult f_host_unregister(void *p)
 {
+	bool none = false;
+
+	/* As the device's: a stream's writes to registered pages are done before they go. */
+	while (!none) {
+		(void)pthread_mutex_lock(&fake_lock);
+		none = writes_pending == 0;
+		(void)pthread_mutex_unlock(&fake_lock);
+		if (!none)
+			(void)usleep(100);
+	}
 	return CUDA_SUCCESS;
 }
 

@@ -380,19 +380,21 @@ static CUresult copyin_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 			      CUfunction fn, struct copyin *c, char **ret_msg)
 {
 	struct cuda_graph *gr = s->graph_in;
-	uint64_t most = 0;
-	struct cuda_node want = { .fn = fn, .block = { COPYIN_THREADS, 1, 1 }, .len = sizeof(c->t) };
+	const uint64_t per_block = 16u * COPYIN_THREADS;
+	uint64_t most = 0, blocks;
+	struct cuda_node want = { .fn = fn, .block = { COPYIN_THREADS, 1, 1 } };
 	void *params[] = { &c->t };
 	CUDA_KERNEL_NODE_PARAMS p;
 	CUresult e;
 
 	for (unsigned i = 0; i < c->t.n; i++)
 		most = MAX(most, c->t.len[i]);
-	want.grid[0] = (uint32_t)MIN(MAX((most + 16u * COPYIN_THREADS - 1) / (16u * COPYIN_THREADS),
-					 1u),
-				     COPYIN_BLOCKS_MAX);
+	/* A 16-byte load for each thread, at most COPYIN_BLOCKS_MAX blocks (they loop). */
+	blocks = (most + per_block - 1) / per_block;
+	want.grid[0] = (uint32_t)MIN(MAX(blocks, 1u), COPYIN_BLOCKS_MAX);
 	want.grid[1] = c->t.n;
 	want.grid[2] = 1;
+	want.len = sizeof(c->t);
 	memcpy(want.params, &c->t, sizeof(c->t));
 	p = (CUDA_KERNEL_NODE_PARAMS){
 		.func = fn,
@@ -560,21 +562,21 @@ static uint64_t copy_bytes(const struct wrk_req *r)
  * slot's end word after its event (cuda-dev.h), so that the loop sees its end without asking
  * the driver. On an H200 (driver 580), A/B against events alone (gpux bench, worker against
  * worker): the empty kernel round trip 6.64-6.90 µs against 7.47-7.79, a 4 KiB copy to a
- * device buffer 0.51-0.54 GB/s against 0.48-0.53. cuStreamWriteValue64 costs the loop 0.9 µs,
- * against 0.19 for the event: only where the loop will hold the group, nothing else in flight.
+ * device buffer 0.51-0.54 GB/s against 0.48-0.53; on a machine with two H200s, no gain (0.3 µs
+ * lost in two pairs of three). cuStreamWriteValue64 costs the loop 0.9 µs, against 0.19 for
+ * the event: only where the loop will hold the group, nothing else in flight.
  */
 static bool end_word(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g,
 		     const struct wrk_req *r)
 {
+	CUdeviceptr word = d->ends_dev + g->slot * CUDA_END_WORD_STRIDE * sizeof(uint64_t);
 	_cleanup_(freep) char *msg = NULL;
 	bool sticky;
 	CUresult e;
 
 	if (!d->ends || d->ends_refused || !cuda_group_will_hold(d, g))
 		return false;
-	e = d->cu.cuStreamWriteValue64(s->stream,
-				       d->ends_dev + g->slot * CUDA_END_WORD_STRIDE * sizeof(uint64_t),
-				       g->seq, 0);
+	e = d->cu.cuStreamWriteValue64(s->stream, word, g->seq, 0);
 	if (e == CUDA_SUCCESS)
 		return true;
 	/* A sticky error is the context's: the waiter sees it through the event. */

@@ -184,6 +184,8 @@ int sup_workers_probe(struct sup *s)
 		return -errno;
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
+	/* Nothing gpuxd was started with past stdio (who started it may leak fds). */
+	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 3);
 	r = posix_spawn(&pid, s->opts.worker_path, &fa, NULL, argv, environ);
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)close(pipefd[1]);
@@ -504,6 +506,9 @@ static int spawn(struct sup_worker *w)
 	(void)posix_spawn_file_actions_adddup2(&fa, log_child, 2);
 	(void)posix_spawn_file_actions_adddup2(&fa, ctl_child, 3);
 	(void)posix_spawn_file_actions_adddup2(&fa, status_child, 4);
+	/* And nothing else: not an fd gpuxd was started with and keeps open without
+	 * close-on-exec (who started it may leak fds), which the worker would hand on. */
+	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 5);
 	(void)posix_spawnattr_init(&attr);
 	sigemptyset(&none);
 	sigemptyset(&deflt);

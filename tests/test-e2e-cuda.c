@@ -867,17 +867,24 @@ static int fd_cloexec(pid_t pid, const char *fd)
  * The worker keeps nothing that a process it starts would inherit: every fd past stdio is
  * close-on-exec, and gpuxd's status page is mapped, its fd closed. Its compile helper, which
  * reads hostile source, holds its socket and nothing else, stdio on /dev/null (stderr too:
- * it could write the worker's log).
+ * it could write the worker's log). gpuxd is started with an fd that is not close-on-exec
+ * (as a careless parent would leave it): the worker does not get it.
  */
 static void test_cuda_worker_fds_stay_its_own(void **state)
 {
 	struct test_daemon *d = *state;
+	int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	/* Past the fds gpuxd gives its worker (3 and 4), which would hide it. */
+	int leaked = fcntl(zero, F_DUPFD, 100);
 	pid_t worker, helper;
 	struct dirent *e;
 	char link[256];
 	DIR *fds;
 
+	assert_true(zero >= 0 && leaked >= 100);
+	assert_int_equal(close(zero), 0);
 	start(d);
+	assert_int_equal(close(leaked), 0);
 	/* The helper has answered a compile: it is warm and sealed. */
 	if (test_have_nvrtc())
 		nvrtc_saxpy(d, 1.0f);

@@ -202,6 +202,22 @@ static bool node_same(const struct cuda_node *n, const struct cuda_node *want)
 	       memcmp(n->params, want->params, n->len) == 0;
 }
 
+/* What the driver is given for a node holding n, its parameters' values at `params`. */
+static CUDA_KERNEL_NODE_PARAMS node_params(const struct cuda_node *n, void **params)
+{
+	return (CUDA_KERNEL_NODE_PARAMS){
+		.func = n->fn,
+		.gridDimX = n->grid[0],
+		.gridDimY = n->grid[1],
+		.gridDimZ = n->grid[2],
+		.blockDimX = n->block[0],
+		.blockDimY = n->block[1],
+		.blockDimZ = n->block[2],
+		.sharedMemBytes = n->shared,
+		.kernelParams = params,
+	};
+}
+
 static void node_of(struct wrk_req *r, struct cuda_node *ret, CUDA_KERNEL_NODE_PARAMS *ret_p)
 {
 	ret->mod = r->mod->handle;
@@ -210,17 +226,7 @@ static void node_of(struct wrk_req *r, struct cuda_node *ret, CUDA_KERNEL_NODE_P
 	memcpy(ret->block, r->block, sizeof(ret->block));
 	ret->shared = r->shared_bytes;
 	ret->len = params_pack(r, ret->params);
-	*ret_p = (CUDA_KERNEL_NODE_PARAMS){
-		.func = ret->fn,
-		.gridDimX = r->grid[0],
-		.gridDimY = r->grid[1],
-		.gridDimZ = r->grid[2],
-		.blockDimX = r->block[0],
-		.blockDimY = r->block[1],
-		.blockDimZ = r->block[2],
-		.sharedMemBytes = r->shared_bytes,
-		.kernelParams = r->nargs ? r->params : NULL,
-	};
+	*ret_p = node_params(ret, r->nargs ? r->params : NULL);
 }
 
 static void graph_free(struct cuda_dev *d, struct cuda_graph *g)
@@ -338,10 +344,12 @@ static CUresult kernel_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 #define COPYIN_THREADS 256u
 #define COPYIN_BLOCKS_MAX 512u
 
-/* A request's copies in, for the copy-in kernel, and where they come from on the host. */
+/* A request's copies in, for the copy-in kernel, where they come from on the host, and which
+ * argument each is. */
 struct copyin {
 	struct cuda_copyin t;
 	void *host[CUDA_COPYIN_RANGES];
+	unsigned arg[CUDA_COPYIN_RANGES];
 };
 
 /*
@@ -396,16 +404,7 @@ static CUresult copyin_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 	want.grid[2] = 1;
 	want.len = sizeof(c->t);
 	memcpy(want.params, &c->t, sizeof(c->t));
-	p = (CUDA_KERNEL_NODE_PARAMS){
-		.func = fn,
-		.gridDimX = want.grid[0],
-		.gridDimY = want.grid[1],
-		.gridDimZ = 1,
-		.blockDimX = COPYIN_THREADS,
-		.blockDimY = 1,
-		.blockDimZ = 1,
-		.kernelParams = params,
-	};
+	p = node_params(&want, params);
 	if (!gr)
 		gr = s->graph_in = graph_new(d, 2, &want, &p, r, &e);
 	if (gr && node_give(d, gr, 0, &want, &p) == CUDA_SUCCESS &&
@@ -423,7 +422,7 @@ static CUresult copyin_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 	for (unsigned i = 0; i < c->t.n; i++) {
 		e = d->cu.cuMemcpyHtoDAsync(c->t.dst[i], c->host[i], c->t.len[i], s->stream);
 		if (e != CUDA_SUCCESS) {
-			*ret_msg = strdup("copy to the device");
+			*ret_msg = wrk_strdup_printf("argument %u: copy to the device", c->arg[i]);
 			return e;
 		}
 	}
@@ -448,7 +447,9 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 	uint64_t used = 0, in_bytes = 0;
 	CUresult e;
 
-	memset(&c.t, 0, sizeof(c.t));
+	/* Unused ranges zero: the node's parameters are compared as bytes (node_same()). */
+	if (copier)
+		memset(&c.t, 0, sizeof(c.t));
 
 	for (unsigned i = 0; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
@@ -492,6 +493,7 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 				c.t.dst[c.t.n] = p;
 				c.t.src[c.t.n] = a->map->dev_addr + a->offset;
 				c.t.len[c.t.n] = a->len;
+				c.arg[c.t.n] = i;
 				c.host[c.t.n++] = a->host;
 			} else if (a->kind != GPUX_ARG_OUT) {
 				in_bytes += a->len;

@@ -291,9 +291,16 @@ static int s_bw_one(struct bench *b, uint64_t size, bool headline)
 		if (!t[IN][k] || !t[OUT][k] || !t[TO][k] || !t[FROM][k])
 			rc = -1;
 		else if (bench_base_run(b, &kv, args) == 0) {
-			for (unsigned j = H2D; j < KINDS; j++)
-				t[j][based] = (uint64_t)bench_kv_get(&kv, keys[j]);
-			based++;
+			bool whole = true;
+
+			/* A round counts with all its times (a missing key reads NAN). */
+			for (unsigned j = H2D; j < KINDS; j++) {
+				double ns = bench_kv_get(&kv, keys[j]);
+
+				whole = whole && ns >= 1 && ns < 1e15;
+				t[j][based] = whole ? (uint64_t)ns : 0;
+			}
+			based += whole;
 		}
 	}
 	gpux_dbuf_free(dbuf);

@@ -402,8 +402,8 @@ static void start_spinning(struct test_daemon *d, const char *spin_us)
  * Requests launched while nothing else runs on the device are watched by the loop thread that
  * launched them, not handed to a waiter (worker/cuda-slot.c): their ends are counted as seen
  * by the loop, and their results are the kernel's. With `fail`, the driver refuses the first
- * word a stream is to write at a group's end (CUDA_ERROR_NOT_SUPPORTED): the loop then sees
- * ends through events.
+ * word a stream is to write at a group's end, or the page of words: the loop then sees ends
+ * through events, and the worker says so.
  */
 static void lone_requests_end_in_the_loop(struct test_daemon *d, const char *fail)
 {
@@ -460,6 +460,12 @@ static void test_cuda_fake_lone_request_ends_in_the_loop(void **state)
 static void test_cuda_fake_lone_request_ends_without_the_word(void **state)
 {
 	lone_requests_end_in_the_loop(*state, "cuStreamWriteValue64:1:801");
+}
+
+/* The page of end words cannot be registered (the worker's first registration). */
+static void test_cuda_fake_lone_request_ends_without_the_page(void **state)
+{
+	lone_requests_end_in_the_loop(*state, "cuMemHostRegister:1:2");
 }
 
 /*
@@ -941,6 +947,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_long_wait_blocks),
 		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_in_the_loop),
 		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_without_the_word),
+		TEST_WITH_DAEMON(test_cuda_fake_lone_request_ends_without_the_page),
 		TEST_WITH_DAEMON(test_cuda_fake_held_request_goes_to_a_waiter),
 		TEST_WITH_DAEMON(test_cuda_fake_held_request_answered_at_stop),
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),

@@ -115,19 +115,24 @@ _Static_assert(WRK_SLOTS_MAX * CUDA_END_WORD_STRIDE * sizeof(uint64_t) <= ENDS_B
 
 static void ends_open(struct cuda_dev *d)
 {
+	_cleanup_(freep) char *msg = NULL;
 	CUdeviceptr dp;
+	CUresult r;
 	void *p;
 
 	if (!d->cu.cuStreamWriteValue64 || posix_memalign(&p, ENDS_BYTES, ENDS_BYTES) != 0)
 		return;
 	memset(p, 0, ENDS_BYTES);
-	if (d->cu.cuMemHostRegister(p, ENDS_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS) {
-		free(p);
-		return;
+	r = d->cu.cuMemHostRegister(p, ENDS_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (r == CUDA_SUCCESS) {
+		r = d->cu.cuMemHostGetDevicePointer(&dp, p, 0);
+		if (r != CUDA_SUCCESS)
+			(void)d->cu.cuMemHostUnregister(p);
 	}
-	if (d->cu.cuMemHostGetDevicePointer(&dp, p, 0) != CUDA_SUCCESS) {
-		(void)d->cu.cuMemHostUnregister(p);
+	if (r != CUDA_SUCCESS) {
 		free(p);
+		msg = cuda_msg(d, "the end words' page", r);
+		wrk_log(d->w, "%s: ends are seen through events only", msg ? msg : "out of memory");
 		return;
 	}
 	d->ends = p;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-kernels.c: gpux's own CUDA kernels (tests/kernels), run on the host back end or a GPU. */
+/* tests/test-e2e-kernels.c: gpux's own CUDA kernels (tests/kernels), on the host or a GPU. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -313,7 +313,8 @@ static void test_kernels_atomics(void **state)
 	struct env *e = *state;
 	const uint32_t n = 100000, nbins = 17, grid = 37;
 	gpux_module *m = load(e, kernel_atomics, NULL, 0);
-	gpux_buf *v = buf(e, n * 4), *bins = buf(e, nbins * 4), *res = buf(e, sizeof(struct atomic_results));
+	gpux_buf *v = buf(e, n * 4), *bins = buf(e, nbins * 4);
+	gpux_buf *res = buf(e, sizeof(struct atomic_results));
 	gpux_buf *partial = buf(e, grid * 4), *done = buf(e, 4), *total = buf(e, 4);
 	int32_t *pv = gpux_buf_data(v);
 	struct atomic_results *r = gpux_buf_data(res), want = {

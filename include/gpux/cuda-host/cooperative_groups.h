@@ -66,7 +66,8 @@ public:
 	}
 };
 
-template <unsigned N, class Parent> static inline thread_block_tile<N> tiled_partition(const Parent &)
+template <unsigned N, class Parent>
+static inline thread_block_tile<N> tiled_partition(const Parent &)
 {
 	return thread_block_tile<N>();
 }
@@ -75,7 +76,8 @@ template <class Group> static inline void sync(const Group &g) { g.sync(); }
 
 class GPUX_CU_UNSUPPORTED("grid-wide groups (a cooperative launch)") grid_group;
 grid_group this_grid() GPUX_CU_UNSUPPORTED("grid-wide groups (a cooperative launch)");
-template <class... A> void memcpy_async(A...) GPUX_CU_UNSUPPORTED("cooperative_groups::memcpy_async");
+template <class... A>
+void memcpy_async(A...) GPUX_CU_UNSUPPORTED("cooperative_groups::memcpy_async");
 
 } /* namespace cooperative_groups */
 

@@ -27,7 +27,13 @@ static inline __half __int2half_rn(int i) { return (__half)i; }
 static inline int __half2int_rn(__half h) { return (int)nearbyintf((float)h); }
 static inline int __half2int_rz(__half h) { return (int)(float)h; }
 static inline __half __ushort_as_half(unsigned short u) { __half h; memcpy(&h, &u, 2); return h; }
-static inline unsigned short __half_as_ushort(__half h) { unsigned short u; memcpy(&u, &h, 2); return u; }
+static inline unsigned short __half_as_ushort(__half h)
+{
+	unsigned short u;
+
+	memcpy(&u, &h, 2);
+	return u;
+}
 static inline __half __short_as_half(short s) { __half h; memcpy(&h, &s, 2); return h; }
 static inline short __half_as_short(__half h) { short s; memcpy(&s, &h, 2); return s; }
 
@@ -64,7 +70,10 @@ static inline __half htrunc(__half a) { return (__half)truncf((float)a); }
 static inline __half hrint(__half a) { return (__half)rintf((float)a); }
 
 static inline __half2 __halves2half2(__half a, __half b) { return __half2{ a, b }; }
-static inline __half2 __floats2half2_rn(float a, float b) { return __half2{ (__half)a, (__half)b }; }
+static inline __half2 __floats2half2_rn(float a, float b)
+{
+	return __half2{ (__half)a, (__half)b };
+}
 static inline __half2 __float2half2_rn(float a) { return __half2{ (__half)a, (__half)a }; }
 static inline __half2 __half2half2(__half a) { return __half2{ a, a }; }
 static inline float __low2float(__half2 h) { return (float)h.x; }

@@ -71,7 +71,10 @@ static constexpr int warpSize = 32;
 /* ---- synchronization ---- */
 
 static inline void __syncthreads() { (void)::gpux_cu::barrier(0, nullptr); }
-static inline int __syncthreads_count(int pred) { return (int)::gpux_cu::barrier(pred != 0, nullptr); }
+static inline int __syncthreads_count(int pred)
+{
+	return (int)::gpux_cu::barrier(pred != 0, nullptr);
+}
 static inline int __syncthreads_and(int pred)
 {
 	uint32_t n;

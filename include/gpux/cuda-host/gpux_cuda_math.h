@@ -156,8 +156,14 @@ static inline unsigned int umin(unsigned int a, unsigned int b) { return min(a, 
 static inline unsigned int umax(unsigned int a, unsigned int b) { return max(a, b); }
 static inline long long llmin(long long a, long long b) { return min(a, b); }
 static inline long long llmax(long long a, long long b) { return max(a, b); }
-static inline unsigned long long ullmin(unsigned long long a, unsigned long long b) { return min(a, b); }
-static inline unsigned long long ullmax(unsigned long long a, unsigned long long b) { return max(a, b); }
+static inline unsigned long long ullmin(unsigned long long a, unsigned long long b)
+{
+	return min(a, b);
+}
+static inline unsigned long long ullmax(unsigned long long a, unsigned long long b)
+{
+	return max(a, b);
+}
 
 /* ---- single and double precision ---- */
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* gpux/cuda-host/vector_types.h: CUDA's vector types (float4, int2, ...) and make_*(), for the host. */
+/* gpux/cuda-host/vector_types.h: CUDA's vector types (float4, int2, ...) and make_*(). */
 #ifndef GPUX_CUDA_VECTOR_TYPES_H
 #define GPUX_CUDA_VECTOR_TYPES_H
 #pragma GCC system_header

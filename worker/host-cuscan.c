@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host-cuscan.c: what the host back end reads in preprocessed CUDA C++: kernels, shared arrays. */
+/* worker/host-cuscan.c: what the host back end reads in preprocessed CUDA C++: kernels, arrays. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

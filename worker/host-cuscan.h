@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host-cuscan.h: what the host back end reads in preprocessed CUDA C++: kernels, shared arrays. */
+/* worker/host-cuscan.h: what the host back end reads in preprocessed CUDA C++: kernels, arrays. */
 #pragma once
 
 #include <stdbool.h>

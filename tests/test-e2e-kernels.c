@@ -23,9 +23,10 @@
 /*
  * The kernels of tests/kernels (README.md there says what each covers), compiled from their
  * source as a client gives it, run, and every result checked against the same work done
- * here. $GPUX_TEST_BACKEND says where: "host" (the default: CI, suite e2e) or "cuda" (a GPU,
- * suite gpu; exits 77 without one). What only the host back end does (refusing what it
- * does not have, a deadlock or an assertion failing the request only) is skipped on a GPU.
+ * here. TEST_BACKEND says where, as this file is built: "host" (test-e2e-kernels, suite
+ * e2e) or "cuda" (test-gpu-kernels, suite gpu; exits 77 without a GPU). What only the host
+ * back end does (refusing what it does not have, a deadlock or an assertion failing the
+ * request only) is skipped on a GPU.
  */
 
 struct env {
@@ -38,11 +39,10 @@ struct env {
 static int setup(void **state)
 {
 	struct env *e = calloc(1, sizeof(*e));
-	const char *backend = getenv("GPUX_TEST_BACKEND");
-	const char *args[] = { "--backend", backend && *backend ? backend : "host", NULL };
+	const char *args[] = { "--backend", TEST_BACKEND, NULL };
 
 	assert_non_null(e);
-	e->host = strcmp(args[1], "host") == 0;
+	e->host = strcmp(TEST_BACKEND, "host") == 0;
 	test_daemon_start(&e->d, args);
 	e->ctx = test_connect(&e->d);
 	e->seed = (uint64_t)mono_ns();
@@ -739,6 +739,10 @@ static void test_kernels_names(void **state)
 	run_ok(m, "reduce_tree< double >", &l, args, 3);
 	assert_int_equal(run(m, "reduce_tree<double>", &l, args, 2, msg, sizeof(msg)), GPUX_E_INVAL);
 	assert_non_null(strstr(msg, "takes 3 arguments"));
+	gpux_module_free(m);
+	/* A module without a kernel: nothing to find in it. */
+	m = load(e, "__device__ int twice(int x) { return 2 * x; }\n", NULL, 0);
+	assert_int_equal(run(m, "twice", &l, args, 3, msg, sizeof(msg)), GPUX_E_NOTFOUND);
 	gpux_buf_free(b);
 	gpux_module_free(m);
 }
@@ -852,9 +856,7 @@ int main(void)
 		cmocka_unit_test(test_kernels_host_refuses),
 		cmocka_unit_test(test_kernels_host_failures),
 	};
-	const char *backend = getenv("GPUX_TEST_BACKEND");
-
-	if (backend && strcmp(backend, "cuda") == 0)
+	if (strcmp(TEST_BACKEND, "cuda") == 0)
 		test_gpu_require(1);
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

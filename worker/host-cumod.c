@@ -57,7 +57,7 @@ static bool entry_ok(const struct gpux_cu_kernel *e)
 /* The kernels' symbols, once each, and the (expression, symbol) pairs, for wrk_knames. */
 static int names_make(struct host_cumod *m, uint32_t nexprs, size_t max_bytes)
 {
-	_cleanup_(freep) const char **uniq = calloc(m->n, sizeof(*uniq));
+	_cleanup_(freep) const char **uniq = calloc(m->n + 1, sizeof(*uniq));
 	_cleanup_(freep) char *pairs = NULL;
 	size_t len = 0;
 	unsigned nu = 0;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/admin.c: an admin client of gpuxd: connect, say hello, read the whole status. */
+/* admin/admin.c: an admin client of gpuxd: connect, say hello, read the whole status. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/admin.h: an admin client of gpuxd: connect, say hello, read the whole status. */
+/* admin/admin.h: an admin client of gpuxd: connect, say hello, read the whole status. */
 #pragma once
 
 #include <stddef.h>

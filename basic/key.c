@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/key.c: XXH3-128 content keys, with xxHash compiled inline (XXH_INLINE_ALL). */
+/* basic/key.c: XXH3-128 content keys, with xxHash compiled inline (XXH_INLINE_ALL). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/key.h: 128-bit content keys (XXH3-128) for the module and device caches. */
+/* basic/key.h: 128-bit content keys (XXH3-128) for the module and device caches. */
 #pragma once
 
 #include <stdbool.h>

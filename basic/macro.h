@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/macro.h: small helpers every part of gpux uses (cleanup attributes, clocks, sizes). */
+/* basic/macro.h: small helpers every part of gpux uses (cleanup attributes, clocks, sizes). */
 #pragma once
 
 #include <errno.h>

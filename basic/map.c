@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/map.c: a small hash map of 64-bit ids, with backward-shift deletion (no tombstones). */
+/* basic/map.c: a small hash map of 64-bit ids, with backward-shift deletion (no tombstones). */
 #include <errno.h>
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/map.h: a hash map from 64-bit ids to pointers (open addressing, linear probing). */
+/* basic/map.h: a hash map from 64-bit ids to pointers (open addressing, linear probing). */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/parse.c: numbers from command lines, for gpuxd's and gpux-worker's options. */
+/* basic/parse.c: numbers from command lines, for gpuxd's and gpux-worker's options. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>

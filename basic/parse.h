@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/parse.h: numbers from command lines, for gpuxd's and gpux-worker's options. */
+/* basic/parse.h: numbers from command lines, for gpuxd's and gpux-worker's options. */
 #pragma once
 
 #include <stdint.h>

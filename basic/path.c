@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/path.c: the default socket location, and a check that its directory is ours alone. */
+/* basic/path.c: the default socket location, and a check that its directory is ours alone. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/path.h: where gpuxd listens by default, shared by gpuxd and libgpuxclient. */
+/* basic/path.h: where gpuxd listens by default, shared by gpuxd and libgpuxclient. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/spin.c: the spin time, from the environment and the CPU count. */
+/* basic/spin.c: the spin time, from the environment and the CPU count. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>

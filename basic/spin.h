@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* ipc/spin.h: how long a thread that waits for an answer looks before it sleeps. */
+/* basic/spin.h: how long a thread that waits for an answer looks before it sleeps. */
 #pragma once
 
 #include <stdbool.h>

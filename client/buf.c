@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "macro.h"
+#include "segment.h"
 
 /*
  * A worker registers each segment with the device once, which costs 0.2 ms to 9 ms; so small

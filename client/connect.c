@@ -18,10 +18,10 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "channel.h"
 #include "cli.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "path.h"
 
 #ifndef GPUX_SBINDIR
 #define GPUX_SBINDIR "/usr/local/sbin"

@@ -7,10 +7,10 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include "channel.h"
 #include "cli.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "path.h"
 
 /* Bumped in every child after fork(): a context made before sees it and reconnects. */
 uint64_t cli_fork_gen;

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
 					gpux_dbuf **ret_dbuf)

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 static int send_open(gpux_ctx *ctx, gpux_queue *q, uint32_t id)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-driver.c: dlopen() of libcuda, cuGetProcAddress for every entry, CUresult classes. */
+/* cudaload/cuda-driver.c: dlopen() of libcuda, cuGetProcAddress for every entry, CUresult classes. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-driver.h: the CUDA Driver API as one table of function pointers, loaded at run time. */
+/* cudaload/cuda-driver.h: the CUDA Driver API as one table of function pointers, loaded at run time. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/nvrtc-loader.c: finding and loading NVRTC at run time. */
+/* cudaload/nvrtc-loader.c: finding and loading NVRTC at run time. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "nvrtc-loader.h"
 
 int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/nvrtc-loader.h: NVRTC, loaded with dlopen() (never linked), as a small table. */
+/* cudaload/nvrtc-loader.h: NVRTC, loaded with dlopen() (never linked), as a small table. */
 #pragma once
 
 #include <stddef.h>

@@ -300,7 +300,7 @@ enum ipc_mod_source {
 
 /* Sent, with the MOD_LOAD's id, just before the DONE of a MOD_LOAD that succeeded. */
 struct ipc_mod_info {
-	uint64_t key_lo; /* the module's cache key (ipc/key.h) */
+	uint64_t key_lo; /* the module's cache key (basic/key.h) */
 	uint64_t key_hi;
 	uint64_t build_ns; /* the worker's time compiling or reading it; 0 from memory */
 	uint32_t source;   /* enum ipc_mod_source */

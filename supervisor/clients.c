@@ -9,8 +9,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
+#include "macro.h"
 #include "sup.h"
 
 #define GROUPS_MAX 256

@@ -20,9 +20,9 @@
 #include <sys/sysinfo.h>
 #include <sys/un.h>
 
-#include "ipc/macro.h"
-#include "ipc/parse.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "parse.h"
+#include "path.h"
 #include "sup.h"
 
 #ifndef GPUX_LIBEXECDIR

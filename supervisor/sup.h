@@ -8,10 +8,10 @@
 #include <sys/types.h>
 #include <syslog.h>
 
-#include "ipc/loop.h"
-#include "ipc/map.h"
-#include "ipc/proto.h"
-#include "ipc/status.h"
+#include "loop.h"
+#include "map.h"
+#include "proto.h"
+#include "status.h"
 
 /* Five deaths within a minute mark a device failed (as s6 and systemd throttle). */
 #define SUP_DEATHS_MAX 5u

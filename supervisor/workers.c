@@ -12,9 +12,9 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "channel.h"
+#include "macro.h"
+#include "segment.h"
 #include "sup.h"
 
 extern char **environ;

@@ -16,10 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/ring.h"
+#include "macro.h"
+#include "ring.h"
 
 int test_fd_count_of(pid_t pid)
 {

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/proto.h"
+#include "macro.h"
+#include "proto.h"
 
 #define HDR sizeof(struct ipc_hdr)
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/metrics.h"
+#include "macro.h"
+#include "metrics.h"
 
 static void test_metrics_hist_buckets_hold_their_bound(void **state)
 {

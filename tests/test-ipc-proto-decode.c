@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "proto-helpers.h"
 
 /* ---- each decoder's own checks ---- */

@@ -2,9 +2,9 @@
 /* tests/test-ipc-proto.c: each message round-trips: encoder, parser, decoder. */
 #include <string.h>
 
-#include "ipc/macro.h"
-#include "ipc/ring.h"
+#include "macro.h"
 #include "proto-helpers.h"
+#include "ring.h"
 
 /* Parse a freshly encoded message and check its header and the fds it was given. */
 static void check_parsed(const uint8_t *buf, int n, uint16_t type, uint32_t id, unsigned nfds,

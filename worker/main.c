@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 
-#include "ipc/macro.h"
-#include "ipc/parse.h"
-#include "ipc/spin.h"
+#include "macro.h"
+#include "parse.h"
+#include "spin.h"
 #include "wrk.h"
 #ifdef GPUX_HAVE_CUDA
 #include "compiler.h"
@@ -381,7 +381,7 @@ int main(int argc, char **argv)
 	if (probe_only)
 		return probe(w.opts.backend);
 #ifdef GPUX_HAVE_CUDA
-	/* The worker's own NVRTC helper, on fd 3 (worker/compiler.c). */
+	/* The worker's own NVRTC helper, on fd 3 (worker/compile/compiler.c). */
 	if (compiler)
 		return wrk_compiler_main(3, w.opts.parent_pid);
 #endif

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "ipc/macro.h"
-#include "ipc/proto.h"
+#include "macro.h"
+#include "proto.h"
 
 /*
  * An input is one byte saying how many fds came with the record (modulo IPC_FDS_MAX + 2, so

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 /*
  * Usage: gen-corpus-proto DIR. Each seed is fuzz-proto's input format: one byte with the

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/compile-helper.c: gpux-worker --compiler: NVRTC, warm and sandboxed, serving its worker. */
+/* worker/compile/compile-helper.c: gpux-worker --compiler: NVRTC, warm and sandboxed, serving its worker. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,15 +8,15 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "channel.h"
+#include "compile-sandbox.h"
 #include "compiler-proto.h"
 #include "compiler.h"
 #include "cuda-image.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
 #include "knames.h"
+#include "macro.h"
 #include "nvrtc-loader.h"
-#include "compile-sandbox.h"
+#include "segment.h"
 #include "toolkit.h"
 #include "wrk.h"
 
@@ -25,8 +25,8 @@
  * loaded and has compiled (the first compile of a process pays for loading NVRTC's built-in
  * headers and its code generator) by the time a client's module arrives. It learns its
  * target (SETUP), compiles once more for it, then closes itself behind its sandbox
- * (worker/compile-sandbox.c) for good and says hello. Everything after that is a client's source:
- * it can read the toolkit's headers and its own named headers, nothing else.
+ * (worker/compile/compile-sandbox.c) for good and says hello. Everything after that is a
+ * client's source: it can read the toolkit's headers and its own named headers, nothing else.
  */
 
 #define WARM_SOURCE                                                                                \

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/compile-sandbox.c: the compiler helper's cage: Landlock for files, a seccomp allow-list for the rest. */
+/* worker/compile/compile-sandbox.c: the compiler helper's cage: Landlock for files, a seccomp allow-list for the rest. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/seccomp.h>
@@ -11,8 +11,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
 #include "compile-sandbox.h"
+#include "macro.h"
 #include "seccomp.h"
 
 /*

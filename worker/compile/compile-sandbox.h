@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/compile-sandbox.h: the compiler helper's cage: Landlock for files, a seccomp allow-list for the rest. */
+/* worker/compile/compile-sandbox.h: the compiler helper's cage: Landlock for files, a seccomp allow-list for the rest. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/compiler-proto.h: what the worker and its compiler helper say to each other. */
+/* worker/compile/compiler-proto.h: what the worker and its compiler helper say to each other. */
 #pragma once
 
 #include <stdint.h>
 
-#include "ipc/proto.h"
+#include "proto.h"
 
 /*
  * One SOCK_SEQPACKET record each way per step, both sides on one host:
@@ -14,7 +14,7 @@
  *   worker -> helper  COMPILE options inline; code, then headers and name expressions
  *                             (the MOD_LOAD extra block, ipc/proto.h) in one sealed memfd
  *   helper -> worker  result  a cc_rep with the log; on success a sealed memfd holding the
- *                             image (worker/cuda-image.h): the cubin and its lowered names
+ *                             image (worker/compile/cuda-image.h): the cubin and its lowered names
  */
 
 #define CC_MAGIC 0x43435847u /* "GXCC" */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/compiler.c: the worker's side of its NVRTC helper: start it early, feed it, watch it. */
+/* worker/compile/compiler.c: the worker's side of its NVRTC helper: start it early, feed it, watch it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -12,22 +12,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "compiler.h"
 #include "cubin.h"
 #include "cuda-image.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "macro.h"
 #include "nvrtc-loader.h"
+#include "segment.h"
 #include "wrk.h"
 
 /*
- * CUDA C++ is compiled by NVRTC in `gpux-worker --compiler` (worker/compile-helper.c), a
+ * CUDA C++ is compiled by NVRTC in `gpux-worker --compiler` (worker/compile/compile-helper.c), a
  * process of its own that the worker starts as it starts and talks to over a socket: a
  * compile that crashes or never ends takes only that process down (it is killed after
  * COMPILE_TIMEOUT_NS and started again), and it compiles behind its sandbox
- * (worker/compile-sandbox.c). Started early, it is warm by the first request: a compile then costs
- * what NVRTC's own does, plus two memfds.
+ * (worker/compile/compile-sandbox.c). Started early, it is warm by the first request: a
+ * compile then costs what NVRTC's own does, plus two memfds.
  */
 
 #define COMPILE_TIMEOUT_NS (120ULL * NSEC_PER_SEC)
@@ -265,7 +265,7 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 
 /*
  * The helper's image, made from a client's source in a process that may have been taken over:
- * a whole image whose code passes the checks of a client's cubin (worker/cubin.h). 0, or
+ * a whole image whose code passes the checks of a client's cubin (worker/compile/cubin.h). 0, or
  * -EBADMSG with *ret_msg (to free) saying why.
  */
 static int image_check(const struct wrk_compiler *c, const uint8_t *image, size_t len,

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/compiler.h: NVRTC in a sandboxed helper process (gpux-worker --compiler). */
+/* worker/compile/compiler.h: NVRTC in a sandboxed helper process (gpux-worker --compiler). */
 #pragma once
 
 #include <stdbool.h>
@@ -26,7 +26,7 @@ struct wrk_compiler {
 
 /*
  * NVRTC's version (major * 1000 + minor * 10) as the helper will load it, or 0 if there is
- * none; *ret_tk: the toolkit include directories its compiles may read (worker/toolkit.h).
+ * none; *ret_tk: the toolkit include directories its compiles may read (worker/compile/toolkit.h).
  */
 uint32_t wrk_nvrtc_probe(struct wrk_toolkit *ret_tk);
 
@@ -49,9 +49,10 @@ void wrk_compiler_stop(struct wrk_compiler *c);
 
 /*
  * Compile CUDA C++ (b: code, options, headers, name expressions) to an image
- * (worker/cuda-image.h). Starts a helper if none runs, and waits for it to be ready. The
- * helper compiles a client's source: what it sends back is checked as a client's cubin is
- * (worker/cubin.h) before the driver may see it, and a status it makes up is a compile error.
+ * (worker/compile/cuda-image.h). Starts a helper if none runs, and waits for it to be ready.
+ * The helper compiles a client's source: what it sends back is checked as a client's cubin is
+ * (worker/compile/cubin.h) before the driver may see it, and a status it makes up is a
+ * compile error.
  * Returns 0 with *ret_image (to free) and maybe a warnings log, or a gpux_status with the
  * log (GPUX_E_COMPILE: NVRTC's log, a crash, a forbidden system call, a timeout, an image
  * that fails its checks): the answer of the client's MOD_LOAD.

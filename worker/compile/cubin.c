@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cubin.c: checking a client's cubin or fatbin, and listing the kernels of a module's code. */
+/* worker/compile/cubin.c: checking a client's cubin or fatbin, and listing the kernels of a module's code. */
 #include <elf.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -10,7 +10,7 @@
 #include <gpux/gpux.h>
 
 #include "cubin.h"
-#include "ipc/macro.h"
+#include "macro.h"
 #include "wrk.h"
 
 /*

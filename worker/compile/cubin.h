@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cubin.h: checking a client's cubin or fatbin, and listing the kernels of a module's code. */
+/* worker/compile/cubin.h: checking a client's cubin or fatbin, and listing the kernels of a module's code. */
 #pragma once
 
 #include <stddef.h>

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-image.c: a CUDA module as the worker caches it: code for the driver, and kernel names. */
+/* worker/compile/cuda-image.c: a CUDA module as the worker caches it: code for the driver, and kernel names. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda-image.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 #define IMAGE_MAGIC "GXCUIMG1"
 

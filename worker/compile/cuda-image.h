@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-image.h: a CUDA module as the worker caches it: code for the driver, and kernel names. */
+/* worker/compile/cuda-image.h: a CUDA module as the worker caches it: code for the driver, and kernel names. */
 #pragma once
 
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/knames.c: a module's kernel names: name expressions, C++ names, mangled symbols. */
+/* worker/compile/knames.c: a module's kernel names: name expressions, C++ names, mangled symbols. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -9,8 +9,8 @@
 #include <gpux/gpux.h>
 
 #include "cubin.h"
-#include "ipc/macro.h"
 #include "knames.h"
+#include "macro.h"
 #include "wrk.h"
 
 #define ENTRIES_MAX 65536u

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/knames.h: a module's kernel names: name expressions, C++ names, mangled symbols. */
+/* worker/compile/knames.h: a module's kernel names: name expressions, C++ names, mangled symbols. */
 #pragma once
 
 #include <stdbool.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/toolkit.c: the CUDA toolkit's include directories that CUDA C++ modules may use. */
+/* worker/compile/toolkit.c: the CUDA toolkit's include directories that CUDA C++ modules may use. */
 #include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "toolkit.h"
 
 /* A directory that only root or this user can change, with `marker` in it. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/toolkit.h: the CUDA toolkit's include directories that CUDA C++ modules may use. */
+/* worker/compile/toolkit.h: the CUDA toolkit's include directories that CUDA C++ modules may use. */
 #pragma once
 
 #include <limits.h>

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/backend.h: the one interface through which a worker drives its device. */
+/* worker/core/backend.h: the one interface through which a worker drives its device. */
 #pragma once
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ipc/key.h"
-#include "ipc/proto.h"
+#include "key.h"
+#include "proto.h"
 
 struct wrk;
 struct wrk_req;

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/dbuf.c: clients' device buffers (kept on the device between requests) and copies. */
+/* worker/core/dbuf.c: clients' device buffers (kept on the device between requests) and copies. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "wrk.h"
 
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)

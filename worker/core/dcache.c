@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/dcache.c: the content-addressed device cache: frozen inputs uploaded once per user. */
+/* worker/core/dcache.c: the content-addressed device cache: frozen inputs uploaded once per user. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "wrk.h"
 
 /*

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/log.c: the worker's log lines (on stderr), and formatted strings for its messages. */
+/* worker/core/log.c: the worker's log lines (on stderr), and formatted strings for its messages. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "ratelimit.h"
 #include "wrk.h"
 

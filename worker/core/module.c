@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/module.c: the module caches (memory and disk) and the compile thread. */
+/* worker/core/module.c: the module caches (memory and disk) and the compile thread. */
 #include <errno.h>
 #include <fcntl.h>
 #include <regex.h>
@@ -11,9 +11,9 @@
 
 #include <xxhash.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "channel.h"
+#include "macro.h"
+#include "segment.h"
 #include "wrk.h"
 
 /*

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/queue.c: queues and stream slots: order within a queue, turns between queues, batches. */
+/* worker/core/queue.c: queues and stream slots: order within a queue, turns between queues, batches. */
 #include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "wrk.h"
 
 /*

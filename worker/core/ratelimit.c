@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/ratelimit.c: how many log lines each user's clients may cause: a burst a window, then a count. */
+/* worker/core/ratelimit.c: how many log lines each user's clients may cause: a burst a window, then a count. */
 #include <stddef.h>
 
 #include "ratelimit.h"

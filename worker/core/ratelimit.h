@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/ratelimit.h: how many log lines each user's clients may cause: a burst a window, then a count. */
+/* worker/core/ratelimit.h: how many log lines each user's clients may cause: a burst a window, then a count. */
 #pragma once
 
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/request.c: requests from submission to completion: checks, completions, replies. */
+/* worker/core/request.c: requests from submission to completion: checks, completions, replies. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -7,10 +7,10 @@
 #include <string.h>
 #include <sys/eventfd.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/metrics.h"
-#include "ipc/spin.h"
+#include "channel.h"
+#include "macro.h"
+#include "metrics.h"
+#include "spin.h"
 #include "wrk.h"
 
 /* Ended requests kept for reuse: a request is 7 KiB, and most are made and ended by the

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/seccomp.c: the seccomp-BPF builder of the worker's two sandboxes. */
+/* worker/core/seccomp.c: the seccomp-BPF builder of the worker's two sandboxes. */
 #include <assert.h>
 #include <stdbool.h>
 #include <errno.h>

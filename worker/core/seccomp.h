@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/seccomp.h: the seccomp-BPF builder of the worker's two sandboxes. */
+/* worker/core/seccomp.h: the seccomp-BPF builder of the worker's two sandboxes. */
 #pragma once
 
 #include <linux/audit.h>

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/segment.c: clients' shared segments, mapped once per file and registered with the device. */
+/* worker/core/segment.c: clients' shared segments, mapped once per file and registered with the device. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
+#include "macro.h"
 #include "wrk.h"
 
 /* The map of mappings is keyed by inode; a collision with another device or uid maps anew. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/server.c: the worker's loop: its control socket from gpuxd, client channels, completions. */
+/* worker/core/server.c: the worker's loop: its control socket from gpuxd, client channels, completions. */
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -10,8 +10,8 @@
 #include <sys/mman.h>
 #include <sys/signalfd.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
+#include "macro.h"
 #include "wrk.h"
 
 /* How long a worker that must exit keeps sending what it owes its clients. */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/usage.c: memory by user on the status page, and the driver the worker runs on. */
+/* worker/core/usage.c: memory by user on the status page, and the driver the worker runs on. */
 #include <stdio.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "wrk.h"
 
 /* The entry of uid, a free one for it, or (all taken) the last, which counts the others. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/wrk.h: the worker's objects: clients, segments, modules, queues, requests. */
+/* worker/core/wrk.h: the worker's objects: clients, segments, modules, queues, requests. */
 #pragma once
 
 #include <pthread.h>
@@ -10,13 +10,13 @@
 #include <sys/types.h>
 
 #include "backend.h"
-#include "ipc/key.h"
-#include "ipc/loop.h"
-#include "ipc/map.h"
-#include "ipc/proto.h"
-#include "ipc/ring.h"
-#include "ipc/segment.h"
-#include "ipc/status.h"
+#include "key.h"
+#include "loop.h"
+#include "map.h"
+#include "proto.h"
+#include "ring.h"
+#include "segment.h"
+#include "status.h"
 
 /* Exit codes gpuxd tells apart. */
 #define WRK_EXIT_OK 0
@@ -57,7 +57,7 @@ struct wrk_opts {
 	uint64_t cache_bytes;      /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;     /* idle entries older than this go */
 	pid_t parent_pid;
-	bool sandbox;              /* host kernels run under a seccomp filter (worker/sandbox.c) */
+	bool sandbox;              /* host kernels run under seccomp (worker/host/sandbox.c) */
 };
 
 /* Content keys of ranges of a frozen mapping, computed once each. */
@@ -318,7 +318,7 @@ struct wrk {
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */
 	unsigned nfree_reqs;
 
-	/* The device cache (worker/dcache.c). */
+	/* The device cache (worker/core/dcache.c). */
 	struct ipc_map centries; /* hash of (uid, len, key) -> chain of struct wrk_centry */
 	struct wrk_centry *cidle_head, *cidle_tail; /* refs == 0, most recently used first */
 	struct ipc_timer *cache_timer;
@@ -346,13 +346,13 @@ struct wrk {
 	struct ipc_stats stats;
 };
 
-/* worker/log.c; w may be NULL */
+/* worker/core/log.c; w may be NULL */
 void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A line a client of user uid can cause: a few a second for each user (worker/log.c). */
+/* A line a client of user uid can cause: a few a second for each user (worker/core/log.c). */
 void wrk_log_client(struct wrk *w, uint32_t uid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* worker/server.c */
+/* worker/core/server.c */
 int wrk_server_start(struct wrk *w);
 void wrk_client_drop(struct wrk_client *c);
 /* Drop a client that broke the protocol, telling it why (a DONE without an id) first. */
@@ -365,13 +365,13 @@ void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
 void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text);
 void wrk_server_stop(struct wrk *w);
 
-/* worker/request.c */
+/* worker/core/request.c */
 /* Write the counters to the status page, with the device's free memory asked anew. */
 void wrk_status_publish(struct wrk *w);
 /* Write the counters to the status page (free memory only when it is old). */
 void wrk_status_refresh(struct wrk *w);
 /* Handlers of client messages: they answer what they refuse; a negative return means the
- * message could not be read at all (worker/server.c decides what then). */
+ * message could not be read at all (worker/core/server.c decides what then). */
 int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
 struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
 void wrk_req_fail(struct wrk_req *r, int status, char *error);
@@ -415,7 +415,7 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
 #define WRK_SOON_NS (200ull * 1000)
 void wrk_req_soon(struct wrk_req *r);
 
-/* worker/queue.c */
+/* worker/core/queue.c */
 int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
 /* Put a request, its arguments resolved, behind the earlier ones of its queue. */
 void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id);
@@ -433,7 +433,7 @@ void wrk_slot_end(struct wrk *w, struct wrk_req *r);
 /* Fail every request not yet started (a fatal error, or stopping). */
 void wrk_fail_all(struct wrk *w, int status, const char *why);
 
-/* worker/module.c */
+/* worker/core/module.c */
 int wrk_modules_start(struct wrk *w);
 void wrk_modules_stop(struct wrk *w);
 int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg);
@@ -451,13 +451,13 @@ int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
  * log naming the culprit otherwise.
  */
 int wrk_options_check(const char *pattern, const char *options, char **ret_log);
-/* The options each back end's compiler takes (worker/host.c, worker/cuda.c). */
+/* The options each back end's compiler takes (worker/host/host.c, worker/cuda/cuda.c). */
 extern const char wrk_host_options_re[];
 #ifdef GPUX_HAVE_CUDA
 extern const char wrk_cuda_options_re[];
 #endif
 
-/* worker/dcache.c */
+/* worker/core/dcache.c */
 int wrk_dcache_start(struct wrk *w);
 void wrk_dcache_stop(struct wrk *w);
 struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, uint64_t offset,
@@ -467,13 +467,13 @@ uint64_t wrk_dcache_reclaim(struct wrk *w);
 /* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
 int wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
 
-/* worker/dbuf.c */
+/* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
 void wrk_dbufs_free(struct wrk_client *c);
 int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
 
-/* worker/usage.c */
+/* worker/core/usage.c */
 /*
  * Count bytes that a user's clients hold, shared or on the device: returns the entry (of the
  * status page's usage[]) they were counted in, which wrk_usage_sub() takes them back from.
@@ -485,7 +485,7 @@ void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_
 /* The kernel driver's release ("580.95.05") in a line of /proc/driver/nvidia/version, or "". */
 void wrk_driver_release(const char *line, char *ret, size_t size);
 
-/* worker/segment.c */
+/* worker/core/segment.c */
 /*
  * The mapping of a client's segment range, held (a reference for the caller), or NULL with
  * a status and message: no such segment, an unusable one, a range outside it, a write to a

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-copyin.c: the kernel that copies a request's arguments in, from the client's pages. */
+/* worker/cuda/cuda-copyin.c: the kernel that copies a request's arguments in, from the client's pages. */
 #include <signal.h>
 #include <string.h>
 
 #include "cuda-dev.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 /*
  * gpux_copy_in(struct cuda_copyin t): block row y copies range y of the table, if y < t.n,

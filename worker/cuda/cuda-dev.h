@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-dev.h: the CUDA back end's device, shared by its device part and its launch part. */
+/* worker/cuda/cuda-dev.h: the CUDA back end's device, shared by its device part and its launch part. */
 #pragma once
 
 #include <pthread.h>
@@ -50,7 +50,7 @@ struct cuda_slot {
 };
 
 /*
- * Copies in that go by a kernel of gpux's own (worker/cuda-copyin.c) in one graph with the
+ * Copies in that go by a kernel of gpux's own (worker/cuda/cuda-copyin.c) in one graph with the
  * request's kernel, rather than cuMemcpyHtoDAsync and the kernel behind it: at most
  * CUDA_COPYIN_RANGES of them, of more than GRAPH_AFTER_COPY_MAX and at most CUDA_COPYIN_MAX
  * bytes in all. On an H200 (driver 580), a 64 KiB copy in and a kernel took 11.4-12.3 µs so,
@@ -137,13 +137,13 @@ struct cuda_group {
 /* "what: CUDA_ERROR_NAME" for a completion's message. */
 char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r);
 
-/* worker/cuda-launch.c */
+/* worker/cuda/cuda-launch.c */
 void cuda_launch(void *dev, unsigned slot, struct wrk_req *first, unsigned n);
 /* A module goes: graphs whose nodes last held one of its kernels go too (loop thread). */
 void cuda_graphs_forget(struct cuda_dev *d, struct cuda_module *m);
 void cuda_slot_graphs_free(struct cuda_dev *d, struct cuda_slot *s);
 
-/* worker/cuda-copyin.c */
+/* worker/cuda/cuda-copyin.c */
 /* Load the copy-in kernel on a thread of its own (the context made). */
 void cuda_copyin_start(struct cuda_dev *d);
 /* The copy-in kernel, or NULL while it is not loaded (or could not be). */
@@ -151,7 +151,7 @@ CUfunction cuda_copyin_fn(struct cuda_dev *d);
 /* Wait for its load, and let it go. */
 void cuda_copyin_stop(struct cuda_dev *d);
 
-/* worker/cuda-slot.c */
+/* worker/cuda/cuda-slot.c */
 int cuda_slot_open(void *dev, unsigned slot, char **ret_msg);
 /* Stop the waiters, let go of the streams, graphs and groups. */
 void cuda_slots_close(struct cuda_dev *d);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-launch.c: the CUDA back end's launches: batches as graphs, requests on their own. */
+/* worker/cuda/cuda-launch.c: the CUDA back end's launches: batches as graphs, requests on their own. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "cuda-dev.h"
-#include "ipc/macro.h"
-#include "ipc/spin.h"
+#include "macro.h"
+#include "spin.h"
 
 /*
  * The loop thread hands each slot the requests it took in a round, in order. Runs of plain
@@ -22,7 +22,7 @@
  * graphs with every node's parameters set started 1.24 M kernels/s; launching them one by one,
  * 0.23 M/s. Any other request (copies in and out, timing events) is enqueued on its own.
  * Each graph, or request on its own, is a group that ends with one event, which the slot's
- * waiter waits for (worker/cuda-slot.c).
+ * waiter waits for (worker/cuda/cuda-slot.c).
  */
 
 #define DEFAULT_SHARED (48u * 1024u)

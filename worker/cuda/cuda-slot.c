@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda-slot.c: the CUDA back end's slots: their streams, groups in flight, waiters, faults. */
+/* worker/cuda/cuda-slot.c: the CUDA back end's slots: their streams, groups in flight, waiters, faults. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 #include "cuda-dev.h"
-#include "ipc/macro.h"
-#include "ipc/spin.h"
+#include "macro.h"
+#include "spin.h"
 
 /*
- * What the loop thread enqueues on a slot's stream ends in groups (worker/cuda-launch.c): a
+ * What the loop thread enqueues on a slot's stream ends in groups (worker/cuda/cuda-launch.c): a
  * graph's requests, or one request on its own, each followed by one event. One waiter thread
  * per slot waits for the groups in order (spinning briefly, then napping) and reports their
  * requests' ends to the loop; a sticky error is blamed here on one group.

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/cuda.c: the CUDA back end: one device, its context, memory, zero-copy segments, modules. */
+/* worker/cuda/cuda.c: the CUDA back end: one device, its context, memory, zero-copy segments, modules. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compile-sandbox.h"
 #include "cubin.h"
 #include "cuda-dev.h"
 #include "cuda-image.h"
-#include "ipc/macro.h"
 #include "knames.h"
-#include "compile-sandbox.h"
+#include "macro.h"
 
 const char wrk_cuda_options_re[] =
 	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
@@ -308,7 +308,7 @@ static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 {
 	struct cuda_dev *d = dv;
 
-	/* Images hold their kernels' names since this tag (worker/cuda-image.h). */
+	/* Images hold their kernels' names since this tag (worker/compile/cuda-image.h). */
 	ipc_key_add(s, "cuda-image-1", 12);
 	ipc_key_add(s, d->arch, strlen(d->arch));
 	ipc_key_add_u64(s, (uint64_t)d->cu.version);
@@ -423,7 +423,7 @@ static uint64_t cuda_module_bytes(void *dv, void *mod)
 }
 
 /*
- * A kernel by the name its programmer wrote (worker/knames.h): a name expression the module
+ * A kernel by the name its programmer wrote (worker/compile/knames.h): a name expression the module
  * was compiled with, else the symbol itself (extern "C", or mangled), else the one C++
  * function of that name.
  */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host-build.c: the host back end's compiler: C source to a shared object, by cc. */
+/* worker/host/host-build.c: the host back end's compiler: C source to a shared object, by cc. */
 #include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
@@ -12,7 +12,7 @@
 
 #include "host-build.h"
 #include "host-kernel-prelude.h"
-#include "ipc/macro.h"
+#include "macro.h"
 #include "wrk.h"
 
 extern char **environ;
@@ -32,7 +32,7 @@ const char wrk_host_options_re[] =
 /*
  * The compiler's own arguments, before the client's options, in every module's key.
  * -nostartfiles: no _init, _fini or crt constructors, so that a module without any of its
- * own runs no code as it is loaded (what the sandbox asks: worker/sandbox.c).
+ * own runs no code as it is loaded (what the sandbox asks: worker/host/sandbox.c).
  */
 static const char *const cc_fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
 					"-fvisibility=hidden", "-nostartfiles", "-o" };

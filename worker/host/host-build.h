@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host-build.h: the host back end's compiler: C source to a shared object, by cc. */
+/* worker/host/host-build.h: the host back end's compiler: C source to a shared object, by cc. */
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
-#include "ipc/key.h"
+#include "key.h"
 
 /* The first line of `cc --version` into buf (empty when it says nothing). */
 void wrk_host_cc_version(const char *cc, char *buf, size_t size);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host.c: the host back end: kernels in C, built by the system compiler, run on CPU threads. */
+/* worker/host/host.c: the host back end: kernels in C, built by the system compiler, run on CPU threads. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,9 +14,9 @@
 #include <sys/sysinfo.h>
 
 #include "host-build.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "macro.h"
 #include "sandbox.h"
+#include "segment.h"
 #include "wrk.h"
 
 #define SHARED_OPTIN_MAX (1024 * 1024)
@@ -36,7 +36,7 @@ struct host_slot {
 
 struct host_dev {
 	struct wrk *w;
-	bool sandbox; /* kernels run under worker/sandbox.c's filter */
+	bool sandbox; /* kernels run under worker/host/sandbox.c's filter */
 	const char *cc;
 	char cc_version[256];
 	struct host_slot slots[WRK_SLOTS_MAX];
@@ -227,7 +227,7 @@ static uint64_t host_mem_free(void *dv)
 	return (uint64_t)si.freeram * si.mem_unit;
 }
 
-/* ---- building: worker/host-build.c ---- */
+/* ---- building: worker/host/host-build.c ---- */
 
 static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 {

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/sandbox-image.c: a host module's image, read as the loader reads it, before dlopen(). */
+/* worker/host/sandbox-image.c: a host module's image, read as the loader reads it, before dlopen(). */
 #include <assert.h>
 #include <elf.h>
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "sandbox.h"
 #include "wrk.h"
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/sandbox.c: the seccomp filter a host back end's slot thread runs kernels under. */
+/* worker/host/sandbox.c: the seccomp filter a host back end's slot thread runs kernels under. */
 #include <errno.h>
 #include <linux/seccomp.h>
 #include <sys/mman.h>
@@ -7,7 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "sandbox.h"
 #include "seccomp.h"
 #include "wrk.h"

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/sandbox.h: the seccomp filter a host back end's slot thread runs kernels under. */
+/* worker/host/sandbox.h: the seccomp filter a host back end's slot thread runs kernels under. */
 #pragma once
 
 #include <stddef.h>
@@ -25,7 +25,7 @@ char *wrk_sandbox_fault_text(const char *kernel, int nr, unsigned arch);
  * as the loader reads it (program headers, the dynamic segment where it is mapped), not by
  * its section table, which the loader never reads; and since the loader reads its tables
  * from the module as it relocates it, no relocation may write them (nor text relocations
- * make read-only segments writable, nor copy relocations copy) (worker/sandbox-image.c).
+ * make read-only segments writable, nor copy relocations copy) (worker/host/sandbox-image.c).
  * 0, or -EINVAL with *ret_msg (to free) saying what was found.
  */
 int wrk_sandbox_image_check(const uint8_t *image, size_t len, char **ret_msg);

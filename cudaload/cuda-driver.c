@@ -76,7 +76,7 @@ static bool required(const struct entry *e)
 	       strcmp(e->name, "cuStreamWriteValue64") != 0;
 }
 
-int cu_driver_load(struct cu_driver *d, char **ret_msg)
+gpux_status cu_driver_load(struct cu_driver *d, char **ret_msg)
 {
 	const char *path = getenv("GPUX_CUDA_LIB");
 	get_proc_v2_fn *get_proc;
@@ -137,7 +137,7 @@ void cu_driver_unload(struct cu_driver *d)
 	memset(d, 0, sizeof(*d));
 }
 
-int wrk_cu_err(CUresult r, bool *ret_sticky)
+gpux_status wrk_cu_err(CUresult r, bool *ret_sticky)
 {
 	*ret_sticky = false;
 	switch (r) {

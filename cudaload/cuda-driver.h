@@ -6,6 +6,8 @@
 
 #include <cuda.h>
 
+#include <gpux/gpux.h>
+
 /*
  * libcuda is never linked: cu_driver_load() dlopen()s it ("libcuda.so.1", or $GPUX_CUDA_LIB)
  * and resolves every entry point with cuGetProcAddress, for the API version these headers
@@ -70,7 +72,7 @@ struct cu_driver {
  * Load libcuda and resolve the table. Returns 0, or a gpux_status with a message (to free):
  * GPUX_E_NODRIVER when there is no driver (or it is too old to have cuGetProcAddress).
  */
-int cu_driver_load(struct cu_driver *d, char **ret_msg);
+gpux_status cu_driver_load(struct cu_driver *d, char **ret_msg);
 
 void cu_driver_unload(struct cu_driver *d);
 
@@ -79,7 +81,7 @@ void cu_driver_unload(struct cu_driver *d);
  * unusable from now on (illegal address, misaligned address, invalid PC, launch failure,
  * assert, ECC, ...): the worker must fail what is in flight and exit. Out of memory is not.
  */
-int wrk_cu_err(CUresult r, bool *ret_sticky);
+gpux_status wrk_cu_err(CUresult r, bool *ret_sticky);
 
 /* The error's name ("CUDA_ERROR_ILLEGAL_ADDRESS"), or its number. Never NULL. */
 const char *cu_err_name(const struct cu_driver *d, CUresult r);

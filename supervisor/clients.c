@@ -47,7 +47,7 @@ static bool allowed(const struct sup *s, int fd, const struct ucred *cr)
 }
 
 /* Refuse a connection with a status before anything else: it is new, the send cannot block. */
-static void refuse(int fd, int status, const char *why)
+static void refuse(int fd, gpux_status status, const char *why)
 {
 	struct ipc_done d = { .status = status };
 	int n = ipc_encode_done(msgbuf, sizeof(msgbuf), 0, &d, why);
@@ -494,8 +494,12 @@ static void hello_pressure(struct sup *s, struct sup_client *new)
 	}
 }
 
-/* Who may have a slot, and which: 0 (one of max_clients), 1 (one kept for gpux status). */
-static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
+/*
+ * Who may have a slot, and which: *ret_admin_pool false (one of max_clients) or true (one
+ * kept for gpux status). GPUX_E_QUOTA, with *ret_why, for none.
+ */
+static gpux_status admit(struct sup *s, const struct ucred *cr, bool *ret_admin_pool,
+			 const char **ret_why)
 {
 	const struct sup_opts *o = &s->opts;
 	bool own = owner(cr->uid);
@@ -510,8 +514,10 @@ static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
 		*ret_why = "too many connections of this user";
 		return GPUX_E_QUOTA;
 	}
-	if (s->nclients - s->nadmin_pool < limit)
-		return 0;
+	if (s->nclients - s->nadmin_pool < limit) {
+		*ret_admin_pool = false;
+		return GPUX_OK;
+	}
 	*ret_why = "too many clients";
 	if (s->nadmin_pool >= o->admin_clients)
 		return GPUX_E_QUOTA;
@@ -519,7 +525,8 @@ static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
 	for (const struct sup_client *c = s->clients; c && !own; c = c->next)
 		if (c->admin_pool && c->uid == cr->uid)
 			return GPUX_E_QUOTA;
-	return 1;
+	*ret_admin_pool = true;
+	return GPUX_OK;
 }
 
 static void on_accept(struct ipc_listener *li, int fd, void *userdata)
@@ -529,7 +536,9 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	socklen_t len = sizeof(cr);
 	struct sup_client *c;
 	const char *why = NULL;
-	int r, pool;
+	bool admin_pool = false;
+	gpux_status st;
+	int r;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
 		(void)safe_close(fd);
@@ -542,10 +551,10 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		refuse(fd, GPUX_E_PERM, "this user may not use this gpuxd");
 		return;
 	}
-	pool = admit(s, &cr, &why);
-	if (pool < 0) {
+	st = admit(s, &cr, &admin_pool, &why);
+	if (st < 0) {
 		s->clients_refused++;
-		refuse(fd, pool, why);
+		refuse(fd, st, why);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
@@ -580,7 +589,7 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	s->nclients++;
 	c->silent = true;
 	s->nsilent++;
-	c->admin_pool = pool == 1;
+	c->admin_pool = admin_pool;
 	s->nadmin_pool += c->admin_pool;
 	if (r < 0) {
 		(void)safe_close(fd);

@@ -8,6 +8,8 @@
 #include <sys/types.h>
 #include <syslog.h>
 
+#include <gpux/gpux.h>
+
 #include "loop.h"
 #include "map.h"
 #include "proto.h"

@@ -54,7 +54,7 @@ static int probe(const char *backend)
 	const struct wrk_backend_ops *be;
 	char *msg = NULL;
 	unsigned n = 0;
-	int r;
+	gpux_status r;
 
 	if (strcmp(backend, "auto") == 0) {
 #ifdef GPUX_HAVE_CUDA
@@ -263,6 +263,7 @@ static int map_status_page(struct wrk *w)
 static int worker_init(struct wrk *w)
 {
 	char *msg = NULL;
+	gpux_status st;
 	int r;
 
 	w->be = wrk_backend_find(w->opts.backend);
@@ -290,10 +291,10 @@ static int worker_init(struct wrk *w)
 		wrk_log(w, "io_uring refused (%s): using epoll",
 			strerror(-ipc_loop_fallback(w->loop)));
 
-	r = w->be->open(w, w->opts.device, &w->dev, &w->info, &w->limits, &msg);
-	if (r < 0) {
+	st = w->be->open(w, w->opts.device, &w->dev, &w->info, &w->limits, &msg);
+	if (st < 0) {
 		wrk_log(w, "%s device %u: %s", w->be->name, w->opts.device,
-			msg ? msg : ipc_status_text(r));
+			msg ? msg : ipc_status_text(st));
 		free(msg);
 		return -ENODEV;
 	}
@@ -301,9 +302,9 @@ static int worker_init(struct wrk *w)
 	w->nslots = w->opts.slots ? w->opts.slots : MIN((unsigned)get_nprocs(), 8u);
 	w->nslots = MAX(w->nslots, 1u);
 	for (unsigned i = 0; i < w->nslots; i++) {
-		r = w->be->slot_open(w->dev, i, &msg);
-		if (r < 0) {
-			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(r));
+		st = w->be->slot_open(w->dev, i, &msg);
+		if (st < 0) {
+			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(st));
 			free(msg);
 			return -ENODEV;
 		}

@@ -43,7 +43,7 @@ struct helper {
 	uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX + 1];
 };
 
-static int reply(int fd, int status, const char *log, size_t log_len, uint32_t version,
+static int reply(int fd, gpux_status status, const char *log, size_t log_len, uint32_t version,
 		 uint32_t flags, int image_fd)
 {
 	static uint8_t buf[sizeof(struct cc_rep) + CC_LOG_MAX];
@@ -62,7 +62,7 @@ static int reply(int fd, int status, const char *log, size_t log_len, uint32_t v
 				0);
 }
 
-static int reply_text(int fd, int status, const char *text)
+static int reply_text(int fd, gpux_status status, const char *text)
 {
 	return reply(fd, status, text, strlen(text), 0, 0, -1);
 }
@@ -262,7 +262,7 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 		rc = wrk_knames_scan(j.code, strlen(j.code), scanned, &j);
 	if (rc < 0) {
 		job_free(&j);
-		(void)reply_text(h->fd, rc == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_INVAL,
+		(void)reply_text(h->fd, wrk_status_from_errno(rc, GPUX_E_INVAL),
 				 "bad headers or name expressions");
 		return;
 	}

@@ -222,11 +222,12 @@ static int recv_reply(struct wrk_compiler *c, uint64_t deadline, bool want_image
 
 /*
  * A running helper that has said hello, started now if need be. One that died before its
- * hello (killed while it warmed up) is replaced once. 0, or with *ret_msg (to free): -ENOSYS
- * (the helper found no NVRTC), -EPROTO (it did not start: it died, or said why not), or why
- * it could not be started.
+ * hello (killed while it warmed up) is replaced once. 0, or what a client is told, with
+ * *ret_msg (to free): GPUX_E_NODRIVER (the helper found no NVRTC), GPUX_E_COMPILE (it did
+ * not start: it died, or said why not), or why it could not be started (GPUX_E_NOMEM,
+ * GPUX_E_IO).
  */
-static int ready(struct wrk_compiler *c, char **ret_msg)
+static gpux_status ready(struct wrk_compiler *c, char **ret_msg)
 {
 	struct cc_rep hello;
 	char *log = NULL;
@@ -236,7 +237,7 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 		if (c->fd < 0) {
 			r = wrk_compiler_spawn(c, ret_msg);
 			if (r < 0)
-				return r;
+				return wrk_status_from_errno(r, GPUX_E_IO);
 		}
 		r = recv_reply(c, mono_ns() + HELLO_TIMEOUT_NS, false, &hello, &log, &image_fd);
 		if (r == 0 && hello.status == 0) {
@@ -257,10 +258,10 @@ static int ready(struct wrk_compiler *c, char **ret_msg)
 							   : ipc_status_text(hello.status));
 		free(log);
 		wrk_compiler_stop(c);
-		return r == 0 && hello.status == GPUX_E_NODRIVER ? -ENOSYS : -EPROTO;
+		return r == 0 && hello.status == GPUX_E_NODRIVER ? GPUX_E_NODRIVER : GPUX_E_COMPILE;
 	}
 	free(log);
-	return 0;
+	return GPUX_OK;
 }
 
 /*
@@ -286,23 +287,8 @@ static int image_check(const struct wrk_compiler *c, const uint8_t *image, size_
 	return 0;
 }
 
-/* What a client is told when no helper is ready (see ready()). */
-static int ready_status(int r)
-{
-	switch (r) {
-	case -ENOSYS:
-		return GPUX_E_NODRIVER;
-	case -EPROTO:
-		return GPUX_E_COMPILE;
-	case -ENOMEM:
-		return GPUX_E_NOMEM;
-	default:
-		return GPUX_E_IO;
-	}
-}
-
-int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_t **ret_image,
-		       size_t *ret_len, char **ret_log)
+gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b,
+			       uint8_t **ret_image, size_t *ret_len, char **ret_log)
 {
 	static uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX];
 	struct cc_req rq = {
@@ -319,13 +305,14 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 	struct cc_rep rep;
 	char *log = NULL;
 	size_t len = 0;
+	gpux_status st;
 	int r;
 
 	if (rq.options_len > IPC_OPTIONS_MAX)
 		return GPUX_E_INVAL;
-	r = ready(c, ret_log);
-	if (r < 0)
-		return ready_status(r);
+	st = ready(c, ret_log);
+	if (st < 0)
+		return st;
 	memcpy(buf, &rq, sizeof(rq));
 	memcpy(buf + sizeof(rq), b->options, rq.options_len);
 	/* The code and its headers and names are one piece in the worker's memory. */
@@ -335,9 +322,9 @@ int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_
 	if (r == -EPIPE || r == -ECONNRESET) {
 		/* It died idle, before this request: a new one takes it. */
 		free(death(c));
-		r = ready(c, ret_log);
-		if (r < 0)
-			return ready_status(r);
+		st = ready(c, ret_log);
+		if (st < 0)
+			return st;
 		r = ipc_channel_send(c->fd, buf, sizeof(rq) + rq.options_len, &code_fd, 1, 0);
 	}
 	if (r == 0)

@@ -57,5 +57,5 @@ void wrk_compiler_stop(struct wrk_compiler *c);
  * log (GPUX_E_COMPILE: NVRTC's log, a crash, a forbidden system call, a timeout, an image
  * that fails its checks): the answer of the client's MOD_LOAD.
  */
-int wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b, uint8_t **ret_image,
-		       size_t *ret_len, char **ret_log);
+gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b,
+			       uint8_t **ret_image, size_t *ret_len, char **ret_log);

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <gpux/gpux.h>
+
 #include "key.h"
 #include "proto.h"
 
@@ -53,14 +55,16 @@ struct wrk_backend_ops {
 	uint32_t backend; /* enum gpux_backend */
 
 	/* List the devices of this kind; 0 devices is not an error. */
-	int (*probe)(struct ipc_device_info *ret, unsigned max, unsigned *ret_n, char **ret_msg);
+	gpux_status (*probe)(struct ipc_device_info *ret, unsigned max, unsigned *ret_n,
+			     char **ret_msg);
 
-	int (*open)(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_device_info *ret_info,
-		    struct wrk_limits *ret_limits, char **ret_msg);
+	gpux_status (*open)(struct wrk *w, uint32_t device, void **ret_dev,
+			    struct ipc_device_info *ret_info, struct wrk_limits *ret_limits,
+			    char **ret_msg);
 	void (*close)(void *dev);
 
 	/* Make a mapped segment usable for copies (register, pin); undone by map_unregister(). */
-	int (*map_register)(void *dev, struct wrk_mapping *m, char **ret_msg);
+	gpux_status (*map_register)(void *dev, struct wrk_mapping *m, char **ret_msg);
 	void (*map_unregister)(void *dev, struct wrk_mapping *m);
 
 	/* What makes a compiled image specific to this device and toolchain (module keys). */
@@ -68,20 +72,20 @@ struct wrk_backend_ops {
 	/* The file name ending of cached images ("cubin", "so"). */
 	const char *image_ext;
 	/* Compile to an image (any thread). On GPUX_E_COMPILE, *ret_log says why. */
-	int (*build)(void *dev, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
-		     char **ret_log);
+	gpux_status (*build)(void *dev, const struct wrk_build *b, uint8_t **ret_image,
+			     size_t *ret_len, char **ret_log);
 	/* Load an image (any thread). */
-	int (*module_load)(void *dev, const uint8_t *image, size_t len, void **ret_mod,
-			   char **ret_msg);
+	gpux_status (*module_load)(void *dev, const uint8_t *image, size_t len, void **ret_mod,
+				   char **ret_msg);
 	/* What a loaded module keeps in this process besides its image (kernel names), in bytes
 	 * that its clients are charged (any thread); NULL: nothing. */
 	uint64_t (*module_bytes)(void *dev, void *mod);
 	void (*module_unload)(void *dev, void *mod);
-	int (*kernel_get)(void *dev, void *mod, const char *name, struct wrk_kernel_info *ret,
-			  char **ret_msg);
+	gpux_status (*kernel_get)(void *dev, void *mod, const char *name,
+				  struct wrk_kernel_info *ret, char **ret_msg);
 
 	/* Streams: slot i of the worker's stream slots. */
-	int (*slot_open)(void *dev, unsigned slot, char **ret_msg);
+	gpux_status (*slot_open)(void *dev, unsigned slot, char **ret_msg);
 
 	/*
 	 * Start the work of n requests (launches or copies), the next ones of slot `slot` in
@@ -99,11 +103,11 @@ struct wrk_backend_ops {
 	bool (*poll)(void *dev, bool sleeping);
 
 	/* Device memory that outlives requests (device buffers, cache entries). */
-	int (*dev_alloc)(void *dev, uint64_t size, void **ret_ptr, char **ret_msg);
+	gpux_status (*dev_alloc)(void *dev, uint64_t size, void **ret_ptr, char **ret_msg);
 	void (*dev_free)(void *dev, void *ptr);
 	/* Copy to device memory apart from any request; *ret_ready marks the end (NULL: done). */
-	int (*upload)(void *dev, void *dst, const void *src, uint64_t len, void **ret_ready,
-		      char **ret_msg);
+	gpux_status (*upload)(void *dev, void *dst, const void *src, uint64_t len,
+			      void **ret_ready, char **ret_msg);
 	/* Wait for an upload's end, and let its mark go. */
 	void (*ready_wait)(void *dev, void *ready);
 	void (*ready_free)(void *dev, void *ready);

@@ -40,7 +40,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	struct wrk_dbuf *d;
 	char *msg = NULL;
 	void *ptr = NULL;
-	int r;
+	gpux_status r;
 
 	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
 		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
@@ -119,7 +119,7 @@ int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	struct wrk_arg *h, *dv;
 	bool to_dbuf;
 	char *why = NULL;
-	int status = 0;
+	gpux_status status = GPUX_OK;
 
 	if (ipc_decode_copy(msg, &m) < 0 || msg->hdr.id == 0)
 		return -EBADMSG;

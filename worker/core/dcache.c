@@ -125,9 +125,9 @@ uint64_t wrk_dcache_reclaim(struct wrk *w)
 	return freed;
 }
 
-int wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg)
+gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg)
 {
-	int r = w->be->dev_alloc(w->dev, len, ret_ptr, ret_msg);
+	gpux_status r = w->be->dev_alloc(w->dev, len, ret_ptr, ret_msg);
 
 	if (r == GPUX_E_NOMEM && wrk_dcache_reclaim(w) > 0) {
 		free(*ret_msg);
@@ -200,7 +200,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	struct wrk_centry *head = ipc_map_get(&w->centries, b), *e;
 	char *msg = NULL;
 	void *ptr = NULL, *ready = NULL;
-	int r;
+	gpux_status r;
 
 	for (e = head; e; e = e->hnext)
 		if (e->uid == c->uid && e->len == len && ipc_key_equal(e->key, k)) {

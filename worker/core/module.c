@@ -136,6 +136,7 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 {
 	uint64_t t0 = mono_ns();
 	char *msg = NULL;
+	gpux_status st;
 	int r;
 
 	m->build_ns = 0;
@@ -152,10 +153,10 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 			.nheaders = m->nheaders,
 			.nnames = m->nnames,
 		};
-		r = w->be->build(w->dev, &b, &m->image, &m->image_len, &m->log);
+		st = w->be->build(w->dev, &b, &m->image, &m->image_len, &m->log);
 		m->build_ns = mono_ns() - t0;
-		if (r < 0) {
-			m->status = r;
+		if (st < 0) {
+			m->status = st;
 			return;
 		}
 		r = w->disk_cache ? disk_write(w, m) : 0;
@@ -163,15 +164,15 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 			wrk_log_client(w, m->creator->uid, "module cache: writing %s: %s",
 				       w->opts.cache_dir, strerror(-r));
 	}
-	r = w->be->module_load(w->dev, m->image, m->image_len, &m->handle, &msg);
+	st = w->be->module_load(w->dev, m->image, m->image_len, &m->handle, &msg);
 	m->build_ns = mono_ns() - t0;
-	if (r < 0) {
-		m->status = r;
+	if (st < 0) {
+		m->status = st;
 		free(m->log);
 		m->log = msg;
 		return;
 	}
-	m->status = 0;
+	m->status = GPUX_OK;
 }
 
 /*
@@ -401,7 +402,7 @@ static void module_wait(struct wrk_module *m, struct wrk_client *c, uint32_t id,
 }
 
 /* A module that is a refusal: what the requests naming its id are told. NULL: no memory. */
-static struct wrk_module *module_failed(int status, const char *text)
+static struct wrk_module *module_failed(gpux_status status, const char *text)
 {
 	struct wrk_module *m = calloc(1, sizeof(*m));
 
@@ -433,7 +434,7 @@ static char *mod_bytes_text(void)
  * that the requests naming it get the reason too: a load sent without an id (to a device
  * other than the first) has nobody else to tell.
  */
-static void module_refuse(struct wrk_client *c, uint32_t id, uint64_t mod_id, int status,
+static void module_refuse(struct wrk_client *c, uint32_t id, uint64_t mod_id, gpux_status status,
 			  const char *text)
 {
 	struct wrk_modref *ref;
@@ -714,11 +715,11 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 }
 
 /* A kernel of a ready module, looked up once and remembered. */
-int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
-		      struct wrk_kernel **ret, char **ret_msg)
+gpux_status wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
+			      struct wrk_kernel **ret, char **ret_msg)
 {
 	struct wrk_kernel *k;
-	int r;
+	gpux_status r;
 
 	for (k = m->kernels; k; k = k->next)
 		if (strcmp(k->name, name) == 0) {
@@ -744,13 +745,13 @@ int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
 	return 0;
 }
 
-int wrk_options_check(const char *pattern, const char *options, char **ret_log)
+gpux_status wrk_options_check(const char *pattern, const char *options, char **ret_log)
 {
 	_cleanup_(freep) char *copy = strdup(options);
 	char *save = NULL;
 	unsigned n = 0;
 	regex_t re;
-	int rc = 0;
+	gpux_status rc = GPUX_OK;
 
 	if (!copy || regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
 		return GPUX_E_NOMEM;

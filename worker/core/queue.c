@@ -90,7 +90,7 @@ static void line_join(struct wrk *w, struct wrk_queue *q)
 }
 
 /* Answer what a queue holds and has not started: it will never run. */
-static void queue_fail_pending(struct wrk_queue *q, int status, const char *why)
+static void queue_fail_pending(struct wrk_queue *q, gpux_status status, const char *why)
 {
 	struct wrk_req *r;
 
@@ -127,6 +127,7 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 {
 	struct ipc_queue_msg m;
 	struct wrk_queue *q;
+	gpux_status st;
 	int r = ipc_decode_queue(msg, msg->hdr.type, &m);
 
 	if (r < 0)
@@ -148,10 +149,10 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		return 0;
 	}
 	if (ipc_map_size(&c->queues) >= WRK_CLIENT_QUEUES_MAX)
-		r = GPUX_E_QUOTA;
+		st = GPUX_E_QUOTA;
 	else
-		r = queue_new(c, m.queue) ? GPUX_OK : GPUX_E_NOMEM;
-	wrk_reply(c, msg->hdr.id, r, r == GPUX_E_QUOTA ? "too many queues" : NULL);
+		st = queue_new(c, m.queue) ? GPUX_OK : GPUX_E_NOMEM;
+	wrk_reply(c, msg->hdr.id, st, st == GPUX_E_QUOTA ? "too many queues" : NULL);
 	return 0;
 }
 
@@ -253,7 +254,7 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 
 	while ((r = q->pending_head)) {
 		char *msg = NULL;
-		int rc;
+		gpux_status rc;
 
 		if ((r->mod && r->mod->state == MOD_BUILDING) || w->fatal)
 			return TAKE_BUILDING;
@@ -356,7 +357,7 @@ void wrk_slots_flush(struct wrk *w)
 	}
 }
 
-void wrk_fail_all(struct wrk *w, int status, const char *why)
+void wrk_fail_all(struct wrk *w, gpux_status status, const char *why)
 {
 	for (struct wrk_client *c = w->clients; c; c = c->next) {
 		struct wrk_queue *q;

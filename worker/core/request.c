@@ -18,7 +18,7 @@
 #define FREE_REQS_MAX 1024u
 
 /* Answer request `id` (0: nobody waits for an answer) with a DONE. */
-static void send_done(struct wrk_client *c, uint32_t id, int status, const char *text,
+static void send_done(struct wrk_client *c, uint32_t id, gpux_status status, const char *text,
 		      uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)
 {
 	static uint8_t buf[IPC_MSG_MAX];
@@ -37,7 +37,7 @@ static void send_done(struct wrk_client *c, uint32_t id, int status, const char 
 		wrk_client_send(c, buf, (size_t)n);
 }
 
-void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text)
+void wrk_reply(struct wrk_client *c, uint32_t id, gpux_status status, const char *text)
 {
 	send_done(c, id, status, text, 0, 0, 0);
 }
@@ -96,7 +96,7 @@ void wrk_req_discard(struct wrk_req *r)
 	req_free(r);
 }
 
-void wrk_count_finished(struct wrk *w, int status)
+void wrk_count_finished(struct wrk *w, gpux_status status)
 {
 	if (status < 0)
 		w->stats.requests_failed++;
@@ -107,7 +107,7 @@ void wrk_count_finished(struct wrk *w, int status)
 }
 
 /* Answer and free a request that never reached a slot. */
-void wrk_req_fail(struct wrk_req *r, int status, char *error)
+void wrk_req_fail(struct wrk_req *r, gpux_status status, char *error)
 {
 	wrk_reply(r->client, r->id, status, error);
 	wrk_count_finished(r->w, status);
@@ -144,13 +144,13 @@ void wrk_status_refresh(struct wrk *w)
 	status_publish(w, false);
 }
 
-int wrk_req_check(struct wrk_req *r, char **ret_msg)
+gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg)
 {
 	struct wrk *w = r->w;
 	const struct wrk_limits *lim = &w->limits;
 	const struct wrk_kernel_info *ki;
 	uint64_t threads;
-	int rc;
+	gpux_status rc;
 
 	rc = wrk_module_kernel(w, r->mod, r->name, &r->kernel, ret_msg);
 	if (rc < 0) {
@@ -209,11 +209,11 @@ int wrk_req_check(struct wrk_req *r, char **ret_msg)
 	return 0;
 }
 
-static int resolve_arg(struct wrk_client *c, struct wrk_req *r, unsigned i,
-		       const struct ipc_arg *a, char **ret_msg)
+static gpux_status resolve_arg(struct wrk_client *c, struct wrk_req *r, unsigned i,
+			       const struct ipc_arg *a, char **ret_msg)
 {
 	struct wrk_arg *d = &r->args[i];
-	int status = 0;
+	gpux_status status = GPUX_OK;
 
 	*d = (struct wrk_arg){ .kind = a->kind, .offset = a->offset, .len = a->size };
 	switch (a->kind) {
@@ -329,7 +329,7 @@ int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 		memcpy(r->data, s.data, s.m.data_len);
 	for (unsigned i = 0; i < s.m.nargs; i++) {
 		char *why = NULL;
-		int rc;
+		gpux_status rc;
 
 		r->nargs = i + 1;
 		rc = resolve_arg(c, r, i, &s.args[i], &why);

@@ -70,7 +70,7 @@ void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
 	free(m);
 }
 
-static int seg_bind_error(struct wrk_client *c, uint64_t seg_id, int status, char *error)
+static int seg_bind_error(struct wrk_client *c, uint64_t seg_id, gpux_status status, char *error)
 {
 	struct wrk_seg *s = calloc(1, sizeof(*s));
 	int r;
@@ -127,8 +127,8 @@ static int mapping_new(int fd, const struct stat *st, uint32_t uid, bool frozen,
 	return 0;
 }
 
-/* Why ipc_segment_check() refused a segment, as a client should hear it. */
-static int check_refusal(int r, const struct ipc_seg_add *m, int fd, char **ret_text)
+/* Why ipc_segment_check() refused a segment (its -errno r), as a client should hear it. */
+static gpux_status check_refusal(int r, const struct ipc_seg_add *m, int fd, char **ret_text)
 {
 	struct stat st;
 
@@ -166,6 +166,7 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 	struct wrk_seg *s;
 	struct stat st;
 	char *why = NULL;
+	gpux_status status;
 	bool frozen;
 	int r;
 
@@ -183,8 +184,8 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 	frozen = m.flags & IPC_SEG_FROZEN;
 	r = ipc_segment_check(fd, m.size, frozen);
 	if (r < 0) {
-		r = check_refusal(r, &m, fd, &why);
-		return seg_bind_error(c, m.seg_id, r, why);
+		status = check_refusal(r, &m, fd, &why);
+		return seg_bind_error(c, m.seg_id, status, why);
 	}
 	if (fstat(fd, &st) < 0)
 		return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
@@ -234,11 +235,11 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 			return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
 					      wrk_strdup_printf("the segment cannot be mapped: %s",
 								strerror(-r)));
-		r = w->be->map_register(w->dev, map, &why);
-		if (r < 0) {
+		status = w->be->map_register(w->dev, map, &why);
+		if (status < 0) {
 			ipc_segment_done(&map->seg);
 			free(map);
-			return seg_bind_error(c, m.seg_id, r,
+			return seg_bind_error(c, m.seg_id, status,
 					      why ? why : strdup("segment could not be registered"));
 		}
 		r = user_charge(w, c->uid, map->seg.size);
@@ -299,8 +300,8 @@ void wrk_segments_free(struct wrk_client *c)
 }
 
 struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
-				      uint64_t len, bool write, unsigned arg, int *ret_status,
-				      char **ret_msg)
+				      uint64_t len, bool write, unsigned arg,
+				      gpux_status *ret_status, char **ret_msg)
 {
 	struct wrk_seg *s = ipc_map_get(&c->segs, seg_id);
 

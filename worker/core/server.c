@@ -103,7 +103,7 @@ static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, int e
 		text = wrk_strdup_printf("malformed %s message%s%s", type, what ? ": " : "",
 					 what ? what : "");
 	if (msg->hdr.id != 0)
-		wrk_reply(c, msg->hdr.id, err == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_INVAL,
+		wrk_reply(c, msg->hdr.id, wrk_status_from_errno(err, GPUX_E_INVAL),
 			  text ? text : "refused");
 	else
 		wrk_client_refuse(c, text ? text : "refused");

@@ -118,7 +118,7 @@ struct wrk_dbuf {
 /* A client's segment id: its mapping, or why it could not be attached. */
 struct wrk_seg {
 	struct wrk_mapping *map;
-	int status;  /* when map is NULL */
+	gpux_status status; /* when map is NULL */
 	char *error;
 };
 
@@ -140,7 +140,7 @@ struct wrk_module {
 	struct ipc_key key;
 	uint32_t lang;
 	enum wrk_module_state state;
-	int status;  /* MOD_FAILED: why */
+	gpux_status status; /* MOD_FAILED: why */
 	char *log;   /* the compiler's log, or the load error */
 	void *handle;
 	struct wrk_kernel *kernels;
@@ -248,7 +248,7 @@ struct wrk_req {
 	uint64_t timeout_ms;
 	uint64_t t_arrive, t_start, t_end;
 	uint64_t device_ns;
-	int status;
+	gpux_status status;
 	char *error;
 	bool launched; /* the back end queued all of its work (its waits for uploads too) */
 	bool timed;    /* GPUX_LAUNCH_TIMED: measure device_ns */
@@ -346,6 +346,18 @@ struct wrk {
 	struct ipc_stats stats;
 };
 
+/*
+ * worker/core/error.c: the one place an errno becomes a status in the worker (and in its
+ * compile helper). Inside, a function returns an int (>= 0, or -errno) or a gpux_status,
+ * typed so, never both in one int: the ranges overlap (GPUX_E_INVAL is -1, -EPERM too), and
+ * a status is what a client is answered (tests/test-error-domains.py checks the two apart).
+ * -ENOMEM is GPUX_E_NOMEM; any other failure is `otherwise`, the status of what failed
+ * (GPUX_E_IO for a system call, GPUX_E_INVAL for a client's message that cannot be used).
+ * A refusal whose cause picks its status and its text together (a segment that is not what
+ * it claims, a module too large) says both where the cause is known.
+ */
+gpux_status wrk_status_from_errno(int err, gpux_status otherwise);
+
 /* worker/core/log.c; w may be NULL */
 void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A line a client of user uid can cause: a few a second for each user (worker/core/log.c). */
@@ -362,7 +374,7 @@ void wrk_client_wake(struct wrk_client *c);
 /* Send a message without fds: by the client's ring when it fits there, else its socket. */
 void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
 /* Answer request `id` (0: nobody waits for an answer) with a DONE and no times. */
-void wrk_reply(struct wrk_client *c, uint32_t id, int status, const char *text);
+void wrk_reply(struct wrk_client *c, uint32_t id, gpux_status status, const char *text);
 void wrk_server_stop(struct wrk *w);
 
 /* worker/core/request.c */
@@ -374,14 +386,14 @@ void wrk_status_refresh(struct wrk *w);
  * message could not be read at all (worker/core/server.c decides what then). */
 int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
 struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
-void wrk_req_fail(struct wrk_req *r, int status, char *error);
-/* A request finished with `status` (a gpux_status): done or failed, and by status (metrics:
+void wrk_req_fail(struct wrk_req *r, gpux_status status, char *error);
+/* A request finished with `status`: done or failed, and by status (metrics:
  * gpux_requests_total). */
-void wrk_count_finished(struct wrk *w, int status);
+void wrk_count_finished(struct wrk *w, gpux_status status);
 /* Free a request that never reached a slot, without an answer. */
 void wrk_req_discard(struct wrk_req *r);
 /* Check what needs the module: the kernel, its parameters, the launch's shape. */
-int wrk_req_check(struct wrk_req *r, char **ret_msg);
+gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg);
 void wrk_drain_done(struct wrk *w);
 /* The requests kept for reuse go (the worker stops). */
 void wrk_reqs_free_cache(struct wrk *w);
@@ -431,7 +443,7 @@ void wrk_slots_flush(struct wrk *w);
  * publish what the slot runs now; waiting queues are let in when the round's batches go. */
 void wrk_slot_end(struct wrk *w, struct wrk_req *r);
 /* Fail every request not yet started (a fatal error, or stopping). */
-void wrk_fail_all(struct wrk *w, int status, const char *why);
+void wrk_fail_all(struct wrk *w, gpux_status status, const char *why);
 
 /* worker/core/module.c */
 int wrk_modules_start(struct wrk *w);
@@ -440,8 +452,8 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_module_drop(struct wrk_client *c, uint64_t mod_id);
 void wrk_module_unref(struct wrk *w, struct wrk_module *m);
 void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
-int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
-		      struct wrk_kernel **ret, char **ret_msg);
+gpux_status wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
+			      struct wrk_kernel **ret, char **ret_msg);
 
 /* Compiler options a module may have: each back end's compiler takes them in a fixed argv. */
 #define WRK_OPTIONS_MAX 32u
@@ -450,7 +462,7 @@ int wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
  * `pattern` (an extended regular expression, anchored by the caller). GPUX_E_INVAL with a
  * log naming the culprit otherwise.
  */
-int wrk_options_check(const char *pattern, const char *options, char **ret_log);
+gpux_status wrk_options_check(const char *pattern, const char *options, char **ret_log);
 /* The options each back end's compiler takes (worker/host/host.c, worker/cuda/cuda.c). */
 extern const char wrk_host_options_re[];
 #ifdef GPUX_HAVE_CUDA
@@ -465,7 +477,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
 uint64_t wrk_dcache_reclaim(struct wrk *w);
 /* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
-int wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
+gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
 
 /* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
@@ -492,8 +504,8 @@ void wrk_driver_release(const char *line, char *ret, size_t size);
  * frozen one. `arg` names the argument in the message.
  */
 struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
-				      uint64_t len, bool write, unsigned arg, int *ret_status,
-				      char **ret_msg);
+				      uint64_t len, bool write, unsigned arg,
+				      gpux_status *ret_status, char **ret_msg);
 int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id);
 void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m);

@@ -152,7 +152,7 @@ CUfunction cuda_copyin_fn(struct cuda_dev *d);
 void cuda_copyin_stop(struct cuda_dev *d);
 
 /* worker/cuda/cuda-slot.c */
-int cuda_slot_open(void *dev, unsigned slot, char **ret_msg);
+gpux_status cuda_slot_open(void *dev, unsigned slot, char **ret_msg);
 /* Stop the waiters, let go of the streams, graphs and groups. */
 void cuda_slots_close(struct cuda_dev *d);
 /* A group from the free list, or a new one with its events; NULL, and *err says why. */

@@ -78,7 +78,7 @@ bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 {
 	struct wrk_req *r = g->reqs[i];
 	bool sticky;
-	int st = wrk_cu_err(e, &sticky);
+	gpux_status st = wrk_cu_err(e, &sticky);
 
 	free(r->error);
 	if (sticky && culprit(d, g, ran) != g->seq) {
@@ -453,7 +453,7 @@ bool cuda_poll(void *dv, bool sleeping)
 
 /* ---- slots ---- */
 
-int cuda_slot_open(void *dv, unsigned slot, char **ret_msg)
+gpux_status cuda_slot_open(void *dv, unsigned slot, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	struct cuda_slot *s = &d->slots[slot];

@@ -58,11 +58,11 @@ static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
 		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
 }
 
-static int driver_init(struct cu_driver *cu, char **ret_msg)
+static gpux_status driver_init(struct cu_driver *cu, char **ret_msg)
 {
 	bool sticky;
 	CUresult r;
-	int rc = cu_driver_load(cu, ret_msg);
+	gpux_status rc = cu_driver_load(cu, ret_msg);
 
 	if (rc < 0)
 		return rc;
@@ -82,10 +82,12 @@ static int driver_init(struct cu_driver *cu, char **ret_msg)
 	return 0;
 }
 
-static int cuda_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n, char **ret_msg)
+static gpux_status cuda_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n,
+			      char **ret_msg)
 {
 	struct cu_driver cu;
-	int count = 0, rc;
+	gpux_status rc;
+	int count = 0;
 
 	*ret_n = 0;
 	rc = driver_init(&cu, ret_msg);
@@ -168,13 +170,14 @@ static void cuda_close(void *dv)
 	free(d);
 }
 
-static int cuda_open(struct wrk *w, uint32_t device, void **ret_dev, struct ipc_device_info *ret_info,
-		     struct wrk_limits *ret_limits, char **ret_msg)
+static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
+			     struct ipc_device_info *ret_info, struct wrk_limits *ret_limits,
+			     char **ret_msg)
 {
 	struct cuda_dev *d = calloc(1, sizeof(*d));
 	cuuint64_t keep = UINT64_MAX;
 	CUresult r;
-	int rc;
+	gpux_status rc;
 
 	if (!d)
 		return GPUX_E_NOMEM;
@@ -266,7 +269,7 @@ static uint64_t cuda_mem_free(void *dv)
 
 /* ---- segments: registered once, so that copies are DMA from the client's pages ---- */
 
-static int cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
+static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP;
@@ -320,17 +323,18 @@ static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 	}
 }
 
-static int cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
-		      char **ret_log)
+static gpux_status cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image,
+			      size_t *ret_len, char **ret_log)
 {
 	struct cuda_dev *d = dv;
+	gpux_status st;
 	int rc;
 
 	switch (b->lang) {
 	case GPUX_LANG_CUDA:
-		rc = wrk_options_check(wrk_cuda_options_re, b->options, ret_log);
-		if (rc < 0)
-			return rc;
+		st = wrk_options_check(wrk_cuda_options_re, b->options, ret_log);
+		if (st < 0)
+			return st;
 		return wrk_compiler_build(&d->compiler, b, ret_image, ret_len, ret_log);
 	case GPUX_LANG_PTX:
 	case GPUX_LANG_CUBIN:
@@ -377,8 +381,8 @@ static void cuda_module_unload(void *dv, void *mod)
 	free(m);
 }
 
-static int cuda_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
-			    char **ret_msg)
+static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+				    char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	struct cuda_module *m;
@@ -427,8 +431,8 @@ static uint64_t cuda_module_bytes(void *dv, void *mod)
  * was compiled with, else the symbol itself (extern "C", or mangled), else the one C++
  * function of that name.
  */
-static int kernel_find(struct cuda_dev *d, struct cuda_module *m, const char *name,
-		       CUfunction *ret, char **ret_msg)
+static gpux_status kernel_find(struct cuda_dev *d, struct cuda_module *m, const char *name,
+			       CUfunction *ret, char **ret_msg)
 {
 	const char *sym = wrk_knames_lowered(m->names, name);
 	CUresult r = d->cu.cuModuleGetFunction(ret, m->mod, sym ? sym : name);
@@ -448,15 +452,15 @@ static int kernel_find(struct cuda_dev *d, struct cuda_module *m, const char *na
 	return 0;
 }
 
-static int cuda_kernel_get(void *dv, void *mod, const char *name, struct wrk_kernel_info *ret,
-			   char **ret_msg)
+static gpux_status cuda_kernel_get(void *dv, void *mod, const char *name,
+				   struct wrk_kernel_info *ret, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	struct cuda_module *m = mod;
 	CUfunction fn;
 	int v;
 	CUresult r;
-	int rc = kernel_find(d, m, name, &fn, ret_msg);
+	gpux_status rc = kernel_find(d, m, name, &fn, ret_msg);
 
 	if (rc < 0)
 		return rc;
@@ -485,7 +489,7 @@ static int cuda_kernel_get(void *dv, void *mod, const char *name, struct wrk_ker
 
 /* ---- memory that outlives requests ---- */
 
-static int cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
+static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	CUdeviceptr p = 0;
@@ -510,8 +514,8 @@ static void cuda_dev_free(void *dv, void *ptr)
 	(void)d->cu.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, d->aux);
 }
 
-static int cuda_upload(void *dv, void *dst, const void *src, uint64_t len, void **ret_ready,
-		       char **ret_msg)
+static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t len,
+			       void **ret_ready, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	CUevent ev = NULL;

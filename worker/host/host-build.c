@@ -61,12 +61,13 @@ void wrk_host_build_key(const char *cc, const char *cc_version, struct ipc_key_s
 }
 
 /* Split options at blanks into argv (at most WRK_OPTIONS_MAX), each one allowed. */
-static int options_split(const char *options, char **argv, unsigned *ret_n, char **ret_log)
+static gpux_status options_split(const char *options, char **argv, unsigned *ret_n,
+				 char **ret_log)
 {
 	_cleanup_(freep) char *copy = strdup(options);
 	char *save = NULL;
 	unsigned n = 0;
-	int rc;
+	gpux_status rc;
 
 	if (!copy)
 		return GPUX_E_NOMEM;
@@ -171,8 +172,8 @@ static void rm_build_dir(const char *dir, const char *const *names, unsigned n)
 	(void)rmdir(dir);
 }
 
-int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
-		   char **ret_log)
+gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image,
+			   size_t *ret_len, char **ret_log)
 {
 	static const char *const files[] = { "kernel.c", "kernel.so", "log" };
 	char dir[4096], path[4200], out[4200];
@@ -180,7 +181,8 @@ int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_imag
 	unsigned nopt = 0, argc = 0;
 	uint8_t *log = NULL;
 	size_t loglen = 0;
-	int r, st = 0, rc;
+	gpux_status rc;
+	int r, st = 0;
 
 	if (b->lang != GPUX_LANG_HOST) {
 		*ret_log = strdup("the host back end runs C kernels (GPUX_LANG_HOST) only");
@@ -254,7 +256,7 @@ int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_imag
 	}
 	if (log && loglen)
 		*ret_log = (char *)TAKE_PTR(log);
-	rc = 0;
+	rc = GPUX_OK;
 out_rm:
 	rm_build_dir(dir, (const char *const *)files, ARRAY_SIZE(files));
 out:

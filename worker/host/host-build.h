@@ -21,5 +21,5 @@ void wrk_host_build_key(const char *cc, const char *cc_version, struct ipc_key_s
  * modules may be (WRK_CLIENT_MOD_BYTES; never read in), GPUX_E_IO. *ret_log may hold
  * warnings on success.
  */
-int wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image,
-		   size_t *ret_len, char **ret_log);
+gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image,
+			   size_t *ret_len, char **ret_log);

@@ -121,7 +121,8 @@ static void host_info(uint32_t index, struct ipc_device_info *info)
 	memcpy(info->uuid, &k, sizeof(info->uuid));
 }
 
-static int host_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n, char **ret_msg)
+static gpux_status host_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n,
+			      char **ret_msg)
 {
 	const char *e = getenv("GPUX_HOST_DEVICES");
 	unsigned n = e ? (unsigned)strtoul(e, NULL, 10) : 1;
@@ -155,8 +156,9 @@ static void host_close(void *dv)
 	free(d);
 }
 
-static int host_open(struct wrk *w, uint32_t device, void **ret_dev,
-		     struct ipc_device_info *ret_info, struct wrk_limits *ret_limits, char **ret_msg)
+static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
+			     struct ipc_device_info *ret_info, struct wrk_limits *ret_limits,
+			     char **ret_msg)
 {
 	struct host_dev *d = calloc(1, sizeof(*d));
 	int r;
@@ -187,7 +189,7 @@ static int host_open(struct wrk *w, uint32_t device, void **ret_dev,
 	return 0;
 }
 
-static int host_slot_open(void *dv, unsigned slot, char **ret_msg)
+static gpux_status host_slot_open(void *dv, unsigned slot, char **ret_msg)
 {
 	struct host_dev *d = dv;
 	struct host_slot *s = &d->slots[slot];
@@ -209,7 +211,7 @@ static int host_slot_open(void *dv, unsigned slot, char **ret_msg)
 
 /* ---- segments: plain memory needs no registration ---- */
 
-static int host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
+static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
 	return 0;
 }
@@ -236,8 +238,8 @@ static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 	wrk_host_build_key(d->cc, d->cc_version, s);
 }
 
-static int host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
-		      char **ret_log)
+static gpux_status host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image,
+			      size_t *ret_len, char **ret_log)
 {
 	struct host_dev *d = dv;
 
@@ -300,8 +302,8 @@ static int fresh_name_take(int fd)
 	return fd;
 }
 
-static int host_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
-			    char **ret_msg)
+static gpux_status host_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+				    char **ret_msg)
 {
 	_cleanup_(closep) int fd = -1;
 	struct host_dev *d = dv;
@@ -317,7 +319,7 @@ static int host_module_load(void *dv, const uint8_t *image, size_t len, void **r
 	r = ipc_blob_new("gpux-host-module", image, len, &fd);
 	if (r < 0) {
 		*ret_msg = wrk_strdup_printf("a memfd for the module: %s", strerror(-r));
-		return r == -ENOMEM ? GPUX_E_NOMEM : GPUX_E_IO;
+		return wrk_status_from_errno(r, GPUX_E_IO);
 	}
 	fd = fresh_name_take(TAKE_FD(fd));
 	if (fd < 0) {
@@ -383,8 +385,8 @@ static void *own_symbol(struct host_module *hm, const char *name, unsigned type)
 	return p;
 }
 
-static int host_kernel_get(void *dv, void *mod, const char *name, struct wrk_kernel_info *ret,
-			   char **ret_msg)
+static gpux_status host_kernel_get(void *dv, void *mod, const char *name,
+				   struct wrk_kernel_info *ret, char **ret_msg)
 {
 	struct host_module *hm = mod;
 	char pname[IPC_KERNEL_NAME_MAX + 32];
@@ -585,7 +587,7 @@ static void host_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned
 
 /* ---- memory that outlives requests: host memory here ---- */
 
-static int host_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
+static gpux_status host_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
 {
 	void *p = size <= SIZE_MAX - 63 ? aligned_alloc(64, ALIGN_UP((size_t)size, 64)) : NULL;
 
@@ -602,8 +604,8 @@ static void host_dev_free(void *dv, void *ptr)
 	free(ptr);
 }
 
-static int host_upload(void *dv, void *dst, const void *src, uint64_t len, void **ret_ready,
-		       char **ret_msg)
+static gpux_status host_upload(void *dv, void *dst, const void *src, uint64_t len,
+			       void **ret_ready, char **ret_msg)
 {
 	memcpy(dst, src, len);
 	*ret_ready = NULL;

@@ -41,6 +41,13 @@ enum uring_op_kind {
 struct uring_op {
 	enum uring_op_kind kind;
 	struct ipc_obj *obj;
+	/* No submission queue entry was to be had (the ring full, and the kernel refusing to
+	 * take what it holds for now): the operation, or its cancellation, waits in the loop's
+	 * list for the next turn, which submits it. */
+	struct uring_op *next_waiting;
+	bool listed;         /* in that list */
+	bool arm_waiting;    /* the operation was never submitted */
+	bool cancel_waiting; /* it was, and is to be cancelled */
 };
 
 struct ipc_watch {
@@ -142,6 +149,7 @@ struct ipc_loop {
 	struct io_uring ring;
 	bool ring_ready;
 	unsigned inflight; /* operations submitted and not completed */
+	struct uring_op *waiting, **waiting_tail; /* for an entry, oldest first */
 
 	/* epoll */
 	int epfd;

@@ -61,8 +61,9 @@ struct ipc_watch {
 
 struct ipc_timer {
 	struct ipc_loop *loop;
-	struct ipc_timer *next; /* in the loop's armed list, by deadline */
-	uint64_t when;          /* 0: not armed */
+	uint64_t when; /* 0: not armed */
+	uint64_t seq;  /* when it was armed, in the loop's count: those of one deadline fire in it */
+	unsigned idx;  /* its place in the loop's heap while armed */
 	ipc_timer_fn *fn;
 	void *userdata;
 };
@@ -137,7 +138,11 @@ struct ipc_loop {
 	int fallback;
 	bool exit;
 	int exit_code;
-	struct ipc_timer *timers;
+	/* The armed timers: a binary min-heap by (when, seq). Room for every timer made, so
+	 * that arming never allocates. */
+	struct ipc_timer **timers;
+	unsigned ntimers, timers_made, timers_room;
+	uint64_t timer_seq;
 	struct ipc_obj *graveyard;
 	struct ipc_conn *closing, **closing_tail;
 	uint64_t spin_ns;

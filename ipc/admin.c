@@ -39,13 +39,13 @@ static int refusal(const struct ipc_msg *msg, char *why, size_t why_len)
 	if (why && why_len)
 		(void)snprintf(why, why_len, "%.*s", (int)MIN(d.m.text_len, why_len - 1), d.text);
 	switch (d.m.status) {
-	case GPUX_E_PERM:
+	case IPC_E_PERM:
 		return -EPERM;
-	case GPUX_E_STOPPING:
+	case IPC_E_STOPPING:
 		return -ESHUTDOWN;
-	case GPUX_E_QUOTA:
+	case IPC_E_QUOTA:
 		return -EUSERS;
-	case GPUX_E_VERSION:
+	case IPC_E_VERSION:
 		return -EPROTONOSUPPORT;
 	default:
 		return -EPROTO;

@@ -17,6 +17,9 @@
 
 static uint8_t msgbuf[IPC_MSG_MAX];
 
+/* gpuxd answers with gpux.h's statuses and states: the wire's codes of the same values. */
+IPC_ASSERT_PUBLIC()
+
 static bool in_groups(int fd, gid_t gid)
 {
 	gid_t groups[GROUPS_MAX];

@@ -8,6 +8,8 @@
 #include <sys/types.h>
 #include <syslog.h>
 
+#include <gpux/gpux.h>
+
 #include "ipc/loop.h"
 #include "ipc/map.h"
 #include "ipc/proto.h"

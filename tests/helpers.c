@@ -171,7 +171,7 @@ static struct ipc_device_info sample_info(uint32_t index)
 {
 	struct ipc_device_info info = {
 		.index = index,
-		.backend = GPUX_BACKEND_CUDA,
+		.backend = IPC_BACKEND_CUDA,
 		.cc_major = 9,
 		.cc_minor = 0,
 		.sm_count = 132,
@@ -188,7 +188,7 @@ static struct ipc_dev_status sample_dev_status(uint32_t index)
 {
 	struct ipc_dev_status d = {
 		.info = sample_info(index),
-		.state = GPUX_DEVICE_READY,
+		.state = IPC_DEVICE_READY,
 		.pid = 4242 + index,
 		.generation = 3,
 		.restarts = 2,
@@ -209,20 +209,20 @@ static int sample_fixed(void *buf, size_t cap, uint16_t type, unsigned nfds, con
 static const uint8_t submit_data[] = { 0, 0, 0x80, 0x3f, 0x10, 0, 0, 0, 0xaa, 0xbb };
 
 static const struct ipc_arg submit_args[] = {
-	{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
-	{ .kind = GPUX_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
-	{ .kind = GPUX_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
-	{ .kind = GPUX_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
-	{ .kind = GPUX_ARG_SCALAR, .offset = 4, .size = 4 },
-	{ .kind = GPUX_ARG_SCALAR, .offset = 8, .size = 2 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 0, .size = 4 },
+	{ .kind = IPC_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
+	{ .kind = IPC_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
+	{ .kind = IPC_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 4, .size = 4 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 8, .size = 2 },
 };
 
 /* Two device buffer ranges, and a cached IN of frozen segment 8 (the seg-add-frozen sample). */
 static const struct ipc_arg submit_dbuf_args[] = {
-	{ .kind = GPUX_ARG_DBUF, .ref = 11, .offset = 0, .size = 1 * MiB },
-	{ .kind = GPUX_ARG_IN, .flags = GPUX_ARG_CACHED, .ref = 8, .offset = 0, .size = 4096 },
-	{ .kind = GPUX_ARG_DBUF, .ref = 12, .offset = 4096, .size = 4096 },
-	{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
+	{ .kind = IPC_ARG_DBUF, .ref = 11, .offset = 0, .size = 1 * MiB },
+	{ .kind = IPC_ARG_IN, .flags = IPC_ARG_CACHED, .ref = 8, .offset = 0, .size = 4096 },
+	{ .kind = IPC_ARG_DBUF, .ref = 12, .offset = 4096, .size = 4096 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 0, .size = 4 },
 };
 
 static int sample_submit(void *buf, size_t cap, const char *name, const struct ipc_arg *args,
@@ -246,7 +246,7 @@ static int sample_mod_load(void *buf, size_t cap, unsigned form)
 {
 	static const char code[] = "extern \"C\" __global__ void k(float *x) { x[0] = 1; }";
 	static const char opts[] = "--use_fast_math -DN=4";
-	struct ipc_mod_load m = { .mod_id = 3, .lang = GPUX_LANG_CUDA };
+	struct ipc_mod_load m = { .mod_id = 3, .lang = IPC_LANG_CUDA };
 
 	if (form == 0) {
 		m.options_len = sizeof(opts) - 1;
@@ -254,13 +254,13 @@ static int sample_mod_load(void *buf, size_t cap, unsigned form)
 		return ipc_encode_mod_load(buf, cap, 300, &m, opts, code);
 	}
 	if (form == 1) {
-		m.lang = GPUX_LANG_CUBIN;
+		m.lang = IPC_LANG_CUBIN;
 		m.flags = IPC_MOD_CODE_FD;
 		m.code_len = 1 << 20;
 		return ipc_encode_mod_load(buf, cap, 301, &m, NULL, NULL);
 	}
 	if (form == 2) {
-		m.lang = GPUX_LANG_HOST;
+		m.lang = IPC_LANG_HOST;
 		m.code_len = sizeof(code) - 1;
 		return ipc_encode_mod_load(buf, cap, 302, &m, NULL, code);
 	}
@@ -317,12 +317,12 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
 	case 3: {
-		struct ipc_device m = { sample_info(1), GPUX_DEVICE_FAILED, 7, 0, 0 };
+		struct ipc_device m = { sample_info(1), IPC_DEVICE_FAILED, 7, 0, 0 };
 		*s = (struct test_sample){ "device", IPC_DEVICE, 0, 0 };
 		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
 	}
 	case 4: {
-		struct ipc_device m = { sample_info(0), GPUX_DEVICE_READY, 1, IPC_DEVICE_CHANNEL,
+		struct ipc_device m = { sample_info(0), IPC_DEVICE_READY, 1, IPC_DEVICE_CHANNEL,
 					0 };
 		*s = (struct test_sample){ "device-channel", IPC_DEVICE, 2, 0 };
 		return sample_fixed(buf, cap, s->type, 2, &m, sizeof(m));
@@ -373,12 +373,12 @@ static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s
 		*s = (struct test_sample){ "submit-no-args", IPC_SUBMIT, 0, 0 };
 		return sample_submit(buf, cap, "empty", NULL, 0);
 	case 16: {
-		struct ipc_done m = { GPUX_OK, 0, 1000, 20000, 15000 };
+		struct ipc_done m = { IPC_OK, 0, 1000, 20000, 15000 };
 		*s = (struct test_sample){ "done", IPC_DONE, 0, 0 };
 		return ipc_encode_done(buf, cap, 200, &m, NULL);
 	}
 	case 17: {
-		struct ipc_done m = { GPUX_E_COMPILE, 0, 10, 0, 0 };
+		struct ipc_done m = { IPC_E_COMPILE, 0, 10, 0, 0 };
 		*s = (struct test_sample){ "done-text", IPC_DONE, 0, 0 };
 		return ipc_encode_done(buf, cap, 300, &m,
 				       "k.cu(1): error: identifier \"y\" is undefined");

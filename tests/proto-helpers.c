@@ -83,7 +83,7 @@ int test_encode_decode(uint16_t type, unsigned nfds, const void *fixed, size_t f
 
 struct ipc_device_info test_good_info(uint32_t index)
 {
-	struct ipc_device_info info = TEST_GOOD_INFO(index, GPUX_BACKEND_HOST);
+	struct ipc_device_info info = TEST_GOOD_INFO(index, IPC_BACKEND_HOST);
 
 	return info;
 }
@@ -92,7 +92,7 @@ struct ipc_dev_status test_good_dev_status(uint32_t index)
 {
 	struct ipc_dev_status d = {
 		.info = test_good_info(index),
-		.state = GPUX_DEVICE_STARTING + index % 4,
+		.state = IPC_DEVICE_STARTING + index % 4,
 		.pid = 1000 + index,
 		.generation = index * 3,
 		.restarts = index,

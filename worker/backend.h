@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <gpux/gpux.h>
+
 #include "ipc/key.h"
 #include "ipc/proto.h"
 

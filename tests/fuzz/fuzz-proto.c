@@ -69,7 +69,7 @@ static void check_mod_load(const struct ipc_msg *msg, const struct ipc_mod_load_
 	CHECK(m->m.options_len <= IPC_OPTIONS_MAX);
 	CHECK(m->m.code_len > 0 && all <= IPC_CODE_MAX);
 	CHECK(m->m.nheaders <= IPC_MOD_HEADERS_MAX && m->m.nnames <= IPC_MOD_NAMES_MAX);
-	CHECK((m->m.nheaders == 0 && m->m.nnames == 0) || m->m.lang == GPUX_LANG_CUDA);
+	CHECK((m->m.nheaders == 0 && m->m.nnames == 0) || m->m.lang == IPC_LANG_CUDA);
 	CHECK(within(msg, m->options, m->m.options_len));
 	CHECK(!memchr(m->options, 0, m->m.options_len));
 	CHECK(msg->nfds == (code_fd ? 1u : 0u));
@@ -118,14 +118,14 @@ static void check_submit(const struct ipc_msg *msg, const struct ipc_submit_msg 
 		uint64_t end;
 
 		CHECK(a->size > 0 && add_ok(a->offset, a->size, &end));
-		if (a->kind == GPUX_ARG_SCALAR) {
+		if (a->kind == IPC_ARG_SCALAR) {
 			CHECK(a->size <= IPC_SCALAR_MAX);
 			CHECK(end <= m->m.data_len);
 			CHECK(a->flags == 0 && a->ref == 0);
 		} else {
-			CHECK(a->kind >= GPUX_ARG_IN && a->kind <= GPUX_ARG_DBUF);
+			CHECK(a->kind >= IPC_ARG_IN && a->kind <= IPC_ARG_DBUF);
 			CHECK(a->flags == 0 ||
-			      (a->kind == GPUX_ARG_IN && a->flags == GPUX_ARG_CACHED));
+			      (a->kind == IPC_ARG_IN && a->flags == IPC_ARG_CACHED));
 		}
 	}
 	check_same(

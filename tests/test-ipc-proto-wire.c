@@ -45,8 +45,8 @@ static void test_proto_samples_are_their_saved_bytes(void **state)
 		size_t n = read_dump(s.name, saved, sizeof(saved));
 
 		if (n != s.len + 1 || saved[0] != s.nfds)
-			fail_msg("%s: %zu bytes and %u fds, saved %zu and %u", s.name, s.len, s.nfds,
-				 n ? n - 1 : 0, n ? saved[0] : 0);
+			fail_msg("%s: %zu bytes and %u fds, saved %zu and %u", s.name, s.len,
+				 s.nfds, n ? n - 1 : 0, n ? saved[0] : 0);
 		for (size_t k = 0; k < s.len; k++)
 			if (test_msgbuf[k] != saved[k + 1])
 				fail_msg("%s: byte %zu is 0x%02x, saved 0x%02x", s.name, k,

@@ -348,7 +348,7 @@ int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret)
 	code_fd = m.flags & IPC_MOD_CODE_FD;
 	want = sizeof(m) + (uint64_t)m.options_len +
 	       (code_fd ? 0 : (uint64_t)m.code_len + m.extra_len);
-	if (msg->len != want || msg->nfds != (code_fd ? 1u : 0u))
+	if (msg->len != want || msg->nfds != IPC_MOD_LOAD_NFDS(&m))
 		return -EBADMSG;
 
 	options = (const char *)msg->payload + sizeof(m);
@@ -552,7 +552,8 @@ int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod
 	    (!code_fd && ipc_mod_extra_check((const uint8_t *)code + m->code_len, m->extra_len,
 					     m->nheaders, m->nnames) < 0))
 		return -EINVAL;
-	return ipc_encode(buf, cap, IPC_MOD_LOAD, id, code_fd ? 1 : 0, m, sizeof(*m), parts, 2);
+	return ipc_encode(buf, cap, IPC_MOD_LOAD, id, IPC_MOD_LOAD_NFDS(m), m, sizeof(*m), parts,
+			  2);
 }
 
 int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submit *m,

@@ -39,13 +39,13 @@ static int refusal(const struct ipc_msg *msg, char *why, size_t why_len)
 	if (why && why_len)
 		(void)snprintf(why, why_len, "%.*s", (int)MIN(d.m.text_len, why_len - 1), d.text);
 	switch (d.m.status) {
-	case GPUX_E_PERM:
+	case IPC_E_PERM:
 		return -EPERM;
-	case GPUX_E_STOPPING:
+	case IPC_E_STOPPING:
 		return -ESHUTDOWN;
-	case GPUX_E_QUOTA:
+	case IPC_E_QUOTA:
 		return -EUSERS;
-	case GPUX_E_VERSION:
+	case IPC_E_VERSION:
 		return -EPROTONOSUPPORT;
 	default:
 		return -EPROTO;
@@ -76,7 +76,7 @@ int ipc_admin_connect(const char *path, int timeout_ms, char *why, size_t why_le
 		return -errno;
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		return -errno;
-	n = ipc_encode(out, sizeof(out), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+	n = ipc_encode_hello(out, sizeof(out), 1, &h);
 	/* A refusal may be waiting already, and the socket closed behind it: read it anyway. */
 	(void)ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
 	r = recv_one(fd, timeout_ms, buf, &msg);
@@ -102,8 +102,7 @@ int ipc_admin_status(int fd, int timeout_ms, struct ipc_status *ret, struct ipc_
 		struct ipc_status_req q = { .first = first };
 		struct ipc_status_msg st;
 		struct ipc_msg msg;
-		int n = ipc_encode(out, sizeof(out), IPC_STATUS_REQ, first + 1, 0, &q, sizeof(q),
-				   NULL, 0);
+		int n = ipc_encode_status_req(out, sizeof(out), first + 1, &q);
 		int r = ipc_channel_send(fd, out, (size_t)n, NULL, 0, 0);
 
 		if (r == 0)

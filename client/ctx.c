@@ -165,7 +165,7 @@ static void channel_request(gpux_ctx *ctx, uint32_t device)
 
 	if (!ctx->devs[device].want_channel || !ctx->connected)
 		return;
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
+	n = ipc_encode_channel_req(ctx->sbuf, IPC_MSG_MAX, 0, &q);
 	/* gpuxd's socket does not block (it is not worth the lock): when gpuxd is too busy to
 	 * take the request now, it is asked again (device_settle(), or the next call). */
 	if (n > 0 && ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0) != -EAGAIN)

@@ -17,6 +17,9 @@
 
 static uint8_t msgbuf[IPC_MSG_MAX];
 
+/* gpuxd answers with gpux.h's statuses and states: the wire's codes of the same values. */
+IPC_ASSERT_PUBLIC()
+
 static bool in_groups(int fd, gid_t gid)
 {
 	gid_t groups[GROUPS_MAX];
@@ -111,7 +114,7 @@ static void send_device(struct sup_client *c, struct sup_worker *w, const int *f
 		.generation = w->generation,
 		.flags = fds ? IPC_DEVICE_CHANNEL : 0,
 	};
-	int n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_DEVICE, 0, fds ? 2 : 0, &d, sizeof(d), NULL, 0);
+	int n = ipc_encode_device(msgbuf, sizeof(msgbuf), 0, &d);
 
 	if (n > 0)
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, fds, fds ? 2 : 0);
@@ -140,7 +143,7 @@ void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 		give_later(c, w);
 		return;
 	}
-	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_ATTACH, 0, 1, &a, sizeof(a), NULL, 0);
+	n = ipc_encode_attach(msgbuf, sizeof(msgbuf), 0, &a);
 	if (n < 0 || ipc_conn_send(w->control, msgbuf, (size_t)n, &pair[1], 1) < 0) {
 		(void)close(pair[0]);
 		(void)close(pair[1]);
@@ -177,7 +180,7 @@ void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_
 
 	if (!c)
 		return;
-	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_KILLED, 0, 0, k, sizeof(*k), NULL, 0);
+	n = ipc_encode_killed(msgbuf, sizeof(msgbuf), 0, k);
 	if (n > 0)
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 }
@@ -303,7 +306,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		.quota_shared = s->opts.quota_shared,
 		.flags = s->opts.private_mode ? IPC_WELCOME_PRIVATE : 0,
 	};
-	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_WELCOME, msg->hdr.id, 0, &wel, sizeof(wel), NULL, 0);
+	n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), msg->hdr.id, &wel);
 	if (n < 0)
 		return n;
 	r = ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);

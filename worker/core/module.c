@@ -192,7 +192,7 @@ static void module_reply(struct wrk_client *c, uint32_t id, const struct wrk_mod
 	int n;
 
 	if (id != 0 && !c->gone && m->state == MOD_READY) {
-		n = ipc_encode(buf, sizeof(buf), IPC_MOD_INFO, id, 0, &mi, sizeof(mi), NULL, 0);
+		n = ipc_encode_mod_info(buf, sizeof(buf), id, &mi);
 		if (n > 0)
 			wrk_client_send(c, buf, (size_t)n);
 	}

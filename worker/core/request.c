@@ -17,6 +17,9 @@
  * hundred thousand a second. */
 #define FREE_REQS_MAX 1024u
 
+/* A DONE's status is a gpux_status the worker says: the wire's code of the same value. */
+IPC_ASSERT_PUBLIC()
+
 /* Answer request `id` (0: nobody waits for an answer) with a DONE. */
 static void send_done(struct wrk_client *c, uint32_t id, gpux_status status, const char *text,
 		      uint64_t queue_ns, uint64_t run_ns, uint64_t device_ns)

@@ -277,7 +277,7 @@ static void client_rings(struct wrk_client *c)
 		return;
 	ipc_ring_init(&c->up, c->rings, IPC_RING_UP);
 	ipc_ring_init(&c->down, c->rings, IPC_RING_DOWN);
-	n = ipc_encode(buf, sizeof(buf), IPC_RINGS, 0, 1, &o, sizeof(o), NULL, 0);
+	n = ipc_encode_rings(buf, sizeof(buf), 0, &o);
 	if (n < 0 || ipc_conn_send(c->conn, buf, (size_t)n, &fd, 1) < 0) {
 		(void)munmap(c->rings, IPC_RINGS_BYTES);
 		c->rings = NULL;
@@ -483,7 +483,7 @@ int wrk_server_start(struct wrk *w)
 				 on_control_close, w, &w->control);
 	if (r < 0)
 		return r;
-	n = ipc_encode(buf, sizeof(buf), IPC_READY, 0, 0, &ready, sizeof(ready), NULL, 0);
+	n = ipc_encode_ready(buf, sizeof(buf), 0, &ready);
 	if (n < 0)
 		return n;
 	return ipc_conn_send(w->control, buf, (size_t)n, NULL, 0);

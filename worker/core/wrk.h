@@ -13,6 +13,7 @@
 #include "key.h"
 #include "loop.h"
 #include "map.h"
+#include "options.h"
 #include "proto.h"
 #include "ring.h"
 #include "segment.h"
@@ -42,23 +43,6 @@
 /* Modules nobody uses any more that stay loaded, most recently used first. */
 #define WRK_MODULES_IDLE_MAX 256u
 
-struct wrk_opts {
-	uint32_t device;
-	const char *backend;
-	int control_fd;
-	int status_fd;
-	const char *cache_dir;
-	uint64_t timeout_ms;       /* default request deadline */
-	uint64_t max_timeout_ms;   /* the longest a client may ask for */
-	unsigned slots;            /* streams */
-	uint64_t quota_shared;      /* shared-buffer bytes a client may have attached */
-	uint64_t quota_shared_user; /* those of one user's clients together (mappings) */
-	uint64_t quota_device;     /* device bytes a client may hold in device buffers; 0: half */
-	uint64_t cache_bytes;      /* the device cache's budget; 0: a quarter of the device */
-	uint64_t cache_ttl_ms;     /* idle entries older than this go */
-	pid_t parent_pid;
-	bool sandbox;              /* host kernels run under seccomp (worker/host/sandbox.c) */
-};
 
 /* Content keys of ranges of a frozen mapping, computed once each. */
 #define WRK_MAPPING_KEYS 4u
@@ -287,7 +271,7 @@ struct wrk_slot {
 };
 
 struct wrk {
-	struct wrk_opts opts;
+	struct ipc_worker_opts opts; /* its command line (ipc/options.h) */
 	const struct wrk_backend_ops *be;
 	void *dev;
 	struct ipc_device_info info;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import enum
 import os
 import threading
 import weakref
@@ -19,7 +20,7 @@ __all__ = [
     "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "RawModule",
     "SourceModule", "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX",
     "LANG_CUBIN", "LANG_HOST", "MODULE_HEADERS_MAX", "MODULE_NAMES_MAX", "ANY",
-    "device_count", "devices",
+    "device_count", "devices", "Lang", "Backend", "DeviceState",
 ]
 
 Context = _gpux.Context
@@ -29,10 +30,34 @@ Queue = _gpux.Queue
 Kernel = _gpux.Kernel
 Launch = _gpux.Launch
 
-LANG_CUDA = 1
-LANG_PTX = 2
-LANG_CUBIN = 3
-LANG_HOST = 4
+
+
+class Lang(enum.IntEnum):
+    """A module's language (gpux.h's enum gpux_lang)."""
+    CUDA = 1   #: CUDA C++, compiled by NVRTC in the worker
+    PTX = 2    #: PTX text
+    CUBIN = 3  #: a cubin or fatbin
+    HOST = 4   #: C for the host back end (gpux/host-kernel.h)
+
+
+class Backend(enum.IntEnum):
+    """What runs a device's kernels (enum gpux_backend)."""
+    HOST = 1  #: the CPU: kernels in C
+    CUDA = 2  #: a GPU
+
+
+class DeviceState(enum.IntEnum):
+    """A device's state in gpuxd (enum gpux_device_state)."""
+    STARTING = 1
+    READY = 2
+    RESTARTING = 3
+    FAILED = 4  #: its worker died too often: left out of ``device=None``
+
+
+LANG_CUDA = Lang.CUDA
+LANG_PTX = Lang.PTX
+LANG_CUBIN = Lang.CUBIN
+LANG_HOST = Lang.HOST
 _LANGS = {"cuda": LANG_CUDA, "ptx": LANG_PTX, "cubin": LANG_CUBIN, "fatbin": LANG_CUBIN,
           "host": LANG_HOST, "c": LANG_HOST}
 
@@ -81,9 +106,22 @@ def device_count(context: Optional[_gpux.Context] = None) -> int:
 
 
 def devices(context: Optional[_gpux.Context] = None) -> list[dict]:
-    """What gpuxd knows of each device: index, backend (1 host, 2 CUDA), state, name, ..."""
+    """What gpuxd knows of each device (Context.device_info): index, backend (a Backend),
+    state (a DeviceState), name, compute_capability, multiprocessors, memory, uuid."""
     ctx = context or get_context()
     return [ctx.device_info(i) for i in range(ctx.device_count())]
+
+
+_c_device_info = _gpux.Context.device_info
+
+
+def _device_info(self: _gpux.Context, index: int) -> dict:
+    """device_info(index) -> dict: what gpuxd knows of a device now; ``backend`` is a
+    gpux.Backend, ``state`` a gpux.DeviceState."""
+    info = _c_device_info(self, index)
+    info["backend"] = Backend(info["backend"])
+    info["state"] = DeviceState(info["state"])
+    return info
 
 
 # ---- arrays ----
@@ -340,6 +378,7 @@ _gpux.DeviceBuffer.write = _dbuf_write
 _gpux.DeviceBuffer.read = _dbuf_read
 _gpux.DeviceBuffer.submit_write = submit_write
 _gpux.DeviceBuffer.submit_read = submit_read
+_gpux.Context.device_info = _device_info
 _gpux.DeviceBuffer.__reduce__ = lambda self: _unpicklable("a DeviceBuffer")
 _gpux.Queue.__reduce__ = lambda self: _unpicklable("a Queue")
 _gpux.Context.__reduce__ = lambda self: _unpicklable("a Context")
@@ -352,7 +391,7 @@ def _unpicklable(what: str):
 
 # ---- modules and kernels ----
 
-def _guess_lang(code: Union[str, bytes]) -> int:
+def _guess_lang(code: Union[str, bytes]) -> Lang:
     if isinstance(code, bytes):
         if code[:4] == b"\x7fELF" or code[:4] == b"\x50\xed\x55\xba":
             return LANG_CUBIN
@@ -366,7 +405,7 @@ def _guess_lang(code: Union[str, bytes]) -> int:
     return LANG_CUDA
 
 
-def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> int:
+def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> Lang:
     if lang is None:
         return _guess_lang(code)
     if isinstance(lang, str):
@@ -374,7 +413,10 @@ def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> int:
             return _LANGS[lang.lower()]
         except KeyError:
             raise ValueError(f"lang: one of {sorted(_LANGS)}") from None
-    return int(lang)
+    try:
+        return Lang(int(lang))
+    except ValueError:
+        raise ValueError(f"lang: one of {sorted(_LANGS)}, or a gpux.Lang") from None
 
 
 class Module:
@@ -462,8 +504,13 @@ class Module:
     __getitem__ = get_function
 
     def __reduce__(self):
-        return (_load_module, (self.code, self.lang, self.options, self.headers,
+        return (_load_module, (self.code, int(self.lang), self.options, self.headers,
                                self.name_expressions))
+
+    def __repr__(self) -> str:
+        names = sorted(self._kernels.keys())
+        return (f"<gpux.Module {self.lang.name.lower()}, {len(self.code)} bytes"
+                + (f", kernels used: {', '.join(names)}" if names else "") + ">")
 
 
 def _load_module(code: bytes, lang: int, options: Optional[str],

@@ -12,6 +12,7 @@
 struct call {
 	PyObject *grid, *block, *args, *shared, *queue, *device, *timeout;
 	int timed;
+	bool time_kernel; /* PyCUDA's: the call returns the kernel's time in seconds */
 };
 
 /* kernel(grid, block, args=(), *, shared_mem=0, queue=None, device=None, timeout=None,
@@ -34,6 +35,82 @@ static int call_parse(PyObject *args, PyObject *kw, struct call *c)
 					   &c->timeout, &c->timed)
 		       ? 0
 		       : -1;
+}
+
+/* keyword == name */
+static bool kw_is(PyObject *key, const char *name)
+{
+	return PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
+
+/*
+ * PyCUDA's call, f(*args, block=(x, y, z), grid=(x, y), shared=0, stream=None,
+ * time_kernel=False), with gpux's own keywords beside: queue (stream's other name), device,
+ * timeout, timed. Taken by a SourceModule's kernels when block is a keyword and args is not.
+ */
+static bool pycuda_call(PyObject *kw)
+{
+	PyObject *block, *args;
+
+	if (!kw)
+		return false;
+	block = PyDict_GetItemString(kw, "block");
+	args = PyDict_GetItemString(kw, "args");
+	return block && !args;
+}
+
+static int pycuda_parse(PyObject *args, PyObject *kw, struct call *c)
+{
+	PyObject *key, *value;
+	Py_ssize_t pos = 0;
+
+	memset(c, 0, sizeof(*c));
+	c->args = args;
+	while (PyDict_Next(kw, &pos, &key, &value)) {
+		int truth;
+
+		if (kw_is(key, "block")) {
+			c->block = value;
+		} else if (kw_is(key, "grid")) {
+			c->grid = value;
+		} else if (kw_is(key, "shared")) {
+			c->shared = value;
+		} else if (kw_is(key, "stream") || kw_is(key, "queue")) {
+			if (c->queue && value != Py_None) {
+				PyErr_SetString(PyExc_TypeError, "stream and queue name one thing");
+				return -1;
+			}
+			if (value != Py_None)
+				c->queue = value;
+		} else if (kw_is(key, "device")) {
+			c->device = value;
+		} else if (kw_is(key, "timeout")) {
+			c->timeout = value;
+		} else if (kw_is(key, "timed") || kw_is(key, "time_kernel")) {
+			truth = PyObject_IsTrue(value);
+			if (truth < 0)
+				return -1;
+			c->timed |= truth;
+			if (kw_is(key, "time_kernel"))
+				c->time_kernel = truth;
+		} else if (kw_is(key, "texrefs")) {
+			truth = PyObject_IsTrue(value);
+			if (truth != 0) {
+				if (truth > 0)
+					PyErr_SetString(PyExc_TypeError,
+							"texrefs: gpux has no texture references");
+				return -1;
+			}
+		} else {
+			PyErr_Format(PyExc_TypeError,
+				     "unexpected keyword argument %R (PyCUDA's call takes block, grid, "
+				     "shared, stream, time_kernel; gpux's also queue, device, timeout, "
+				     "timed)",
+				     key);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 static int dim_value(PyObject *o, uint32_t *ret, const char *what)
@@ -85,7 +162,8 @@ static int call_launch(pyx_Context *ctx, const struct call *c, struct gpux_launc
 {
 	memset(l, 0, sizeof(*l));
 	l->device = GPUX_ANY;
-	if (dims(c->grid, l->grid, "grid") < 0 || dims(c->block, l->block, "block") < 0)
+	l->grid[0] = l->grid[1] = l->grid[2] = 1; /* PyCUDA's grid may be left out */
+	if ((c->grid && dims(c->grid, l->grid, "grid") < 0) || dims(c->block, l->block, "block") < 0)
 		return -1;
 	if (c->shared && c->shared != Py_None) {
 		unsigned long v = PyLong_AsUnsignedLong(c->shared);
@@ -148,8 +226,9 @@ static PyObject *call_args(const struct call *c)
  * failed request is kept for its message until the error is made.
  */
 static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx_argv *v,
-			  PyObject *keep)
+			  PyObject *keep, bool time_kernel)
 {
+	struct gpux_times times = { 0 };
 	pyx_Context *ctx = k->module->ctx;
 	const char *why = NULL;
 	char own[PYX_WHY_MAX];
@@ -166,6 +245,8 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 	if (st < 0 && st != GPUX_E_AGAIN && r) {
 		why = gpux_req_message(r);
 	} else if (st >= 0) {
+		if (time_kernel)
+			(void)gpux_req_times(r, &times);
 		gpux_req_free(r);
 		r = NULL;
 	}
@@ -182,6 +263,8 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 		if (st < 0) {
 			why = gpux_req_message(r);
 		} else {
+			if (time_kernel)
+				(void)gpux_req_times(r, &times);
 			gpux_req_free(r);
 			r = NULL;
 		}
@@ -189,6 +272,8 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 	}
 	st = pyx_temps_finish(v->temps, v->ntemps, st, own);
 	v->ntemps = 0;
+	if (st >= 0 && time_kernel)
+		return PyFloat_FromDouble((double)times.device_ns / 1e9);
 	if (st >= 0)
 		Py_RETURN_NONE;
 	if (r) {
@@ -230,14 +315,15 @@ static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *ke
 
 static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "module", "name", "owner", NULL };
+	static char *names[] = { "module", "name", "owner", "pycuda", NULL };
 	PyObject *mod, *name, *owner = Py_None;
 	pyx_Kernel *self;
 	const char *utf8;
 	Py_ssize_t len;
+	int pycuda = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|O", names, pyx_ModuleType, &mod, &name,
-					 &owner))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|O$p", names, pyx_ModuleType, &mod, &name,
+					 &owner, &pycuda))
 		return NULL;
 	utf8 = PyUnicode_AsUTF8AndSize(name, &len);
 	if (!utf8)
@@ -262,6 +348,7 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->name_obj = name;
 	Py_INCREF(owner);
 	self->owner = owner;
+	self->pycuda = pycuda;
 	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
 }
@@ -309,7 +396,18 @@ static PyObject *kernel_launch(pyx_Kernel *self, PyObject *args, PyObject *kw, b
 	struct call c;
 	PyObject *tuple, *res;
 
-	if (call_parse(args, kw, &c) < 0 || call_launch(self->module->ctx, &c, &l) < 0)
+	if (self->pycuda && pycuda_call(kw)) {
+		if (pycuda_parse(args, kw, &c) < 0)
+			return NULL;
+		if (c.time_kernel && !wait) {
+			PyErr_SetString(PyExc_TypeError, "time_kernel: for a call that waits (the "
+					"future's times say it otherwise)");
+			return NULL;
+		}
+	} else if (call_parse(args, kw, &c) < 0) {
+		return NULL;
+	}
+	if (call_launch(self->module->ctx, &c, &l) < 0)
 		return NULL;
 	tuple = call_args(&c);
 	if (!tuple)
@@ -318,7 +416,7 @@ static PyObject *kernel_launch(pyx_Kernel *self, PyObject *args, PyObject *kw, b
 		Py_DECREF(tuple);
 		return NULL;
 	}
-	res = wait ? run_sync(self, &l, &v, tuple) : submit(self, &l, tuple, &v);
+	res = wait ? run_sync(self, &l, &v, tuple, c.time_kernel) : submit(self, &l, tuple, &v);
 	Py_DECREF(tuple);
 	return res;
 }
@@ -395,6 +493,11 @@ static PyObject *kernel_owner(pyx_Kernel *self, void *unused)
 	return self->owner;
 }
 
+static PyObject *kernel_pycuda(pyx_Kernel *self, void *unused)
+{
+	return PyBool_FromLong(self->pycuda);
+}
+
 static PyMethodDef kernel_methods[] = {
 	{ "submit", (PyCFunction)(void (*)(void))kernel_submit, METH_VARARGS | METH_KEYWORDS,
 	  "submit(grid, block, args=(), **options) -> gpux.Future: launch without waiting." },
@@ -407,6 +510,8 @@ static PyGetSetDef kernel_getset[] = {
 	{ "name", (getter)kernel_name, NULL, "the kernel's name in its module", NULL },
 	{ "module", (getter)kernel_module, NULL, "the module (gpux._gpux.Module)", NULL },
 	{ "owner", (getter)kernel_owner, NULL, "what made it (a gpux.Module), or None", NULL },
+	{ "pycuda", (getter)kernel_pycuda, NULL,
+	  "whether it also takes PyCUDA's call, f(*args, block=..., grid=...)", NULL },
 	{ 0 },
 };
 
@@ -481,7 +586,7 @@ static PyObject *launch_call(pyx_Launch *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_TypeError, "a prepared launch takes no arguments");
 		return NULL;
 	}
-	return run_sync(self->kernel, &self->launch, self->argv, (PyObject *)self);
+	return run_sync(self->kernel, &self->launch, self->argv, (PyObject *)self, false);
 }
 
 /* The request keeps the Launch, which holds the arguments' memory. */

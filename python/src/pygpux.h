@@ -79,6 +79,7 @@ typedef struct {
 	char *name;
 	PyObject *name_obj;
 	PyObject *owner; /* what made it (a gpux.Module), kept alive with it: it pickles it */
+	bool pycuda;     /* a SourceModule's: also takes PyCUDA's call, f(*args, block=...) */
 } pyx_Kernel;
 
 /* An argument wrapper: In(x), Out(x), ..., or a device buffer's range. */

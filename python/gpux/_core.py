@@ -442,7 +442,10 @@ class Module:
                  options: Union[str, Sequence[str], None] = None, *,
                  headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                  name_expressions: Optional[Sequence[str]] = None,
-                 context: Optional[_gpux.Context] = None) -> None:
+                 context: Optional[_gpux.Context] = None, pycuda: bool = False) -> None:
+        #: Whether its kernels also take PyCUDA's call (``f(*args, block=..., grid=...)``):
+        #: SourceModule's do.
+        self.pycuda = bool(pycuda)
         self.lang = _lang(lang, code)
         raw = code.encode() if isinstance(code, str) else bytes(code)
         if self.lang == LANG_PTX and not raw.endswith(b"\0"):
@@ -468,7 +471,7 @@ class Module:
                   options: Union[str, Sequence[str], None] = None, *,
                   headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                   name_expressions: Optional[Sequence[str]] = None,
-                  context: Optional[_gpux.Context] = None) -> "Module":
+                  context: Optional[_gpux.Context] = None, pycuda: bool = False) -> "Module":
         """Load a file: .cu (CUDA), .ptx, .cubin or .fatbin, .c (host), else guessed.
         ``headers`` and ``name_expressions`` as for Module (the files the source includes
         are not read from beside it: pass them in ``headers``)."""
@@ -479,7 +482,7 @@ class Module:
                     ".c": "host"}.get(ext)
         with open(path, "rb") as f:
             return cls(f.read(), lang, options, headers=headers,
-                       name_expressions=name_expressions, context=context)
+                       name_expressions=name_expressions, context=context, pycuda=pycuda)
 
     @property
     def log(self) -> str:
@@ -498,14 +501,14 @@ class Module:
         (gpux.KernelNotFoundError, whose ``detail`` lists the module's kernels)."""
         k = self._kernels.get(name)
         if k is None:
-            k = self._kernels[name] = _gpux.Kernel(self._m, name, self)
+            k = self._kernels[name] = _gpux.Kernel(self._m, name, self, pycuda=self.pycuda)
         return k
 
     __getitem__ = get_function
 
     def __reduce__(self):
         return (_load_module, (self.code, int(self.lang), self.options, self.headers,
-                               self.name_expressions))
+                               self.name_expressions, self.pycuda))
 
     def __repr__(self) -> str:
         names = sorted(self._kernels.keys())
@@ -515,8 +518,10 @@ class Module:
 
 def _load_module(code: bytes, lang: int, options: Optional[str],
                  headers: Optional[dict[str, Union[str, bytes]]] = None,
-                 name_expressions: Optional[tuple[str, ...]] = None) -> Module:
-    return Module(code, lang, options, headers=headers, name_expressions=name_expressions)
+                 name_expressions: Optional[tuple[str, ...]] = None,
+                 pycuda: bool = False) -> Module:
+    return Module(code, lang, options, headers=headers, name_expressions=name_expressions,
+                  pycuda=pycuda)
 
 
 def _reduce_kernel(k: _gpux.Kernel):
@@ -566,8 +571,15 @@ def RawModule(code: Union[str, bytes], options: Union[str, Sequence[str], None] 
 def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *,
                  headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                  name_expressions: Optional[Sequence[str]] = None,
-                 context: Optional[_gpux.Context] = None) -> Module:
-    """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels.
+                 context: Optional[_gpux.Context] = None, no_extern_c: bool = True,
+                 include_dirs: Sequence[str] = ()) -> Module:
+    """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels,
+    which take PyCUDA's call, ``f(*args, block=(x, y, z), grid=(x, y), shared=0,
+    stream=None, time_kernel=False)`` (``stream`` a gpux.Queue; ``time_kernel`` returns the
+    kernel's own time in seconds), as well as CuPy's, ``f(grid, block, args)``; and
+    ``prepare(arg_types)``, ``prepared_call(grid, block, *args)``,
+    ``prepared_async_call(grid, block, stream, *args)``,
+    ``prepared_timed_call(grid, block, *args)``.
     No ``extern "C"`` is needed (PyCUDA's ``no_extern_c=True`` is how gpux always
     compiles): a kernel with C++ linkage is found by its name, plain or qualified
     (``"saxpy"``, ``"ns::saxpy"``), or by its mangled symbol (an overloaded name raises
@@ -575,9 +587,70 @@ def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *
     expression (``"fill<float>"``) where ``name_expressions`` lists it or the source
     instantiates it explicitly (``template __global__ void fill<float>(float *, int);``).
     Where PyCUDA takes ``include_dirs``, gpux takes ``headers``: the texts of the files the
-    source includes, by the names it includes them by (``{"util.cuh": "..."}``)."""
+    source includes, by the names it includes them by (``{"util.cuh": "..."}``);
+    ``include_dirs`` is refused, and ``no_extern_c=False`` too (no ``extern "C"`` is wrapped
+    around the source: kernels are found by their C++ names)."""
+    if include_dirs:
+        raise InvalidError(-1, "include_dirs: the worker reads no file of yours: pass the "
+                               "headers' texts as headers={name: text}")
+    if not no_extern_c:
+        raise InvalidError(-1, "no_extern_c=False: gpux wraps no extern \"C\" around the "
+                               "source; its kernels are found by their C++ names all the same")
     return Module(source, LANG_CUDA, options, headers=headers,
-                  name_expressions=name_expressions, context=context)
+                  name_expressions=name_expressions, context=context, pycuda=True)
+
+
+# ---- PyCUDA's prepared calls, on every kernel ----
+
+_c_prepare = _gpux.Kernel.prepare
+
+
+def _is_arg_types(x: Any) -> bool:
+    if isinstance(x, str):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and not all(
+        isinstance(d, (int, np.integer)) for d in x)
+
+
+def _prepare(self: _gpux.Kernel, *args: Any, **kw: Any) -> Any:
+    """prepare(grid, block, args=(), **options) -> Launch: the arguments resolved once
+    (gpux's). PyCUDA's ``prepare(arg_types)`` (a string such as "PiP", or a list of types)
+    returns the kernel itself, for ``prepared_call``: gpux needs no types."""
+    if len(args) == 1 and not kw and _is_arg_types(args[0]):
+        return self
+    return _c_prepare(self, *args, **kw)
+
+
+def _prepared_call(self: _gpux.Kernel, grid: Any, block: Any, *args: Any,
+                   shared_size: int = 0) -> None:
+    """PyCUDA's prepared_call(grid, block, *args, shared_size=0): run and wait."""
+    return self(grid, block, args, shared_mem=shared_size)
+
+
+def _prepared_async_call(self: _gpux.Kernel, grid: Any, block: Any, stream: Any, *args: Any,
+                         shared_size: int = 0) -> Any:
+    """PyCUDA's prepared_async_call(grid, block, stream, *args, shared_size=0): submit
+    (``stream`` a gpux.Queue, or None); returns the gpux.Future."""
+    return self.submit(grid, block, args, shared_mem=shared_size, queue=stream)
+
+
+def _prepared_timed_call(self: _gpux.Kernel, grid: Any, block: Any, *args: Any,
+                         shared_size: int = 0) -> Any:
+    """PyCUDA's prepared_timed_call(grid, block, *args, shared_size=0): submit, and return a
+    callable that waits and gives the kernel's own time in seconds."""
+    fut = self.submit(grid, block, args, shared_mem=shared_size, timed=True)
+
+    def seconds() -> float:
+        fut.result()
+        return fut.times.device_ns / 1e9
+
+    return seconds
+
+
+_gpux.Kernel.prepare = _prepare
+_gpux.Kernel.prepared_call = _prepared_call
+_gpux.Kernel.prepared_async_call = _prepared_async_call
+_gpux.Kernel.prepared_timed_call = _prepared_timed_call
 
 
 def _register() -> None:

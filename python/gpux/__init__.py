@@ -28,6 +28,10 @@ from ._core import (  # noqa: F401
     is_shared, ndarray, ones, zeros, zeros_like,
 )
 from ._future import Future, Times  # noqa: F401
+from ._array import (  # noqa: F401
+    DeviceArray, device_empty, device_full, device_zeros, to_device,
+)
+from ._kernels import ElementwiseKernel, ReductionKernel  # noqa: F401
 from . import _gpux
 
 __version__: str = _gpux.version()

@@ -177,6 +177,11 @@ class ndarray(np.ndarray):
         """Freeze the array's buffer in place (see gpux.freeze); returns self."""
         return freeze(self)
 
+    def get(self, stream: Any = None) -> np.ndarray:
+        """A plain numpy copy, as CuPy's ndarray.get() (a gpux array already is in host
+        memory: CuPy code that calls get() runs unchanged)."""
+        return np.array(self.view(np.ndarray))
+
     def __reduce_ex__(self, protocol):
         from . import _share
 
@@ -258,8 +263,10 @@ def zeros_like(a: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = 
 def asarray(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
             freeze: bool = False) -> ndarray:
     """``obj`` as a gpux array: itself when it already is one (of that dtype, contiguous, in
-    that context), else a copy in a new shared buffer. ``freeze=True`` freezes the copy (or
-    the array) for the device cache (see gpux.freeze)."""
+    that context), else a copy in a new shared buffer (of a gpux.DeviceArray: its contents,
+    copied from the device). ``freeze=True`` freezes the copy (or the array) for the device
+    cache (see gpux.freeze)."""
+    obj = _from_device(obj)
     b = buffer_of(obj)
     if (b is not None and isinstance(obj, np.ndarray) and (dtype is None or
             np.dtype(dtype) == obj.dtype) and (context is None or b.context is context) and
@@ -279,12 +286,18 @@ def asarray(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = N
 def array(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
           freeze: bool = False) -> ndarray:
     """A copy of ``obj`` in a new gpux array (always a copy, as numpy.array)."""
-    src = np.asarray(obj, dtype=dtype)
+    src = np.asarray(_from_device(obj), dtype=dtype)
     a = empty(src.shape, src.dtype, context=context)
     np.copyto(a.view(np.ndarray), src)
     if freeze:
         _freeze(a)
     return a
+
+
+def _from_device(obj: Any) -> Any:
+    from ._array import DeviceArray
+
+    return obj.get() if isinstance(obj, DeviceArray) else obj
 
 
 def _freeze(a: np.ndarray) -> None:
@@ -443,6 +456,10 @@ class Module:
                  headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                  name_expressions: Optional[Sequence[str]] = None,
                  context: Optional[_gpux.Context] = None, pycuda: bool = False) -> None:
+        # Each kernel holds its Module (what pickles it), so the Module holds them weakly:
+        # the code is unloaded once neither is left.
+        self._kernels: weakref.WeakValueDictionary[str, _gpux.Kernel] = \
+            weakref.WeakValueDictionary()
         #: Whether its kernels also take PyCUDA's call (``f(*args, block=..., grid=...)``):
         #: SourceModule's do.
         self.pycuda = bool(pycuda)
@@ -461,10 +478,6 @@ class Module:
             dict(headers) if headers is not None else None
         self.name_expressions: Optional[tuple[str, ...]] = \
             tuple(name_expressions) if name_expressions is not None else None
-        # Each kernel holds its Module (what pickles it), so the Module holds them weakly:
-        # the code is unloaded once neither is left.
-        self._kernels: weakref.WeakValueDictionary[str, _gpux.Kernel] = \
-            weakref.WeakValueDictionary()
 
     @classmethod
     def from_file(cls, path: Union[str, os.PathLike], lang: Union[str, int, None] = None,
@@ -512,6 +525,8 @@ class Module:
 
     def __repr__(self) -> str:
         names = sorted(self._kernels.keys())
+        if not hasattr(self, "code"):
+            return "<gpux.Module, not loaded>"
         return (f"<gpux.Module {self.lang.name.lower()}, {len(self.code)} bytes"
                 + (f", kernels used: {', '.join(names)}" if names else "") + ">")
 

@@ -250,6 +250,23 @@ static int one_arg(pyx_Context *ctx, uint32_t i, PyObject *o, struct pyx_argv *v
 		PyBuffer_Release(&view);
 		return r;
 	}
+	if (pyx_device_array_type && PyType_IsSubtype(t, (PyTypeObject *)pyx_device_array_type)) {
+		/* A gpux.DeviceArray: its range of its device buffer, an Arg made once. */
+		PyObject *a = PyObject_GetAttrString(o, "_arg");
+		int r;
+
+		if (!a)
+			return -1;
+		if (Py_TYPE(a) != pyx_ArgType || ((pyx_Arg *)a)->kind != GPUX_ARG_DBUF ||
+		    Py_TYPE(((pyx_Arg *)a)->obj) != pyx_DeviceBufferType) {
+			Py_DECREF(a);
+			return arg_error(i, "a DeviceArray's _arg is not a range of a device buffer");
+		}
+		r = dbuf_arg(ctx, i, (pyx_DeviceBuffer *)((pyx_Arg *)a)->obj, ((pyx_Arg *)a)->offset,
+			     ((pyx_Arg *)a)->size, ret);
+		Py_DECREF(a);
+		return r;
+	}
 	return pyx_host_arg(ctx, i, o, 0, 0, v, ret);
 }
 

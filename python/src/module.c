@@ -15,6 +15,7 @@
 PyTypeObject *pyx_ContextType;
 PyObject *pyx_np_generic;
 PyObject *pyx_future_type;
+PyObject *pyx_device_array_type;
 
 /* Exception classes by -status, from the package (gpux/_errors.py), and their base. */
 #define ERRORS_MAX 32
@@ -503,7 +504,21 @@ static PyObject *mod_register(PyObject *m, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* _set_device_array(cls): the package's DeviceArray, taken as an argument by its _arg. */
+static PyObject *mod_set_device_array(PyObject *m, PyObject *cls)
+{
+	if (!PyType_Check(cls)) {
+		PyErr_SetString(PyExc_TypeError, "a class");
+		return NULL;
+	}
+	Py_INCREF(cls);
+	Py_XDECREF(pyx_device_array_type);
+	pyx_device_array_type = cls;
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef mod_methods[] = {
+	{ "_set_device_array", mod_set_device_array, METH_O, NULL },
 	{ "strerror", mod_strerror, METH_O, "strerror(status) -> str" },
 	{ "version", mod_version, METH_NOARGS, "version() -> str: libgpuxclient's version" },
 	{ "_register", mod_register, METH_VARARGS, NULL },

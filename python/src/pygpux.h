@@ -162,6 +162,7 @@ pyx_Context *pyx_context_arg(PyObject *o);
 int pyx_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **ret);
 extern PyObject *pyx_np_generic;  /* numpy.generic, once the package told us */
 extern PyObject *pyx_future_type; /* gpux.Future(request, context) */
+extern PyObject *pyx_device_array_type; /* gpux.DeviceArray: an argument by its _arg */
 
 /* buffer.c */
 int pyx_buffer_init_types(PyObject *m);

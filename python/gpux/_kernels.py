@@ -120,7 +120,7 @@ class _Generated:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.kernels: dict[tuple, _gpux.Kernel] = {}
+        self.kernels: dict[tuple, tuple[_gpux.Kernel, ...]] = {}
         self.backends: dict[tuple[int, int], Backend] = {}
 
     def backend(self, context: _gpux.Context, device: int) -> Backend:
@@ -130,15 +130,16 @@ class _Generated:
             b = self.backends[key] = Backend(context.device_info(device)["backend"])
         return b
 
-    def kernel(self, key: tuple, make: Any, context: _gpux.Context) -> Any:
-        k = self.kernels.get(key)
-        if k is None:
+    def kernel(self, key: tuple, make: Any, context: _gpux.Context
+               ) -> tuple[_gpux.Kernel, ...]:
+        found = self.kernels.get(key)
+        if found is None:
             code, lang, options, names = make()
             m = Module(code, lang, options, context=context)
-            k = tuple(m.get_function(n) for n in names)
+            found = tuple(m.get_function(n) for n in names)
             with self.lock:
-                self.kernels[key] = k
-        return k
+                self.kernels[key] = found
+        return found
 
 
 def _where(args: Sequence[Any], device: Optional[int], queue: Optional[_gpux.Queue]

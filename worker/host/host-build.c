@@ -36,6 +36,8 @@ const char wrk_host_options_re[] =
  */
 static const char *const cc_fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
 					"-fvisibility=hidden", "-nostartfiles", "-o" };
+/* After the source: <math.h>'s functions (the worker itself has no libm to lend). */
+static const char *const cc_libs[] = { "-lm" };
 
 void wrk_host_cc_version(const char *cc, char *buf, size_t size)
 {
@@ -57,6 +59,8 @@ void wrk_host_build_key(const char *cc, const char *cc_version, struct ipc_key_s
 	ipc_key_add(s, cc_version, strlen(cc_version));
 	for (unsigned i = 0; i < ARRAY_SIZE(cc_fixed); i++)
 		ipc_key_add(s, cc_fixed[i], strlen(cc_fixed[i]));
+	for (unsigned i = 0; i < ARRAY_SIZE(cc_libs); i++)
+		ipc_key_add(s, cc_libs[i], strlen(cc_libs[i]));
 	ipc_key_add(s, gpux_host_kernel_prelude, sizeof(gpux_host_kernel_prelude) - 1);
 }
 
@@ -220,6 +224,8 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 	argv[argc++] = out;
 	argc += nopt;
 	argv[argc++] = path;
+	for (unsigned i = 0; i < ARRAY_SIZE(cc_libs); i++)
+		argv[argc++] = (char *)cc_libs[i];
 	argv[argc] = NULL;
 	{
 		char logp[4200];

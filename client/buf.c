@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "macro.h"
+#include "segment.h"
 
 /*
  * A worker registers each segment with the device once, which costs 0.2 ms to 9 ms; so small
@@ -135,7 +135,7 @@ int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 
 	if (s->sent[device] == ctx->devs[device].chan_gen)
 		return 0;
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_SEG_ADD, 0, 1, &a, sizeof(a), NULL, 0);
+	n = ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
 	if (n < 0)
 		return n;
 	r = cli_send(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1);

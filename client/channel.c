@@ -8,9 +8,9 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 
+#include "channel.h"
 #include "cli.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 void cli_rings_unref(struct cli_rings *r)
 {

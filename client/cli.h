@@ -9,12 +9,12 @@
 
 #include <gpux/gpux.h>
 
-#include "ipc/key.h"
-#include "ipc/map.h"
-#include "ipc/proto.h"
-#include "ipc/ring.h"
-#include "ipc/segment.h"
-#include "ipc/status.h"
+#include "key.h"
+#include "map.h"
+#include "proto.h"
+#include "ring.h"
+#include "segment.h"
+#include "status.h"
 
 /* Requests one process keeps in flight per device before a submit waits for completions;
  * the worker's own limit (4096) and its send queue stay well above it. */

@@ -18,10 +18,10 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 
+#include "channel.h"
 #include "cli.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "path.h"
 
 #ifndef GPUX_SBINDIR
 #define GPUX_SBINDIR "/usr/local/sbin"
@@ -201,7 +201,7 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 	struct ipc_msg msg;
 	int n, r;
 
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+	n = ipc_encode_hello(ctx->sbuf, IPC_MSG_MAX, 1, &h);
 	/* A refusal may be waiting already, and the socket closed behind it: read it anyway.
 	 * (A new socket has room for it: the send does not block.) */
 	(void)ipc_channel_send(ctx->connecting_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);

@@ -7,10 +7,10 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
+#include "channel.h"
 #include "cli.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "path.h"
 
 /* Bumped in every child after fork(): a context made before sees it and reconnects. */
 uint64_t cli_fork_gen;
@@ -165,7 +165,7 @@ static void channel_request(gpux_ctx *ctx, uint32_t device)
 
 	if (!ctx->devs[device].want_channel || !ctx->connected)
 		return;
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_CHANNEL_REQ, 0, 0, &q, sizeof(q), NULL, 0);
+	n = ipc_encode_channel_req(ctx->sbuf, IPC_MSG_MAX, 0, &q);
 	/* gpuxd's socket does not block (it is not worth the lock): when gpuxd is too busy to
 	 * take the request now, it is asked again (device_settle(), or the next call). */
 	if (n > 0 && ipc_channel_send(ctx->sup_fd, ctx->sbuf, (size_t)n, NULL, 0, 0) != -EAGAIN)

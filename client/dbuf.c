@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
 					gpux_dbuf **ret_dbuf)
@@ -136,7 +136,7 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 		.dir = dir,
 		.queue = q ? q->id : 0,
 	};
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_COPY, r->id, 0, &c, sizeof(c), NULL, 0);
+	n = ipc_encode_copy(ctx->sbuf, IPC_MSG_MAX, r->id, &c);
 	rc = n < 0 ? n : cli_send(ctx, d->device, ctx->sbuf, (size_t)n, NULL, 0);
 	if (rc < 0) {
 		cli_req_release(r);

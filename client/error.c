@@ -5,6 +5,13 @@
 #include "cli.h"
 
 /*
+ * What comes off the wire is handed to the caller as it is (a DONE's status, a device's
+ * back end and state, a module's source) and what the caller gives goes on it the same way
+ * (a language, argument kinds, flags): the wire's codes have the values of gpux.h's.
+ */
+IPC_ASSERT_PUBLIC()
+
+/*
  * Inside the library a failure is a -errno; an exported function turns it into its status
  * here, once. Each status that a failure here can be has one errno (the first below), and
  * cli_errno_from_status() gives it back:

@@ -7,8 +7,8 @@
 #include <sys/mman.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "macro.h"
+#include "segment.h"
 
 static int send_load(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint32_t id)
 {

@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "channel.h"
 #include "cli.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 struct cli_out_msg {
 	struct cli_out_msg *next;

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 static int send_open(gpux_ctx *ctx, gpux_queue *q, uint32_t id)
 {
 	struct ipc_queue_msg m = { .queue = q->id };
-	int n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, IPC_QUEUE_OPEN, id, 0, &m, sizeof(m), NULL, 0);
+	int n = ipc_encode_queue_open(ctx->sbuf, IPC_MSG_MAX, id, &m);
 	int r;
 
 	if (n < 0)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 struct gpux_req *cli_req_new(gpux_ctx *ctx, uint32_t device, bool internal)
 {

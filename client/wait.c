@@ -6,8 +6,8 @@
 #include <sys/epoll.h>
 
 #include "cli.h"
-#include "ipc/macro.h"
-#include "ipc/spin.h"
+#include "macro.h"
+#include "spin.h"
 
 static void wake_reader(gpux_ctx *ctx)
 {

@@ -41,6 +41,13 @@ enum uring_op_kind {
 struct uring_op {
 	enum uring_op_kind kind;
 	struct ipc_obj *obj;
+	/* No submission queue entry was to be had (the ring full, and the kernel refusing to
+	 * take what it holds for now): the operation, or its cancellation, waits in the loop's
+	 * list for the next turn, which submits it. */
+	struct uring_op *next_waiting;
+	bool listed;         /* in that list */
+	bool arm_waiting;    /* the operation was never submitted */
+	bool cancel_waiting; /* it was, and is to be cancelled */
 };
 
 struct ipc_watch {
@@ -54,8 +61,9 @@ struct ipc_watch {
 
 struct ipc_timer {
 	struct ipc_loop *loop;
-	struct ipc_timer *next; /* in the loop's armed list, by deadline */
-	uint64_t when;          /* 0: not armed */
+	uint64_t when; /* 0: not armed */
+	uint64_t seq;  /* when it was armed, in the loop's count: those of one deadline fire in it */
+	unsigned idx;  /* its place in the loop's heap while armed */
 	ipc_timer_fn *fn;
 	void *userdata;
 };
@@ -130,7 +138,11 @@ struct ipc_loop {
 	int fallback;
 	bool exit;
 	int exit_code;
-	struct ipc_timer *timers;
+	/* The armed timers: a binary min-heap by (when, seq). Room for every timer made, so
+	 * that arming never allocates. */
+	struct ipc_timer **timers;
+	unsigned ntimers, timers_made, timers_room;
+	uint64_t timer_seq;
 	struct ipc_obj *graveyard;
 	struct ipc_conn *closing, **closing_tail;
 	uint64_t spin_ns;
@@ -142,6 +154,7 @@ struct ipc_loop {
 	struct io_uring ring;
 	bool ring_ready;
 	unsigned inflight; /* operations submitted and not completed */
+	struct uring_op *waiting, **waiting_tail; /* for an entry, oldest first */
 
 	/* epoll */
 	int epfd;

@@ -12,6 +12,8 @@
 #define RING_ENTRIES 256
 /* How long freeing the loop waits for cancelled operations to complete. */
 #define DRAIN_NS (1 * NSEC_PER_SEC)
+/* How long the loop sleeps at most while operations wait for room in the ring. */
+#define WAITING_RETRY_NS (1 * NSEC_PER_MSEC)
 
 static const unsigned needed_ops[] = {
 	IORING_OP_RECVMSG, IORING_OP_SENDMSG, IORING_OP_ACCEPT,
@@ -44,10 +46,15 @@ static int uring_init(struct ipc_loop *l)
 			return -EINVAL;
 		}
 	io_uring_free_probe(probe);
+	l->waiting = NULL;
+	l->waiting_tail = &l->waiting;
 	l->ring_ready = true;
 	return 0;
 }
 
+/* ---- operations: submitted now, or when the ring has room ---- */
+
+/* An entry, submitting what the ring holds to make room; NULL when the kernel takes none. */
 static struct io_uring_sqe *get_sqe(struct ipc_loop *l)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
@@ -59,32 +66,145 @@ static struct io_uring_sqe *get_sqe(struct ipc_loop *l)
 	return sqe;
 }
 
-static int submit_op(struct ipc_obj *o, struct io_uring_sqe *sqe, struct uring_op *op)
+/* The entry of op, by its kind; what it needs (buffers, flags) was set when it was armed. */
+static void prep_op(struct io_uring_sqe *sqe, struct uring_op *op)
 {
+	switch (op->kind) {
+	case UOP_RECV: {
+		struct ipc_conn *c = (struct ipc_conn *)op->obj;
+
+		io_uring_prep_recvmsg(sqe, c->fd, &c->rmh, MSG_CMSG_CLOEXEC);
+		break;
+	}
+	case UOP_SEND: {
+		struct ipc_conn *c = (struct ipc_conn *)op->obj;
+
+		io_uring_prep_sendmsg(sqe, c->fd, &c->smh, MSG_NOSIGNAL);
+		break;
+	}
+	case UOP_POLL: {
+		struct ipc_watch *w = (struct ipc_watch *)op->obj;
+
+		io_uring_prep_poll_add(sqe, w->fd, w->events);
+		break;
+	}
+	case UOP_ACCEPT: {
+		struct ipc_listener *li = (struct ipc_listener *)op->obj;
+
+		io_uring_prep_accept(sqe, li->fd, NULL, NULL, SOCK_CLOEXEC);
+		break;
+	}
+	}
 	io_uring_sqe_set_data(sqe, op);
-	o->inflight++;
-	o->loop->inflight++;
-	return 0;
+	op->obj->loop->inflight++;
 }
 
-static void cancel_op(struct ipc_loop *l, struct uring_op *op)
+/* The entry that cancels op; its own completion is nobody's. */
+static void prep_cancel(struct io_uring_sqe *sqe, struct uring_op *op)
 {
+	if (op->kind == UOP_POLL)
+		io_uring_prep_poll_remove(sqe, (__u64)(uintptr_t)op);
+	else
+		io_uring_prep_cancel(sqe, op, 0);
+	io_uring_sqe_set_data64(sqe, 0);
+}
+
+static void wait_for_room(struct ipc_loop *l, struct uring_op *op)
+{
+	if (op->listed)
+		return;
+	op->listed = true;
+	op->next_waiting = NULL;
+	*l->waiting_tail = op;
+	l->waiting_tail = &op->next_waiting;
+}
+
+/* Off the list: op's object may go once op completes. */
+static void waiting_unlink(struct ipc_loop *l, struct uring_op *op)
+{
+	struct uring_op **p = &l->waiting;
+
+	while (*p != op)
+		p = &(*p)->next_waiting;
+	*p = op->next_waiting;
+	if (l->waiting_tail == &op->next_waiting)
+		l->waiting_tail = p;
+	op->listed = false;
+}
+
+/* Start op; its object is held (inflight) until op completes, submitted or not. */
+static void submit_op(struct uring_op *op)
+{
+	struct ipc_loop *l = op->obj->loop;
 	struct io_uring_sqe *sqe = get_sqe(l);
 
-	if (!sqe)
+	op->obj->inflight++;
+	if (!sqe) {
+		op->arm_waiting = true;
+		wait_for_room(l, op);
 		return;
-	io_uring_prep_cancel(sqe, op, 0);
-	io_uring_sqe_set_data64(sqe, 0);
+	}
+	prep_op(sqe, op);
+}
+
+/* Take op back: it completes with -ECANCELED (or with what it got first). */
+static void cancel_op(struct ipc_loop *l, struct uring_op *op)
+{
+	struct io_uring_sqe *sqe;
+
+	/* Not submitted yet: the next turn completes it without the kernel. */
+	if (op->arm_waiting) {
+		op->cancel_waiting = true;
+		return;
+	}
+	sqe = get_sqe(l);
+	if (!sqe) {
+		op->cancel_waiting = true;
+		wait_for_room(l, op);
+		return;
+	}
+	prep_cancel(sqe, op);
+}
+
+static void op_done(struct uring_op *op, int res);
+
+/*
+ * Submit what waits for room, oldest first, as far as the ring takes it. An operation
+ * cancelled before it was submitted completes here with -ECANCELED, as it would from the
+ * kernel. (One whose cancellation waits and that completes meanwhile leaves the list then.)
+ */
+static void submit_waiting(struct ipc_loop *l)
+{
+	struct uring_op *op = l->waiting;
+
+	l->waiting = NULL;
+	l->waiting_tail = &l->waiting;
+	while (op) {
+		struct uring_op *next = op->next_waiting;
+		struct io_uring_sqe *sqe;
+
+		op->listed = false;
+		if (op->arm_waiting && op->cancel_waiting) {
+			op->arm_waiting = op->cancel_waiting = false;
+			op->obj->inflight--;
+			op_done(op, -ECANCELED);
+		} else if (!(sqe = get_sqe(l))) {
+			wait_for_room(l, op);
+		} else if (op->arm_waiting) {
+			op->arm_waiting = false;
+			prep_op(sqe, op);
+		} else {
+			op->cancel_waiting = false;
+			prep_cancel(sqe, op);
+		}
+		op = next;
+	}
 }
 
 /* ---- connections ---- */
 
-static int arm_recv(struct ipc_conn *c)
+static void arm_recv(struct ipc_conn *c)
 {
-	struct io_uring_sqe *sqe = get_sqe(c->obj.loop);
-
-	if (!sqe)
-		return -EBUSY;
 	c->riov = (struct iovec){ c->rbuf, IPC_MSG_MAX };
 	c->rmh = (struct msghdr){
 		.msg_iov = &c->riov,
@@ -92,18 +212,14 @@ static int arm_recv(struct ipc_conn *c)
 		.msg_control = c->rctl.buf,
 		.msg_controllen = sizeof(c->rctl.buf),
 	};
-	io_uring_prep_recvmsg(sqe, c->fd, &c->rmh, MSG_CMSG_CLOEXEC);
 	c->recv_armed = true;
-	return submit_op(&c->obj, sqe, &c->recv_op);
+	submit_op(&c->recv_op);
 }
 
-static int arm_send(struct ipc_conn *c)
+static void arm_send(struct ipc_conn *c)
 {
 	struct ipc_out *o = c->out_head;
-	struct io_uring_sqe *sqe = get_sqe(c->obj.loop);
 
-	if (!sqe)
-		return -EBUSY;
 	c->siov = (struct iovec){ o->data, o->len };
 	c->smh = (struct msghdr){ .msg_iov = &c->siov, .msg_iovlen = 1 };
 	if (o->nfds) {
@@ -118,25 +234,21 @@ static int arm_send(struct ipc_conn *c)
 		cm->cmsg_len = CMSG_LEN(sizeof(int) * o->nfds);
 		memcpy(CMSG_DATA(cm), o->fds, sizeof(int) * o->nfds);
 	}
-	io_uring_prep_sendmsg(sqe, c->fd, &c->smh, MSG_NOSIGNAL);
 	c->send_armed = true;
-	return submit_op(&c->obj, sqe, &c->send_op);
+	submit_op(&c->send_op);
 }
 
 static int uring_conn_start(struct ipc_conn *c)
 {
-	return arm_recv(c);
+	arm_recv(c);
+	return 0;
 }
 
 static void uring_conn_kick(struct ipc_conn *c)
 {
-	int r;
-
 	if (c->send_armed || c->closed)
 		return;
-	r = arm_send(c);
-	if (r < 0)
-		ipc_conn_fail(c, r);
+	arm_send(c);
 }
 
 static void uring_conn_stop(struct ipc_conn *c)
@@ -171,11 +283,8 @@ static void on_recv(struct ipc_conn *c, int res)
 	} else if (res != -ECANCELED || !c->closed) {
 		ipc_conn_fail(c, res);
 	}
-	if (!c->closed) {
-		int r = arm_recv(c);
-		if (r < 0)
-			ipc_conn_fail(c, r);
-	}
+	if (!c->closed)
+		arm_recv(c);
 }
 
 static void on_send(struct ipc_conn *c, int res)
@@ -186,44 +295,25 @@ static void on_send(struct ipc_conn *c, int res)
 		return;
 	}
 	ipc_conn_pop_sent(c);
-	if (c->out_head && !c->closed) {
-		int r = arm_send(c);
-		if (r < 0)
-			ipc_conn_fail(c, r);
-	}
+	if (c->out_head && !c->closed)
+		arm_send(c);
 }
 
 /* ---- watches ---- */
-
-static int arm_poll(struct ipc_watch *w)
-{
-	struct io_uring_sqe *sqe = get_sqe(w->obj.loop);
-
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_poll_add(sqe, w->fd, w->events);
-	return submit_op(&w->obj, sqe, &w->op);
-}
 
 static int uring_watch_start(struct ipc_watch *w)
 {
 	/* epoll_ctl() refuses a bad fd at once; a poll operation would only fail later. */
 	if (fcntl(w->fd, F_GETFD) < 0)
 		return -errno;
-	return arm_poll(w);
+	submit_op(&w->op);
+	return 0;
 }
 
 static void uring_watch_stop(struct ipc_watch *w)
 {
-	struct io_uring_sqe *sqe;
-
-	if (w->obj.inflight == 0)
-		return;
-	sqe = get_sqe(w->obj.loop);
-	if (!sqe)
-		return;
-	io_uring_prep_poll_remove(sqe, (__u64)(uintptr_t)&w->op);
-	io_uring_sqe_set_data64(sqe, 0);
+	if (w->obj.inflight > 0)
+		cancel_op(w->obj.loop, &w->op);
 }
 
 static void on_poll(struct ipc_watch *w, int res)
@@ -239,23 +329,18 @@ static void on_poll(struct ipc_watch *w, int res)
 	if (res > 0)
 		w->fn(w, w->fd, (uint32_t)res, w->userdata);
 	if (!w->obj.dead)
-		(void)arm_poll(w);
+		submit_op(&w->op);
 }
 
 /* ---- listeners ---- */
 
 static int uring_listener_start(struct ipc_listener *li)
 {
-	struct io_uring_sqe *sqe;
-
 	if (li->armed)
 		return 0;
-	sqe = get_sqe(li->obj.loop);
-	if (!sqe)
-		return -EBUSY;
-	io_uring_prep_accept(sqe, li->fd, NULL, NULL, SOCK_CLOEXEC);
 	li->armed = true;
-	return submit_op(&li->obj, sqe, &li->op);
+	submit_op(&li->op);
+	return 0;
 }
 
 static void uring_listener_stop(struct ipc_listener *li)
@@ -275,31 +360,42 @@ static void on_accept(struct ipc_listener *li, int res)
 
 /* ---- the loop ---- */
 
-static void dispatch(struct ipc_loop *l, struct io_uring_cqe *cqe)
+/* op has completed with res (its object's inflight already counted down). */
+static void op_done(struct uring_op *op, int res)
 {
-	struct uring_op *op = io_uring_cqe_get_data(cqe);
-	struct ipc_obj *o;
+	struct ipc_obj *o = op->obj;
 
-	if (!op || cqe->user_data == LIBURING_UDATA_TIMEOUT)
-		return;
-	o = op->obj;
-	o->inflight--;
-	l->inflight--;
 	switch (op->kind) {
 	case UOP_RECV:
-		on_recv((struct ipc_conn *)o, cqe->res);
+		on_recv((struct ipc_conn *)o, res);
 		break;
 	case UOP_SEND:
-		on_send((struct ipc_conn *)o, cqe->res);
+		on_send((struct ipc_conn *)o, res);
 		break;
 	case UOP_POLL:
-		on_poll((struct ipc_watch *)o, cqe->res);
+		on_poll((struct ipc_watch *)o, res);
 		break;
 	case UOP_ACCEPT:
-		on_accept((struct ipc_listener *)o, cqe->res);
+		on_accept((struct ipc_listener *)o, res);
 		break;
 	}
 	ipc_obj_release(o);
+}
+
+static void dispatch(struct ipc_loop *l, struct io_uring_cqe *cqe)
+{
+	struct uring_op *op = io_uring_cqe_get_data(cqe);
+
+	if (!op || cqe->user_data == LIBURING_UDATA_TIMEOUT)
+		return;
+	op->obj->inflight--;
+	l->inflight--;
+	/* Done before its cancellation could be submitted: there is nothing left to cancel. */
+	if (op->listed) {
+		op->cancel_waiting = false;
+		waiting_unlink(l, op);
+	}
+	op_done(op, cqe->res);
 }
 
 static int reap(struct ipc_loop *l)
@@ -320,6 +416,12 @@ static int uring_wait(struct ipc_loop *l, int64_t timeout_ns)
 {
 	struct io_uring_cqe *cqe;
 	int r;
+
+	/* What found no room last time goes in first; while some still waits, the loop comes
+	 * back soon to try again rather than sleeping on what the kernel has. */
+	submit_waiting(l);
+	if (l->waiting && (timeout_ns < 0 || timeout_ns > (int64_t)WAITING_RETRY_NS))
+		timeout_ns = WAITING_RETRY_NS;
 
 	/* A look without waiting enters the kernel only to submit: on a plain ring, completions
 	 * are posted without it (task work interrupts the task). */
@@ -353,11 +455,13 @@ static void uring_done(struct ipc_loop *l)
 	if (!l->ring_ready)
 		return;
 	/* Objects freed just before the loop still wait for their cancellations. */
-	while (l->inflight > 0 && mono_ns() < until) {
+	while ((l->inflight > 0 || l->waiting) && mono_ns() < until) {
 		struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 10 * NSEC_PER_MSEC };
 		struct io_uring_cqe *cqe;
-		int r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+		int r;
 
+		submit_waiting(l);
+		r = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
 		if (r == -ETIME || reap(l) == 0)
 			break;
 	}

@@ -124,6 +124,7 @@ void ipc_loop_free(struct ipc_loop *l)
 	if (l->ops && l->ops->done)
 		l->ops->done(l);
 	bury_dead(l);
+	free(l->timers);
 	free(l);
 }
 
@@ -156,22 +157,28 @@ void ipc_loop_exit(struct ipc_loop *l, int code)
 	l->exit_code = code;
 }
 
+static void timer_unlink(struct ipc_timer *t);
+
+/* How many timers of the heap from node i down are due at `now`: those and their children. */
+static unsigned timers_due(const struct ipc_loop *l, unsigned i, uint64_t now)
+{
+	if (i >= l->ntimers || l->timers[i]->when > now)
+		return 0;
+	return 1 + timers_due(l, 2 * i + 1, now) + timers_due(l, 2 * i + 2, now);
+}
+
 static void fire_timers(struct ipc_loop *l)
 {
 	uint64_t now = mono_ns();
-	unsigned due = 0;
+	unsigned due = timers_due(l, 0, now);
 
 	/* Fire at most the timers that were due when this began: one that its callback arms
 	 * again for a time already past waits for the next round, instead of running here over
 	 * and over while no fd is served. */
-	for (struct ipc_timer *t = l->timers; t && t->when <= now; t = t->next)
-		due++;
-	for (; due > 0 && l->timers && l->timers->when <= now; due--) {
-		struct ipc_timer *t = l->timers;
+	for (; due > 0 && l->ntimers && l->timers[0]->when <= now; due--) {
+		struct ipc_timer *t = l->timers[0];
 
-		l->timers = t->next;
-		t->next = NULL;
-		t->when = 0;
+		timer_unlink(t);
 		t->fn(t, t->userdata);
 	}
 }
@@ -183,9 +190,10 @@ static int loop_turn(struct ipc_loop *l, int64_t timeout_ns)
 
 	if (l->closing)
 		timeout_ns = 0;
-	if (l->timers) {
+	if (l->ntimers) {
 		uint64_t now = mono_ns();
-		int64_t until = l->timers->when > now ? (int64_t)(l->timers->when - now) : 0;
+		uint64_t when = l->timers[0]->when;
+		int64_t until = when > now ? (int64_t)(when - now) : 0;
 
 		if (timeout_ns < 0 || until < timeout_ns)
 			timeout_ns = until;
@@ -283,43 +291,100 @@ void ipc_watch_free(struct ipc_watch *w)
 
 /* ---- timers ---- */
 
+/* Armed timers are a binary heap (as sd-event's prioq): arming, disarming and the next
+ * deadline cost O(log n) with thousands of clients' timers. */
+static bool timer_before(const struct ipc_timer *a, const struct ipc_timer *b)
+{
+	return a->when < b->when || (a->when == b->when && a->seq < b->seq);
+}
+
+static void heap_put(struct ipc_loop *l, unsigned i, struct ipc_timer *t)
+{
+	l->timers[i] = t;
+	t->idx = i;
+}
+
+static void heap_up(struct ipc_loop *l, unsigned i)
+{
+	struct ipc_timer *t = l->timers[i];
+
+	while (i > 0 && timer_before(t, l->timers[(i - 1) / 2])) {
+		heap_put(l, i, l->timers[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	heap_put(l, i, t);
+}
+
+static void heap_down(struct ipc_loop *l, unsigned i)
+{
+	struct ipc_timer *t = l->timers[i];
+
+	for (;;) {
+		unsigned c = 2 * i + 1;
+
+		if (c >= l->ntimers)
+			break;
+		if (c + 1 < l->ntimers && timer_before(l->timers[c + 1], l->timers[c]))
+			c++;
+		if (!timer_before(l->timers[c], t))
+			break;
+		heap_put(l, i, l->timers[c]);
+		i = c;
+	}
+	heap_put(l, i, t);
+}
+
 int ipc_timer_new(struct ipc_loop *l, ipc_timer_fn *fn, void *userdata, struct ipc_timer **ret)
 {
-	struct ipc_timer *t = calloc(1, sizeof(*t));
+	struct ipc_timer *t;
 
+	if (l->timers_made == l->timers_room) {
+		unsigned room = l->timers_room ? 2 * l->timers_room : 16;
+		struct ipc_timer **heap = room > l->timers_room
+						  ? reallocarray(l->timers, room, sizeof(*heap))
+						  : NULL;
+
+		if (!heap)
+			return -ENOMEM;
+		l->timers = heap;
+		l->timers_room = room;
+	}
+	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
 	t->loop = l;
 	t->fn = fn;
 	t->userdata = userdata;
+	l->timers_made++;
 	*ret = t;
 	return 0;
 }
 
 static void timer_unlink(struct ipc_timer *t)
 {
-	for (struct ipc_timer **p = &t->loop->timers; *p; p = &(*p)->next)
-		if (*p == t) {
-			*p = t->next;
-			break;
-		}
-	t->next = NULL;
+	struct ipc_loop *l = t->loop;
+	struct ipc_timer *last = l->timers[--l->ntimers];
+
+	if (last != t) {
+		heap_put(l, t->idx, last);
+		heap_up(l, last->idx);
+		heap_down(l, last->idx);
+	}
 	t->when = 0;
 }
 
 void ipc_timer_arm(struct ipc_timer *t, uint64_t when_ns)
 {
-	struct ipc_timer **p;
+	struct ipc_loop *l = t->loop;
 
 	if (t->when)
 		timer_unlink(t);
 	if (when_ns == 0)
 		return;
 	t->when = when_ns;
-	for (p = &t->loop->timers; *p && (*p)->when <= when_ns; p = &(*p)->next)
-		;
-	t->next = *p;
-	*p = t;
+	t->seq = ++l->timer_seq;
+	heap_put(l, l->ntimers++, t);
+	heap_up(l, t->idx);
 }
 
 uint64_t ipc_timer_when(const struct ipc_timer *t)
@@ -333,6 +398,7 @@ void ipc_timer_free(struct ipc_timer *t)
 		return;
 	if (t->when)
 		timer_unlink(t);
+	t->loop->timers_made--;
 	free(t);
 }
 

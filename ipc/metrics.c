@@ -130,7 +130,7 @@ static void device_info(FILE *f, const struct ipc_status *st, const struct ipc_d
 		(void)fputc(',', f);
 		put_label(f, "uuid", uuid);
 		(void)fputc(',', f);
-		put_label(f, "backend", d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
+		put_label(f, "backend", d->info.backend == IPC_BACKEND_CUDA ? "cuda" : "host");
 		(void)fputc(',', f);
 		put_label(f, "driver", d->stats.driver);
 		(void)snprintf(num, sizeof(num), "%u.%u", d->stats.driver_version / 1000,
@@ -149,9 +149,9 @@ static void device_state(FILE *f, const struct ipc_status *st, const struct ipc_
 {
 	family(f, "gpux_device_state", "gauge", "1 for the state each device is in, else 0.");
 	for (uint32_t i = 0; i < st->ndevices; i++)
-		for (uint32_t s = GPUX_DEVICE_STARTING; s <= GPUX_DEVICE_FAILED; s++)
+		for (uint32_t s = IPC_DEVICE_STARTING; s <= IPC_DEVICE_FAILED; s++)
 			(void)fprintf(f, "gpux_device_state{device=\"%u\",state=\"%s\"} %d\n", i,
-				      state_names[s - GPUX_DEVICE_STARTING], devs[i].state == s);
+				      state_names[s - IPC_DEVICE_STARTING], devs[i].state == s);
 }
 
 static void requests(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)

@@ -7,8 +7,22 @@
 #include "macro.h"
 #include "proto.h"
 
-#define IPC_STATUS_MIN GPUX_E_STOPPING
-_Static_assert(-IPC_STATUS_MIN < (int)IPC_STATUS_CODES, "by_status has a counter for every status");
+/* The wire has codes of its own (ipc/proto-schema.h): a change to gpux.h must not reach it. */
+#ifdef GPUX_GPUX_H
+#error "ipc/proto.h must not include gpux/gpux.h"
+#endif
+
+/* The tables are dense: statuses 0, -1, -2, ... and types 1, 2, 3, ... in the order of their
+ * rows, so that arrays indexed by them are filled by position. */
+#define STATUS_INDEX_(wire, ...) wire##_INDEX_,
+enum { IPC_STATUSES(STATUS_INDEX_) };
+#define STATUS_DENSE_(wire, ...) _Static_assert(wire == -wire##_INDEX_, #wire " in its place");
+IPC_STATUSES(STATUS_DENSE_)
+#define TYPE_INDEX_(T, ...) TYPE_##T##_INDEX_,
+enum { TYPE_NONE_INDEX_, IPC_MESSAGES(TYPE_INDEX_) };
+#define TYPE_DENSE_(T, ...) \
+	_Static_assert((int)IPC_##T == (int)TYPE_##T##_INDEX_, "IPC_" #T " in its place");
+IPC_MESSAGES(TYPE_DENSE_)
 
 int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, struct ipc_msg *ret)
 {
@@ -42,17 +56,7 @@ int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, st
 	return 0;
 }
 
-/* A message that is exactly one fixed-size struct with a known number of fds. */
-static int decode_fixed(const struct ipc_msg *msg, uint16_t type, void *ret, size_t size,
-			unsigned nfds)
-{
-	if (msg->hdr.type != type || msg->len != size || msg->nfds != nfds)
-		return -EBADMSG;
-	memcpy(ret, msg->payload, size);
-	return 0;
-}
-
-/* The fixed part at the start of a variable-length message. */
+/* The fixed part at the start of a message; the caller checks the rest. */
 static int decode_head(const struct ipc_msg *msg, uint16_t type, void *ret, size_t size)
 {
 	if (msg->hdr.type != type || msg->len < size)
@@ -61,103 +65,178 @@ static int decode_head(const struct ipc_msg *msg, uint16_t type, void *ret, size
 	return 0;
 }
 
-static int check_device_info(struct ipc_device_info *info)
+static bool ok_device_info(const struct ipc_device_info *info)
 {
-	if (!memchr(info->name, 0, sizeof(info->name)))
-		return -EBADMSG;
-	if (info->backend != GPUX_BACKEND_HOST && info->backend != GPUX_BACKEND_CUDA)
-		return -EBADMSG;
-	if (info->index >= IPC_DEVICES_MAX)
-		return -EBADMSG;
-	return 0;
+	return memchr(info->name, 0, sizeof(info->name)) &&
+	       (info->backend == IPC_BACKEND_HOST || info->backend == IPC_BACKEND_CUDA) &&
+	       info->index < IPC_DEVICES_MAX;
 }
 
-static int check_state(uint32_t state)
+static bool ok_state(uint32_t state)
 {
-	return state >= GPUX_DEVICE_STARTING && state <= GPUX_DEVICE_FAILED ? 0 : -EBADMSG;
+	return state >= IPC_DEVICE_STARTING && state <= IPC_DEVICE_FAILED;
 }
 
-int ipc_decode_hello(const struct ipc_msg *msg, struct ipc_hello *ret)
-{
-	struct ipc_hello m;
-	int r = decode_fixed(msg, IPC_HELLO, &m, sizeof(m), 0);
+/* ---- FIXED messages: the checks of each, on the receiver's copy of its fixed part ---- */
 
-	if (r < 0)
-		return r;
-	if (m.min_version > m.max_version || (m.flags & ~IPC_HELLO_ADMIN))
-		return -EBADMSG;
-	*ret = m;
-	return 0;
+static bool ok_hello(const struct ipc_hello *m, const struct ipc_msg *msg)
+{
+	return m->min_version <= m->max_version && !(m->flags & ~IPC_HELLO_ADMIN);
 }
 
-int ipc_decode_welcome(const struct ipc_msg *msg, struct ipc_welcome *ret)
+static bool ok_welcome(const struct ipc_welcome *m, const struct ipc_msg *msg)
 {
-	struct ipc_welcome m;
-	int r = decode_fixed(msg, IPC_WELCOME, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (m.version < IPC_VERSION_MIN || m.version > IPC_VERSION || m.ndevices > IPC_DEVICES_MAX ||
-	    (m.flags & ~IPC_WELCOME_PRIVATE))
-		return -EBADMSG;
-	*ret = m;
-	return 0;
+	return m->version >= IPC_VERSION_MIN && m->version <= IPC_VERSION &&
+	       m->ndevices <= IPC_DEVICES_MAX && !(m->flags & ~IPC_WELCOME_PRIVATE);
 }
 
-int ipc_decode_device(const struct ipc_msg *msg, struct ipc_device *ret)
+static bool ok_device(const struct ipc_device *m, const struct ipc_msg *msg)
 {
-	struct ipc_device m;
-	unsigned nfds;
-	int r = decode_head(msg, IPC_DEVICE, &m, sizeof(m));
-
-	if (r < 0)
-		return r;
-	if (m.flags & ~IPC_DEVICE_CHANNEL)
-		return -EBADMSG;
-	nfds = (m.flags & IPC_DEVICE_CHANNEL) ? 2 : 0;
-	if (msg->len != sizeof(m) || msg->nfds != nfds)
-		return -EBADMSG;
-	if (check_device_info(&m.info) < 0 || check_state(m.state) < 0)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
+	return !(m->flags & ~IPC_DEVICE_CHANNEL) && ok_device_info(&m->info) && ok_state(m->state);
 }
 
-int ipc_decode_attach(const struct ipc_msg *msg, struct ipc_attach *ret)
+/* From gpuxd, whom the worker trusts: the size and the fd are all there is to check. */
+static bool ok_attach(const struct ipc_attach *m, const struct ipc_msg *msg)
 {
-	return decode_fixed(msg, IPC_ATTACH, ret, sizeof(*ret), 1);
+	return true;
 }
 
-int ipc_decode_ready(const struct ipc_msg *msg, struct ipc_ready *ret)
+static bool ok_ready(const struct ipc_ready *m, const struct ipc_msg *msg)
 {
-	struct ipc_ready m;
-	int r = decode_fixed(msg, IPC_READY, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (check_device_info(&m.info) < 0)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
+	return ok_device_info(&m->info);
 }
 
-int ipc_decode_seg_add(const struct ipc_msg *msg, struct ipc_seg_add *ret)
+static bool ok_seg_add(const struct ipc_seg_add *m, const struct ipc_msg *msg)
 {
-	struct ipc_seg_add m;
-	int r = decode_fixed(msg, IPC_SEG_ADD, &m, sizeof(m), 1);
-
-	if (r < 0)
-		return r;
-	if (m.size == 0 || (m.flags & ~IPC_SEG_FROZEN))
-		return -EBADMSG;
-	*ret = m;
-	return 0;
+	return m->size != 0 && !(m->flags & ~IPC_SEG_FROZEN);
 }
 
-int ipc_decode_seg_drop(const struct ipc_msg *msg, struct ipc_seg_drop *ret)
+/* Ids are looked up by the receiver, which refuses one it does not know. */
+static bool ok_seg_drop(const struct ipc_seg_drop *m, const struct ipc_msg *msg)
 {
-	return decode_fixed(msg, IPC_SEG_DROP, ret, sizeof(*ret), 0);
+	return true;
 }
+
+static bool ok_mod_drop(const struct ipc_mod_drop *m, const struct ipc_msg *msg)
+{
+	return true;
+}
+
+static bool ok_status_req(const struct ipc_status_req *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0 && m->first < IPC_DEVICES_MAX;
+}
+
+static bool ok_killed(const struct ipc_killed *m, const struct ipc_msg *msg)
+{
+	return m->reason == IPC_KILL_TIMEOUT && m->device < IPC_DEVICES_MAX;
+}
+
+static bool ok_queue_open(const struct ipc_queue_msg *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0;
+}
+
+static bool ok_queue_close(const struct ipc_queue_msg *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0;
+}
+
+static bool ok_dbuf_alloc(const struct ipc_dbuf_alloc *m, const struct ipc_msg *msg)
+{
+	return m->size != 0 && m->flags == 0;
+}
+
+static bool ok_dbuf_free(const struct ipc_dbuf_free *m, const struct ipc_msg *msg)
+{
+	return true;
+}
+
+static bool ok_copy(const struct ipc_copy *m, const struct ipc_msg *msg)
+{
+	uint64_t end;
+
+	return (m->dir == IPC_COPY_TO_DBUF || m->dir == IPC_COPY_FROM_DBUF) && m->size != 0 &&
+	       m->flags == 0 && add_ok(m->dbuf_offset, m->size, &end) &&
+	       add_ok(m->seg_offset, m->size, &end);
+}
+
+static bool ok_rings(const struct ipc_rings_offer *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0;
+}
+
+static bool ok_channel_req(const struct ipc_channel_req *m, const struct ipc_msg *msg)
+{
+	return m->device < IPC_DEVICES_MAX;
+}
+
+/* Only ever the answer to a MOD_LOAD: it has that request's id. */
+static bool ok_mod_info(const struct ipc_mod_info *m, const struct ipc_msg *msg)
+{
+	return m->source >= IPC_MOD_COMPILED && m->source <= IPC_MOD_MEMORY && msg->hdr.id != 0;
+}
+
+/*
+ * The codecs of FIXED and EMPTY messages, from the schema: the type, the exact size and the
+ * fds (an expression of the fixed part m) are checked, then ok_<name>(); the output is
+ * written only then.
+ */
+#define CODEC_FIXED_(T, name, fixed, fds)                                                          \
+	int ipc_decode_##name(const struct ipc_msg *msg, struct ipc_##fixed *ret)                  \
+	{                                                                                          \
+		struct ipc_##fixed copy;                                                           \
+		const struct ipc_##fixed *m = &copy;                                               \
+                                                                                                   \
+		if (msg->hdr.type != IPC_##T || msg->len != sizeof(copy))                          \
+			return -EBADMSG;                                                           \
+		memcpy(&copy, msg->payload, sizeof(copy));                                         \
+		if (msg->nfds != (fds) || !ok_##name(m, msg))                                      \
+			return -EBADMSG;                                                           \
+		*ret = copy;                                                                       \
+		return 0;                                                                          \
+	}                                                                                          \
+	int ipc_encode_##name(void *buf, size_t cap, uint32_t id, const struct ipc_##fixed *m)     \
+	{                                                                                          \
+		return ipc_encode(buf, cap, IPC_##T, id, (fds), m, sizeof(*m), NULL, 0);           \
+	}
+#define CODEC_EMPTY_(T, name, fixed, fds)                                                          \
+	int ipc_decode_##name(const struct ipc_msg *msg)                                           \
+	{                                                                                          \
+		if (msg->hdr.type != IPC_##T || msg->len != 0 || msg->nfds != 0)                   \
+			return -EBADMSG;                                                           \
+		return 0;                                                                          \
+	}                                                                                          \
+	int ipc_encode_##name(void *buf, size_t cap, uint32_t id)                                  \
+	{                                                                                          \
+		return ipc_encode(buf, cap, IPC_##T, id, 0, NULL, 0, NULL, 0);                     \
+	}
+#define CODEC_VAR_(T, name, fixed, fds)
+#define CODEC_(T, num, name, label, fixed, decoded, fds, shape) \
+	CODEC_##shape##_(T, name, fixed, fds)
+IPC_MESSAGES(CODEC_)
+
+int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_msg *ret)
+{
+	if (type == IPC_QUEUE_OPEN)
+		return ipc_decode_queue_open(msg, ret);
+	if (type == IPC_QUEUE_CLOSE)
+		return ipc_decode_queue_close(msg, ret);
+	return -EBADMSG;
+}
+
+const struct ipc_hdr ipc_kick = {
+	.magic = IPC_MAGIC,
+	.version = IPC_VERSION,
+	.type = IPC_KICK,
+};
+
+/*
+ * ---- VAR messages: MOD_LOAD, SUBMIT, DONE, STATUS ----
+ * Written by hand: each has counts in its fixed part that say how long its other parts are,
+ * and every count, length and offset is checked here, in the open, before anything is
+ * written out.
+ */
 
 void ipc_mod_extra_begin(struct ipc_mod_extra_cursor *c, const void *p, size_t len,
 			 uint32_t nheaders, uint32_t nnames)
@@ -237,7 +316,7 @@ static int check_mod_load(const struct ipc_mod_load *m)
 
 	if ((m->flags & ~IPC_MOD_CODE_FD) || m->reserved)
 		return -EBADMSG;
-	if (m->lang < GPUX_LANG_CUDA || m->lang > GPUX_LANG_HOST)
+	if (m->lang < IPC_LANG_CUDA || m->lang > IPC_LANG_HOST)
 		return -EBADMSG;
 	if (m->options_len > IPC_OPTIONS_MAX || m->code_len == 0 || all > IPC_CODE_MAX)
 		return -EBADMSG;
@@ -248,7 +327,7 @@ static int check_mod_load(const struct ipc_mod_load *m)
 	/* Each record holds at least its lengths and one byte of name. */
 	if ((m->extra_len == 0) != (m->nheaders == 0 && m->nnames == 0) ||
 	    (uint64_t)m->extra_len < 9ULL * m->nheaders + 5ULL * m->nnames ||
-	    (m->extra_len && m->lang != GPUX_LANG_CUDA))
+	    (m->extra_len && m->lang != IPC_LANG_CUDA))
 		return -EBADMSG;
 	return 0;
 }
@@ -269,7 +348,7 @@ int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret)
 	code_fd = m.flags & IPC_MOD_CODE_FD;
 	want = sizeof(m) + (uint64_t)m.options_len +
 	       (code_fd ? 0 : (uint64_t)m.code_len + m.extra_len);
-	if (msg->len != want || msg->nfds != (code_fd ? 1u : 0u))
+	if (msg->len != want || msg->nfds != IPC_MOD_LOAD_NFDS(&m))
 		return -EBADMSG;
 
 	options = (const char *)msg->payload + sizeof(m);
@@ -284,78 +363,24 @@ int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret)
 	return 0;
 }
 
-int ipc_decode_mod_drop(const struct ipc_msg *msg, struct ipc_mod_drop *ret)
-{
-	return decode_fixed(msg, IPC_MOD_DROP, ret, sizeof(*ret), 0);
-}
-
-int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_msg *ret)
-{
-	struct ipc_queue_msg m;
-	int r;
-
-	if (type != IPC_QUEUE_OPEN && type != IPC_QUEUE_CLOSE)
-		return -EBADMSG;
-	r = decode_fixed(msg, type, &m, sizeof(m), 0);
-	if (r < 0)
-		return r;
-	if (m.flags != 0)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
-int ipc_decode_dbuf_alloc(const struct ipc_msg *msg, struct ipc_dbuf_alloc *ret)
-{
-	struct ipc_dbuf_alloc m;
-	int r = decode_fixed(msg, IPC_DBUF_ALLOC, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (m.size == 0 || m.flags != 0)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
-int ipc_decode_dbuf_free(const struct ipc_msg *msg, struct ipc_dbuf_free *ret)
-{
-	return decode_fixed(msg, IPC_DBUF_FREE, ret, sizeof(*ret), 0);
-}
-
-int ipc_decode_copy(const struct ipc_msg *msg, struct ipc_copy *ret)
-{
-	struct ipc_copy m;
-	uint64_t end;
-	int r = decode_fixed(msg, IPC_COPY, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if ((m.dir != IPC_COPY_TO_DBUF && m.dir != IPC_COPY_FROM_DBUF) || m.size == 0 || m.flags ||
-	    !add_ok(m.dbuf_offset, m.size, &end) || !add_ok(m.seg_offset, m.size, &end))
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
 /* Why an argument cannot be, or NULL. */
 static const char *arg_refusal(const struct ipc_arg *a, uint32_t data_len)
 {
 	switch (a->kind) {
-	case GPUX_ARG_SCALAR:
+	case IPC_ARG_SCALAR:
 		if (a->size == 0 || a->size > IPC_SCALAR_MAX)
 			return "a scalar argument of 0 or more than 256 bytes";
 		if (a->flags != 0 || a->ref != 0)
 			return "a scalar argument with flags or a buffer";
 		return range_ok(a->offset, a->size, data_len) ? NULL
 							      : "a scalar argument outside the data";
-	case GPUX_ARG_IN:
-	case GPUX_ARG_OUT:
-	case GPUX_ARG_INOUT:
-	case GPUX_ARG_MAPPED:
-	case GPUX_ARG_DBUF: {
+	case IPC_ARG_IN:
+	case IPC_ARG_OUT:
+	case IPC_ARG_INOUT:
+	case IPC_ARG_MAPPED:
+	case IPC_ARG_DBUF: {
 		uint64_t end;
-		uint32_t allowed = a->kind == GPUX_ARG_IN ? GPUX_ARG_CACHED : 0;
+		uint32_t allowed = a->kind == IPC_ARG_IN ? IPC_ARG_CACHED : 0;
 
 		if (a->size == 0 || !add_ok(a->offset, a->size, &end))
 			return "a buffer argument of 0 bytes, or one whose end overflows";
@@ -376,7 +401,7 @@ static const char *submit_refusal(const struct ipc_msg *msg, struct ipc_submit *
 		return "not a submit message, or shorter than its fixed part";
 	if (msg->nfds != 0)
 		return "fds with a submit message";
-	if (m->flags & ~(uint32_t)GPUX_LAUNCH_TIMED)
+	if (m->flags & ~(uint32_t)IPC_LAUNCH_TIMED)
 		return "unknown launch flags";
 	if (m->nargs > IPC_ARGS_MAX)
 		return "more than 64 arguments";
@@ -449,19 +474,6 @@ int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret)
 	return 0;
 }
 
-int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret)
-{
-	struct ipc_status_req m;
-	int r = decode_fixed(msg, IPC_STATUS_REQ, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (m.flags != 0 || m.first >= IPC_DEVICES_MAX)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
 int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret)
 {
 	struct ipc_status m;
@@ -479,7 +491,7 @@ int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret)
 	for (uint32_t i = 0; i < m.count; i++) {
 		struct ipc_dev_status d;
 		memcpy(&d, msg->payload + sizeof(m) + i * sizeof(d), sizeof(d));
-		if (check_device_info(&d.info) < 0 || check_state(d.state) < 0 ||
+		if (!ok_device_info(&d.info) || !ok_state(d.state) ||
 		    !memchr(d.stats.driver, 0, sizeof(d.stats.driver)))
 			return -EBADMSG;
 	}
@@ -492,78 +504,6 @@ void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev
 {
 	assert(i < msg->m.count);
 	memcpy(ret, msg->devs + (size_t)i * sizeof(*ret), sizeof(*ret));
-}
-
-int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret)
-{
-	struct ipc_killed m;
-	int r = decode_fixed(msg, IPC_KILLED, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (m.reason != IPC_KILL_TIMEOUT || m.device >= IPC_DEVICES_MAX)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
-int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret)
-{
-	struct ipc_rings_offer m;
-	int r = decode_fixed(msg, IPC_RINGS, &m, sizeof(m), 1);
-
-	if (r < 0)
-		return r;
-	if (m.flags != 0)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
-const struct ipc_hdr ipc_kick = {
-	.magic = IPC_MAGIC,
-	.version = IPC_VERSION,
-	.type = IPC_KICK,
-};
-
-int ipc_decode_kick(const struct ipc_msg *msg)
-{
-	if (msg->hdr.type != IPC_KICK || msg->len != 0 || msg->nfds != 0)
-		return -EBADMSG;
-	return 0;
-}
-
-int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *ret)
-{
-	struct ipc_channel_req m;
-	int r = decode_fixed(msg, IPC_CHANNEL_REQ, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (m.device >= IPC_DEVICES_MAX)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
-}
-
-int ipc_decode_drain(const struct ipc_msg *msg)
-{
-	if (msg->hdr.type != IPC_DRAIN || msg->len != 0 || msg->nfds != 0)
-		return -EBADMSG;
-	return 0;
-}
-
-int ipc_decode_mod_info(const struct ipc_msg *msg, struct ipc_mod_info *ret)
-{
-	struct ipc_mod_info m;
-	int r = decode_fixed(msg, IPC_MOD_INFO, &m, sizeof(m), 0);
-
-	if (r < 0)
-		return r;
-	if (m.source < IPC_MOD_COMPILED || m.source > IPC_MOD_MEMORY || msg->hdr.id == 0)
-		return -EBADMSG;
-	*ret = m;
-	return 0;
 }
 
 int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
@@ -612,7 +552,8 @@ int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod
 	    (!code_fd && ipc_mod_extra_check((const uint8_t *)code + m->code_len, m->extra_len,
 					     m->nheaders, m->nnames) < 0))
 		return -EINVAL;
-	return ipc_encode(buf, cap, IPC_MOD_LOAD, id, code_fd ? 1 : 0, m, sizeof(*m), parts, 2);
+	return ipc_encode(buf, cap, IPC_MOD_LOAD, id, IPC_MOD_LOAD_NFDS(m), m, sizeof(*m), parts,
+			  2);
 }
 
 int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submit *m,
@@ -659,97 +600,33 @@ int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_statu
 
 const char *ipc_type_name(uint16_t type)
 {
-	static const char *const names[IPC_TYPE_MAX_] = {
-		[IPC_HELLO] = "hello",
-		[IPC_WELCOME] = "welcome",
-		[IPC_DEVICE] = "device",
-		[IPC_ATTACH] = "attach",
-		[IPC_READY] = "ready",
-		[IPC_SEG_ADD] = "seg-add",
-		[IPC_SEG_DROP] = "seg-drop",
-		[IPC_MOD_LOAD] = "mod-load",
-		[IPC_MOD_DROP] = "mod-drop",
-		[IPC_SUBMIT] = "submit",
-		[IPC_DONE] = "done",
-		[IPC_STATUS_REQ] = "status-req",
-		[IPC_STATUS] = "status",
-		[IPC_KILLED] = "killed",
-		[IPC_QUEUE_OPEN] = "queue-open",
-		[IPC_QUEUE_CLOSE] = "queue-close",
-		[IPC_DBUF_ALLOC] = "dbuf-alloc",
-		[IPC_DBUF_FREE] = "dbuf-free",
-		[IPC_COPY] = "copy",
-		[IPC_RINGS] = "rings",
-		[IPC_KICK] = "kick",
-		[IPC_CHANNEL_REQ] = "channel-req",
-		[IPC_DRAIN] = "drain",
-		[IPC_MOD_INFO] = "mod-info",
-	};
+#define TYPE_NAME_(T, num, name, label, ...) [IPC_##T] = label,
+	static const char *const names[IPC_TYPE_MAX_] = { IPC_MESSAGES(TYPE_NAME_) };
 
 	if (type < IPC_TYPE_MAX_ && names[type])
 		return names[type];
 	return "unknown";
 }
 
+/* By -status, from IPC_OK down. */
+#define STATUS_LABEL_(wire, pub, value, label, text) label,
+static const char *const status_labels[] = { IPC_STATUSES(STATUS_LABEL_) };
+#define STATUS_TEXT_(wire, pub, value, label, text) text,
+static const char *const status_texts[] = { IPC_STATUSES(STATUS_TEXT_) };
+_Static_assert(ARRAY_SIZE(status_labels) == IPC_STATUS_COUNT, "a label for every status");
+_Static_assert(ARRAY_SIZE(status_texts) == IPC_STATUS_COUNT, "a text for every status");
+
 bool ipc_status_valid(int status)
 {
-	return status <= GPUX_OK && status >= IPC_STATUS_MIN;
+	return status <= IPC_OK && status >= IPC_STATUS_MIN;
 }
 
 const char *ipc_status_name(int status)
 {
-	static const char *const names[] = {
-		[-GPUX_OK] = "ok",
-		[-GPUX_E_INVAL] = "inval",
-		[-GPUX_E_NOMEM] = "nomem",
-		[-GPUX_E_PROTO] = "proto",
-		[-GPUX_E_CONNECT] = "connect",
-		[-GPUX_E_PERM] = "perm",
-		[-GPUX_E_NODEV] = "nodev",
-		[-GPUX_E_WORKER_LOST] = "worker_lost",
-		[-GPUX_E_KERNEL_FAULT] = "kernel_fault",
-		[-GPUX_E_TIMEOUT] = "timeout",
-		[-GPUX_E_COMPILE] = "compile",
-		[-GPUX_E_NOTFOUND] = "notfound",
-		[-GPUX_E_QUOTA] = "quota",
-		[-GPUX_E_AGAIN] = "again",
-		[-GPUX_E_NODRIVER] = "nodriver",
-		[-GPUX_E_DEVICE] = "device",
-		[-GPUX_E_IO] = "io",
-		[-GPUX_E_VERSION] = "version",
-		[-GPUX_E_STOPPING] = "stopping",
-	};
-
-	if (!ipc_status_valid(status) || !names[-status])
-		return "unknown";
-	return names[-status];
+	return ipc_status_valid(status) ? status_labels[-status] : "unknown";
 }
 
 const char *ipc_status_text(int status)
 {
-	static const char *const text[] = {
-		[-GPUX_OK] = "success",
-		[-GPUX_E_INVAL] = "invalid argument",
-		[-GPUX_E_NOMEM] = "out of memory",
-		[-GPUX_E_PROTO] = "protocol error",
-		[-GPUX_E_CONNECT] = "cannot reach gpuxd",
-		[-GPUX_E_PERM] = "refused by gpuxd",
-		[-GPUX_E_NODEV] = "no such device, or the device failed",
-		[-GPUX_E_WORKER_LOST] = "the worker died",
-		[-GPUX_E_KERNEL_FAULT] = "the kernel faulted",
-		[-GPUX_E_TIMEOUT] = "deadline passed",
-		[-GPUX_E_COMPILE] = "compile error",
-		[-GPUX_E_NOTFOUND] = "no such kernel",
-		[-GPUX_E_QUOTA] = "quota exceeded",
-		[-GPUX_E_AGAIN] = "not finished yet",
-		[-GPUX_E_NODRIVER] = "no CUDA driver",
-		[-GPUX_E_DEVICE] = "device error",
-		[-GPUX_E_IO] = "system call failed",
-		[-GPUX_E_VERSION] = "no common protocol version",
-		[-GPUX_E_STOPPING] = "gpuxd is stopping",
-	};
-
-	if (!ipc_status_valid(status) || !text[-status])
-		return "unknown status";
-	return text[-status];
+	return ipc_status_valid(status) ? status_texts[-status] : "unknown status";
 }

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <gpux/gpux.h>
+#include "proto-schema.h"
 
 /*
  * Every message is one SOCK_SEQPACKET record: a 16-byte header, then `len` bytes of payload,
@@ -21,11 +21,11 @@
 
 #define IPC_MAGIC 0x5847u /* "GX" */
 /*
- * 2: shared rings (IPC_RINGS, IPC_KICK), GPUX_LAUNCH_TIMED, the status page's `gone`.
+ * 2: shared rings (IPC_RINGS, IPC_KICK), IPC_LAUNCH_TIMED, the status page's `gone`.
  * 3: IPC_CHANNEL_REQ; a DONE without an id on a channel says why the worker ends it; the
  *    shared-memory quota in WELCOME; the device's launch limits in the status page.
  *    MOD_LOAD carries a CUDA C++ module's headers and name expressions.
- *    Draining (IPC_DRAIN, GPUX_E_STOPPING), IPC_MOD_INFO, WELCOME's flags, STATUS in pages,
+ *    Draining (IPC_DRAIN, IPC_E_STOPPING), IPC_MOD_INFO, WELCOME's flags, STATUS in pages,
  *    and in ipc_stats what metrics need: requests by status, latency and queue histograms,
  *    memory by user, versions.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
@@ -65,38 +65,34 @@ struct ipc_hdr {
 };
 _Static_assert(sizeof(struct ipc_hdr) == 16, "wire ABI");
 
+/* The messages, by number (ipc/proto-schema.h says what each is). */
+#define IPC_TYPE_ENUM_(T, num, ...) IPC_##T = (num),
 enum ipc_type {
-	IPC_HELLO = 1,      /* client -> gpuxd */
-	IPC_WELCOME = 2,    /* gpuxd -> client */
-	IPC_DEVICE = 3,     /* gpuxd -> client: a device, with a channel and status page when up */
-	IPC_ATTACH = 4,     /* gpuxd -> worker: a new client's end of a channel */
-	IPC_READY = 5,      /* worker -> gpuxd: initialised, with its device's description */
-	IPC_SEG_ADD = 6,    /* client -> worker: a shared segment (memfd) */
-	IPC_SEG_DROP = 7,   /* client -> worker */
-	IPC_MOD_LOAD = 8,   /* client -> worker; answered by DONE */
-	IPC_MOD_DROP = 9,   /* client -> worker */
-	IPC_SUBMIT = 10,    /* client -> worker; answered by DONE */
-	IPC_DONE = 11,      /* worker -> client: a completion */
-	IPC_STATUS_REQ = 12, /* admin client -> gpuxd */
-	IPC_STATUS = 13,    /* gpuxd -> admin client */
-	IPC_KILLED = 14,    /* gpuxd -> client: a request of yours ran past its deadline */
-	IPC_QUEUE_OPEN = 15, /* client -> worker; answered by DONE */
-	IPC_QUEUE_CLOSE = 16, /* client -> worker */
-	IPC_DBUF_ALLOC = 17, /* client -> worker; answered by DONE */
-	IPC_DBUF_FREE = 18, /* client -> worker */
-	IPC_COPY = 19,      /* client -> worker: between a shared buffer and a device buffer; DONE */
-	IPC_RINGS = 20,     /* worker -> client: the shared rings beside this channel (ipc/ring.h) */
-	IPC_KICK = 21,      /* either way on a channel: look at your ring; no payload */
-	IPC_CHANNEL_REQ = 22, /* client -> gpuxd: a new channel to a device's worker, please */
-	IPC_DRAIN = 23,     /* gpuxd -> worker: gpuxd stops; finish what you hold, take nothing new */
-	IPC_MOD_INFO = 24,  /* worker -> client: the module a MOD_LOAD got, just before its DONE */
+	IPC_MESSAGES(IPC_TYPE_ENUM_)
 	IPC_TYPE_MAX_
 };
+
+/* The wire's own codes, from ipc/proto-schema.h's tables. */
+#define IPC_CODE_ENUM_(wire, pub, value, ...) wire = (value),
+enum ipc_status_code { IPC_STATUSES(IPC_CODE_ENUM_) };
+enum ipc_backend { IPC_BACKENDS(IPC_CODE_ENUM_) };
+enum ipc_device_state { IPC_DEVICE_STATES(IPC_CODE_ENUM_) };
+enum ipc_lang { IPC_LANGS(IPC_CODE_ENUM_) };
+enum ipc_arg_kind { IPC_ARG_KINDS(IPC_CODE_ENUM_) };
+enum ipc_mod_source { IPC_MOD_SOURCES(IPC_CODE_ENUM_) };
+
+#define IPC_COUNT_(...) +1
+/* Statuses go from IPC_OK (0) down to IPC_STATUS_MIN, every value between taken. */
+enum { IPC_STATUS_COUNT = 0 IPC_STATUSES(IPC_COUNT_) };
+#define IPC_STATUS_MIN (1 - IPC_STATUS_COUNT)
+
+#define IPC_ARG_CACHED 0x1u   /* ipc_arg.flags: an IN argument whose bytes the worker may keep */
+#define IPC_LAUNCH_TIMED 0x1u /* ipc_submit.flags: measure the device's own time */
 
 /* Shared by READY, DEVICE and STATUS. */
 struct ipc_device_info {
 	uint32_t index;
-	uint32_t backend; /* enum gpux_backend */
+	uint32_t backend; /* enum ipc_backend */
 	uint32_t cc_major;
 	uint32_t cc_minor;
 	uint32_t sm_count;
@@ -130,10 +126,11 @@ struct ipc_welcome {
 _Static_assert(sizeof(struct ipc_welcome) == 32, "wire ABI");
 
 #define IPC_DEVICE_CHANNEL 0x1u /* two fds follow: the channel and the status page */
+#define IPC_DEVICE_NFDS(m) (((m)->flags & IPC_DEVICE_CHANNEL) ? 2u : 0u)
 
 struct ipc_device {
 	struct ipc_device_info info;
-	uint32_t state; /* enum gpux_device_state */
+	uint32_t state; /* enum ipc_device_state */
 	uint32_t generation;
 	uint32_t flags;
 	uint32_t reserved;
@@ -168,10 +165,11 @@ struct ipc_seg_drop {
 };
 
 #define IPC_MOD_CODE_FD 0x1u /* the code is in a sealed memfd, not inline */
+#define IPC_MOD_LOAD_NFDS(m) (((m)->flags & IPC_MOD_CODE_FD) ? 1u : 0u)
 
 struct ipc_mod_load {
 	uint64_t mod_id;
-	uint32_t lang; /* enum gpux_lang */
+	uint32_t lang; /* enum ipc_lang */
 	uint32_t flags;
 	uint32_t options_len;
 	uint32_t code_len;
@@ -270,8 +268,8 @@ struct ipc_submit {
 _Static_assert(sizeof(struct ipc_submit) == 64, "wire ABI");
 
 struct ipc_arg {
-	uint32_t kind; /* enum gpux_arg_kind */
-	uint32_t flags; /* GPUX_ARG_CACHED (IN only) */
+	uint32_t kind; /* enum ipc_arg_kind */
+	uint32_t flags; /* IPC_ARG_CACHED (IN only) */
 	uint64_t ref;  /* segment id for buffer kinds, device buffer id for DBUF */
 	uint64_t offset;
 	uint64_t size;
@@ -283,7 +281,7 @@ _Static_assert(sizeof(struct ipc_arg) == 32, "wire ABI");
  * before it closes the channel: why (status and text) it drops this client.
  */
 struct ipc_done {
-	int32_t status; /* gpux_status */
+	int32_t status; /* enum ipc_status_code */
 	uint32_t text_len;
 	uint64_t queue_ns;
 	uint64_t run_ns;
@@ -292,15 +290,9 @@ struct ipc_done {
 };
 _Static_assert(sizeof(struct ipc_done) == 32, "wire ABI");
 
-enum ipc_mod_source {
-	IPC_MOD_COMPILED = 1, /* built for this load */
-	IPC_MOD_DISK = 2,     /* read from the worker's disk cache */
-	IPC_MOD_MEMORY = 3,   /* the worker had it loaded already */
-};
-
 /* Sent, with the MOD_LOAD's id, just before the DONE of a MOD_LOAD that succeeded. */
 struct ipc_mod_info {
-	uint64_t key_lo; /* the module's cache key (ipc/key.h) */
+	uint64_t key_lo; /* the module's cache key (basic/key.h) */
 	uint64_t key_hi;
 	uint64_t build_ns; /* the worker's time compiling or reading it; 0 from memory */
 	uint32_t source;   /* enum ipc_mod_source */
@@ -345,8 +337,9 @@ struct ipc_hist {
 };
 _Static_assert(sizeof(struct ipc_hist) == 200, "wire ABI");
 
-/* Finished requests are counted by status: by_status[-status], GPUX_OK first. */
+/* Finished requests are counted by status: by_status[-status], IPC_OK first. */
 #define IPC_STATUS_CODES 32u
+_Static_assert(IPC_STATUS_COUNT <= IPC_STATUS_CODES, "by_status has a counter for every status");
 
 /* Memory that one user's clients hold on a worker. */
 #define IPC_USAGE_UIDS 16u
@@ -404,7 +397,7 @@ _Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 
 struct ipc_dev_status {
 	struct ipc_device_info info;
-	uint32_t state; /* enum gpux_device_state */
+	uint32_t state; /* enum ipc_device_state */
 	uint32_t pid;
 	uint32_t generation;
 	uint32_t restarts;
@@ -488,32 +481,23 @@ struct ipc_status_msg {
  */
 int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, struct ipc_msg *ret);
 
-/* Decoders: 0 or -EBADMSG when the message is not a valid one of that type. */
-int ipc_decode_hello(const struct ipc_msg *msg, struct ipc_hello *ret);
-int ipc_decode_welcome(const struct ipc_msg *msg, struct ipc_welcome *ret);
-int ipc_decode_device(const struct ipc_msg *msg, struct ipc_device *ret);
-int ipc_decode_attach(const struct ipc_msg *msg, struct ipc_attach *ret);
-int ipc_decode_ready(const struct ipc_msg *msg, struct ipc_ready *ret);
-int ipc_decode_seg_add(const struct ipc_msg *msg, struct ipc_seg_add *ret);
-int ipc_decode_seg_drop(const struct ipc_msg *msg, struct ipc_seg_drop *ret);
-int ipc_decode_mod_load(const struct ipc_msg *msg, struct ipc_mod_load_msg *ret);
-int ipc_decode_mod_drop(const struct ipc_msg *msg, struct ipc_mod_drop *ret);
+/*
+ * Decoders, one per message type: ipc_decode_<name>(msg, ret) (ipc_decode_<name>(msg) for a
+ * message of no payload) returns 0 and fills *ret, or -EBADMSG when msg is not a valid one
+ * of that type; *ret is written only on success. The fds stay the caller's either way.
+ */
+#define IPC_DECODE_FIXED_(name, decoded) \
+	int ipc_decode_##name(const struct ipc_msg *msg, struct ipc_##decoded *ret);
+#define IPC_DECODE_VAR_ IPC_DECODE_FIXED_
+#define IPC_DECODE_EMPTY_(name, decoded) int ipc_decode_##name(const struct ipc_msg *msg);
+#define IPC_DECODE_DECL_(T, num, name, label, fixed, decoded, fds, shape) \
+	IPC_DECODE_##shape##_(name, decoded)
+IPC_MESSAGES(IPC_DECODE_DECL_)
+
+/* QUEUE_OPEN or QUEUE_CLOSE, as `type` says. */
 int ipc_decode_queue(const struct ipc_msg *msg, uint16_t type, struct ipc_queue_msg *ret);
-int ipc_decode_dbuf_alloc(const struct ipc_msg *msg, struct ipc_dbuf_alloc *ret);
-int ipc_decode_dbuf_free(const struct ipc_msg *msg, struct ipc_dbuf_free *ret);
-int ipc_decode_copy(const struct ipc_msg *msg, struct ipc_copy *ret);
-int ipc_decode_submit(const struct ipc_msg *msg, struct ipc_submit_msg *ret);
 /* Why ipc_decode_submit() refuses msg, in a few words (static text), or NULL if it does not. */
 const char *ipc_submit_refusal(const struct ipc_msg *msg);
-int ipc_decode_done(const struct ipc_msg *msg, struct ipc_done_msg *ret);
-int ipc_decode_status_req(const struct ipc_msg *msg, struct ipc_status_req *ret);
-int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret);
-int ipc_decode_killed(const struct ipc_msg *msg, struct ipc_killed *ret);
-int ipc_decode_rings(const struct ipc_msg *msg, struct ipc_rings_offer *ret);
-int ipc_decode_kick(const struct ipc_msg *msg);
-int ipc_decode_channel_req(const struct ipc_msg *msg, struct ipc_channel_req *ret);
-int ipc_decode_drain(const struct ipc_msg *msg);
-int ipc_decode_mod_info(const struct ipc_msg *msg, struct ipc_mod_info *ret);
 
 /* A whole KICK message: a header, nothing after it. */
 extern const struct ipc_hdr ipc_kick;
@@ -534,6 +518,19 @@ struct ipc_part {
 int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
 	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts);
 
+/*
+ * Encoders of the messages of one shape: ipc_encode_<name>(buf, cap, id, m) for a FIXED one
+ * (m its payload), ipc_encode_<name>(buf, cap, id) for an EMPTY one. The number of fds to
+ * pass beside it is the schema's (ipc/proto-schema.h). Returns what ipc_encode() does.
+ */
+#define IPC_ENCODE_FIXED_(name, fixed) \
+	int ipc_encode_##name(void *buf, size_t cap, uint32_t id, const struct ipc_##fixed *m);
+#define IPC_ENCODE_EMPTY_(name, fixed) int ipc_encode_##name(void *buf, size_t cap, uint32_t id);
+#define IPC_ENCODE_VAR_(name, fixed)
+#define IPC_ENCODE_DECL_(T, num, name, label, fixed, decoded, fds, shape) \
+	IPC_ENCODE_##shape##_(name, fixed)
+IPC_MESSAGES(IPC_ENCODE_DECL_)
+
 /* Encoders for the variable-length messages, checking their limits as decoders do. A
  * MOD_LOAD's code is m->code_len + m->extra_len bytes: the code, then its extra block. */
 int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod_load *m,
@@ -546,13 +543,13 @@ int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m
 int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
 		      const struct ipc_dev_status *devs);
 
-/* Whether `status` is a gpux_status of this version: GPUX_OK or one of its errors. */
+/* Whether `status` is a status of this version: IPC_OK or one of its errors. */
 bool ipc_status_valid(int status);
 
-/* A short English text for a gpux_status (gpux_strerror() is this). */
+/* A short English text for a status (gpux_strerror() is this); "unknown status" if none. */
 const char *ipc_status_text(int status);
 
-/* A short name for a gpux_status, as a metric's label: "ok", "worker_lost", ... */
+/* A short name for a status, as a metric's label: "ok", "worker_lost", ...; or "unknown". */
 const char *ipc_status_name(int status);
 
 /* Name of a message type, for daemons' logs. */

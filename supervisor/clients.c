@@ -9,13 +9,16 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
+#include "macro.h"
 #include "sup.h"
 
 #define GROUPS_MAX 256
 
 static uint8_t msgbuf[IPC_MSG_MAX];
+
+/* gpuxd answers with gpux.h's statuses and states: the wire's codes of the same values. */
+IPC_ASSERT_PUBLIC()
 
 static bool in_groups(int fd, gid_t gid)
 {
@@ -47,7 +50,7 @@ static bool allowed(const struct sup *s, int fd, const struct ucred *cr)
 }
 
 /* Refuse a connection with a status before anything else: it is new, the send cannot block. */
-static void refuse(int fd, int status, const char *why)
+static void refuse(int fd, gpux_status status, const char *why)
 {
 	struct ipc_done d = { .status = status };
 	int n = ipc_encode_done(msgbuf, sizeof(msgbuf), 0, &d, why);
@@ -111,7 +114,7 @@ static void send_device(struct sup_client *c, struct sup_worker *w, const int *f
 		.generation = w->generation,
 		.flags = fds ? IPC_DEVICE_CHANNEL : 0,
 	};
-	int n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_DEVICE, 0, fds ? 2 : 0, &d, sizeof(d), NULL, 0);
+	int n = ipc_encode_device(msgbuf, sizeof(msgbuf), 0, &d);
 
 	if (n > 0)
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, fds, fds ? 2 : 0);
@@ -140,7 +143,7 @@ void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 		give_later(c, w);
 		return;
 	}
-	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_ATTACH, 0, 1, &a, sizeof(a), NULL, 0);
+	n = ipc_encode_attach(msgbuf, sizeof(msgbuf), 0, &a);
 	if (n < 0 || ipc_conn_send(w->control, msgbuf, (size_t)n, &pair[1], 1) < 0) {
 		(void)close(pair[0]);
 		(void)close(pair[1]);
@@ -177,7 +180,7 @@ void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_
 
 	if (!c)
 		return;
-	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_KILLED, 0, 0, k, sizeof(*k), NULL, 0);
+	n = ipc_encode_killed(msgbuf, sizeof(msgbuf), 0, k);
 	if (n > 0)
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 }
@@ -303,7 +306,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		.quota_shared = s->opts.quota_shared,
 		.flags = s->opts.private_mode ? IPC_WELCOME_PRIVATE : 0,
 	};
-	n = ipc_encode(msgbuf, sizeof(msgbuf), IPC_WELCOME, msg->hdr.id, 0, &wel, sizeof(wel), NULL, 0);
+	n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), msg->hdr.id, &wel);
 	if (n < 0)
 		return n;
 	r = ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
@@ -494,8 +497,12 @@ static void hello_pressure(struct sup *s, struct sup_client *new)
 	}
 }
 
-/* Who may have a slot, and which: 0 (one of max_clients), 1 (one kept for gpux status). */
-static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
+/*
+ * Who may have a slot, and which: *ret_admin_pool false (one of max_clients) or true (one
+ * kept for gpux status). GPUX_E_QUOTA, with *ret_why, for none.
+ */
+static gpux_status admit(struct sup *s, const struct ucred *cr, bool *ret_admin_pool,
+			 const char **ret_why)
 {
 	const struct sup_opts *o = &s->opts;
 	bool own = owner(cr->uid);
@@ -510,8 +517,10 @@ static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
 		*ret_why = "too many connections of this user";
 		return GPUX_E_QUOTA;
 	}
-	if (s->nclients - s->nadmin_pool < limit)
-		return 0;
+	if (s->nclients - s->nadmin_pool < limit) {
+		*ret_admin_pool = false;
+		return GPUX_OK;
+	}
 	*ret_why = "too many clients";
 	if (s->nadmin_pool >= o->admin_clients)
 		return GPUX_E_QUOTA;
@@ -519,7 +528,8 @@ static int admit(struct sup *s, const struct ucred *cr, const char **ret_why)
 	for (const struct sup_client *c = s->clients; c && !own; c = c->next)
 		if (c->admin_pool && c->uid == cr->uid)
 			return GPUX_E_QUOTA;
-	return 1;
+	*ret_admin_pool = true;
+	return GPUX_OK;
 }
 
 static void on_accept(struct ipc_listener *li, int fd, void *userdata)
@@ -529,7 +539,9 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	socklen_t len = sizeof(cr);
 	struct sup_client *c;
 	const char *why = NULL;
-	int r, pool;
+	bool admin_pool = false;
+	gpux_status st;
+	int r;
 
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
 		(void)safe_close(fd);
@@ -542,10 +554,10 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		refuse(fd, GPUX_E_PERM, "this user may not use this gpuxd");
 		return;
 	}
-	pool = admit(s, &cr, &why);
-	if (pool < 0) {
+	st = admit(s, &cr, &admin_pool, &why);
+	if (st < 0) {
 		s->clients_refused++;
-		refuse(fd, pool, why);
+		refuse(fd, st, why);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
@@ -580,7 +592,7 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	s->nclients++;
 	c->silent = true;
 	s->nsilent++;
-	c->admin_pool = pool == 1;
+	c->admin_pool = admin_pool;
 	s->nadmin_pool += c->admin_pool;
 	if (r < 0) {
 		(void)safe_close(fd);

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "sup.h"
 
 #define JOURNAL_SOCKET "/run/systemd/journal/socket"

@@ -2,8 +2,6 @@
 /* supervisor/main.c: gpuxd: options, the listening socket, signals, daemonizing, the loop. */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
-#include <grp.h>
 #include <libgen.h>
 #include <limits.h>
 #include <poll.h>
@@ -20,296 +18,13 @@
 #include <sys/sysinfo.h>
 #include <sys/un.h>
 
-#include "ipc/macro.h"
-#include "ipc/parse.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "path.h"
 #include "sup.h"
 
 #ifndef GPUX_LIBEXECDIR
 #define GPUX_LIBEXECDIR "/usr/local/libexec"
 #endif
-
-#define DEFAULT_IDLE_EXIT_MS 10000
-#define DEFAULT_TIMEOUT_MS 60000
-#define DEFAULT_MAX_TIMEOUT_MS 3600000
-#define DEFAULT_DRAIN_MS 5000
-#define DEFAULT_MAX_CLIENTS 1024
-#define DEFAULT_MAX_CLIENTS_PER_USER 256
-#define DEFAULT_MAX_CLIENTS_PER_PROCESS 64
-#define DEFAULT_ADMIN_CLIENTS 16
-#define DEFAULT_HELLO_TIMEOUT_MS 5000
-#define DEFAULT_BUSY_HELLO_TIMEOUT_MS 250
-
-static void usage(FILE *f)
-{
-	(void)fprintf(f,
-		"usage: gpuxd [options]\n"
-		"  --socket PATH         listen here (default $XDG_RUNTIME_DIR/gpux/gpuxd.sock,\n"
-		"                        else /tmp/gpux-UID/gpuxd.sock)\n"
-		"  --private             exit once the last client has been gone a while\n"
-		"  --daemonize           go to the background; return once listening\n"
-		"  --idle-exit-ms MS     that while (default %d)\n"
-		"  --backend B           auto (default), cuda or host\n"
-		"  --host-devices N      host back end: serve N devices (default 1)\n"
-		"  --worker PATH         the gpux-worker program\n"
-		"  --cache-dir DIR       compiled modules (default $GPUX_CACHE_DIR, else\n"
-		"                        $XDG_CACHE_HOME/gpux)\n"
-		"  --timeout-ms MS       default request deadline (default %d)\n"
-		"  --max-timeout-ms MS   the longest deadline a client may ask for (default %d)\n"
-		"  --drain-ms MS         on SIGTERM, how long requests may finish (default %d)\n"
-		"  --quota-shared BYTES  shared-buffer memory one client may have (default a\n"
-		"                        quarter of the machine's): the library refuses more at\n"
-		"                        once, and workers do not map more\n"
-		"  --quota-shared-user BYTES  what all clients of one user together may have\n"
-		"                        mapped by a worker (default half the machine's memory)\n"
-		"  --quota-device BYTES  device memory a client may hold in device buffers\n"
-		"                        (default half the device's)\n"
-		"  --cache-bytes BYTES   the device cache's budget (default a quarter of the device)\n"
-		"  --cache-ttl-ms MS     cached inputs unused this long go (default 600000)\n"
-		"  --slots N             streams per worker\n"
-		"  --allow-group GROUP   also serve members of GROUP (socket mode 0660). Host\n"
-		"                        kernels (the host back end's C code) are native code\n"
-		"                        run as gpuxd's user, inside its workers, so only that\n"
-		"                        user and root may load them: never the group\n"
-		"  --host-sandbox MODE   auto (default: on with --allow-group or as root), on or\n"
-		"                        off: host kernels run under a seccomp filter (memory,\n"
-		"                        clocks, sleep; no files, sockets, processes, signals);\n"
-		"                        a forbidden call fails the request as a kernel fault\n"
-		"                        and restarts the worker. A kernel that corrupts its\n"
-		"                        worker's memory can still reach past it\n"
-		"  --socket-mode MODE    the socket's mode, octal (default 0600)\n"
-		"Connections (a process has one per gpux_connect()):\n"
-		"  --max-clients N       at once, of everybody (default %d, at most %u); the\n"
-		"                        last --reserved-clients of them only for gpuxd's user\n"
-		"                        and root\n"
-		"  --reserved-clients N  (default max-clients / 16)\n"
-		"  --max-clients-per-user N     of one user other than those (default %d)\n"
-		"  --max-clients-per-process N  of one process (default %d)\n"
-		"  --admin-clients N     beyond max-clients, kept for gpux status (default %d)\n"
-		"  --hello-timeout-ms MS a new connection's time to say hello (default %d)\n"
-		"  --busy-hello-timeout-ms MS   that time while connections without hello hold a\n"
-		"                        quarter of max-clients, or only the reserve is left\n"
-		"                        (default %d)\n"
-		"Metrics:\n"
-		"  --metrics ADDR        serve Prometheus metrics at http://ADDR/metrics\n"
-		"                        (HOST:PORT, [V6]:PORT, or :PORT for every address)\n"
-		"Logs:\n"
-		"  --log-level LEVEL     err, warning, notice, info (default) or debug\n"
-		"  --log-file PATH       log there (reopened on SIGHUP); by default the journal\n"
-		"                        under systemd, syslog with --daemonize, else stderr;\n"
-		"                        --private: $GPUX_LOG_FILE, else\n"
-		"                        $XDG_STATE_HOME/gpux/gpuxd.log (~/.local/state/...)\n"
-		"  -h, --help            this text\n"
-		"  --version             gpuxd's version\n",
-		DEFAULT_IDLE_EXIT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_MAX_TIMEOUT_MS, DEFAULT_DRAIN_MS,
-		DEFAULT_MAX_CLIENTS, IPC_WORKER_CLIENTS_MAX, DEFAULT_MAX_CLIENTS_PER_USER,
-		DEFAULT_MAX_CLIENTS_PER_PROCESS, DEFAULT_ADMIN_CLIENTS, DEFAULT_HELLO_TIMEOUT_MS,
-		DEFAULT_BUSY_HELLO_TIMEOUT_MS);
-}
-
-static int parse_group(const char *s, gid_t *ret)
-{
-	uint64_t v;
-	struct group *g;
-
-	if (ipc_parse_u64(s, 10, &v) == 0) {
-		*ret = (gid_t)v;
-		return 0;
-	}
-	g = getgrnam(s);
-	if (!g)
-		return -ENOENT;
-	*ret = g->gr_gid;
-	return 0;
-}
-
-static int parse_args(int argc, char **argv, struct sup_opts *o)
-{
-	enum { O_SOCKET = 256, O_PRIVATE, O_DAEMON, O_IDLE, O_BACKEND, O_HOSTDEV, O_WORKER, O_CACHE,
-	       O_TIMEOUT, O_MAXTIMEOUT, O_DRAIN, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES,
-	       O_CACHETTL, O_SLOTS, O_GROUP, O_MODE, O_MAXC, O_RESERVED, O_PERUSER, O_PERPROC,
-	       O_ADMINC, O_HELLO, O_BUSYHELLO, O_SANDBOX, O_LOGLEVEL, O_LOGFILE, O_VERSION,
-	       O_METRICS };
-	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, O_SOCKET },
-		{ "private", no_argument, NULL, O_PRIVATE },
-		{ "daemonize", no_argument, NULL, O_DAEMON },
-		{ "idle-exit-ms", required_argument, NULL, O_IDLE },
-		{ "backend", required_argument, NULL, O_BACKEND },
-		{ "host-devices", required_argument, NULL, O_HOSTDEV },
-		{ "worker", required_argument, NULL, O_WORKER },
-		{ "cache-dir", required_argument, NULL, O_CACHE },
-		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
-		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
-		{ "drain-ms", required_argument, NULL, O_DRAIN },
-		{ "quota-shared", required_argument, NULL, O_QUOTA },
-		{ "quota-shared-user", required_argument, NULL, O_QUOTAUSER },
-		{ "quota-device", required_argument, NULL, O_QUOTADEV },
-		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
-		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
-		{ "slots", required_argument, NULL, O_SLOTS },
-		{ "allow-group", required_argument, NULL, O_GROUP },
-		{ "socket-mode", required_argument, NULL, O_MODE },
-		{ "max-clients", required_argument, NULL, O_MAXC },
-		{ "reserved-clients", required_argument, NULL, O_RESERVED },
-		{ "max-clients-per-user", required_argument, NULL, O_PERUSER },
-		{ "max-clients-per-process", required_argument, NULL, O_PERPROC },
-		{ "admin-clients", required_argument, NULL, O_ADMINC },
-		{ "hello-timeout-ms", required_argument, NULL, O_HELLO },
-		{ "busy-hello-timeout-ms", required_argument, NULL, O_BUSYHELLO },
-		{ "host-sandbox", required_argument, NULL, O_SANDBOX },
-		{ "metrics", required_argument, NULL, O_METRICS },
-		{ "log-level", required_argument, NULL, O_LOGLEVEL },
-		{ "log-file", required_argument, NULL, O_LOGFILE },
-		{ "version", no_argument, NULL, O_VERSION },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	bool mode_set = false;
-	const char *sandbox = "auto";
-	uint64_t v;
-	int c, r, idx = 0;
-
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) >= 0) {
-		r = 0;
-		switch (c) {
-		case O_LOGLEVEL:
-			r = sup_log_level_parse(optarg);
-			o->log_level = r;
-			break;
-		case O_LOGFILE:
-			o->log_file = optarg;
-			break;
-		case O_METRICS:
-			o->metrics = optarg;
-			break;
-		case O_VERSION:
-			printf("gpuxd %s\n", GPUX_VERSION_STRING);
-			exit(SUP_EXIT_OK);
-		case O_SOCKET:
-			o->socket_path = optarg;
-			break;
-		case O_PRIVATE:
-			o->private_mode = true;
-			break;
-		case O_DAEMON:
-			o->daemonize = true;
-			break;
-		case O_BACKEND:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "host") && strcmp(optarg, "cuda"))
-				r = -EINVAL;
-			o->backend = optarg;
-			break;
-		case O_WORKER:
-			o->worker_path = optarg;
-			break;
-		case O_SANDBOX:
-			if (strcmp(optarg, "auto") && strcmp(optarg, "on") && strcmp(optarg, "off"))
-				r = -EINVAL;
-			sandbox = optarg;
-			break;
-		case O_CACHE:
-			o->cache_dir = optarg;
-			break;
-		case O_GROUP:
-			r = parse_group(optarg, &o->allow_gid);
-			o->allow_group = true;
-			break;
-		case O_MODE:
-			r = ipc_parse_u64(optarg, 8, &v);
-			o->socket_mode = (unsigned)(v & 0777);
-			mode_set = true;
-			break;
-		case O_IDLE:
-		case O_HOSTDEV:
-		case O_TIMEOUT:
-		case O_MAXTIMEOUT:
-		case O_DRAIN:
-		case O_QUOTA:
-		case O_QUOTAUSER:
-		case O_QUOTADEV:
-		case O_CACHEBYTES:
-		case O_CACHETTL:
-		case O_SLOTS:
-		case O_MAXC:
-		case O_RESERVED:
-		case O_PERUSER:
-		case O_PERPROC:
-		case O_ADMINC:
-		case O_HELLO:
-		case O_BUSYHELLO:
-			r = ipc_parse_u64(optarg, 10, &v);
-			if (c == O_IDLE)
-				o->idle_exit_ms = v;
-			else if (c == O_HOSTDEV)
-				o->host_devices = (unsigned)MIN(v, IPC_DEVICES_MAX);
-			else if (c == O_TIMEOUT)
-				o->timeout_ms = v;
-			else if (c == O_MAXTIMEOUT)
-				o->max_timeout_ms = v;
-			else if (c == O_DRAIN)
-				o->drain_ms = v;
-			else if (c == O_QUOTA)
-				o->quota_shared = v;
-			else if (c == O_QUOTAUSER)
-				o->quota_shared_user = v;
-			else if (c == O_QUOTADEV)
-				o->quota_device = v;
-			else if (c == O_CACHEBYTES)
-				o->cache_bytes = v;
-			else if (c == O_CACHETTL)
-				o->cache_ttl_ms = v;
-			else if (c == O_SLOTS)
-				o->slots = (unsigned)MIN(v, IPC_STATUS_SLOTS);
-			else if (c == O_MAXC && v > IPC_WORKER_CLIENTS_MAX)
-				r = -ERANGE; /* a worker would close the channels past it */
-			else if (c == O_MAXC)
-				o->max_clients = (unsigned)v;
-			else if (c == O_RESERVED)
-				o->reserved_clients = (unsigned)MIN(v, 1000000);
-			else if (c == O_PERUSER)
-				o->max_clients_per_user = (unsigned)MIN(v, 1000000);
-			else if (c == O_PERPROC)
-				o->max_clients_per_process = (unsigned)MIN(v, 1000000);
-			else if (c == O_ADMINC)
-				o->admin_clients = (unsigned)MIN(v, 1000000);
-			else if (c == O_HELLO)
-				o->hello_timeout_ms = v;
-			else
-				o->busy_hello_timeout_ms = v;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(SUP_EXIT_OK);
-		case ':':
-			(void)fprintf(stderr, "gpuxd: option %s needs a value\n", argv[optind - 1]);
-			return -EINVAL;
-		default:
-			(void)fprintf(stderr, "gpuxd: unknown option %s\n", argv[optind - 1]);
-			return -EINVAL;
-		}
-		if (r < 0) {
-			(void)fprintf(stderr, "gpuxd: --%s: bad value \"%s\"\n", opts[idx].name, optarg);
-			return r;
-		}
-	}
-	if (!mode_set && o->allow_group)
-		o->socket_mode = 0660;
-	/* A gpuxd that serves other users, or runs as root: its kernels are worth fencing. */
-	o->host_sandbox = strcmp(sandbox, "on") == 0 ||
-			  (strcmp(sandbox, "auto") == 0 && (o->allow_group || geteuid() == 0));
-	if (o->reserved_clients == UINT_MAX)
-		o->reserved_clients = o->max_clients / 16;
-	/* Nobody but gpuxd's user could connect: surely a mistake. */
-	if (o->reserved_clients >= o->max_clients)
-		return -EINVAL;
-	if (optind != argc) {
-		(void)fprintf(stderr, "gpuxd: unexpected argument %s\n", argv[optind]);
-		return -EINVAL;
-	}
-	return 0;
-}
 
 /*
  * Shared buffers are the clients' memory (charged to whoever allocates them), but every
@@ -568,32 +283,27 @@ int main(int argc, char **argv)
 	_cleanup_(freep) char *worker = NULL, *abs_socket = NULL, *abs_cache = NULL,
 			      *abs_log = NULL, *abs_worker = NULL;
 	_cleanup_(closep) int ready_fd = -1;
-	char hostdev[16];
+	char hostdev[16], why[256];
 	int r, code = SUP_EXIT_FAIL;
 
-	s.opts = (struct sup_opts){
-		.backend = "auto",
-		.socket_mode = 0600,
-		.idle_exit_ms = DEFAULT_IDLE_EXIT_MS,
-		.timeout_ms = DEFAULT_TIMEOUT_MS,
-		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
-		.drain_ms = DEFAULT_DRAIN_MS,
-		.max_clients = DEFAULT_MAX_CLIENTS,
-		.reserved_clients = UINT_MAX,
-		.max_clients_per_user = DEFAULT_MAX_CLIENTS_PER_USER,
-		.max_clients_per_process = DEFAULT_MAX_CLIENTS_PER_PROCESS,
-		.admin_clients = DEFAULT_ADMIN_CLIENTS,
-		.hello_timeout_ms = DEFAULT_HELLO_TIMEOUT_MS,
-		.busy_hello_timeout_ms = DEFAULT_BUSY_HELLO_TIMEOUT_MS,
-		.log_level = LOG_INFO,
-	};
+	sup_opts_init(&s.opts);
 	s.listen_fd = -1;
 	s.metrics_fd = -1;
 	s.lock_fd = -1;
 	s.signal_fd = -1;
 	sup_notify_init();
-	if (parse_args(argc, argv, &s.opts) < 0) {
-		usage(stderr);
+	r = sup_opts_parse(&s.opts, argc, argv, why, sizeof(why));
+	if (r == IPC_OPT_HELP) {
+		ipc_opt_usage(&sup_prog, stdout);
+		return SUP_EXIT_OK;
+	}
+	if (r == IPC_OPT_VERSION) {
+		printf("gpuxd %s\n", GPUX_VERSION_STRING);
+		return SUP_EXIT_OK;
+	}
+	if (r < 0) {
+		(void)fprintf(stderr, "gpuxd: %s\n", r == -EINVAL ? why : strerror(-r));
+		ipc_opt_usage(&sup_prog, stderr);
 		return SUP_EXIT_USAGE;
 	}
 	shared_quotas(&s.opts);

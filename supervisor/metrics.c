@@ -10,8 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
-#include "ipc/metrics.h"
+#include "macro.h"
+#include "metrics.h"
 #include "sup.h"
 
 /*

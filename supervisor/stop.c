@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* supervisor/stop.c: stopping gpuxd: drain (requests finish, new ones are refused), then stop the workers. */
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "sup.h"
 
 #define DRAIN_TICK_NS (20 * NSEC_PER_MSEC)

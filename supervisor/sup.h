@@ -8,10 +8,13 @@
 #include <sys/types.h>
 #include <syslog.h>
 
-#include "ipc/loop.h"
-#include "ipc/map.h"
-#include "ipc/proto.h"
-#include "ipc/status.h"
+#include <gpux/gpux.h>
+
+#include "loop.h"
+#include "map.h"
+#include "options.h"
+#include "proto.h"
+#include "status.h"
 
 /* Five deaths within a minute mark a device failed (as s6 and systemd throttle). */
 #define SUP_DEATHS_MAX 5u
@@ -55,7 +58,8 @@ struct sup_opts {
 	const char *cache_dir;
 	bool allow_group;
 	gid_t allow_gid;
-	bool host_sandbox; /* host kernels under a seccomp filter (--host-sandbox, resolved) */
+	const char *host_sandbox_mode; /* --host-sandbox: auto, on or off */
+	bool host_sandbox; /* host kernels under a seccomp filter (that, resolved) */
 	unsigned socket_mode;
 	uint64_t idle_exit_ms;
 	uint64_t timeout_ms;
@@ -210,6 +214,31 @@ enum sup_log_target {
 
 /* A level's name (err, warning, notice, info, debug) as its syslog priority, or -EINVAL. */
 int sup_log_level_parse(const char *s);
+
+/* ---- options (supervisor/options.c, from the table of ipc/options.h) ---- */
+
+extern const struct ipc_opt_prog sup_prog;
+
+/* gpuxd's defaults. */
+void sup_opts_init(struct sup_opts *o);
+
+/*
+ * Parse argv into *o (written only when all is good) and resolve what several options
+ * decide together. Returns 0, IPC_OPT_HELP, IPC_OPT_VERSION, -EINVAL with why filled, or
+ * -ENOMEM.
+ */
+int sup_opts_parse(struct sup_opts *o, int argc, char **argv, char *why, size_t why_len);
+
+/*
+ * Room for a worker's command line, and the command line itself: worker w's (with its
+ * device, back end and gpuxd's options it takes), or, w NULL, the probe's. 0 or -errno.
+ */
+struct sup_argv {
+	struct ipc_argv a;
+	char *v[IPC_WORKER_ARGV_MAX];
+	char text[IPC_WORKER_ARGV_TEXT];
+};
+int sup_worker_argv(const struct sup *s, const struct sup_worker *w, struct sup_argv *ret);
 /* Where gpuxd logs when not told: the journal under systemd, syslog when daemonized. */
 enum sup_log_target sup_log_auto(bool daemonized);
 /* Log to `target` (file: the path) what is at `level` or more urgent. 0 or -errno. */

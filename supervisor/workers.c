@@ -12,9 +12,9 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
+#include "channel.h"
+#include "macro.h"
+#include "segment.h"
 #include "sup.h"
 
 extern char **environ;
@@ -169,8 +169,7 @@ static int status_page_seal(struct sup_worker *w)
 /* Run `gpux-worker --probe` and read its device lines: gpuxd itself never loads CUDA. */
 int sup_workers_probe(struct sup *s)
 {
-	char *argv[] = { (char *)s->opts.worker_path, "--probe", "--backend",
-			 (char *)s->opts.backend, NULL };
+	struct sup_argv argv;
 	posix_spawn_file_actions_t fa;
 	_cleanup_(freep) char *out = malloc(PROBE_OUTPUT_MAX + 1);
 	uint64_t until = mono_ns() + PROBE_TIMEOUT_NS;
@@ -180,13 +179,16 @@ int sup_workers_probe(struct sup *s)
 
 	if (!out)
 		return -ENOMEM;
+	r = sup_worker_argv(s, NULL, &argv);
+	if (r < 0)
+		return r;
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return -errno;
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
 	/* Nothing gpuxd was started with past stdio (who started it may leak fds). */
 	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-	r = posix_spawn(&pid, s->opts.worker_path, &fa, NULL, argv, environ);
+	r = posix_spawn(&pid, s->opts.worker_path, &fa, NULL, argv.v, environ);
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)close(pipefd[1]);
 	if (r != 0) {
@@ -400,10 +402,7 @@ static int dup_high(int fd)
 static int spawn(struct sup_worker *w)
 {
 	struct sup *s = w->s;
-	char dev[16], ppid[16], timeout[24], maxtimeout[24], slots[16], quota[24], quser[24],
-		qdev[24], cbytes[24], cttl[24];
-	char *argv[32];
-	unsigned argc = 0;
+	struct sup_argv argv;
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none, deflt;
@@ -411,6 +410,12 @@ static int spawn(struct sup_worker *w)
 	int pair[2], logp[2], r;
 	pid_t pid;
 
+	r = sup_worker_argv(s, w, &argv);
+	if (r < 0) {
+		sup_logp(LOG_ERR, "device %u: the worker's command line: %s", w->index,
+			 strerror(-r));
+		return r;
+	}
 	r = status_page_new(w);
 	if (r < 0)
 		return r;
@@ -443,60 +448,6 @@ static int spawn(struct sup_worker *w)
 	if (r < 0)
 		return r;
 
-	(void)snprintf(dev, sizeof(dev), "%u", w->index);
-	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
-	(void)snprintf(timeout, sizeof(timeout), "%llu", (unsigned long long)s->opts.timeout_ms);
-	(void)snprintf(maxtimeout, sizeof(maxtimeout), "%llu",
-		       (unsigned long long)s->opts.max_timeout_ms);
-	(void)snprintf(slots, sizeof(slots), "%u", s->opts.slots);
-	(void)snprintf(quota, sizeof(quota), "%llu", (unsigned long long)s->opts.quota_shared);
-	(void)snprintf(quser, sizeof(quser), "%llu", (unsigned long long)s->opts.quota_shared_user);
-	(void)snprintf(qdev, sizeof(qdev), "%llu", (unsigned long long)s->opts.quota_device);
-	(void)snprintf(cbytes, sizeof(cbytes), "%llu", (unsigned long long)s->opts.cache_bytes);
-	(void)snprintf(cttl, sizeof(cttl), "%llu", (unsigned long long)s->opts.cache_ttl_ms);
-	argv[argc++] = (char *)s->opts.worker_path;
-	argv[argc++] = "--device";
-	argv[argc++] = dev;
-	argv[argc++] = "--backend";
-	argv[argc++] = w->backend;
-	argv[argc++] = "--control-fd";
-	argv[argc++] = "3";
-	argv[argc++] = "--status-fd";
-	argv[argc++] = "4";
-	argv[argc++] = "--parent-pid";
-	argv[argc++] = ppid;
-	argv[argc++] = "--timeout-ms";
-	argv[argc++] = timeout;
-	argv[argc++] = "--max-timeout-ms";
-	argv[argc++] = maxtimeout;
-	argv[argc++] = "--quota-shared";
-	argv[argc++] = quota;
-	argv[argc++] = "--quota-shared-user";
-	argv[argc++] = quser;
-	if (s->opts.slots) {
-		argv[argc++] = "--slots";
-		argv[argc++] = slots;
-	}
-	/* 0: the worker's own default, from its device's memory. */
-	if (s->opts.quota_device) {
-		argv[argc++] = "--quota-device";
-		argv[argc++] = qdev;
-	}
-	if (s->opts.cache_bytes) {
-		argv[argc++] = "--cache-bytes";
-		argv[argc++] = cbytes;
-	}
-	if (s->opts.cache_ttl_ms) {
-		argv[argc++] = "--cache-ttl-ms";
-		argv[argc++] = cttl;
-	}
-	if (s->opts.cache_dir) {
-		argv[argc++] = "--cache-dir";
-		argv[argc++] = (char *)s->opts.cache_dir;
-	}
-	if (s->opts.host_sandbox)
-		argv[argc++] = "--sandbox";
-	argv[argc] = NULL;
 
 	(void)posix_spawn_file_actions_init(&fa);
 	/* Workers log on stderr, which gpuxd reads into its log; stdin and stdout are nobody's
@@ -519,7 +470,7 @@ static int spawn(struct sup_worker *w)
 	(void)posix_spawnattr_setsigmask(&attr, &none);
 	(void)posix_spawnattr_setsigdefault(&attr, &deflt);
 	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	r = posix_spawn(&pid, s->opts.worker_path, &fa, &attr, argv, environ);
+	r = posix_spawn(&pid, s->opts.worker_path, &fa, &attr, argv.v, environ);
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)posix_spawnattr_destroy(&attr);
 	if (r != 0) {

@@ -14,11 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "admin.h"
+#include "channel.h"
 #include "e2e.h"
 #include "helpers.h"
-#include "ipc/admin.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 extern char **environ;
 

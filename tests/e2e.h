@@ -13,8 +13,8 @@
 
 #include <gpux/gpux.h>
 
-#include "ipc/macro.h"
-#include "ipc/proto.h"
+#include "macro.h"
+#include "proto.h"
 
 struct test_daemon {
 	pid_t pid;

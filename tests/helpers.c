@@ -16,10 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/ring.h"
+#include "macro.h"
+#include "ring.h"
 
 int test_fd_count_of(pid_t pid)
 {
@@ -167,28 +167,22 @@ void test_hdr_set(void *buf, const struct ipc_hdr *h)
 	memcpy(buf, h, sizeof(*h));
 }
 
-static struct ipc_device_info sample_info(uint32_t index)
-{
-	struct ipc_device_info info = {
-		.index = index,
-		.backend = GPUX_BACKEND_CUDA,
-		.cc_major = 9,
-		.cc_minor = 0,
-		.sm_count = 132,
-		.max_threads_per_block = 1024,
-		.mem_total = 141ull * GiB,
-		.uuid = { 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 1, 2, 3, 4, 5, 6, 7, 8 },
-	};
-
-	(void)snprintf(info.name, sizeof(info.name), "NVIDIA H200 #%u", index);
-	return info;
-}
+/* A device as the samples describe it, as a constant initializer. */
+#define SAMPLE_INFO(i)                                                                             \
+	{                                                                                          \
+		.index = (i), .backend = IPC_BACKEND_CUDA, .cc_major = 9, .cc_minor = 0,           \
+		.sm_count = 132, .max_threads_per_block = 1024, .mem_total = 141ull * GiB,         \
+		.uuid = { 0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 1, 2, 3, 4, 5, 6, 7,     \
+			  8 },                                                                     \
+		.name = "NVIDIA H200 #" #i,                                                        \
+	}
 
 static struct ipc_dev_status sample_dev_status(uint32_t index)
 {
+	static const struct ipc_device_info info[] = { SAMPLE_INFO(0), SAMPLE_INFO(1) };
 	struct ipc_dev_status d = {
-		.info = sample_info(index),
-		.state = GPUX_DEVICE_READY,
+		.info = info[index],
+		.state = IPC_DEVICE_READY,
 		.pid = 4242 + index,
 		.generation = 3,
 		.restarts = 2,
@@ -199,35 +193,39 @@ static struct ipc_dev_status sample_dev_status(uint32_t index)
 	return d;
 }
 
-static int sample_fixed(void *buf, size_t cap, uint16_t type, unsigned nfds, const void *m,
-			size_t len)
-{
-	return ipc_encode(buf, cap, type, 100 + type, nfds, m, len, NULL, 0);
-}
-
 /* Scalar data that the samples' SCALAR arguments point into. */
 static const uint8_t submit_data[] = { 0, 0, 0x80, 0x3f, 0x10, 0, 0, 0, 0xaa, 0xbb };
 
 static const struct ipc_arg submit_args[] = {
-	{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
-	{ .kind = GPUX_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
-	{ .kind = GPUX_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
-	{ .kind = GPUX_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
-	{ .kind = GPUX_ARG_SCALAR, .offset = 4, .size = 4 },
-	{ .kind = GPUX_ARG_SCALAR, .offset = 8, .size = 2 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 0, .size = 4 },
+	{ .kind = IPC_ARG_IN, .ref = 7, .offset = 0, .size = 4096 },
+	{ .kind = IPC_ARG_OUT, .ref = 7, .offset = 4096, .size = 4096 },
+	{ .kind = IPC_ARG_INOUT, .ref = 9, .offset = 1ull << 40, .size = 1 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 4, .size = 4 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 8, .size = 2 },
 };
 
 /* Two device buffer ranges, and a cached IN of frozen segment 8 (the seg-add-frozen sample). */
 static const struct ipc_arg submit_dbuf_args[] = {
-	{ .kind = GPUX_ARG_DBUF, .ref = 11, .offset = 0, .size = 1 * MiB },
-	{ .kind = GPUX_ARG_IN, .flags = GPUX_ARG_CACHED, .ref = 8, .offset = 0, .size = 4096 },
-	{ .kind = GPUX_ARG_DBUF, .ref = 12, .offset = 4096, .size = 4096 },
-	{ .kind = GPUX_ARG_SCALAR, .offset = 0, .size = 4 },
+	{ .kind = IPC_ARG_DBUF, .ref = 11, .offset = 0, .size = 1 * MiB },
+	{ .kind = IPC_ARG_IN, .flags = IPC_ARG_CACHED, .ref = 8, .offset = 0, .size = 4096 },
+	{ .kind = IPC_ARG_DBUF, .ref = 12, .offset = 4096, .size = 4096 },
+	{ .kind = IPC_ARG_SCALAR, .offset = 0, .size = 4 },
 };
 
-static int sample_submit(void *buf, size_t cap, const char *name, const struct ipc_arg *args,
-			 uint32_t nargs)
+/* form 0: saxpy with buffers and scalars; 1: no arguments; 2: device buffers, a cached IN. */
+static int sample_submit(void *buf, size_t cap, unsigned form)
 {
+	static const struct {
+		const char *name;
+		const struct ipc_arg *args;
+		uint32_t nargs;
+	} forms[] = {
+		{ "saxpy", submit_args, ARRAY_SIZE(submit_args) },
+		{ "empty", NULL, 0 },
+		{ "stencil", submit_dbuf_args, ARRAY_SIZE(submit_dbuf_args) },
+	};
+	uint32_t nargs = forms[form].nargs;
 	struct ipc_submit m = {
 		.mod_id = 3,
 		.queue = 1,
@@ -239,14 +237,15 @@ static int sample_submit(void *buf, size_t cap, const char *name, const struct i
 		.data_len = nargs ? sizeof(submit_data) : 0,
 	};
 
-	return ipc_encode_submit(buf, cap, 200, &m, args, name, submit_data);
+	return ipc_encode_submit(buf, cap, 200, &m, forms[form].args, forms[form].name,
+				 submit_data);
 }
 
 static int sample_mod_load(void *buf, size_t cap, unsigned form)
 {
 	static const char code[] = "extern \"C\" __global__ void k(float *x) { x[0] = 1; }";
 	static const char opts[] = "--use_fast_math -DN=4";
-	struct ipc_mod_load m = { .mod_id = 3, .lang = GPUX_LANG_CUDA };
+	struct ipc_mod_load m = { .mod_id = 3, .lang = IPC_LANG_CUDA };
 
 	if (form == 0) {
 		m.options_len = sizeof(opts) - 1;
@@ -254,13 +253,13 @@ static int sample_mod_load(void *buf, size_t cap, unsigned form)
 		return ipc_encode_mod_load(buf, cap, 300, &m, opts, code);
 	}
 	if (form == 1) {
-		m.lang = GPUX_LANG_CUBIN;
+		m.lang = IPC_LANG_CUBIN;
 		m.flags = IPC_MOD_CODE_FD;
 		m.code_len = 1 << 20;
 		return ipc_encode_mod_load(buf, cap, 301, &m, NULL, NULL);
 	}
 	if (form == 2) {
-		m.lang = GPUX_LANG_HOST;
+		m.lang = IPC_LANG_HOST;
 		m.code_len = sizeof(code) - 1;
 		return ipc_encode_mod_load(buf, cap, 302, &m, NULL, code);
 	}
@@ -280,7 +279,20 @@ static int sample_mod_load(void *buf, size_t cap, unsigned form)
 	}
 }
 
-static int sample_status(void *buf, size_t cap, uint32_t ndevices)
+/* form 0: a success; 1: a failure with its text. */
+static int sample_done(void *buf, size_t cap, unsigned form)
+{
+	struct ipc_done ok = { IPC_OK, 0, 1000, 20000, 15000 };
+	struct ipc_done failed = { IPC_E_COMPILE, 0, 10, 0, 0 };
+
+	if (form == 0)
+		return ipc_encode_done(buf, cap, 200, &ok, NULL);
+	return ipc_encode_done(buf, cap, 300, &failed,
+			       "k.cu(1): error: identifier \"y\" is undefined");
+}
+
+/* A page of `ndevices` devices (0 to 2). */
+static int sample_status(void *buf, size_t cap, unsigned ndevices)
 {
 	struct ipc_dev_status devs[2] = { sample_dev_status(0), sample_dev_status(1) };
 	struct ipc_status m = {
@@ -297,184 +309,110 @@ static int sample_status(void *buf, size_t cap, uint32_t ndevices)
 	return ipc_encode_status(buf, cap, 400, &m, devs);
 }
 
-static int sample_build(unsigned i, void *buf, size_t cap, struct test_sample *s)
+/*
+ * The samples: a FIXED message's fixed part (encoded by the schema's encoder, id 100 + its
+ * type), an EMPTY one's type, or a VAR one's builder and its form. The fds each travels with
+ * are the schema's: whatever its encoder announced.
+ */
+struct sample_def {
+	const char *name;
+	uint16_t type;
+	const void *fixed;
+	size_t size;
+	int (*build)(void *buf, size_t cap, unsigned form);
+	unsigned form;
+};
+
+#define FIXED(name_, T, st, ...)                                                                   \
+	{ .name = (name_), .type = IPC_##T, .fixed = &(const struct st){ __VA_ARGS__ },            \
+	  .size = sizeof(struct st) }
+#define EMPTY(name_, T) { .name = (name_), .type = IPC_##T }
+#define BUILT(name_, T, fn, form_)                                                                 \
+	{ .name = (name_), .type = IPC_##T, .build = (fn), .form = (form_) }
+
+/* Append only: test-ipc-proto-parse picks some by number, and tests/fuzz/corpus has them. */
+static const struct sample_def samples[] = {
+	FIXED("hello", HELLO, ipc_hello, .min_version = IPC_VERSION_MIN,
+	      .max_version = IPC_VERSION),
+	FIXED("hello-admin", HELLO, ipc_hello, 1, 1, IPC_HELLO_ADMIN, 0),
+	FIXED("welcome", WELCOME, ipc_welcome, IPC_VERSION, 2, 0x1122334455667788ull, 1ull << 34,
+	      IPC_WELCOME_PRIVATE, 0),
+	FIXED("device", DEVICE, ipc_device, SAMPLE_INFO(1), IPC_DEVICE_FAILED, 7, 0, 0),
+	FIXED("device-channel", DEVICE, ipc_device, SAMPLE_INFO(0), IPC_DEVICE_READY, 1,
+	      IPC_DEVICE_CHANNEL, 0),
+	FIXED("attach", ATTACH, ipc_attach, 0x1122334455667788ull, 1000, 1000, 4321, 0),
+	FIXED("ready", READY, ipc_ready, SAMPLE_INFO(0)),
+	FIXED("seg-add", SEG_ADD, ipc_seg_add, 7, 2 * MiB, 0, 0),
+	FIXED("seg-add-frozen", SEG_ADD, ipc_seg_add, 8, 4096, IPC_SEG_FROZEN, 0),
+	FIXED("seg-drop", SEG_DROP, ipc_seg_drop, 7),
+	BUILT("mod-load-inline", MOD_LOAD, sample_mod_load, 0),
+	BUILT("mod-load-fd", MOD_LOAD, sample_mod_load, 1),
+	BUILT("mod-load-no-options", MOD_LOAD, sample_mod_load, 2),
+	FIXED("mod-drop", MOD_DROP, ipc_mod_drop, 3),
+	BUILT("submit", SUBMIT, sample_submit, 0),
+	BUILT("submit-no-args", SUBMIT, sample_submit, 1),
+	BUILT("done", DONE, sample_done, 0),
+	BUILT("done-text", DONE, sample_done, 1),
+	FIXED("status-req", STATUS_REQ, ipc_status_req, 0, 0),
+	BUILT("status", STATUS, sample_status, 2),
+	BUILT("status-no-devices", STATUS, sample_status, 0),
+	FIXED("killed", KILLED, ipc_killed, 1, IPC_KILL_TIMEOUT, 200, 3),
+	FIXED("queue-open", QUEUE_OPEN, ipc_queue_msg, 5, 0),
+	FIXED("queue-close", QUEUE_CLOSE, ipc_queue_msg, 5, 0),
+	FIXED("dbuf-alloc", DBUF_ALLOC, ipc_dbuf_alloc, .dbuf_id = 11, .size = 64 * MiB),
+	FIXED("dbuf-free", DBUF_FREE, ipc_dbuf_free, 11),
+	FIXED("copy-to-dbuf", COPY, ipc_copy, .dbuf_id = 11, .dbuf_offset = 4096, .seg_id = 7,
+	      .seg_offset = 0, .size = 4096, .dir = IPC_COPY_TO_DBUF, .queue = 1),
+	FIXED("copy-from-dbuf", COPY, ipc_copy, .dbuf_id = 12, .seg_id = 7, .seg_offset = 1 * MiB,
+	      .size = 1 * MiB, .dir = IPC_COPY_FROM_DBUF),
+	BUILT("submit-dbuf-cached", SUBMIT, sample_submit, 2),
+	FIXED("rings", RINGS, ipc_rings_offer, .size = IPC_RINGS_BYTES),
+	EMPTY("kick", KICK),
+	FIXED("channel-req", CHANNEL_REQ, ipc_channel_req, .device = 3),
+	BUILT("mod-load-headers", MOD_LOAD, sample_mod_load, 3),
+	EMPTY("drain", DRAIN),
+	FIXED("mod-info", MOD_INFO, ipc_mod_info, 0x0123456789abcdefull, 0xfedcba9876543210ull,
+	      23000000, IPC_MOD_COMPILED, 0),
+};
+
+/* A FIXED or EMPTY sample, through the schema's encoder of its type. */
+static int sample_encode(const struct sample_def *d, void *buf, size_t cap)
 {
-	switch (i) {
-	case 0: {
-		struct ipc_hello m = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION };
-		*s = (struct test_sample){ "hello", IPC_HELLO, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
+	uint32_t id = 100u + d->type;
+
+	switch (d->type) {
+#define SAMPLE_FIXED_(T, name, fx)                                                                 \
+	case IPC_##T:                                                                              \
+		assert_int_equal(d->size, sizeof(struct ipc_##fx));                                \
+		return ipc_encode_##name(buf, cap, id, d->fixed);
+#define SAMPLE_EMPTY_(T, name, fx)                                                                 \
+	case IPC_##T:                                                                              \
+		assert_null(d->fixed);                                                             \
+		return ipc_encode_##name(buf, cap, id);
+#define SAMPLE_VAR_(T, name, fx)
+#define SAMPLE_ENCODE_(T, num, name, label, fx, decoded, fds, shape) SAMPLE_##shape##_(T, name, fx)
+		IPC_MESSAGES(SAMPLE_ENCODE_)
 	}
-	case 1: {
-		struct ipc_hello m = { 1, 1, IPC_HELLO_ADMIN, 0 };
-		*s = (struct test_sample){ "hello-admin", IPC_HELLO, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 2: {
-		struct ipc_welcome m = { IPC_VERSION, 2, 0x1122334455667788ull, 1ull << 34,
-					 IPC_WELCOME_PRIVATE, 0 };
-		*s = (struct test_sample){ "welcome", IPC_WELCOME, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 3: {
-		struct ipc_device m = { sample_info(1), GPUX_DEVICE_FAILED, 7, 0, 0 };
-		*s = (struct test_sample){ "device", IPC_DEVICE, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 4: {
-		struct ipc_device m = { sample_info(0), GPUX_DEVICE_READY, 1, IPC_DEVICE_CHANNEL,
-					0 };
-		*s = (struct test_sample){ "device-channel", IPC_DEVICE, 2, 0 };
-		return sample_fixed(buf, cap, s->type, 2, &m, sizeof(m));
-	}
-	case 5: {
-		struct ipc_attach m = { 0x1122334455667788ull, 1000, 1000, 4321, 0 };
-		*s = (struct test_sample){ "attach", IPC_ATTACH, 1, 0 };
-		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
-	}
-	case 6: {
-		struct ipc_ready m = { sample_info(0) };
-		*s = (struct test_sample){ "ready", IPC_READY, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 7: {
-		struct ipc_seg_add m = { 7, 2 * MiB, 0, 0 };
-		*s = (struct test_sample){ "seg-add", IPC_SEG_ADD, 1, 0 };
-		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
-	}
-	case 8: {
-		struct ipc_seg_add m = { 8, 4096, IPC_SEG_FROZEN, 0 };
-		*s = (struct test_sample){ "seg-add-frozen", IPC_SEG_ADD, 1, 0 };
-		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
-	}
-	case 9: {
-		struct ipc_seg_drop m = { 7 };
-		*s = (struct test_sample){ "seg-drop", IPC_SEG_DROP, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 10:
-		*s = (struct test_sample){ "mod-load-inline", IPC_MOD_LOAD, 0, 0 };
-		return sample_mod_load(buf, cap, 0);
-	case 11:
-		*s = (struct test_sample){ "mod-load-fd", IPC_MOD_LOAD, 1, 0 };
-		return sample_mod_load(buf, cap, 1);
-	case 12:
-		*s = (struct test_sample){ "mod-load-no-options", IPC_MOD_LOAD, 0, 0 };
-		return sample_mod_load(buf, cap, 2);
-	case 13: {
-		struct ipc_mod_drop m = { 3 };
-		*s = (struct test_sample){ "mod-drop", IPC_MOD_DROP, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 14:
-		*s = (struct test_sample){ "submit", IPC_SUBMIT, 0, 0 };
-		return sample_submit(buf, cap, "saxpy", submit_args, ARRAY_SIZE(submit_args));
-	case 15:
-		*s = (struct test_sample){ "submit-no-args", IPC_SUBMIT, 0, 0 };
-		return sample_submit(buf, cap, "empty", NULL, 0);
-	case 16: {
-		struct ipc_done m = { GPUX_OK, 0, 1000, 20000, 15000 };
-		*s = (struct test_sample){ "done", IPC_DONE, 0, 0 };
-		return ipc_encode_done(buf, cap, 200, &m, NULL);
-	}
-	case 17: {
-		struct ipc_done m = { GPUX_E_COMPILE, 0, 10, 0, 0 };
-		*s = (struct test_sample){ "done-text", IPC_DONE, 0, 0 };
-		return ipc_encode_done(buf, cap, 300, &m,
-				       "k.cu(1): error: identifier \"y\" is undefined");
-	}
-	case 18: {
-		struct ipc_status_req m = { 0, 0 };
-		*s = (struct test_sample){ "status-req", IPC_STATUS_REQ, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 19:
-		*s = (struct test_sample){ "status", IPC_STATUS, 0, 0 };
-		return sample_status(buf, cap, 2);
-	case 20:
-		*s = (struct test_sample){ "status-no-devices", IPC_STATUS, 0, 0 };
-		return sample_status(buf, cap, 0);
-	case 21: {
-		struct ipc_killed m = { 1, IPC_KILL_TIMEOUT, 200, 3 };
-		*s = (struct test_sample){ "killed", IPC_KILLED, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 22: {
-		struct ipc_queue_msg m = { 5, 0 };
-		*s = (struct test_sample){ "queue-open", IPC_QUEUE_OPEN, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 23: {
-		struct ipc_queue_msg m = { 5, 0 };
-		*s = (struct test_sample){ "queue-close", IPC_QUEUE_CLOSE, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 24: {
-		struct ipc_dbuf_alloc m = { .dbuf_id = 11, .size = 64 * MiB };
-		*s = (struct test_sample){ "dbuf-alloc", IPC_DBUF_ALLOC, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 25: {
-		struct ipc_dbuf_free m = { 11 };
-		*s = (struct test_sample){ "dbuf-free", IPC_DBUF_FREE, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 26: {
-		struct ipc_copy m = { .dbuf_id = 11, .dbuf_offset = 4096, .seg_id = 7, .seg_offset = 0,
-				      .size = 4096, .dir = IPC_COPY_TO_DBUF, .queue = 1 };
-		*s = (struct test_sample){ "copy-to-dbuf", IPC_COPY, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 27: {
-		struct ipc_copy m = { .dbuf_id = 12, .seg_id = 7, .seg_offset = 1 * MiB, .size = 1 * MiB,
-				      .dir = IPC_COPY_FROM_DBUF };
-		*s = (struct test_sample){ "copy-from-dbuf", IPC_COPY, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 28:
-		*s = (struct test_sample){ "submit-dbuf-cached", IPC_SUBMIT, 0, 0 };
-		return sample_submit(buf, cap, "stencil", submit_dbuf_args,
-				     ARRAY_SIZE(submit_dbuf_args));
-	case 29: {
-		struct ipc_rings_offer m = { .size = IPC_RINGS_BYTES };
-		*s = (struct test_sample){ "rings", IPC_RINGS, 1, 0 };
-		return sample_fixed(buf, cap, s->type, 1, &m, sizeof(m));
-	}
-	case 30:
-		*s = (struct test_sample){ "kick", IPC_KICK, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, NULL, 0);
-	case 31: {
-		struct ipc_channel_req m = { .device = 3 };
-		*s = (struct test_sample){ "channel-req", IPC_CHANNEL_REQ, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	case 32:
-		*s = (struct test_sample){ "mod-load-headers", IPC_MOD_LOAD, 0, 0 };
-		return sample_mod_load(buf, cap, 3);
-	case 33:
-		*s = (struct test_sample){ "drain", IPC_DRAIN, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, NULL, 0);
-	case 34: {
-		struct ipc_mod_info m = { 0x0123456789abcdefull, 0xfedcba9876543210ull, 23000000,
-					  IPC_MOD_COMPILED, 0 };
-		*s = (struct test_sample){ "mod-info", IPC_MOD_INFO, 0, 0 };
-		return sample_fixed(buf, cap, s->type, 0, &m, sizeof(m));
-	}
-	default:
-		return -ENOENT;
-	}
+	fail_msg("sample %s: a message with parts of its own needs a builder", d->name);
+	return -EINVAL;
 }
 
 bool test_msg_sample(unsigned i, void *buf, size_t cap, struct test_sample *ret)
 {
-	struct test_sample s;
-	int n = sample_build(i, buf, cap, &s);
+	const struct sample_def *d;
+	int n;
 
-	if (n == -ENOENT)
+	if (i >= ARRAY_SIZE(samples))
 		return false;
+	d = &samples[i];
+	n = d->build ? d->build(buf, cap, d->form) : sample_encode(d, buf, cap);
 	assert_true(n > 0);
-	s.len = (size_t)n;
-	*ret = s;
+	*ret = (struct test_sample){
+		.name = d->name,
+		.type = d->type,
+		.nfds = test_hdr_get(buf).nfds,
+		.len = (size_t)n,
+	};
 	return true;
 }
 

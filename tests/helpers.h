@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "ipc/loop.h"
-#include "ipc/proto.h"
+#include "loop.h"
+#include "proto.h"
 
 /* ---- file descriptors ---- */
 

@@ -6,9 +6,9 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
 #include "loop-helpers.h"
+#include "macro.h"
 
 uint8_t test_sbuf[IPC_MSG_MAX], test_rbuf[IPC_MSG_MAX];
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "helpers.h"
-#include "ipc/loop.h"
+#include "loop.h"
 
 #define WAIT_MS 2000 /* long enough for any event here; a broken test fails after it */
 

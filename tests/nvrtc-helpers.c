@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
+#include "macro.h"
 #include "nvrtc-helpers.h"
-#include "worker/nvrtc-loader.h"
+#include "nvrtc-loader.h"
 
 uint8_t *test_nvrtc_compile(const char *src, const char *arch, bool ptx, size_t *ret_len)
 {

@@ -17,53 +17,15 @@ int test_decode_as(const struct ipc_msg *msg, uint16_t type, union test_decoded 
 	union test_decoded *u = ret ? ret : &scratch;
 
 	switch (type) {
-	case IPC_HELLO:
-		return ipc_decode_hello(msg, &u->hello);
-	case IPC_WELCOME:
-		return ipc_decode_welcome(msg, &u->welcome);
-	case IPC_DEVICE:
-		return ipc_decode_device(msg, &u->device);
-	case IPC_ATTACH:
-		return ipc_decode_attach(msg, &u->attach);
-	case IPC_READY:
-		return ipc_decode_ready(msg, &u->ready);
-	case IPC_SEG_ADD:
-		return ipc_decode_seg_add(msg, &u->seg_add);
-	case IPC_SEG_DROP:
-		return ipc_decode_seg_drop(msg, &u->seg_drop);
-	case IPC_MOD_LOAD:
-		return ipc_decode_mod_load(msg, &u->mod_load);
-	case IPC_MOD_DROP:
-		return ipc_decode_mod_drop(msg, &u->mod_drop);
-	case IPC_SUBMIT:
-		return ipc_decode_submit(msg, &u->submit);
-	case IPC_DONE:
-		return ipc_decode_done(msg, &u->done);
-	case IPC_STATUS_REQ:
-		return ipc_decode_status_req(msg, &u->status_req);
-	case IPC_STATUS:
-		return ipc_decode_status(msg, &u->status);
-	case IPC_KILLED:
-		return ipc_decode_killed(msg, &u->killed);
-	case IPC_QUEUE_OPEN:
-	case IPC_QUEUE_CLOSE:
-		return ipc_decode_queue(msg, type, &u->queue);
-	case IPC_DBUF_ALLOC:
-		return ipc_decode_dbuf_alloc(msg, &u->dbuf_alloc);
-	case IPC_DBUF_FREE:
-		return ipc_decode_dbuf_free(msg, &u->dbuf_free);
-	case IPC_COPY:
-		return ipc_decode_copy(msg, &u->copy);
-	case IPC_RINGS:
-		return ipc_decode_rings(msg, &u->rings);
-	case IPC_KICK:
-		return ipc_decode_kick(msg);
-	case IPC_CHANNEL_REQ:
-		return ipc_decode_channel_req(msg, &u->channel_req);
-	case IPC_DRAIN:
-		return ipc_decode_drain(msg);
-	case IPC_MOD_INFO:
-		return ipc_decode_mod_info(msg, &u->mod_info);
+#define DECODE_AS_FIXED_(T, name) \
+	case IPC_##T:             \
+		return ipc_decode_##name(msg, &u->name);
+#define DECODE_AS_VAR_ DECODE_AS_FIXED_
+#define DECODE_AS_EMPTY_(T, name) \
+	case IPC_##T:             \
+		return ipc_decode_##name(msg);
+#define DECODE_AS_(T, num, name, label, fx, decoded, fds, shape) DECODE_AS_##shape##_(T, name)
+		IPC_MESSAGES(DECODE_AS_)
 	}
 	fail_msg("no decoder for type %u", type);
 	return 0;
@@ -83,7 +45,7 @@ int test_encode_decode(uint16_t type, unsigned nfds, const void *fixed, size_t f
 
 struct ipc_device_info test_good_info(uint32_t index)
 {
-	struct ipc_device_info info = TEST_GOOD_INFO(index, GPUX_BACKEND_HOST);
+	struct ipc_device_info info = TEST_GOOD_INFO(index, IPC_BACKEND_HOST);
 
 	return info;
 }
@@ -92,7 +54,7 @@ struct ipc_dev_status test_good_dev_status(uint32_t index)
 {
 	struct ipc_dev_status d = {
 		.info = test_good_info(index),
-		.state = GPUX_DEVICE_STARTING + index % 4,
+		.state = IPC_DEVICE_STARTING + index % 4,
 		.pid = 1000 + index,
 		.generation = index * 3,
 		.restarts = index,

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/proto.h"
+#include "macro.h"
+#include "proto.h"
 
 #define HDR sizeof(struct ipc_hdr)
 
@@ -17,29 +17,14 @@ extern uint8_t test_msgbuf[IPC_MSG_MAX + 64];
 /* ipc_msg_parse() of len bytes at buf, which came with nfds of test_fake_fds. */
 int test_parse(const void *buf, size_t len, unsigned nfds, struct ipc_msg *ret);
 
-/* Every decoder's output, for test_decode_as(). */
+/* Every decoder's output, for test_decode_as(): a member per type with a payload. */
+#define TEST_DECODED_FIXED_(name, decoded) struct ipc_##decoded name;
+#define TEST_DECODED_VAR_ TEST_DECODED_FIXED_
+#define TEST_DECODED_EMPTY_(name, decoded)
+#define TEST_DECODED_(T, num, name, label, fx, decoded, fds, shape)                                \
+	TEST_DECODED_##shape##_(name, decoded)
 union test_decoded {
-	struct ipc_hello hello;
-	struct ipc_welcome welcome;
-	struct ipc_device device;
-	struct ipc_attach attach;
-	struct ipc_ready ready;
-	struct ipc_seg_add seg_add;
-	struct ipc_seg_drop seg_drop;
-	struct ipc_mod_load_msg mod_load;
-	struct ipc_mod_drop mod_drop;
-	struct ipc_queue_msg queue;
-	struct ipc_dbuf_alloc dbuf_alloc;
-	struct ipc_dbuf_free dbuf_free;
-	struct ipc_copy copy;
-	struct ipc_submit_msg submit;
-	struct ipc_done_msg done;
-	struct ipc_status_req status_req;
-	struct ipc_status_msg status;
-	struct ipc_killed killed;
-	struct ipc_rings_offer rings;
-	struct ipc_channel_req channel_req;
-	struct ipc_mod_info mod_info;
+	IPC_MESSAGES(TEST_DECODED_)
 };
 
 /*

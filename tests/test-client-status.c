@@ -2,9 +2,9 @@
 /* tests/test-client-status.c: how the library's errno values become the statuses it returns. */
 #include <errno.h>
 
-#include "client/cli.h"
+#include "cli.h"
 #include "helpers.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 struct mapping {
 	int err;

@@ -400,7 +400,7 @@ static void start_spinning(struct test_daemon *d, const char *spin_us)
 
 /*
  * Requests launched while nothing else runs on the device are watched by the loop thread that
- * launched them, not handed to a waiter (worker/cuda-slot.c): their ends are counted as seen
+ * launched them, not handed to a waiter (worker/cuda/cuda-slot.c): their ends are counted as seen
  * by the loop, and their results are the kernel's. With `fail`, the driver refuses the first
  * word a stream is to write at a group's end, or the page of words: the loop then sees ends
  * through events, and the worker says so.

@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "e2e.h"
 #include "helpers.h"
-#include "ipc/channel.h"
 
 /* Small limits, so that a few processes reach them. */
 #define MAX_CLIENTS 16

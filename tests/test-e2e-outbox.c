@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/cli.h"
+#include "cli.h"
 #include "e2e.h"
 #include "helpers.h"
 

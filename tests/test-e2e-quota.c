@@ -6,10 +6,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "e2e.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/segment.h"
+#include "segment.h"
 
 /* Small caps, so that nothing here needs much memory: 8 MiB a client, 12 MiB a user. */
 static int setup(void **state)

@@ -14,10 +14,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "e2e.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/segment.h"
+#include "segment.h"
 
 static const char code[] = "GPUX_HOST_KERNEL(k)\n{\n}\n";
 

@@ -13,10 +13,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "e2e.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/segment.h"
+#include "segment.h"
 
 static int setup(void **state)
 {

@@ -9,9 +9,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 #define FDS_MANY 8 /* more than IPC_FDS_MAX */
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/key.h"
-#include "ipc/macro.h"
+#include "key.h"
+#include "macro.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

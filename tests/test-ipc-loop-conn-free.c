@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
 #include "loop-helpers.h"
+#include "macro.h"
 
 /* ---- connections freed in callbacks, and send queues ---- */
 

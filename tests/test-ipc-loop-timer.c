@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-ipc-loop-timer.c: timers (order, re-arming, freeing); running until exit. */
+/* tests/test-ipc-loop-timer.c: timers (order, many, re-arming, freeing); running until exit. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ipc/channel.h"
-#include "ipc/macro.h"
+#include "channel.h"
 #include "loop-helpers.h"
+#include "macro.h"
 
 /* ---- timers ---- */
 
@@ -125,6 +125,99 @@ static void test_loop_timer_free_other_in_callback(void **state)
 	assert_int_equal(order[0], 0);
 	assert_null(r[1].t);
 	ipc_timer_free(r[0].t);
+}
+
+/*
+ * Many timers, armed, re-armed, disarmed and freed in an order that leaves holes all through
+ * the loop's heap, some freeing others as they fire: they fire by deadline, those of one
+ * deadline in the order they were (last) armed, and no disarmed or freed one fires.
+ */
+#define MANY 2000u
+
+struct many_expect {
+	uint64_t due;
+	uint64_t seq;  /* the arming that counts: the last */
+	unsigned number;
+	int frees;     /* the timer it frees as it fires, or -1 */
+	bool armed;
+	bool gone;
+};
+
+static int many_cmp(const void *a, const void *b)
+{
+	const struct many_expect *x = a, *y = b;
+
+	if (x->due != y->due)
+		return x->due < y->due ? -1 : 1;
+	return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static void test_loop_timers_many_in_order(void **state)
+{
+	struct ipc_loop *l = test_loop_of(state);
+	struct test_timer_rec *r = calloc(MANY, sizeof(*r));
+	struct many_expect *e = calloc(MANY, sizeof(*e));
+	unsigned *order = calloc(MANY, sizeof(*order)), *want = calloc(MANY, sizeof(*want));
+	unsigned fired = 0, nwant = 0;
+	uint64_t base = mono_ns() + 50 * NSEC_PER_MSEC, seq = 0;
+
+	assert_non_null(r);
+	assert_non_null(e);
+	assert_non_null(order);
+	assert_non_null(want);
+	timers_init(l, r, MANY, order, &fired);
+	/* 997 deadlines 10 µs apart for 2000 timers: many share one. */
+	for (unsigned i = 0; i < MANY; i++) {
+		r[i].due = base + (i * 7919u % 997u) * 10 * NSEC_PER_USEC;
+		ipc_timer_arm(r[i].t, r[i].due);
+		e[i] = (struct many_expect){ .due = r[i].due, .seq = seq++, .number = i,
+					     .frees = -1, .armed = true };
+	}
+	for (unsigned i = 0; i < MANY; i++) {
+		if (i % 3 == 0) {
+			ipc_timer_arm(r[i].t, 0);
+			e[i].armed = false;
+		} else if (i % 5 == 0) {
+			ipc_timer_free(r[i].t);
+			r[i].t = NULL;
+			e[i].armed = false;
+		} else if (i % 7 == 0) {
+			r[i].due = base + (i * 31u % 997u) * 10 * NSEC_PER_USEC;
+			ipc_timer_arm(r[i].t, r[i].due);
+			e[i].due = r[i].due;
+			e[i].seq = seq++;
+		}
+	}
+	for (unsigned i = 0; i < MANY; i++)
+		if (r[i].t)
+			assert_int_equal(ipc_timer_when(r[i].t), e[i].armed ? e[i].due : 0);
+	/* Some free another armed one as they fire (it fires only if it came first). */
+	for (unsigned i = 1; i + 1 < MANY; i += 11)
+		if (e[i].armed && e[i + 1].armed) {
+			r[i].free_other = &r[i + 1].t;
+			e[i].frees = (int)(i + 1);
+		}
+	/* What must fire, and in which order. */
+	qsort(e, MANY, sizeof(*e), many_cmp);
+	for (unsigned i = 0; i < MANY; i++) {
+		if (!e[i].armed || e[i].gone)
+			continue;
+		want[nwant++] = e[i].number;
+		for (unsigned j = i + 1; e[i].frees >= 0 && j < MANY; j++)
+			if (e[j].number == (unsigned)e[i].frees)
+				e[j].gone = true;
+	}
+	assert_true(nwant > MANY / 3);
+	assert_true(test_loop_until(l, &fired, nwant, WAIT_MS));
+	test_loop_spin(l, 20);
+	assert_int_equal(fired, nwant);
+	assert_memory_equal(order, want, nwant * sizeof(*want));
+	for (unsigned i = 0; i < MANY; i++)
+		ipc_timer_free(r[i].t);
+	free(want);
+	free(order);
+	free(e);
+	free(r);
 }
 
 static void rearm_in_past(struct ipc_timer *t, void *userdata)
@@ -246,6 +339,7 @@ int main(void)
 		LOOP_TEST(test_loop_timers_fire_in_order),
 		LOOP_TEST(test_loop_timer_rearm_and_disarm),
 		LOOP_TEST(test_loop_timer_free_other_in_callback),
+		LOOP_TEST(test_loop_timers_many_in_order),
 		LOOP_TEST(test_loop_timer_rearmed_in_past_yields),
 		LOOP_TEST(test_loop_iterate_wakes_for_timer),
 		LOOP_TEST(test_loop_run_until_exit),

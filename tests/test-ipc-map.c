@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/map.h"
+#include "macro.h"
+#include "map.h"
 
 #define MANY 100000u
 

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/metrics.h"
+#include "macro.h"
+#include "metrics.h"
 
 static void test_metrics_hist_buckets_hold_their_bound(void **state)
 {
@@ -56,11 +56,11 @@ static void test_metrics_text_has_the_counts(void **state)
 
 	for (unsigned i = 0; i < 2; i++) {
 		devs[i].info.index = i;
-		devs[i].state = GPUX_DEVICE_READY;
+		devs[i].state = IPC_DEVICE_READY;
 		(void)snprintf(devs[i].info.name, sizeof(devs[i].info.name), "dev %u", i);
 	}
 	devs[1].stats.by_status[0] = 40;
-	devs[1].stats.by_status[-GPUX_E_WORKER_LOST] = 2;
+	devs[1].stats.by_status[-IPC_E_WORKER_LOST] = 2;
 	devs[1].stats.launches = 42;
 	devs[1].stats.loop_sleeps = 17;
 	devs[1].stats.graph_requests = 640;
@@ -107,7 +107,7 @@ static void test_metrics_label_values_are_escaped(void **state)
 	struct ipc_status st = { .ndevices = 1, .version = "1\"2" };
 	char *text;
 
-	dev.state = GPUX_DEVICE_FAILED;
+	dev.state = IPC_DEVICE_FAILED;
 	(void)snprintf(dev.info.name, sizeof(dev.info.name), "a\"b\\c\nd");
 	text = write_text(&st, &dev);
 	assert_non_null(strstr(text, "name=\"a\\\"b\\\\c\\nd\""));

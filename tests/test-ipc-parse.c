@@ -3,8 +3,8 @@
 #include <errno.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/parse.h"
+#include "macro.h"
+#include "parse.h"
 
 struct number {
 	const char *s;

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/path.h"
+#include "macro.h"
+#include "path.h"
 
 /* ---- fixture: $XDG_RUNTIME_DIR and the umask as the test found them, put back after ---- */
 

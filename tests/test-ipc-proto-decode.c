@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "proto-helpers.h"
 
 /* ---- each decoder's own checks ---- */
@@ -54,7 +54,7 @@ static bool spoil_info(struct ipc_device_info *info, unsigned how)
 		info->backend = 0;
 		return true;
 	case 2:
-		info->backend = GPUX_BACKEND_CUDA + 1;
+		info->backend = IPC_BACKEND_CUDA + 1;
 		return true;
 	case 3:
 		info->index = IPC_DEVICES_MAX;
@@ -69,9 +69,9 @@ static bool spoil_info(struct ipc_device_info *info, unsigned how)
 
 static void test_proto_device_rejects_bad_fields(void **state)
 {
-	struct ipc_device good = { test_good_info(IPC_DEVICES_MAX - 1), GPUX_DEVICE_FAILED, 1, 0,
+	struct ipc_device good = { test_good_info(IPC_DEVICES_MAX - 1), IPC_DEVICE_FAILED, 1, 0,
 				   0 };
-	const uint32_t bad_states[] = { 0, GPUX_DEVICE_FAILED + 1, UINT32_MAX };
+	const uint32_t bad_states[] = { 0, IPC_DEVICE_FAILED + 1, UINT32_MAX };
 	struct ipc_device m = good;
 
 	assert_int_equal(DECODE_FIXED(IPC_DEVICE, 0, m), 0);
@@ -135,9 +135,9 @@ static int mod_load_decode(const struct ipc_mod_load *m, const char *options, si
 static void test_proto_mod_load_rejects_bad_fields(void **state)
 {
 	const struct ipc_mod_load good = {
-		.mod_id = 1, .lang = GPUX_LANG_CUDA, .options_len = 4, .code_len = 8,
+		.mod_id = 1, .lang = IPC_LANG_CUDA, .options_len = 4, .code_len = 8,
 	};
-	const uint32_t bad_langs[] = { 0, GPUX_LANG_HOST + 1, UINT32_MAX };
+	const uint32_t bad_langs[] = { 0, IPC_LANG_HOST + 1, UINT32_MAX };
 	struct ipc_mod_load m = good;
 
 	assert_int_equal(mod_load_decode(&m, NULL, 4, 8, 0), 0);
@@ -163,21 +163,21 @@ static void test_proto_mod_load_rejects_bad_fields(void **state)
 static void test_proto_mod_load_rejects_bad_lengths(void **state)
 {
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = GPUX_LANG_PTX, .options_len = IPC_OPTIONS_MAX, .code_len = 1,
+		.mod_id = 1, .lang = IPC_LANG_PTX, .options_len = IPC_OPTIONS_MAX, .code_len = 1,
 	};
 
 	assert_int_equal(mod_load_decode(&m, NULL, IPC_OPTIONS_MAX, 1, 0), 0);
 	m.options_len = IPC_OPTIONS_MAX + 1;
 	assert_int_equal(mod_load_decode(&m, NULL, IPC_OPTIONS_MAX + 1, 1, 0), -EBADMSG);
 
-	m = (struct ipc_mod_load){ .mod_id = 1, .lang = GPUX_LANG_PTX };
+	m = (struct ipc_mod_load){ .mod_id = 1, .lang = IPC_LANG_PTX };
 	assert_int_equal(mod_load_decode(&m, NULL, 0, 0, 0), -EBADMSG);
 	m.flags = IPC_MOD_CODE_FD;
 	assert_int_equal(mod_load_decode(&m, NULL, 0, 0, 1), -EBADMSG);
 
 	/* Inline code has a smaller limit than code in a memfd. */
 	m = (struct ipc_mod_load){
-		.mod_id = 1, .lang = GPUX_LANG_PTX, .code_len = IPC_INLINE_CODE_MAX + 1,
+		.mod_id = 1, .lang = IPC_LANG_PTX, .code_len = IPC_INLINE_CODE_MAX + 1,
 	};
 	assert_int_equal(mod_load_decode(&m, NULL, 0, IPC_INLINE_CODE_MAX + 1, 0), -EBADMSG);
 	m.flags = IPC_MOD_CODE_FD;
@@ -196,7 +196,7 @@ static void test_proto_mod_load_rejects_nul_in_options(void **state)
 {
 	static const char opts[] = "-DA\0-DB";
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = GPUX_LANG_CUDA, .options_len = sizeof(opts) - 1, .code_len = 4,
+		.mod_id = 1, .lang = IPC_LANG_CUDA, .options_len = sizeof(opts) - 1, .code_len = 4,
 	};
 
 	assert_int_equal(mod_load_decode(&m, opts, sizeof(opts) - 1, 4, 0), -EBADMSG);
@@ -241,7 +241,7 @@ static void test_proto_mod_load_extra_round_trips(void **state)
 	static const char code[] = "#include \"a.h\"\n";
 	uint8_t all[256];
 	size_t n = sizeof(code) - 1;
-	struct ipc_mod_load m = { .mod_id = 9, .lang = GPUX_LANG_CUDA, .code_len = sizeof(code) - 1 };
+	struct ipc_mod_load m = { .mod_id = 9, .lang = IPC_LANG_CUDA, .code_len = sizeof(code) - 1 };
 	struct ipc_mod_extra_cursor c;
 	struct ipc_mod_item it;
 	union test_decoded out;
@@ -283,36 +283,36 @@ static void test_proto_mod_load_rejects_bad_extra(void **state)
 	size_t n;
 
 	n = extra_put(e, "h.h", "x") + extra_put(e + 12, "k", NULL);
-	assert_int_equal(extra_decode(e, n, 1, 1, GPUX_LANG_CUDA), 0);
+	assert_int_equal(extra_decode(e, n, 1, 1, IPC_LANG_CUDA), 0);
 	/* Only CUDA C++ has headers; counts that do not fit the bytes; bytes left over. */
-	assert_int_equal(extra_decode(e, n, 1, 1, GPUX_LANG_PTX), -EBADMSG);
-	assert_int_equal(extra_decode(e, n, 1, 0, GPUX_LANG_CUDA), -EBADMSG);
-	assert_int_equal(extra_decode(e, n, 2, 1, GPUX_LANG_CUDA), -EBADMSG);
-	assert_int_equal(extra_decode(e, n, 0, 2, GPUX_LANG_CUDA), -EBADMSG);
-	assert_int_equal(extra_decode(e, n - 1, 1, 1, GPUX_LANG_CUDA), -EBADMSG);
-	assert_int_equal(extra_decode(e, n, 0, 0, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 1, 1, IPC_LANG_PTX), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 1, 0, IPC_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 2, 1, IPC_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 2, IPC_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n - 1, 1, 1, IPC_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 0, IPC_LANG_CUDA), -EBADMSG);
 	/* Empty names, NULs inside, a text running past the end. */
 	n = extra_put(e, "", NULL);
-	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 1, IPC_LANG_CUDA), -EBADMSG);
 	n = extra_put(e, "a\x01b", NULL);
 	e[5] = '\0';
-	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 1, IPC_LANG_CUDA), -EBADMSG);
 	n = extra_put(e, "h.h", "text");
 	e[n - 1] = '\0';
-	assert_int_equal(extra_decode(e, n, 1, 0, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 1, 0, IPC_LANG_CUDA), -EBADMSG);
 	n = extra_put(e, "h.h", "text");
 	e[4] = 0xff;
-	assert_int_equal(extra_decode(e, n, 1, 0, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 1, 0, IPC_LANG_CUDA), -EBADMSG);
 	/* A name expression is a kernel name: at most IPC_KERNEL_NAME_MAX bytes. */
 	memset(longname, 'k', sizeof(longname) - 1);
 	longname[sizeof(longname) - 1] = '\0';
 	n = extra_put(e, longname, NULL);
-	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, 0, 1, IPC_LANG_CUDA), -EBADMSG);
 	longname[IPC_KERNEL_NAME_MAX] = '\0';
 	n = extra_put(e, longname, NULL);
-	assert_int_equal(extra_decode(e, n, 0, 1, GPUX_LANG_CUDA), 0);
+	assert_int_equal(extra_decode(e, n, 0, 1, IPC_LANG_CUDA), 0);
 	/* Too many headers, however few bytes. */
-	assert_int_equal(extra_decode(e, n, IPC_MOD_HEADERS_MAX + 1, 0, GPUX_LANG_CUDA), -EBADMSG);
+	assert_int_equal(extra_decode(e, n, IPC_MOD_HEADERS_MAX + 1, 0, IPC_LANG_CUDA), -EBADMSG);
 }
 
 static void test_proto_queue_rejects_bad_fields(void **state)
@@ -505,8 +505,8 @@ static int done_decode(const struct ipc_done *m, size_t text_len)
 
 static void test_proto_done_rejects_bad_status(void **state)
 {
-	const int32_t good[] = { GPUX_OK, GPUX_E_INVAL, GPUX_E_VERSION, GPUX_E_STOPPING };
-	const int32_t bad[] = { 1, INT32_MAX, GPUX_E_STOPPING - 1, -1000, INT32_MIN };
+	const int32_t good[] = { IPC_OK, IPC_E_INVAL, IPC_E_VERSION, IPC_STATUS_MIN };
+	const int32_t bad[] = { 1, INT32_MAX, IPC_STATUS_MIN - 1, -1000, INT32_MIN };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(good); i++) {
 		struct ipc_done m = { good[i], 0, 0, 0, 0 };
@@ -520,7 +520,7 @@ static void test_proto_done_rejects_bad_status(void **state)
 
 static void test_proto_done_rejects_bad_text_len(void **state)
 {
-	struct ipc_done m = { GPUX_E_COMPILE, IPC_TEXT_MAX, 0, 0, 0 };
+	struct ipc_done m = { IPC_E_COMPILE, IPC_TEXT_MAX, 0, 0, 0 };
 
 	assert_int_equal(done_decode(&m, IPC_TEXT_MAX), 0);
 	m.text_len = IPC_TEXT_MAX + 1;
@@ -537,7 +537,7 @@ static void test_proto_done_rejects_bad_text_len(void **state)
 static void test_proto_encode_done_cuts_long_text(void **state)
 {
 	static char text[IPC_TEXT_MAX * 2 + 1];
-	struct ipc_done m = { GPUX_E_COMPILE, 0, 0, 0, 0 };
+	struct ipc_done m = { IPC_E_COMPILE, 0, 0, 0, 0 };
 	struct ipc_done_msg out;
 	struct ipc_msg msg;
 	int n;
@@ -626,7 +626,7 @@ static void test_proto_status_rejects_bad_strings(void **state)
 	}
 	devs[1].state = 0;
 	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
-	devs[1].state = GPUX_DEVICE_FAILED + 1;
+	devs[1].state = IPC_DEVICE_FAILED + 1;
 	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
 }
 

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "proto-helpers.h"
 
 /* ---- encoders ---- */
@@ -51,13 +51,13 @@ static void test_proto_encode_mod_load_checks_limits(void **state)
 {
 	static char big[IPC_INLINE_CODE_MAX + 1];
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = GPUX_LANG_CUDA, .options_len = IPC_OPTIONS_MAX + 1, .code_len = 1,
+		.mod_id = 1, .lang = IPC_LANG_CUDA, .options_len = IPC_OPTIONS_MAX + 1, .code_len = 1,
 	};
 
 	memset(big, 'b', sizeof(big));
 	assert_int_equal(ipc_encode_mod_load(test_msgbuf, sizeof(test_msgbuf), 1, &m, big, big),
 			 -EINVAL);
-	m = (struct ipc_mod_load){ .mod_id = 1, .lang = GPUX_LANG_CUDA };
+	m = (struct ipc_mod_load){ .mod_id = 1, .lang = IPC_LANG_CUDA };
 	assert_int_equal(ipc_encode_mod_load(test_msgbuf, sizeof(test_msgbuf), 1, &m, NULL, big),
 			 -EINVAL);
 	m.code_len = IPC_INLINE_CODE_MAX + 1;

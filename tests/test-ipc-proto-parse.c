@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "proto-helpers.h"
 
 /* ---- what every message goes through ---- */
@@ -26,9 +26,9 @@ static void test_proto_type_names(void **state)
 
 static void test_proto_status_texts(void **state)
 {
-	const int bad[] = { 1, INT32_MAX, GPUX_E_STOPPING - 1, -1000, INT32_MIN };
+	const int bad[] = { 1, INT32_MAX, IPC_STATUS_MIN - 1, -1000, INT32_MIN };
 
-	for (int st = GPUX_OK; st >= GPUX_E_STOPPING; st--) {
+	for (int st = IPC_OK; st >= IPC_STATUS_MIN; st--) {
 		assert_true(ipc_status_valid(st));
 		assert_string_not_equal(ipc_status_text(st), "unknown status");
 		assert_string_not_equal(ipc_status_name(st), "unknown");
@@ -36,7 +36,7 @@ static void test_proto_status_texts(void **state)
 		assert_int_equal(strspn(ipc_status_name(st), "abcdefghijklmnopqrstuvwxyz_0123456789"),
 				 strlen(ipc_status_name(st)));
 		assert_true(-st < (int)IPC_STATUS_CODES);
-		for (int other = GPUX_OK; other > st; other--) {
+		for (int other = IPC_OK; other > st; other--) {
 			assert_string_not_equal(ipc_status_text(st), ipc_status_text(other));
 			assert_string_not_equal(ipc_status_name(st), ipc_status_name(other));
 		}

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "proto-helpers.h"
 
 /* ---- SUBMIT ---- */
@@ -28,7 +28,7 @@ static void submit_init(struct submit_case *c)
 		       .block = { 32, 1, 1 },
 		       .name_len = 1,
 		       .data_len = 16 },
-		.args = { { GPUX_ARG_SCALAR, 0, 0, 8, 8 }, { GPUX_ARG_IN, 0, 1, 0, 4096 } },
+		.args = { { IPC_ARG_SCALAR, 0, 0, 8, 8 }, { IPC_ARG_IN, 0, 1, 0, 4096 } },
 		.nargs = 2,
 		.name = "k",
 		.name_len = 1,
@@ -57,7 +57,7 @@ static void test_proto_submit_rejects_bad_counts(void **state)
 	/* More arguments than the limit, all present and valid. */
 	c.nargs = c.m.nargs = IPC_ARGS_MAX + 1;
 	for (unsigned i = 0; i < c.nargs; i++)
-		c.args[i] = (struct ipc_arg){ GPUX_ARG_OUT, 0, 1, 0, 1 };
+		c.args[i] = (struct ipc_arg){ IPC_ARG_OUT, 0, 1, 0, 1 };
 	assert_int_equal(submit_decode(&c), -EBADMSG);
 	c.nargs = c.m.nargs = IPC_ARGS_MAX;
 	assert_int_equal(submit_decode(&c), 0);
@@ -132,11 +132,11 @@ static void test_proto_submit_rejects_bad_launch(void **state)
 		c.m.block[d] = 0;
 		assert_int_equal(submit_decode(&c), -EBADMSG);
 	}
-	/* GPUX_LAUNCH_TIMED is the only flag. */
+	/* IPC_LAUNCH_TIMED is the only flag. */
 	submit_init(&c);
-	c.m.flags = GPUX_LAUNCH_TIMED;
+	c.m.flags = IPC_LAUNCH_TIMED;
 	assert_int_equal(submit_decode(&c), 0);
-	c.m.flags = GPUX_LAUNCH_TIMED << 1;
+	c.m.flags = IPC_LAUNCH_TIMED << 1;
 	assert_int_equal(submit_decode(&c), -EBADMSG);
 	c.m.flags = UINT32_MAX;
 	assert_int_equal(submit_decode(&c), -EBADMSG);
@@ -197,27 +197,27 @@ static void test_proto_submit_refusal_says_why(void **state)
 static void test_proto_submit_rejects_bad_scalar(void **state)
 {
 	/* 16 bytes of scalar data. */
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 0, 16 }), 0);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 15, 1 }), 0);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 0, 17 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 0, 16 }), 0);
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 15, 1 }), 0);
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 0, 17 }),
 			 -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 13, 4 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 13, 4 }),
 			 -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 16, 1 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 16, 1 }),
 			 -EBADMSG);
 	assert_int_equal(
-	    submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 1ull << 32, 4 }), -EBADMSG);
+	    submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 1ull << 32, 4 }), -EBADMSG);
 	/* offset + size wraps around 2^64 and would land inside the data. */
 	assert_int_equal(
-	    submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, UINT64_MAX - 1, 4 }),
+	    submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, UINT64_MAX - 1, 4 }),
 	    -EBADMSG);
 	assert_int_equal(
-	    submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, UINT64_MAX, 2 }), -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, 0, 0 }),
+	    submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, UINT64_MAX, 2 }), -EBADMSG);
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 0, 0 }),
 			 -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 1, 0, 0, 4 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 1, 0, 0, 4 }),
 			 -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_SCALAR, 0, 1, 0, 4 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 1, 0, 4 }),
 			 -EBADMSG);
 }
 
@@ -229,7 +229,7 @@ static void test_proto_submit_scalar_limit(void **state)
 				.grid = { 1, 1, 1 },
 				.block = { 1, 1, 1 },
 				.data_len = sizeof(data) };
-	struct ipc_arg a = { GPUX_ARG_SCALAR, 0, 0, 0, IPC_SCALAR_MAX };
+	struct ipc_arg a = { IPC_ARG_SCALAR, 0, 0, 0, IPC_SCALAR_MAX };
 	static struct ipc_submit_msg out;
 	struct ipc_msg msg;
 	int n = ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, &a, "k", data);
@@ -244,8 +244,8 @@ static void test_proto_submit_scalar_limit(void **state)
 
 static void test_proto_submit_rejects_bad_buffer_arg(void **state)
 {
-	const uint32_t kinds[] = { GPUX_ARG_IN, GPUX_ARG_OUT, GPUX_ARG_INOUT, GPUX_ARG_MAPPED,
-				   GPUX_ARG_DBUF };
+	const uint32_t kinds[] = { IPC_ARG_IN, IPC_ARG_OUT, IPC_ARG_INOUT, IPC_ARG_MAPPED,
+				   IPC_ARG_DBUF };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(kinds); i++) {
 		uint32_t k = kinds[i];
@@ -260,7 +260,7 @@ static void test_proto_submit_rejects_bad_buffer_arg(void **state)
 		assert_int_equal(submit_arg_decode((struct ipc_arg){ k, 0, 9, 0, 0 }), -EBADMSG);
 	}
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ 0, 0, 9, 0, 1 }), -EBADMSG);
-	assert_int_equal(submit_arg_decode((struct ipc_arg){ GPUX_ARG_DBUF + 1, 0, 9, 0, 1 }),
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_DBUF + 1, 0, 9, 0, 1 }),
 			 -EBADMSG);
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ UINT32_MAX, 0, 9, 0, 1 }), -EBADMSG);
 }
@@ -268,28 +268,28 @@ static void test_proto_submit_rejects_bad_buffer_arg(void **state)
 /* A valid argument of `kind` (a scalar into the data, or a buffer range) with these flags. */
 static int submit_flags_decode(uint32_t kind, uint32_t flags)
 {
-	if (kind == GPUX_ARG_SCALAR)
+	if (kind == IPC_ARG_SCALAR)
 		return submit_arg_decode((struct ipc_arg){ kind, flags, 0, 0, 4 });
 	return submit_arg_decode((struct ipc_arg){ kind, flags, 9, 0, 4096 });
 }
 
 static void test_proto_submit_arg_flags(void **state)
 {
-	const uint32_t kinds[] = { GPUX_ARG_SCALAR, GPUX_ARG_IN,     GPUX_ARG_OUT,
-				   GPUX_ARG_INOUT,  GPUX_ARG_MAPPED, GPUX_ARG_DBUF };
-	const uint32_t unknown[] = { GPUX_ARG_CACHED << 1, 0x80000000u,
-				     UINT32_MAX & ~GPUX_ARG_CACHED };
+	const uint32_t kinds[] = { IPC_ARG_SCALAR, IPC_ARG_IN,     IPC_ARG_OUT,
+				   IPC_ARG_INOUT,  IPC_ARG_MAPPED, IPC_ARG_DBUF };
+	const uint32_t unknown[] = { IPC_ARG_CACHED << 1, 0x80000000u,
+				     UINT32_MAX & ~IPC_ARG_CACHED };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(kinds); i++) {
 		uint32_t k = kinds[i];
 
 		assert_int_equal(submit_flags_decode(k, 0), 0);
 		/* Only an IN argument can be cached. */
-		assert_int_equal(submit_flags_decode(k, GPUX_ARG_CACHED),
-				 k == GPUX_ARG_IN ? 0 : -EBADMSG);
+		assert_int_equal(submit_flags_decode(k, IPC_ARG_CACHED),
+				 k == IPC_ARG_IN ? 0 : -EBADMSG);
 		for (unsigned j = 0; j < ARRAY_SIZE(unknown); j++) {
 			assert_int_equal(submit_flags_decode(k, unknown[j]), -EBADMSG);
-			assert_int_equal(submit_flags_decode(k, unknown[j] | GPUX_ARG_CACHED),
+			assert_int_equal(submit_flags_decode(k, unknown[j] | IPC_ARG_CACHED),
 					 -EBADMSG);
 		}
 	}
@@ -299,11 +299,11 @@ static void test_proto_submit_arg_flags(void **state)
 static void test_proto_submit_dbuf_and_cached_args(void **state)
 {
 	const struct ipc_arg args[] = {
-		{ GPUX_ARG_DBUF, 0, 11, 0, 1 * MiB },
-		{ GPUX_ARG_IN, GPUX_ARG_CACHED, 8, 4096, 4096 },
-		{ GPUX_ARG_IN, 0, 8, 0, 4096 },
-		{ GPUX_ARG_DBUF, 0, UINT64_MAX, UINT64_MAX - 1, 1 },
-		{ GPUX_ARG_MAPPED, 0, 7, 0, 64 },
+		{ IPC_ARG_DBUF, 0, 11, 0, 1 * MiB },
+		{ IPC_ARG_IN, IPC_ARG_CACHED, 8, 4096, 4096 },
+		{ IPC_ARG_IN, 0, 8, 0, 4096 },
+		{ IPC_ARG_DBUF, 0, UINT64_MAX, UINT64_MAX - 1, 1 },
+		{ IPC_ARG_MAPPED, 0, 7, 0, 64 },
 	};
 	struct ipc_submit m = {
 		.mod_id = 1, .nargs = ARRAY_SIZE(args), .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }
@@ -323,7 +323,7 @@ static void test_proto_submit_dbuf_and_cached_args(void **state)
 		struct ipc_arg bad[ARRAY_SIZE(args)];
 
 		memcpy(bad, args, sizeof(bad));
-		bad[i].flags = bad[i].kind == GPUX_ARG_IN ? GPUX_ARG_CACHED << 1 : GPUX_ARG_CACHED;
+		bad[i].flags = bad[i].kind == IPC_ARG_IN ? IPC_ARG_CACHED << 1 : IPC_ARG_CACHED;
 		n = ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, bad, "k", NULL);
 		assert_int_equal(test_parse(test_msgbuf, (size_t)n, 0, &msg), 0);
 		assert_int_equal(ipc_decode_submit(&msg, &out), -EBADMSG);

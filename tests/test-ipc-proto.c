@@ -2,9 +2,9 @@
 /* tests/test-ipc-proto.c: each message round-trips: encoder, parser, decoder. */
 #include <string.h>
 
-#include "ipc/macro.h"
-#include "ipc/ring.h"
+#include "macro.h"
 #include "proto-helpers.h"
+#include "ring.h"
 
 /* Parse a freshly encoded message and check its header and the fds it was given. */
 static void check_parsed(const uint8_t *buf, int n, uint16_t type, uint32_t id, unsigned nfds,
@@ -52,13 +52,13 @@ static const struct round_trip trips[] = {
 	     UINT64_MAX - 5, UINT64_MAX - 7, IPC_WELCOME_PRIVATE, 0),
 	/* A device without its channel, and with it (the channel and the status page). */
 	TRIP(IPC_DEVICE, 0, 0, 128, struct ipc_device,
-	     .info = TEST_GOOD_INFO(IPC_DEVICES_MAX - 1, GPUX_BACKEND_HOST),
-	     .state = GPUX_DEVICE_RESTARTING, .generation = 99),
+	     .info = TEST_GOOD_INFO(IPC_DEVICES_MAX - 1, IPC_BACKEND_HOST),
+	     .state = IPC_DEVICE_RESTARTING, .generation = 99),
 	TRIP(IPC_DEVICE, 0, 2, 128, struct ipc_device,
-	     .info = TEST_GOOD_INFO(IPC_DEVICES_MAX - 1, GPUX_BACKEND_HOST),
-	     .state = GPUX_DEVICE_READY, .generation = 99, .flags = IPC_DEVICE_CHANNEL),
+	     .info = TEST_GOOD_INFO(IPC_DEVICES_MAX - 1, IPC_BACKEND_HOST),
+	     .state = IPC_DEVICE_READY, .generation = 99, .flags = IPC_DEVICE_CHANNEL),
 	TRIP(IPC_ATTACH, 3, 1, 24, struct ipc_attach, 0xfedcba9876543210ull, 1000, 100, 12345, 0),
-	TRIP(IPC_READY, 9, 0, 112, struct ipc_ready, TEST_GOOD_INFO(3, GPUX_BACKEND_CUDA)),
+	TRIP(IPC_READY, 9, 0, 112, struct ipc_ready, TEST_GOOD_INFO(3, IPC_BACKEND_CUDA)),
 	TRIP(IPC_SEG_ADD, 11, 1, 24, struct ipc_seg_add, UINT64_MAX, UINT64_MAX - 1, IPC_SEG_FROZEN,
 	     0),
 	TRIP(IPC_SEG_DROP, 0, 0, 8, struct ipc_seg_drop, 0x8000000000000001ull),
@@ -107,21 +107,22 @@ static void test_proto_fixed_messages_round_trip(void **state)
 	}
 }
 
-/* Every type of a fixed size is in the table. */
+/* Every FIXED type of the schema is in the table. */
 static void test_proto_fixed_table_has_every_type(void **state)
 {
-	static const uint16_t variable[] = { IPC_MOD_LOAD, IPC_SUBMIT, IPC_DONE, IPC_STATUS,
-					     IPC_KICK, IPC_DRAIN };
+#define FIXED_TYPE_FIXED_(T) IPC_##T,
+#define FIXED_TYPE_VAR_(T)
+#define FIXED_TYPE_EMPTY_(T)
+#define FIXED_TYPE_(T, num, name, label, fx, decoded, fds, shape) FIXED_TYPE_##shape##_(T)
+	static const uint16_t fixed[] = { IPC_MESSAGES(FIXED_TYPE_) };
 
-	for (uint16_t type = 1; type < IPC_TYPE_MAX_; type++) {
+	for (unsigned k = 0; k < ARRAY_SIZE(fixed); k++) {
 		bool found = false;
 
-		for (unsigned i = 0; i < ARRAY_SIZE(variable); i++)
-			found |= variable[i] == type;
 		for (unsigned i = 0; i < ARRAY_SIZE(trips); i++)
-			found |= trips[i].type == type;
+			found |= trips[i].type == fixed[k];
 		if (!found)
-			fail_msg("no round trip of %s", ipc_type_name(type));
+			fail_msg("no round trip of %s", ipc_type_name(fixed[k]));
 	}
 }
 
@@ -134,13 +135,13 @@ static void test_proto_mod_load_round_trips(void **state)
 	static const char big_code[IPC_INLINE_CODE_MAX] = "int x;";
 	struct ipc_mod_load inline_m = {
 		.mod_id = 5,
-		.lang = GPUX_LANG_CUDA,
+		.lang = IPC_LANG_CUDA,
 		.options_len = sizeof(options) - 1,
 		.code_len = sizeof(code) - 1,
 	};
 	struct ipc_mod_load fd_m = {
 		.mod_id = 6,
-		.lang = GPUX_LANG_PTX,
+		.lang = IPC_LANG_PTX,
 		.flags = IPC_MOD_CODE_FD,
 		.options_len = sizeof(options) - 1,
 		.code_len = IPC_CODE_MAX,
@@ -168,7 +169,7 @@ static void test_proto_mod_load_round_trips(void **state)
 	assert_null(out.code);
 
 	inline_m.options_len = 0;
-	inline_m.lang = GPUX_LANG_HOST;
+	inline_m.lang = IPC_LANG_HOST;
 	inline_m.code_len = IPC_INLINE_CODE_MAX;
 	n = ipc_encode_mod_load(test_msgbuf, sizeof(test_msgbuf), 23, &inline_m, NULL, big_code);
 	check_parsed(test_msgbuf, n, IPC_MOD_LOAD, 23, 0, &msg);
@@ -201,11 +202,11 @@ static void test_proto_submit_round_trips(void **state)
 	test_random_fill(data, sizeof(data), 1);
 	/* Scalars between buffer arguments of every kind, some of the IN ones cached. */
 	for (unsigned i = 0; i < IPC_ARGS_MAX; i++) {
-		uint32_t kind = GPUX_ARG_IN + i % 5;
-		uint32_t flags = kind == GPUX_ARG_IN && i % 4 == 1 ? GPUX_ARG_CACHED : 0;
+		uint32_t kind = IPC_ARG_IN + i % 5;
+		uint32_t flags = kind == IPC_ARG_IN && i % 4 == 1 ? IPC_ARG_CACHED : 0;
 
 		if (i % 2 == 0)
-			args[i] = (struct ipc_arg){ GPUX_ARG_SCALAR, 0, 0, i * 4, 4 };
+			args[i] = (struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, i * 4, 4 };
 		else
 			args[i] = (struct ipc_arg){ kind, flags, i, UINT64_MAX - i, i };
 	}
@@ -243,7 +244,7 @@ static void test_proto_submit_without_args_round_trips(void **state)
 static void test_proto_done_round_trips(void **state)
 {
 	static const char text[] = "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access";
-	struct ipc_done in = { GPUX_E_KERNEL_FAULT, 0, 1, UINT64_MAX, 12345 };
+	struct ipc_done in = { IPC_E_KERNEL_FAULT, 0, 1, UINT64_MAX, 12345 };
 	struct ipc_done want = in;
 	struct ipc_done_msg out;
 	struct ipc_msg msg;
@@ -258,11 +259,11 @@ static void test_proto_done_round_trips(void **state)
 	assert_ptr_equal(out.text, msg.payload + sizeof(in));
 	assert_memory_equal(out.text, text, strlen(text));
 
-	in.status = GPUX_OK;
+	in.status = IPC_OK;
 	n = ipc_encode_done(test_msgbuf, sizeof(test_msgbuf), 18, &in, NULL);
 	check_parsed(test_msgbuf, n, IPC_DONE, 18, 0, &msg);
 	assert_int_equal(ipc_decode_done(&msg, &out), 0);
-	assert_int_equal(out.m.status, GPUX_OK);
+	assert_int_equal(out.m.status, IPC_OK);
 	assert_int_equal(out.m.text_len, 0);
 }
 

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/ring.h"
-#include "ipc/segment.h"
-#include "ipc/spin.h"
+#include "macro.h"
+#include "ring.h"
+#include "segment.h"
+#include "spin.h"
 
 struct fixture {
 	int fd;

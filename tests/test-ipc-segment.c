@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
-#include "ipc/status.h"
+#include "macro.h"
+#include "segment.h"
+#include "status.h"
 
 #define SEG_SIZE (3 * 4096 + 5)
 

@@ -11,10 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "supervisor/sup.h"
+#include "macro.h"
+#include "sup.h"
 
 #define WAIT_NS (5 * NSEC_PER_SEC) /* for a death to be reaped; a broken test fails after it */
 

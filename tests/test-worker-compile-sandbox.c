@@ -15,9 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "compile-sandbox.h"
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/compile-sandbox.h"
+#include "macro.h"
 
 /*
  * Each case runs in a forked child that seals itself exactly as the helper does (one

@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "channel.h"
+#include "compiler.h"
+#include "cuda-image.h"
 #include "helpers.h"
-#include "ipc/channel.h"
-#include "ipc/macro.h"
-#include "ipc/segment.h"
-#include "worker/compiler.h"
-#include "worker/cuda-image.h"
+#include "macro.h"
+#include "segment.h"
 
 /*
  * The helper compiles a client's source, so the worker believes nothing it says. The worker

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cubin.h"
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/cubin.h"
+#include "macro.h"
 
 /*
  * The seeds of fuzz-cubin (tests/fuzz/corpus-cubin, written by gen-corpus-cubin) are cubins

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/host-build.h"
-#include "worker/wrk.h"
+#include "host-build.h"
+#include "macro.h"
+#include "wrk.h"
 
 /* Build source with cc: the status; the image (to free) in *ret_image when it built. */
 static int build(const char *source, uint8_t **ret_image, size_t *ret_len, char **ret_log)

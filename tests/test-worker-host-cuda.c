@@ -10,12 +10,12 @@
 #include <gpux/cuda-host/gpux_cuda_abi.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "ipc/proto.h"
-#include "worker/host-cuda.h"
-#include "worker/host-cuscan.h"
-#include "worker/sandbox.h"
-#include "worker/wrk.h"
+#include "host-cuda.h"
+#include "host-cuscan.h"
+#include "macro.h"
+#include "proto.h"
+#include "sandbox.h"
+#include "wrk.h"
 
 /* ---- the scan of preprocessed source ---- */
 

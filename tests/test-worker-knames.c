@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda-image.h"
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/cuda-image.h"
-#include "worker/knames.h"
+#include "knames.h"
+#include "macro.h"
 
 static int collect(const char *expr, size_t len, void *userdata)
 {

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/wrk.h"
+#include "macro.h"
+#include "wrk.h"
 
 /* Check options against pattern; returns the status and, when refused, the log (freed here). */
 static int check(const char *pattern, const char *options, const char *want_log)

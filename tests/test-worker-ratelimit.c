@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-worker-ratelimit.c: how many log lines a user's clients may cause, on a clock of the test's. */
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/ratelimit.h"
+#include "macro.h"
+#include "ratelimit.h"
 
 #define WINDOW 1000u
 

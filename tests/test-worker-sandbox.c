@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
-#include "worker/sandbox.h"
+#include "macro.h"
+#include "sandbox.h"
 
 /*
  * The loader runs what the dynamic segment (PT_DYNAMIC, found through the program headers)

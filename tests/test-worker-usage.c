@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "worker/wrk.h"
+#include "wrk.h"
 
 static void assert_release(const char *line, const char *want)
 {

@@ -9,9 +9,9 @@
 #include <time.h>
 
 #include "bench-kernels.h"
-#include "ipc/macro.h"
-#include "worker/cuda-driver.h"
-#include "worker/nvrtc-loader.h"
+#include "cuda-driver.h"
+#include "macro.h"
+#include "nvrtc-loader.h"
 
 /*
  * What gpux competes with: a process that uses the Driver API itself. gpux bench execs this

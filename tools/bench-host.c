@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 /*
  * What the host back end's fallback costs: the same CUDA C++ a GPU runs (one thread an

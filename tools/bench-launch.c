@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "ipc/macro.h"
-#include "ipc/proto.h"
+#include "macro.h"
+#include "proto.h"
 
 /* Launches a client keeps in flight. */
 #define WINDOW 32
@@ -40,7 +40,7 @@ static int s_rtt_inner(struct bench *b, unsigned n, uint64_t *t, uint64_t *in)
 	return 0;
 }
 
-/* Device 0's hand-off counters (worker/wrk.h), or false when gpuxd does not say. */
+/* Device 0's hand-off counters (worker/core/wrk.h), or false when gpuxd does not say. */
 static bool handoffs(struct bench *b, struct ipc_stats *ret)
 {
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX];

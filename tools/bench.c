@@ -19,9 +19,9 @@
 
 #include "bench-kernels.h"
 #include "bench.h"
-#include "ipc/path.h"
-#include "ipc/macro.h"
 #include "json.h"
+#include "macro.h"
+#include "path.h"
 
 extern char **environ;
 

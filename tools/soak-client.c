@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
+#include "macro.h"
 #include "soak.h"
 #include "tools.h"
 

@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ipc/macro.h"
-#include "ipc/proto.h"
+#include "macro.h"
+#include "proto.h"
 #include "soak.h"
 #include "tools.h"
 

@@ -10,11 +10,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "ipc/admin.h"
-#include "ipc/metrics.h"
-#include "ipc/path.h"
-#include "ipc/proto.h"
+#include "admin.h"
 #include "json.h"
+#include "metrics.h"
+#include "path.h"
+#include "proto.h"
 #include "tools.h"
 
 #define STATUS_TIMEOUT_MS 5000

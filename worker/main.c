@@ -2,7 +2,6 @@
 /* worker/main.c: gpux-worker, one process per device, exec'd by gpuxd (or run with --probe). */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,17 +13,12 @@
 #include <sys/stat.h>
 #include <sys/sysinfo.h>
 
-#include "ipc/macro.h"
-#include "ipc/parse.h"
-#include "ipc/spin.h"
+#include "macro.h"
+#include "spin.h"
 #include "wrk.h"
 #ifdef GPUX_HAVE_CUDA
 #include "compiler.h"
 #endif
-
-#define DEFAULT_TIMEOUT_MS (60ULL * 1000)
-#define DEFAULT_MAX_TIMEOUT_MS (3600ULL * 1000)
-#define DEFAULT_CACHE_TTL_MS (600ULL * 1000)
 
 /* One line per device, tab-separated, for gpuxd: see parse_probe_line() in supervisor/workers.c. */
 static void probe_print(const char *backend, const struct ipc_device_info *d)
@@ -54,7 +48,7 @@ static int probe(const char *backend)
 	const struct wrk_backend_ops *be;
 	char *msg = NULL;
 	unsigned n = 0;
-	int r;
+	gpux_status r;
 
 	if (strcmp(backend, "auto") == 0) {
 #ifdef GPUX_HAVE_CUDA
@@ -86,123 +80,6 @@ static int probe(const char *backend)
 	for (unsigned i = 0; i < n; i++)
 		probe_print(be->name, &devs[i]);
 	return 0;
-}
-
-static void usage(FILE *f)
-{
-	(void)fprintf(f,
-		      "usage: gpux-worker --probe [--backend auto|host|cuda]\n"
-		      "       gpux-worker --compiler   (the worker's NVRTC helper, on fd 3)\n"
-		      "       gpux-worker --device N --backend host|cuda --control-fd FD "
-		      "--status-fd FD\n"
-		      "                   [--cache-dir DIR] [--timeout-ms MS] [--max-timeout-ms MS]\n"
-		      "                   [--slots N]\n"
-		      "                   [--quota-shared BYTES] [--quota-shared-user BYTES]\n"
-		      "                   [--quota-device BYTES]\n"
-		      "                   [--cache-bytes BYTES] [--cache-ttl-ms MS] [--parent-pid PID]\n"
-		      "                   [--sandbox]\n"
-		      "gpux-worker is started by gpuxd; it is not meant to be run by hand.\n");
-}
-
-static int parse_args(int argc, char **argv, struct wrk_opts *o, bool *ret_probe,
-		      bool *ret_compiler)
-{
-	enum { O_PROBE = 256, O_COMPILER, O_DEVICE, O_BACKEND, O_CONTROL, O_STATUS, O_CACHE, O_TIMEOUT,
-	       O_MAXTIMEOUT, O_SLOTS, O_QUOTA, O_QUOTAUSER, O_QUOTADEV, O_CACHEBYTES, O_CACHETTL,
-	       O_PARENT, O_SANDBOX };
-	static const struct option opts[] = {
-		{ "probe", no_argument, NULL, O_PROBE },
-		{ "compiler", no_argument, NULL, O_COMPILER },
-		{ "device", required_argument, NULL, O_DEVICE },
-		{ "backend", required_argument, NULL, O_BACKEND },
-		{ "control-fd", required_argument, NULL, O_CONTROL },
-		{ "status-fd", required_argument, NULL, O_STATUS },
-		{ "cache-dir", required_argument, NULL, O_CACHE },
-		{ "timeout-ms", required_argument, NULL, O_TIMEOUT },
-		{ "max-timeout-ms", required_argument, NULL, O_MAXTIMEOUT },
-		{ "slots", required_argument, NULL, O_SLOTS },
-		{ "quota-shared", required_argument, NULL, O_QUOTA },
-		{ "quota-shared-user", required_argument, NULL, O_QUOTAUSER },
-		{ "quota-device", required_argument, NULL, O_QUOTADEV },
-		{ "cache-bytes", required_argument, NULL, O_CACHEBYTES },
-		{ "cache-ttl-ms", required_argument, NULL, O_CACHETTL },
-		{ "parent-pid", required_argument, NULL, O_PARENT },
-		{ "sandbox", no_argument, NULL, O_SANDBOX },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	uint64_t v;
-	int c;
-
-	while ((c = getopt_long(argc, argv, "h", opts, NULL)) >= 0) {
-		int r = 0;
-
-		switch (c) {
-		case O_PROBE:
-			*ret_probe = true;
-			break;
-		case O_COMPILER:
-			*ret_compiler = true;
-			break;
-		case O_BACKEND:
-			o->backend = optarg;
-			break;
-		case O_CACHE:
-			o->cache_dir = optarg;
-			break;
-		case O_SANDBOX:
-			o->sandbox = true;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		case O_DEVICE:
-		case O_CONTROL:
-		case O_STATUS:
-		case O_TIMEOUT:
-		case O_MAXTIMEOUT:
-		case O_SLOTS:
-		case O_QUOTA:
-		case O_QUOTAUSER:
-		case O_QUOTADEV:
-		case O_CACHEBYTES:
-		case O_CACHETTL:
-		case O_PARENT:
-			r = ipc_parse_u64(optarg, 10, &v);
-			if (r < 0)
-				break;
-			if (c == O_DEVICE)
-				o->device = (uint32_t)MIN(v, UINT32_MAX);
-			else if (c == O_CONTROL)
-				o->control_fd = (int)MIN(v, INT_MAX);
-			else if (c == O_STATUS)
-				o->status_fd = (int)MIN(v, INT_MAX);
-			else if (c == O_TIMEOUT)
-				o->timeout_ms = v;
-			else if (c == O_MAXTIMEOUT)
-				o->max_timeout_ms = v;
-			else if (c == O_SLOTS)
-				o->slots = (unsigned)MIN(v, WRK_SLOTS_MAX);
-			else if (c == O_QUOTA)
-				o->quota_shared = v;
-			else if (c == O_QUOTAUSER)
-				o->quota_shared_user = v;
-			else if (c == O_QUOTADEV)
-				o->quota_device = v;
-			else if (c == O_CACHEBYTES)
-				o->cache_bytes = v;
-			else if (c == O_CACHETTL)
-				o->cache_ttl_ms = v;
-			else
-				o->parent_pid = (pid_t)MIN(v, INT_MAX);
-			break;
-		default:
-			return -EINVAL;
-		}
-		if (r < 0)
-			return r;
-	}
-	return optind == argc ? 0 : -EINVAL;
 }
 
 /* $GPUX_CACHE_DIR, $XDG_CACHE_HOME/gpux, ~/.cache/gpux; NULL: no disk cache. */
@@ -263,6 +140,7 @@ static int map_status_page(struct wrk *w)
 static int worker_init(struct wrk *w)
 {
 	char *msg = NULL;
+	gpux_status st;
 	int r;
 
 	w->be = wrk_backend_find(w->opts.backend);
@@ -290,10 +168,10 @@ static int worker_init(struct wrk *w)
 		wrk_log(w, "io_uring refused (%s): using epoll",
 			strerror(-ipc_loop_fallback(w->loop)));
 
-	r = w->be->open(w, w->opts.device, &w->dev, &w->info, &w->limits, &msg);
-	if (r < 0) {
+	st = w->be->open(w, w->opts.device, &w->dev, &w->info, &w->limits, &msg);
+	if (st < 0) {
 		wrk_log(w, "%s device %u: %s", w->be->name, w->opts.device,
-			msg ? msg : ipc_status_text(r));
+			msg ? msg : ipc_status_text(st));
 		free(msg);
 		return -ENODEV;
 	}
@@ -301,9 +179,9 @@ static int worker_init(struct wrk *w)
 	w->nslots = w->opts.slots ? w->opts.slots : MIN((unsigned)get_nprocs(), 8u);
 	w->nslots = MAX(w->nslots, 1u);
 	for (unsigned i = 0; i < w->nslots; i++) {
-		r = w->be->slot_open(w->dev, i, &msg);
-		if (r < 0) {
-			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(r));
+		st = w->be->slot_open(w->dev, i, &msg);
+		if (st < 0) {
+			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(st));
 			free(msg);
 			return -ENODEV;
 		}
@@ -356,37 +234,42 @@ static void worker_done(struct wrk *w)
 
 int main(int argc, char **argv)
 {
+	static const struct ipc_worker_opts defaults = IPC_WORKER_OPTS_DEFAULTS;
 	static struct wrk w;
 	_cleanup_(freep) char *cache = NULL;
-	bool probe_only = false, compiler = false;
+	char why[256];
 	sigset_t mask;
 	int r;
 
-	w.opts = (struct wrk_opts){
-		.backend = "host",
-		.control_fd = -1,
-		.status_fd = -1,
-		.timeout_ms = DEFAULT_TIMEOUT_MS,
-		.max_timeout_ms = DEFAULT_MAX_TIMEOUT_MS,
-		.quota_shared = UINT64_MAX,
-		.quota_shared_user = UINT64_MAX,
-		.cache_ttl_ms = DEFAULT_CACHE_TTL_MS,
-	};
+	w.opts = defaults;
 	w.done_fd = -1;
 	w.signal_fd = -1;
-	if (parse_args(argc, argv, &w.opts, &probe_only, &compiler) < 0) {
-		usage(stderr);
+	r = ipc_opt_parse(&ipc_worker_prog, argc, argv, &w.opts, why, sizeof(why));
+	if (r == IPC_OPT_HELP) {
+		ipc_opt_usage(&ipc_worker_prog, stdout);
+		return 0;
+	}
+	if (r < 0) {
+		(void)fprintf(stderr, "gpux-worker: %s\n", r == -EINVAL ? why : strerror(-r));
+		ipc_opt_usage(&ipc_worker_prog, stderr);
 		return 2;
 	}
-	if (probe_only)
+	if (w.opts.device == IPC_WORKER_NO_DEVICE)
+		w.opts.device = 0;
+	if (!w.opts.backend)
+		w.opts.backend = "host";
+	if (!w.opts.cache_ttl_ms)
+		w.opts.cache_ttl_ms = IPC_OPT_CACHE_TTL_MS;
+	if (w.opts.probe)
 		return probe(w.opts.backend);
 #ifdef GPUX_HAVE_CUDA
-	/* The worker's own NVRTC helper, on fd 3 (worker/compiler.c). */
-	if (compiler)
+	/* The worker's own NVRTC helper, on fd 3 (worker/compile/compiler.c). */
+	if (w.opts.compiler)
 		return wrk_compiler_main(3, w.opts.parent_pid);
 #endif
 	if (w.opts.control_fd < 0 || w.opts.status_fd < 0) {
-		usage(stderr);
+		(void)fprintf(stderr, "gpux-worker: --control-fd and --status-fd are needed\n");
+		ipc_opt_usage(&ipc_worker_prog, stderr);
 		return 2;
 	}
 

@@ -21,13 +21,17 @@ See docs/PYTHON.md in the repository.
 from ._errors import *  # noqa: F401,F403
 from ._errors import GpuxError, ShareError
 from ._core import (  # noqa: F401
-    ANY, LANG_CUBIN, LANG_CUDA, LANG_HOST, LANG_PTX, Buffer, Cached, Context, DeviceBuffer,
-    MODULE_HEADERS_MAX, MODULE_NAMES_MAX, In, InOut, Kernel, Launch, Mapped, Module, Out,
-    Queue, RawKernel, RawModule, SourceModule, array, asarray, buffer_of, device_count,
-    devices, empty, empty_like, freeze, full, get_context, is_shared, ndarray, ones, zeros,
-    zeros_like,
+    ANY, LANG_CUBIN, LANG_CUDA, LANG_HOST, LANG_PTX, Backend, Buffer, Cached, Context,
+    DeviceBuffer, DeviceState, Lang, MODULE_HEADERS_MAX, MODULE_NAMES_MAX, In, InOut, Kernel,
+    Launch, Mapped, Module, Out, Queue, RawKernel, RawModule, SourceModule, array, asarray,
+    buffer_of, device_count, devices, empty, empty_like, freeze, full, get_context,
+    is_shared, ndarray, ones, zeros, zeros_like,
 )
-from ._future import Future  # noqa: F401
+from ._future import Future, Times  # noqa: F401
+from ._array import (  # noqa: F401
+    DeviceArray, device_empty, device_full, device_zeros, to_device,
+)
+from ._kernels import ElementwiseKernel, ReductionKernel  # noqa: F401
 from . import _gpux
 
 __version__: str = _gpux.version()

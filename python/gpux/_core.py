@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import enum
 import os
 import threading
 import weakref
@@ -19,7 +20,7 @@ __all__ = [
     "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "RawModule",
     "SourceModule", "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX",
     "LANG_CUBIN", "LANG_HOST", "MODULE_HEADERS_MAX", "MODULE_NAMES_MAX", "ANY",
-    "device_count", "devices",
+    "device_count", "devices", "Lang", "Backend", "DeviceState",
 ]
 
 Context = _gpux.Context
@@ -29,10 +30,34 @@ Queue = _gpux.Queue
 Kernel = _gpux.Kernel
 Launch = _gpux.Launch
 
-LANG_CUDA = 1
-LANG_PTX = 2
-LANG_CUBIN = 3
-LANG_HOST = 4
+
+
+class Lang(enum.IntEnum):
+    """A module's language (gpux.h's enum gpux_lang)."""
+    CUDA = 1   #: CUDA C++, compiled by NVRTC in the worker
+    PTX = 2    #: PTX text
+    CUBIN = 3  #: a cubin or fatbin
+    HOST = 4   #: C for the host back end (gpux/host-kernel.h)
+
+
+class Backend(enum.IntEnum):
+    """What runs a device's kernels (enum gpux_backend)."""
+    HOST = 1  #: the CPU: kernels in C
+    CUDA = 2  #: a GPU
+
+
+class DeviceState(enum.IntEnum):
+    """A device's state in gpuxd (enum gpux_device_state)."""
+    STARTING = 1
+    READY = 2
+    RESTARTING = 3
+    FAILED = 4  #: its worker died too often: left out of ``device=None``
+
+
+LANG_CUDA = Lang.CUDA
+LANG_PTX = Lang.PTX
+LANG_CUBIN = Lang.CUBIN
+LANG_HOST = Lang.HOST
 _LANGS = {"cuda": LANG_CUDA, "ptx": LANG_PTX, "cubin": LANG_CUBIN, "fatbin": LANG_CUBIN,
           "host": LANG_HOST, "c": LANG_HOST}
 
@@ -81,9 +106,22 @@ def device_count(context: Optional[_gpux.Context] = None) -> int:
 
 
 def devices(context: Optional[_gpux.Context] = None) -> list[dict]:
-    """What gpuxd knows of each device: index, backend (1 host, 2 CUDA), state, name, ..."""
+    """What gpuxd knows of each device (Context.device_info): index, backend (a Backend),
+    state (a DeviceState), name, compute_capability, multiprocessors, memory, uuid."""
     ctx = context or get_context()
     return [ctx.device_info(i) for i in range(ctx.device_count())]
+
+
+_c_device_info = _gpux.Context.device_info
+
+
+def _device_info(self: _gpux.Context, index: int) -> dict:
+    """device_info(index) -> dict: what gpuxd knows of a device now; ``backend`` is a
+    gpux.Backend, ``state`` a gpux.DeviceState."""
+    info = _c_device_info(self, index)
+    info["backend"] = Backend(info["backend"])
+    info["state"] = DeviceState(info["state"])
+    return info
 
 
 # ---- arrays ----
@@ -138,6 +176,11 @@ class ndarray(np.ndarray):
     def freeze(self) -> "ndarray":
         """Freeze the array's buffer in place (see gpux.freeze); returns self."""
         return freeze(self)
+
+    def get(self, stream: Any = None) -> np.ndarray:
+        """A plain numpy copy, as CuPy's ndarray.get() (a gpux array already is in host
+        memory: CuPy code that calls get() runs unchanged)."""
+        return np.array(self.view(np.ndarray))
 
     def __reduce_ex__(self, protocol):
         from . import _share
@@ -220,8 +263,10 @@ def zeros_like(a: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = 
 def asarray(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
             freeze: bool = False) -> ndarray:
     """``obj`` as a gpux array: itself when it already is one (of that dtype, contiguous, in
-    that context), else a copy in a new shared buffer. ``freeze=True`` freezes the copy (or
-    the array) for the device cache (see gpux.freeze)."""
+    that context), else a copy in a new shared buffer (of a gpux.DeviceArray: its contents,
+    copied from the device). ``freeze=True`` freezes the copy (or the array) for the device
+    cache (see gpux.freeze)."""
+    obj = _from_device(obj)
     b = buffer_of(obj)
     if (b is not None and isinstance(obj, np.ndarray) and (dtype is None or
             np.dtype(dtype) == obj.dtype) and (context is None or b.context is context) and
@@ -241,12 +286,18 @@ def asarray(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = N
 def array(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
           freeze: bool = False) -> ndarray:
     """A copy of ``obj`` in a new gpux array (always a copy, as numpy.array)."""
-    src = np.asarray(obj, dtype=dtype)
+    src = np.asarray(_from_device(obj), dtype=dtype)
     a = empty(src.shape, src.dtype, context=context)
     np.copyto(a.view(np.ndarray), src)
     if freeze:
         _freeze(a)
     return a
+
+
+def _from_device(obj: Any) -> Any:
+    from ._array import DeviceArray
+
+    return obj.get() if isinstance(obj, DeviceArray) else obj
 
 
 def _freeze(a: np.ndarray) -> None:
@@ -340,6 +391,7 @@ _gpux.DeviceBuffer.write = _dbuf_write
 _gpux.DeviceBuffer.read = _dbuf_read
 _gpux.DeviceBuffer.submit_write = submit_write
 _gpux.DeviceBuffer.submit_read = submit_read
+_gpux.Context.device_info = _device_info
 _gpux.DeviceBuffer.__reduce__ = lambda self: _unpicklable("a DeviceBuffer")
 _gpux.Queue.__reduce__ = lambda self: _unpicklable("a Queue")
 _gpux.Context.__reduce__ = lambda self: _unpicklable("a Context")
@@ -352,7 +404,7 @@ def _unpicklable(what: str):
 
 # ---- modules and kernels ----
 
-def _guess_lang(code: Union[str, bytes]) -> int:
+def _guess_lang(code: Union[str, bytes]) -> Lang:
     if isinstance(code, bytes):
         if code[:4] == b"\x7fELF" or code[:4] == b"\x50\xed\x55\xba":
             return LANG_CUBIN
@@ -366,7 +418,7 @@ def _guess_lang(code: Union[str, bytes]) -> int:
     return LANG_CUDA
 
 
-def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> int:
+def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> Lang:
     if lang is None:
         return _guess_lang(code)
     if isinstance(lang, str):
@@ -374,7 +426,10 @@ def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> int:
             return _LANGS[lang.lower()]
         except KeyError:
             raise ValueError(f"lang: one of {sorted(_LANGS)}") from None
-    return int(lang)
+    try:
+        return Lang(int(lang))
+    except ValueError:
+        raise ValueError(f"lang: one of {sorted(_LANGS)}, or a gpux.Lang") from None
 
 
 class Module:
@@ -400,7 +455,14 @@ class Module:
                  options: Union[str, Sequence[str], None] = None, *,
                  headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                  name_expressions: Optional[Sequence[str]] = None,
-                 context: Optional[_gpux.Context] = None) -> None:
+                 context: Optional[_gpux.Context] = None, pycuda: bool = False) -> None:
+        # Each kernel holds its Module (what pickles it), so the Module holds them weakly:
+        # the code is unloaded once neither is left.
+        self._kernels: weakref.WeakValueDictionary[str, _gpux.Kernel] = \
+            weakref.WeakValueDictionary()
+        #: Whether its kernels also take PyCUDA's call (``f(*args, block=..., grid=...)``):
+        #: SourceModule's do.
+        self.pycuda = bool(pycuda)
         self.lang = _lang(lang, code)
         raw = code.encode() if isinstance(code, str) else bytes(code)
         if self.lang == LANG_PTX and not raw.endswith(b"\0"):
@@ -416,17 +478,13 @@ class Module:
             dict(headers) if headers is not None else None
         self.name_expressions: Optional[tuple[str, ...]] = \
             tuple(name_expressions) if name_expressions is not None else None
-        # Each kernel holds its Module (what pickles it), so the Module holds them weakly:
-        # the code is unloaded once neither is left.
-        self._kernels: weakref.WeakValueDictionary[str, _gpux.Kernel] = \
-            weakref.WeakValueDictionary()
 
     @classmethod
     def from_file(cls, path: Union[str, os.PathLike], lang: Union[str, int, None] = None,
                   options: Union[str, Sequence[str], None] = None, *,
                   headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                   name_expressions: Optional[Sequence[str]] = None,
-                  context: Optional[_gpux.Context] = None) -> "Module":
+                  context: Optional[_gpux.Context] = None, pycuda: bool = False) -> "Module":
         """Load a file: .cu (CUDA), .ptx, .cubin or .fatbin, .c (host), else guessed.
         ``headers`` and ``name_expressions`` as for Module (the files the source includes
         are not read from beside it: pass them in ``headers``)."""
@@ -437,7 +495,7 @@ class Module:
                     ".c": "host"}.get(ext)
         with open(path, "rb") as f:
             return cls(f.read(), lang, options, headers=headers,
-                       name_expressions=name_expressions, context=context)
+                       name_expressions=name_expressions, context=context, pycuda=pycuda)
 
     @property
     def log(self) -> str:
@@ -456,20 +514,29 @@ class Module:
         (gpux.KernelNotFoundError, whose ``detail`` lists the module's kernels)."""
         k = self._kernels.get(name)
         if k is None:
-            k = self._kernels[name] = _gpux.Kernel(self._m, name, self)
+            k = self._kernels[name] = _gpux.Kernel(self._m, name, self, pycuda=self.pycuda)
         return k
 
     __getitem__ = get_function
 
     def __reduce__(self):
-        return (_load_module, (self.code, self.lang, self.options, self.headers,
-                               self.name_expressions))
+        return (_load_module, (self.code, int(self.lang), self.options, self.headers,
+                               self.name_expressions, self.pycuda))
+
+    def __repr__(self) -> str:
+        names = sorted(self._kernels.keys())
+        if not hasattr(self, "code"):
+            return "<gpux.Module, not loaded>"
+        return (f"<gpux.Module {self.lang.name.lower()}, {len(self.code)} bytes"
+                + (f", kernels used: {', '.join(names)}" if names else "") + ">")
 
 
 def _load_module(code: bytes, lang: int, options: Optional[str],
                  headers: Optional[dict[str, Union[str, bytes]]] = None,
-                 name_expressions: Optional[tuple[str, ...]] = None) -> Module:
-    return Module(code, lang, options, headers=headers, name_expressions=name_expressions)
+                 name_expressions: Optional[tuple[str, ...]] = None,
+                 pycuda: bool = False) -> Module:
+    return Module(code, lang, options, headers=headers, name_expressions=name_expressions,
+                  pycuda=pycuda)
 
 
 def _reduce_kernel(k: _gpux.Kernel):
@@ -519,8 +586,15 @@ def RawModule(code: Union[str, bytes], options: Union[str, Sequence[str], None] 
 def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *,
                  headers: Optional[Mapping[str, Union[str, bytes]]] = None,
                  name_expressions: Optional[Sequence[str]] = None,
-                 context: Optional[_gpux.Context] = None) -> Module:
-    """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels.
+                 context: Optional[_gpux.Context] = None, no_extern_c: bool = True,
+                 include_dirs: Sequence[str] = ()) -> Module:
+    """As PyCUDA's SourceModule: CUDA C++ source; ``get_function(name)`` gives its kernels,
+    which take PyCUDA's call, ``f(*args, block=(x, y, z), grid=(x, y), shared=0,
+    stream=None, time_kernel=False)`` (``stream`` a gpux.Queue; ``time_kernel`` returns the
+    kernel's own time in seconds), as well as CuPy's, ``f(grid, block, args)``; and
+    ``prepare(arg_types)``, ``prepared_call(grid, block, *args)``,
+    ``prepared_async_call(grid, block, stream, *args)``,
+    ``prepared_timed_call(grid, block, *args)``.
     No ``extern "C"`` is needed (PyCUDA's ``no_extern_c=True`` is how gpux always
     compiles): a kernel with C++ linkage is found by its name, plain or qualified
     (``"saxpy"``, ``"ns::saxpy"``), or by its mangled symbol (an overloaded name raises
@@ -528,9 +602,70 @@ def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *
     expression (``"fill<float>"``) where ``name_expressions`` lists it or the source
     instantiates it explicitly (``template __global__ void fill<float>(float *, int);``).
     Where PyCUDA takes ``include_dirs``, gpux takes ``headers``: the texts of the files the
-    source includes, by the names it includes them by (``{"util.cuh": "..."}``)."""
+    source includes, by the names it includes them by (``{"util.cuh": "..."}``);
+    ``include_dirs`` is refused, and ``no_extern_c=False`` too (no ``extern "C"`` is wrapped
+    around the source: kernels are found by their C++ names)."""
+    if include_dirs:
+        raise InvalidError(-1, "include_dirs: the worker reads no file of yours: pass the "
+                               "headers' texts as headers={name: text}")
+    if not no_extern_c:
+        raise InvalidError(-1, "no_extern_c=False: gpux wraps no extern \"C\" around the "
+                               "source; its kernels are found by their C++ names all the same")
     return Module(source, LANG_CUDA, options, headers=headers,
-                  name_expressions=name_expressions, context=context)
+                  name_expressions=name_expressions, context=context, pycuda=True)
+
+
+# ---- PyCUDA's prepared calls, on every kernel ----
+
+_c_prepare = _gpux.Kernel.prepare
+
+
+def _is_arg_types(x: Any) -> bool:
+    if isinstance(x, str):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and not all(
+        isinstance(d, (int, np.integer)) for d in x)
+
+
+def _prepare(self: _gpux.Kernel, *args: Any, **kw: Any) -> Any:
+    """prepare(grid, block, args=(), **options) -> Launch: the arguments resolved once
+    (gpux's). PyCUDA's ``prepare(arg_types)`` (a string such as "PiP", or a list of types)
+    returns the kernel itself, for ``prepared_call``: gpux needs no types."""
+    if len(args) == 1 and not kw and _is_arg_types(args[0]):
+        return self
+    return _c_prepare(self, *args, **kw)
+
+
+def _prepared_call(self: _gpux.Kernel, grid: Any, block: Any, *args: Any,
+                   shared_size: int = 0) -> None:
+    """PyCUDA's prepared_call(grid, block, *args, shared_size=0): run and wait."""
+    return self(grid, block, args, shared_mem=shared_size)
+
+
+def _prepared_async_call(self: _gpux.Kernel, grid: Any, block: Any, stream: Any, *args: Any,
+                         shared_size: int = 0) -> Any:
+    """PyCUDA's prepared_async_call(grid, block, stream, *args, shared_size=0): submit
+    (``stream`` a gpux.Queue, or None); returns the gpux.Future."""
+    return self.submit(grid, block, args, shared_mem=shared_size, queue=stream)
+
+
+def _prepared_timed_call(self: _gpux.Kernel, grid: Any, block: Any, *args: Any,
+                         shared_size: int = 0) -> Any:
+    """PyCUDA's prepared_timed_call(grid, block, *args, shared_size=0): submit, and return a
+    callable that waits and gives the kernel's own time in seconds."""
+    fut = self.submit(grid, block, args, shared_mem=shared_size, timed=True)
+
+    def seconds() -> float:
+        fut.result()
+        return fut.times.device_ns / 1e9
+
+    return seconds
+
+
+_gpux.Kernel.prepare = _prepare
+_gpux.Kernel.prepared_call = _prepared_call
+_gpux.Kernel.prepared_async_call = _prepared_async_call
+_gpux.Kernel.prepared_timed_call = _prepared_timed_call
 
 
 def _register() -> None:

@@ -20,11 +20,18 @@ import os
 import select
 import threading
 import weakref
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from . import _gpux
 
-__all__ = ["Future"]
+__all__ = ["Future", "Times"]
+
+
+class Times(NamedTuple):
+    """A finished request's timings, in nanoseconds (gpux.h's struct gpux_times)."""
+    queue_ns: int   #: from its arrival at the worker to the start of its work
+    run_ns: int     #: the worker's wall time for copies, launch and copies back
+    device_ns: int  #: the device's own time for that work (on a GPU: launched timed=True)
 
 _RUNNING = "RUNNING"
 _FINISHED = "FINISHED"
@@ -195,9 +202,18 @@ class Future(cf.Future):
         return self._request.device
 
     @property
-    def times(self) -> Optional[tuple[int, int, int]]:
-        """(queue_ns, run_ns, device_ns) once finished (device_ns on a GPU: timed=True)."""
-        return self._request.times
+    def times(self) -> Optional[Times]:
+        """Times(queue_ns, run_ns, device_ns) once finished, else None (device_ns on a GPU:
+        launched with timed=True)."""
+        t = self._request.times
+        return None if t is None else Times(*t)
+
+    def __repr__(self) -> str:
+        if self._state != _FINISHED:
+            return f"<gpux.Future on device {self.device}: running>"
+        if self._exception is not None:
+            return f"<gpux.Future on device {self.device}: failed: {self._exception!r}>"
+        return f"<gpux.Future on device {self.device}: done>"
 
 
 # ---- watchers ----

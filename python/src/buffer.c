@@ -87,7 +87,7 @@ pyx_Buffer *pyx_buffer_find(const void *p, size_t len)
 
 static PyObject *buffer_wrap(PyTypeObject *type, pyx_Context *ctx, gpux_buf *buf)
 {
-	pyx_Buffer *self = PyObject_New(pyx_Buffer, type);
+	pyx_Buffer *self = PyObject_GC_New(pyx_Buffer, type);
 
 	if (!self) {
 		Py_BEGIN_ALLOW_THREADS
@@ -102,11 +102,25 @@ static PyObject *buffer_wrap(PyTypeObject *type, pyx_Context *ctx, gpux_buf *buf
 	self->data = gpux_buf_data(buf);
 	self->size = (Py_ssize_t)gpux_buf_size(buf);
 	self->frozen = false;
+	PyObject_GC_Track((PyObject *)self);
 	if (range_add(self) < 0) {
 		Py_DECREF(self);
 		return NULL;
 	}
 	return (PyObject *)self;
+}
+
+/* Types that hold only their Context: the context's own clear breaks a cycle through it. */
+static int ctx_holder_traverse(PyObject *self, visitproc visit, void *arg, pyx_Context *ctx)
+{
+	Py_VISIT(Py_TYPE(self));
+	Py_VISIT((PyObject *)ctx);
+	return 0;
+}
+
+static int buffer_traverse(pyx_Buffer *self, visitproc visit, void *arg)
+{
+	return ctx_holder_traverse((PyObject *)self, visit, arg, self->ctx);
 }
 
 static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
@@ -176,6 +190,7 @@ static void buffer_dealloc(pyx_Buffer *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs((PyObject *)self);
 	if (self->buf) {
@@ -185,8 +200,14 @@ static void buffer_dealloc(pyx_Buffer *self)
 		Py_END_ALLOW_THREADS
 	}
 	Py_XDECREF((PyObject *)self->ctx);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
+}
+
+static PyObject *buffer_repr(pyx_Buffer *self)
+{
+	return PyUnicode_FromFormat("<gpux Buffer of %zd bytes at %p%s>", self->size,
+				    (void *)self->data, self->frozen ? ", frozen" : "");
 }
 
 static int buffer_getbuffer(pyx_Buffer *self, Py_buffer *view, int flags)
@@ -271,6 +292,8 @@ static PyMemberDef buffer_members[] = {
 static PyType_Slot buffer_slots[] = {
 	{ Py_tp_new, buffer_new },
 	{ Py_tp_dealloc, buffer_dealloc },
+	{ Py_tp_traverse, buffer_traverse },
+	{ Py_tp_repr, buffer_repr },
 	{ Py_tp_methods, buffer_methods },
 	{ Py_tp_getset, buffer_getset },
 	{ Py_tp_members, buffer_members },
@@ -283,7 +306,7 @@ static PyType_Slot buffer_slots[] = {
 static PyType_Spec buffer_spec = {
 	.name = "gpux._gpux.Buffer",
 	.basicsize = sizeof(pyx_Buffer),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = buffer_slots,
 };
 
@@ -318,7 +341,7 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		Py_DECREF(ctx);
 		return pyx_raise_call(st, "cannot allocate device memory");
 	}
-	self = PyObject_New(pyx_DeviceBuffer, type);
+	self = PyObject_GC_New(pyx_DeviceBuffer, type);
 	if (!self) {
 		Py_BEGIN_ALLOW_THREADS
 		gpux_dbuf_free(dbuf);
@@ -328,19 +351,32 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	self->ctx = ctx;
 	self->dbuf = dbuf;
+	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
+}
+
+static int dbuf_traverse(pyx_DeviceBuffer *self, visitproc visit, void *arg)
+{
+	return ctx_holder_traverse((PyObject *)self, visit, arg, self->ctx);
 }
 
 static void dbuf_dealloc(pyx_DeviceBuffer *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	Py_BEGIN_ALLOW_THREADS
 	gpux_dbuf_free(self->dbuf);
 	Py_END_ALLOW_THREADS
 	Py_DECREF(self->ctx);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
+}
+
+static PyObject *dbuf_repr(pyx_DeviceBuffer *self)
+{
+	return PyUnicode_FromFormat("<gpux DeviceBuffer of %zu bytes on device %u>",
+				    gpux_dbuf_size(self->dbuf), gpux_dbuf_device(self->dbuf));
 }
 
 static PyObject *dbuf_size(pyx_DeviceBuffer *self, void *unused)
@@ -369,6 +405,8 @@ static PyGetSetDef dbuf_getset[] = {
 static PyType_Slot dbuf_slots[] = {
 	{ Py_tp_new, dbuf_new },
 	{ Py_tp_dealloc, dbuf_dealloc },
+	{ Py_tp_traverse, dbuf_traverse },
+	{ Py_tp_repr, dbuf_repr },
 	{ Py_tp_getset, dbuf_getset },
 	{ Py_tp_doc, "DeviceBuffer(size, device=0, context=None): memory on one device that keeps "
 		     "its contents between requests (a kernel argument as itself, or range())." },
@@ -378,7 +416,7 @@ static PyType_Slot dbuf_slots[] = {
 static PyType_Spec dbuf_spec = {
 	.name = "gpux._gpux.DeviceBuffer",
 	.basicsize = sizeof(pyx_DeviceBuffer),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = dbuf_slots,
 };
 
@@ -408,7 +446,7 @@ static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		Py_DECREF(ctx);
 		return pyx_raise_call(st, "cannot open a queue");
 	}
-	self = PyObject_New(pyx_Queue, type);
+	self = PyObject_GC_New(pyx_Queue, type);
 	if (!self) {
 		Py_BEGIN_ALLOW_THREADS
 		gpux_queue_free(q);
@@ -419,19 +457,31 @@ static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->ctx = ctx;
 	self->queue = q;
 	self->device = device;
+	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
+}
+
+static int queue_traverse(pyx_Queue *self, visitproc visit, void *arg)
+{
+	return ctx_holder_traverse((PyObject *)self, visit, arg, self->ctx);
 }
 
 static void queue_dealloc(pyx_Queue *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	Py_BEGIN_ALLOW_THREADS
 	gpux_queue_free(self->queue);
 	Py_END_ALLOW_THREADS
 	Py_DECREF(self->ctx);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
+}
+
+static PyObject *queue_repr(pyx_Queue *self)
+{
+	return PyUnicode_FromFormat("<gpux Queue on device %u>", self->device);
 }
 
 static PyObject *queue_device(pyx_Queue *self, void *unused)
@@ -454,6 +504,8 @@ static PyGetSetDef queue_getset[] = {
 static PyType_Slot queue_slots[] = {
 	{ Py_tp_new, queue_new },
 	{ Py_tp_dealloc, queue_dealloc },
+	{ Py_tp_traverse, queue_traverse },
+	{ Py_tp_repr, queue_repr },
 	{ Py_tp_getset, queue_getset },
 	{ Py_tp_doc, "Queue(device=0, context=None): requests on one device that run in "
 		     "submission order (a CUDA stream); different queues may overlap." },
@@ -463,7 +515,7 @@ static PyType_Slot queue_slots[] = {
 static PyType_Spec queue_spec = {
 	.name = "gpux._gpux.Queue",
 	.basicsize = sizeof(pyx_Queue),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = queue_slots,
 };
 

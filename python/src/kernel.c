@@ -12,6 +12,7 @@
 struct call {
 	PyObject *grid, *block, *args, *shared, *queue, *device, *timeout;
 	int timed;
+	bool time_kernel; /* PyCUDA's: the call returns the kernel's time in seconds */
 };
 
 /* kernel(grid, block, args=(), *, shared_mem=0, queue=None, device=None, timeout=None,
@@ -34,6 +35,82 @@ static int call_parse(PyObject *args, PyObject *kw, struct call *c)
 					   &c->timeout, &c->timed)
 		       ? 0
 		       : -1;
+}
+
+/* keyword == name */
+static bool kw_is(PyObject *key, const char *name)
+{
+	return PyUnicode_Check(key) && PyUnicode_CompareWithASCIIString(key, name) == 0;
+}
+
+/*
+ * PyCUDA's call, f(*args, block=(x, y, z), grid=(x, y), shared=0, stream=None,
+ * time_kernel=False), with gpux's own keywords beside: queue (stream's other name), device,
+ * timeout, timed. Taken by a SourceModule's kernels when block is a keyword and args is not.
+ */
+static bool pycuda_call(PyObject *kw)
+{
+	PyObject *block, *args;
+
+	if (!kw)
+		return false;
+	block = PyDict_GetItemString(kw, "block");
+	args = PyDict_GetItemString(kw, "args");
+	return block && !args;
+}
+
+static int pycuda_parse(PyObject *args, PyObject *kw, struct call *c)
+{
+	PyObject *key, *value;
+	Py_ssize_t pos = 0;
+
+	memset(c, 0, sizeof(*c));
+	c->args = args;
+	while (PyDict_Next(kw, &pos, &key, &value)) {
+		int truth;
+
+		if (kw_is(key, "block")) {
+			c->block = value;
+		} else if (kw_is(key, "grid")) {
+			c->grid = value;
+		} else if (kw_is(key, "shared")) {
+			c->shared = value;
+		} else if (kw_is(key, "stream") || kw_is(key, "queue")) {
+			if (c->queue && value != Py_None) {
+				PyErr_SetString(PyExc_TypeError, "stream and queue name one thing");
+				return -1;
+			}
+			if (value != Py_None)
+				c->queue = value;
+		} else if (kw_is(key, "device")) {
+			c->device = value;
+		} else if (kw_is(key, "timeout")) {
+			c->timeout = value;
+		} else if (kw_is(key, "timed") || kw_is(key, "time_kernel")) {
+			truth = PyObject_IsTrue(value);
+			if (truth < 0)
+				return -1;
+			c->timed |= truth;
+			if (kw_is(key, "time_kernel"))
+				c->time_kernel = truth;
+		} else if (kw_is(key, "texrefs")) {
+			truth = PyObject_IsTrue(value);
+			if (truth != 0) {
+				if (truth > 0)
+					PyErr_SetString(PyExc_TypeError,
+							"texrefs: gpux has no texture references");
+				return -1;
+			}
+		} else {
+			PyErr_Format(PyExc_TypeError,
+				     "unexpected keyword argument %R (PyCUDA's call takes block, grid, "
+				     "shared, stream, time_kernel; gpux's also queue, device, timeout, "
+				     "timed)",
+				     key);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 static int dim_value(PyObject *o, uint32_t *ret, const char *what)
@@ -85,7 +162,8 @@ static int call_launch(pyx_Context *ctx, const struct call *c, struct gpux_launc
 {
 	memset(l, 0, sizeof(*l));
 	l->device = GPUX_ANY;
-	if (dims(c->grid, l->grid, "grid") < 0 || dims(c->block, l->block, "block") < 0)
+	l->grid[0] = l->grid[1] = l->grid[2] = 1; /* PyCUDA's grid may be left out */
+	if ((c->grid && dims(c->grid, l->grid, "grid") < 0) || dims(c->block, l->block, "block") < 0)
 		return -1;
 	if (c->shared && c->shared != Py_None) {
 		unsigned long v = PyLong_AsUnsignedLong(c->shared);
@@ -142,32 +220,60 @@ static PyObject *call_args(const struct call *c)
 }
 
 /*
- * Submit, wait and free, the GIL released once for all; then the temporaries' copies back.
- * A failed request is kept for its message until the error is made.
+ * Submit, wait and free, the GIL released once for all while the request is short; then the
+ * temporaries' copies back. A longer wait takes signals (Ctrl-C): interrupted, the request
+ * goes on as an orphan of the context, holding keep and the temporaries until it ends. A
+ * failed request is kept for its message until the error is made.
  */
-static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx_argv *v)
+static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx_argv *v,
+			  PyObject *keep, bool time_kernel)
 {
+	struct gpux_times times = { 0 };
 	pyx_Context *ctx = k->module->ctx;
 	const char *why = NULL;
+	char own[PYX_WHY_MAX];
 	gpux_req *r = NULL;
-	gpux_status st;
+	int st;
 
+	if (ctx->orphans)
+		pyx_orphans_reap(ctx);
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
 	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
-	if (st == GPUX_OK) {
-		st = gpux_wait(r, -1);
-		if (st < 0) {
-			why = gpux_req_message(r);
-		} else {
-			gpux_req_free(r);
-			r = NULL;
-		}
+	if (st == GPUX_OK)
+		st = gpux_wait(r, PYX_SIGNAL_SLICE_MS);
+	if (st < 0 && st != GPUX_E_AGAIN && r) {
+		why = gpux_req_message(r);
+	} else if (st >= 0) {
+		if (time_kernel)
+			(void)gpux_req_times(r, &times);
+		gpux_req_free(r);
+		r = NULL;
 	}
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
-	pyx_temps_finish(v->temps, v->ntemps, st);
+	if (st == GPUX_E_AGAIN && r) {
+		st = pyx_wait(ctx, r, -1);
+		if (st == PYX_E_SIGNAL) {
+			pyx_orphan_add(ctx, r, keep, v);
+			v->ntemps = 0;
+			return NULL;
+		}
+		Py_BEGIN_ALLOW_THREADS
+		if (st < 0) {
+			why = gpux_req_message(r);
+		} else {
+			if (time_kernel)
+				(void)gpux_req_times(r, &times);
+			gpux_req_free(r);
+			r = NULL;
+		}
+		Py_END_ALLOW_THREADS
+	}
+	st = pyx_temps_finish(v->temps, v->ntemps, st, own);
 	v->ntemps = 0;
+	if (st >= 0 && time_kernel)
+		return PyFloat_FromDouble((double)times.device_ns / 1e9);
 	if (st >= 0)
 		Py_RETURN_NONE;
 	if (r) {
@@ -175,6 +281,8 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 		Py_BEGIN_ALLOW_THREADS
 		gpux_req_free(r);
 		Py_END_ALLOW_THREADS
+	} else if (st == GPUX_E_INVAL && !why) {
+		pyx_raise(st, own);
 	} else {
 		pyx_raise_call(st, NULL);
 	}
@@ -188,13 +296,15 @@ static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *ke
 	gpux_req *r;
 	gpux_status st;
 
+	if (ctx->orphans)
+		pyx_orphans_reap(ctx);
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
 	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
-		pyx_temps_finish(v->temps, v->ntemps, st);
+		(void)pyx_temps_finish(v->temps, v->ntemps, st, NULL);
 		v->ntemps = 0;
 		return pyx_raise_call(st, NULL);
 	}
@@ -205,14 +315,15 @@ static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *ke
 
 static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "module", "name", "owner", NULL };
+	static char *names[] = { "module", "name", "owner", "pycuda", NULL };
 	PyObject *mod, *name, *owner = Py_None;
 	pyx_Kernel *self;
 	const char *utf8;
 	Py_ssize_t len;
+	int pycuda = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|O", names, pyx_ModuleType, &mod, &name,
-					 &owner))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O!U|O$p", names, pyx_ModuleType, &mod, &name,
+					 &owner, &pycuda))
 		return NULL;
 	utf8 = PyUnicode_AsUTF8AndSize(name, &len);
 	if (!utf8)
@@ -221,12 +332,12 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_ValueError, "a kernel name has 1 to 255 bytes, no NUL");
 		return NULL;
 	}
-	self = PyObject_New(pyx_Kernel, type);
+	self = PyObject_GC_New(pyx_Kernel, type);
 	if (!self)
 		return NULL;
 	self->name = strdup(utf8);
 	if (!self->name) {
-		PyObject_Free(self);
+		PyObject_GC_Del(self);
 		Py_DECREF(type);
 		return PyErr_NoMemory();
 	}
@@ -237,20 +348,43 @@ static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->name_obj = name;
 	Py_INCREF(owner);
 	self->owner = owner;
+	self->pycuda = pycuda;
+	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
+}
+
+static int kernel_traverse(pyx_Kernel *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->module);
+	Py_VISIT(self->owner);
+	return 0;
+}
+
+/* What made it may be in a cycle with it (a Module subclass keeping its kernels): the kernel
+ * needs only its _gpux module. */
+static int kernel_clear(pyx_Kernel *self)
+{
+	PyObject *owner = self->owner;
+
+	self->owner = Py_None;
+	Py_INCREF(Py_None);
+	Py_DECREF(owner);
+	return 0;
 }
 
 static void kernel_dealloc(pyx_Kernel *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs((PyObject *)self);
 	free(self->name);
 	Py_DECREF(self->name_obj);
 	Py_DECREF(self->owner);
 	Py_DECREF(self->module);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
 
@@ -262,7 +396,18 @@ static PyObject *kernel_launch(pyx_Kernel *self, PyObject *args, PyObject *kw, b
 	struct call c;
 	PyObject *tuple, *res;
 
-	if (call_parse(args, kw, &c) < 0 || call_launch(self->module->ctx, &c, &l) < 0)
+	if (self->pycuda && pycuda_call(kw)) {
+		if (pycuda_parse(args, kw, &c) < 0)
+			return NULL;
+		if (c.time_kernel && !wait) {
+			PyErr_SetString(PyExc_TypeError, "time_kernel: for a call that waits (the "
+					"future's times say it otherwise)");
+			return NULL;
+		}
+	} else if (call_parse(args, kw, &c) < 0) {
+		return NULL;
+	}
+	if (call_launch(self->module->ctx, &c, &l) < 0)
 		return NULL;
 	tuple = call_args(&c);
 	if (!tuple)
@@ -271,7 +416,7 @@ static PyObject *kernel_launch(pyx_Kernel *self, PyObject *args, PyObject *kw, b
 		Py_DECREF(tuple);
 		return NULL;
 	}
-	res = wait ? run_sync(self, &l, &v) : submit(self, &l, tuple, &v);
+	res = wait ? run_sync(self, &l, &v, tuple, c.time_kernel) : submit(self, &l, tuple, &v);
 	Py_DECREF(tuple);
 	return res;
 }
@@ -293,7 +438,7 @@ static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
 
 	if (call_parse(args, kw, &c) < 0)
 		return NULL;
-	p = PyObject_New(pyx_Launch, pyx_LaunchType);
+	p = PyObject_GC_New(pyx_Launch, pyx_LaunchType);
 	if (!p)
 		return NULL;
 	p->nheld = 0;
@@ -303,6 +448,7 @@ static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
 	p->kernel = self;
 	p->queue = c.queue;
 	Py_XINCREF(p->queue);
+	PyObject_GC_Track((PyObject *)p);
 	if (!p->argv || !p->args || call_launch(self->module->ctx, &c, &p->launch) < 0 ||
 	    pyx_argv_fill(self->module->ctx, p->args, p->argv) < 0) {
 		if (!p->argv)
@@ -314,7 +460,7 @@ static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
 	}
 	for (unsigned i = 0; i < p->argv->ntemps; i++) {
 		if (p->argv->temps[i].buf) {
-			pyx_temps_finish(p->argv->temps, p->argv->ntemps, GPUX_E_INVAL);
+			(void)pyx_temps_finish(p->argv->temps, p->argv->ntemps, GPUX_E_INVAL, NULL);
 			PyMem_Free(p->argv);
 			p->argv = NULL;
 			Py_DECREF(p);
@@ -347,6 +493,11 @@ static PyObject *kernel_owner(pyx_Kernel *self, void *unused)
 	return self->owner;
 }
 
+static PyObject *kernel_pycuda(pyx_Kernel *self, void *unused)
+{
+	return PyBool_FromLong(self->pycuda);
+}
+
 static PyMethodDef kernel_methods[] = {
 	{ "submit", (PyCFunction)(void (*)(void))kernel_submit, METH_VARARGS | METH_KEYWORDS,
 	  "submit(grid, block, args=(), **options) -> gpux.Future: launch without waiting." },
@@ -359,6 +510,8 @@ static PyGetSetDef kernel_getset[] = {
 	{ "name", (getter)kernel_name, NULL, "the kernel's name in its module", NULL },
 	{ "module", (getter)kernel_module, NULL, "the module (gpux._gpux.Module)", NULL },
 	{ "owner", (getter)kernel_owner, NULL, "what made it (a gpux.Module), or None", NULL },
+	{ "pycuda", (getter)kernel_pycuda, NULL,
+	  "whether it also takes PyCUDA's call, f(*args, block=..., grid=...)", NULL },
 	{ 0 },
 };
 
@@ -367,9 +520,17 @@ static PyMemberDef kernel_members[] = {
 	{ 0 },
 };
 
+static PyObject *kernel_repr(pyx_Kernel *self)
+{
+	return PyUnicode_FromFormat("<gpux Kernel %R>", self->name_obj);
+}
+
 static PyType_Slot kernel_slots[] = {
 	{ Py_tp_new, kernel_new },
 	{ Py_tp_dealloc, kernel_dealloc },
+	{ Py_tp_traverse, kernel_traverse },
+	{ Py_tp_clear, kernel_clear },
+	{ Py_tp_repr, kernel_repr },
 	{ Py_tp_call, kernel_call },
 	{ Py_tp_methods, kernel_methods },
 	{ Py_tp_getset, kernel_getset },
@@ -383,23 +544,39 @@ static PyType_Slot kernel_slots[] = {
 static PyType_Spec kernel_spec = {
 	.name = "gpux._gpux.Kernel",
 	.basicsize = sizeof(pyx_Kernel),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = kernel_slots,
 };
 
 /* ---- Launch ---- */
 
+/*
+ * No tp_clear: its requests in flight use its queue and the device buffers its arguments
+ * hold. A cycle through it is broken at a Request (which waits for its end) or elsewhere.
+ */
+static int launch_traverse(pyx_Launch *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->kernel);
+	Py_VISIT(self->queue);
+	Py_VISIT(self->args);
+	if (self->argv)
+		return pyx_temps_traverse(self->argv->temps, self->nheld, visit, arg);
+	return 0;
+}
+
 static void launch_dealloc(pyx_Launch *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	if (self->argv)
-		pyx_temps_finish(self->argv->temps, self->nheld, GPUX_OK);
+		(void)pyx_temps_finish(self->argv->temps, self->nheld, GPUX_OK, NULL);
 	PyMem_Free(self->argv);
 	Py_XDECREF(self->args);
 	Py_XDECREF(self->queue);
 	Py_DECREF(self->kernel);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
 
@@ -409,7 +586,7 @@ static PyObject *launch_call(pyx_Launch *self, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_TypeError, "a prepared launch takes no arguments");
 		return NULL;
 	}
-	return run_sync(self->kernel, &self->launch, self->argv);
+	return run_sync(self->kernel, &self->launch, self->argv, (PyObject *)self, false);
 }
 
 /* The request keeps the Launch, which holds the arguments' memory. */
@@ -424,8 +601,19 @@ static PyMethodDef launch_methods[] = {
 	{ 0 },
 };
 
+static PyObject *launch_repr(pyx_Launch *self)
+{
+	return PyUnicode_FromFormat("<gpux Launch of %R, grid (%u, %u, %u), block (%u, %u, %u)>",
+				    self->kernel->name_obj, self->launch.grid[0],
+				    self->launch.grid[1], self->launch.grid[2],
+				    self->launch.block[0], self->launch.block[1],
+				    self->launch.block[2]);
+}
+
 static PyType_Slot launch_slots[] = {
 	{ Py_tp_dealloc, launch_dealloc },
+	{ Py_tp_traverse, launch_traverse },
+	{ Py_tp_repr, launch_repr },
 	{ Py_tp_call, launch_call },
 	{ Py_tp_methods, launch_methods },
 	{ Py_tp_doc, "A launch with its arguments resolved once (Kernel.prepare): call it to run "
@@ -436,7 +624,7 @@ static PyType_Slot launch_slots[] = {
 static PyType_Spec launch_spec = {
 	.name = "gpux._gpux.Launch",
 	.basicsize = sizeof(pyx_Launch),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = launch_slots,
 };
 
@@ -466,19 +654,21 @@ static PyObject *dbuf_copy(PyObject *m, PyObject *args)
 		}
 		q = ((pyx_Queue *)qobj)->queue;
 	}
+	if (d->ctx->orphans)
+		pyx_orphans_reap(d->ctx);
 	v.ntemps = 0;
 	if (pyx_host_arg(d->ctx, 0, host, to_device ? GPUX_ARG_IN : GPUX_ARG_OUT, 0, &v, &a) < 0)
 		return NULL;
 	if (size == 0)
 		size = a.size;
 	if (size > a.size || off > gpux_dbuf_size(d->dbuf) || size > gpux_dbuf_size(d->dbuf) - off) {
-		pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL);
+		(void)pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL, NULL);
 		PyErr_SetString(PyExc_ValueError, "the copy is outside the array or device buffer");
 		return NULL;
 	}
 	keep = PyTuple_Pack(2, dobj, host);
 	if (!keep) {
-		pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL);
+		(void)pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL, NULL);
 		return NULL;
 	}
 	Py_BEGIN_ALLOW_THREADS
@@ -488,7 +678,7 @@ static PyObject *dbuf_copy(PyObject *m, PyObject *args)
 	pyx_blocking_leave(d->ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
-		pyx_temps_finish(v.temps, v.ntemps, st);
+		(void)pyx_temps_finish(v.temps, v.ntemps, st, NULL);
 		Py_DECREF(keep);
 		return pyx_raise_call(st, NULL);
 	}

@@ -11,8 +11,39 @@ PyTypeObject *pyx_ModuleType, *pyx_KernelType, *pyx_ArgType, *pyx_LaunchType;
 
 /* ---- arguments ---- */
 
-void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
+/* Copy a temporary back into the memory it stands for, if that is still where it was. */
+static gpux_status copy_back(struct pyx_temp *t, char *why)
 {
+	Py_buffer now;
+	bool same;
+
+	/*
+	 * What exports the memory may have let go of it meanwhile, though its export was held: a
+	 * numpy array resized with refcheck=False frees its old memory. Export it again: only the
+	 * same memory of the same size is written.
+	 */
+	if (PyObject_GetBuffer(t->view.obj, &now, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+		PyErr_Clear();
+		same = false;
+	} else {
+		same = now.buf == t->view.buf && now.len == t->view.len;
+		PyBuffer_Release(&now);
+	}
+	if (same) {
+		memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
+		return GPUX_OK;
+	}
+	if (why)
+		(void)snprintf(why, PYX_WHY_MAX,
+			       "argument %u: its memory moved or changed size while the request "
+			       "ran (a numpy array resized?): its output was not copied back",
+			       t->arg);
+	return GPUX_E_INVAL;
+}
+
+gpux_status pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st, char *why)
+{
+	gpux_status ret = st;
 	bool bufs = false;
 
 	/*
@@ -23,21 +54,36 @@ void pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st)
 		struct pyx_temp *t = &temps[i];
 
 		if (t->held) {
-			if (t->copy_back && st == GPUX_OK)
-				memcpy(t->view.buf, gpux_buf_data(t->buf), (size_t)t->view.len);
+			if (t->copy_back && st == GPUX_OK && copy_back(t, why) < 0)
+				ret = GPUX_E_INVAL;
 			PyBuffer_Release(&t->view);
 			t->held = t->copy_back = false;
 		}
 		bufs |= t->buf != NULL;
 	}
 	if (!bufs)
-		return;
+		return ret;
 	Py_BEGIN_ALLOW_THREADS
 	for (unsigned i = 0; i < n; i++) {
 		gpux_buf_free(temps[i].buf);
 		temps[i].buf = NULL;
 	}
 	Py_END_ALLOW_THREADS
+	return ret;
+}
+
+void pyx_temps_no_copy_back(struct pyx_temp *temps, unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		temps[i].copy_back = false;
+}
+
+int pyx_temps_traverse(struct pyx_temp *temps, unsigned n, visitproc visit, void *arg)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (temps[i].held)
+			Py_VISIT(temps[i].view.obj);
+	return 0;
 }
 
 static int arg_error(uint32_t i, const char *what)
@@ -84,7 +130,7 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 		*ret = gpux_arg_buf(kind, b->buf, (uint64_t)((char *)view.buf - b->data),
 				    (uint64_t)view.len);
 		ret->flags = flags;
-		v->temps[v->ntemps++] = (struct pyx_temp){ .view = view, .held = true };
+		v->temps[v->ntemps++] = (struct pyx_temp){ .view = view, .arg = i, .held = true };
 		return 0;
 	}
 	if (flags & GPUX_ARG_CACHED) {
@@ -101,6 +147,7 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 		return -1;
 	}
 	v->ntemps++;
+	t->arg = i;
 	if (kind != GPUX_ARG_OUT)
 		memcpy(gpux_buf_data(t->buf), view.buf, (size_t)view.len);
 	t->held = t->copy_back = kind != GPUX_ARG_IN;
@@ -203,6 +250,23 @@ static int one_arg(pyx_Context *ctx, uint32_t i, PyObject *o, struct pyx_argv *v
 		PyBuffer_Release(&view);
 		return r;
 	}
+	if (pyx_device_array_type && PyType_IsSubtype(t, (PyTypeObject *)pyx_device_array_type)) {
+		/* A gpux.DeviceArray: its range of its device buffer, an Arg made once. */
+		PyObject *a = PyObject_GetAttrString(o, "_arg");
+		int r;
+
+		if (!a)
+			return -1;
+		if (Py_TYPE(a) != pyx_ArgType || ((pyx_Arg *)a)->kind != GPUX_ARG_DBUF ||
+		    Py_TYPE(((pyx_Arg *)a)->obj) != pyx_DeviceBufferType) {
+			Py_DECREF(a);
+			return arg_error(i, "a DeviceArray's _arg is not a range of a device buffer");
+		}
+		r = dbuf_arg(ctx, i, (pyx_DeviceBuffer *)((pyx_Arg *)a)->obj, ((pyx_Arg *)a)->offset,
+			     ((pyx_Arg *)a)->size, ret);
+		Py_DECREF(a);
+		return r;
+	}
 	return pyx_host_arg(ctx, i, o, 0, 0, v, ret);
 }
 
@@ -220,7 +284,7 @@ int pyx_argv_fill(pyx_Context *ctx, PyObject *args, struct pyx_argv *v)
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
 		if (one_arg(ctx, (uint32_t)i, PyTuple_GetItem(args, i), v) < 0) {
-			pyx_temps_finish(v->temps, v->ntemps, GPUX_E_INVAL);
+			(void)pyx_temps_finish(v->temps, v->ntemps, GPUX_E_INVAL, NULL);
 			v->ntemps = 0;
 			return -1;
 		}
@@ -246,7 +310,7 @@ static PyObject *argw_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_ValueError, "no such argument kind or flag");
 		return NULL;
 	}
-	self = PyObject_New(pyx_Arg, type);
+	self = PyObject_GC_New(pyx_Arg, type);
 	if (!self)
 		return NULL;
 	self->kind = kind;
@@ -255,16 +319,56 @@ static PyObject *argw_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	self->obj = obj;
 	self->offset = offset;
 	self->size = size;
+	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
+}
+
+/*
+ * No tp_clear: a request in flight may hold the Arg of a device buffer that nothing else
+ * holds, which must not go before the request ends. The cycles an Arg is in are broken at the
+ * Request (which waits for its end first) or at the user's objects.
+ */
+static int argw_traverse(pyx_Arg *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT(self->obj);
+	return 0;
 }
 
 static void argw_dealloc(pyx_Arg *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	Py_DECREF(self->obj);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
+}
+
+static const char *const kind_names[] = {
+	[GPUX_ARG_IN] = "In", [GPUX_ARG_OUT] = "Out", [GPUX_ARG_INOUT] = "InOut",
+	[GPUX_ARG_MAPPED] = "Mapped", [GPUX_ARG_DBUF] = "range",
+};
+
+static PyObject *argw_repr(pyx_Arg *self)
+{
+	const char *kind = self->kind == GPUX_ARG_IN && (self->flags & GPUX_ARG_CACHED)
+				   ? "Cached"
+				   : kind_names[self->kind];
+
+	PyObject *name, *r;
+
+	if (self->kind == GPUX_ARG_DBUF)
+		return PyUnicode_FromFormat("<gpux Arg: bytes %llu to %llu of %R>",
+					    (unsigned long long)self->offset,
+					    (unsigned long long)(self->offset + self->size), self->obj);
+	/* The array's type, not its contents: a repr of a large array is long. */
+	name = PyType_GetName(Py_TYPE(self->obj));
+	if (!name)
+		return NULL;
+	r = PyUnicode_FromFormat("<gpux %s of a %U>", kind, name);
+	Py_DECREF(name);
+	return r;
 }
 
 static PyObject *argw_obj(pyx_Arg *self, void *unused)
@@ -293,6 +397,8 @@ static PyGetSetDef argw_getset[] = {
 static PyType_Slot argw_slots[] = {
 	{ Py_tp_new, argw_new },
 	{ Py_tp_dealloc, argw_dealloc },
+	{ Py_tp_traverse, argw_traverse },
+	{ Py_tp_repr, argw_repr },
 	{ Py_tp_getset, argw_getset },
 	{ Py_tp_doc, "Arg(kind, obj, flags=0, offset=0, size=0): how a kernel takes an argument "
 		     "(gpux.In, Out, InOut, Mapped, Cached, DeviceBuffer.range)." },
@@ -302,7 +408,7 @@ static PyType_Slot argw_slots[] = {
 static PyType_Spec argw_spec = {
 	.name = "gpux._gpux.Arg",
 	.basicsize = sizeof(pyx_Arg),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = argw_slots,
 };
 
@@ -503,19 +609,107 @@ static int load_extra_get(PyObject *headers, PyObject *names, unsigned lang, siz
 	return 0;
 }
 
+/*
+ * A module load on a helper thread (job.c), so that Ctrl-C interrupts it: it owns copies of
+ * the code, options, headers and name expressions, which the load reads after the caller
+ * may have gone. Given up on, it frees the module it got.
+ */
+struct load_job {
+	struct pyx_job job;
+	uint32_t lang;
+	const void *code;
+	size_t len;
+	struct gpux_module_opts o;
+	gpux_status st;
+	gpux_module *m;
+	char *log;
+	char why[512]; /* gpux_connect_error() of the thread that loaded */
+	/* then the copies */
+};
+
+static void load_run(struct pyx_job *job)
+{
+	struct load_job *l = (struct load_job *)job;
+
+	pyx_blocking_enter(job->ctx);
+	l->st = gpux_module_load_ex(job->ctx->ctx, l->lang, l->code, l->len, &l->o, &l->m,
+				    &l->log);
+	pyx_blocking_leave(job->ctx);
+	(void)snprintf(l->why, sizeof(l->why), "%s", l->st < 0 ? gpux_connect_error() : "");
+}
+
+static void load_discard(struct pyx_job *job)
+{
+	struct load_job *l = (struct load_job *)job;
+
+	gpux_module_free(l->m);
+	free(l->log);
+	free(l);
+}
+
+static char *copy_str(char **p, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = memcpy(*p, s, n);
+
+	*p += n;
+	return d;
+}
+
+/* The job, with its own copies of what the load reads. */
+static struct load_job *load_job_new(uint32_t lang, const Py_buffer *code, const char *options,
+				     const struct load_extra *x)
+{
+	size_t size = sizeof(struct load_job) + (size_t)code->len + 1 +
+		      (options ? strlen(options) + 1 : 0) +
+		      x->o.nheaders * sizeof(struct gpux_header) + x->o.nnames * sizeof(char *);
+	struct gpux_header *h;
+	const char **names;
+	struct load_job *l;
+	char *p;
+
+	for (uint32_t i = 0; i < x->o.nheaders; i++)
+		size += strlen(x->headers[i].name) + strlen(x->headers[i].text) + 2;
+	for (uint32_t i = 0; i < x->o.nnames; i++)
+		size += strlen(x->names[i]) + 1;
+	l = calloc(1, size);
+	if (!l)
+		return NULL;
+	l->job.run = load_run;
+	l->job.discard = load_discard;
+	l->lang = lang;
+	l->o = x->o;
+	h = (struct gpux_header *)(l + 1);
+	names = (const char **)(h + x->o.nheaders);
+	p = (char *)(names + x->o.nnames);
+	for (uint32_t i = 0; i < x->o.nheaders; i++) {
+		h[i].name = copy_str(&p, x->headers[i].name);
+		h[i].text = copy_str(&p, x->headers[i].text);
+	}
+	for (uint32_t i = 0; i < x->o.nnames; i++)
+		names[i] = copy_str(&p, x->names[i]);
+	l->o.headers = x->o.nheaders ? h : NULL;
+	l->o.names = x->o.nnames ? names : NULL;
+	l->o.options = options ? copy_str(&p, options) : NULL;
+	l->code = memcpy(p, code->buf, (size_t)code->len);
+	l->len = (size_t)code->len;
+	return l;
+}
+
 static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "lang", "code", "options", "context", "headers",
 				 "name_expressions", NULL };
 	PyObject *ctx_obj = NULL, *headers = NULL, *exprs = NULL;
 	struct load_extra x;
+	struct load_job *l;
 	pyx_Context *ctx;
 	unsigned int lang;
 	Py_buffer code;
 	const char *options = NULL;
 	pyx_Module *self;
-	gpux_module *m = NULL;
-	char *log = NULL;
+	gpux_module *m;
+	char *log;
 	gpux_status st;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "Iy*|zO$OO", names, &lang, &code, &options,
@@ -526,38 +720,45 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		PyBuffer_Release(&code);
 		return NULL;
 	}
-	x.o.options = options;
-	ctx = pyx_context_arg(ctx_obj);
-	if (!ctx) {
-		load_extra_done(&x);
-		PyBuffer_Release(&code);
-		return NULL;
-	}
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(ctx);
-	st = gpux_module_load_ex(ctx->ctx, lang, code.buf, (size_t)code.len, &x.o, &m, &log);
-	pyx_blocking_leave(ctx);
-	Py_END_ALLOW_THREADS
+	l = load_job_new(lang, &code, options, &x);
 	load_extra_done(&x);
 	PyBuffer_Release(&code);
+	if (!l)
+		return PyErr_NoMemory();
+	ctx = pyx_context_arg(ctx_obj);
+	if (!ctx) {
+		free(l);
+		return NULL;
+	}
+	l->job.ctx = ctx;
+	if (pyx_job_run(&l->job) == PYX_E_SIGNAL) {
+		/* The helper frees what the load gets. */
+		Py_DECREF(ctx);
+		return NULL;
+	}
+	st = l->st;
+	m = l->m;
+	log = l->log;
 	if (st < 0) {
 		if (log)
 			pyx_raise(st, log);
 		else
-			pyx_raise_call(st, "cannot load the module");
+			pyx_raise_with(st, "cannot load the module", l->why);
 		free(log);
+		free(l);
 		Py_DECREF(ctx);
 		return NULL;
 	}
-	self = PyObject_New(pyx_Module, type);
+	free(l);
+	self = PyObject_GC_New(pyx_Module, type);
 	if (self)
 		self->log = PyUnicode_DecodeUTF8(log ? log : "", log ? (Py_ssize_t)strlen(log) : 0,
 						 "replace");
 	free(log);
 	if (!self || !self->log) {
 		if (self) {
-			/* PyObject_New took a reference to the type, as each object does. */
-			PyObject_Free(self);
+			/* PyObject_GC_New took a reference to the type, as each object does. */
+			PyObject_GC_Del(self);
 			Py_DECREF(type);
 		}
 		Py_BEGIN_ALLOW_THREADS
@@ -568,19 +769,29 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	self->ctx = ctx;
 	self->module = m;
+	self->lang = lang;
+	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
+}
+
+static int module_traverse(pyx_Module *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->ctx);
+	return 0;
 }
 
 static void module_dealloc(pyx_Module *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	Py_BEGIN_ALLOW_THREADS
 	gpux_module_free(self->module);
 	Py_END_ALLOW_THREADS
 	Py_DECREF(self->log);
 	Py_DECREF(self->ctx);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
 
@@ -596,8 +807,14 @@ static PyObject *module_context(pyx_Module *self, void *unused)
 	return (PyObject *)self->ctx;
 }
 
+static PyObject *module_lang(pyx_Module *self, void *unused)
+{
+	return PyLong_FromUnsignedLong(self->lang);
+}
+
 static PyGetSetDef module_getset[] = {
 	{ "log", (getter)module_log, NULL, "the compiler's warnings, or ''", NULL },
+	{ "lang", (getter)module_lang, NULL, "the code's language (enum gpux_lang)", NULL },
 	{ "context", (getter)module_context, NULL, "the Context it belongs to", NULL },
 	{ 0 },
 };
@@ -605,6 +822,7 @@ static PyGetSetDef module_getset[] = {
 static PyType_Slot module_slots[] = {
 	{ Py_tp_new, module_new },
 	{ Py_tp_dealloc, module_dealloc },
+	{ Py_tp_traverse, module_traverse },
 	{ Py_tp_getset, module_getset },
 	{ Py_tp_doc, "Module(lang, code, options=None, context=None, *, headers=None, "
 		     "name_expressions=None): code loaded for kernels (gpux.Module is the "
@@ -615,7 +833,7 @@ static PyType_Slot module_slots[] = {
 static PyType_Spec module_spec = {
 	.name = "gpux._gpux.Module",
 	.basicsize = sizeof(pyx_Module),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = module_slots,
 };
 

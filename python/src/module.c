@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 PyTypeObject *pyx_ContextType;
 PyObject *pyx_np_generic;
 PyObject *pyx_future_type;
+PyObject *pyx_device_array_type;
 
 /* Exception classes by -status, from the package (gpux/_errors.py), and their base. */
 #define ERRORS_MAX 32
@@ -52,9 +54,15 @@ static bool connect_status(gpux_status st)
 
 PyObject *pyx_raise_call(gpux_status st, const char *what)
 {
-	const char *why = connect_status(st) ? gpux_connect_error() : "";
+	return pyx_raise_with(st, what, gpux_connect_error());
+}
+
+PyObject *pyx_raise_with(gpux_status st, const char *what, const char *why)
+{
 	char detail[1024];
 
+	if (!connect_status(st))
+		why = "";
 	if (!*why)
 		return pyx_raise(st, what);
 	if (!what)
@@ -151,7 +159,11 @@ static void live_lock_give(void)
 
 static void live_after_fork_child(void)
 {
+	pyx_job_after_fork();
 	for (pyx_Context *c = live; c; c = c->next) {
+		/* The helper threads are the parent's; so are the orphans' requests (the child
+		 * waits for none of them: its connection is its own). */
+		atomic_store(&c->jobs, 0);
 		atomic_store(&c->blocking, 0);
 		for (unsigned i = 0; i < PYX_NOTIFY_MAX; i++)
 			atomic_store(&c->notify_fd[i], -1);
@@ -159,22 +171,64 @@ static void live_after_fork_child(void)
 	(void)pthread_mutex_unlock(&live_lock);
 }
 
+/* Connecting, which may start a gpuxd and wait for it (30 s at most), on a helper thread. */
+struct connect_job {
+	struct pyx_job job;
+	char *socket;
+	gpux_status st;
+	gpux_ctx *ctx;
+	char why[1024];
+};
+
+static void connect_run(struct pyx_job *job)
+{
+	struct connect_job *c = (struct connect_job *)job;
+
+	c->st = gpux_connect(c->socket, &c->ctx);
+	(void)snprintf(c->why, sizeof(c->why), "%s", c->st < 0 ? gpux_connect_error() : "");
+}
+
+static void connect_discard(struct pyx_job *job)
+{
+	struct connect_job *c = (struct connect_job *)job;
+
+	if (c->st == GPUX_OK)
+		gpux_disconnect(c->ctx);
+	free(c->socket);
+	free(c);
+}
+
 static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "socket", NULL };
 	const char *socket = NULL;
+	struct connect_job *c;
 	pyx_Context *self;
 	gpux_ctx *ctx;
 	gpux_status st;
 
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|z", names, &socket))
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_connect(socket, &ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise(st, gpux_connect_error());
-	self = PyObject_New(pyx_Context, type);
+	c = calloc(1, sizeof(*c));
+	if (!c || (socket && !(c->socket = strdup(socket)))) {
+		free(c);
+		return PyErr_NoMemory();
+	}
+	c->job.run = connect_run;
+	c->job.discard = connect_discard;
+	if (pyx_job_run(&c->job) == PYX_E_SIGNAL)
+		return NULL; /* the helper disconnects what it got */
+	st = c->st;
+	ctx = c->ctx;
+	if (st < 0) {
+		pyx_raise(st, c->why);
+		free(c->socket);
+		free(c);
+		return NULL;
+	}
+	free(c->socket);
+	free(c);
+	self = PyObject_GC_New(pyx_Context, type);
 	if (!self) {
 		Py_BEGIN_ALLOW_THREADS
 		gpux_disconnect(ctx);
@@ -183,7 +237,9 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	}
 	self->weakrefs = NULL;
 	self->ctx = ctx;
+	self->orphans = NULL;
 	atomic_init(&self->blocking, 0);
+	atomic_init(&self->jobs, 0);
 	for (unsigned i = 0; i < PYX_NOTIFY_MAX; i++)
 		atomic_init(&self->notify_fd[i], -1);
 	live_lock_take();
@@ -193,15 +249,32 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		live->prev = self;
 	live = self;
 	live_lock_give();
+	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
+}
+
+static int context_traverse(pyx_Context *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT(self->orphans);
+	return 0;
+}
+
+/* The orphans hold the context: a cycle, broken here (each waits for its request's end). */
+static int context_clear(pyx_Context *self)
+{
+	Py_CLEAR(self->orphans);
+	return 0;
 }
 
 static void context_dealloc(pyx_Context *self)
 {
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
+	PyObject_GC_UnTrack((PyObject *)self);
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs((PyObject *)self);
+	Py_CLEAR(self->orphans);
 	live_lock_take();
 	if (self->prev)
 		self->prev->next = self->next;
@@ -210,11 +283,13 @@ static void context_dealloc(pyx_Context *self)
 	if (self->next)
 		self->next->prev = self->prev;
 	live_lock_give();
-	/* Every object made from it holds a reference: none is left. */
+	/* Every object made from it holds a reference: none is left; a load given up on may
+	 * still run on a helper thread. */
+	pyx_jobs_wait(self);
 	Py_BEGIN_ALLOW_THREADS
 	gpux_disconnect(self->ctx);
 	Py_END_ALLOW_THREADS
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
 
@@ -273,6 +348,8 @@ static PyObject *context_process(pyx_Context *self, PyObject *unused)
 {
 	gpux_status st;
 
+	if (self->orphans)
+		pyx_orphans_reap(self);
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(self);
 	st = gpux_process(self->ctx);
@@ -313,6 +390,19 @@ static PyObject *context_blocking(pyx_Context *self, void *unused)
 	return PyLong_FromLong(atomic_load(&self->blocking));
 }
 
+static PyObject *context_orphans(pyx_Context *self, void *unused)
+{
+	if (self->orphans)
+		pyx_orphans_reap(self);
+	return PyLong_FromSsize_t(self->orphans ? PyList_Size(self->orphans) : 0);
+}
+
+/* No call into the library: in a forked child, that would connect. */
+static PyObject *context_repr(pyx_Context *self)
+{
+	return PyUnicode_FromFormat("<gpux Context at %p>", (void *)self);
+}
+
 static PyMethodDef context_methods[] = {
 	{ "device_count", (PyCFunction)context_device_count, METH_NOARGS,
 	  "device_count() -> int: the number of devices gpuxd serves." },
@@ -333,6 +423,8 @@ static PyMethodDef context_methods[] = {
 
 static PyGetSetDef context_getset[] = {
 	{ "_blocking", (getter)context_blocking, NULL, "threads in a blocking call", NULL },
+	{ "_orphans", (getter)context_orphans, NULL,
+	  "requests of interrupted calls still running (the finished ones let go of first)", NULL },
 	{ 0 },
 };
 
@@ -344,6 +436,9 @@ static PyMemberDef context_members[] = {
 static PyType_Slot context_slots[] = {
 	{ Py_tp_new, context_new },
 	{ Py_tp_dealloc, context_dealloc },
+	{ Py_tp_traverse, context_traverse },
+	{ Py_tp_clear, context_clear },
+	{ Py_tp_repr, context_repr },
 	{ Py_tp_methods, context_methods },
 	{ Py_tp_getset, context_getset },
 	{ Py_tp_members, context_members },
@@ -354,7 +449,7 @@ static PyType_Slot context_slots[] = {
 static PyType_Spec context_spec = {
 	.name = "gpux._gpux.Context",
 	.basicsize = sizeof(pyx_Context),
-	.flags = Py_TPFLAGS_DEFAULT,
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.slots = context_slots,
 };
 
@@ -409,7 +504,21 @@ static PyObject *mod_register(PyObject *m, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* _set_device_array(cls): the package's DeviceArray, taken as an argument by its _arg. */
+static PyObject *mod_set_device_array(PyObject *m, PyObject *cls)
+{
+	if (!PyType_Check(cls)) {
+		PyErr_SetString(PyExc_TypeError, "a class");
+		return NULL;
+	}
+	Py_INCREF(cls);
+	Py_XDECREF(pyx_device_array_type);
+	pyx_device_array_type = cls;
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef mod_methods[] = {
+	{ "_set_device_array", mod_set_device_array, METH_O, NULL },
 	{ "strerror", mod_strerror, METH_O, "strerror(status) -> str" },
 	{ "version", mod_version, METH_NOARGS, "version() -> str: libgpuxclient's version" },
 	{ "_register", mod_register, METH_VARARGS, NULL },
@@ -432,6 +541,10 @@ PyMODINIT_FUNC PyInit__gpux(void)
 
 	if (!m)
 		return NULL;
+	if (pyx_job_init() < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
 	/* Once per process: its prepare handler would wait for itself the second time. */
 	if (!atfork_registered) {
 		if (pthread_atfork(live_lock_take, live_lock_give, live_after_fork_child) != 0) {

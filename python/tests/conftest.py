@@ -87,10 +87,16 @@ GPUX_HOST_KERNEL(empty)
 """
 
 
-def _gpuxd() -> str:
+def gpuxd_path() -> str:
+    """$GPUX_DAEMON (meson test sets it), else the package's own (a wheel holds it)."""
+    import gpux
+
     path = os.environ.get("GPUX_DAEMON")
-    if not path:
-        pytest.skip("GPUX_DAEMON is not set (meson test sets it)")
+    if path:
+        return path
+    path = os.path.join(os.path.dirname(gpux.__file__), "gpuxd")
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"no gpuxd inside the package ({path}) and GPUX_DAEMON is not set")
     return path
 
 
@@ -101,7 +107,7 @@ def start_gpuxd(d, *args):
 
     sock = str(d / "gpuxd.sock")
     log = open(d / "gpuxd.log", "wb")
-    proc = subprocess.Popen([_gpuxd(), "--socket", sock, "--cache-dir", str(d / "cache"), *args],
+    proc = subprocess.Popen([gpuxd_path(), "--socket", sock, "--cache-dir", str(d / "cache"), *args],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while True:

@@ -273,6 +273,8 @@ def test_connect_error_says_where_and_why(tmp_path):
 
 def test_every_status_has_its_class():
     header = pathlib.Path(__file__).resolve().parents[2] / "include" / "gpux" / "gpux.h"
+    if not header.exists():
+        pytest.skip("the source tree's gpux.h is not here (an installed package)")
     statuses = re.findall(r"\bGPUX_E_(\w+)\s*=\s*(-\d+)", header.read_text())
     assert ("STOPPING", "-18") in statuses
     unknown = gpux._gpux.strerror(-1000)
@@ -288,7 +290,9 @@ def test_every_status_has_its_class():
 
 def test_a_call_that_cannot_reconnect_says_why(tmp_path):
     sock = str(tmp_path / "gpuxd.sock")
-    proc = subprocess.Popen([os.environ["GPUX_DAEMON"], "--socket", sock, "--cache-dir",
+    from conftest import gpuxd_path
+
+    proc = subprocess.Popen([gpuxd_path(), "--socket", sock, "--cache-dir",
                              str(tmp_path / "cache"), "--backend", "host", "--host-devices",
                              "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -843,7 +843,7 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 	} else if (strcmp(fn->name, "spin") == 0) {
 		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
 	} else if (strcmp(fn->name, "gpux_copy_in") == 0) {
-		/* gpux's own (worker/cuda-copyin.c): its table's ranges, from the client's pages. */
+		/* gpux's own (worker/cuda/cuda-copyin.c): its table's ranges, from client pages. */
 		const uint8_t *t = params[0];
 		uint32_t n;
 

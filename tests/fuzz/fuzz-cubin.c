@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cubin.h"
+#include "cuda-image.h"
 #include "fuzz.h"
-#include "worker/cubin.h"
-#include "worker/cuda-image.h"
 
 /*
  * An input is a client's cubin (or fatbin, or anything). The checks must say yes or no with

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "ipc/macro.h"
+#include "macro.h"
 
 /*
  * Usage: gen-corpus-proto DIR. Each seed is fuzz-proto's input format: one byte with the
@@ -159,7 +159,7 @@ int main(int argc, char **argv)
 	u32 = 2;
 	save_patch("bad-mod-load-headers-count", "mod-load-headers",
 		   offsetof(struct ipc_mod_load, nheaders), &u32, 4);
-	u32 = GPUX_LANG_PTX;
+	u32 = IPC_LANG_PTX;
 	save_patch("bad-mod-load-headers-not-cuda", "mod-load-headers",
 		   offsetof(struct ipc_mod_load, lang), &u32, 4);
 	u32 = 100;
@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 		   sizeof(struct ipc_mod_load) + 52 + 8 + 3 + 11, &u32, 4);
 	i32 = 1;
 	save_patch("bad-done-status-positive", "done", 0, &i32, 4);
-	i32 = GPUX_E_STOPPING - 1;
+	i32 = IPC_STATUS_MIN - 1;
 	save_patch("bad-done-status-low", "done", 0, &i32, 4);
 	save_patch("bad-status-loop-unterminated", "status", offsetof(struct ipc_status, loop),
 		   "0123456789abcdef", 16);
@@ -208,10 +208,10 @@ int main(int argc, char **argv)
 		   offsetof(struct ipc_copy, seg_offset), &u64, 8);
 	/* CACHED on submit-dbuf-cached's first argument (a device buffer), then an unknown flag
 	 * beside CACHED on its second (an IN). */
-	u32 = GPUX_ARG_CACHED;
+	u32 = IPC_ARG_CACHED;
 	save_patch("bad-submit-cached-on-dbuf", "submit-dbuf-cached",
 		   sizeof(struct ipc_submit) + offsetof(struct ipc_arg, flags), &u32, 4);
-	u32 = GPUX_ARG_CACHED | (GPUX_ARG_CACHED << 1);
+	u32 = IPC_ARG_CACHED | (IPC_ARG_CACHED << 1);
 	save_patch("bad-submit-flag-unknown", "submit-dbuf-cached",
 		   sizeof(struct ipc_submit) + sizeof(struct ipc_arg) +
 		       offsetof(struct ipc_arg, flags),

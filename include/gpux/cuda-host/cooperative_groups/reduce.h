@@ -4,7 +4,7 @@
 #define GPUX_CUDA_COOPERATIVE_GROUPS_REDUCE_H
 #pragma GCC system_header
 
-#include "../cooperative_groups.h"
+#include <cooperative_groups.h>
 
 namespace cooperative_groups {
 

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/core/dbuf.c: clients' device buffers (kept on the device between requests) and copies. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "macro.h"
+#include "wrk.h"
+
+void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
+{
+	if (!d || --d->refs > 0)
+		return;
+	w->be->dev_free(w->dev, d->ptr);
+	w->stats.dbuf_bytes -= d->size;
+	wrk_usage_sub(w, d->usage_slot, 0, d->size);
+	free(d);
+}
+
+/* The client lets go of its id; requests still using it keep it a while. */
+static void dbuf_release(struct wrk_client *c, struct wrk_dbuf *d)
+{
+	c->dbuf_bytes -= d->size;
+	wrk_dbuf_unref(c->w, d);
+}
+
+void wrk_dbufs_free(struct wrk_client *c)
+{
+	struct wrk_dbuf *d;
+
+	while ((d = ipc_map_pop(&c->dbufs)))
+		dbuf_release(c, d);
+	ipc_map_done(&c->dbufs);
+}
+
+static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_alloc *a)
+{
+	struct wrk *w = c->w;
+	struct wrk_dbuf *d;
+	char *msg = NULL;
+	void *ptr = NULL;
+	gpux_status r;
+
+	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
+		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
+		return;
+	}
+	/* dbuf_bytes never passes the quota; the size may be anything up to 2^64 - 1. */
+	if (a->size > w->opts.quota_device - c->dbuf_bytes) {
+		msg = wrk_strdup_printf("a device buffer of %llu bytes would pass the client's "
+					"device quota (%llu of %llu bytes in use)",
+					(unsigned long long)a->size,
+					(unsigned long long)c->dbuf_bytes,
+					(unsigned long long)w->opts.quota_device);
+		wrk_reply(c, id, GPUX_E_QUOTA, msg);
+		free(msg);
+		return;
+	}
+	r = wrk_dev_alloc(w, a->size, &ptr, &msg);
+	d = r == 0 ? calloc(1, sizeof(*d)) : NULL;
+	if (!d) {
+		if (r == 0)
+			w->be->dev_free(w->dev, ptr);
+		wrk_reply(c, id, r < 0 ? r : GPUX_E_NOMEM, msg ? msg : "out of memory");
+		free(msg);
+		return;
+	}
+	d->refs = 1;
+	d->size = a->size;
+	d->ptr = ptr;
+	d->usage_slot = wrk_usage_add(w, c->uid, 0, d->size);
+	if (ipc_map_put(&c->dbufs, a->dbuf_id, d) < 0) {
+		wrk_dbuf_unref(w, d);
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	c->dbuf_bytes += a->size;
+	w->stats.dbuf_bytes += a->size;
+	wrk_status_publish(w);
+	wrk_reply(c, id, GPUX_OK, NULL);
+}
+
+/* DBUF_ALLOC and DBUF_FREE; a negative return: the message does not decode. */
+int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	if (msg->hdr.type == IPC_DBUF_ALLOC) {
+		struct ipc_dbuf_alloc a;
+
+		if (ipc_decode_dbuf_alloc(msg, &a) < 0)
+			return -EBADMSG;
+		if (ipc_map_get(&c->dbufs, a.dbuf_id)) {
+			wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, "that device buffer id is in use");
+			return 0;
+		}
+		dbuf_alloc(c, msg->hdr.id, &a);
+		return 0;
+	} else {
+		struct ipc_dbuf_free f;
+		struct wrk_dbuf *d;
+
+		if (ipc_decode_dbuf_free(msg, &f) < 0)
+			return -EBADMSG;
+		/* Freeing what is not there changes nothing. */
+		d = ipc_map_remove(&c->dbufs, f.dbuf_id);
+		if (!d)
+			return 0;
+		dbuf_release(c, d);
+		wrk_status_publish(c->w);
+		return 0;
+	}
+}
+
+/* COPY: a request like a launch, in its queue: args[0] the shared range, args[1] the dbuf's. */
+int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct ipc_copy m;
+	struct wrk_req *r;
+	struct wrk_arg *h, *dv;
+	bool to_dbuf;
+	char *why = NULL;
+	gpux_status status = GPUX_OK;
+
+	if (ipc_decode_copy(msg, &m) < 0 || msg->hdr.id == 0)
+		return -EBADMSG;
+	r = wrk_req_new(c, msg->hdr.id);
+	if (!r)
+		return 0;
+	r->kind = REQ_COPY;
+	(void)snprintf(r->name, sizeof(r->name), "copy");
+	to_dbuf = m.dir == IPC_COPY_TO_DBUF;
+	/* A request is reused: every field of its arguments is set, each counted once set. */
+	h = &r->args[0];
+	dv = &r->args[1];
+	*h = (struct wrk_arg){
+		.kind = to_dbuf ? GPUX_ARG_IN : GPUX_ARG_OUT,
+		.offset = m.seg_offset,
+		.len = m.size,
+	};
+	*dv = (struct wrk_arg){ .kind = GPUX_ARG_DBUF, .offset = m.dbuf_offset, .len = m.size };
+	r->nargs = 2;
+	h->map = wrk_segment_range(c, m.seg_id, m.seg_offset, m.size, !to_dbuf, 0, &status, &why);
+	if (!h->map) {
+		wrk_req_fail(r, status, why);
+		return 0;
+	}
+	h->host = (uint8_t *)h->map->seg.addr + m.seg_offset;
+	dv->dbuf = ipc_map_get(&c->dbufs, m.dbuf_id);
+	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
+		dv->dbuf = NULL;
+		wrk_req_fail(r, GPUX_E_INVAL, strdup("no such device buffer, or a range outside it"));
+		return 0;
+	}
+	dv->dbuf->refs++;
+	wrk_req_queue(c, r, m.queue);
+	return 0;
+}

@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/core/server.c: the worker's loop: its control socket from gpuxd, client channels, completions. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+
+#include "channel.h"
+#include "macro.h"
+#include "wrk.h"
+
+/* How long a worker that must exit keeps sending what it owes its clients. */
+#define FLUSH_NS (200 * NSEC_PER_MSEC)
+/* Records taken from one client's ring at a time, for fairness between clients. */
+#define RING_TAKE_MAX 64u
+
+/*
+ * Forget a client: its conn, segments, modules and queues. Of its requests handed to the
+ * back end, those running finish; the others are not started (wrk_req_cancelled()).
+ */
+void wrk_client_drop(struct wrk_client *c)
+{
+	struct wrk *w = c->w;
+	struct wrk_modref *ref;
+
+	if (c->gone)
+		return;
+	c->gone = true;
+	atomic_store(&c->dropped, true);
+	ipc_conn_free(c->conn);
+	c->conn = NULL;
+	if (c->rings)
+		(void)munmap(c->rings, IPC_RINGS_BYTES);
+	c->rings = NULL;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		w->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	w->nclients--;
+
+	wrk_queues_free(c);
+	wrk_segments_free(c);
+	wrk_dbufs_free(c);
+	while ((ref = ipc_map_pop(&c->mods))) {
+		wrk_module_unref(w, ref->mod);
+		free(ref);
+	}
+	ipc_map_done(&c->mods);
+	wrk_status_publish(w);
+	wrk_client_unref(c);
+}
+
+/*
+ * Drop a client that broke the protocol, telling it why first: a DONE without an id, as the
+ * channel's last message (what is still queued is dropped with the channel). It goes on the
+ * ring, which the client reads once more when the channel ends, and on the socket, at once,
+ * unless that is shut already (a receive that failed shuts it). The client then knows that
+ * the worker lives, and asks gpuxd for a new channel.
+ */
+void wrk_client_refuse(struct wrk_client *c, const char *why)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_done d = { .status = GPUX_E_PROTO };
+	int n;
+
+	if (c->gone)
+		return;
+	wrk_log_client(c->w, c->uid, "client %llu (pid %u uid %u): %s; dropped",
+		       (unsigned long long)c->id, c->pid, c->uid, why);
+	n = ipc_encode_done(buf, sizeof(buf), 0, &d, why);
+	if (n > 0) {
+		if (c->rings_used && !c->ring_bad)
+			(void)ipc_ring_put(&c->down, buf, (uint32_t)n, c->sock_out);
+		(void)ipc_channel_send(ipc_conn_fd(c->conn), buf, (size_t)n, NULL, 0, MSG_DONTWAIT);
+	}
+	wrk_client_drop(c);
+}
+
+/*
+ * A message that could not be taken: it does not decode (-EBADMSG), has no business on a
+ * channel (`stray`), or the worker lacked memory for it. A request (a message with an id) is
+ * answered with why, and the client stays. One that nobody waits an answer for cannot be
+ * tied to anything the client will ask about later: the client is dropped.
+ */
+static void client_refuse(struct wrk_client *c, const struct ipc_msg *msg, int err, bool stray)
+{
+	const char *type = ipc_type_name(msg->hdr.type);
+	const char *what = msg->hdr.type == IPC_SUBMIT ? ipc_submit_refusal(msg) : NULL;
+	_cleanup_(freep) char *text = NULL;
+
+	if (stray)
+		text = wrk_strdup_printf("a %s message is not for a worker", type);
+	else if (err != -EBADMSG)
+		text = wrk_strdup_printf("%s message: %s", type, strerror(-err));
+	else
+		text = wrk_strdup_printf("malformed %s message%s%s", type, what ? ": " : "",
+					 what ? what : "");
+	if (msg->hdr.id != 0)
+		wrk_reply(c, msg->hdr.id, wrk_status_from_errno(err, GPUX_E_INVAL),
+			  text ? text : "refused");
+	else
+		wrk_client_refuse(c, text ? text : "refused");
+}
+
+/*
+ * While gpuxd stops, what would start new work is answered GPUX_E_STOPPING; what frees or
+ * adds no work (drops, closes, segments, kicks) goes on as usual. True when refused.
+ */
+static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct wrk *w = c->w;
+	uint16_t t = msg->hdr.type;
+
+	if (!w->draining || (t != IPC_SUBMIT && t != IPC_COPY && t != IPC_MOD_LOAD &&
+			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC))
+		return false;
+	if (t == IPC_SUBMIT || t == IPC_COPY)
+		wrk_count_finished(w, GPUX_E_STOPPING);
+	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING, "gpuxd is stopping: it takes no new work");
+	return true;
+}
+
+/*
+ * A message from a client, by its socket or its ring. Each handler answers what it refuses
+ * itself; a negative return means the message could not be read at all.
+ */
+static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
+{
+	struct ipc_seg_drop sd;
+	struct ipc_mod_drop md;
+	int r = 0;
+
+	if (c->w->fatal)
+		return;
+	/* Whatever it is, the counters may change: the page is written before the loop sleeps. */
+	c->w->status_dirty = true;
+	if (refuse_new_work(c, msg))
+		return;
+	switch (msg->hdr.type) {
+	case IPC_SEG_ADD:
+		r = wrk_segment_add(c, msg);
+		break;
+	case IPC_SEG_DROP:
+		r = ipc_decode_seg_drop(msg, &sd);
+		if (r == 0)
+			wrk_segment_drop(c, sd.seg_id);
+		break;
+	case IPC_MOD_LOAD:
+		r = wrk_module_load(c, msg);
+		break;
+	case IPC_MOD_DROP:
+		r = ipc_decode_mod_drop(msg, &md);
+		if (r == 0)
+			wrk_module_drop(c, md.mod_id);
+		break;
+	case IPC_QUEUE_OPEN:
+	case IPC_QUEUE_CLOSE:
+		r = wrk_queue_msg(c, msg);
+		break;
+	case IPC_SUBMIT:
+		r = wrk_submit(c, msg);
+		break;
+	case IPC_DBUF_ALLOC:
+	case IPC_DBUF_FREE:
+		r = wrk_dbuf_msg(c, msg);
+		break;
+	case IPC_COPY:
+		r = wrk_copy(c, msg);
+		break;
+	case IPC_KICK:
+		/* Its ring was looked at before this message was taken. */
+		r = ipc_decode_kick(msg);
+		c->rings_used = c->rings != NULL;
+		break;
+	default:
+		client_refuse(c, msg, -EBADMSG, true);
+		return;
+	}
+	if (r < 0)
+		client_refuse(c, msg, r, false);
+}
+
+/*
+ * Take what the client's ring holds that was sent after fewer than `seq_ok` socket messages:
+ * up to RING_TAKE_MAX records (the loop comes back for the rest), or, with `all`, every
+ * record published by now (all those stamped seq_ok or less, since they were published
+ * before the socket message that made seq_ok). Returns how many.
+ */
+static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all)
+{
+	static uint8_t buf[IPC_RING_REC_MAX];
+	uint32_t mark = c->rings ? ipc_ring_published(&c->up) : 0;
+	unsigned n = 0;
+
+	while (c->rings && !c->gone &&
+	       (all ? ipc_ring_before(&c->up, mark) : n < RING_TAKE_MAX)) {
+		struct ipc_msg msg;
+		int len = ipc_ring_get(&c->up, buf, sizeof(buf), seq_ok);
+
+		if (len == 0)
+			break;
+		n++;
+		c->rings_used = true;
+		if (len < 0 || ipc_msg_parse(buf, (size_t)len, NULL, 0, &msg) < 0) {
+			wrk_client_refuse(c, "its shared ring is corrupt");
+			break;
+		}
+		client_msg(c, &msg);
+	}
+	return n;
+}
+
+static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
+{
+	struct wrk_client *c = userdata;
+
+	c->w->stats.socket_msgs++;
+
+	/* Records sent before this message come first, all of them. */
+	c->refs++;
+	(void)ring_take(c, c->sock_in, true);
+	c->sock_in++;
+	if (!c->gone)
+		client_msg(c, msg);
+	wrk_client_unref(c);
+}
+
+static void client_kick(struct wrk_client *c)
+{
+	c->w->stats.kicks_sent++;
+	if (ipc_conn_send(c->conn, &ipc_kick, sizeof(ipc_kick), NULL, 0) == 0)
+		c->sock_out++;
+}
+
+void wrk_client_wake(struct wrk_client *c)
+{
+	if (!c->gone && c->rings_used && !c->ring_bad && !atomic_load(&c->down.ctl->polling))
+		client_kick(c);
+}
+
+void wrk_client_send(struct wrk_client *c, const void *buf, size_t len)
+{
+	int r;
+
+	if (c->gone)
+		return;
+	if (c->rings_used && !c->ring_bad) {
+		r = ipc_ring_put(&c->down, buf, (uint32_t)len, c->sock_out);
+		if (r == 1)
+			client_kick(c);
+		if (r >= 0)
+			return;
+		/* The client broke its ring: dropped at the loop's next look (poll_work()), not
+		 * here, in the middle of what its callers are doing. */
+		if (r == -EPROTO)
+			c->ring_bad = true;
+	}
+	if (ipc_conn_send(c->conn, buf, len, NULL, 0) == 0)
+		c->sock_out++;
+}
+
+/* Give a new client its rings; without them (out of memory) it uses the socket alone. */
+static void client_rings(struct wrk_client *c)
+{
+	static uint8_t buf[64];
+	struct ipc_rings_offer o = { .size = IPC_RINGS_BYTES };
+	int fd, n;
+
+	if (ipc_rings_create(&fd, &c->rings) < 0)
+		return;
+	ipc_ring_init(&c->up, c->rings, IPC_RING_UP);
+	ipc_ring_init(&c->down, c->rings, IPC_RING_DOWN);
+	n = ipc_encode_rings(buf, sizeof(buf), 0, &o);
+	if (n < 0 || ipc_conn_send(c->conn, buf, (size_t)n, &fd, 1) < 0) {
+		(void)munmap(c->rings, IPC_RINGS_BYTES);
+		c->rings = NULL;
+	} else {
+		c->sock_out++;
+	}
+	(void)safe_close(fd);
+}
+
+static void on_client_close(struct ipc_conn *conn, int error, void *userdata)
+{
+	struct wrk_client *c = userdata;
+	char why[128];
+
+	/* A client that went away hears nothing; one whose message could not be read, or
+	 * that did not read its own, is told why. */
+	if (error < 0 && error != -ECONNRESET && error != -EPIPE) {
+		(void)snprintf(why, sizeof(why), "its channel failed: %s", strerror(-error));
+		wrk_client_refuse(c, why);
+		return;
+	}
+	wrk_client_drop(c);
+}
+
+static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
+{
+	struct wrk_client *c;
+	int r;
+
+	/* A client that asked gpuxd for a new channel has one channel here, not two. */
+	for (c = w->clients; c; c = c->next)
+		if (c->id == a->client_id) {
+			wrk_client_drop(c);
+			break;
+		}
+	if (w->nclients >= IPC_WORKER_CLIENTS_MAX || w->stopping || w->draining) {
+		(void)safe_close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		(void)safe_close(fd);
+		return;
+	}
+	c->refs = 1;
+	c->w = w;
+	c->id = a->client_id;
+	c->uid = a->uid;
+	c->gid = a->gid;
+	c->pid = a->pid;
+	r = ipc_conn_new_take_fd(w->loop, fd, on_client_msg, on_client_close, c, &c->conn);
+	if (r < 0) {
+		free(c);
+		return;
+	}
+	c->next = w->clients;
+	if (w->clients)
+		w->clients->prev = c;
+	w->clients = c;
+	w->nclients++;
+	client_rings(c);
+	wrk_status_publish(w);
+}
+
+static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
+{
+	struct wrk *w = userdata;
+	struct ipc_attach a;
+
+	if (msg->hdr.type == IPC_ATTACH && ipc_decode_attach(msg, &a) == 0) {
+		client_attach(w, &a, ipc_msg_take_fd(msg, 0));
+		return;
+	}
+	if (msg->hdr.type == IPC_DRAIN && ipc_decode_drain(msg) == 0) {
+		if (!w->draining)
+			wrk_log(w, "draining: %llu requests to finish, no new ones taken",
+				(unsigned long long)w->stats.inflight);
+		w->draining = true;
+		ipc_status_write_begin(w->status);
+		w->status->draining = 1;
+		ipc_status_write_end(w->status);
+		return;
+	}
+	wrk_log(w, "gpuxd sent a bad %s message", ipc_type_name(msg->hdr.type));
+}
+
+static void on_control_close(struct ipc_conn *conn, int error, void *userdata)
+{
+	struct wrk *w = userdata;
+
+	/* gpuxd is gone: nobody can reach us any more. */
+	w->stopping = true;
+	ipc_loop_exit(w->loop, WRK_EXIT_OK);
+}
+
+static void take_done(struct wrk *w)
+{
+	wrk_drain_done(w);
+	if (w->fatal && !w->stopping) {
+		wrk_log(w, "sticky device error: failing what is in flight and exiting");
+		w->stopping = true;
+		w->exit_code = WRK_EXIT_FAULT;
+		wrk_fail_all(w, GPUX_E_WORKER_LOST, "the worker hit a sticky device error");
+		ipc_loop_exit(w->loop, WRK_EXIT_FAULT);
+	}
+}
+
+static void on_done(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct wrk *w = userdata;
+	uint64_t v;
+
+	(void)read(fd, &v, sizeof(v));
+	take_done(w);
+}
+
+/*
+ * After each round of the loop and before it sleeps: the clients' rings, and completions
+ * handed over without a wake-up. While the loop spins, the rings say so (no kicks needed);
+ * before it sleeps, they say it no longer does, then are looked at once more.
+ */
+static bool poll_work(void *userdata, bool sleeping)
+{
+	struct wrk *w = userdata;
+	bool polling = !sleeping && w->spin_ns > 0, found = false;
+	struct wrk_client *c = w->clients;
+
+	while (c) {
+		/* Taking a client's messages may drop that client, never another. */
+		struct wrk_client *next = c->next;
+
+		if (c->ring_bad) {
+			wrk_client_refuse(c, "its shared ring is corrupt");
+		} else if (c->rings) {
+			if (c->polling != polling) {
+				ipc_ring_set_polling(&c->up, polling);
+				c->polling = polling;
+			}
+			c->refs++;
+			found |= ring_take(c, c->sock_in, false) > 0;
+			wrk_client_unref(c);
+		}
+		c = next;
+	}
+	/* Before the completions: what it ends is answered this round. */
+	if (w->be->poll)
+		found |= w->be->poll(w->dev, sleeping);
+	if (atomic_load(&w->done_any)) {
+		take_done(w);
+		found = true;
+	}
+	/* What this round moved into the slots starts now, one batch per slot. */
+	wrk_slots_flush(w);
+	/* Requests that came or were refused this round show at once (gpux status, draining). */
+	if (w->status_dirty) {
+		w->status_dirty = false;
+		wrk_status_refresh(w);
+	}
+	/* A request about to end: be there for it, not asleep. */
+	found |= w->awake_until && mono_ns() < w->awake_until;
+	if (sleeping && !found)
+		w->stats.loop_sleeps++;
+	return found;
+}
+
+static void on_signal(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct wrk *w = userdata;
+	struct signalfd_siginfo si;
+
+	if (read(fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+		return;
+	w->stopping = true;
+	ipc_loop_exit(w->loop, WRK_EXIT_OK);
+}
+
+int wrk_server_start(struct wrk *w)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_ready ready = { .info = w->info };
+	sigset_t mask;
+	int r, n;
+
+	w->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->done_fd < 0)
+		return -errno;
+	r = ipc_watch_new(w->loop, w->done_fd, POLLIN, on_done, w, &w->done_watch);
+	if (r < 0)
+		return r;
+	ipc_loop_set_spin(w->loop, w->spin_ns, poll_work, w);
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	w->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (w->signal_fd < 0)
+		return -errno;
+	r = ipc_watch_new(w->loop, w->signal_fd, POLLIN, on_signal, w, &w->signal_watch);
+	if (r < 0)
+		return r;
+
+	r = ipc_conn_new_take_fd(w->loop, TAKE_FD(w->opts.control_fd), on_control_msg,
+				 on_control_close, w, &w->control);
+	if (r < 0)
+		return r;
+	n = ipc_encode_ready(buf, sizeof(buf), 0, &ready);
+	if (n < 0)
+		return n;
+	return ipc_conn_send(w->control, buf, (size_t)n, NULL, 0);
+}
+
+static bool anything_queued(struct wrk *w)
+{
+	for (struct wrk_client *c = w->clients; c; c = c->next)
+		if (c->conn && ipc_conn_queued(c->conn) > 0)
+			return true;
+	return false;
+}
+
+/* Whether the back end still holds requests, which it will end (after a fault, with its
+ * error: what a request that ran is told). */
+static bool slots_busy(const struct wrk *w)
+{
+	for (unsigned i = 0; i < w->nslots; i++)
+		if (w->slots[i].inflight)
+			return true;
+	return false;
+}
+
+void wrk_server_stop(struct wrk *w)
+{
+	uint64_t until = mono_ns() + FLUSH_NS;
+
+	/* The rounds below sleep and never poll: work the loop watched itself goes to the back
+	 * end's threads, which answer it as they do the rest. */
+	if (w->dev && w->be->poll)
+		(void)w->be->poll(w->dev, true);
+	/* Send the answers already made, and those the back end is about to make (a fault's
+	 * report among them), before the channels go. */
+	while ((anything_queued(w) || slots_busy(w)) && mono_ns() < until)
+		(void)ipc_loop_iterate(w->loop, (int64_t)(until - mono_ns()));
+	while (w->clients)
+		wrk_client_drop(w->clients);
+	ipc_conn_free(w->control);
+	w->control = NULL;
+	ipc_watch_free(w->signal_watch);
+	ipc_watch_free(w->done_watch);
+	w->signal_fd = safe_close(w->signal_fd);
+}

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/core/usage.c: memory by user on the status page, and the driver the worker runs on. */
+#include <stdio.h>
+#include <string.h>
+
+#include "macro.h"
+#include "wrk.h"
+
+/* The entry of uid, a free one for it, or (all taken) the last, which counts the others. */
+static unsigned usage_slot(struct wrk *w, uint32_t uid)
+{
+	unsigned free_slot = IPC_USAGE_UIDS;
+
+	for (unsigned i = 0; i < IPC_USAGE_UIDS - 1; i++) {
+		const struct ipc_usage *u = &w->stats.usage[i];
+		bool empty = !u->shared_bytes && !u->device_bytes;
+
+		if (!empty && u->uid == uid)
+			return i;
+		if (empty && free_slot == IPC_USAGE_UIDS)
+			free_slot = i;
+	}
+	if (free_slot < IPC_USAGE_UIDS) {
+		w->stats.usage[free_slot].uid = uid;
+		return free_slot;
+	}
+	w->stats.usage[IPC_USAGE_UIDS - 1].uid = IPC_USAGE_OTHERS;
+	return IPC_USAGE_UIDS - 1;
+}
+
+unsigned wrk_usage_add(struct wrk *w, uint32_t uid, uint64_t shared_bytes, uint64_t device_bytes)
+{
+	unsigned i = usage_slot(w, uid);
+
+	w->stats.usage[i].shared_bytes += shared_bytes;
+	w->stats.usage[i].device_bytes += device_bytes;
+	w->status_dirty = true;
+	return i;
+}
+
+void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t device_bytes)
+{
+	/* The entry an object was counted in keeps its uid until all it holds is given back. */
+	w->stats.usage[slot].shared_bytes -= shared_bytes;
+	w->stats.usage[slot].device_bytes -= device_bytes;
+	w->status_dirty = true;
+}
+
+/*
+ * The release in the first line of /proc/driver/nvidia/version: the first word after "Kernel
+ * Module" that starts with a digit. The proprietary module says "NVRM version: NVIDIA UNIX
+ * x86_64 Kernel Module  580.95.05  Tue Sep ...", the open one "NVRM version: NVIDIA UNIX Open
+ * Kernel Module for x86_64  580.159.04  Release Build ...". "" when there is none.
+ */
+void wrk_driver_release(const char *line, char *ret, size_t size)
+{
+	const char *p = strstr(line, "Kernel Module");
+
+	if (size == 0)
+		return;
+	ret[0] = '\0';
+	if (!p)
+		return;
+	for (p += strlen("Kernel Module"); *p && *p != '\n'; p += strcspn(p, " \t\n")) {
+		p += strspn(p, " \t");
+		if (*p >= '0' && *p <= '9') {
+			size_t n = MIN(strcspn(p, " \t\n"), size - 1);
+
+			memcpy(ret, p, n);
+			ret[n] = '\0';
+			return;
+		}
+	}
+}
+
+void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version)
+{
+	char line[256];
+	FILE *f;
+
+	w->stats.driver_version = driver_version;
+	w->stats.nvrtc_version = nvrtc_version;
+	f = fopen("/proc/driver/nvidia/version", "re");
+	if (!f)
+		return;
+	if (fgets(line, sizeof(line), f))
+		wrk_driver_release(line, w->stats.driver, sizeof(w->stats.driver));
+	(void)fclose(f);
+}

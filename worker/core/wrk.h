@@ -1,0 +1,496 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/core/wrk.h: the worker's objects: clients, segments, modules, queues, requests. */
+#pragma once
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend.h"
+#include "key.h"
+#include "loop.h"
+#include "map.h"
+#include "options.h"
+#include "proto.h"
+#include "ring.h"
+#include "segment.h"
+#include "status.h"
+
+/* Exit codes gpuxd tells apart. */
+#define WRK_EXIT_OK 0
+#define WRK_EXIT_INIT 1  /* could not start: no device, no driver */
+#define WRK_EXIT_FAULT 3 /* a sticky device error: restart me */
+
+/* Per-client limits on what a client can make the worker hold. */
+#define WRK_CLIENT_SEGS_MAX 4096u
+#define WRK_CLIENT_MODS_MAX 1024u
+#define WRK_CLIENT_QUEUES_MAX 64u
+#define WRK_CLIENT_DBUFS_MAX 4096u
+#define WRK_CLIENT_INFLIGHT_MAX 4096u
+/* Device-cache entries of all users: the byte budget alone let 8-byte inputs make millions. */
+#define WRK_CACHE_ENTRIES_MAX 16384u
+/* How stale the free memory in the status page may get while requests complete. */
+#define MEM_FREE_MAX_AGE_NS (10ull * 1000 * 1000)
+#define WRK_SLOTS_MAX IPC_STATUS_SLOTS
+/* The modules a client holds: their images and kernel names (a module shared counts in full). */
+#define WRK_CLIENT_MOD_BYTES (256ULL * 1024 * 1024)
+/* Code waiting to be compiled, per client and in all. */
+#define WRK_CLIENT_BUILD_BYTES (64ULL * 1024 * 1024)
+#define WRK_BUILD_BYTES (512ULL * 1024 * 1024)
+/* Modules nobody uses any more that stay loaded, most recently used first. */
+#define WRK_MODULES_IDLE_MAX 256u
+
+
+/* Content keys of ranges of a frozen mapping, computed once each. */
+#define WRK_MAPPING_KEYS 4u
+
+struct wrk_range_key {
+	uint64_t offset, len;
+	struct ipc_key key;
+};
+
+/* A mapped memfd, shared by every client that sent the same file (same inode). */
+struct wrk_mapping {
+	int refs;
+	dev_t st_dev;
+	ino_t st_ino;
+	struct ipc_segment seg;
+	void *reg; /* the back end's registration */
+	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
+	uint32_t uid;
+	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
+	struct wrk_range_key keys[WRK_MAPPING_KEYS];
+	unsigned nkeys;
+};
+
+/*
+ * An entry of the device cache: the bytes of a frozen range on the device, shared by every
+ * request of one user that names the same bytes (same length, same XXH3-128 of them,
+ * computed here from the sealed memory, never taken from a client).
+ */
+struct wrk_centry {
+	int refs; /* requests using it; idle (in the LRU list) at 0 */
+	uint32_t uid;
+	uint64_t len;
+	struct ipc_key key;
+	void *ptr;                 /* device memory */
+	void *ready;               /* the back end's mark of its upload's end; NULL: done */
+	struct wrk_mapping *source; /* held while the upload may still read it */
+	uint64_t last_use;
+	struct wrk_centry *hnext;  /* in its hash chain */
+	struct wrk_centry *lru_prev, *lru_next;
+};
+
+/* A user's shared memory mapped here: each mapping once, whichever clients share it. */
+struct wrk_user {
+	uint64_t shared_bytes;
+	unsigned mappings;
+};
+
+/* A client's device buffer. */
+struct wrk_dbuf {
+	int refs; /* the client's id, and each request using it */
+	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
+	uint64_t size;
+	void *ptr;
+	struct wrk_client *client;
+};
+
+/* A client's segment id: its mapping, or why it could not be attached. */
+struct wrk_seg {
+	struct wrk_mapping *map;
+	gpux_status status; /* when map is NULL */
+	char *error;
+};
+
+struct wrk_kernel {
+	struct wrk_kernel *next;
+	char *name;
+	struct wrk_kernel_info info;
+};
+
+enum wrk_module_state {
+	MOD_BUILDING,
+	MOD_READY,
+	MOD_FAILED,
+};
+
+/* A loaded module, shared by every client that loaded the same code (same key). */
+struct wrk_module {
+	int refs;
+	struct ipc_key key;
+	uint32_t lang;
+	enum wrk_module_state state;
+	gpux_status status; /* MOD_FAILED: why */
+	char *log;   /* the compiler's log, or the load error */
+	void *handle;
+	struct wrk_kernel *kernels;
+	struct wrk_module *lru_prev, *lru_next; /* in the idle list while refs == 0 */
+	bool cached; /* in the worker's map by key */
+	/* Job input while building. */
+	uint8_t *code; /* code_len bytes, then extra_len of headers and name expressions */
+	size_t code_len;
+	size_t extra_len;
+	uint32_t nheaders, nnames;
+	char *options;
+	uint8_t *image;
+	size_t image_len;
+	uint64_t bytes; /* charged to each client holding it: its code, once built its image and names */
+	bool from_disk;
+	uint64_t build_ns; /* compiling or reading it, and loading it */
+	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
+	struct wrk_module *next_done; /* in the job list, then in the finished list */
+	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */
+};
+
+/* A client's module id. */
+struct wrk_modref {
+	struct wrk_module *mod;
+	uint64_t bytes; /* what the client is charged for it (mod_bytes) */
+};
+
+struct wrk_req;
+struct wrk_waiter;
+
+struct wrk_queue {
+	uint32_t id;
+	unsigned slot;
+	struct wrk_req *pending_head, *pending_tail; /* not launched yet, in order */
+	struct wrk_client *client;
+	bool waiting;               /* in its slot's line of queues waiting for room */
+	struct wrk_queue *wait_next;
+	int refs;
+};
+
+struct wrk_client {
+	int refs;
+	struct wrk *w;
+	struct ipc_conn *conn;
+	uint64_t id;
+	uint32_t uid, gid, pid;
+	struct ipc_map segs;    /* id -> struct wrk_seg */
+	struct ipc_map mods;    /* id -> struct wrk_modref */
+	struct ipc_map queues;  /* id -> struct wrk_queue */
+	struct ipc_map dbufs;   /* id -> struct wrk_dbuf */
+	uint64_t dbuf_bytes;
+	uint64_t shared_bytes; /* of the segments attached (each counts, shared or not) */
+	uint64_t build_bytes; /* code of this client's builds not done yet */
+	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
+	unsigned inflight;
+	bool gone;
+	/* gone, for the back end's threads: its requests not started yet must not start. */
+	atomic_bool dropped;
+	struct wrk_client *prev, *next;
+
+	/* The shared rings beside the channel (ipc/ring.h); NULL: the socket only. */
+	struct ipc_rings *rings;
+	struct ipc_ring up, down;
+	bool rings_used;   /* the client has used them: it reads its ring too */
+	bool polling;      /* up's polling word is set */
+	bool ring_bad;     /* the client broke its ring: drop it */
+	uint32_t sock_in;  /* socket messages taken */
+	uint32_t sock_out; /* socket messages sent */
+};
+
+struct wrk_arg {
+	uint32_t kind;
+	uint32_t size;          /* scalars: bytes; buffers: see len */
+	uint64_t len;
+	struct wrk_mapping *map; /* buffers */
+	uint64_t offset;         /* into the mapping, or the device buffer */
+	void *host;              /* map->seg.addr + offset, or the scalar's bytes */
+	void *dev;               /* back end: the kernel's pointer for a buffer argument */
+	struct wrk_centry *centry; /* a cached IN: its device copy */
+	struct wrk_dbuf *dbuf;   /* DBUF */
+};
+
+enum wrk_req_kind {
+	REQ_LAUNCH,
+	REQ_COPY, /* args[0] is the shared range (IN or OUT), args[1] the device buffer's */
+};
+
+/* Scalar bytes a request keeps inline; more are allocated. */
+#define WRK_REQ_DATA_INLINE 512u
+
+struct wrk_req {
+	enum wrk_req_kind kind;
+	struct wrk_req *next;        /* in its queue's pending list, then its slot's list */
+	struct wrk_req *next_done;   /* in the completion list, or the free list */
+	struct wrk_req *next_soon;   /* in the list of requests about to end */
+	struct wrk *w;
+	struct wrk_client *client;
+	struct wrk_queue *queue;
+	struct wrk_module *mod;
+	struct wrk_kernel *kernel;
+	uint32_t id;
+	unsigned slot;
+	uint32_t grid[3], block[3];
+	uint32_t shared_bytes;
+	uint64_t timeout_ms;
+	uint64_t t_arrive, t_start, t_end;
+	uint64_t device_ns;
+	gpux_status status;
+	char *error;
+	bool launched; /* the back end queued all of its work (its waits for uploads too) */
+	bool timed;    /* GPUX_LAUNCH_TIMED: measure device_ns */
+	bool sticky;   /* the back end broke its device enqueueing it */
+	void *backend; /* the back end's per-request state */
+	uint8_t *data; /* scalar bytes: data_inline, or allocated */
+	unsigned nargs;
+	/* Only the first nargs of these are set: a request is reused without clearing them. */
+	struct wrk_arg args[IPC_ARGS_MAX];
+	void *params[IPC_ARGS_MAX];
+	uint8_t data_inline[WRK_REQ_DATA_INLINE];
+	char name[IPC_KERNEL_NAME_MAX + 1];
+};
+
+/*
+ * Requests in flight on one slot (a stream) at most. Beyond it, queues wait in line and are
+ * let in turn by turn as requests end, so that one busy client cannot put a thousand
+ * requests between another's and the device. Deep enough to keep a GPU busy with empty
+ * kernels between two rounds of the worker's loop.
+ */
+#define WRK_SLOT_DEPTH 256u
+/* Requests a waiting queue may put in its slot per turn while others wait too. */
+#define WRK_QUEUE_TURN 16u
+/* A slot's batch is handed over when it has this many, before the round of the loop ends
+ * (the most a CUDA graph of the back end holds). */
+#define WRK_BATCH_MAX 64u
+
+/* A stream slot: requests handed to it, in order. */
+struct wrk_slot {
+	struct wrk_req *head, *tail;
+	struct wrk_req *unlaunched; /* from here to tail: taken this round, not handed over yet */
+	unsigned nunlaunched;
+	unsigned inflight;          /* head..tail */
+	struct wrk_queue *wait_head, *wait_tail; /* queues with work waiting for room, in turn */
+	unsigned queues; /* bound to it, for choosing the least used */
+};
+
+struct wrk {
+	struct ipc_worker_opts opts; /* its command line (ipc/options.h) */
+	const struct wrk_backend_ops *be;
+	void *dev;
+	struct ipc_device_info info;
+	struct wrk_limits limits;
+	struct ipc_loop *loop;
+	struct ipc_conn *control;
+	struct ipc_watch *done_watch;
+	struct ipc_watch *signal_watch;
+	int done_fd;   /* eventfd: completions and compile results are waiting */
+	int signal_fd;
+	struct ipc_status_page *status;
+	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
+	bool stopping;
+	bool draining;     /* gpuxd stops: finish what is here, refuse new work */
+	bool status_dirty; /* counters changed since the status page was written */
+	int exit_code;
+
+	struct wrk_client *clients;
+	unsigned nclients;
+	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
+	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
+	struct ipc_map modules;  /* key.lo -> struct wrk_module */
+	uint64_t build_bytes;
+	struct wrk_module *idle_head, *idle_tail;
+	unsigned nidle;
+	struct wrk_slot slots[WRK_SLOTS_MAX];
+	unsigned nslots;
+	struct wrk_req *free_reqs; /* ended requests kept for reuse */
+	unsigned nfree_reqs;
+
+	/* The device cache (worker/core/dcache.c). */
+	struct ipc_map centries; /* hash of (uid, len, key) -> chain of struct wrk_centry */
+	struct wrk_centry *cidle_head, *cidle_tail; /* refs == 0, most recently used first */
+	struct ipc_timer *cache_timer;
+
+	/* Filled by other threads, drained by the loop. */
+	pthread_mutex_t done_lock;
+	struct wrk_req *done_reqs;
+	struct wrk_req *soon_reqs; /* see wrk_req_soon() */
+	struct wrk_module *done_mods;
+	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
+	atomic_uint_fast64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
+	atomic_bool fatal;    /* a sticky device error: fail everything and exit */
+	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
+	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
+	uint64_t awake_until;    /* a request should end by then: the loop stays awake */
+
+	/* The compile thread. */
+	pthread_t compiler;
+	bool compiler_started;
+	pthread_mutex_t job_lock;
+	pthread_cond_t job_cond;
+	struct wrk_module *jobs_head, *jobs_tail;
+	bool jobs_stop;
+
+	struct ipc_stats stats;
+};
+
+/*
+ * worker/core/error.c: the one place an errno becomes a status in the worker (and in its
+ * compile helper). Inside, a function returns an int (>= 0, or -errno) or a gpux_status,
+ * typed so, never both in one int: the ranges overlap (GPUX_E_INVAL is -1, -EPERM too), and
+ * a status is what a client is answered (tests/test-error-domains.py checks the two apart).
+ * -ENOMEM is GPUX_E_NOMEM; any other failure is `otherwise`, the status of what failed
+ * (GPUX_E_IO for a system call, GPUX_E_INVAL for a client's message that cannot be used).
+ * A refusal whose cause picks its status and its text together (a segment that is not what
+ * it claims, a module too large) says both where the cause is known.
+ */
+gpux_status wrk_status_from_errno(int err, gpux_status otherwise);
+
+/* worker/core/log.c; w may be NULL */
+void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A line a client of user uid can cause: a few a second for each user (worker/core/log.c). */
+void wrk_log_client(struct wrk *w, uint32_t uid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* worker/core/server.c */
+int wrk_server_start(struct wrk *w);
+void wrk_client_drop(struct wrk_client *c);
+/* Drop a client that broke the protocol, telling it why (a DONE without an id) first. */
+void wrk_client_refuse(struct wrk_client *c, const char *why);
+/* Kick a client that does not spin on its ring: something comes for it soon. */
+void wrk_client_wake(struct wrk_client *c);
+/* Send a message without fds: by the client's ring when it fits there, else its socket. */
+void wrk_client_send(struct wrk_client *c, const void *buf, size_t len);
+/* Answer request `id` (0: nobody waits for an answer) with a DONE and no times. */
+void wrk_reply(struct wrk_client *c, uint32_t id, gpux_status status, const char *text);
+void wrk_server_stop(struct wrk *w);
+
+/* worker/core/request.c */
+/* Write the counters to the status page, with the device's free memory asked anew. */
+void wrk_status_publish(struct wrk *w);
+/* Write the counters to the status page (free memory only when it is old). */
+void wrk_status_refresh(struct wrk *w);
+/* Handlers of client messages: they answer what they refuse; a negative return means the
+ * message could not be read at all (worker/core/server.c decides what then). */
+int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg);
+struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id);
+void wrk_req_fail(struct wrk_req *r, gpux_status status, char *error);
+/* A request finished with `status`: done or failed, and by status (metrics:
+ * gpux_requests_total). */
+void wrk_count_finished(struct wrk *w, gpux_status status);
+/* Free a request that never reached a slot, without an answer. */
+void wrk_req_discard(struct wrk_req *r);
+/* Check what needs the module: the kernel, its parameters, the launch's shape. */
+gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg);
+void wrk_drain_done(struct wrk *w);
+/* The requests kept for reuse go (the worker stops). */
+void wrk_reqs_free_cache(struct wrk *w);
+
+/*
+ * For a back end's thread about to sleep on its queue: look for up to w->spin_ns for
+ * *queued (kept beside the queue, under its lock) to become non-zero. Lock not held.
+ */
+void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
+void wrk_client_unref(struct wrk_client *c);
+
+/*
+ * Any thread: whether r's client went away, so that r's work, not started yet, must not
+ * start (sets r's status; end it with wrk_reqs_complete() as any other). A back end asks
+ * before it starts each request's work, so that a dead client's queue does not run on.
+ */
+bool wrk_req_cancelled(struct wrk_req *r);
+
+/*
+ * Called by a back end, from any thread, when the work of n requests has finished (or
+ * failed: r->status and r->error set), each slot's in the order they were handed over. A
+ * sticky error also sets fatal.
+ */
+void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
+/*
+ * Any thread: r, long running, should end within tens of µs. The loop and r's client are
+ * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that
+ * its end costs no wake-up (two of them cost a 256 MiB copy 3 to 5 % of its rate). Before
+ * r completes, at most once.
+ */
+#define WRK_SOON_NS (200ull * 1000)
+void wrk_req_soon(struct wrk_req *r);
+
+/* worker/core/queue.c */
+int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
+/* Put a request, its arguments resolved, behind the earlier ones of its queue. */
+void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id);
+/* Move what a queue can start now into its slot (a module it waits for may be ready). */
+void wrk_queue_kick(struct wrk_queue *q);
+void wrk_queue_unref(struct wrk_queue *q);
+/* A client goes: its queues' requests not started are dropped without an answer. */
+void wrk_queues_free(struct wrk_client *c);
+void wrk_kick_all(struct wrk *w);
+/* Hand each slot's requests taken this round to the back end, in one batch per slot. */
+void wrk_slots_flush(struct wrk *w);
+/* A request handed to a slot has ended: take it off (the slot's first, but after a fault) and
+ * publish what the slot runs now; waiting queues are let in when the round's batches go. */
+void wrk_slot_end(struct wrk *w, struct wrk_req *r);
+/* Fail every request not yet started (a fatal error, or stopping). */
+void wrk_fail_all(struct wrk *w, gpux_status status, const char *why);
+
+/* worker/core/module.c */
+int wrk_modules_start(struct wrk *w);
+void wrk_modules_stop(struct wrk *w);
+int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_module_drop(struct wrk_client *c, uint64_t mod_id);
+void wrk_module_unref(struct wrk *w, struct wrk_module *m);
+void wrk_modules_finish(struct wrk *w, struct wrk_module *done);
+gpux_status wrk_module_kernel(struct wrk *w, struct wrk_module *m, const char *name,
+			      struct wrk_kernel **ret, char **ret_msg);
+
+/* Compiler options a module may have: each back end's compiler takes them in a fixed argv. */
+#define WRK_OPTIONS_MAX 32u
+/*
+ * Check a module's options, split at blanks: at most WRK_OPTIONS_MAX, each one matching
+ * `pattern` (an extended regular expression, anchored by the caller). GPUX_E_INVAL with a
+ * log naming the culprit otherwise.
+ */
+gpux_status wrk_options_check(const char *pattern, const char *options, char **ret_log);
+/* The options each back end's compiler takes (worker/host/host.c, worker/cuda/cuda.c). */
+extern const char wrk_host_options_re[];
+#ifdef GPUX_HAVE_CUDA
+extern const char wrk_cuda_options_re[];
+#endif
+
+/* worker/core/dcache.c */
+int wrk_dcache_start(struct wrk *w);
+void wrk_dcache_stop(struct wrk *w);
+struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, uint64_t offset,
+				  uint64_t len);
+void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
+uint64_t wrk_dcache_reclaim(struct wrk *w);
+/* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
+gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
+
+/* worker/core/dbuf.c */
+int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
+void wrk_dbufs_free(struct wrk_client *c);
+int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
+
+/* worker/core/usage.c */
+/*
+ * Count bytes that a user's clients hold, shared or on the device: returns the entry (of the
+ * status page's usage[]) they were counted in, which wrk_usage_sub() takes them back from.
+ */
+unsigned wrk_usage_add(struct wrk *w, uint32_t uid, uint64_t shared_bytes, uint64_t device_bytes);
+void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t device_bytes);
+/* What the status page says the worker runs on: versions, and the kernel driver's release. */
+void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
+/* The kernel driver's release ("580.95.05") in a line of /proc/driver/nvidia/version, or "". */
+void wrk_driver_release(const char *line, char *ret, size_t size);
+
+/* worker/core/segment.c */
+/*
+ * The mapping of a client's segment range, held (a reference for the caller), or NULL with
+ * a status and message: no such segment, an unusable one, a range outside it, a write to a
+ * frozen one. `arg` names the argument in the message.
+ */
+struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uint64_t offset,
+				      uint64_t len, bool write, unsigned arg,
+				      gpux_status *ret_status, char **ret_msg);
+int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);
+void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id);
+void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m);
+void wrk_segments_free(struct wrk_client *c);

@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/cuda/cuda-slot.c: the CUDA back end's slots: their streams, groups in flight, waiters, faults. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda-dev.h"
+#include "macro.h"
+#include "spin.h"
+
+/*
+ * What the loop thread enqueues on a slot's stream ends in groups (worker/cuda/cuda-launch.c): a
+ * graph's requests, or one request on its own, each followed by one event. One waiter thread
+ * per slot waits for the groups in order (spinning briefly, then napping) and reports their
+ * requests' ends to the loop; a sticky error is blamed here on one group.
+ */
+
+/* Between two looks at an event while spinning. */
+#define QUERY_GAP_NS 600u
+/* A waiter sleeps through a long copy in naps this long at most until NAP_EARLY_NS before it
+ * should end (its timer slack is set to 1 µs, so naps are about as long as asked). */
+#define NAP_MAX_NS (200 * NSEC_PER_USEC)
+#define NAP_EARLY_NS (30 * NSEC_PER_USEC)
+/* A kernel still running after the spin is looked at after naps that double from NAP_FINE_NS
+ * up to NAP_LONG_NS (1 ms where threads must not spin): a look every 100 µs is 1% of a CPU, and
+ * finds the end sooner than a blocked cuEventSynchronize woke (0.2-0.4 ms late on an H200). */
+#define NAP_FINE_NS (10 * NSEC_PER_USEC)
+#define NAP_LONG_NS (100 * NSEC_PER_USEC)
+#define NAP_LONG_NOSPIN_NS (1000 * NSEC_PER_USEC)
+#define WAITER_TIMER_SLACK_NS 1000ul
+
+/*
+ * Which group a sticky error is blamed on, decided once: every stream sees the error at about
+ * the same time, so the first to see it tells nothing. A slot's groups run in order, so what
+ * broke the device is a group that ran: each slot's oldest not ended (for a waiter, the one
+ * it waited for is still its slot's first), and `mine` when its work was launched (a group
+ * whose launch itself was refused ran nothing). Of those, the one launched last is taken; with
+ * one slot (or one slot busy) that is exact, to the group: a graph holds one client's
+ * requests. Nothing ran: `mine`.
+ */
+static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
+{
+	uint64_t c;
+
+	(void)pthread_mutex_lock(&d->fault_lock);
+	if (!d->culprit) {
+		uint64_t ran = mine_ran ? mine->seq : 0;
+
+		for (unsigned i = 0; i < d->nslots; i++) {
+			struct cuda_slot *s = &d->slots[i];
+
+			/* A group its waiter has just seen end is no culprit: wait for it to go. */
+			while (atomic_load(&s->looking))
+				cpu_relax();
+			(void)pthread_mutex_lock(&s->lock);
+			if (s->head)
+				ran = MAX(ran, s->head->seq);
+			(void)pthread_mutex_unlock(&s->lock);
+		}
+		d->culprit = ran ? ran : mine->seq;
+	}
+	c = d->culprit;
+	(void)pthread_mutex_unlock(&d->fault_lock);
+	return c;
+}
+
+/*
+ * Request i of group g failed with e (what: where); `ran`: g's work had been launched (any
+ * error its waiter sees; one the loop thread meets after g's launch). Returns whether the
+ * context is gone.
+ */
+bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUresult e,
+		     const char *what, bool ran)
+{
+	struct wrk_req *r = g->reqs[i];
+	bool sticky;
+	gpux_status st = wrk_cu_err(e, &sticky);
+
+	free(r->error);
+	if (sticky && culprit(d, g, ran) != g->seq) {
+		r->status = GPUX_E_WORKER_LOST;
+		r->error = wrk_strdup_printf("another request broke the device: %s",
+					     cu_err_name(&d->cu, e));
+	} else if (g->n > 1) {
+		/* Which node of a graph faulted, the device does not say; all were this client's. */
+		r->status = st;
+		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s (one of %u kernels of this "
+					     "process launched together)",
+					     r->name, what, cu_err_name(&d->cu, e), g->n);
+	} else {
+		r->status = st;
+		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what,
+					     cu_err_name(&d->cu, e));
+	}
+	return sticky;
+}
+
+/* ---- groups ---- */
+
+struct cuda_group *cuda_group_get(struct cuda_dev *d, CUresult *err)
+{
+	struct cuda_group *g;
+	CUresult r;
+
+	/* Launched before the group to come: the waiter must have it first. */
+	cuda_held_release(d);
+	(void)pthread_mutex_lock(&d->free_lock);
+	g = d->free_groups;
+	if (g)
+		d->free_groups = g->next;
+	(void)pthread_mutex_unlock(&d->free_lock);
+	if (g)
+		return g;
+	g = calloc(1, sizeof(*g));
+	if (!g) {
+		*err = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	/* Plain events: one made with CU_EVENT_BLOCKING_SYNC costs every launch that records it
+	 * (measured on an H200: a request's launch 5.1 us against 3.8 us, the round trip 11.8
+	 * against 10.7 us), and a waiter never synchronizes on them (wait_event()). */
+	r = d->cu.cuEventCreate(&g->start, 0);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuEventCreate(&g->end, 0);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING);
+	if (r != CUDA_SUCCESS) {
+		if (g->start)
+			(void)d->cu.cuEventDestroy(g->start);
+		if (g->end)
+			(void)d->cu.cuEventDestroy(g->end);
+		free(g);
+		*err = r;
+		return NULL;
+	}
+	return g;
+}
+
+void cuda_group_put(struct cuda_dev *d, struct cuda_group *g)
+{
+	g->n = 0;
+	g->ntemp = 0;
+	g->copy_ns = 0;
+	(void)pthread_mutex_lock(&d->free_lock);
+	g->next = d->free_groups;
+	d->free_groups = g;
+	(void)pthread_mutex_unlock(&d->free_lock);
+}
+
+static void group_free(struct cuda_dev *d, struct cuda_group *g)
+{
+	(void)d->cu.cuEventDestroy(g->start);
+	(void)d->cu.cuEventDestroy(g->end);
+	(void)d->cu.cuEventDestroy(g->done);
+	free(g);
+}
+
+/*
+ * A request without a group (none could be made): it ends with the error once what its slot
+ * holds before it has ended (requests of a slot end in order), which is waited for here: this
+ * is the rare way of an allocation that failed.
+ */
+void cuda_group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r, CUresult e,
+			  const char *what)
+{
+	bool sticky;
+
+	free(r->error);
+	r->status = wrk_cu_err(e, &sticky);
+	r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what, cu_err_name(&d->cu, e));
+	/* Its stream done, the slot's waiter hands over what it holds, then this one follows. */
+	if (!sticky && d->cu.cuStreamSynchronize(s->stream) == CUDA_SUCCESS)
+		while (atomic_load(&s->queued))
+			(void)usleep(50);
+	wrk_reqs_complete(&r, 1, sticky);
+}
+
+/* Hand a group's requests to the loop and let the group go. */
+static void group_complete(struct cuda_dev *d, struct cuda_group *g, bool fatal)
+{
+	struct wrk_req *reqs[CUDA_GRAPH_MAX];
+	unsigned n = g->n;
+
+	memcpy(reqs, g->reqs, n * sizeof(*reqs));
+	cuda_group_put(d, g);
+	wrk_reqs_complete(reqs, n, fatal);
+}
+
+/* A group whose end cannot be waited for (the context is gone): its requests end now. */
+void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
+{
+	for (unsigned i = 0; i < g->n; i++)
+		if (g->reqs[i]->status == 0)
+			(void)cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
+	group_complete(d, g, true);
+}
+
+/* Hand a launched group to its slot's waiter. */
+void cuda_group_push(struct cuda_slot *s, struct cuda_group *g)
+{
+	(void)pthread_mutex_lock(&s->lock);
+	g->next = NULL;
+	if (s->tail)
+		s->tail->next = g;
+	else
+		s->head = g;
+	s->tail = g;
+	atomic_fetch_add(&s->queued, 1);
+	(void)pthread_cond_signal(&s->cond);
+	(void)pthread_mutex_unlock(&s->lock);
+}
+
+/*
+ * A lone group: when nothing else of the device is in flight, the loop thread that launched
+ * it looks at its end itself between its looks at the rings (cuda_poll()), and no waiter
+ * hands it on. That saves a round trip the hand-off to the waiter and back to the loop (0.3
+ * and 0.6 µs of 10.5 on an H200, docs/PERFORMANCE.md) and the pacing of the waiter's looks. The
+ * group goes to its slot's waiter as soon as another group is to be launched, the loop is
+ * about to sleep, a look says anything but "not ready" (a fault is the waiter's to blame), or
+ * it has been held for a spin. Nowhere threads must not spin, and not a group with copies
+ * longer than a spin: the waiter naps through those. Only the loop thread adds to the slots'
+ * counts, so a group that will be held when launched still will be once it is.
+ */
+bool cuda_group_will_hold(const struct cuda_dev *d, const struct cuda_group *g)
+{
+	bool idle = d->w->spin_ns > 0 && g->copy_ns <= d->w->spin_ns;
+
+	for (unsigned i = 0; i < d->nslots && idle; i++)
+		idle = atomic_load(&d->slots[i].queued) == 0;
+	return idle;
+}
+
+void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g)
+{
+	if (!cuda_group_will_hold(d, g)) {
+		cuda_group_push(s, g);
+		return;
+	}
+	d->held = g;
+	d->held_until = mono_ns() + d->w->spin_ns;
+}
+
+void cuda_held_release(struct cuda_dev *d)
+{
+	struct cuda_group *g = d->held;
+
+	if (g) {
+		d->held = NULL;
+		cuda_group_push(&d->slots[g->slot], g);
+	}
+}
+
+/* ---- waiting ---- */
+
+/*
+ * A waiter's look at one of its slot's events. From just before it until the group is off
+ * the slot (slot_take()), a look that says it ended keeps the slot marked `looking`, which
+ * culprit() waits out: else it could blame a group whose end was seen but that is still its
+ * slot's first, and nobody would get the fault.
+ */
+static CUresult look(struct cuda_dev *d, const struct cuda_group *g, CUevent ev)
+{
+	struct cuda_slot *s = &d->slots[g->slot];
+	CUresult r;
+
+	atomic_store(&s->looking, true);
+	r = d->cu.cuEventQuery(ev);
+	if (r != CUDA_SUCCESS)
+		atomic_store(&s->looking, false);
+	return r;
+}
+
+/*
+ * Wait for a group's event. A group with copies longer than a spin naps through most of them,
+ * then looks closely from shortly before they should end (a nap may end late), for a spin and
+ * an eighth of their time, as copies can be that much slower than COPY_BYTES_PER_NS; any
+ * other looks briefly (the round trip of short kernels); then it naps between looks. It never
+ * calls cuEventSynchronize: on an event made without CU_EVENT_BLOCKING_SYNC that spins for as
+ * long as the kernel runs, and the flag costs every launch. Looks are paced: each query takes
+ * a lock of the driver's that the launching thread needs (measured on an H200: a thread
+ * querying without pause costs launches 23% of their rate).
+ */
+static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
+{
+	uint64_t now = mono_ns(), until = now + d->w->spin_ns;
+	CUevent ev = g->fin;
+	CUresult r;
+
+	/* Naps are a kind of spinning: not where threads must not spin (GPUX_SPIN_US=0). */
+	if (d->w->spin_ns > 0 && g->copy_ns > d->w->spin_ns) {
+		uint64_t coarse = now + g->copy_ns - MIN(g->copy_ns, NAP_EARLY_NS);
+
+		while ((r = look(d, g, ev)) == CUDA_ERROR_NOT_READY && now < coarse) {
+			struct timespec ts = { .tv_sec = 0,
+					       .tv_nsec = (long)MIN(coarse - now, NAP_MAX_NS) };
+
+			(void)nanosleep(&ts, NULL);
+			now = mono_ns();
+		}
+		if (r != CUDA_ERROR_NOT_READY)
+			return r;
+		wrk_req_soon(g->reqs[0]);
+		until = now + d->w->spin_ns + g->copy_ns / 8;
+	}
+	for (;;) {
+		r = look(d, g, ev);
+		if (r != CUDA_ERROR_NOT_READY)
+			return r;
+		for (uint64_t next = now + QUERY_GAP_NS; (now = mono_ns()) < next;)
+			cpu_relax();
+		if (now >= until)
+			break;
+	}
+	atomic_fetch_add(&d->w->blocking_waits, 1);
+	for (uint64_t nap = NAP_FINE_NS, most = d->w->spin_ns ? NAP_LONG_NS : NAP_LONG_NOSPIN_NS;;
+	     nap = MIN(2 * nap, most)) {
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = (long)nap };
+
+		(void)nanosleep(&ts, NULL);
+		r = look(d, g, ev);
+		if (r != CUDA_ERROR_NOT_READY)
+			return r;
+	}
+}
+
+/* A group's requests' ends, the event having said e: their times, or why they failed.
+ * Returns whether the device is broken. */
+static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e)
+{
+	uint64_t now = mono_ns();
+	bool fatal = false;
+	float ms = 0;
+
+	for (unsigned i = 0; i < g->n; i++) {
+		struct wrk_req *r = g->reqs[i];
+
+		r->t_end = now;
+		if (e == CUDA_SUCCESS) {
+			if (r->timed && d->cu.cuEventElapsedTime(&ms, g->start, g->end) == CUDA_SUCCESS)
+				r->device_ns = (uint64_t)((double)ms * 1e6);
+		} else {
+			r->sticky |= cuda_group_fail(d, g, i, e, "running", true);
+		}
+		fatal |= r->sticky;
+	}
+	return fatal;
+}
+
+/* Take the slot's groups up to `last` off its list (the loop thread appends meanwhile). */
+static void slot_take(struct cuda_slot *s, struct cuda_group *last)
+{
+	(void)pthread_mutex_lock(&s->lock);
+	s->head = last->next;
+	if (!s->head)
+		s->tail = NULL;
+	(void)pthread_mutex_unlock(&s->lock);
+	atomic_store(&s->looking, false);
+}
+
+static void *waiter_main(void *arg)
+{
+	struct cuda_slot *s = arg;
+	struct cuda_dev *d = s->d;
+	sigset_t all;
+
+	sigfillset(&all);
+	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
+	(void)prctl(PR_SET_TIMERSLACK, WAITER_TIMER_SLACK_NS);
+	(void)d->cu.cuCtxSetCurrent(d->ctx);
+	for (;;) {
+		struct cuda_group *g, *last;
+		CUresult e;
+
+		(void)pthread_mutex_lock(&s->lock);
+		if (!s->head && !s->stop) {
+			(void)pthread_mutex_unlock(&s->lock);
+			wrk_spin_for_work(d->w, &s->queued);
+			(void)pthread_mutex_lock(&s->lock);
+		}
+		while (!s->head && !s->stop)
+			(void)pthread_cond_wait(&s->cond, &s->lock);
+		g = s->head;
+		last = s->tail;
+		(void)pthread_mutex_unlock(&s->lock);
+		if (!g)
+			return NULL;
+		/* Under load, many wait in line: when the newest is done, all are (one stream), and
+		 * one query of the driver's stands for them all. */
+		if (last != g && look(d, last, last->fin) == CUDA_SUCCESS) {
+			e = CUDA_SUCCESS;
+		} else {
+			last = g;
+			e = wait_event(d, g);
+		}
+		if (e != CUDA_SUCCESS) {
+			/* Its requests learn why while it is still its slot's first: that is where
+			 * the culprit of a fault is looked for. */
+			bool fatal = group_result(d, g, e);
+
+			slot_take(s, g);
+			group_complete(d, g, fatal);
+			atomic_fetch_sub(&s->queued, 1);
+			continue;
+		}
+		slot_take(s, last);
+		for (;;) {
+			struct cuda_group *next = g->next;
+			bool end = g == last;
+
+			group_complete(d, g, group_result(d, g, CUDA_SUCCESS));
+			atomic_fetch_sub(&s->queued, 1);
+			if (end)
+				break;
+			g = next;
+		}
+	}
+}
+
+bool cuda_poll(void *dv, bool sleeping)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_group *g = d->held;
+	CUresult e;
+
+	if (!g)
+		return false;
+	if (sleeping)
+		e = CUDA_ERROR_NOT_READY;
+	else if (g->word)
+		/* Written once the stream is past the group's event: a fault never writes it, and
+		 * the group goes to its waiter, which blames it, a spin later. */
+		e = atomic_load_explicit(&d->ends[g->slot * CUDA_END_WORD_STRIDE],
+					 memory_order_acquire) >= g->seq
+			    ? CUDA_SUCCESS
+			    : CUDA_ERROR_NOT_READY;
+	else
+		e = d->cu.cuEventQuery(g->fin);
+	if (e == CUDA_SUCCESS) {
+		d->held = NULL;
+		d->w->stats.loop_waits += g->n;
+		group_complete(d, g, group_result(d, g, e));
+		return true;
+	}
+	if (e == CUDA_ERROR_NOT_READY && !sleeping && mono_ns() < d->held_until)
+		return true;
+	cuda_held_release(d);
+	return false;
+}
+
+/* ---- slots ---- */
+
+gpux_status cuda_slot_open(void *dv, unsigned slot, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_slot *s = &d->slots[slot];
+	CUresult r = d->cu.cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	int e;
+
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cuda_msg(d, "cuStreamCreate", r);
+		return GPUX_E_DEVICE;
+	}
+	s->d = d;
+	(void)pthread_mutex_init(&s->lock, NULL);
+	(void)pthread_cond_init(&s->cond, NULL);
+	d->nslots = MAX(d->nslots, slot + 1);
+	e = pthread_create(&s->waiter, NULL, waiter_main, s);
+	if (e != 0) {
+		*ret_msg = wrk_strdup_printf("pthread_create: %s", strerror(e));
+		return GPUX_E_NOMEM;
+	}
+	s->started = true;
+	return 0;
+}
+
+void cuda_slots_close(struct cuda_dev *d)
+{
+	cuda_held_release(d);
+	for (unsigned i = 0; i < d->nslots; i++) {
+		struct cuda_slot *s = &d->slots[i];
+
+		if (s->started) {
+			(void)pthread_mutex_lock(&s->lock);
+			s->stop = true;
+			(void)pthread_cond_signal(&s->cond);
+			(void)pthread_mutex_unlock(&s->lock);
+			(void)pthread_join(s->waiter, NULL);
+		}
+		cuda_slot_graphs_free(d, s);
+		if (s->scratch)
+			(void)d->cu.cuMemFreeAsync(s->scratch, s->stream);
+		if (s->stream) {
+			/* Its waiter saw every group's event; the end word written after one (to
+			 * pages about to be unregistered) may not be yet. */
+			(void)d->cu.cuStreamSynchronize(s->stream);
+			(void)d->cu.cuStreamDestroy(s->stream);
+		}
+	}
+	while (d->free_groups) {
+		struct cuda_group *g = d->free_groups;
+
+		d->free_groups = g->next;
+		group_free(d, g);
+	}
+}

@@ -1,0 +1,577 @@
+/* SPDX-License-Identifier: MIT */
+/* worker/cuda/cuda.c: the CUDA back end: one device, its context, memory, zero-copy segments, modules. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile-sandbox.h"
+#include "cubin.h"
+#include "cuda-dev.h"
+#include "cuda-image.h"
+#include "knames.h"
+#include "macro.h"
+
+const char wrk_cuda_options_re[] =
+	"^(-D[A-Za-z_][A-Za-z0-9_]*(=[-A-Za-z0-9_.+*/()]*)?|-U[A-Za-z_][A-Za-z0-9_]*|"
+	"--?use_fast_math|-lineinfo|--generate-line-info|-G|--device-debug|"
+	"--?std=c\\+\\+(11|14|17|20)|--fmad=(true|false)|--ftz=(true|false)|"
+	"--prec-div=(true|false)|--prec-sqrt=(true|false)|--maxrregcount=[0-9]+|"
+	"--extra-device-vectorization|-dopt=(on|off)|--restrict|-default-device|"
+	"--device-as-default-execution-space)$";
+
+char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
+{
+	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
+}
+
+/* ---- probe and open ---- */
+
+static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a)
+{
+	int v = 0;
+
+	if (cu->cuDeviceGetAttribute(&v, a, dev) != CUDA_SUCCESS)
+		return 0;
+	return v;
+}
+
+static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
+			struct ipc_device_info *info)
+{
+	CUuuid uuid;
+	size_t mem = 0;
+
+	memset(info, 0, sizeof(*info));
+	info->index = index;
+	info->backend = GPUX_BACKEND_CUDA;
+	if (cu->cuDeviceGetName(info->name, sizeof(info->name) - 1, dev) != CUDA_SUCCESS)
+		(void)snprintf(info->name, sizeof(info->name), "CUDA device %u", index);
+	if (cu->cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
+		memcpy(info->uuid, uuid.bytes, sizeof(info->uuid));
+	(void)cu->cuDeviceTotalMem(&mem, dev);
+	info->mem_total = mem;
+	info->cc_major = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+	info->cc_minor = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+	info->sm_count = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+	info->max_threads_per_block =
+		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+}
+
+static gpux_status driver_init(struct cu_driver *cu, char **ret_msg)
+{
+	bool sticky;
+	CUresult r;
+	gpux_status rc = cu_driver_load(cu, ret_msg);
+
+	if (rc < 0)
+		return rc;
+	/*
+	 * Lazy loading would load a kernel at its first launch, and that load synchronizes the
+	 * whole context: queues would stop overlapping. Modules are loaded once per worker and
+	 * cached, so load them whole. A user's own setting wins.
+	 */
+	(void)setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+	r = cu->cuInit(0);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("cuInit: %s", cu_err_name(cu, r));
+		rc = wrk_cu_err(r, &sticky);
+		cu_driver_unload(cu);
+		return rc == GPUX_E_NODRIVER ? rc : GPUX_E_NODEV;
+	}
+	return 0;
+}
+
+static gpux_status cuda_probe(struct ipc_device_info *ret, unsigned max, unsigned *ret_n,
+			      char **ret_msg)
+{
+	struct cu_driver cu;
+	gpux_status rc;
+	int count = 0;
+
+	*ret_n = 0;
+	rc = driver_init(&cu, ret_msg);
+	if (rc < 0)
+		return rc;
+	if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		count = 0;
+	for (int i = 0; i < count && (unsigned)i < max; i++) {
+		CUdevice dev;
+
+		if (cu.cuDeviceGet(&dev, i) != CUDA_SUCCESS)
+			break;
+		device_info(&cu, dev, (uint32_t)i, &ret[*ret_n]);
+		(*ret_n)++;
+	}
+	cu_driver_unload(&cu);
+	if (*ret_n == 0)
+		*ret_msg = strdup("no CUDA device");
+	return 0;
+}
+
+/* The slots' end words (cuda-dev.h): a page of host memory the device sees. Without it, or
+ * cuStreamWriteValue64, ends are seen through events only. */
+#define ENDS_BYTES 4096u
+_Static_assert(WRK_SLOTS_MAX * CUDA_END_WORD_STRIDE * sizeof(uint64_t) <= ENDS_BYTES,
+	       "every slot's end word in the page");
+
+static void ends_open(struct cuda_dev *d)
+{
+	_cleanup_(freep) char *msg = NULL;
+	CUdeviceptr dp;
+	CUresult r;
+	void *p;
+
+	if (!d->cu.cuStreamWriteValue64 || posix_memalign(&p, ENDS_BYTES, ENDS_BYTES) != 0)
+		return;
+	memset(p, 0, ENDS_BYTES);
+	r = d->cu.cuMemHostRegister(p, ENDS_BYTES, CU_MEMHOSTREGISTER_DEVICEMAP);
+	if (r == CUDA_SUCCESS) {
+		r = d->cu.cuMemHostGetDevicePointer(&dp, p, 0);
+		if (r != CUDA_SUCCESS)
+			(void)d->cu.cuMemHostUnregister(p);
+	}
+	if (r != CUDA_SUCCESS) {
+		free(p);
+		msg = cuda_msg(d, "the end words' page", r);
+		wrk_log(d->w, "%s: ends are seen through events only", msg ? msg : "out of memory");
+		return;
+	}
+	d->ends = p;
+	d->ends_dev = dp;
+}
+
+static void ends_close(struct cuda_dev *d)
+{
+	if (!d->ends)
+		return;
+	(void)d->cu.cuMemHostUnregister((void *)d->ends);
+	free((void *)d->ends);
+	d->ends = NULL;
+}
+
+static void cuda_close(void *dv)
+{
+	struct cuda_dev *d = dv;
+
+	if (!d)
+		return;
+	cuda_slots_close(d);
+	ends_close(d);
+	cuda_copyin_stop(d);
+	wrk_compiler_stop(&d->compiler);
+	if (d->aux)
+		(void)d->cu.cuStreamDestroy(d->aux);
+	if (d->ctx_retained)
+		(void)d->cu.cuDevicePrimaryCtxRelease(d->dev);
+	cu_driver_unload(&d->cu);
+	(void)pthread_mutex_destroy(&d->free_lock);
+	(void)pthread_mutex_destroy(&d->fault_lock);
+	free(d);
+}
+
+static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
+			     struct ipc_device_info *ret_info, struct wrk_limits *ret_limits,
+			     char **ret_msg)
+{
+	struct cuda_dev *d = calloc(1, sizeof(*d));
+	cuuint64_t keep = UINT64_MAX;
+	CUresult r;
+	gpux_status rc;
+
+	if (!d)
+		return GPUX_E_NOMEM;
+	d->w = w;
+	d->compiler = (struct wrk_compiler)WRK_COMPILER_INIT;
+	(void)pthread_mutex_init(&d->free_lock, NULL);
+	(void)pthread_mutex_init(&d->fault_lock, NULL);
+	/* NVRTC warms up in its helper while the driver starts (measured: cuInit 210 ms and the
+	 * context 113 ms on an H200); a helper that fails to start is tried again at the first
+	 * compile. */
+	{
+		char *msg = NULL;
+
+		if (wrk_compiler_spawn(&d->compiler, &msg) < 0)
+			wrk_log(w, "%s", msg ? msg : "cannot start the compiler");
+		free(msg);
+	}
+	rc = driver_init(&d->cu, ret_msg);
+	if (rc < 0)
+		goto err;
+	r = d->cu.cuDeviceGet(&d->dev, (int)device);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuDevicePrimaryCtxRetain(&d->ctx, d->dev);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cuda_msg(d, "device", r);
+		rc = GPUX_E_NODEV;
+		goto err;
+	}
+	d->ctx_retained = true;
+	/* The loop thread issues everything; other threads set the context as they start. */
+	r = d->cu.cuCtxSetCurrent(d->ctx);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuDeviceGetDefaultMemPool(&d->pool, d->dev);
+	/* Memory freed to the pool stays there for the next request instead of going back. */
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuMemPoolSetAttribute(d->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuStreamCreate(&d->aux, CU_STREAM_NON_BLOCKING);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cuda_msg(d, "context", r);
+		rc = GPUX_E_DEVICE;
+		goto err;
+	}
+	device_info(&d->cu, d->dev, device, ret_info);
+	d->cc_major = (int)ret_info->cc_major;
+	d->cc_minor = (int)ret_info->cc_minor;
+	(void)snprintf(d->arch, sizeof(d->arch), "sm_%d%d", d->cc_major, d->cc_minor);
+	d->nvrtc_version = wrk_nvrtc_probe(&d->tk);
+	/* Without Landlock the helper can read no header at all: then modules include none. */
+	if (wrk_compile_sandbox_landlock_abi() == 0) {
+		if (d->nvrtc_version)
+			wrk_log(w, "this kernel has no Landlock: CUDA C++ modules cannot include the "
+				   "toolkit's headers");
+		d->tk.ndirs = 0;
+	}
+	wrk_compiler_target(&d->compiler, (unsigned)(d->cc_major * 10 + d->cc_minor), &d->tk);
+	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
+	*ret_limits = (struct wrk_limits){
+		.max_threads_per_block = ret_info->max_threads_per_block,
+		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z) },
+		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z) },
+		.max_shared_per_block =
+			(uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+		.max_shared_per_block_optin = (uint32_t)attr(
+			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+	};
+	ends_open(d);
+	cuda_copyin_start(d);
+	*ret_dev = d;
+	return 0;
+err:
+	cuda_close(d);
+	return rc;
+}
+
+static uint64_t cuda_mem_free(void *dv)
+{
+	struct cuda_dev *d = dv;
+	size_t free_b = 0, total = 0;
+
+	if (d->cu.cuMemGetInfo(&free_b, &total) != CUDA_SUCCESS)
+		return 0;
+	return free_b;
+}
+
+/* ---- segments: registered once, so that copies are DMA from the client's pages ---- */
+
+static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP;
+	CUdeviceptr p = 0;
+	bool sticky;
+	CUresult r;
+
+	if (m->seg.frozen)
+		flags |= CU_MEMHOSTREGISTER_READ_ONLY;
+	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cuda_msg(d, "registering a shared segment", r);
+		return wrk_cu_err(r, &sticky);
+	}
+	/* Mapped arguments point at these pages themselves: their device address, once. */
+	r = d->cu.cuMemHostGetDevicePointer(&p, m->seg.addr, 0);
+	if (r != CUDA_SUCCESS) {
+		(void)d->cu.cuMemHostUnregister(m->seg.addr);
+		*ret_msg = cuda_msg(d, "the device address of a shared segment", r);
+		return wrk_cu_err(r, &sticky);
+	}
+	m->reg = m->seg.addr;
+	m->dev_addr = p;
+	return 0;
+}
+
+static void cuda_map_unregister(void *dv, struct wrk_mapping *m)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuMemHostUnregister(m->reg);
+	m->reg = NULL;
+	m->dev_addr = 0;
+}
+
+/* ---- modules ---- */
+
+static void cuda_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
+{
+	struct cuda_dev *d = dv;
+
+	/* Images hold their kernels' names since this tag (worker/compile/cuda-image.h). */
+	ipc_key_add(s, "cuda-image-1", 12);
+	ipc_key_add(s, d->arch, strlen(d->arch));
+	ipc_key_add_u64(s, (uint64_t)d->cu.version);
+	if (lang == GPUX_LANG_CUDA) {
+		ipc_key_add_u64(s, d->nvrtc_version);
+		/* The toolkit's headers that an #include finds. */
+		for (unsigned i = 0; i < d->tk.ndirs; i++)
+			ipc_key_add(s, d->tk.dirs[i], strlen(d->tk.dirs[i]));
+	}
+}
+
+static gpux_status cuda_build(void *dv, const struct wrk_build *b, uint8_t **ret_image,
+			      size_t *ret_len, char **ret_log)
+{
+	struct cuda_dev *d = dv;
+	gpux_status st;
+	int rc;
+
+	switch (b->lang) {
+	case GPUX_LANG_CUDA:
+		st = wrk_options_check(wrk_cuda_options_re, b->options, ret_log);
+		if (st < 0)
+			return st;
+		return wrk_compiler_build(&d->compiler, b, ret_image, ret_len, ret_log);
+	case GPUX_LANG_PTX:
+	case GPUX_LANG_CUBIN:
+		if (*b->options) {
+			*ret_log = strdup("PTX and cubin modules take no options");
+			return GPUX_E_INVAL;
+		}
+		/* The driver believes every size inside a cubin: none reaches it unchecked. */
+		if (b->lang == GPUX_LANG_CUBIN) {
+			rc = wrk_cubin_check(b->code, b->code_len,
+					     (unsigned)(d->cc_major * 10 + d->cc_minor), ret_log);
+			if (rc < 0)
+				return GPUX_E_INVAL;
+		}
+		/* PTX must end with a NUL: the driver reads it as a string. */
+		if (b->lang == GPUX_LANG_PTX && b->code[b->code_len - 1] != 0) {
+			_cleanup_(freep) uint8_t *ptx = malloc(b->code_len + 1);
+
+			if (!ptx)
+				return GPUX_E_NOMEM;
+			memcpy(ptx, b->code, b->code_len);
+			ptx[b->code_len] = 0;
+			rc = wrk_cuimage_pack(ptx, b->code_len + 1, NULL, 0, 0, ret_image, ret_len);
+		} else {
+			rc = wrk_cuimage_pack(b->code, b->code_len, NULL, 0, 0, ret_image, ret_len);
+		}
+		return rc < 0 ? GPUX_E_NOMEM : 0;
+	default:
+		*ret_log = strdup("the CUDA back end runs CUDA C++, PTX and cubin modules");
+		return GPUX_E_INVAL;
+	}
+}
+
+static void cuda_module_unload(void *dv, void *mod)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m = mod;
+
+	if (m->mod) {
+		cuda_graphs_forget(d, m);
+		(void)d->cu.cuModuleUnload(m->mod);
+	}
+	wrk_knames_free(m->names);
+	free(m);
+}
+
+static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
+				    char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m;
+	struct wrk_cuimage img;
+	bool sticky;
+	CUresult e;
+	int r;
+
+	if (wrk_cuimage_parse(image, len, &img) < 0) {
+		*ret_msg = strdup("not a module image of this worker");
+		return GPUX_E_INVAL;
+	}
+	m = calloc(1, sizeof(*m));
+	r = m ? wrk_knames_new(&img, WRK_CLIENT_MOD_BYTES, &m->names) : -ENOMEM;
+	if (r < 0) {
+		free(m);
+		if (r != -E2BIG)
+			return GPUX_E_NOMEM;
+		*ret_msg = wrk_strdup_printf("the module's kernel names take more than the %llu MiB "
+					     "a client's modules may",
+					     WRK_CLIENT_MOD_BYTES / MiB);
+		return GPUX_E_QUOTA;
+	}
+	e = d->cu.cuCtxSetCurrent(d->ctx);
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuModuleLoadData(&m->mod, img.code);
+	if (e != CUDA_SUCCESS) {
+		m->mod = NULL;
+		cuda_module_unload(d, m);
+		*ret_msg = cuda_msg(d, "loading the module", e);
+		return wrk_cu_err(e, &sticky);
+	}
+	*ret_mod = m;
+	return 0;
+}
+
+static uint64_t cuda_module_bytes(void *dv, void *mod)
+{
+	struct cuda_module *m = mod;
+
+	return wrk_knames_bytes(m->names);
+}
+
+/*
+ * A kernel by the name its programmer wrote (worker/compile/knames.h): a name expression the module
+ * was compiled with, else the symbol itself (extern "C", or mangled), else the one C++
+ * function of that name.
+ */
+static gpux_status kernel_find(struct cuda_dev *d, struct cuda_module *m, const char *name,
+			       CUfunction *ret, char **ret_msg)
+{
+	const char *sym = wrk_knames_lowered(m->names, name);
+	CUresult r = d->cu.cuModuleGetFunction(ret, m->mod, sym ? sym : name);
+	int rc;
+
+	if (r == CUDA_ERROR_NOT_FOUND && !sym) {
+		rc = wrk_knames_match(m->names, name, &sym, ret_msg);
+		if (rc < 0)
+			return rc == -ENOTUNIQ ? GPUX_E_INVAL : GPUX_E_NOTFOUND;
+		r = d->cu.cuModuleGetFunction(ret, m->mod, sym);
+	}
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (%s)", name,
+					     cu_err_name(&d->cu, r));
+		return GPUX_E_NOTFOUND;
+	}
+	return 0;
+}
+
+static gpux_status cuda_kernel_get(void *dv, void *mod, const char *name,
+				   struct wrk_kernel_info *ret, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m = mod;
+	CUfunction fn;
+	int v;
+	CUresult r;
+	gpux_status rc = kernel_find(d, m, name, &fn, ret_msg);
+
+	if (rc < 0)
+		return rc;
+	ret->fn = fn;
+	ret->nparams = -1;
+	if (d->cu.cuFuncGetParamInfo) {
+		size_t off, size;
+		int32_t n = 0;
+
+		while ((r = d->cu.cuFuncGetParamInfo(fn, (size_t)n, &off, &size)) == CUDA_SUCCESS) {
+			if (n < (int32_t)IPC_ARGS_MAX)
+				ret->param_size[n] = (uint32_t)size;
+			n++;
+		}
+		/* Past the last parameter the driver says INVALID_VALUE; anything else means it
+		 * cannot tell (a module without parameter information). */
+		if (r == CUDA_ERROR_INVALID_VALUE)
+			ret->nparams = n;
+	}
+	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn) == CUDA_SUCCESS)
+		ret->max_threads_per_block = (uint32_t)v;
+	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn) == CUDA_SUCCESS)
+		ret->static_shared_bytes = (uint32_t)v;
+	return 0;
+}
+
+/* ---- memory that outlives requests ---- */
+
+static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	CUdeviceptr p = 0;
+	bool sticky;
+	CUresult e = d->cu.cuMemAllocFromPoolAsync(&p, size, d->pool, d->aux);
+
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuStreamSynchronize(d->aux);
+	if (e != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("%llu bytes of device memory: %s",
+					     (unsigned long long)size, cu_err_name(&d->cu, e));
+		return wrk_cu_err(e, &sticky);
+	}
+	*ret_ptr = (void *)(uintptr_t)p;
+	return 0;
+}
+
+static void cuda_dev_free(void *dv, void *ptr)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, d->aux);
+}
+
+static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t len,
+			       void **ret_ready, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	CUevent ev = NULL;
+	bool sticky;
+	CUresult e = d->cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
+
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)dst, src, len, d->aux);
+	if (e == CUDA_SUCCESS)
+		e = d->cu.cuEventRecord(ev, d->aux);
+	if (e != CUDA_SUCCESS) {
+		if (ev)
+			(void)d->cu.cuEventDestroy(ev);
+		*ret_msg = cuda_msg(d, "upload", e);
+		return wrk_cu_err(e, &sticky);
+	}
+	*ret_ready = ev;
+	return 0;
+}
+
+static void cuda_ready_wait(void *dv, void *ready)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuEventSynchronize((CUevent)ready);
+}
+
+static void cuda_ready_free(void *dv, void *ready)
+{
+	struct cuda_dev *d = dv;
+
+	(void)d->cu.cuEventDestroy((CUevent)ready);
+}
+
+const struct wrk_backend_ops wrk_backend_cuda = {
+	.name = "cuda",
+	.backend = GPUX_BACKEND_CUDA,
+	.probe = cuda_probe,
+	.open = cuda_open,
+	.close = cuda_close,
+	.map_register = cuda_map_register,
+	.map_unregister = cuda_map_unregister,
+	.target_key = cuda_target_key,
+	.image_ext = "cubin",
+	.build = cuda_build,
+	.module_load = cuda_module_load,
+	.module_unload = cuda_module_unload,
+	.module_bytes = cuda_module_bytes,
+	.kernel_get = cuda_kernel_get,
+	.slot_open = cuda_slot_open,
+	.launch = cuda_launch,
+	.poll = cuda_poll,
+	.dev_alloc = cuda_dev_alloc,
+	.dev_free = cuda_dev_free,
+	.upload = cuda_upload,
+	.ready_wait = cuda_ready_wait,
+	.ready_free = cuda_ready_free,
+	.mem_free = cuda_mem_free,
+};

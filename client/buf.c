@@ -363,6 +363,37 @@ struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size)
 	return k->key;
 }
 
+/* The key's bytes, as gpux_affinity_holds() reads them: lo then hi, little-endian. */
+static void key_bytes(struct ipc_key k, uint8_t ret[GPUX_KEY_SIZE])
+{
+	for (unsigned i = 0; i < 8; i++) {
+		ret[i] = (uint8_t)(k.lo >> (8 * i));
+		ret[8 + i] = (uint8_t)(k.hi >> (8 * i));
+	}
+}
+
+GPUX_EXPORT gpux_status gpux_buf_key(gpux_buf *b, uint64_t offset, uint64_t size,
+				     uint8_t ret_key[GPUX_KEY_SIZE])
+{
+	struct ipc_key k;
+	gpux_ctx *ctx;
+
+	if (!cli_alive(b, CLI_BUF_MAGIC) || !ret_key)
+		return GPUX_E_INVAL;
+	ctx = b->ctx;
+	/* Under the lock: a freeze on another thread replaces the segment. */
+	(void)pthread_mutex_lock(&ctx->lock);
+	if (!cli_alive(b, CLI_BUF_MAGIC) || !b->seg->frozen || offset > b->size ||
+	    size > b->size - offset || (size == 0 && offset == b->size)) {
+		(void)pthread_mutex_unlock(&ctx->lock);
+		return GPUX_E_INVAL;
+	}
+	k = cli_seg_key(b->seg, b->offset + offset, size ? size : b->size - offset);
+	(void)pthread_mutex_unlock(&ctx->lock);
+	key_bytes(k, ret_key);
+	return GPUX_OK;
+}
+
 /*
  * Lock held: a frozen copy to be, of len bytes, as a memfd. While it is filled without the
  * lock, it is listed in ctx->freezing, so that a child that fork() makes meanwhile closes its

@@ -131,10 +131,20 @@ int cli_req_wait(struct gpux_req *r, uint64_t deadline)
 /* Preferring a device that holds a cached input outweighs this many requests of backlog. */
 #define AFFINITY_WEIGHT 64u
 
-/*
- * How many of the launch's cached inputs the device's status page says it holds. Its words
- * are read one by one, as they are: a filter seen half updated only makes a worse guess.
- */
+_Static_assert(GPUX_AFFINITY_BITS == IPC_AFFINITY_BITS, "gpux.h's filter is the status page's");
+
+/* Whether a filter holds (uid, k). Its words are read one by one, as they are: a filter
+ * seen half updated by its worker only makes a worse guess. */
+static bool filter_holds(const uint64_t *filter, uint32_t uid, struct ipc_key k)
+{
+	uint32_t bit[2];
+
+	ipc_affinity_bits(uid, k.lo, k.hi, bit);
+	return (__atomic_load_n(&filter[bit[0] / 64], __ATOMIC_RELAXED) >> (bit[0] % 64) & 1) &&
+	       (__atomic_load_n(&filter[bit[1] / 64], __ATOMIC_RELAXED) >> (bit[1] % 64) & 1);
+}
+
+/* How many of the launch's cached inputs the device's status page says it holds. */
 static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
 			 const struct gpux_arg *args, uint32_t nargs)
 {
@@ -142,20 +152,50 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
 
 	for (uint32_t i = 0; i < nargs; i++) {
 		const struct gpux_arg *a = &args[i];
-		struct ipc_key k;
-		uint32_t bit[2];
 
 		if (a->kind != GPUX_ARG_IN || !(a->flags & GPUX_ARG_CACHED))
 			continue;
-		k = cli_seg_key(a->buf->seg, a->buf->offset + a->offset, a->size);
-		ipc_affinity_bits((uint32_t)geteuid(), k.lo, k.hi, bit);
-		if ((__atomic_load_n(&page->affinity[bit[0] / 64], __ATOMIC_RELAXED) >>
-			     (bit[0] % 64) & 1) &&
-		    (__atomic_load_n(&page->affinity[bit[1] / 64], __ATOMIC_RELAXED) >>
-			     (bit[1] % 64) & 1))
+		if (filter_holds(page->affinity, (uint32_t)geteuid(),
+				 cli_seg_key(a->buf->seg, a->buf->offset + a->offset, a->size)))
 			n++;
 	}
 	return n;
+}
+
+GPUX_EXPORT bool gpux_affinity_holds(const uint64_t filter[GPUX_AFFINITY_BITS / 64],
+				     uint32_t uid, const uint8_t key[GPUX_KEY_SIZE])
+{
+	struct ipc_key k = { 0, 0 };
+
+	if (!filter || !key)
+		return false;
+	for (unsigned i = 0; i < 8; i++) {
+		k.lo |= (uint64_t)key[i] << (8 * i);
+		k.hi |= (uint64_t)key[8 + i] << (8 * i);
+	}
+	return filter_holds(filter, uid, k);
+}
+
+GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
+					     uint64_t ret_filter[GPUX_AFFINITY_BITS / 64])
+{
+	const struct ipc_status_page *page = NULL;
+	int r;
+
+	if (!ctx || !ret_filter)
+		return GPUX_E_INVAL;
+	(void)pthread_mutex_lock(&ctx->lock);
+	r = cli_ensure(ctx);
+	if (r == 0) {
+		cli_pump(ctx);
+		if (device < ctx->ndevices && ctx->devs[device].info.state == GPUX_DEVICE_READY)
+			page = ctx->devs[device].status;
+		r = page ? 0 : -ENODEV;
+	}
+	for (unsigned i = 0; page && i < GPUX_AFFINITY_BITS / 64; i++)
+		ret_filter[i] = __atomic_load_n(&page->affinity[i], __ATOMIC_RELAXED);
+	(void)pthread_mutex_unlock(&ctx->lock);
+	return cli_status_from_errno(r);
 }
 
 /*

@@ -516,6 +516,56 @@ static void test_residency_any_follows_affinity(void **state)
 	gpux_buf_free(b);
 }
 
+/* The public view of the same: content keys, and the filters a cluster scheduler reads. */
+static void test_residency_keys_and_filters_say_where_bytes_are(void **state)
+{
+	struct test_env *e = *state;
+	const uint64_t n = 40000;
+	gpux_buf *b = frozen(e, n, 91), *same = frozen(e, n, 91), *other = frozen(e, n, 92);
+	gpux_buf *plain, *part;
+	uint8_t kb[GPUX_KEY_SIZE], ks[GPUX_KEY_SIZE], ko[GPUX_KEY_SIZE], kp[GPUX_KEY_SIZE];
+	uint64_t f0[GPUX_AFFINITY_BITS / 64], f1[GPUX_AFFINITY_BITS / 64];
+	uint32_t uid = (uint32_t)geteuid();
+
+	assert_int_equal(gpux_buf_key(b, 0, 0, kb), GPUX_OK);
+	assert_int_equal(gpux_buf_key(same, 0, n * 4, ks), GPUX_OK);
+	assert_int_equal(gpux_buf_key(other, 0, 0, ko), GPUX_OK);
+	assert_memory_equal(kb, ks, GPUX_KEY_SIZE);
+	assert_memory_not_equal(kb, ko, GPUX_KEY_SIZE);
+	/* A range's key is its bytes' alone: a buffer of just those bytes has it too. */
+	assert_int_equal(gpux_buf_alloc(e->ctx, 400, &part), GPUX_OK);
+	memcpy(gpux_buf_data(part), (const uint8_t *)gpux_buf_data(b) + 800, 400);
+	assert_int_equal(gpux_buf_freeze(part), GPUX_OK);
+	assert_int_equal(gpux_buf_key(b, 800, 400, kb), GPUX_OK);
+	assert_int_equal(gpux_buf_key(part, 0, 0, kp), GPUX_OK);
+	assert_memory_equal(kb, kp, GPUX_KEY_SIZE);
+	/* Not frozen, or not within the buffer: no key. */
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &plain), GPUX_OK);
+	assert_int_equal(gpux_buf_key(plain, 0, 0, kp), GPUX_E_INVAL);
+	assert_int_equal(gpux_buf_key(b, n * 4, 0, kp), GPUX_E_INVAL);
+	assert_int_equal(gpux_buf_key(b, 4, n * 4, kp), GPUX_E_INVAL);
+	assert_int_equal(gpux_buf_key(b, UINT64_MAX, 2, kp), GPUX_E_INVAL);
+	assert_int_equal(gpux_buf_key(NULL, 0, 0, kp), GPUX_E_INVAL);
+	assert_int_equal(gpux_device_affinity(e->ctx, 2, f0), GPUX_E_NODEV);
+	assert_int_equal(gpux_device_affinity(NULL, 0, f0), GPUX_E_INVAL);
+
+	/* Cached on device 1 only: its filter holds the key, for this user. */
+	assert_int_equal(gpux_buf_key(b, 0, 0, kb), GPUX_OK);
+	(void)add1_cached(e, b, n, 1);
+	assert_int_equal(gpux_device_affinity(e->ctx, 0, f0), GPUX_OK);
+	assert_int_equal(gpux_device_affinity(e->ctx, 1, f1), GPUX_OK);
+	assert_true(gpux_affinity_holds(f1, uid, kb));
+	assert_false(gpux_affinity_holds(f0, uid, kb));
+	assert_false(gpux_affinity_holds(f1, uid + 1, kb));
+	assert_false(gpux_affinity_holds(f1, uid, ko));
+	assert_false(gpux_affinity_holds(NULL, uid, kb));
+	gpux_buf_free(b);
+	gpux_buf_free(same);
+	gpux_buf_free(other);
+	gpux_buf_free(part);
+	gpux_buf_free(plain);
+}
+
 /* One device's worker killed: GPUX_ANY work goes on at once on the other. */
 static void test_residency_any_survives_a_dead_worker(void **state)
 {
@@ -551,6 +601,7 @@ int main(void)
 		cmocka_unit_test(test_residency_any_spreads_over_devices),
 		cmocka_unit_test(test_residency_any_stays_where_no_less_is_queued),
 		cmocka_unit_test(test_residency_any_follows_affinity),
+		cmocka_unit_test(test_residency_keys_and_filters_say_where_bytes_are),
 		cmocka_unit_test(test_residency_any_survives_a_dead_worker),
 	};
 

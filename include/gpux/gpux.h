@@ -215,6 +215,32 @@ GPUX_EXPORT gpux_status gpux_buf_fd(gpux_buf *buf, int *ret_fd, uint64_t *ret_of
  */
 GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_buf);
 
+/*
+ * Cache affinity beyond one host, for a scheduler that places work across machines where its
+ * cached inputs already are (each host has its own gpuxd; see GPUX_ANY for one host).
+ *
+ * gpux_buf_key(): the content key of `size` bytes of a frozen buffer from `offset` (size 0:
+ * to its end), the key under which a device cache keeps them: the same bytes give the same
+ * key in any process, on any host. GPUX_E_INVAL: not frozen, or not within the buffer.
+ *
+ * gpux_device_affinity(): a copy of the device's affinity filter, which its worker rewrites
+ * as cache entries come and go: a set of (user, key) pairs, GPUX_AFFINITY_BITS bits of
+ * which each pair sets two. GPUX_E_NODEV: no such device, or it is not ready.
+ *
+ * gpux_affinity_holds(): whether a filter (from gpux_device_affinity(), possibly of another
+ * host) holds a key for the user `uid`: never false for a pair the filter holds, rarely true
+ * for one it does not (a guess for placement, not a promise: the entry may go meanwhile).
+ * It needs no connection.
+ */
+#define GPUX_KEY_SIZE 16u
+#define GPUX_AFFINITY_BITS 4096u
+GPUX_EXPORT gpux_status gpux_buf_key(gpux_buf *buf, uint64_t offset, uint64_t size,
+				     uint8_t ret_key[GPUX_KEY_SIZE]);
+GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
+					     uint64_t ret_filter[GPUX_AFFINITY_BITS / 64]);
+GPUX_EXPORT bool gpux_affinity_holds(const uint64_t filter[GPUX_AFFINITY_BITS / 64],
+				     uint32_t uid, const uint8_t key[GPUX_KEY_SIZE]);
+
 /* ---- device buffers ---- */
 
 /*

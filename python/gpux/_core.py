@@ -20,7 +20,7 @@ __all__ = [
     "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "RawModule",
     "SourceModule", "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX",
     "LANG_CUBIN", "LANG_HOST", "MODULE_HEADERS_MAX", "MODULE_NAMES_MAX", "ANY",
-    "device_count", "devices", "Lang", "Backend", "DeviceState",
+    "device_count", "devices", "Lang", "Backend", "DeviceState", "content_key",
 ]
 
 Context = _gpux.Context
@@ -322,6 +322,18 @@ def freeze(a: np.ndarray) -> np.ndarray:
     no one else sees. Children forked before keep seeing the bytes as they were."""
     _freeze(a)
     return a
+
+
+def content_key(a: np.ndarray) -> bytes:
+    """The content key of a frozen, contiguous gpux array's bytes: what a device cache keeps
+    them under for ``Cached(a)``, the same for the same bytes in any process, on any host
+    (16 bytes). A cluster scheduler places work where a host's devices hold it (gpux.dask)."""
+    b = buffer_of(a)
+    if b is None or not b.frozen:
+        raise InvalidError(-1, "only a frozen gpux array has a content key (gpux.freeze)")
+    if not (a.flags.c_contiguous or a.flags.f_contiguous) or a.nbytes == 0:
+        raise InvalidError(-1, "only a contiguous, non-empty array has a content key")
+    return b.key(a.__array_interface__["data"][0] - b.address, a.nbytes)
 
 
 # ---- arguments ----

@@ -245,6 +245,23 @@ static PyObject *buffer_fd(pyx_Buffer *self, PyObject *unused)
 	return Py_BuildValue("(iK)", fd, (unsigned long long)off);
 }
 
+static PyObject *buffer_key(pyx_Buffer *self, PyObject *args)
+{
+	unsigned long long off = 0, size = 0;
+	uint8_t key[GPUX_KEY_SIZE];
+	gpux_status st;
+
+	if (!PyArg_ParseTuple(args, "|KK", &off, &size))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_buf_key(self->buf, off, size, key);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise(st, self->frozen ? "not within the buffer"
+						  : "only a frozen buffer has a content key");
+	return PyBytes_FromStringAndSize((const char *)key, sizeof(key));
+}
+
 static PyObject *buffer_address(pyx_Buffer *self, void *unused)
 {
 	return PyLong_FromVoidPtr(self->data);
@@ -271,6 +288,9 @@ static PyMethodDef buffer_methods[] = {
 	  "freeze(): the bytes can never change again (the pages become read-only here)." },
 	{ "fd", (PyCFunction)buffer_fd, METH_NOARGS,
 	  "fd() -> (fd, offset): the memfd holding the bytes (borrowed) and their offset in it." },
+	{ "key", (PyCFunction)buffer_key, METH_VARARGS,
+	  "key(offset=0, size=0) -> bytes: the content key of a frozen buffer's bytes (size 0: "
+	  "to the end), under which device caches keep them, the same on every host." },
 	{ "_import", buffer_import, METH_VARARGS | METH_CLASS,
 	  "_import(fd, context=None) -> Buffer: the whole of another process's gpux memfd." },
 	{ 0 },

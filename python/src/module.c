@@ -331,6 +331,26 @@ static PyObject *context_device_info(pyx_Context *self, PyObject *arg)
 			     info.name);
 }
 
+static PyObject *context_affinity(pyx_Context *self, PyObject *arg)
+{
+	uint64_t filter[GPUX_AFFINITY_BITS / 64];
+	unsigned long dev = PyLong_AsUnsignedLong(arg);
+	gpux_status st;
+
+	if (dev == (unsigned long)-1 && PyErr_Occurred())
+		return NULL;
+	if (dev >= UINT32_MAX)
+		return pyx_raise(GPUX_E_NODEV, "no such device");
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(self);
+	st = gpux_device_affinity(self->ctx, (uint32_t)dev, filter);
+	pyx_blocking_leave(self);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise_call(st, NULL);
+	return PyBytes_FromStringAndSize((const char *)filter, sizeof(filter));
+}
+
 static PyObject *context_fd(pyx_Context *self, PyObject *unused)
 {
 	gpux_status st;
@@ -408,6 +428,9 @@ static PyMethodDef context_methods[] = {
 	  "device_count() -> int: the number of devices gpuxd serves." },
 	{ "device_info", (PyCFunction)context_device_info, METH_O,
 	  "device_info(index) -> dict: what gpuxd knows of a device now." },
+	{ "affinity", (PyCFunction)context_affinity, METH_O,
+	  "affinity(index) -> bytes: the device's affinity filter now, which cache entries "
+	  "(user, content key) it holds (gpux.affinity_holds tests it)." },
 	{ "fd", (PyCFunction)context_fd, METH_NOARGS,
 	  "fd() -> int: polls readable when completions may have arrived (then process()). "
 	  "Owned by the context; another one after fork()." },
@@ -504,6 +527,26 @@ static PyObject *mod_register(PyObject *m, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* affinity_holds(filter, uid, key): gpux_affinity_holds() of bytes from Context.affinity()
+ * and Buffer.key(). */
+static PyObject *mod_affinity_holds(PyObject *m, PyObject *args)
+{
+	uint64_t filter[GPUX_AFFINITY_BITS / 64];
+	const char *f, *k;
+	Py_ssize_t flen, klen;
+	unsigned int uid;
+
+	if (!PyArg_ParseTuple(args, "y#Iy#", &f, &flen, &uid, &k, &klen))
+		return NULL;
+	if (flen != (Py_ssize_t)sizeof(filter) || klen != GPUX_KEY_SIZE) {
+		PyErr_Format(PyExc_ValueError, "a filter of %zu bytes and a key of %u",
+			     sizeof(filter), GPUX_KEY_SIZE);
+		return NULL;
+	}
+	memcpy(filter, f, sizeof(filter));
+	return PyBool_FromLong(gpux_affinity_holds(filter, uid, (const uint8_t *)k));
+}
+
 /* _set_device_array(cls): the package's DeviceArray, taken as an argument by its _arg. */
 static PyObject *mod_set_device_array(PyObject *m, PyObject *cls)
 {
@@ -519,6 +562,9 @@ static PyObject *mod_set_device_array(PyObject *m, PyObject *cls)
 
 static PyMethodDef mod_methods[] = {
 	{ "_set_device_array", mod_set_device_array, METH_O, NULL },
+	{ "affinity_holds", mod_affinity_holds, METH_VARARGS,
+	  "affinity_holds(filter, uid, key) -> bool: whether an affinity filter (of any host) "
+	  "holds a content key for that user; rarely true wrongly, never false wrongly." },
 	{ "strerror", mod_strerror, METH_O, "strerror(status) -> str" },
 	{ "version", mod_version, METH_NOARGS, "version() -> str: libgpuxclient's version" },
 	{ "_register", mod_register, METH_VARARGS, NULL },

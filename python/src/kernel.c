@@ -231,7 +231,7 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 	struct gpux_times times = { 0 };
 	pyx_Context *ctx = k->module->ctx;
 	const char *why = NULL;
-	char own[PYX_WHY_MAX];
+	char own[PYX_WHY_MAX] = "";
 	gpux_req *r = NULL;
 	int st;
 
@@ -281,7 +281,7 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 		Py_BEGIN_ALLOW_THREADS
 		gpux_req_free(r);
 		Py_END_ALLOW_THREADS
-	} else if (st == GPUX_E_INVAL && !why) {
+	} else if (st == GPUX_E_INVAL && !why && *own) {
 		pyx_raise(st, own);
 	} else {
 		pyx_raise_call(st, NULL);

@@ -92,6 +92,14 @@ def test_shared_memory_and_blocks(kernels):
     assert out.sum() == pytest.approx(float(x.astype(np.float64).sum()), rel=1e-6)
 
 
+def test_launch_past_the_device_limits_says_so_and_no_more(kernels):
+    x = gpux.zeros(8, np.float32)
+    # Refused before anything is sent: the error carries no stray message.
+    with pytest.raises(gpux.InvalidError) as e:
+        kernels.get_function("add1")(1, 1 << 16, (np.uint64(8), x, x))
+    assert e.value.detail == "" and str(e.value) == "invalid argument"
+
+
 def test_queue_orders_and_picks_device(kernels):
     q = gpux.Queue(1)
     log = gpux.zeros(65, np.uint32)

@@ -91,6 +91,13 @@ def get_context() -> _gpux.Context:
     return ctx
 
 
+def _set_default_context(ctx: Optional[_gpux.Context]) -> None:
+    """Make ``ctx`` the process's default Context (None: made afresh on next use)."""
+    global _default
+    with _default_lock:
+        _default = ctx
+
+
 def _after_fork_in_child() -> None:
     global _default_lock
     # A thread of the parent making the default context is not here to let go of the lock.

@@ -43,9 +43,14 @@ _PEERS_MAX = 64
 
 
 def host_key() -> tuple[str, int]:
-    """Where a pickled array's memory can be reached: this boot, this network namespace."""
+    """Where a pickled array's memory can be reached: this boot, this network namespace.
+    ``$GPUX_HOST_ID`` makes processes of one machine stand for different hosts (tests of a
+    cluster on one machine): those with different values share no memory."""
     with open("/proc/sys/kernel/random/boot_id") as f:
         boot = f.read().strip()
+    stand_in = os.environ.get("GPUX_HOST_ID")
+    if stand_in:
+        boot = f"{boot}/{stand_in}"
     return boot, os.stat("/proc/self/ns/net").st_ino
 
 

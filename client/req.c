@@ -188,6 +188,11 @@ GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
 	r = cli_ensure(ctx);
 	if (r == 0) {
 		cli_pump(ctx);
+		/* gpuxd went away meanwhile: connect again, or say why not. */
+		if (!ctx->connected)
+			r = cli_ensure(ctx);
+	}
+	if (r == 0) {
 		if (device < ctx->ndevices && ctx->devs[device].info.state == GPUX_DEVICE_READY)
 			page = ctx->devs[device].status;
 		r = page ? 0 : -ENODEV;

@@ -42,11 +42,80 @@ def test_example_runs_on_worker_processes(client):
 def test_results_move_between_workers_as_shared_memory(client, kernels):
     scale = kernels.get_function("scale")
     workers = list(client.scheduler_info()["workers"])
-    # Made on one worker, doubled on the other, read by the client: one memory throughout.
-    made = client.submit(_make, 1000, workers=[workers[0]], pure=False)
+    # Made on one worker, doubled in place by the other (an array with a memfd of its own,
+    # 512 KiB: smaller ones travel by value), read by the client (by value).
+    n = 1 << 16
+    made = client.submit(_make, n, workers=[workers[0]], pure=False)
     doubled = client.submit(_double, scale, made, workers=[workers[1]], pure=False)
     a = doubled.result()
     assert isinstance(a, gpux.ndarray)
-    np.testing.assert_array_equal(a, 2 * np.arange(1000))
+    np.testing.assert_array_equal(a, 2 * np.arange(n))
     again = made.result()
     np.testing.assert_array_equal(again, a)
+
+
+def _roundtrip(a, context):
+    from distributed.protocol import deserialize, serialize
+
+    header, frames = serialize(a, serializers=["dask"], context=context)
+    return sum(memoryview(f).nbytes for f in frames), deserialize(header, frames)
+
+
+def test_serialization_by_memory_only_to_a_worker_of_this_host():
+    same = {"recipient": {"gpux-host": gpux.dask.host_id()}}
+    other = {"recipient": {"gpux-host": gpux.dask.host_id() + "-elsewhere"}}
+    big = gpux.asarray(np.arange(1 << 16, dtype=np.float64))  # 512 KiB: its own memfd
+    nbytes, back = _roundtrip(big, same)
+    assert nbytes < 1024 and isinstance(back, gpux.ndarray)
+    back[0] = -1
+    assert big[0] == -1  # one memory
+    # Another host, no host said (a scheduler, a client, spilling), or a small array (whose
+    # arena pages its sender reuses): the bytes, in a gpux array of the receiver's.
+    for a, context in ((big, other), (big, None), (big, {}), (gpux.ones(16), same)):
+        nbytes, back = _roundtrip(a, context)
+        assert nbytes == a.nbytes and isinstance(back, gpux.ndarray)
+        np.testing.assert_array_equal(back, a)
+        back[1] = -2
+        assert a[1] != -2
+
+
+def test_serialization_by_value_keeps_frozen_arrays_frozen():
+    w = gpux.asarray(np.random.default_rng(1).random(1000), freeze=True)
+    _, back = _roundtrip(w, None)
+    assert back.frozen and gpux.content_key(back) == gpux.content_key(w)
+    f = np.asfortranarray(gpux.asarray(np.arange(12.0).reshape(3, 4))).view(gpux.ndarray)
+    _, back = _roundtrip(f, None)
+    np.testing.assert_array_equal(back, f)
+    ro = gpux.asarray(np.arange(5.0))
+    ro.flags.writeable = False
+    _, back = _roundtrip(ro, None)
+    assert not back.flags.writeable and not back.frozen
+
+
+def test_device_arrays_travel_as_their_contents():
+    d = gpux.to_device(np.arange(100, dtype=np.float32), device=1)
+    _, back = _roundtrip(d, None)
+    assert isinstance(back, gpux.DeviceArray) and back.device == 1
+    np.testing.assert_array_equal(back.get(), np.arange(100, dtype=np.float32))
+
+
+def _gpux_resource(dask_worker):
+    return dask_worker.state.total_resources.get("GPUX"), os.getpid()
+
+
+def test_plugin_on_forked_workers_offers_gpux_and_runs_annotated_tasks(kernels):
+    scale = kernels.get_function("scale")
+    dask = pytest.importorskip("dask")
+    with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=2, processes=True,
+                                     dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as c:
+        c.register_plugin(gpux.dask.GpuxWorkerPlugin())
+        c.register_plugin(gpux.dask.GpuxSchedulerPlugin())
+        # Each worker offers its threads' worth of GPUX.
+        assert [g for g, _ in c.run(_gpux_resource).values()] == [2, 2]
+        with gpux.dask.annotate():
+            futs = c.map(_double, [scale] * 8,
+                         [gpux.asarray(np.arange(10.0)) for _ in range(8)], pure=False)
+        for a in c.gather(futs):
+            np.testing.assert_array_equal(a[:3], [0, 2, 4])

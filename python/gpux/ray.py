@@ -190,4 +190,5 @@ class _KernelActor:
         return tuple(a for a in arrays if isinstance(a, np.ndarray))
 
 
-KernelActor = ray.remote(num_gpus=0, resources={RESOURCE: 1})(_KernelActor)
+# Typed Any: its handles' methods are called as .remote(), which no stub says.
+KernelActor: Any = ray.remote(num_gpus=0, resources={RESOURCE: 1})(_KernelActor)

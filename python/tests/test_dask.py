@@ -12,6 +12,7 @@ import gpux  # noqa: E402
 import gpux.dask  # noqa: E402,F401
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import dask_gpu_bench  # noqa: E402
 import dask_saxpy  # noqa: E402
 
 
@@ -119,3 +120,9 @@ def test_plugin_on_forked_workers_offers_gpux_and_runs_annotated_tasks(kernels):
                          [gpux.asarray(np.arange(10.0)) for _ in range(8)], pure=False)
         for a in c.gather(futs):
             np.testing.assert_array_equal(a[:3], [0, 2, 4])
+
+
+def test_gpu_bench_example_runs_its_gpux_row():
+    # Its numbers are for a GPU (docs/CLUSTER.md); here: it runs, and checks its results.
+    info = dask_gpu_bench.run(2, 40, only=["gpux"])
+    assert list(info["rows"]) == ["gpux"] and info["rows"]["gpux"]["tasks_per_s"] > 0

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Ray: gpux kernels in tasks and actors that ask for the node resource GPUX, never a GPU.
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +14,9 @@ import gpux  # noqa: E402
 import gpux.ray as gr  # noqa: E402
 
 from conftest import ADD1_KERNEL, HOST_KERNELS  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import ray_saxpy  # noqa: E402
 
 N = 1000
 
@@ -89,3 +93,7 @@ def test_an_actor_keeps_modules_and_device_arrays(cluster):
 def test_gpu_options_are_refused():
     with pytest.raises(ValueError, match="num_gpus"):
         gr.remote(num_gpus=1)(lambda: None)
+
+
+def test_example_runs(cluster):
+    assert ray_saxpy.run(4)

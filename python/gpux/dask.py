@@ -420,6 +420,6 @@ async def dask_setup(server: Any) -> None:
     """``--preload gpux.dask``: the scheduler plugin on a scheduler, the worker plugin on a
     worker."""
     if isinstance(server, Scheduler):
-        await server.register_scheduler_plugin(GpuxSchedulerPlugin())
+        await server.register_scheduler_plugin(GpuxSchedulerPlugin(), idempotent=True)
     else:
         await server.plugin_add(GpuxWorkerPlugin(), catch_errors=False)

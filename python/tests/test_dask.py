@@ -126,3 +126,14 @@ def test_gpu_bench_example_runs_its_gpux_row():
     # Its numbers are for a GPU (docs/CLUSTER.md); here: it runs, and checks its results.
     info = dask_gpu_bench.run(2, 40, only=["gpux"])
     assert list(info["rows"]) == ["gpux"] and info["rows"]["gpux"]["tasks_per_s"] > 0
+
+
+def test_preload_sets_up_scheduler_and_workers():
+    dask = pytest.importorskip("dask")
+    with dask.config.set({"distributed.scheduler.preload": ["gpux.dask"],
+                          "distributed.worker.preload": ["gpux.dask"]}), \
+            distributed.LocalCluster(n_workers=1, threads_per_worker=3, processes=True,
+                                     dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as c:
+        assert "gpux" in c.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.plugins))
+        assert [g for g, _ in c.run(_gpux_resource).values()] == [3]

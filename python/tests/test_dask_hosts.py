@@ -222,5 +222,6 @@ def test_thousands_of_tasks_through_a_hosts_gpuxd_killed(cluster, hosts):
     for i, f in enumerate(waiting):
         np.testing.assert_array_equal(f.result(timeout=60),
                                       np.arange(i, i + N, dtype=np.float32) + 1)
-    assert _gpux_state(client)["a0"] == (2, True)
+    _wait("host a's workers to offer GPUX again", lambda: all(
+        _gpux_state(client)[n] == (2, True) for n in ("a0", "a1")))
 

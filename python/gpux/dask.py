@@ -108,14 +108,15 @@ def _by_value(a: np.ndarray) -> tuple[dict, list]:
     frozen = isinstance(a, ndarray) and a.frozen
     c = a if a.flags.c_contiguous or a.flags.f_contiguous else np.ascontiguousarray(a)
     order = "C" if c.flags.c_contiguous else "F"
-    header = {"gpux": "value", "dtype": c.dtype.str, "shape": list(c.shape), "order": order,
+    header = {"gpux": "value", "dtype": np.lib.format.dtype_to_descr(c.dtype),
+              "shape": list(c.shape), "order": order,
               "frozen": frozen, "readonly": not a.flags.writeable}
     data = c.view(np.ndarray).reshape(-1, order=order).view(np.uint8) if c.size else b""
     return header, [memoryview(data) if c.size else data]
 
 
 def _from_value(header: dict, frame: Any) -> np.ndarray:
-    dtype = np.dtype(header["dtype"])
+    dtype = np.lib.format.descr_to_dtype(header["dtype"])
     shape = tuple(header["shape"])
     src = np.frombuffer(frame, dtype=dtype).reshape(shape, order=header["order"])
     try:

@@ -56,7 +56,7 @@ def _to_value(a: np.ndarray) -> tuple:
 
 def _from_value(v: tuple) -> np.ndarray:
     data, frozen, readonly = v
-    a = asarray(np.array(data, copy=True))
+    a = asarray(data)  # a gpux copy of what the object store holds (read-only)
     if frozen:
         freeze(a)
     elif readonly:

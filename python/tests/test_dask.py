@@ -87,6 +87,9 @@ def test_serialization_by_value_keeps_frozen_arrays_frozen():
     f = np.asfortranarray(gpux.asarray(np.arange(12.0).reshape(3, 4))).view(gpux.ndarray)
     _, back = _roundtrip(f, None)
     np.testing.assert_array_equal(back, f)
+    rec = gpux.asarray(np.array([(1, 2.5), (3, 4.5)], dtype=[("i", "<i4"), ("x", "<f8")]))
+    _, back = _roundtrip(rec, None)
+    assert back.dtype == rec.dtype and back.tolist() == rec.tolist()
     ro = gpux.asarray(np.arange(5.0))
     ro.flags.writeable = False
     _, back = _roundtrip(ro, None)

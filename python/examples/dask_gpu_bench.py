@@ -12,14 +12,16 @@
 #
 # Each task runs one kernel (y = a * x + y on ELEMENTS floats, made in the task) and returns
 # a checksum, which is checked. Device memory is the most nvidia-smi saw used during the run
-# less what was used before it. Without a GPU or CuPy, the rows that need them say so, and
-# the gpux row runs on the host back end.
+# less what was used before the cluster started (gpux's workers start a gpuxd of their own:
+# its contexts count). Without a GPU or CuPy, the rows that need them say so, and the gpux
+# row runs on the host back end.
 import argparse
 import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, Callable, Optional
@@ -135,13 +137,32 @@ def measure(client: Client, task: Callable[[int], float], tasks: int, annotate: 
             else None}
 
 
+def _backend() -> str:
+    return gpux.devices()[0]["backend"].name
+
+
 def run_gpux(workers: int, tasks: int) -> dict:
+    """The workers start a gpuxd of their own (a private one, in a runtime folder of the
+    bench's), after the idle memory was read: its contexts count in the row."""
     idle = memory_used_mib()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:
-        client.register_plugin(gpux.dask.GpuxWorkerPlugin())
-        client.register_plugin(gpux.dask.GpuxSchedulerPlugin())
-        return measure(client, gpux_task, tasks, True, idle)
+    saved = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "GPUX_SOCKET")}
+    with tempfile.TemporaryDirectory(prefix="gpux-bench-") as rt:
+        os.environ["XDG_RUNTIME_DIR"] = rt
+        os.environ.pop("GPUX_SOCKET", None)
+        try:
+            with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                              dashboard_address=":0") as cluster, Client(cluster) as client:
+                client.register_plugin(gpux.dask.GpuxWorkerPlugin())
+                client.register_plugin(gpux.dask.GpuxSchedulerPlugin())
+                row = measure(client, gpux_task, tasks, True, idle)
+                row["backend"] = client.submit(_backend, pure=False).result()
+                return row
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def run_cupy(workers: int, tasks: int) -> dict:
@@ -179,7 +200,7 @@ def run(workers: int, tasks: int, only: Optional[list[str]] = None) -> dict:
             continue
         rows[name] = fn() if name == "gpux" or have_cupy else {"skipped": "needs CuPy and a GPU"}
     return {"workers": workers, "tasks": tasks, "gpus": gpus, "elements": ELEMENTS,
-            "backend": gpux.devices()[0]["backend"].name, "rows": rows}
+            "rows": rows}
 
 
 def main() -> None:
@@ -194,8 +215,9 @@ def main() -> None:
         json.dump(info, sys.stdout, indent=1)
         print()
         return
+    backend = info["rows"].get("gpux", {}).get("backend", "-")
     print(f"{args.tasks} tasks of one kernel ({ELEMENTS} floats) each, {info['gpus']} GPU(s), "
-          f"gpux on {info['backend']}")
+          f"gpux on {backend}")
     print("| setup | workers | tasks/s | device memory (MiB) |")
     print("| --- | ---: | ---: | ---: |")
     label = {"gpux": f"{args.workers} workers, gpux",

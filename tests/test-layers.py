@@ -45,6 +45,7 @@ ALLOWED = {
                                CUDA_HOST},
     'tests/fuzz': WORKER_COMPILE | {'tests'},
     'tests/fake-cuda': set(),
+    'tests/headers': {PUBLIC},
     'tests/install': {PUBLIC},
 }
 

@@ -203,10 +203,12 @@ void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *c
 	}
 }
 
-/* Whether the daemon's log (its workers' too) holds a sanitizer's report. */
+/* Whether the daemon's log (its workers' too) holds a sanitizer's report, or the fake libcuda's
+ * (driver objects a worker never released). */
 static bool log_has_sanitizer_report(const char *path)
 {
-	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "runtime error:" };
+	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "runtime error:",
+					     "fake libcuda:" };
 	char line[1024];
 	bool found = false;
 	FILE *f = fopen(path, "re");

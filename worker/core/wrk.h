@@ -403,6 +403,12 @@ bool wrk_req_cancelled(struct wrk_req *r);
  */
 void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
 /*
+ * Any thread: a back end met a sticky error outside a request's launch (loading a module,
+ * registering a segment, allocating device memory): the device can run nothing more, so the
+ * worker fails what it has and exits to be restarted, as after a sticky error in a launch.
+ */
+void wrk_device_broken(struct wrk *w);
+/*
  * Any thread: r, long running, should end within tens of µs. The loop and r's client are
  * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that
  * its end costs no wake-up (two of them cost a 256 MiB copy 3 to 5 % of its rate). Before

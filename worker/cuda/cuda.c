@@ -25,6 +25,18 @@ char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
 	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
 }
 
+/* A failure's status. A sticky error broke the context, whichever call met it: the worker
+ * goes and is restarted. */
+static gpux_status cuda_status(struct cuda_dev *d, CUresult r)
+{
+	bool sticky;
+	gpux_status st = wrk_cu_err(r, &sticky);
+
+	if (sticky)
+		wrk_device_broken(d->w);
+	return st;
+}
+
 /* ---- probe and open ---- */
 
 static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a)
@@ -274,7 +286,6 @@ static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret
 	struct cuda_dev *d = dv;
 	unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP;
 	CUdeviceptr p = 0;
-	bool sticky;
 	CUresult r;
 
 	if (m->seg.frozen)
@@ -282,14 +293,14 @@ static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret
 	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = cuda_msg(d, "registering a shared segment", r);
-		return wrk_cu_err(r, &sticky);
+		return cuda_status(d, r);
 	}
 	/* Mapped arguments point at these pages themselves: their device address, once. */
 	r = d->cu.cuMemHostGetDevicePointer(&p, m->seg.addr, 0);
 	if (r != CUDA_SUCCESS) {
 		(void)d->cu.cuMemHostUnregister(m->seg.addr);
 		*ret_msg = cuda_msg(d, "the device address of a shared segment", r);
-		return wrk_cu_err(r, &sticky);
+		return cuda_status(d, r);
 	}
 	m->reg = m->seg.addr;
 	m->dev_addr = p;
@@ -387,7 +398,6 @@ static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, 
 	struct cuda_dev *d = dv;
 	struct cuda_module *m;
 	struct wrk_cuimage img;
-	bool sticky;
 	CUresult e;
 	int r;
 
@@ -413,7 +423,7 @@ static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, 
 		m->mod = NULL;
 		cuda_module_unload(d, m);
 		*ret_msg = cuda_msg(d, "loading the module", e);
-		return wrk_cu_err(e, &sticky);
+		return cuda_status(d, e);
 	}
 	*ret_mod = m;
 	return 0;
@@ -493,7 +503,6 @@ static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char 
 {
 	struct cuda_dev *d = dv;
 	CUdeviceptr p = 0;
-	bool sticky;
 	CUresult e = d->cu.cuMemAllocFromPoolAsync(&p, size, d->pool, d->aux);
 
 	if (e == CUDA_SUCCESS)
@@ -501,7 +510,7 @@ static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char 
 	if (e != CUDA_SUCCESS) {
 		*ret_msg = wrk_strdup_printf("%llu bytes of device memory: %s",
 					     (unsigned long long)size, cu_err_name(&d->cu, e));
-		return wrk_cu_err(e, &sticky);
+		return cuda_status(d, e);
 	}
 	*ret_ptr = (void *)(uintptr_t)p;
 	return 0;
@@ -519,7 +528,6 @@ static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t le
 {
 	struct cuda_dev *d = dv;
 	CUevent ev = NULL;
-	bool sticky;
 	CUresult e = d->cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
 
 	if (e == CUDA_SUCCESS)
@@ -530,7 +538,7 @@ static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t le
 		if (ev)
 			(void)d->cu.cuEventDestroy(ev);
 		*ret_msg = cuda_msg(d, "upload", e);
-		return wrk_cu_err(e, &sticky);
+		return cuda_status(d, e);
 	}
 	*ret_ready = ev;
 	return 0;

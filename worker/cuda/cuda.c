@@ -454,10 +454,16 @@ static gpux_status kernel_find(struct cuda_dev *d, struct cuda_module *m, const 
 			return rc == -ENOTUNIQ ? GPUX_E_INVAL : GPUX_E_NOTFOUND;
 		r = d->cu.cuModuleGetFunction(ret, m->mod, sym);
 	}
-	if (r != CUDA_SUCCESS) {
+	if (r == CUDA_ERROR_NOT_FOUND) {
 		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (%s)", name,
 					     cu_err_name(&d->cu, r));
 		return GPUX_E_NOTFOUND;
+	}
+	/* Not a missing kernel: the driver could not look (out of memory, a broken device). */
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("kernel \"%s\": cuModuleGetFunction: %s", name,
+					     cu_err_name(&d->cu, r));
+		return cuda_status(d, r);
 	}
 	return 0;
 }

@@ -511,8 +511,12 @@ static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char 
 	CUdeviceptr p = 0;
 	CUresult e = d->cu.cuMemAllocFromPoolAsync(&p, size, d->pool, d->aux);
 
-	if (e == CUDA_SUCCESS)
+	if (e == CUDA_SUCCESS) {
 		e = d->cu.cuStreamSynchronize(d->aux);
+		/* Allocated, but not known to be there: given back. */
+		if (e != CUDA_SUCCESS)
+			(void)d->cu.cuMemFreeAsync(p, d->aux);
+	}
 	if (e != CUDA_SUCCESS) {
 		*ret_msg = wrk_strdup_printf("%llu bytes of device memory: %s",
 					     (unsigned long long)size, cu_err_name(&d->cu, e));

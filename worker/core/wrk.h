@@ -59,6 +59,8 @@ struct wrk_mapping {
 	ino_t st_ino;
 	struct ipc_segment seg;
 	void *reg; /* the back end's registration */
+	/* map_register() done; until it is, tried again at each use (wrk_segment_range()) */
+	bool registered;
 	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
 	uint32_t uid;
 	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */

@@ -39,20 +39,28 @@ static gpux_status cuda_status(struct cuda_dev *d, CUresult r)
 
 /* ---- probe and open ---- */
 
-static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a)
+/* A device attribute; 0 when it cannot be read, the first such failure kept in *err. */
+static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a, CUresult *err)
 {
 	int v = 0;
+	CUresult r = cu->cuDeviceGetAttribute(&v, a, dev);
 
-	if (cu->cuDeviceGetAttribute(&v, a, dev) != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
+		if (*err == CUDA_SUCCESS)
+			*err = r;
 		return 0;
+	}
 	return v;
 }
 
+/* What is said of the device. Its name and uuid have stand-ins; the first failure to read its
+ * memory or an attribute is kept in *err. */
 static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
-			struct ipc_device_info *info)
+			struct ipc_device_info *info, CUresult *err)
 {
 	CUuuid uuid;
 	size_t mem = 0;
+	CUresult r;
 
 	memset(info, 0, sizeof(*info));
 	info->index = index;
@@ -61,13 +69,15 @@ static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
 		(void)snprintf(info->name, sizeof(info->name), "CUDA device %u", index);
 	if (cu->cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
 		memcpy(info->uuid, uuid.bytes, sizeof(info->uuid));
-	(void)cu->cuDeviceTotalMem(&mem, dev);
+	r = cu->cuDeviceTotalMem(&mem, dev);
+	if (r != CUDA_SUCCESS && *err == CUDA_SUCCESS)
+		*err = r;
 	info->mem_total = mem;
-	info->cc_major = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-	info->cc_minor = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-	info->sm_count = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+	info->cc_major = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, err);
+	info->cc_minor = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, err);
+	info->sm_count = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, err);
 	info->max_threads_per_block =
-		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, err);
 }
 
 static gpux_status driver_init(struct cu_driver *cu, char **ret_msg)
@@ -108,11 +118,13 @@ static gpux_status cuda_probe(struct ipc_device_info *ret, unsigned max, unsigne
 	if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS)
 		count = 0;
 	for (int i = 0; i < count && (unsigned)i < max; i++) {
+		/* What the probe cannot read, the worker reads again as it starts. */
+		CUresult unread = CUDA_SUCCESS;
 		CUdevice dev;
 
 		if (cu.cuDeviceGet(&dev, i) != CUDA_SUCCESS)
 			break;
-		device_info(&cu, dev, (uint32_t)i, &ret[*ret_n]);
+		device_info(&cu, dev, (uint32_t)i, &ret[*ret_n], &unread);
 		(*ret_n)++;
 	}
 	cu_driver_unload(&cu);
@@ -233,7 +245,7 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 		rc = GPUX_E_DEVICE;
 		goto err;
 	}
-	device_info(&d->cu, d->dev, device, ret_info);
+	device_info(&d->cu, d->dev, device, ret_info, &r);
 	d->cc_major = (int)ret_info->cc_major;
 	d->cc_minor = (int)ret_info->cc_minor;
 	(void)snprintf(d->arch, sizeof(d->arch), "sm_%d%d", d->cc_major, d->cc_minor);
@@ -249,17 +261,24 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = ret_info->max_threads_per_block,
-		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
-			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
-			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z) },
-		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
-			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z) },
-		.max_shared_per_block =
-			(uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &r),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &r),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &r) },
+		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &r),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &r),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &r) },
+		.max_shared_per_block = (uint32_t)attr(
+			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &r),
 		.max_shared_per_block_optin = (uint32_t)attr(
-			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &r),
 	};
+	/* A worker that does not know its device's memory or limits (it would refuse every
+	 * launch, or take 0 for its device quota) does not start: gpuxd starts it again. */
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cuda_msg(d, "the device's attributes", r);
+		rc = GPUX_E_DEVICE;
+		goto err;
+	}
 	ends_open(d);
 	cuda_copyin_start(d);
 	*ret_dev = d;

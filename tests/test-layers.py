@@ -42,7 +42,7 @@ ALLOWED = {
     'tools': IPC | {'admin', 'cudaload'},
     'python/src': {PUBLIC},
     'tests': WORKER_COMPILE | {'worker/host', 'worker/cuda', 'admin', 'supervisor', 'client',
-                               CUDA_HOST},
+                               CUDA_HOST, 'tests/fake-cuda'},
     'tests/fuzz': WORKER_COMPILE | {'tests'},
     'tests/fake-cuda': set(),
     'tests/headers': {PUBLIC},

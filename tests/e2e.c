@@ -224,8 +224,8 @@ int test_daemon_try_start(struct test_daemon *d, const char *const *args, int *r
  * (driver objects a worker never released). */
 static bool log_has_sanitizer_report(const char *path)
 {
-	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "runtime error:",
-					     "fake libcuda:" };
+	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "ThreadSanitizer",
+					     "runtime error:", "fake libcuda:" };
 	char line[1024];
 	bool found = false;
 	FILE *f = fopen(path, "re");

@@ -206,6 +206,7 @@ int tool_status(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "prometheus", no_argument, NULL, 'p' },
+		{ "per-user", no_argument, NULL, 'u' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -213,7 +214,7 @@ int tool_status(int argc, char **argv)
 	struct ipc_status st;
 	char path[IPC_SOCKET_PATH_MAX + 1], why[256];
 	const char *sock = NULL;
-	bool json = false, prom = false, private_path;
+	bool json = false, prom = false, per_user = false, private_path;
 	int c, fd, r;
 
 	while ((c = tool_getopt(argc, argv, opts, TOOL_USAGE_STATUS)) >= 0) {
@@ -221,6 +222,8 @@ int tool_status(int argc, char **argv)
 			sock = optarg;
 		else if (c == 'j')
 			json = true;
+		else if (c == 'u')
+			per_user = true;
 		else
 			prom = true;
 	}
@@ -228,6 +231,8 @@ int tool_status(int argc, char **argv)
 		tool_usage_error(TOOL_USAGE_STATUS, "status: unexpected argument \"%s\"", argv[optind]);
 	if (json && prom)
 		tool_usage_error(TOOL_USAGE_STATUS, "status: --json or --prometheus, not both");
+	if (per_user && !prom)
+		tool_usage_error(TOOL_USAGE_STATUS, "status: --per-user goes with --prometheus");
 	if (!sock) {
 		if (ipc_client_socket(path, sizeof(path), &private_path) < 0)
 			return tool_fail("status", "the default socket path is too long");
@@ -251,7 +256,8 @@ int tool_status(int argc, char **argv)
 	if (json)
 		return print_json(sock, &st, devs);
 	if (prom) {
-		if (ipc_metrics_write(stdout, &st, devs) < 0 || fflush(stdout) != 0)
+		if (ipc_metrics_write(stdout, &st, devs, per_user ? IPC_METRICS_PER_USER : 0) < 0 ||
+		    fflush(stdout) != 0)
 			return tool_fail("status", "cannot write to stdout");
 		return TOOL_OK;
 	}

@@ -15,12 +15,13 @@
 #define TOOL_USAGE 2
 
 #define TOOL_USAGE_STATUS                                                                          \
-	"usage: gpux status [--socket PATH] [--json | --prometheus]\n"                             \
+	"usage: gpux status [--socket PATH] [--json | --prometheus [--per-user]]\n"                \
 	"  --socket PATH   gpuxd's socket (default: $GPUX_SOCKET, the per-user one, the\n"      \
 	"                  system-wide one)\n"                                                   \
 	"  --json          one JSON document on stdout\n"                                        \
 	"  --prometheus    the metrics in Prometheus' text format (for node_exporter's\n"       \
-	"                  textfile collector)\n"
+	"                  textfile collector)\n"                                               \
+	"  --per-user      and memory by user (uid labels)\n"
 #define TOOL_USAGE_COMPILE                                                                         \
 	"usage: gpux compile [--socket PATH] [--lang cuda|ptx|cubin|host] [--options OPTS]\n"    \
 	"                    [--json] FILE\n"                                                    \

@@ -151,9 +151,13 @@
 		  "quarter of max-clients, or only the reserve is left\n"                          \
 		  "(default " IPC_OPT_STR(IPC_OPT_BUSY_HELLO_TIMEOUT_MS) ")")                      \
 	S("Metrics:")                                                                              \
-	D(metrics, "metrics", .kind = IPC_OPT_TEXT, .arg = "ADDR",                                 \
+	D(metrics, "metrics", .kind = IPC_OPT_PARSE, .parse = sup_parse_metrics, .arg = "ADDR",    \
 	  .help = "serve Prometheus metrics at http://ADDR/metrics\n"                              \
-		  "(HOST:PORT, [V6]:PORT, or :PORT for every address)")                            \
+		  "(HOST:PORT, [V6]:PORT, or :PORT for every address;\n"                          \
+		  "a process of its own, gpux-metrics)")                                           \
+	D(metrics_per_user, "metrics-per-user", .kind = IPC_OPT_FLAG,                              \
+	  .help = "label memory by user (uid): anyone who can reach\n"                             \
+		  "the port sees who uses the devices, and how much")                              \
 	S("Logs:")                                                                                 \
 	D(log_level, "log-level", .kind = IPC_OPT_PARSE, .parse = sup_parse_log_level,             \
 	  .arg = "LEVEL",                                                                          \

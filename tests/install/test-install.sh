@@ -22,7 +22,8 @@ trap cleanup EXIT
 meson install -C "$build" --destdir "$stage" --no-rebuild --quiet
 
 fail() { echo "test-install: $*" >&2; exit 1; }
-for f in "$bindir/gpux" "$sbindir/gpuxd" "$libexecdir/gpux-worker" "$libdir/libgpuxclient.so.0" \
+for f in "$bindir/gpux" "$sbindir/gpuxd" "$libexecdir/gpux-worker" "$libexecdir/gpux-metrics" \
+	 "$libdir/libgpuxclient.so.0" \
 	 "$libdir/pkgconfig/gpux.pc" "$prefix/include/gpux/gpux.h" "$prefix/include/gpux/version.h" \
 	 "$unitdir/gpuxd.service" "$unitdir/gpuxd.socket" "$sysusersdir/gpux.conf" \
 	 "$prefix/share/doc/gpux/LICENSE"; do

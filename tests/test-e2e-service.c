@@ -100,7 +100,9 @@ static void test_service_sigterm_drains(void **state)
 	}
 	assert_non_null(refused);
 	assert_int_equal(gpux_test(refused), GPUX_E_STOPPING);
-	assert_non_null(strstr(gpux_req_message(refused), "stopping"));
+	/* The message says what the status does not, for "gpuxd is stopping: ..." */
+	assert_non_null(strstr(gpux_req_message(refused), "takes no new work"));
+	assert_null(strstr(gpux_req_message(refused), gpux_strerror(GPUX_E_STOPPING)));
 	gpux_req_free(refused);
 	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
 	assert_int_equal(devs[0].stats.inflight, 1);
@@ -228,8 +230,26 @@ static void test_service_log_file_reopened_on_sighup(void **state)
 	assert_non_null(mkdtemp(dir));
 	(void)snprintf(log, sizeof(log), "%s/sub/gpuxd.log", dir);
 	(void)snprintf(moved, sizeof(moved), "%s.1", log);
+	/* Five and a half hours east of UTC (POSIX counts west). */
+	assert_int_equal(setenv("TZ", "GPX-5:30", 1), 0);
 	test_daemon_start(&d, args);
+	assert_int_equal(unsetenv("TZ"), 0);
 	assert_true(file_has(log, "ready (worker"));
+	/* Each line starts with when, and the time's offset from UTC. */
+	{
+		FILE *f = fopen(log, "re");
+		char line[256];
+		int y, mo, dd, h, mi, se, ms;
+		char zone[8];
+
+		assert_non_null(f);
+		assert_non_null(fgets(line, sizeof(line), f));
+		(void)fclose(f);
+		assert_int_equal(sscanf(line, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%6s ", &y, &mo, &dd, &h,
+					&mi, &se, &ms, zone),
+				 8);
+		assert_string_equal(zone, "+05:30");
+	}
 
 	/* A client that says nonsense is dropped, and the message says who it was. */
 	fd = raw_connect(d.sock);

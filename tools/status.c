@@ -155,10 +155,11 @@ static int print_json(const char *path, const struct ipc_status *st,
 
 static void print_table(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
 {
-	printf("gpuxd %s on %s: up %.1f s, %s loop, %u clients now (%llu in all, %llu "
+	printf("gpuxd %s on %s: up %.1f s, %s loop, %u client%s now (%llu in all, %llu "
 	       "refused)%s\n",
 	       st->version, path, (double)st->uptime_ns / 1e9, st->loop, st->nclients,
-	       (unsigned long long)st->clients_total, (unsigned long long)st->clients_refused,
+	       st->nclients == 1 ? "" : "s", (unsigned long long)st->clients_total,
+	       (unsigned long long)st->clients_refused,
 	       st->flags & IPC_STATUS_STOPPING ? ", STOPPING: draining" : "");
 	printf("%-4s %-10s %-8s %-4s %-8s %-8s %-8s %-10s %-8s %-9s %-16s %s\n", "DEV", "STATE",
 	       "PID", "GEN", "RESTARTS", "CLIENTS", "INFLIGHT", "SERVED", "FAILED", "LAUNCH/S",

@@ -164,8 +164,9 @@ gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg)
 	ki = &r->kernel->info;
 	if (ki->nparams >= 0) {
 		if ((unsigned)ki->nparams != r->nargs) {
-			*ret_msg = wrk_strdup_printf("kernel \"%s\" takes %d arguments, %u given",
-						     r->name, ki->nparams, r->nargs);
+			*ret_msg = wrk_strdup_printf("kernel \"%s\" takes %d argument%s, %u given",
+						     r->name, ki->nparams,
+						     ki->nparams == 1 ? "" : "s", r->nargs);
 			return GPUX_E_INVAL;
 		}
 		for (unsigned i = 0; i < r->nargs; i++) {

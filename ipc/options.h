@@ -160,7 +160,7 @@
 		  "the port sees who uses the devices, and how much")                              \
 	S("Logs:")                                                                                 \
 	D(log_level, "log-level", .kind = IPC_OPT_PARSE, .parse = sup_parse_log_level,             \
-	  .arg = "LEVEL",                                                                          \
+	  .arg = "LEVEL", .words = "err|warning|notice|info|debug",                                \
 	  .help = "err, warning, notice, info (default) or debug")                                 \
 	D(log_file, "log-file", .kind = IPC_OPT_TEXT, .arg = "PATH",                               \
 	  .help = "log there (reopened on SIGHUP); by default the journal\n"                       \

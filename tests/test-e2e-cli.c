@@ -257,6 +257,40 @@ static void test_cli_bench_json_is_json(void **state)
 	run_free(&r);
 }
 
+/*
+ * On the host back end: the targets are GPU targets, judged nowhere (no MISSED); IN and OUT
+ * ranges are not copied there, so no bandwidth is made of them.
+ */
+static void test_cli_bench_host_judges_no_gpu_target(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "bench", "--json", "--quick", "--only", "bw,fork", "--socket",
+			       d->sock, NULL };
+	struct run r = gpux(d, args);
+	json_t *j, *res;
+	bool note = false, targets = false;
+
+	assert_int_equal(r.code, 0);
+	j = parse(&r);
+	assert_true(json_is_false(json_object_get(j, "targets_judged")));
+	res = json_object_get(j, "results");
+	for (size_t i = 0; i < json_array_size(res); i++) {
+		json_t *row = json_array_get(res, i);
+		const char *name = json_string_value(json_object_get(row, "scenario"));
+
+		assert_true(strncmp(name, "IN  ", 4) != 0 && strncmp(name, "OUT ", 4) != 0);
+		note |= strstr(name, "no copy on the host back end") != NULL;
+		targets |= *json_string_value(json_object_get(row, "target")) != '\0';
+		assert_true(json_is_null(json_object_get(row, "met")));
+	}
+	assert_true(note);
+	assert_true(targets);
+	assert_null(strstr(r.err, "MISSED"));
+	assert_non_null(strstr(r.err, "n/a: GPU target"));
+	json_decref(j);
+	run_free(&r);
+}
+
 /* Usage errors: one line naming the culprit, the usage, exit 2; --help exits 0. */
 static void test_cli_conventions(void **state)
 {
@@ -375,6 +409,7 @@ int main(void)
 		cmocka_unit_test(test_cli_status_prometheus),
 		cmocka_unit_test(test_cli_compile),
 		cmocka_unit_test(test_cli_bench_json_is_json),
+		cmocka_unit_test(test_cli_bench_host_judges_no_gpu_target),
 		cmocka_unit_test(test_cli_conventions),
 		cmocka_unit_test(test_cli_soak_briefly),
 	};

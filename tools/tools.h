@@ -35,10 +35,14 @@
 	"  --children N    forked children that run the kernel (1 to 256, default 8)\n"          \
 	"  --elements N    elements of the vectors (default 1048576)\n"
 #define TOOL_USAGE_BENCH                                                                           \
-	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"              \
+	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS] [--plot FILE]\n" \
+	"       gpux bench --from FILE [--json] [--plot FILE]\n"                                 \
 	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
 	"  --quick         fewer repetitions\n"                                                  \
-	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus\n"
+	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus\n"     \
+	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"   \
+	"                  in-process CUDA) and the round trips' percentiles\n"                 \
+	"  --from FILE     a run saved by --json, instead of a new one (its table, --plot)\n"
 
 #define TOOL_USAGE_SOAK                                                                            \
 	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                               \

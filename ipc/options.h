@@ -52,6 +52,8 @@
 	  .help = "the channel to gpuxd")                                                          \
 	W(status_fd, "status-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,               \
 	  .help = "the status page (a memfd gpuxd reads)")                                         \
+	W(clients_fd, "clients-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,             \
+	  .help = "the table of its clients (a memfd gpuxd reads)")                                \
 	W(parent_pid, "parent-pid", .kind = IPC_OPT_UINT, .arg = "PID", .max = INT_MAX,            \
 	  .help = "gpuxd: exit at once when it is not the parent")                                 \
 	W(probe, "probe", .kind = IPC_OPT_FLAG,                                                    \
@@ -174,6 +176,7 @@ struct ipc_worker_opts {
 	const char *backend;
 	int control_fd;
 	int status_fd;
+	int clients_fd; /* -1: no table of clients (gpux top shows none of this worker's) */
 	pid_t parent_pid; /* 0: none */
 	bool probe;       /* list the devices and exit */
 	bool compiler;    /* be the compile helper */
@@ -198,7 +201,7 @@ struct ipc_worker_opts {
 #define IPC_WORKER_OPTS_DEFAULTS                                                                   \
 	{                                                                                          \
 		.device = IPC_WORKER_NO_DEVICE, .backend = NULL, .control_fd = -1,                 \
-		.status_fd = -1,                                                                   \
+		.status_fd = -1, .clients_fd = -1,                                                 \
 		.timeout_ms = IPC_OPT_TIMEOUT_MS, .max_timeout_ms = IPC_OPT_MAX_TIMEOUT_MS,        \
 		.quota_shared = UINT64_MAX, .quota_shared_user = UINT64_MAX,                       \
 	}

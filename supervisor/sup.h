@@ -123,6 +123,8 @@ struct sup_worker {
 	int status_fd;    /* read-write, for the worker */
 	int status_ro_fd; /* read-only, for clients */
 	struct ipc_status_page *status;
+	int clients_fd; /* gpux top's table of its clients (ipc/status.h), for the worker */
+	const struct ipc_client_table *clients; /* the same, read here */
 	struct ipc_timer *timer;
 	uint32_t generation;
 	uint32_t restarts;

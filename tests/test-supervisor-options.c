@@ -185,6 +185,7 @@ static void test_options_worker_argv_every_option(void **state)
 	assert_string_equal(wo.backend, "cuda");
 	assert_int_equal(wo.control_fd, 3);
 	assert_int_equal(wo.status_fd, 4);
+	assert_int_equal(wo.clients_fd, 5);
 	assert_int_equal(wo.parent_pid, getpid());
 	assert_true(wo.sandbox);
 	assert_false(wo.probe);

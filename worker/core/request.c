@@ -68,6 +68,8 @@ static void req_free(struct wrk_req *r)
 	wrk_queue_unref(r->queue);
 	if (r->client) {
 		r->client->inflight--;
+		r->client->requests++;
+		wrk_client_row_update(r->client);
 		wrk_client_unref(r->client);
 	}
 	w->stats.inflight--;
@@ -281,6 +283,7 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 	r->client = c;
 	c->refs++;
 	c->inflight++;
+	wrk_client_row_update(c);
 	w->stats.inflight++;
 	r->id = id;
 	r->t_arrive = mono_ns();

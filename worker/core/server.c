@@ -53,6 +53,7 @@ void wrk_client_drop(struct wrk_client *c)
 		free(ref);
 	}
 	ipc_map_done(&c->mods);
+	wrk_client_row_put(c);
 	wrk_status_publish(w);
 	wrk_client_unref(c);
 }
@@ -339,6 +340,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 		w->clients->prev = c;
 	w->clients = c;
 	w->nclients++;
+	wrk_client_row_take(c);
 	client_rings(c);
 	wrk_status_publish(w);
 }

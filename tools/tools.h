@@ -57,7 +57,20 @@
 	"  --ops LIST         the kinds of operation the clients do (default all)\n"            \
 	"  --keep             keep gpuxd's log and cache even when all went well\n"
 
+#define TOOL_USAGE_TOP                                                                             \
+	"usage: gpux top [--socket PATH] [--interval S] [--count N] [--batch | --json]\n"         \
+	"  gpuxd's devices and clients, refreshed: per device its state, clients, requests\n"    \
+	"  and launches per second, queue, memory and cache hits; per client its pid, user,\n"   \
+	"  command, requests per second, requests in flight, shared and device memory.\n"      \
+	"  On a terminal it redraws in place (q quits); else, or with --batch, it prints\n"     \
+	"  one plain frame per interval.\n"                                                      \
+	"  --interval S    seconds between frames (default 1, at least 0.1)\n"                  \
+	"  --count N       stop after N frames\n"                                                \
+	"  --batch         plain frames one after another, for a log or a script\n"            \
+	"  --json          one JSON document of one frame, then exit\n"
+
 int tool_status(int argc, char **argv);
+int tool_top(int argc, char **argv);
 int tool_compile(int argc, char **argv);
 int tool_demo(int argc, char **argv);
 int tool_bench(int argc, char **argv);

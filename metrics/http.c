@@ -34,7 +34,6 @@ struct mx_server {
 	unsigned max_conns, nconns;
 	/* In the order they came: first is the oldest. */
 	struct mx_conn *first, *last;
-	uint64_t evicted;
 	mx_render_fn *render;
 	void *userdata;
 	/* The last body made, when, and how that went (-errno, why). */
@@ -251,7 +250,6 @@ static void make_room(struct mx_server *srv)
 	while (c && c->answering)
 		c = c->next;
 	conn_free(c ? c : srv->first);
-	srv->evicted++;
 }
 
 static void on_accept(struct ipc_listener *li, int fd, void *userdata)
@@ -318,14 +316,4 @@ void mx_server_free(struct mx_server *srv)
 	ipc_listener_free(srv->listener);
 	free(srv->body);
 	free(srv);
-}
-
-unsigned mx_server_conns(const struct mx_server *srv)
-{
-	return srv->nconns;
-}
-
-uint64_t mx_server_evicted(const struct mx_server *srv)
-{
-	return srv->evicted;
 }

@@ -41,9 +41,6 @@ int mx_server_new(struct ipc_loop *l, int listen_fd, unsigned max_conns, mx_rend
 		  void *userdata, struct mx_server **ret);
 /* Close every connection and stop; NULL is fine. */
 void mx_server_free(struct mx_server *srv);
-/* Connections open now, and those closed to make room for newer ones so far. */
-unsigned mx_server_conns(const struct mx_server *srv);
-uint64_t mx_server_evicted(const struct mx_server *srv);
 
 /*
  * The usual process_* metrics (Prometheus' client libraries' names: start time, CPU time,

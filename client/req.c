@@ -173,7 +173,7 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
  * completion, so a read at every launch costs a cache miss on both sides. Measured on two
  * H200s, 16 processes over both devices: 1.38 M launches/s with the choice afresh at every
  * launch and every count read, 1.69-1.76 M/s with the device kept and fewer reads,
- * 1.70-2.04 M/s with each process on one device (docs/PERFORMANCE.md).
+ * 1.70-2.04 M/s with each process on one device (docs/PERFORMANCE-LOG.md).
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
 #define ANY_KEEP_MIN 2u

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "json.h"
 #include "tools.h"
 
 #define MAX_RESULTS 128
@@ -71,3 +72,14 @@ int bench_host(struct bench *b);
 int bench_rtt(struct bench *b);
 int bench_clients(struct bench *b);
 int bench_fair(struct bench *b);
+
+/* tools/bench-plot.c */
+/*
+ * Read a run that gpux bench --json saved into b's rows (and whether it ran on CUDA); the
+ * device's name in *ret_device. The rows borrow strings of *ret_keep: json_decref() it after.
+ * 0, or -1 with a line on stderr.
+ */
+int bench_load(struct bench *b, const char *path, const char **ret_device, json_t **ret_keep);
+/* An SVG chart of b's launch rates against clients and round trips' percentiles, into path.
+ * 0, or -1 with a line on stderr. */
+int bench_plot(const struct bench *b, const char *device, const char *path);

@@ -68,6 +68,8 @@ static void req_free(struct wrk_req *r)
 	wrk_queue_unref(r->queue);
 	if (r->client) {
 		r->client->inflight--;
+		r->client->requests++;
+		wrk_client_row_update(r->client);
 		wrk_client_unref(r->client);
 	}
 	w->stats.inflight--;
@@ -164,8 +166,9 @@ gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg)
 	ki = &r->kernel->info;
 	if (ki->nparams >= 0) {
 		if ((unsigned)ki->nparams != r->nargs) {
-			*ret_msg = wrk_strdup_printf("kernel \"%s\" takes %d arguments, %u given",
-						     r->name, ki->nparams, r->nargs);
+			*ret_msg = wrk_strdup_printf("kernel \"%s\" takes %d argument%s, %u given",
+						     r->name, ki->nparams,
+						     ki->nparams == 1 ? "" : "s", r->nargs);
 			return GPUX_E_INVAL;
 		}
 		for (unsigned i = 0; i < r->nargs; i++) {
@@ -280,6 +283,7 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 	r->client = c;
 	c->refs++;
 	c->inflight++;
+	wrk_client_row_update(c);
 	w->stats.inflight++;
 	r->id = id;
 	r->t_arrive = mono_ns();

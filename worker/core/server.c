@@ -53,6 +53,7 @@ void wrk_client_drop(struct wrk_client *c)
 		free(ref);
 	}
 	ipc_map_done(&c->mods);
+	wrk_client_row_put(c);
 	wrk_status_publish(w);
 	wrk_client_unref(c);
 }
@@ -123,7 +124,8 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 		return false;
 	if (t == IPC_SUBMIT || t == IPC_COPY)
 		wrk_count_finished(w, GPUX_E_STOPPING);
-	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING, "gpuxd is stopping: it takes no new work");
+	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING,
+		  "it finishes what it has and takes no new work");
 	return true;
 }
 
@@ -338,6 +340,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 		w->clients->prev = c;
 	w->clients = c;
 	w->nclients++;
+	wrk_client_row_take(c);
 	client_rings(c);
 	wrk_status_publish(w);
 }
@@ -353,8 +356,9 @@ static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *use
 	}
 	if (msg->hdr.type == IPC_DRAIN && ipc_decode_drain(msg) == 0) {
 		if (!w->draining)
-			wrk_log(w, "draining: %llu requests to finish, no new ones taken",
-				(unsigned long long)w->stats.inflight);
+			wrk_log(w, "draining: %llu request%s to finish, no new ones taken",
+				(unsigned long long)w->stats.inflight,
+				w->stats.inflight == 1 ? "" : "s");
 		w->draining = true;
 		ipc_status_write_begin(w->status);
 		w->status->draining = 1;

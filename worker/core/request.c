@@ -127,6 +127,7 @@ static void status_publish(struct wrk *w, bool mem)
 	uint64_t now = mono_ns();
 
 	w->stats.clients = w->nclients;
+	w->stats.clients_active = w->active.n;
 	w->stats.blocking_waits = atomic_load(&w->blocking_waits);
 	if (mem || now - w->mem_checked_ns >= MEM_FREE_MAX_AGE_NS) {
 		w->stats.mem_free = w->be->mem_free(w->dev);

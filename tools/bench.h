@@ -65,6 +65,9 @@ double bench_pct(uint64_t *v, unsigned n, unsigned p);
 gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
 		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns);
 
+/* tools/bench-host.c: CUDA C++ on the host back end against plain C loops. */
+int bench_host(struct bench *b);
+
 /* tools/bench-launch.c */
 /* n round trips of an empty kernel after n / 10 unmeasured: their times in t, and the
  * worker's part of each (queue and run) in `in` unless NULL. 0 or -1. */

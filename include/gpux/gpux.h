@@ -248,7 +248,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_read(gpux_buf *dst, uint64_t dst_offset, gpux_
 /* ---- modules ---- */
 
 enum gpux_lang {
-	GPUX_LANG_CUDA = 1,  /* CUDA C++, compiled by NVRTC for the device */
+	GPUX_LANG_CUDA = 1,  /* CUDA C++: NVRTC for a GPU, the C++ compiler on the host back end */
 	GPUX_LANG_PTX = 2,   /* PTX text, NUL-terminated */
 	GPUX_LANG_CUBIN = 3, /* a cubin or fatbin for the device */
 	GPUX_LANG_HOST = 4,  /* C for the host back end (see gpux/host-kernel.h) */

@@ -392,7 +392,7 @@ struct ipc_stats {
 	uint64_t loop_waits; /* requests whose end the loop itself saw, launched alone */
 	uint64_t copyin_requests; /* requests whose copies in went by gpux's copy-in kernel */
 	uint64_t clients_active;  /* clients whose rings the loop looks at (worker/core/active.h) */
-	uint64_t reserved;
+	uint64_t clients_busy;    /* clients with requests in flight */
 };
 _Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 

@@ -27,7 +27,13 @@ static int setup(void **state)
 
 static bool none_active(const struct ipc_dev_status *s, void *arg)
 {
-	return s->stats.clients_active == 0 && s->stats.inflight == 0;
+	return s->stats.clients_active == 0 && s->stats.inflight == 0 &&
+	       s->stats.clients_busy == 0;
+}
+
+static bool busy_is(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.clients_busy == *(uint64_t *)arg;
 }
 
 static bool clients_at_least(const struct ipc_dev_status *s, void *arg)
@@ -160,9 +166,41 @@ static void test_active_pauses_lose_no_wakeup(void **state)
 	test_wait_stats(&e->d, 0, none_active, NULL);
 }
 
+/*
+ * The worker counts the clients that have requests in flight (which clients weigh their
+ * spinning against), whatever else is connected: two with slow requests, then one, then none.
+ */
+static void test_active_counts_clients_waiting(void **state)
+{
+	struct test_env *e = *state;
+	gpux_ctx *other = test_connect(&e->d), *idle = test_connect(&e->d);
+	gpux_module *m = test_load_host_kernels(other), *mi = test_load_host_kernels(idle);
+	gpux_req *a, *b;
+	uint64_t want;
+
+	assert_int_equal(test_spin_run(mi, 0, 1), GPUX_OK);
+	test_wait_stats(&e->d, 0, none_active, NULL);
+	assert_int_equal(test_spin_submit(e->m, 0, 300, &a), GPUX_OK);
+	assert_int_equal(test_spin_submit(m, 0, 600, &b), GPUX_OK);
+	want = 2;
+	test_wait_stats(&e->d, 0, busy_is, &want);
+	assert_int_equal(gpux_wait(a, -1), GPUX_OK);
+	want = 1;
+	test_wait_stats(&e->d, 0, busy_is, &want);
+	assert_int_equal(gpux_wait(b, -1), GPUX_OK);
+	test_wait_stats(&e->d, 0, none_active, NULL);
+	gpux_req_free(a);
+	gpux_req_free(b);
+	gpux_module_free(mi);
+	gpux_module_free(m);
+	gpux_disconnect(idle);
+	gpux_disconnect(other);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_active_counts_clients_waiting),
 		cmocka_unit_test(test_active_any_of_thousands_idle_is_served),
 		cmocka_unit_test(test_active_pauses_lose_no_wakeup),
 	};

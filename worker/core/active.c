@@ -2,12 +2,6 @@
 /* worker/core/active.c: the active clients: joining, leaving after a pause, their ring words. */
 #include "active.h"
 
-static void publish(const struct wrk_active *s)
-{
-	if (s->count)
-		__atomic_store_n(s->count, s->n, __ATOMIC_RELAXED);
-}
-
 static void set_word(struct wrk_act *a, bool on)
 {
 	if (a->up && a->polling != on)
@@ -30,7 +24,6 @@ void wrk_active_join(struct wrk_active *s, struct wrk_act *a, uint64_t now)
 	s->tail = a;
 	s->n++;
 	set_word(a, s->polling);
-	publish(s);
 }
 
 void wrk_active_leave(struct wrk_active *s, struct wrk_act *a)
@@ -48,7 +41,6 @@ void wrk_active_leave(struct wrk_active *s, struct wrk_act *a)
 	a->prev = a->next = NULL;
 	a->on = false;
 	s->n--;
-	publish(s);
 }
 
 void wrk_active_sync(struct wrk_active *s, struct wrk_act *a)

@@ -47,7 +47,6 @@ struct wrk_active {
 	struct wrk_act *head, *tail;
 	unsigned n;
 	bool polling; /* the loop spins: the set's words are to be up */
-	uint32_t *count; /* where n is published as it changes (the status page), or NULL */
 };
 
 /* Put a in the set (at its end), its word as the set's; seen at `now`. Nothing if it is in. */

@@ -500,7 +500,6 @@ int wrk_server_start(struct wrk *w)
 	r = ipc_watch_new(w->loop, w->done_fd, POLLIN, on_done, w, &w->done_watch);
 	if (r < 0)
 		return r;
-	w->active.count = &w->status->active;
 	ipc_loop_set_spin(w->loop, w->spin_ns, poll_work, w);
 
 	sigemptyset(&mask);

@@ -293,6 +293,8 @@ struct wrk {
 	struct wrk_client *clients;
 	unsigned nclients;
 	struct wrk_active active; /* the clients whose rings the loop looks at (active.h) */
+	unsigned clients_busy;    /* clients with requests in flight (the status page's busy) */
+	unsigned busy_cap;        /* what the page says of them at most: the CPUs */
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */

@@ -340,6 +340,33 @@ static int clients_one_device(struct bench *b, const struct alternatives *alt, d
 	return 0;
 }
 
+/* Requests each device has finished, or false when gpuxd does not say. */
+static bool done_per_device(struct bench *b, uint64_t *ret, uint32_t ndev)
+{
+	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct ipc_status st;
+
+	if (tool_status_query(b->sock, &st, devs) < 0 || st.ndevices < ndev)
+		return false;
+	for (uint32_t i = 0; i < ndev; i++)
+		ret[i] = devs[i].stats.requests_done;
+	return true;
+}
+
+/* The share of the requests of a run that device 0 finished, as a row named after `what`. */
+static void add_share(struct bench *b, const char *what, const uint64_t *d0, const uint64_t *d1,
+		      uint32_t ndev)
+{
+	uint64_t all = 0;
+	char name[96];
+
+	for (uint32_t i = 0; i < ndev; i++)
+		all += d1[i] - d0[i];
+	(void)snprintf(name, sizeof(name), "  %s: device 0's share", what);
+	bench_add(b, name, all ? (double)(d1[0] - d0[0]) / (double)all : NAN, NAN, "", "", NAN,
+		  true);
+}
+
 /*
  * With several devices: the same client processes (32 in flight each) with GPUX_ANY, each
  * naming a device in turn, and all on one device. GPUX_ANY must give at least 0.95 of the
@@ -353,14 +380,22 @@ static int clients_all_devices(struct bench *b, double secs)
 	char name[64];
 
 	(void)snprintf(target, sizeof(target), ">= %.3gx", want);
-	for (unsigned n = 16; n <= 64 && ndev > 1; n *= 2) {
+	for (unsigned n = 16; n <= 64 && ndev > 1 && ndev <= IPC_DEVICES_MAX; n *= 2) {
+		uint64_t d0[IPC_DEVICES_MAX], d1[IPC_DEVICES_MAX];
 		struct ipc_stats s0, s1;
-		double one = clients_rate(b, n, "empty", false, 0, WINDOW, secs);
-		double named = clients_rate(b, n, "empty", false, DEVICE_IN_TURN, WINDOW, secs), any;
-		bool counted = bench_handoffs(b, &s0);
+		double one = clients_rate(b, n, "empty", false, 0, WINDOW, secs), named, any;
+		bool counted = bench_handoffs(b, &s0), shared;
 
+		named = clients_rate(b, n, "empty", false, DEVICE_IN_TURN, WINDOW, secs);
+		if (counted && bench_handoffs(b, &s1)) {
+			(void)snprintf(name, sizeof(name), "%u named, device 0", n);
+			bench_add_handoffs(b, name, &s0, &s1);
+		}
+		counted = bench_handoffs(b, &s0);
+		shared = done_per_device(b, d0, ndev);
 		any = clients_rate(b, n, "empty", false, GPUX_ANY, WINDOW, secs);
 		counted = counted && bench_handoffs(b, &s1);
+		shared = shared && done_per_device(b, d1, ndev);
 		if (isnan(one) || isnan(named) || isnan(any))
 			return -1;
 		(void)snprintf(name, sizeof(name), "%u processes, GPUX_ANY vs each naming one", n);
@@ -373,6 +408,10 @@ static int clients_all_devices(struct bench *b, double secs)
 		if (counted) {
 			(void)snprintf(name, sizeof(name), "%u GPUX_ANY, device 0", n);
 			bench_add_handoffs(b, name, &s0, &s1);
+		}
+		if (shared) {
+			(void)snprintf(name, sizeof(name), "%u GPUX_ANY", n);
+			add_share(b, name, d0, d1, ndev);
 		}
 	}
 	return 0;

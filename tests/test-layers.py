@@ -42,9 +42,10 @@ ALLOWED = {
     'tools': IPC | {'admin', 'cudaload'},
     'python/src': {PUBLIC},
     'tests': WORKER_COMPILE | {'worker/host', 'worker/cuda', 'admin', 'supervisor', 'client',
-                               CUDA_HOST},
+                               CUDA_HOST, 'tests/fake-cuda'},
     'tests/fuzz': WORKER_COMPILE | {'tests'},
     'tests/fake-cuda': set(),
+    'tests/headers': {PUBLIC},
     'tests/install': {PUBLIC},
 }
 

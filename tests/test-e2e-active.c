@@ -27,8 +27,7 @@ static int setup(void **state)
 
 static bool none_active(const struct ipc_dev_status *s, void *arg)
 {
-	return s->stats.clients_active == 0 && s->stats.inflight == 0 &&
-	       s->stats.clients_busy == 0;
+	return s->stats.clients_active == 0 && s->stats.inflight == 0 && s->stats.clients_busy == 0;
 }
 
 static bool busy_is(const struct ipc_dev_status *s, void *arg)
@@ -96,8 +95,11 @@ static void test_active_any_of_thousands_idle_is_served(void **state)
 	test_wait_stats(&e->d, 0, clients_at_least, &total);
 	test_wait_stats(&e->d, 0, none_active, NULL);
 	for (unsigned k = 0; k < 12; k++) {
-		unsigned i = k == 0 ? 0 : k == 1 ? n - 1 : k == 2 ? n / 2 : k == 3 ? 1 :
-			     (unsigned)(test_random_next(&seed) % n);
+		unsigned i = k == 0   ? 0
+			     : k == 1 ? n - 1
+			     : k == 2 ? n / 2
+			     : k == 3 ? 1
+				      : (unsigned)(test_random_next(&seed) % n);
 		uint64_t kicks = stats_now(e).socket_msgs;
 		gpux_req *r;
 
@@ -144,7 +146,8 @@ static void test_active_pauses_lose_no_wakeup(void **state)
 				uint64_t pause = test_random_next(&seed) % 5;
 
 				for (unsigned i = 0; i < burst; i++)
-					if (gpux_submit(e->m, "empty", &l, NULL, 0, &r[i]) != GPUX_OK)
+					if (gpux_submit(e->m, "empty", &l, NULL, 0, &r[i]) !=
+					    GPUX_OK)
 						_exit(2);
 				for (unsigned i = 0; i < burst; i++) {
 					if (gpux_wait(r[i], 10000) != GPUX_OK)
@@ -154,7 +157,8 @@ static void test_active_pauses_lose_no_wakeup(void **state)
 				if (pause == 1)
 					(void)usleep((useconds_t)(test_random_next(&seed) % 20));
 				else if (pause == 2)
-					(void)usleep(150 + (useconds_t)(test_random_next(&seed) % 100));
+					(void)usleep(150 +
+						     (useconds_t)(test_random_next(&seed) % 100));
 				else if (pause == 3)
 					(void)usleep((useconds_t)(test_random_next(&seed) % 1000));
 			}

@@ -85,7 +85,9 @@ static void test_place_processes_spread(void **state)
 		pids[p] = fork();
 		assert_true(pids[p] >= 0);
 		if (pids[p] == 0) {
-			struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
+			struct gpux_launch l = { .grid = { 1 },
+						 .block = { 1 },
+						 .device = GPUX_ANY };
 
 			for (unsigned i = 0; i < RUNS; i++) {
 				gpux_req *r;

@@ -70,6 +70,7 @@ struct handoff_case {
 	struct step steps[16];
 };
 
+/* clang-format off */
 static const struct handoff_case cases[] = {
 	{ "a quiet client leaves after the pause; its next record kicks it back in",
 	  { { 'j', 0 }, { 'o', 1 }, { 't', 0 }, { 'e', 1 }, { 'q', 0 }, { 'e', 0 }, { 'p', 1 },
@@ -97,6 +98,7 @@ static const struct handoff_case cases[] = {
 	{ "a client that joins while the loop sleeps kicks",
 	  { { 'f', 0 }, { 'j', 0 }, { 'p', 1 }, { 'k', 0 }, { 't', 1 }, { 'e', 1 } } },
 };
+/* clang-format on */
 
 static void run_case(struct fixture *f, const struct handoff_case *c)
 {
@@ -131,7 +133,8 @@ static void run_case(struct fixture *f, const struct handoff_case *c)
 			}
 			r = ipc_ring_put(&f->prod, msg, sizeof(msg), sent);
 			if (r < 0 || r != st->want)
-				fail_msg("%s: step %u: put gave %d, want %d", c->what, i, r, st->want);
+				fail_msg("%s: step %u: put gave %d, want %d", c->what, i, r,
+					 st->want);
 			if (r == 1) {
 				sent++;
 				owed++;
@@ -145,8 +148,8 @@ static void run_case(struct fixture *f, const struct handoff_case *c)
 				fail_msg("%s: step %u: no kick was sent", c->what, i);
 			owed--;
 			read++;
-			/* A socket message: the worker takes what came before it, then the client is
-			 * touched (worker/core/server.c). */
+			/* A socket message: the worker takes what came before it, then the client
+			 * is touched (worker/core/server.c). */
 			wrk_active_touch(&f->set, &f->act);
 			break;
 		case 'a':
@@ -158,7 +161,8 @@ static void run_case(struct fixture *f, const struct handoff_case *c)
 				took++;
 			assert_int_equal(r, 0);
 			if (took != st->want)
-				fail_msg("%s: step %u: took %d, want %d", c->what, i, took, st->want);
+				fail_msg("%s: step %u: took %d, want %d", c->what, i, took,
+					 st->want);
 			break;
 		case 'h':
 			now += WRK_ACTIVE_IDLE_NS / 2;
@@ -169,7 +173,8 @@ static void run_case(struct fixture *f, const struct handoff_case *c)
 		case 'e':
 		case 'r':
 			if (!f->act.on)
-				fail_msg("%s: step %u: settling a client not in the set", c->what, i);
+				fail_msg("%s: step %u: settling a client not in the set", c->what,
+					 i);
 			r = st->op == 'e' ? wrk_active_settle(&f->set, &f->act, took > 0, now)
 					  : wrk_active_rest(&f->set, &f->act, now);
 			took = 0;

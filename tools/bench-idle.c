@@ -99,8 +99,7 @@ static void idle_end(struct idle *s)
 
 /* Round trips now, after the idle ones had time to leave the worker's active clients: their
  * p50 and p99 (ns), and the hand-off rows named `what` when asked. */
-static int rtt_now(struct bench *b, unsigned n, const char *what, double *ret_p50,
-		   double *ret_p99)
+static int rtt_now(struct bench *b, unsigned n, const char *what, double *ret_p50, double *ret_p99)
 {
 	uint64_t *t = calloc(n, sizeof(*t));
 	struct ipc_stats s0, s1;
@@ -163,8 +162,9 @@ int bench_idle(struct bench *b)
 	if (!s.pids || pipe2(s.hold, O_CLOEXEC) < 0 || pipe2(s.ready, O_CLOEXEC) < 0)
 		goto out;
 	if (idle_grow(b, &s, IDLE_FEW) < 0) {
-		(void)fprintf(stderr, "gpux: bench: idle: %u of %u idle clients started, %u failed\n",
-			      s.n, IDLE_FEW, s.failed);
+		(void)fprintf(stderr,
+			      "gpux: bench: idle: %u of %u idle clients started, %u failed\n", s.n,
+			      IDLE_FEW, s.failed);
 		goto out;
 	}
 	(void)snprintf(name, sizeof(name), "beside %u idle", IDLE_FEW);
@@ -172,8 +172,9 @@ int bench_idle(struct bench *b)
 		goto out;
 	/* As many as gpuxd takes by default: that they connect at all is half the point. */
 	if (idle_grow(b, &s, IDLE_ALL) < 0)
-		(void)fprintf(stderr, "gpux: bench: idle: %u of %u idle clients started, %u failed\n",
-			      s.n, IDLE_ALL, s.failed);
+		(void)fprintf(stderr,
+			      "gpux: bench: idle: %u of %u idle clients started, %u failed\n", s.n,
+			      IDLE_ALL, s.failed);
 	else
 		(void)rtt_now(b, n, NULL, &m50, &m99);
 	idle_end(&s);
@@ -181,7 +182,8 @@ int bench_idle(struct bench *b)
 		return -1;
 	rc = isnan(m50) ? -1 : 0;
 	add_rows(b, f50, f99, m50, m99, (a50 + z50) / 2, (a99 + z99) / 2);
-	bench_add(b, "  alone, p50: before, after", a50 / 1e3, z50 / 1e3, "us", "", a50 / z50, true);
+	bench_add(b, "  alone, p50: before, after", a50 / 1e3, z50 / 1e3, "us", "", a50 / z50,
+		  true);
 	bench_add(b, "  alone, p50 (vs in-process launch and sync)", (a50 + z50) / 2e3, base / 1e3,
 		  "us", "", (a50 + z50) / 2 / base, true);
 	return rc;

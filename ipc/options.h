@@ -17,7 +17,7 @@
 #define IPC_OPT_MAX_TIMEOUT_MS 3600000
 #define IPC_OPT_DRAIN_MS 5000
 #define IPC_OPT_CACHE_TTL_MS 600000
-#define IPC_OPT_MAX_CLIENTS 1024
+#define IPC_OPT_MAX_CLIENTS 4096
 #define IPC_OPT_MAX_CLIENTS_PER_USER 256
 #define IPC_OPT_MAX_CLIENTS_PER_PROCESS 64
 #define IPC_OPT_ADMIN_CLIENTS 16
@@ -129,7 +129,7 @@
 	D(max_clients, "max-clients", .kind = IPC_OPT_UINT, .arg = "N", .min = 1,                  \
 	  .max = IPC_WORKER_CLIENTS_MAX,                                                           \
 	  .help = "at once, of everybody (default " IPC_OPT_STR(IPC_OPT_MAX_CLIENTS) ", at most "  \
-		  "4096); the\n"                                                                  \
+		  "16384); the\n"                                                                 \
 		  "last --reserved-clients of them only for gpuxd's user\n"                        \
 		  "and root")                                                                      \
 	D(reserved_clients, "reserved-clients", .kind = IPC_OPT_UINT, .arg = "N",                  \

@@ -51,7 +51,7 @@
 #define IPC_TEXT_MAX (16u * 1024u)        /* completion text (a compile log is cut there) */
 #define IPC_DEVICES_MAX 64u
 /* Channels a worker holds at once, one per client: gpuxd's --max-clients is at most this. */
-#define IPC_WORKER_CLIENTS_MAX 4096u
+#define IPC_WORKER_CLIENTS_MAX 16384u
 #define IPC_GRID_MAX 0x7fffffffu
 
 struct ipc_hdr {
@@ -391,7 +391,8 @@ struct ipc_stats {
 	char driver[32];         /* the kernel driver's release ("580.95.05"), or "" */
 	uint64_t loop_waits; /* requests whose end the loop itself saw, launched alone */
 	uint64_t copyin_requests; /* requests whose copies in went by gpux's copy-in kernel */
-	uint64_t reserved[2];
+	uint64_t clients_active;  /* clients whose rings the loop looks at (worker/core/active.h) */
+	uint64_t clients_busy;    /* clients with requests in flight */
 };
 _Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 

@@ -50,9 +50,12 @@ struct ipc_status_page {
 	uint64_t affinity[IPC_AFFINITY_BITS / 64];
 	struct ipc_launch_limits limits; /* so that a client refuses what the device would */
 	/* Set by gpuxd: the processes connected to it, of every device and user (0: unknown).
-	 * What a client weighs its spinning against (client/wait.c). */
+	 * What a client weighs its spinning against (client/wait.c), with `busy`. */
 	uint32_t processes;
-	uint32_t reserved;
+	/* Set by the worker as it changes, outside the sequence count: its clients with requests
+	 * in flight, each of which may be waiting for an answer, up to the CPUs (past them, no
+	 * client spins). */
+	uint32_t busy;
 };
 
 #define IPC_STATUS_PAGE_SIZE 8192u

@@ -39,7 +39,7 @@ static void test_options_refusals_say_why(void **state)
 		{ { "--host-devices", "0" }, "--host-devices: 0 is less than 1" },
 		{ { "--host-devices", "65" }, "--host-devices: 65 is more than 64" },
 		{ { "--slots", "1000" }, "--slots: 1000 is more than 64" },
-		{ { "--max-clients", "4097" }, "--max-clients: 4097 is more than 4096" },
+		{ { "--max-clients", "16385" }, "--max-clients: 16385 is more than 16384" },
 		{ { "--max-clients-per-user", "1000001" },
 		  "--max-clients-per-user: 1000001 is more than 1000000" },
 		{ { "--drain-ms", "5s" }, "--drain-ms: \"5s\" is not a number" },

@@ -84,6 +84,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 		C(cache_bytes), C(cache_entries), C(cache_evictions), C(dbuf_bytes), C(mem_free),
 		C(graph_launches), C(graph_requests), C(loop_sleeps), C(kicks_sent),
 		C(socket_msgs), C(blocking_waits), C(slot_waits), C(loop_waits), C(copyin_requests),
+		C(clients_active), C(clients_busy),
 #undef C
 	};
 

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "active.h"
 #include "backend.h"
 #include "key.h"
 #include "loop.h"
@@ -193,7 +194,7 @@ struct wrk_client {
 	struct ipc_rings *rings;
 	struct ipc_ring up, down;
 	bool rings_used;   /* the client has used them: it reads its ring too */
-	bool polling;      /* up's polling word is set */
+	struct wrk_act act; /* its place among the clients whose rings the loop looks at */
 	bool ring_bad;     /* the client broke its ring: drop it */
 	uint32_t sock_in;  /* socket messages taken */
 	uint32_t sock_out; /* socket messages sent */
@@ -296,6 +297,9 @@ struct wrk {
 
 	struct wrk_client *clients;
 	unsigned nclients;
+	struct wrk_active active; /* the clients whose rings the loop looks at (active.h) */
+	unsigned clients_busy;    /* clients with requests in flight (the status page's busy) */
+	unsigned busy_cap;        /* what the page says of them at most: the CPUs */
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */

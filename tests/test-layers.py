@@ -31,6 +31,7 @@ ALLOWED = {
     'basic': set(),
     'ipc': BASIC,
     'admin': IPC,
+    'metrics': IPC | {'admin'},
     'cudaload': BASIC,
     'supervisor': IPC,
     'client': IPC,
@@ -42,9 +43,10 @@ ALLOWED = {
     'tools': IPC | {'admin', 'cudaload'},
     'python/src': {PUBLIC},
     'tests': WORKER_COMPILE | {'worker/host', 'worker/cuda', 'admin', 'supervisor', 'client',
-                               CUDA_HOST},
+                               CUDA_HOST, 'tests/fake-cuda', 'metrics'},
     'tests/fuzz': WORKER_COMPILE | {'tests'},
     'tests/fake-cuda': set(),
+    'tests/headers': {PUBLIC},
     'tests/install': {PUBLIC},
 }
 

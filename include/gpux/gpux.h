@@ -20,6 +20,14 @@ extern "C" {
 #define GPUX_EXPORT
 #endif
 
+/* An anonymous union is C11 and C++; GCC and clang take it in C99 too, said so here to keep
+ * -pedantic quiet. */
+#if defined(__GNUC__)
+#define GPUX_EXTENSION __extension__
+#else
+#define GPUX_EXTENSION
+#endif
+
 /*
  * How it works: a process connects to gpuxd (starting a private one when none listens),
  * allocates buffers in shared memory, loads modules and submits kernel launches that a
@@ -391,7 +399,7 @@ enum gpux_arg_kind {
 struct gpux_arg {
 	uint32_t kind; /* enum gpux_arg_kind */
 	uint32_t flags;
-	union {
+	GPUX_EXTENSION union {
 		gpux_buf *buf;     /* IN, OUT, INOUT, MAPPED */
 		gpux_dbuf *dbuf;   /* DBUF */
 		const void *value; /* SCALAR: `size` bytes, at most 256 */

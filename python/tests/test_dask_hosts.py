@@ -20,6 +20,7 @@ from conftest import ADD1_KERNEL, start_gpuxd, stop_gpuxd  # noqa: E402
 
 HOSTS = ("a", "b")
 N = 64  # elements per task
+T = 120  # seconds that any wait may take before it is a failure, not a hang
 
 
 def _wait(what, cond, timeout=60):
@@ -61,6 +62,11 @@ def cluster(hosts):
         _wait("every worker to offer GPUX", lambda: all(
             s == (2, True) for s in _gpux_state(client).values()))
         yield client, by_name
+
+
+def _gather(client, futs):
+    distributed.wait(futs, timeout=T)
+    return client.gather(futs)
 
 
 def _gpux_state(client):
@@ -140,7 +146,7 @@ def test_tasks_go_where_their_cached_inputs_are(cluster):
     ws = {h: client.scatter(w[h], workers=[by_name[f"{h}0"]]) for h in HOSTS}
     for h in HOSTS:
         assert client.submit(_cached_add1, ws[h], workers=[by_name[f"{h}0"]],
-                             pure=False).result() == h
+                             pure=False).result(timeout=T) == h
         _wait(f"host {h}'s workers to report its cache",
               lambda h=h: _holds(client, {f"{h}0", f"{h}1"}, keys[h]))
         other = "b" if h == "a" else "a"
@@ -155,7 +161,7 @@ def test_tasks_go_where_their_cached_inputs_are(cluster):
         with gd.annotate(w[h]):
             futs[h] = [client.submit(_cached_add1, ws[h], pure=False) for _ in range(20)]
     for h in HOSTS:
-        assert client.gather(futs[h]) == [h] * 20
+        assert _gather(client, futs[h]) == [h] * 20
 
 
 def _set_first(a):
@@ -170,13 +176,14 @@ def test_arrays_move_by_memory_within_a_host_and_by_value_between(cluster):
     client, by_name = cluster
     made = client.submit(_add1, 0, BIG, workers=[by_name["a0"]], pure=False)
     # a1, on a0's host, writes a0's array itself; b0 writes a copy of its own.
-    assert client.submit(_set_first, made, workers=[by_name["a1"]], pure=False).result() == "a"
-    assert client.submit(_is_changed, made, workers=[by_name["a0"]]).result()
+    on = {n: [by_name[n]] for n in by_name}
+    assert client.submit(_set_first, made, workers=on["a1"], pure=False).result(timeout=T) == "a"
+    assert client.submit(_is_changed, made, workers=on["a0"]).result(timeout=T)
     other = client.submit(_add1, 100, BIG, workers=[by_name["a0"]], pure=False)
-    assert client.submit(_set_first, other, workers=[by_name["b0"]], pure=False).result() == "b"
-    assert not client.submit(_is_changed, other, workers=[by_name["a0"]]).result()
+    assert client.submit(_set_first, other, workers=on["b0"], pure=False).result(timeout=T) == "b"
+    assert not client.submit(_is_changed, other, workers=on["a0"]).result(timeout=T)
     # What went by value is a gpux array all the same, for kernels there.
-    assert client.submit(lambda a: gpux.is_shared(a), other, workers=[by_name["b1"]]).result()
+    assert client.submit(gpux.is_shared, other, workers=on["b1"]).result(timeout=T)
 
 
 def _is_changed(a):
@@ -194,19 +201,19 @@ def test_thousands_of_tasks_through_a_hosts_gpuxd_killed(cluster, hosts):
     sums = [client.submit(_total, *parts[i:i + 10], pure=False) for i in range(0, len(parts), 10)]
     killed = False
     done = 0
-    for _ in distributed.as_completed(parts, timeout=120):
+    for _ in distributed.as_completed(parts, timeout=T):
         done += 1
         if done == 800 and not killed:
             hosts["a"][0].kill()
             hosts["a"][0].wait()
             killed = True
     assert killed
-    distributed.wait(sums, timeout=120)
-    results = client.gather(sums)
+    results = _gather(client, sums)
     for j, (total, _) in enumerate(results):
         assert total == _expected_total(starts[10 * j:10 * j + 10])
     for i, p in zip(starts[::97], parts[::97]):
-        np.testing.assert_array_equal(p.result(), np.arange(i, i + N, dtype=np.float32) + 1)
+        np.testing.assert_array_equal(p.result(timeout=T),
+                                      np.arange(i, i + N, dtype=np.float32) + 1)
     # Host a's workers offer no GPUX while their gpuxd is gone ...
     _wait("host a's workers to withdraw GPUX", lambda: all(
         _gpux_state(client)[n] == (0, False) for n in ("a0", "a1")))
@@ -220,7 +227,7 @@ def test_thousands_of_tasks_through_a_hosts_gpuxd_killed(cluster, hosts):
     hosts["a"][0] = proc
     assert sock == hosts["a"][1]
     for i, f in enumerate(waiting):
-        np.testing.assert_array_equal(f.result(timeout=60),
+        np.testing.assert_array_equal(f.result(timeout=T),
                                       np.arange(i, i + N, dtype=np.float32) + 1)
     _wait("host a's workers to offer GPUX again", lambda: all(
         _gpux_state(client)[n] == (2, True) for n in ("a0", "a1")))

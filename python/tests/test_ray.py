@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import ray_saxpy  # noqa: E402
 
 N = 1000
+T = 120  # seconds that any wait may take before it is a failure, not a hang
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def _add1_task(x):
 
 def test_a_task_runs_a_kernel_without_a_gpu_of_rays(cluster):
     x = gpux.asarray(np.arange(N, dtype=np.float32))
-    out, shared, visible, gpus = ray.get(_add1_task.remote(x))
+    out, shared, visible, gpus = ray.get(_add1_task.remote(x), timeout=T)
     np.testing.assert_array_equal(out, np.arange(N, dtype=np.float32) + 1)
     # Arrays arrive as gpux arrays (kernels use them in place) and leave as them; Ray pinned
     # no GPU to the task.
@@ -58,9 +59,9 @@ def test_one_object_many_readers_and_frozen_arrays(cluster):
     ref = ray.put(w)
     # Any number of tasks read one object (the object store), each gets a frozen gpux array
     # with the same content key.
-    keys = ray.get([_key.remote(ref) for _ in range(4)])
+    keys = ray.get([_key.remote(ref) for _ in range(4)], timeout=T)
     assert keys == [gpux.content_key(w)] * 4
-    back = ray.get(ref)
+    back = ray.get(ref, timeout=T)
     assert back.frozen and gpux.content_key(back) == gpux.content_key(w)
 
 
@@ -75,7 +76,8 @@ def test_launch_runs_a_kernel_in_a_task(cluster):
     y = gpux.ones(N, np.float32)
     out = gpux.zeros(N, np.float32)
     xs, ys, outs = ray.get(gr.launch(k, (N + 63) // 64, 64,
-                                     (np.uint64(N), np.float32(2), x, y, gpux.Out(out))))
+                                     (np.uint64(N), np.float32(2), x, y, gpux.Out(out))),
+                           timeout=T)
     np.testing.assert_array_equal(outs, 2 * np.arange(N, dtype=np.float32) + 1)
     np.testing.assert_array_equal(xs, x)
     # By value: the caller's own output is untouched.
@@ -84,10 +86,11 @@ def test_launch_runs_a_kernel_in_a_task(cluster):
 
 def test_an_actor_keeps_modules_and_device_arrays(cluster):
     a = gr.KernelActor.remote(HOST_KERNELS, "host")
-    assert ray.get(a.put.remote("x", np.arange(N, dtype=np.float64))) == ((N,), "float64")
+    shape = ray.get(a.put.remote("x", np.arange(N, dtype=np.float64)), timeout=T)
+    assert shape == ((N,), "float64")
     for _ in range(3):
-        ray.get(a.run.remote("scale", (N + 63) // 64, 64, (np.uint64(N), 2.0, "@x")))
-    np.testing.assert_array_equal(ray.get(a.get.remote("x")), 8 * np.arange(N))
+        ray.get(a.run.remote("scale", (N + 63) // 64, 64, (np.uint64(N), 2.0, "@x")), timeout=T)
+    np.testing.assert_array_equal(ray.get(a.get.remote("x"), timeout=T), 8 * np.arange(N))
 
 
 def test_gpu_options_are_refused():

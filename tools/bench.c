@@ -341,51 +341,6 @@ static int s_bw(struct bench *b)
 	return 0;
 }
 
-/* A forked child's first result (the module already in the worker) vs CUDA start-up. */
-static int s_fork(struct bench *b)
-{
-	const unsigned n = b->quick ? 10 : 30;
-	uint64_t *t = calloc(n, sizeof(*t)), *bt = calloc(5, sizeof(*bt));
-	gpux_buf *times;
-	const char *args[] = { "startup", b->cubin, NULL };
-	double base = NAN;
-	unsigned nb = 0;
-
-	if (gpux_buf_alloc(b->ctx, sizeof(uint64_t), &times) < 0)
-		return -1;
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t t0 = tool_now();
-		pid_t pid = fork();
-		int st;
-
-		if (pid == 0) {
-			struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
-			gpux_status s = gpux_run(b->m, "empty", &l, NULL, 0);
-			*(uint64_t *)gpux_buf_data(times) = tool_now() - t0;
-			_exit(s == GPUX_OK ? 0 : 1);
-		}
-		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
-			return -1;
-		t[i] = *(uint64_t *)gpux_buf_data(times);
-	}
-	for (unsigned i = 0; i < 5 && b->base; i++) {
-		struct kv kv;
-		if (bench_base_run(b, &kv, args) == 0)
-			bt[nb++] = (uint64_t)bench_kv_get(&kv, "startup_ns");
-	}
-	if (nb)
-		base = bench_median(bt, nb);
-	{
-		double g = bench_median(t, n);
-		bench_add(b, "forked child's first result", g / 1e6, base / 1e6, "ms", "<= 0.2 ms",
-			  isnan(base) ? g / 1e6 : g / base, g <= 0.2e6);
-	}
-	gpux_buf_free(times);
-	free(t);
-	free(bt);
-	return 0;
-}
-
 /* 256 MiB input: uploaded every time vs cached on the device. */
 static int s_cached(struct bench *b)
 {
@@ -681,7 +636,7 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		const char *name;
 		int (*fn)(struct bench *b);
 	} scenarios[] = {
-		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", s_fork },
+		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", bench_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
 		{ "fair", bench_fair },	  { "gpus", s_gpus },
 	};

@@ -64,6 +64,9 @@ double bench_pct(uint64_t *v, unsigned n, unsigned p);
 gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
 		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns);
 
+/* tools/bench-fork.c */
+int bench_fork(struct bench *b);
+
 /* tools/bench-launch.c */
 int bench_rtt(struct bench *b);
 int bench_clients(struct bench *b);

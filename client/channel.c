@@ -27,6 +27,16 @@ void cli_dev_drop_rings(struct cli_dev *d)
 	d->sock_in = d->sock_out = 0;
 }
 
+void cli_dev_forget_parent(struct cli_dev *d)
+{
+	/* Not mapped in a child (MADV_DONTFORK): unmapping would hit whatever it mapped there
+	 * since. A reader spinning on them in the parent is not in this process. */
+	free(d->rings);
+	d->rings = NULL;
+	d->sock_in = d->sock_out = 0;
+	d->status = NULL;
+}
+
 /*
  * The channel ended. A worker that said why it drops us lives on: a new channel is asked of
  * gpuxd when the device is next needed. An end without a word is most often a death, which
@@ -63,6 +73,8 @@ static void dev_set_status_page(struct cli_dev *d, int fd)
 
 	if (p == MAP_FAILED)
 		return;
+	/* A child forked later maps its own (a page a child never uses costs it nothing). */
+	(void)madvise(p, IPC_STATUS_PAGE_SIZE, MADV_DONTFORK);
 	if (d->status)
 		(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);
 	d->status = p;
@@ -121,6 +133,9 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_CHAN0 + i };
 		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, d->chan_fd, &ev);
 	}
+	/* A channel made ahead (for a forked child) has its rings offered already: the first
+	 * request can take them. */
+	chan_drain(ctx, i);
 }
 
 static void on_killed(gpux_ctx *ctx, struct ipc_msg *msg)
@@ -226,8 +241,10 @@ static void on_rings(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg)
 		free(r);
 		return;
 	}
-	/* The mapping is what counts: one fd fewer per channel. */
+	/* The mapping is what counts: one fd fewer per channel. A child forked later has
+	 * channels of its own, and neither keeps nor unmaps this. */
 	r->seg.fd = safe_close(r->seg.fd);
+	(void)madvise(r->seg.addr, IPC_RINGS_BYTES, MADV_DONTFORK);
 	ipc_ring_init(&r->up, r->seg.addr, IPC_RING_UP);
 	ipc_ring_init(&r->down, r->seg.addr, IPC_RING_DOWN);
 	r->refs = 1;

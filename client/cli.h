@@ -282,6 +282,9 @@ int cli_connect_fail(int err, const char *fmt, ...) __attribute__((format(printf
 /* client/channel.c */
 void cli_rings_unref(struct cli_rings *r);
 void cli_dev_drop_rings(struct cli_dev *d);
+/* In a child after fork(): let go of the parent's rings and status page, which were not
+ * forked (MADV_DONTFORK). */
+void cli_dev_forget_parent(struct cli_dev *d);
 /* Lock held: gpuxd's news of a device (a DEVICE message), with its channel or without. */
 void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg);
 void cli_pump(gpux_ctx *ctx);

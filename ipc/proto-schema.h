@@ -139,7 +139,9 @@
 	/* gpuxd -> worker: gpuxd stops; finish what you hold, take nothing new */                 \
 	X(DRAIN, 23, drain, "drain", _, _, 0, EMPTY)                                               \
 	/* worker -> client: the module a MOD_LOAD got, just before its DONE */                    \
-	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)
+	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)                        \
+	/* gpuxd -> worker: a client attached ahead (for a forked child) is that process's now */  \
+	X(ADOPT, 25, adopt, "adopt", adopt, adopt, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

@@ -98,7 +98,12 @@ static bool ok_device(const struct ipc_device *m, const struct ipc_msg *msg)
 /* From gpuxd, whom the worker trusts: the size and the fd are all there is to check. */
 static bool ok_attach(const struct ipc_attach *m, const struct ipc_msg *msg)
 {
-	return true;
+	return !(m->flags & ~IPC_ATTACH_SPARE);
+}
+
+static bool ok_adopt(const struct ipc_adopt *m, const struct ipc_msg *msg)
+{
+	return m->client_id != 0;
 }
 
 static bool ok_ready(const struct ipc_ready *m, const struct ipc_msg *msg)

@@ -137,14 +137,25 @@ struct ipc_device {
 };
 _Static_assert(sizeof(struct ipc_device) == 128, "wire ABI");
 
+/* Made ahead for a forked child (supervisor/spares.c): no client's yet, until ADOPT. */
+#define IPC_ATTACH_SPARE 0x1u
+
 struct ipc_attach {
 	uint64_t client_id;
 	uint32_t uid;
 	uint32_t gid;
 	uint32_t pid;
-	uint32_t reserved;
+	uint32_t flags; /* IPC_ATTACH_* (0 before) */
 };
 _Static_assert(sizeof(struct ipc_attach) == 24, "wire ABI");
+
+/* The client attached as client_id (made ahead for a forked child) is now the process pid's. */
+struct ipc_adopt {
+	uint64_t client_id;
+	uint32_t pid;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_adopt) == 16, "wire ABI");
 
 struct ipc_ready {
 	struct ipc_device_info info;
@@ -420,7 +431,7 @@ struct ipc_status {
 	uint32_t first;
 	uint32_t count;
 	uint32_t flags;
-	uint32_t reserved;
+	uint32_t spares; /* connections made ahead for clients' forked children (0 before) */
 	/* then count struct ipc_dev_status */
 };
 _Static_assert(sizeof(struct ipc_status) == 80, "wire ABI");

@@ -43,6 +43,9 @@
 #define SUP_LOG_ROUND_BYTES (16u * 1024u)
 #define SUP_LOG_LINE_MAX 1024u
 
+/* Connections made ahead for one process's children (supervisor/spares.c), at most. */
+#define SUP_POOL_SPARES 8u
+
 /* Exit codes. */
 #define SUP_EXIT_OK 0
 #define SUP_EXIT_FAIL 1
@@ -189,6 +192,10 @@ struct sup {
 	uint64_t next_client_id;
 	uint64_t clients_total;
 	uint64_t clients_refused;
+	struct ipc_map pools; /* pid -> struct sup_pool: spares for that process's children */
+	unsigned nspares;
+	uint64_t spares_taken;
+	struct ipc_timer *refill_timer;
 	int metrics_fd;
 	struct ipc_listener *metrics_listener;
 	struct sup_http *http; /* connections to the metrics server */
@@ -292,6 +299,26 @@ void sup_workers_free(struct sup *s);
 void sup_worker_log_read(struct sup_worker *w);
 const char *sup_state_name(enum sup_state st);
 uint32_t sup_public_state(const struct sup_worker *w);
+
+/* supervisor/spares.c */
+struct sup_spare;
+int sup_spares_start(struct sup *s);
+void sup_spares_free(struct sup *s);
+/*
+ * For a hello of c: a spare made for the children of c's parent process, when it is a client
+ * here and has one for c's uid and gid (to free with sup_spare_free()); else NULL. Either way
+ * the parent's pool is made again, or made larger when it had none left.
+ */
+struct sup_spare *sup_spare_take(struct sup *s, const struct sup_client *c);
+void sup_spare_free(struct sup *s, struct sup_spare *sp);
+uint64_t sup_spare_id(const struct sup_spare *sp);
+/* The spare's end of a channel to w, taken (the caller closes it), or -1 when it has none
+ * that leads to w as it runs now. */
+int sup_spare_channel(struct sup_spare *sp, const struct sup_worker *w);
+/* The process had its last connection closed: its pool goes. */
+void sup_spares_pid_gone(struct sup *s, pid_t pid);
+/* A worker changed (or gpuxd stops): every spare goes, and is made again unless stopping. */
+void sup_spares_drop(struct sup *s);
 
 /* supervisor/clients.c */
 int sup_clients_start(struct sup *s);

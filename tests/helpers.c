@@ -373,6 +373,7 @@ static const struct sample_def samples[] = {
 	EMPTY("drain", DRAIN),
 	FIXED("mod-info", MOD_INFO, ipc_mod_info, 0x0123456789abcdefull, 0xfedcba9876543210ull,
 	      23000000, IPC_MOD_COMPILED, 0),
+	FIXED("adopt", ADOPT, ipc_adopt, 0x1122334455667788ull, 4322, 0),
 };
 
 /* A FIXED or EMPTY sample, through the schema's encoder of its type. */

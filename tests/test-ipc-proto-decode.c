@@ -374,6 +374,15 @@ static void test_proto_mod_info_rejects_bad_fields(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_MOD_INFO, 0, m), -EBADMSG);
 }
 
+static void test_proto_adopt_rejects_no_client(void **state)
+{
+	struct ipc_adopt m = { 7, 1234, 0 };
+
+	assert_int_equal(DECODE_FIXED(IPC_ADOPT, 0, m), 0);
+	m.client_id = 0;
+	assert_int_equal(DECODE_FIXED(IPC_ADOPT, 0, m), -EBADMSG);
+}
+
 static void test_proto_channel_req_rejects_bad_fields(void **state)
 {
 	struct ipc_channel_req m = { IPC_DEVICES_MAX, 1 };
@@ -648,6 +657,7 @@ int main(void)
 		cmocka_unit_test(test_proto_drain_rejects_payload),
 		cmocka_unit_test(test_proto_mod_info_rejects_bad_fields),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
+		cmocka_unit_test(test_proto_adopt_rejects_no_client),
 		cmocka_unit_test(test_proto_channel_req_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_free_rejects_bad_shape),

@@ -83,6 +83,7 @@ static const struct round_trip trips[] = {
 	     UINT32_MAX, 4),
 	TRIP(IPC_RINGS, 0, 1, 8, struct ipc_rings_offer, IPC_RINGS_BYTES, 0),
 	TRIP(IPC_CHANNEL_REQ, 0, 0, 8, struct ipc_channel_req, IPC_DEVICES_MAX - 1, UINT32_MAX),
+	TRIP(IPC_ADOPT, 0, 0, 16, struct ipc_adopt, UINT64_MAX, UINT32_MAX, 0),
 };
 
 static void test_proto_fixed_messages_round_trip(void **state)

@@ -205,6 +205,9 @@ static void check_fields(const struct ipc_msg *msg, const union decoded *u)
 		CHECK(msg->hdr.id != 0 && u->mod_info.source >= IPC_MOD_COMPILED &&
 		      u->mod_info.source <= IPC_MOD_MEMORY);
 		break;
+	case IPC_ADOPT:
+		CHECK(u->adopt.client_id != 0);
+		break;
 	}
 }
 

@@ -43,7 +43,10 @@ void wrk_client_drop(struct wrk_client *c)
 		w->clients = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	w->nclients--;
+	if (c->spare)
+		w->nspares--;
+	else
+		w->nclients--;
 
 	wrk_queues_free(c);
 	wrk_segments_free(c);
@@ -313,7 +316,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 			wrk_client_drop(c);
 			break;
 		}
-	if (w->nclients >= IPC_WORKER_CLIENTS_MAX || w->stopping || w->draining) {
+	if (w->nclients + w->nspares >= IPC_WORKER_CLIENTS_MAX || w->stopping || w->draining) {
 		(void)safe_close(fd);
 		return;
 	}
@@ -328,6 +331,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	c->uid = a->uid;
 	c->gid = a->gid;
 	c->pid = a->pid;
+	c->spare = a->flags & IPC_ATTACH_SPARE;
 	r = ipc_conn_new_take_fd(w->loop, fd, on_client_msg, on_client_close, c, &c->conn);
 	if (r < 0) {
 		free(c);
@@ -337,18 +341,42 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	if (w->clients)
 		w->clients->prev = c;
 	w->clients = c;
-	w->nclients++;
+	if (c->spare)
+		w->nspares++;
+	else
+		w->nclients++;
 	client_rings(c);
 	wrk_status_publish(w);
+}
+
+/* A client attached ahead, for a forked child, is the child's now: its pid, for the log. */
+static void client_adopt(struct wrk *w, const struct ipc_adopt *a)
+{
+	for (struct wrk_client *c = w->clients; c; c = c->next)
+		if (c->id == a->client_id && !c->gone) {
+			c->pid = a->pid;
+			if (c->spare) {
+				c->spare = false;
+				w->nspares--;
+				w->nclients++;
+				wrk_status_publish(w);
+			}
+			return;
+		}
 }
 
 static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
 {
 	struct wrk *w = userdata;
 	struct ipc_attach a;
+	struct ipc_adopt ad;
 
 	if (msg->hdr.type == IPC_ATTACH && ipc_decode_attach(msg, &a) == 0) {
 		client_attach(w, &a, ipc_msg_take_fd(msg, 0));
+		return;
+	}
+	if (msg->hdr.type == IPC_ADOPT && ipc_decode_adopt(msg, &ad) == 0) {
+		client_adopt(w, &ad);
 		return;
 	}
 	if (msg->hdr.type == IPC_DRAIN && ipc_decode_drain(msg) == 0) {

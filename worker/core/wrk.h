@@ -181,6 +181,7 @@ struct wrk_client {
 	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
 	unsigned inflight;
 	bool gone;
+	bool spare; /* made ahead for a forked child, nobody's yet (not in nclients) */
 	/* gone, for the back end's threads: its requests not started yet must not start. */
 	atomic_bool dropped;
 	struct wrk_client *prev, *next;
@@ -291,6 +292,7 @@ struct wrk {
 
 	struct wrk_client *clients;
 	unsigned nclients;
+	unsigned nspares; /* clients made ahead for forked children, not in nclients */
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */

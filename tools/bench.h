@@ -67,6 +67,9 @@ gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch 
 /* tools/bench-fork.c */
 int bench_fork(struct bench *b);
 
+/* tools/bench-fresh.c */
+int bench_fresh(struct bench *b);
+
 /* tools/bench-launch.c */
 int bench_rtt(struct bench *b);
 int bench_clients(struct bench *b);

@@ -196,6 +196,11 @@ static int worker_init(struct wrk *w)
 	r = wrk_dcache_start(w);
 	if (r < 0)
 		return r;
+	r = wrk_segments_start(w);
+	if (r < 0) {
+		wrk_log(w, "registration thread: %s", strerror(-r));
+		return r;
+	}
 	ipc_status_write_begin(w->status);
 	w->status->nslots = w->nslots;
 	w->status->limits = (struct ipc_launch_limits){
@@ -216,6 +221,7 @@ static void worker_done(struct wrk *w)
 	if (w->loop)
 		wrk_server_stop(w);
 	wrk_modules_stop(w);
+	wrk_segments_stop(w);
 	if (w->dev)
 		wrk_dcache_stop(w);
 	if (w->dev)

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,7 +35,10 @@
  * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
  * code breaks the context as a fault would), GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
- * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel).
+ * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel),
+ * GPUX_FAKE_CUDA_REGISTER_MS (how long cuMemHostRegister takes: 0), GPUX_FAKE_CUDA_LOG (a file
+ * that gets a line per registration, "register PID BYTES", and one per copy that reads or
+ * writes pages still being registered, "copy-while-registering PID BYTES").
  */
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -53,6 +57,46 @@ static unsigned writes_pending;
 /* How long a kernel the fake does not know keeps its stream busy. */
 static uint64_t kernel_ns = 5000;
 static bool initialized;
+/* Host ranges being registered now (cuMemHostRegister), for GPUX_FAKE_CUDA_LOG. */
+#define REGISTERING_MAX 16
+static struct {
+	const uint8_t *p;
+	size_t len;
+} registering[REGISTERING_MAX];
+static unsigned register_ms;
+
+/* A line in $GPUX_FAKE_CUDA_LOG, if it names one: "what PID BYTES". */
+static void log_line(const char *what, size_t bytes)
+{
+	const char *path = getenv("GPUX_FAKE_CUDA_LOG");
+	char line[128];
+	int fd, n;
+
+	if (!path)
+		return;
+	n = snprintf(line, sizeof(line), "%s %d %zu\n", what, (int)getpid(), bytes);
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	(void)write(fd, line, (size_t)n);
+	(void)close(fd);
+}
+
+/* Host memory a copy (or gpux's copy-in kernel) reads or writes: logged when it is still
+ * being registered, which the worker must wait for. */
+static void host_touch(const void *p, size_t n)
+{
+	const uint8_t *a = p;
+	bool hit = false;
+
+	(void)pthread_mutex_lock(&fake_lock);
+	for (unsigned i = 0; i < REGISTERING_MAX; i++)
+		hit |= registering[i].len && a < registering[i].p + registering[i].len &&
+		       registering[i].p < a + n;
+	(void)pthread_mutex_unlock(&fake_lock);
+	if (hit)
+		log_line("copy-while-registering", n);
+}
 
 static uint64_t now_ns(void)
 {
@@ -99,6 +143,8 @@ static CUresult f_init(unsigned flags)
 		if ((e = getenv("GPUX_FAKE_CUDA_KERNEL_NS")))
 			kernel_ns = strtoull(e, NULL, 10);
 		refuse_spin = getenv("GPUX_FAKE_CUDA_REFUSE_SPIN") != NULL;
+		if ((e = getenv("GPUX_FAKE_CUDA_REGISTER_MS")))
+			register_ms = (unsigned)strtoul(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_INIT_MS")))
 			(void)usleep((useconds_t)strtoul(e, NULL, 10) * 1000);
 		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
@@ -433,8 +479,26 @@ static CUresult f_elapsed(float *ms, CUevent a, CUevent b)
 
 static CUresult f_host_register(void *p, size_t len, unsigned flags)
 {
+	unsigned slot = REGISTERING_MAX;
+
 	ENTER("cuMemHostRegister");
-	return p && len ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!p || !len)
+		return CUDA_ERROR_INVALID_VALUE;
+	(void)pthread_mutex_lock(&fake_lock);
+	for (unsigned i = 0; i < REGISTERING_MAX && slot == REGISTERING_MAX; i++)
+		if (!registering[i].len) {
+			registering[i].p = p;
+			registering[i].len = len;
+			slot = i;
+		}
+	(void)pthread_mutex_unlock(&fake_lock);
+	(void)usleep(register_ms * 1000);
+	(void)pthread_mutex_lock(&fake_lock);
+	if (slot < REGISTERING_MAX)
+		registering[slot].len = 0;
+	(void)pthread_mutex_unlock(&fake_lock);
+	log_line("register", len);
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_host_unregister(void *p)
@@ -462,6 +526,7 @@ static CUresult f_host_devptr(CUdeviceptr *d, void *p, unsigned flags)
 static CUresult f_htod(CUdeviceptr d, const void *h, size_t n, CUstream s)
 {
 	ENTER("cuMemcpyHtoDAsync");
+	host_touch(h, n);
 	memcpy((void *)(uintptr_t)d, h, n);
 	return CUDA_SUCCESS;
 }
@@ -469,6 +534,7 @@ static CUresult f_htod(CUdeviceptr d, const void *h, size_t n, CUstream s)
 static CUresult f_dtoh(void *h, CUdeviceptr d, size_t n, CUstream s)
 {
 	ENTER("cuMemcpyDtoHAsync");
+	host_touch(h, n);
 	memcpy(h, (void *)(uintptr_t)d, n);
 	return CUDA_SUCCESS;
 }
@@ -854,6 +920,7 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 			memcpy(&dst, t + 8 + 8 * i, 8);
 			memcpy(&src, t + 72 + 8 * i, 8);
 			memcpy(&len, t + 136 + 8 * i, 8);
+			host_touch((const void *)(uintptr_t)src, len);
 			memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
 		}
 	} else if (strcmp(fn->name, "fault") == 0) {

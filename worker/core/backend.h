@@ -63,8 +63,15 @@ struct wrk_backend_ops {
 			    char **ret_msg);
 	void (*close)(void *dev);
 
-	/* Make a mapped segment usable for copies (register, pin); undone by map_unregister(). */
+	/*
+	 * Make a mapped segment usable for copies (register, pin); undone by map_unregister().
+	 * With register_off_loop, it runs on a thread of its own as the segment arrives (it is
+	 * slow: CUDA pins every page), and requests using the segment wait for it, unless
+	 * register_optional says they can do without (it only makes them faster).
+	 */
 	gpux_status (*map_register)(void *dev, struct wrk_mapping *m, char **ret_msg);
+	bool register_off_loop;
+	bool register_optional;
 	void (*map_unregister)(void *dev, struct wrk_mapping *m);
 
 	/* What makes a compiled image specific to this device and toolchain (module keys). */

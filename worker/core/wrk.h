@@ -58,6 +58,12 @@ struct wrk_mapping {
 	dev_t st_dev;
 	ino_t st_ino;
 	struct ipc_segment seg;
+	/* Registered off the loop (worker/core/segment.c): requests using it wait meanwhile,
+	 * and fail with reg_status (reg_error) when it could not be. */
+	bool registering;
+	gpux_status reg_status;
+	char *reg_error;
+	struct wrk_mapping *next_reg; /* in the registrar's lists */
 	void *reg; /* the back end's registration */
 	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
 	uint32_t uid;
@@ -321,6 +327,19 @@ struct wrk {
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
 	uint64_t awake_until;    /* a request should end by then: the loop stays awake */
 
+	/* The thread that registers segments with the device (worker/core/segment.c). */
+	struct {
+		pthread_t thread;
+		bool started, stop;
+		pthread_mutex_t lock;
+		pthread_cond_t cond;
+		struct wrk_mapping *jobs_head, *jobs_tail, *done;
+		int fd; /* eventfd: `done` holds some */
+		struct ipc_watch *watch;
+		unsigned pending; /* mappings registering (the loop's count) */
+		unsigned failed;  /* live mappings whose registration failed */
+	} reg;
+
 	/* The compile thread. */
 	pthread_t compiler;
 	bool compiler_started;
@@ -496,3 +515,13 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id);
 void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m);
 void wrk_segments_free(struct wrk_client *c);
+/*
+ * Whether a request's segments are registered: 1 yes, 0 not yet (it waits; the loop kicks
+ * every queue when registrations end), or -1 with *ret_status and *ret_msg (to free) when one
+ * could not be. No cost while nothing registers or failed to.
+ */
+int wrk_req_segments_ready(struct wrk_req *r, gpux_status *ret_status, char **ret_msg);
+/* The registration thread (for a back end that registers off the loop), its results taken in
+ * by the loop. 0 or -errno; stop lets what it started end. */
+int wrk_segments_start(struct wrk *w);
+void wrk_segments_stop(struct wrk *w);

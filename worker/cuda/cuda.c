@@ -279,7 +279,10 @@ static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret
 
 	if (m->seg.frozen)
 		flags |= CU_MEMHOSTREGISTER_READ_ONLY;
-	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
+	/* On the registration thread (register_off_loop), which has no context yet. */
+	r = d->cu.cuCtxSetCurrent(d->ctx);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = cuda_msg(d, "registering a shared segment", r);
 		return wrk_cu_err(r, &sticky);
@@ -557,6 +560,7 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.open = cuda_open,
 	.close = cuda_close,
 	.map_register = cuda_map_register,
+	.register_off_loop = true,
 	.map_unregister = cuda_map_unregister,
 	.target_key = cuda_target_key,
 	.image_ext = "cubin",

@@ -209,10 +209,20 @@ static gpux_status host_slot_open(void *dv, unsigned slot, char **ret_msg)
 	return 0;
 }
 
-/* ---- segments: plain memory needs no registration ---- */
+/*
+ * ---- segments: plain memory needs no registration ----
+ * but its pages are faulted into this process's mapping ahead (off the loop, as a GPU's
+ * registration is), so that a fresh buffer's first kernel does not fault them in one by
+ * one. A kernel too old for MADV_POPULATE_READ (5.14) leaves them to the kernels.
+ */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
+	(void)madvise(m->seg.addr, m->seg.size, MADV_POPULATE_READ);
 	return 0;
 }
 
@@ -623,6 +633,8 @@ const struct wrk_backend_ops wrk_backend_host = {
 	.open = host_open,
 	.close = host_close,
 	.map_register = host_map_register,
+	.register_off_loop = true,
+	.register_optional = true,
 	.map_unregister = host_map_unregister,
 	.target_key = host_target_key,
 	.image_ext = "so",

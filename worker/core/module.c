@@ -308,6 +308,13 @@ void wrk_modules_stop(struct wrk *w)
 		module_free(w, m);
 	}
 	ipc_map_done(&w->modules);
+	{
+		struct canon_key *ck;
+
+		while ((ck = ipc_map_pop(&w->canon_keys)))
+			free(ck);
+		ipc_map_done(&w->canon_keys);
+	}
 }
 
 /* ---- memory cache (loop thread) ---- */
@@ -360,10 +367,14 @@ void wrk_module_unref(struct wrk *w, struct wrk_module *m)
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 }
 
-/* Keyed by user too: a module is never shared between users (whose code could be made to
- * collide with another's on purpose). The code's bytes include its headers and names. */
-static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
-				 const char *options, const uint8_t *code, int *ret_err)
+/*
+ * Keyed by user too: a module is never shared between users (whose code could be made to
+ * collide with another's on purpose). `canon`: the code in its canonical form
+ * (worker/core/source.c), else NULL: its bytes. Then its headers and names, as they are.
+ */
+static struct ipc_key key_of(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
+			     const char *options, const uint8_t *code, const char *canon,
+			     size_t canon_len, int *ret_err)
 {
 	struct ipc_key_state s;
 	struct ipc_key k = { 0, 0 };
@@ -371,15 +382,99 @@ static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_m
 	*ret_err = ipc_key_begin(&s);
 	if (*ret_err < 0)
 		return k;
-	ipc_key_add(&s, "gpux-module-1", 13);
+	ipc_key_add(&s, canon ? "gpux-module-2" : "gpux-module-1", 13);
 	ipc_key_add_u64(&s, uid);
 	ipc_key_add_u64(&s, ml->lang);
 	ipc_key_add(&s, options, strlen(options));
 	ipc_key_add_u64(&s, ml->nheaders);
 	ipc_key_add_u64(&s, ml->nnames);
-	ipc_key_add(&s, code, (size_t)ml->code_len + ml->extra_len);
+	if (canon) {
+		ipc_key_add(&s, canon, canon_len);
+		ipc_key_add(&s, code + ml->code_len, ml->extra_len);
+	} else {
+		ipc_key_add(&s, code, (size_t)ml->code_len + ml->extra_len);
+	}
 	w->be->target_key(w->dev, ml->lang, &s);
 	return ipc_key_end(&s);
+}
+
+/*
+ * Whether a module's key may be of its canonical form: C and C++ source whose options ask
+ * for no debug information, where columns are written down (worker/core/source.c keeps
+ * lines, not columns).
+ */
+static bool canon_allowed(uint32_t lang, const char *options)
+{
+	static const char *const debug[] = { "-G", "--device-debug", "-lineinfo",
+					     "--generate-line-info", "-g" };
+	const char *p = options;
+
+	if (lang != GPUX_LANG_CUDA && lang != GPUX_LANG_HOST)
+		return false;
+	while (*p) {
+		size_t n;
+
+		p += strspn(p, " \t\n");
+		n = strcspn(p, " \t\n");
+		for (unsigned i = 0; i < ARRAY_SIZE(debug); i++)
+			if (n && n == strlen(debug[i]) && memcmp(p, debug[i], n) == 0)
+				return false;
+		p += n;
+	}
+	return true;
+}
+
+/* Canonical keys remembered by the key of the bytes they were made from (a module sent again,
+ * by another client or a forked child, is not read again): a few thousand, any one going
+ * when there are more. */
+#define CANON_KEYS_MAX 4096u
+
+struct canon_key {
+	struct ipc_key bytes, canon;
+};
+
+/*
+ * A module's key: of its code's canonical form (a source that differs from a cached one only
+ * in comments, or in how much whitespace there is where there is some, is that module), or,
+ * where that form is not taken or cannot be made, of its bytes.
+ */
+static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
+				 const char *options, const uint8_t *code, int *ret_err)
+{
+	struct ipc_key bytes = key_of(w, uid, ml, options, code, NULL, 0, ret_err), key;
+	struct canon_key *ck;
+	char *canon;
+	ssize_t n;
+
+	if (*ret_err < 0 || !canon_allowed(ml->lang, options))
+		return bytes;
+	ck = ipc_map_get(&w->canon_keys, bytes.lo);
+	if (ck && ipc_key_equal(ck->bytes, bytes))
+		return ck->canon;
+	canon = malloc(MAX(ml->code_len, 1u));
+	if (!canon) {
+		*ret_err = -ENOMEM;
+		return bytes;
+	}
+	n = wrk_source_canon((const char *)code, ml->code_len, canon);
+	key = n < 0 ? bytes : key_of(w, uid, ml, options, code, canon, (size_t)n, ret_err);
+	free(canon);
+	if (*ret_err < 0)
+		return bytes;
+	if (ck) {
+		ck->bytes = bytes;
+		ck->canon = key;
+		return key;
+	}
+	if (ipc_map_size(&w->canon_keys) >= CANON_KEYS_MAX)
+		free(ipc_map_pop(&w->canon_keys));
+	ck = malloc(sizeof(*ck));
+	if (ck) {
+		*ck = (struct canon_key){ bytes, key };
+		if (ipc_map_put(&w->canon_keys, bytes.lo, ck) < 0)
+			free(ck);
+	}
+	return key;
 }
 
 /* The client's mod_id, just bound to m (building), is answered when m is built. */

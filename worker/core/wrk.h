@@ -302,6 +302,7 @@ struct wrk {
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */
+	struct ipc_map canon_keys; /* a code's key.lo -> its canonical form's (worker/core/module.c) */
 	uint64_t build_bytes;
 	struct wrk_module *idle_head, *idle_tail;
 	unsigned nidle;
@@ -501,6 +502,14 @@ void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t
 void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
 /* The kernel driver's release ("580.95.05") in a line of /proc/driver/nvidia/version, or "". */
 void wrk_driver_release(const char *line, char *ret, size_t size);
+
+/* worker/core/source.c */
+/*
+ * The canonical form of C or C++ source (see source.c: equal forms compile alike) into out,
+ * which has room for len bytes (the form is never longer). Its length, or -EINVAL for a
+ * source this reading does not follow exactly.
+ */
+ssize_t wrk_source_canon(const char *src, size_t len, char *out);
 
 /* worker/core/segment.c */
 /*

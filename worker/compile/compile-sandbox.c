@@ -27,8 +27,11 @@
 
 /* Landlock's ABI, defined here as the kernel has it: libc's headers lag behind it. */
 #define LL_FS_EXECUTE (1ULL << 0)
+#define LL_FS_WRITE_FILE (1ULL << 1)
 #define LL_FS_READ_FILE (1ULL << 2)
 #define LL_FS_READ_DIR (1ULL << 3)
+#define LL_FS_REMOVE_FILE (1ULL << 5)
+#define LL_FS_MAKE_REG (1ULL << 8)
 #define LL_FS_ABI1 ((1ULL << 13) - 1) /* EXECUTE .. MAKE_SYM */
 #define LL_FS_REFER (1ULL << 13)      /* ABI 2 */
 #define LL_FS_TRUNCATE (1ULL << 14)   /* ABI 3 */
@@ -56,7 +59,20 @@ int wrk_compile_sandbox_landlock_abi(void)
 	return abi > 0 ? (int)abi : 0;
 }
 
-static int landlock(int abi, const char *const *dirs, unsigned ndirs)
+static int add_rule(int ruleset, const char *dir, uint64_t access)
+{
+	struct ll_path_beneath_attr rule = { .allowed_access = access };
+	_cleanup_(closep) int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	rule.parent_fd = fd;
+	if (syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0) < 0)
+		return -errno;
+	return 0;
+}
+
+static int landlock(int abi, const char *const *dirs, unsigned ndirs, const char *write_dir)
 {
 	struct ll_ruleset_attr attr = { .handled_access_fs = LL_FS_ABI1 };
 	size_t size = offsetof(struct ll_ruleset_attr, handled_access_net);
@@ -80,16 +96,21 @@ static int landlock(int abi, const char *const *dirs, unsigned ndirs)
 	if (ruleset < 0)
 		return -errno;
 	for (unsigned i = 0; i < ndirs; i++) {
-		struct ll_path_beneath_attr rule = {
-			.allowed_access = LL_FS_READ_FILE | LL_FS_READ_DIR,
-		};
-		_cleanup_(closep) int fd = open(dirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+		int r = add_rule(ruleset, dirs[i], LL_FS_READ_FILE | LL_FS_READ_DIR);
 
-		if (fd < 0)
-			return -errno;
-		rule.parent_fd = fd;
-		if (syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0) < 0)
-			return -errno;
+		if (r < 0)
+			return r;
+	}
+	/* Files made, written, read and removed there; nothing else (no directories, links,
+	 * devices), and nothing executed. */
+	if (write_dir) {
+		int r = add_rule(ruleset, write_dir,
+				 LL_FS_READ_FILE | LL_FS_READ_DIR | LL_FS_WRITE_FILE |
+					 LL_FS_MAKE_REG | LL_FS_REMOVE_FILE |
+					 (abi >= 3 ? LL_FS_TRUNCATE : 0));
+
+		if (r < 0)
+			return r;
 	}
 	if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
 		return -errno;
@@ -137,8 +158,11 @@ static const long plain[] = {
 	SYS_restart_syscall, SYS_exit, SYS_exit_group,
 };
 
-/* The filter; `files`: opening for reading is allowed (Landlock decides what). */
-static int build(struct wrk_bpf *p, int channel_fd, bool files)
+/*
+ * The filter; `files`: opening for reading is allowed (Landlock decides what); `writes`:
+ * opening to write and removing files too (Landlock allows it beneath one directory).
+ */
+static int build(struct wrk_bpf *p, int channel_fd, bool files, bool writes_ok)
 {
 	static const uint32_t fcntl_cmds[] = { F_GETFD, F_SETFD, F_GETFL, F_DUPFD_CLOEXEC,
 					       F_ADD_SEALS, F_GET_SEALS };
@@ -150,7 +174,17 @@ static int build(struct wrk_bpf *p, int channel_fd, bool files)
 	wrk_bpf_allow(p, plain, ARRAY_SIZE(plain));
 	/* Opening for reading only, and only under Landlock: without it, nothing. Either way a
 	 * refusal fails as Landlock's would. */
-	if (files) {
+	if (files && writes_ok) {
+		/* NVRTC's precompiled headers: its heap's file and the headers' (unlinked). */
+		static const long rw[] = {
+			SYS_openat, SYS_unlinkat,
+#ifdef SYS_open
+			SYS_open, SYS_unlink,
+#endif
+		};
+
+		wrk_bpf_allow(p, rw, ARRAY_SIZE(rw));
+	} else if (files) {
 		wrk_bpf_allow_without(p, SYS_openat, 2, writes, RET_EACCES);
 #ifdef SYS_open
 		wrk_bpf_allow_without(p, SYS_open, 1, writes, RET_EACCES);
@@ -172,28 +206,29 @@ static int build(struct wrk_bpf *p, int channel_fd, bool files)
 	return wrk_bpf_end(p, RET_KILL);
 }
 
-int wrk_compile_sandbox_seal_abi(int abi, const char *const *read_dirs, unsigned ndirs, int channel_fd)
+int wrk_compile_sandbox_seal_abi(int abi, const char *const *read_dirs, unsigned ndirs,
+				 const char *write_dir, int channel_fd)
 {
 	struct wrk_bpf p;
-	int r = build(&p, channel_fd, abi > 0);
+	int r = build(&p, channel_fd, abi > 0, abi > 0 && write_dir);
 
 	if (r < 0)
 		return r;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -errno;
 	if (abi > 0) {
-		r = landlock(abi, read_dirs, ndirs);
+		r = landlock(abi, read_dirs, ndirs, write_dir);
 		if (r < 0)
 			return r;
 	}
 	return wrk_bpf_load(&p, SECCOMP_FILTER_FLAG_TSYNC);
 }
 
-int wrk_compile_sandbox_seal(const char *const *read_dirs, unsigned ndirs, int channel_fd,
-		     bool *ret_landlocked)
+int wrk_compile_sandbox_seal(const char *const *read_dirs, unsigned ndirs, const char *write_dir,
+			     int channel_fd, bool *ret_landlocked)
 {
 	int abi = wrk_compile_sandbox_landlock_abi();
-	int r = wrk_compile_sandbox_seal_abi(abi, read_dirs, ndirs, channel_fd);
+	int r = wrk_compile_sandbox_seal_abi(abi, read_dirs, ndirs, write_dir, channel_fd);
 
 	if (r < 0)
 		return r;

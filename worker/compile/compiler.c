@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/compile/compiler.c: the worker's side of its NVRTC helper: start it early, feed it, watch it. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,9 +104,83 @@ void wrk_compiler_stop(struct wrk_compiler *c)
 	c->greeted = false;
 }
 
+/* ---- the helper's directory of precompiled headers ---- */
+
+/* Remove a directory of files (no subdirectories are made there). */
+static void remove_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+
+	if (d) {
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.')
+				(void)unlinkat(dirfd(d), de->d_name, 0);
+		(void)closedir(d);
+	}
+	(void)rmdir(path);
+}
+
+/* A directory of this user's, closed to others' writes. */
+static bool own_dir(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 022) == 0;
+}
+
+/* pch-<pid> directories in cache_dir whose worker is gone (killed, it could not remove its
+ * own). */
+static void sweep_stale(const char *cache_dir)
+{
+	DIR *d = opendir(cache_dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+		char *end;
+		long pid;
+
+		if (strncmp(de->d_name, "pch-", 4) != 0)
+			continue;
+		pid = strtol(de->d_name + 4, &end, 10);
+		if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
+		    errno != ESRCH)
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%s", cache_dir, de->d_name) < (int)sizeof(path))
+			remove_dir(path);
+	}
+	(void)closedir(d);
+}
+
+void wrk_compiler_pch_dir(struct wrk_compiler *c, const char *cache_dir)
+{
+	char path[PATH_MAX];
+
+	c->pch_dir[0] = '\0';
+	if (!cache_dir || (mkdir(cache_dir, 0700) < 0 && errno != EEXIST) || !own_dir(cache_dir))
+		return;
+	sweep_stale(cache_dir);
+	if (snprintf(path, sizeof(path), "%s/pch-%d", cache_dir, (int)getpid()) >= (int)sizeof(path))
+		return;
+	if ((mkdir(path, 0700) < 0 && errno != EEXIST) || !own_dir(path))
+		return;
+	memcpy(c->pch_dir, path, sizeof(path));
+}
+
+void wrk_compiler_forget_pch(struct wrk_compiler *c)
+{
+	if (c->pch_dir[0])
+		remove_dir(c->pch_dir);
+	c->pch_dir[0] = '\0';
+}
+
 static int send_setup(struct wrk_compiler *c)
 {
-	uint8_t buf[sizeof(struct cc_setup) + WRK_TOOLKIT_DIRS_MAX * PATH_MAX];
+	uint8_t buf[sizeof(struct cc_setup) + (WRK_TOOLKIT_DIRS_MAX + 1) * PATH_MAX];
 	struct cc_setup s = { .magic = CC_MAGIC, .kind = CC_SETUP, .ndirs = c->tk.ndirs };
 	size_t n = sizeof(s);
 
@@ -114,6 +190,13 @@ static int send_setup(struct wrk_compiler *c)
 
 		memcpy(buf + n, c->tk.dirs[i], len);
 		n += len;
+	}
+	if (c->pch_dir[0]) {
+		size_t len = strlen(c->pch_dir) + 1;
+
+		memcpy(buf + n, c->pch_dir, len);
+		n += len;
+		s.flags |= CC_SETUP_PCH;
 	}
 	s.dirs_len = (uint32_t)(n - sizeof(s));
 	memcpy(buf, &s, sizeof(s));
@@ -262,6 +345,22 @@ static gpux_status ready(struct wrk_compiler *c, char **ret_msg)
 	}
 	free(log);
 	return GPUX_OK;
+}
+
+void wrk_compiler_wait_warm(struct wrk_compiler *c, uint64_t deadline)
+{
+	struct cc_rep hello;
+	char *log = NULL;
+	int fd = -1, r;
+
+	if (c->fd < 0 || c->greeted)
+		return;
+	r = recv_reply(c, deadline, false, &hello, &log, &fd);
+	free(log);
+	if (r == 0 && hello.status == 0)
+		c->greeted = true;
+	else if (r == 0)
+		wrk_compiler_stop(c); /* the next compile starts another, which says why */
 }
 
 /*

@@ -20,6 +20,7 @@ struct wrk_compiler {
 	unsigned cc;     /* the device's compute capability, major * 10 + minor */
 	char arch[CC_ARCH_MAX];
 	struct wrk_toolkit tk;
+	char pch_dir[PATH_MAX]; /* the helper's precompiled headers, or "" */
 };
 
 #define WRK_COMPILER_INIT { .pid = 0, .fd = -1 }
@@ -46,6 +47,22 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg);
 void wrk_compiler_target(struct wrk_compiler *c, unsigned cc, const struct wrk_toolkit *tk);
 
 void wrk_compiler_stop(struct wrk_compiler *c);
+
+/*
+ * Give the helper a directory of its own for NVRTC's precompiled headers, in cache_dir (a
+ * directory of this user's alone, or nothing is made): made now (and emptied by each helper
+ * as it starts), removed by wrk_compiler_forget_pch(). Directories left by workers that are
+ * gone are removed first. Before wrk_compiler_target().
+ */
+void wrk_compiler_pch_dir(struct wrk_compiler *c, const char *cache_dir);
+void wrk_compiler_forget_pch(struct wrk_compiler *c);
+
+/*
+ * Wait until the helper has warmed up and said hello (NVRTC loaded, its first compiles
+ * done), at most until the deadline: a compile asked for after this starts at once. A helper
+ * that could not start is left for the first compile, which says why.
+ */
+void wrk_compiler_wait_warm(struct wrk_compiler *c, uint64_t deadline);
 
 /*
  * Compile CUDA C++ (b: code, options, headers, name expressions) to an image

@@ -20,6 +20,9 @@ const char wrk_cuda_options_re[] =
 	"--extra-device-vectorization|-dopt=(on|off)|--restrict|-default-device|"
 	"--device-as-default-execution-space)$";
 
+/* How long a worker waits for its compiler's warm-up before it says it is ready anyway. */
+#define COMPILER_WARM_WAIT_NS (10 * NSEC_PER_SEC)
+
 char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
 {
 	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
@@ -160,6 +163,7 @@ static void cuda_close(void *dv)
 	ends_close(d);
 	cuda_copyin_stop(d);
 	wrk_compiler_stop(&d->compiler);
+	wrk_compiler_forget_pch(&d->compiler);
 	if (d->aux)
 		(void)d->cu.cuStreamDestroy(d->aux);
 	if (d->ctx_retained)
@@ -233,6 +237,7 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 				   "toolkit's headers");
 		d->tk.ndirs = 0;
 	}
+	wrk_compiler_pch_dir(&d->compiler, w->opts.cache_dir);
 	wrk_compiler_target(&d->compiler, (unsigned)(d->cc_major * 10 + d->cc_minor), &d->tk);
 	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
@@ -250,6 +255,10 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	};
 	ends_open(d);
 	cuda_copyin_start(d);
+	/* The device is ready once its compiler is too (NVRTC's load and first compile take
+	 * longer than the driver's start on a fresh machine): a client's first compile finds
+	 * it warm. */
+	wrk_compiler_wait_warm(&d->compiler, mono_ns() + COMPILER_WARM_WAIT_NS);
 	*ret_dev = d;
 	return 0;
 err:

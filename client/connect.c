@@ -202,7 +202,8 @@ static int recv_until(gpux_ctx *ctx, struct ipc_msg *msg, uint64_t deadline)
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		(void)pthread_mutex_unlock(&ctx->lock);
-		r = spin_readable(fd) ? 1 : poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1);
+		r = spin_readable(fd) ? 1
+				      : poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1);
 		(void)pthread_mutex_lock(&ctx->lock);
 		if (r < 0 && errno != EINTR)
 			return -errno;

@@ -299,7 +299,8 @@ static uint32_t source_of(struct ctx *t, const char *src, const struct gpux_head
 static void test_compile_cache_keys(void **state)
 {
 	static const char src[] = "#include \"scale.h\"\n"
-				  "template <typename T> __global__ void k(T *p) { p[0] *= SCALE; }\n";
+				  "template <typename T> __global__ void k(T *p) "
+				  "{ p[0] *= SCALE; }\n";
 	static const char commented[] = "#include \"scale.h\"   // how much\n"
 					"template <typename T>  __global__ void k(T *p) "
 					"{ p[0] *= SCALE; /* in place */ }\n\n// done\n";
@@ -355,7 +356,8 @@ static void test_compile_precompiled_headers(void **state)
 				"{ auto g = cg::tiled_partition<32>(cg::this_thread_block());\n"
 				"  p[g.thread_rank()] = 2.0f; }\n";
 	static const char c[] = "#include <cuda_fp16.h>\n#include \"mine.h\"\n"
-				"extern \"C\" __global__ void c(__half *p) { p[0] = __float2half(V); }\n";
+				"extern \"C\" __global__ void c(__half *p) "
+				"{ p[0] = __float2half(V); }\n";
 	static const struct gpux_header h = { "mine.h", "#define V 1.5f\n" };
 	struct ctx *t = *state;
 	char dir[512];

@@ -166,10 +166,12 @@ static void test_e2e_modules_comment_change_is_a_cache_hit(void **state)
 	static const char orig[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
 				   "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 7 * __LINE__; }\n";
 	static const char commented[] = "GPUX_HOST_PARAMS(f, sizeof(int *)); /* f's */\n"
-					"GPUX_HOST_KERNEL(f)  {  *GPUX_ARG(int *, 0) = 7 * __LINE__;   }"
+					"GPUX_HOST_KERNEL(f)  {  *GPUX_ARG(int *, 0) = "
+					"7  *  __LINE__;   }"
 					" // seven\n/* the end */\n";
 	static const char changed[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
-				      "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 8 * __LINE__; }\n";
+				      "GPUX_HOST_KERNEL(f) "
+				      "{ *GPUX_ARG(int *, 0) = 8 * __LINE__; }\n";
 	static const char moved[] = "/* a line more */\n"
 				    "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
 				    "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 7 * __LINE__; }\n";

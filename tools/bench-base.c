@@ -659,7 +659,7 @@ int main(int argc, char **argv)
 		return do_costs(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "startup") == 0)
 		return do_startup(argv[2]);
-	(void)fprintf(stderr, "usage: gpux-bench-base compile|compile-jit-cache|compile-headers|rtt|rate|threads|graph|bw|costs|startup "
-			      "...\n");
+	(void)fprintf(stderr, "usage: gpux-bench-base compile|compile-jit-cache|compile-headers|"
+			      "rtt|rate|threads|graph|bw|costs|startup ...\n");
 	return 2;
 }

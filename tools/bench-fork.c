@@ -160,8 +160,8 @@ int bench_fork(struct bench *b)
 	/* Where the time goes: the same child, its connection first. */
 	if (one_at_a_time(b, s, n, NULL, true) < 0)
 		goto out;
-	bench_add(b, "  of it: fork, until the child runs", stat_ms(s, n, offsetof(struct stamps, ran), 50),
-		  NAN, "ms", "", NAN, true);
+	bench_add(b, "  of it: fork, until the child runs",
+		  stat_ms(s, n, offsetof(struct stamps, ran), 50), NAN, "ms", "", NAN, true);
 	for (unsigned i = 0; i < n; i++) {
 		s[i].result -= s[i].connected;
 		s[i].connected -= s[i].ran;

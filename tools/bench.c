@@ -692,7 +692,8 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 	} scenarios[] = {
 		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", bench_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
-		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "fresh", bench_fresh },
+		{ "fair", bench_fair },	  { "gpus", s_gpus },
+		{ "fresh", bench_fresh },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

@@ -498,7 +498,8 @@ int wrk_compiler_main(int fd, pid_t parent)
 	h.landlocked = wrk_compile_sandbox_landlock_abi() > 0;
 	/* Precompiled headers read the toolkit's: with Landlock only. NVRTC's PCH heap is a
 	 * file in $TMPDIR, which is its directory too. */
-	if (h.pch_dir[0] && h.landlocked && h.nv.pch_create_status && setenv("TMPDIR", h.pch_dir, 1) == 0) {
+	if (h.pch_dir[0] && h.landlocked && h.nv.pch_create_status &&
+	    setenv("TMPDIR", h.pch_dir, 1) == 0) {
 		h.pch = true;
 		pch_trim(&h, true);
 	}

@@ -150,7 +150,8 @@ static void sweep_stale(const char *cache_dir)
 		if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
 		    errno != ESRCH)
 			continue;
-		if (snprintf(path, sizeof(path), "%s/%s", cache_dir, de->d_name) < (int)sizeof(path))
+		if (snprintf(path, sizeof(path), "%s/%s", cache_dir, de->d_name) <
+		    (int)sizeof(path))
 			remove_dir(path);
 	}
 	(void)closedir(d);
@@ -164,7 +165,8 @@ void wrk_compiler_pch_dir(struct wrk_compiler *c, const char *cache_dir)
 	if (!cache_dir || (mkdir(cache_dir, 0700) < 0 && errno != EEXIST) || !own_dir(cache_dir))
 		return;
 	sweep_stale(cache_dir);
-	if (snprintf(path, sizeof(path), "%s/pch-%d", cache_dir, (int)getpid()) >= (int)sizeof(path))
+	if (snprintf(path, sizeof(path), "%s/pch-%d", cache_dir, (int)getpid()) >=
+	    (int)sizeof(path))
 		return;
 	if ((mkdir(path, 0700) < 0 && errno != EEXIST) || !own_dir(path))
 		return;

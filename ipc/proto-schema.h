@@ -140,8 +140,12 @@
 	X(DRAIN, 23, drain, "drain", _, _, 0, EMPTY)                                               \
 	/* worker -> client: the module a MOD_LOAD got, just before its DONE */                    \
 	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)                        \
+	/* admin client -> gpuxd: its clients, a page at a time (gpux top) */                      \
+	X(CLIENTS_REQ, 25, clients_req, "clients-req", clients_req, clients_req, 0, FIXED)         \
+	/* gpuxd -> admin client */                                                                \
+	X(CLIENTS, 26, clients, "clients", clients, clients_msg, 0, VAR)                           \
 	/* gpuxd -> worker: a client attached ahead (for a forked child) is that process's now */  \
-	X(ADOPT, 25, adopt, "adopt", adopt, adopt, 0, FIXED)
+	X(ADOPT, 27, adopt, "adopt", adopt, adopt, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

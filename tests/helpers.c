@@ -167,7 +167,9 @@ void test_hdr_set(void *buf, const struct ipc_hdr *h)
 	memcpy(buf, h, sizeof(*h));
 }
 
-/* A device as the samples describe it, as a constant initializer. */
+/* A device as the samples describe it, as a constant initializer (as written: clang-format
+ * would take the braced initializer in a macro for a function's body). */
+/* clang-format off */
 #define SAMPLE_INFO(i)                                                                             \
 	{                                                                                          \
 		.index = (i), .backend = IPC_BACKEND_CUDA, .cc_major = 9, .cc_minor = 0,           \
@@ -176,6 +178,7 @@ void test_hdr_set(void *buf, const struct ipc_hdr *h)
 			  8 },                                                                     \
 		.name = "NVIDIA H200 #" #i,                                                        \
 	}
+/* clang-format on */
 
 static struct ipc_dev_status sample_dev_status(uint32_t index)
 {
@@ -309,6 +312,21 @@ static int sample_status(void *buf, size_t cap, unsigned ndevices)
 	return ipc_encode_status(buf, cap, 400, &m, devs);
 }
 
+/* A page of `n` clients (0 to 2) of 3. */
+static int sample_clients(void *buf, size_t cap, unsigned n)
+{
+	static const struct ipc_client_info rows[2] = {
+		{ .id = 7, .pid = 4321, .uid = 1000, .connected_ns = 90 * NSEC_PER_SEC,
+		  .requests = 123456, .shared_bytes = 12 * MiB, .device_bytes = 1 * GiB,
+		  .inflight = 16, .channels = 2 },
+		{ .id = 9, .pid = 4400, .uid = 1001, .connected_ns = 2 * NSEC_PER_SEC,
+		  .requests = 1, .shared_bytes = 4096, .inflight = 0, .channels = 1 },
+	};
+	struct ipc_clients m = { .total = 3, .count = n };
+
+	return ipc_encode_clients(buf, cap, 500, &m, rows);
+}
+
 /*
  * The samples: a FIXED message's fixed part (encoded by the schema's encoder, id 100 + its
  * type), an EMPTY one's type, or a VAR one's builder and its form. The fds each travels with
@@ -323,12 +341,15 @@ struct sample_def {
 	unsigned form;
 };
 
+/* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
+/* clang-format off */
 #define FIXED(name_, T, st, ...)                                                                   \
 	{ .name = (name_), .type = IPC_##T, .fixed = &(const struct st){ __VA_ARGS__ },            \
 	  .size = sizeof(struct st) }
 #define EMPTY(name_, T) { .name = (name_), .type = IPC_##T }
 #define BUILT(name_, T, fn, form_)                                                                 \
 	{ .name = (name_), .type = IPC_##T, .build = (fn), .form = (form_) }
+/* clang-format on */
 
 /* Append only: test-ipc-proto-parse picks some by number, and tests/fuzz/corpus has them. */
 static const struct sample_def samples[] = {
@@ -373,6 +394,9 @@ static const struct sample_def samples[] = {
 	EMPTY("drain", DRAIN),
 	FIXED("mod-info", MOD_INFO, ipc_mod_info, 0x0123456789abcdefull, 0xfedcba9876543210ull,
 	      23000000, IPC_MOD_COMPILED, 0),
+	FIXED("clients-req", CLIENTS_REQ, ipc_clients_req, .after = 41),
+	BUILT("clients", CLIENTS, sample_clients, 2),
+	BUILT("clients-none", CLIENTS, sample_clients, 0),
 	FIXED("adopt", ADOPT, ipc_adopt, 0x1122334455667788ull, 4322, 0),
 };
 

@@ -194,19 +194,26 @@ static void test_register_launch_waits(void **state)
 	gpux_disconnect(ctx);
 }
 
-/* A registration that fails fails the requests that use the buffer, with why; the worker and
- * other buffers go on. */
+/*
+ * A registration that fails fails the requests that waited for it, with why; the worker and
+ * other buffers go on, and the buffer is not refused for good: the next request that uses it
+ * registers it again. (The device address is asked for 400 ms into the registration, after
+ * the request came: it waits, then fails.)
+ */
 static void test_register_failure_fails_its_requests(void **state)
 {
 	struct env *e = *state;
 	gpux_ctx *ctx;
 	gpux_module *m;
 	gpux_buf *x, *y, *x2, *y2;
+	uint64_t seed = 7;
+	unsigned pids;
 	gpux_req *r;
 
 	test_daemon_stop(&e->d);
 	/* The worker's own page of end words is its first registration. */
-	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", "cuMemHostRegister:2:2", 1), 0);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", "cuMemHostGetDevicePointer:2:2", 1), 0);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_REGISTER_MS", "400", 1), 0);
 	assert_int_equal(setenv("GPUX_FAKE_CUDA_DEVICES", "1", 1), 0);
 	test_daemon_start(&e->d, (const char *const[]){ "--backend", "cuda", NULL });
 	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
@@ -214,6 +221,7 @@ static void test_register_failure_fails_its_requests(void **state)
 	m = load(ctx);
 	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(ctx, Y_BYTES, &y), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), X_BYTES / 4, &seed);
 	{
 		uint64_t n = 16;
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, 64),
@@ -225,6 +233,10 @@ static void test_register_failure_fails_its_requests(void **state)
 		assert_non_null(strstr(gpux_req_message(r), "argument 1"));
 		gpux_req_free(r);
 	}
+	/* The same buffer again: registered anew, then used. */
+	assert_int_equal(registered(e, X_BYTES, &pids), 1);
+	assert_int_equal(add1(m, 0, x, y), GPUX_OK);
+	assert_int_equal(registered(e, X_BYTES, &pids), 2);
 	/* Buffers made after it are registered and used as usual. */
 	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x2), GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(ctx, Y_BYTES, &y2), GPUX_OK);

@@ -63,7 +63,7 @@ void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
 	user_uncharge(w, m->uid, m->seg.size);
 	if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
 		(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
-	if (m->reg)
+	if (m->registered)
 		w->be->map_unregister(w->dev, m);
 	if (m->reg_status < 0)
 		w->reg.failed--;
@@ -142,12 +142,13 @@ static void registrar_take(struct wrk *w)
 		m->registering = false;
 		w->reg.pending--;
 		if (m->reg_status < 0) {
+			/* The requests waiting for it fail; the next one to use it tries again
+			 * (mapping_register_again()). */
 			w->reg.failed++;
 			wrk_log_client(w, m->uid, "a segment of %llu bytes: %s",
 				       (unsigned long long)m->seg.size, m->reg_error);
-			/* The next client to send this file gets a mapping of its own, tried anew. */
-			if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
-				(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
+		} else {
+			m->registered = true;
 		}
 		wrk_mapping_unref(w, m);
 		m = next;
@@ -177,6 +178,39 @@ static void registrar_push(struct wrk *w, struct wrk_mapping *m)
 	w->reg.jobs_tail = m;
 	(void)pthread_cond_signal(&w->reg.cond);
 	(void)pthread_mutex_unlock(&w->reg.lock);
+}
+
+/*
+ * A request uses m, which is not registered: its registration failed (the device out of
+ * memory, say). It is tried again now: off the loop, where the request waits for it
+ * (wrk_req_segments_ready()) and fails if it fails again; else here. Either way a failure is
+ * the request's that meets it, not the segment's for good: the next request may succeed.
+ */
+static gpux_status mapping_register_again(struct wrk *w, struct wrk_mapping *m, unsigned arg,
+					  char **ret_msg)
+{
+	char *why = NULL;
+	gpux_status st;
+
+	if (w->be->register_off_loop) {
+		if (m->reg_status < 0) {
+			w->reg.failed--;
+			m->reg_status = GPUX_OK;
+			free(m->reg_error);
+			m->reg_error = NULL;
+		}
+		registrar_push(w, m);
+		return GPUX_OK;
+	}
+	st = w->be->map_register(w->dev, m, &why);
+	if (st != GPUX_OK) {
+		*ret_msg = wrk_strdup_printf("argument %u: %s", arg,
+					     why ? why : "its buffer cannot be registered");
+		free(why);
+		return st;
+	}
+	m->registered = true;
+	return GPUX_OK;
 }
 
 int wrk_segments_start(struct wrk *w)
@@ -423,16 +457,12 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 			free(map);
 			return r;
 		}
+		/* Registered now (or off the loop, below), else at its next use: a failure (the
+		 * device out of memory) is the request's that meets it, not the segment's for
+		 * good (mapping_register_again()). */
 		if (!w->be->register_off_loop) {
-			status = w->be->map_register(w->dev, map, &why);
-			if (status < 0) {
-				user_uncharge(w, c->uid, map->seg.size);
-				ipc_segment_done(&map->seg);
-				free(map);
-				return seg_bind_error(c, m.seg_id, status,
-						      why ? why
-							  : strdup("segment could not be registered"));
-			}
+			map->registered = w->be->map_register(w->dev, map, &why) == GPUX_OK;
+			free(why);
 		}
 		w->stats.segments++;
 		w->stats.segment_bytes += map->seg.size;
@@ -456,6 +486,7 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 		return r;
 	}
 	c->shared_bytes += map->seg.size;
+	wrk_client_row_update(c);
 	return 0;
 }
 
@@ -463,6 +494,7 @@ static void seg_free(struct wrk_client *c, struct wrk_seg *s)
 {
 	if (s->map) {
 		c->shared_bytes -= s->map->seg.size;
+		wrk_client_row_update(c);
 		wrk_mapping_unref(c->w, s->map);
 	}
 	free(s->error);
@@ -510,11 +542,6 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 		*ret_status = s->status;
 		return NULL;
 	}
-	if (s->map->reg_status < 0) {
-		*ret_msg = wrk_strdup_printf("argument %u: %s", arg, s->map->reg_error);
-		*ret_status = s->map->reg_status;
-		return NULL;
-	}
 	if (!range_ok(offset, len, s->map->seg.size)) {
 		*ret_msg = wrk_strdup_printf("argument %u: bytes %llu to %llu lie outside its "
 					     "buffer of %llu bytes",
@@ -528,6 +555,14 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 		*ret_msg = wrk_strdup_printf("argument %u: a frozen buffer can only be an input", arg);
 		*ret_status = GPUX_E_INVAL;
 		return NULL;
+	}
+	if (!s->map->registered && !s->map->registering) {
+		gpux_status st = mapping_register_again(c->w, s->map, arg, ret_msg);
+
+		if (st != GPUX_OK) {
+			*ret_status = st;
+			return NULL;
+		}
 	}
 	s->map->refs++;
 	return s->map;

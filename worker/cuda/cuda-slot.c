@@ -190,13 +190,31 @@ static void group_complete(struct cuda_dev *d, struct cuda_group *g, bool fatal)
 	wrk_reqs_complete(reqs, n, fatal);
 }
 
-/* A group whose end cannot be waited for (the context is gone): its requests end now. */
+static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e);
+
+/*
+ * A group whose event could not be recorded (e): its requests end now. Unless e broke the
+ * context, what went on the stream still runs: the stream is waited for, then what its waiter
+ * holds before the group (a slot's requests end in order), and the requests end as they ran.
+ */
 void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 {
+	struct cuda_slot *s = &d->slots[g->slot];
+	bool sticky, fatal = false;
+
+	(void)wrk_cu_err(e, &sticky);
+	if (!sticky && (e = d->cu.cuStreamSynchronize(s->stream)) == CUDA_SUCCESS) {
+		while (atomic_load(&s->queued))
+			(void)usleep(50);
+		group_complete(d, g, group_result(d, g, CUDA_SUCCESS));
+		return;
+	}
 	for (unsigned i = 0; i < g->n; i++)
 		if (g->reqs[i]->status == 0)
-			(void)cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
-	group_complete(d, g, true);
+			fatal |= cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
+		else
+			fatal |= g->reqs[i]->sticky;
+	group_complete(d, g, fatal);
 }
 
 /* Hand a launched group to its slot's waiter. */
@@ -218,7 +236,7 @@ void cuda_group_push(struct cuda_slot *s, struct cuda_group *g)
  * A lone group: when nothing else of the device is in flight, the loop thread that launched
  * it looks at its end itself between its looks at the rings (cuda_poll()), and no waiter
  * hands it on. That saves a round trip the hand-off to the waiter and back to the loop (0.3
- * and 0.6 µs of 10.5 on an H200, docs/PERFORMANCE.md) and the pacing of the waiter's looks. The
+ * and 0.6 µs of 10.5 on an H200, docs/PERFORMANCE-LOG.md) and the pacing of the waiter's looks. The
  * group goes to its slot's waiter as soon as another group is to be launched, the loop is
  * about to sleep, a look says anything but "not ready" (a fault is the waiter's to blame), or
  * it has been held for a spin. Nowhere threads must not spin, and not a group with copies

@@ -249,6 +249,44 @@ static void test_register_failure_fails_its_requests(void **state)
 	gpux_disconnect(ctx);
 }
 
+/*
+ * A buffer freed while it is being registered counts no more against its user's quota: the
+ * next one, which would not fit beside it, is not refused for its memory.
+ */
+static void test_register_freed_while_registering(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--quota-shared-user",
+					    "10485760", NULL };
+	struct env *e = *state;
+	struct gpux_launch l = test_launch_1d(1, 0, NULL);
+	uint64_t n = 1;
+	struct gpux_arg a[3];
+	gpux_ctx *ctx;
+	gpux_module *m;
+	gpux_buf *x;
+	float *p;
+
+	test_daemon_stop(&e->d);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_REGISTER_MS", "400", 1), 0);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_DEVICES", "1", 1), 0);
+	test_daemon_start(&e->d, args);
+	ctx = test_connect(&e->d);
+	m = load(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	gpux_buf_free(x);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	p = gpux_buf_data(x);
+	p[0] = 41.0f;
+	a[0] = GPUX_ARG_VALUE(n);
+	a[1] = gpux_arg_in(x, 0, 4);
+	a[2] = gpux_arg_out(x, 4, 4);
+	assert_int_equal(gpux_run(m, "add1", &l, a, 3), GPUX_OK);
+	assert_true(p[1] == 42.0f);
+	gpux_buf_free(x);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -256,6 +294,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_register_launch_waits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_register_failure_fails_its_requests, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_register_freed_while_registering, setup,
 						teardown),
 	};
 

@@ -56,21 +56,42 @@ static void user_uncharge(struct wrk *w, uint32_t uid, uint64_t bytes)
 		free(ipc_map_remove(&w->users, uid));
 }
 
-void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
+/* m counts no more (once): not against its user's quota, in the stats or the status page's
+ * usage, and nobody finds it to share it. */
+static void mapping_uncount(struct wrk *w, struct wrk_mapping *m)
 {
-	if (!m || --m->refs > 0)
+	if (m->uncounted)
 		return;
+	m->uncounted = true;
 	user_uncharge(w, m->uid, m->seg.size);
 	if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
 		(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
+	w->stats.segment_bytes -= m->seg.size;
+	w->stats.segments--;
+	wrk_usage_sub(w, m->usage_slot, m->seg.size, 0);
+}
+
+void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
+{
+	if (!m)
+		return;
+	if (--m->refs > 0) {
+		/*
+		 * Its clients and requests let go while it was being registered: the
+		 * registration thread's reference alone is left, which counts for nobody (a
+		 * segment its user sends next is not refused for this one's memory). It goes
+		 * when the registration ends.
+		 */
+		if (m->refs == 1 && m->registering)
+			mapping_uncount(w, m);
+		return;
+	}
+	mapping_uncount(w, m);
 	if (m->registered)
 		w->be->map_unregister(w->dev, m);
 	if (m->reg_status < 0)
 		w->reg.failed--;
 	free(m->reg_error);
-	w->stats.segment_bytes -= m->seg.size;
-	w->stats.segments--;
-	wrk_usage_sub(w, m->usage_slot, m->seg.size, 0);
 	ipc_segment_done(&m->seg);
 	free(m);
 }

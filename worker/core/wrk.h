@@ -65,6 +65,7 @@ struct wrk_mapping {
 	gpux_status reg_status;
 	char *reg_error;
 	struct wrk_mapping *next_reg; /* in the registrar's lists */
+	bool uncounted; /* no more in its user's quota, the stats, the map of files */
 	void *reg; /* the back end's registration */
 	/* map_register() done; until it is, tried again at each use (wrk_segment_range()) */
 	bool registered;

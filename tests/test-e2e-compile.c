@@ -634,6 +634,22 @@ static long cpu_ticks(pid_t pid)
 	return utime + stime;
 }
 
+/* Wait (up to 10 s) until a process has exited: gone, or a zombie (its fds closed). */
+static void wait_dead(pid_t pid)
+{
+	char path[64], buf[1024];
+	const char *fields;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int i = 0; i < 1000; i++) {
+		fields = test_proc_stat(path, buf, sizeof(buf));
+		if (!fields || fields[0] == 'Z' || fields[0] == 'X')
+			return;
+		(void)usleep(10000);
+	}
+	fail_msg("process %d did not die", (int)pid);
+}
+
 struct killer {
 	pid_t helper;
 	long from;
@@ -704,7 +720,7 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	k.helper = test_compiler_of(test_worker_pid(&t->d, 0));
 	assert_true(k.helper > 0);
 	assert_int_equal(kill(k.helper, SIGSYS), 0);
-	(void)usleep(50000);
+	wait_dead(k.helper);
 	assert_int_equal(load(t, toolkit_src, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
 	gpux_module_free(m);
 }

@@ -32,6 +32,8 @@ struct host_slot {
 	struct wrk_req *head, *tail;
 	atomic_uint queued; /* in head..tail: what a thread about to sleep spins on */
 	bool stop;
+	bool done;  /* the thread has ended, or parked for good (caged) */
+	bool caged; /* it entered the sandbox: it never ends (worker/host/sandbox.h) */
 };
 
 struct host_dev {
@@ -98,13 +100,22 @@ static void host_close(void *dv)
 		return;
 	for (unsigned i = 0; i < d->nslots; i++) {
 		struct host_slot *s = &d->slots[i];
+		bool caged;
+
 		if (!s->started)
 			continue;
 		(void)pthread_mutex_lock(&s->lock);
 		s->stop = true;
 		(void)pthread_cond_signal(&s->cond);
+		while (!s->done)
+			(void)pthread_cond_wait(&s->cond, &s->lock);
+		caged = s->caged;
 		(void)pthread_mutex_unlock(&s->lock);
-		(void)pthread_join(s->thread, NULL);
+		/* A caged thread parks for good: it goes with the process. */
+		if (caged)
+			(void)pthread_detach(s->thread);
+		else
+			(void)pthread_join(s->thread, NULL);
 	}
 	host_exec_free(d->exec);
 	free(d);
@@ -418,6 +429,23 @@ static void run_copy(struct wrk_req *r)
 	r->device_ns = r->t_end - t0;
 }
 
+/*
+ * The end of a slot thread: said to host_close(); one in the sandbox may not end (its exit
+ * would be refused) and parks for good, touching nothing of the slot's after saying so.
+ */
+static void slot_end(struct host_slot *s)
+{
+	bool caged;
+
+	(void)pthread_mutex_lock(&s->lock);
+	s->done = true;
+	caged = s->caged;
+	(void)pthread_cond_broadcast(&s->cond);
+	(void)pthread_mutex_unlock(&s->lock);
+	if (caged)
+		host_exec_park();
+}
+
 static void *slot_main(void *arg)
 {
 	struct host_slot *s = arg;
@@ -463,6 +491,11 @@ static void *slot_main(void *arg)
 			wrk_reqs_complete(&r, 1, false);
 			continue;
 		}
+		if (host_exec_caged() && !s->caged) {
+			(void)pthread_mutex_lock(&s->lock);
+			s->caged = true;
+			(void)pthread_mutex_unlock(&s->lock);
+		}
 		/* A kernel that faulted may have broken anything in this process: exit. */
 		fatal = false;
 		if (r->kind == REQ_COPY)
@@ -475,6 +508,7 @@ static void *slot_main(void *arg)
 			break;
 	}
 	host_exec_thread_end(&ss);
+	slot_end(s);
 	return NULL;
 }
 

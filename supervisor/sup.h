@@ -169,6 +169,15 @@ struct sup_client {
 	struct sup_client *prev, *next;
 };
 
+/* A client gone lately, for the log lines about its work that outlives it (a deadline). */
+#define SUP_GONE_KEPT 64u
+struct sup_gone {
+	uint64_t id; /* 0: none */
+	pid_t pid;
+	uid_t uid;
+	uint64_t gone_ns;
+};
+
 struct sup {
 	struct sup_opts opts;
 	struct ipc_loop *loop;
@@ -189,6 +198,8 @@ struct sup {
 	struct ipc_map per_uid; /* uid -> connections, as a pointer-sized count */
 	struct ipc_map per_pid; /* pid -> connections */
 	struct ipc_map client_ids; /* id -> struct sup_client */
+	struct sup_gone gone[SUP_GONE_KEPT]; /* the last clients gone, the oldest replaced */
+	unsigned ngone;
 	uint64_t next_client_id;
 	uint64_t clients_total;
 	uint64_t clients_refused;
@@ -319,5 +330,7 @@ void sup_clients_free(struct sup *s);
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w);
 void sup_clients_device_changed(struct sup *s, struct sup_worker *w);
 void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_killed *k);
+/* A client gone lately (one of the last SUP_GONE_KEPT), or NULL. */
+const struct sup_gone *sup_client_gone_get(const struct sup *s, uint64_t client_id);
 /* The status now: *ret (count = ndevices) and devs[0 .. ndevices) (IPC_DEVICES_MAX). */
 void sup_status_collect(struct sup *s, struct ipc_status *ret, struct ipc_dev_status *devs);

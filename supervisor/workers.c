@@ -678,15 +678,27 @@ static void deadline_check(struct ipc_timer *t, void *userdata)
 			};
 
 			const struct sup_client *c;
+			const struct sup_gone *g;
+			char who[96];
 
 			if (!run->client_id || !run->deadline_ns || now <= run->deadline_ns)
 				continue;
+			/* Its kernel runs on after it went: say so, and who it was if known. */
 			c = ipc_map_get(&s->client_ids, run->client_id);
+			g = c ? NULL : sup_client_gone_get(s, run->client_id);
+			if (c)
+				(void)snprintf(who, sizeof(who), "pid %d uid %u", (int)c->pid,
+					       (unsigned)c->uid);
+			else if (g)
+				(void)snprintf(who, sizeof(who), "gone %.1f s ago; it was pid %d uid %u",
+					       (double)(now - g->gone_ns) / 1e9, (int)g->pid,
+					       (unsigned)g->uid);
+			else
+				(void)snprintf(who, sizeof(who), "gone");
 			sup_logp(LOG_WARNING,
-				 "device %u: request %u of client %llu (pid %d uid %u) ran %.1f s "
-				 "past its deadline: killing worker %d",
-				 w->index, run->req_id, (unsigned long long)run->client_id,
-				 c ? (int)c->pid : -1, c ? (unsigned)c->uid : UINT32_MAX,
+				 "device %u: request %u of client %llu (%s) ran %.1f s past its "
+				 "deadline: killing worker %d",
+				 w->index, run->req_id, (unsigned long long)run->client_id, who,
 				 (double)(now - run->deadline_ns) / 1e9, (int)w->pid);
 			/* Tell the client first; the kill follows on the next round of the loop,
 			 * after the message has gone out. */

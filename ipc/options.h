@@ -23,6 +23,9 @@
 #define IPC_OPT_ADMIN_CLIENTS 16
 #define IPC_OPT_HELLO_TIMEOUT_MS 5000
 #define IPC_OPT_BUSY_HELLO_TIMEOUT_MS 250
+#define IPC_OPT_COMPILE_TIMEOUT_MS 120000
+/* The compilers' memory by default: this, or half the machine's when that is less. */
+#define IPC_OPT_COMPILE_MEMORY_MAX (4ULL << 30)
 /* A time in ms that still fits a uint64_t in ns. */
 #define IPC_OPT_MS_MAX (UINT64_MAX / 1000000u)
 /* Connections of one user, or one process, or kept for gpux status: a sanity bound. */
@@ -109,6 +112,14 @@
 		   IPC_OPT_CACHE_TTL_MS) ")")                                                      \
 	DW(slots, "slots", .kind = IPC_OPT_UINT, .arg = "N", .max = IPC_STATUS_SLOTS,              \
 	   .help = "streams per worker (default: a stream per CPU, at most 8)")                    \
+	DW(compile_memory, "compile-memory", .kind = IPC_OPT_UINT, .arg = "BYTES",                 \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "the address space of a compiler (cc, NVRTC) at most\n"                         \
+		   "(default 4 GiB, or half the machine's memory if less)")                        \
+	DW(compile_timeout_ms, "compile-timeout-ms", .kind = IPC_OPT_UINT, .arg = "MS",            \
+	   .max = IPC_OPT_MS_MAX,                                                                  \
+	   .help = "a compile's time at most (default " IPC_OPT_STR(                               \
+		   IPC_OPT_COMPILE_TIMEOUT_MS) ")")                                                \
 	D(allow_gid, "allow-group", .kind = IPC_OPT_PARSE, .parse = sup_parse_group,               \
 	  .arg = "GROUP",                                                                          \
 	  .help = "also serve members of GROUP (socket mode 0660). Host\n"                         \
@@ -193,6 +204,8 @@ struct ipc_worker_opts {
 	uint64_t cache_bytes;       /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;      /* idle entries older than this go; 0: the default */
 	unsigned slots;             /* streams; 0: the worker's choice */
+	uint64_t compile_memory;    /* a compiler's address space (RLIMIT_AS); 0: the default */
+	uint64_t compile_timeout_ms; /* a compile's time; 0: the default */
 };
 
 /*
@@ -207,6 +220,7 @@ struct ipc_worker_opts {
 		.status_fd = -1, .clients_fd = -1,                                                 \
 		.timeout_ms = IPC_OPT_TIMEOUT_MS, .max_timeout_ms = IPC_OPT_MAX_TIMEOUT_MS,        \
 		.quota_shared = UINT64_MAX, .quota_shared_user = UINT64_MAX,                       \
+		.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS,                                  \
 	}
 
 /* gpux-worker's command line: the W and DW rows. */

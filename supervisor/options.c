@@ -103,6 +103,7 @@ void sup_opts_init(struct sup_opts *o)
 		.admin_clients = IPC_OPT_ADMIN_CLIENTS,
 		.hello_timeout_ms = IPC_OPT_HELLO_TIMEOUT_MS,
 		.busy_hello_timeout_ms = IPC_OPT_BUSY_HELLO_TIMEOUT_MS,
+		.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS,
 		.log_level = LOG_INFO,
 	};
 }

@@ -72,6 +72,8 @@ struct sup_opts {
 	uint64_t cache_ttl_ms;
 	unsigned host_devices;
 	unsigned slots;
+	uint64_t compile_memory;
+	uint64_t compile_timeout_ms;
 	/* Connections (see supervisor/clients.c): all of them, the last `reserved_clients` of
 	 * those for gpuxd's user and root only; per user (others than those) and per process;
 	 * beyond max_clients, `admin_clients` for gpux status. */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-host-faults.c: host kernels that break their launch or their worker fault at once, saying how. */
+/* tests/test-e2e-host-faults.c: host kernels that break their launch or worker fault at once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-worker-fault-addr.c: the address of a faulting x86-64 instruction, read from its bytes. */
+/* tests/test-worker-fault-addr.c: the address of a faulting x86-64 instruction, decoded. */
 #include <errno.h>
 #include <string.h>
 

@@ -286,16 +286,25 @@ int main(int argc, char **argv)
 	}
 	if (w.opts.device == IPC_WORKER_NO_DEVICE)
 		w.opts.device = 0;
+	if (!w.opts.compile_memory) {
+		struct sysinfo si;
+		uint64_t mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
+
+		w.opts.compile_memory = mem ? MIN(IPC_OPT_COMPILE_MEMORY_MAX, mem / 2)
+					    : IPC_OPT_COMPILE_MEMORY_MAX;
+	}
 	if (!w.opts.backend)
 		w.opts.backend = "host";
 	if (!w.opts.cache_ttl_ms)
 		w.opts.cache_ttl_ms = IPC_OPT_CACHE_TTL_MS;
+	if (!w.opts.compile_timeout_ms)
+		w.opts.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS;
 	if (w.opts.probe)
 		return probe(w.opts.backend);
 #ifdef GPUX_HAVE_CUDA
 	/* The worker's own NVRTC helper, on fd 3 (worker/compile/compiler.c). */
 	if (w.opts.compiler)
-		return wrk_compiler_main(3, w.opts.parent_pid);
+		return wrk_compiler_main(3, w.opts.parent_pid, w.opts.compile_memory);
 #endif
 	if (w.opts.control_fd < 0 || w.opts.status_fd < 0) {
 		(void)fprintf(stderr, "gpux-worker: --control-fd and --status-fd are needed\n");

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host/fault-addr.c: the address a faulting x86-64 instruction used, when the CPU does not say. */
+/* worker/host/fault-addr.c: the address a faulting x86-64 instruction used, unreported. */
 #include <errno.h>
 #include <stdbool.h>
 #include <string.h>
@@ -93,7 +93,8 @@ int wrk_fault_operand(const uint8_t *insn, size_t len, const uint64_t regs[WRK_X
 			map = 1;
 			i += 1;
 		} else {
-			rex = 0x40 | (p0 & 0x80 ? 0 : 4) | (p0 & 0x40 ? 0 : 2) | (p0 & 0x20 ? 0 : 1);
+			rex = 0x40 | (p0 & 0x80 ? 0 : 4) | (p0 & 0x40 ? 0 : 2) |
+			      (p0 & 0x20 ? 0 : 1);
 			map = p0 & (op == 0x62 ? 7 : 0x1f);
 			if (op == 0x62) {
 				/* Disp8 counts in vectors (16 << L'L bytes), or elements when
@@ -101,7 +102,8 @@ int wrk_fault_operand(const uint8_t *insn, size_t len, const uint64_t regs[WRK_X
 				unsigned p1 = i + 1 < len ? insn[i + 1] : 0;
 				unsigned p2 = i + 2 < len ? insn[i + 2] : 0;
 
-				disp8_scale = p2 & 0x10 ? (p1 & 0x80 ? 8 : 4) : 16u << ((p2 >> 5) & 3);
+				disp8_scale = p2 & 0x10 ? (p1 & 0x80 ? 8 : 4)
+							: 16u << ((p2 >> 5) & 3);
 				i += 3;
 			} else {
 				i += 2;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/host/fault-addr.h: the address a faulting x86-64 instruction used, when the CPU does not say. */
+/* worker/host/fault-addr.h: the address a faulting x86-64 instruction used, unreported. */
 #pragma once
 
 #include <stddef.h>

@@ -41,6 +41,7 @@ struct host_dev {
 	bool sandbox; /* kernels run under worker/host/sandbox.c's filter */
 	const char *cc, *cxx;
 	char cc_version[256], cxx_version[256];
+	struct wrk_host_cage cage; /* the compilers' (worker/host/host-cage.h) */
 	struct host_exec *exec; /* the CPU threads of launches (worker/host/host-exec.c) */
 	struct host_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
@@ -118,6 +119,7 @@ static void host_close(void *dv)
 			(void)pthread_join(s->thread, NULL);
 	}
 	host_exec_free(d->exec);
+	wrk_host_cage_done(&d->cage);
 	free(d);
 }
 
@@ -140,14 +142,32 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 		d->cxx = "c++";
 	wrk_host_cc_version(d->cc, d->cc_version, sizeof(d->cc_version));
 	wrk_host_cc_version(d->cxx, d->cxx_version, sizeof(d->cxx_version));
+	/* What they write is bounded by what a client's modules may hold. */
+	r = wrk_host_cage_init(&d->cage, w->opts.compile_memory, WRK_CLIENT_MOD_BYTES,
+			       w->opts.compile_timeout_ms * NSEC_PER_MSEC);
+	if (r == 0)
+		r = wrk_host_cage_add_compiler(&d->cage, d->cc);
+	if (r == 0)
+		r = wrk_host_cage_add_compiler(&d->cage, d->cxx);
+	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
+		free(d);
+		*ret_msg = wrk_strdup_printf("the compilers' cage: %s", strerror(-r));
+		return wrk_status_from_errno(r, GPUX_E_IO);
+	}
+	if (!d->cage.landlock_abi)
+		wrk_log(w, "no Landlock here: host compiles may read whatever this worker's user "
+			"may read");
 	r = host_exec_faults_install();
 	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
 		free(d);
 		*ret_msg = wrk_strdup_printf("sigaction: %s", strerror(-r));
 		return GPUX_E_IO;
 	}
 	r = host_exec_new(w, d->sandbox, &d->exec);
 	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
 		free(d);
 		*ret_msg = wrk_strdup_printf("the threads of launches: %s", strerror(-r));
 		return GPUX_E_NOMEM;
@@ -222,8 +242,8 @@ static gpux_status host_build(void *dv, const struct wrk_build *b, uint8_t **ret
 	struct host_dev *d = dv;
 
 	if (b->lang == GPUX_LANG_CUDA)
-		return wrk_host_cuda_build(d->cxx, b, ret_image, ret_len, ret_log);
-	return wrk_host_build(d->cc, b, ret_image, ret_len, ret_log);
+		return wrk_host_cuda_build(&d->cage, d->cxx, b, ret_image, ret_len, ret_log);
+	return wrk_host_build(&d->cage, d->cc, b, ret_image, ret_len, ret_log);
 }
 
 /* ---- modules: the image is dlopen()ed from a memfd, so what was checked is what runs ---- */

@@ -146,6 +146,7 @@ int sup_worker_argv(const struct sup *s, const struct sup_worker *w, struct sup_
 		wo.control_fd = 3;
 		wo.status_fd = 4;
 		wo.clients_fd = 5;
+		wo.ledger_fd = 6;
 		wo.parent_pid = getpid();
 		wo.sandbox = s->opts.host_sandbox;
 #define SUP_PASS_ON_(field, ...) wo.field = s->opts.field;

@@ -10,6 +10,7 @@
 
 #include <gpux/gpux.h>
 
+#include "ledger.h"
 #include "loop.h"
 #include "map.h"
 #include "options.h"
@@ -68,6 +69,8 @@ struct sup_opts {
 	uint64_t quota_shared;      /* shared-buffer bytes of one client */
 	uint64_t quota_shared_user; /* of one user's clients together, at a worker */
 	uint64_t quota_device;
+	uint64_t quota_device_user;
+	uint64_t reserved_device;
 	uint64_t cache_bytes;
 	uint64_t cache_ttl_ms;
 	unsigned host_devices;
@@ -190,6 +193,10 @@ struct sup {
 	struct ipc_listener *listener;
 	struct sup_worker workers[IPC_DEVICES_MAX];
 	unsigned nworkers;
+	/* Device memory by user, which every worker writes (ipc/ledger.h); made at the first
+	 * spawn. */
+	struct ipc_ledger *ledger;
+	int ledger_fd;
 	struct sup_client *clients;
 	unsigned nclients;
 	unsigned nsilent;     /* clients that have not said hello */

@@ -181,6 +181,17 @@ static int worker_init(struct wrk *w)
 		wrk_log(w, "table of clients: %s", strerror(-r));
 		return r;
 	}
+	/* Device memory by user, over every worker: mapped, and its fd closed as the page's. */
+	if (w->opts.ledger_fd >= 0) {
+		r = ipc_ledger_map(w->opts.ledger_fd, &w->ledger);
+		w->opts.ledger_fd = safe_close(w->opts.ledger_fd);
+		if (r == 0 && w->opts.device >= w->ledger->ndevices)
+			r = -ERANGE;
+		if (r < 0) {
+			wrk_log(w, "the ledger of device memory: %s", strerror(-r));
+			return r;
+		}
+	}
 	/* The control socket crossed gpuxd's exec too: no child (the compiler, cc) gets it. */
 	if (fcntl(w->opts.control_fd, F_SETFD, FD_CLOEXEC) < 0) {
 		r = -errno;
@@ -221,6 +232,7 @@ static int worker_init(struct wrk *w)
 	}
 	if (!w->opts.quota_device)
 		w->opts.quota_device = w->info.mem_total / 2;
+	wrk_user_caps(w);
 	r = wrk_dcache_start(w);
 	if (r < 0)
 		return r;
@@ -257,6 +269,7 @@ static void worker_done(struct wrk *w)
 		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
 	if (w->client_table)
 		(void)munmap(w->client_table, IPC_CLIENT_TABLE_SIZE);
+	ipc_ledger_unmap(w->ledger);
 	(void)pthread_mutex_destroy(&w->done_lock);
 	(void)pthread_mutex_destroy(&w->job_lock);
 	(void)pthread_cond_destroy(&w->job_cond);

@@ -32,7 +32,8 @@ struct insn_case {
 	int64_t disp;
 };
 
-/* Each as `as` encodes it. */
+/* Each as `as` encodes it; a row a line or two, as written. */
+/* clang-format off */
 static const struct insn_case cases[] = {
 	{ "movss %xmm0, (%rax)", { 0xf3, 0x0f, 0x11, 0x00 }, 4, RAX, -1, 0, 0 },
 	{ "movl $1, 0x10(%rdi,%rsi,4)", { 0xc7, 0x44, 0xb7, 0x10, 0x01, 0, 0, 0 }, 8, RDI, RSI,
@@ -46,6 +47,7 @@ static const struct insn_case cases[] = {
 	{ "mov 0x1000(,%rbx,8), %rax", { 0x48, 0x8b, 0x04, 0xdd, 0x00, 0x10, 0, 0 }, 8, -1, RBX, 8,
 	  0x1000 },
 };
+/* clang-format on */
 
 static void test_fault_addr_of_memory_operands(void **state)
 {

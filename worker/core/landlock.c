@@ -13,8 +13,8 @@
 #define LL_FS_ABI1 ((1ULL << 13) - 1) /* EXECUTE .. MAKE_SYM */
 #define LL_FS_REFER (1ULL << 13)      /* ABI 2 */
 #define LL_FS_IOCTL_DEV (1ULL << 15)  /* ABI 5 */
-#define LL_FS_FILE (WRK_LL_EXECUTE | WRK_LL_WRITE_FILE | WRK_LL_READ_FILE | WRK_LL_TRUNCATE | \
-		    LL_FS_IOCTL_DEV)
+#define LL_FS_FILE                                                                                 \
+	(WRK_LL_EXECUTE | WRK_LL_WRITE_FILE | WRK_LL_READ_FILE | WRK_LL_TRUNCATE | LL_FS_IOCTL_DEV)
 #define LL_NET_ALL 0x3ULL   /* ABI 4: bind, connect (TCP) */
 #define LL_SCOPE_ALL 0x3ULL /* ABI 6: abstract unix sockets, signals */
 #define LL_RULE_PATH_BENEATH 1

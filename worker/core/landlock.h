@@ -19,8 +19,9 @@
 /* What a rule may grant: reading, running, and (in a directory of one's own) making files. */
 #define WRK_LL_READ (WRK_LL_READ_FILE | WRK_LL_READ_DIR)
 #define WRK_LL_RUN (WRK_LL_READ | WRK_LL_EXECUTE)
-#define WRK_LL_OWN (WRK_LL_READ | WRK_LL_WRITE_FILE | WRK_LL_REMOVE_FILE | WRK_LL_MAKE_REG | \
-		    WRK_LL_REMOVE_DIR | WRK_LL_MAKE_DIR | WRK_LL_TRUNCATE)
+#define WRK_LL_OWN                                                                                 \
+	(WRK_LL_READ | WRK_LL_WRITE_FILE | WRK_LL_REMOVE_FILE | WRK_LL_MAKE_REG |                  \
+	 WRK_LL_REMOVE_DIR | WRK_LL_MAKE_DIR | WRK_LL_TRUNCATE)
 
 /* The Landlock ABI this kernel offers (1 or more), or 0 when it has none or it is disabled. */
 int wrk_landlock_abi(void);

@@ -21,6 +21,9 @@
 /* Bytes of an instruction at most. */
 #define INSN_MAX 15u
 
+/* The opcode tables are kept as written, several cases a line. */
+/* clang-format off */
+
 /* One-byte opcodes with a ModRM byte (64-bit mode). */
 static bool modrm_1byte(uint8_t op)
 {
@@ -47,6 +50,8 @@ static bool modrm_0f(uint8_t op)
 		return !(op >= 0x80 && op <= 0x8f) && !(op >= 0xc8 && op <= 0xcf);
 	}
 }
+
+/* clang-format on */
 
 static uint64_t reg(const uint64_t regs[WRK_X86_REGS], unsigned n)
 {
@@ -102,8 +107,8 @@ int wrk_fault_operand(const uint8_t *insn, size_t len, const uint64_t regs[WRK_X
 				unsigned p1 = i + 1 < len ? insn[i + 1] : 0;
 				unsigned p2 = i + 2 < len ? insn[i + 2] : 0;
 
-				disp8_scale = p2 & 0x10 ? (p1 & 0x80 ? 8 : 4)
-							: 16u << ((p2 >> 5) & 3);
+				disp8_scale =
+					p2 & 0x10 ? (p1 & 0x80 ? 8 : 4) : 16u << ((p2 >> 5) & 3);
 				i += 3;
 			} else {
 				i += 2;

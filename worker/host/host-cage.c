@@ -26,13 +26,15 @@ extern char **environ;
  * Where a toolchain lives on any system (each only if it exists): programs, the libraries
  * they load, the headers. A compiler elsewhere names its own directories (below).
  */
-static const char *const system_dirs[] = { "/usr", "/lib", "/lib64", "/lib32", "/libx32",
-					   "/bin", "/sbin" };
+static const char *const system_dirs[] = { "/usr",    "/lib", "/lib64", "/lib32",
+					   "/libx32", "/bin", "/sbin" };
 /* Files beside them: the dynamic loader's cache (read), the null device (read, written). */
 static const char *const read_files[] = { "/etc/ld.so.cache" };
 static const char *const rw_files[] = { "/dev/null" };
 
-/* What no compiler asks for: refused (EPERM), in case a client's source takes one over. */
+/* What no compiler asks for: refused (EPERM), in case a client's source takes one over.
+ * Kept as written, several a line. */
+/* clang-format off */
 static const long refused[] = {
 	SYS_socket, SYS_socketpair, SYS_ptrace, SYS_process_vm_readv, SYS_process_vm_writev,
 	SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register, SYS_bpf,
@@ -40,6 +42,7 @@ static const long refused[] = {
 	SYS_keyctl, SYS_add_key, SYS_request_key, SYS_mount, SYS_umount2, SYS_pivot_root,
 	SYS_chroot, SYS_unshare, SYS_setns, SYS_init_module, SYS_finit_module, SYS_kexec_load,
 };
+/* clang-format on */
 
 int wrk_host_cage_find(const char *cc, char *ret, size_t size)
 {
@@ -55,8 +58,8 @@ int wrk_host_cage_find(const char *cc, char *ret, size_t size)
 
 		int k = snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, p, cc);
 
-		if (n > 0 && (size_t)k < sizeof(buf) && access(buf, X_OK) == 0 && realpath(buf, ret) &&
-		    strlen(ret) < size)
+		if (n > 0 && (size_t)k < sizeof(buf) && access(buf, X_OK) == 0 &&
+		    realpath(buf, ret) && strlen(ret) < size)
 			return 0;
 		p += n + (p[n] == ':');
 	}
@@ -143,7 +146,8 @@ int wrk_host_cage_init(struct wrk_host_cage *cg, uint64_t memory, uint64_t file_
 {
 	int r;
 
-	*cg = (struct wrk_host_cage){ .memory = memory, .file_max = file_max,
+	*cg = (struct wrk_host_cage){ .memory = memory,
+				      .file_max = file_max,
 				      .timeout_ns = timeout_ns };
 	wrk_bpf_begin(&cg->filter, SECCOMP_RET_KILL_PROCESS);
 	for (unsigned i = 0; i < ARRAY_SIZE(refused); i++)

@@ -27,8 +27,8 @@
 struct wrk_host_cage {
 	char *dirs[WRK_HOST_CAGE_DIRS_MAX];
 	unsigned ndirs;
-	int landlock_abi;        /* 0: no Landlock here; the compiler reads what the worker may */
-	uint64_t memory;         /* 0: no limit */
+	int landlock_abi; /* 0: no Landlock here; the compiler reads what the worker may */
+	uint64_t memory;  /* 0: no limit */
 	uint64_t file_max;
 	uint64_t timeout_ns;
 	struct wrk_bpf filter;

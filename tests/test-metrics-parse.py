@@ -101,7 +101,9 @@ def check_process(fams, pid):
     assert fams["process_cpu_seconds"].samples[0].value >= 0
     assert fams["process_resident_memory_bytes"].samples[0].value > 1 << 20
     assert fams["process_virtual_memory_bytes"].samples[0].value > 1 << 20
-    assert fams["process_open_fds"].samples[0].value == len(os.listdir(f"/proc/{pid}/fd"))
+    # The scrape itself holds a connection to gpuxd open, and one may be closing.
+    fds = len(os.listdir(f"/proc/{pid}/fd"))
+    assert fds - 2 <= fams["process_open_fds"].samples[0].value <= fds + 2
     assert fams["process_max_fds"].samples[0].value >= 1024
 
 

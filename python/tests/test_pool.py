@@ -11,17 +11,18 @@ import pytest
 
 import gpux
 
+# Holds x until the test sets *go (or 30 s pass), then writes it.
 HOLD = r"""
 #include <time.h>
-GPUX_HOST_PARAMS(hold, 4, sizeof(float *));
+GPUX_HOST_PARAMS(hold, sizeof(uint32_t *), sizeof(float *));
 GPUX_HOST_KERNEL(hold)
 {
-	uint32_t ms = GPUX_ARG(uint32_t, 0);
+	volatile uint32_t *go = GPUX_ARG(uint32_t *, 0);
 	float *x = GPUX_ARG(float *, 1);
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	do clock_gettime(CLOCK_MONOTONIC, &b);
-	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < ms * 1000000ll);
+	while (!*go && b.tv_sec - a.tv_sec < 30);
 	x[0] = 42;
 }
 """
@@ -87,14 +88,16 @@ def test_views_keep_the_block(pool):
 
 def test_memory_a_request_uses_is_not_handed_out(pool):
     m = gpux.Module(HOLD, "host")
+    go = gpux.Buffer(4)
     x = gpux.zeros(2048, np.float32)
     where = address(x)
-    fut = m.get_function("hold").submit(1, 1, (np.uint32(300), x))
+    fut = m.get_function("hold").submit(1, 1, (gpux.Mapped(go), x))
     del x
     gc.collect()
     # The request holds the array: its block is not the pool's while it runs.
     y = gpux.zeros(2048, np.float32)
     assert address(y) != where and not fut.done()
+    memoryview(go).cast("I")[0] = 1
     fut.result()
     del fut
     gc.collect()
@@ -104,9 +107,10 @@ def test_memory_a_request_uses_is_not_handed_out(pool):
 
 def test_prepared_launch_holds_its_arrays(pool):
     m = gpux.Module(HOLD, "host")
+    go = gpux.ones(1, np.uint32)
     x = gpux.zeros(2048, np.float32)
     where = address(x)
-    launch = m.get_function("hold").prepare(1, 1, (np.uint32(1), x))
+    launch = m.get_function("hold").prepare(1, 1, (go, x))
     del x
     gc.collect()
     assert address(gpux.empty(2048, np.float32)) != where

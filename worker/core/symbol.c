@@ -99,6 +99,7 @@ static void answer_global(struct wrk_client *c, uint32_t id, struct wrk_module *
 		return;
 	}
 	d->refs = 1;
+	d->ledger_row = -1; /* no memory of its own: charged to nobody */
 	d->size = gi.size;
 	d->ptr = ptr;
 	d->read_only = read_only;

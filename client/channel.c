@@ -194,19 +194,26 @@ static void on_done(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 	cli_req_finish(r, (gpux_status)d.m.status, d.text, d.m.text_len, &t);
 }
 
-/* What a module load got, just before its DONE: kept with the request. */
+/* What a module load got, or a question's answer, just before its DONE: kept with the
+ * request. */
 static void on_mod_info(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 {
-	struct ipc_mod_info mi;
-	struct gpux_req *r;
+	struct gpux_req *r = ipc_map_get(&ctx->reqs, msg->hdr.id);
 
-	if (ipc_decode_mod_info(msg, &mi) < 0)
-		return;
-	r = ipc_map_get(&ctx->reqs, msg->hdr.id);
 	if (!r || r->device != device || r->done)
 		return;
-	r->mod_info = mi;
-	r->has_mod_info = true;
+	if (msg->hdr.type == IPC_MOD_INFO && ipc_decode_mod_info(msg, &r->mod_info) == 0)
+		r->has_mod_info = true;
+	else if (msg->hdr.type == IPC_KERNEL_ATTRS &&
+		 ipc_decode_kernel_attrs(msg, &r->answer.kattrs) == 0)
+		r->answer_type = IPC_KERNEL_ATTRS;
+	else if (msg->hdr.type == IPC_GLOBAL && ipc_decode_global(msg, &r->answer.global) == 0)
+		r->answer_type = IPC_GLOBAL;
+}
+
+static bool is_info(uint16_t type)
+{
+	return type == IPC_MOD_INFO || type == IPC_KERNEL_ATTRS || type == IPC_GLOBAL;
 }
 
 /* The worker's offer of shared rings: taken when it is what this library knows. */
@@ -251,7 +258,7 @@ static int ring_take(gpux_ctx *ctx, uint32_t i, uint32_t seq_ok)
 			return -EBADMSG;
 		if (msg.hdr.type == IPC_DONE)
 			on_done(ctx, i, &msg);
-		else if (msg.hdr.type == IPC_MOD_INFO)
+		else if (is_info(msg.hdr.type))
 			on_mod_info(ctx, i, &msg);
 		taken++;
 	}
@@ -284,7 +291,7 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 		d->sock_in++;
 		if (msg.hdr.type == IPC_DONE)
 			on_done(ctx, i, &msg);
-		else if (msg.hdr.type == IPC_MOD_INFO)
+		else if (is_info(msg.hdr.type))
 			on_mod_info(ctx, i, &msg);
 		else if (msg.hdr.type == IPC_RINGS)
 			on_rings(ctx, i, &msg);

@@ -99,6 +99,7 @@ struct gpux_dbuf {
 	uint32_t device;
 	uint64_t size;
 	uint64_t chan_gen; /* the channel whose worker holds it; gone with it */
+	bool read_only;    /* a module's variable in read-only memory (gpux_module_global()) */
 	struct gpux_dbuf *prev, *next;
 };
 
@@ -141,6 +142,12 @@ struct gpux_req {
 	struct gpux_times times;
 	struct ipc_mod_info mod_info; /* a module load's: what the worker said before its DONE */
 	bool has_mod_info;
+	/* A question's answer before its DONE: KERNEL_ATTRS or GLOBAL (answer_type; 0: none). */
+	uint16_t answer_type;
+	union {
+		struct ipc_kernel_attrs kattrs;
+		struct ipc_global_info global;
+	} answer;
 	struct gpux_req *prev, *next; /* all of the context's requests */
 };
 
@@ -368,6 +375,8 @@ void cli_frozen_forget(gpux_ctx *ctx);
 
 /* client/dbuf.c */
 void cli_dbufs_free_all(gpux_ctx *ctx);
+/* Lock held: a device buffer made (its id, device, size and chan_gen set) is the context's. */
+void cli_dbuf_add(gpux_ctx *ctx, gpux_dbuf *d);
 
 /* client/module.c */
 int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device);

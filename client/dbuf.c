@@ -35,8 +35,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 		st = cli_status_from_errno(rc);
 	if (st < 0)
 		goto err;
-	d->magic = CLI_DBUF_MAGIC;
-	LIST_PREPEND(ctx->dbufs, d);
+	cli_dbuf_add(ctx, d);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	*ret_dbuf = d;
 	return GPUX_OK;
@@ -44,6 +43,13 @@ err:
 	(void)pthread_mutex_unlock(&ctx->lock);
 	free(d);
 	return st;
+}
+
+void cli_dbuf_add(gpux_ctx *ctx, gpux_dbuf *d)
+{
+	d->ctx = ctx;
+	d->magic = CLI_DBUF_MAGIC;
+	LIST_PREPEND(ctx->dbufs, d);
 }
 
 /* Lock held. `retire`: keep the handle to recognize it (client/handle.c). */
@@ -102,7 +108,8 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 	    (q && !cli_alive(q, CLI_QUEUE_MAGIC)) || !ret_req || b->ctx != d->ctx || size == 0 ||
 	    !range_ok(d_off, size, d->size) ||
 	    !range_ok(b_off, size, b->size) || (q && (q->ctx != d->ctx || q->device != d->device)) ||
-	    (dir == IPC_COPY_FROM_DBUF && b->seg->frozen))
+	    (dir == IPC_COPY_FROM_DBUF && b->seg->frozen) ||
+	    (dir == IPC_COPY_TO_DBUF && d->read_only))
 		return GPUX_E_INVAL;
 	ctx = d->ctx;
 	(void)pthread_mutex_lock(&ctx->lock);

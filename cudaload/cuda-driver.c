@@ -58,6 +58,7 @@ static const struct entry entries[] = {
 	E(cuModuleLoadData, 2000),
 	E(cuModuleUnload, 2000),
 	E(cuModuleGetFunction, 2000),
+	E(cuModuleGetGlobal, 3020),
 	E(cuFuncGetAttribute, 2020),
 	E(cuFuncSetAttribute, 9000),
 	E(cuFuncGetParamInfo, 12040),

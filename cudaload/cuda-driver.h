@@ -54,6 +54,7 @@ struct cu_driver {
 	CU_FN(cuModuleLoadData);
 	CU_FN(cuModuleUnload);
 	CU_FN(cuModuleGetFunction);
+	CU_FN(cuModuleGetGlobal);
 	CU_FN(cuFuncGetAttribute);
 	CU_FN(cuFuncSetAttribute);
 	CU_FN(cuFuncGetParamInfo); /* CUDA 12.4 and later; NULL before */

@@ -300,6 +300,50 @@ struct ipc_mod_info {
 };
 _Static_assert(sizeof(struct ipc_mod_info) == 32, "wire ABI");
 
+/*
+ * KERNEL_ATTRS_REQ and GLOBAL_REQ: a kernel or a variable of the client's module mod_id, by
+ * name. A GLOBAL_REQ binds the variable to the client's device buffer id dbuf_id (one it does
+ * not use yet); a KERNEL_ATTRS_REQ has none (0).
+ */
+struct ipc_sym_req {
+	uint64_t mod_id;
+	uint64_t dbuf_id;
+	uint32_t name_len; /* 1 to IPC_KERNEL_NAME_MAX */
+	uint32_t flags;    /* none yet: 0 */
+	char name[IPC_KERNEL_NAME_MAX + 1]; /* name_len bytes without NUL, then a NUL */
+};
+_Static_assert(sizeof(struct ipc_sym_req) == 280, "wire ABI");
+
+/* A kernel's attribute the back end cannot tell. */
+#define IPC_ATTR_UNKNOWN (-1)
+
+/* Sent, with the KERNEL_ATTRS_REQ's id, just before its DONE: as gpux.h's gpux_kernel_attrs. */
+struct ipc_kernel_attrs {
+	int32_t max_threads_per_block;
+	int32_t num_regs;
+	int32_t shared_size_bytes;
+	int32_t const_size_bytes;
+	int32_t local_size_bytes;
+	int32_t max_dynamic_shared_size_bytes;
+	int32_t ptx_version;
+	int32_t binary_version;
+	int32_t cache_mode_ca;
+	int32_t preferred_shared_memory_carveout;
+	int32_t nparams;
+	int32_t reserved[5]; /* 0 */
+};
+_Static_assert(sizeof(struct ipc_kernel_attrs) == 64, "wire ABI");
+
+#define IPC_GLOBAL_READ_ONLY 0x1u /* in memory the device cannot write (the host's .rodata) */
+
+/* Sent, with the GLOBAL_REQ's id, just before its DONE: the device buffer's size. */
+struct ipc_global_info {
+	uint64_t size;
+	uint32_t flags; /* IPC_GLOBAL_* */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_global_info) == 16, "wire ABI");
+
 /* With one fd: the rings' memfd. */
 struct ipc_rings_offer {
 	uint32_t size; /* IPC_RINGS_BYTES; a client that finds another ignores the offer */

@@ -344,6 +344,67 @@ GPUX_EXPORT gpux_status gpux_module_info(gpux_module *module, struct gpux_module
  * handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_module_free(gpux_module *module);
 
+/* ---- what a module holds: its kernels' attributes, its variables ---- */
+
+/* An attribute that the device's back end cannot tell (registers on the host back end). */
+#define GPUX_ATTR_UNKNOWN (-1)
+
+/*
+ * A kernel's attributes, as cuFuncGetAttribute() gives them on a GPU. On the host back end
+ * only max_threads_per_block, max_dynamic_shared_size_bytes and nparams are known (and
+ * shared_size_bytes for a kernel in C, which has none: 0); the others are GPUX_ATTR_UNKNOWN.
+ */
+struct gpux_kernel_attrs {
+	int32_t max_threads_per_block; /* the most threads a block of this kernel may have */
+	int32_t num_regs;              /* registers per thread */
+	int32_t shared_size_bytes;     /* static shared memory per block */
+	int32_t const_size_bytes;      /* constant memory the kernel's module declares */
+	int32_t local_size_bytes;      /* local memory per thread */
+	/* The most dynamic shared memory a launch may ask for: gpux raises the kernel's own limit
+	 * (48 KiB on a GPU until raised) as launches need it, up to what the device allows. */
+	int32_t max_dynamic_shared_size_bytes;
+	int32_t ptx_version;    /* the PTX it was compiled from: major * 10 + minor */
+	int32_t binary_version; /* the architecture of its binary: major * 10 + minor */
+	int32_t cache_mode_ca;  /* 1: global loads cached in L1 too (-Xptxas -dlcm=ca) */
+	int32_t preferred_shared_memory_carveout; /* percent; -1 also when none was set */
+	int32_t nparams;        /* parameters it declares */
+	int32_t reserved[5];
+};
+
+/*
+ * The attributes of `kernel` of a module (named as for gpux_submit()) on `device`: an index, or
+ * GPUX_ANY for the device that loaded the module first. Waits for the worker's answer, and for
+ * the module's build there if it was not loaded on that device yet. GPUX_E_NOTFOUND: no such
+ * kernel (GPUX_E_INVAL: an overloaded name); the module's own failure to build there, as a
+ * request would get it; GPUX_E_INVAL for a name of 0 or more than 255 bytes. A worker from
+ * before this call (library 0.3) drops the connection that asks.
+ */
+GPUX_EXPORT gpux_status gpux_kernel_attrs(gpux_module *module, const char *kernel, uint32_t device,
+					  struct gpux_kernel_attrs *ret_attrs);
+
+/*
+ * A variable of a module as a device buffer on `device` (an index, or GPUX_ANY for the device
+ * that loaded the module first): in CUDA C++ a __device__ or __constant__ variable defined
+ * at namespace scope, in C for the host back end one the module exports (GPUX_HOST_GLOBAL,
+ * gpux/host-kernel.h). `name` is its symbol ("coeffs", "_ZN2ns6coeffsE") or its qualified C++
+ * name ("ns::coeffs"), 1 to 255 bytes. The device buffer is the variable itself:
+ * gpux_dbuf_size() is its size, gpux_dbuf_write() and gpux_dbuf_read() copy to and from it in
+ * a queue's order (copies past its end are refused), and gpux_arg_dbuf() hands its address to
+ * a kernel of any module on that device. On the host back end a variable in read-only memory
+ * (a `const` one) cannot be written: gpux_dbuf_write() of it is GPUX_E_INVAL.
+ *
+ * The variable belongs to the module as the worker loaded it, which the processes of one user
+ * that load the same code (with the same options, headers and names) share: they see the same
+ * variables. Its value lasts while the worker keeps the module loaded (after its last
+ * gpux_module_free() too, among the modules kept for the next load), and the device buffer
+ * keeps it loaded there until gpux_dbuf_free(); it counts against no quota. Lost, as any
+ * device buffer, when its worker dies. GPUX_E_NOTFOUND: no such variable; GPUX_E_INVAL: a name
+ * of 0 or more than 255 bytes; GPUX_E_QUOTA: the connection has 4096 device buffers already.
+ * A worker from before this call (library 0.3) drops the connection that asks.
+ */
+GPUX_EXPORT gpux_status gpux_module_global(gpux_module *module, const char *name, uint32_t device,
+					   gpux_dbuf **ret_dbuf);
+
 /* ---- queues ---- */
 
 /*

@@ -28,8 +28,10 @@
  *   spin(u32 ms)   fault()   (an illegal address: the context is broken from then on)
  *
  * Parameters come from PTX (".entry name(.param .u64 ...)") or from a cubin's .nv.info.<name>
- * section (its KPARAM_INFO attributes: ordinal, offset and size of each parameter). Graphs
- * (fake-graph.c) are chains of kernel nodes run in order.
+ * section (its KPARAM_INFO attributes: ordinal, offset and size of each parameter). A cubin's
+ * variables (cuModuleGetGlobal) are its symbols of objects, with their initial bytes; a
+ * kernel's attributes are fixed numbers, each its own (fake_attrs[]). Graphs (fake-graph.c)
+ * are chains of kernel nodes run in order.
  *
  * Environment: GPUX_FAKE_CUDA_DEVICES (1), GPUX_FAKE_CUDA_MEM (bytes of "device" memory,
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
@@ -798,6 +800,8 @@ static CUresult f_module_unload(CUmodule m)
 	fake_obj_add(FAKE_MODULE, -1);
 	for (unsigned i = 0; i < mod->nfns; i++)
 		free(mod->fns[i]);
+	for (unsigned i = 0; i < mod->nglobals; i++)
+		free(mod->globals[i].p);
 	free(mod->image);
 	free(mod);
 	return r;
@@ -952,10 +956,86 @@ static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name)
 	return CUDA_SUCCESS;
 }
 
+/* A kernel's attributes: numbers a test can tell apart (its static shared memory is 0, which
+ * launches are checked against). */
+const struct fake_attr fake_attrs[] = {
+	{ CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024 },
+	{ CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 0 },
+	{ CU_FUNC_ATTRIBUTE_NUM_REGS, 23 },
+	{ CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, 44 },
+	{ CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, 8 },
+	{ CU_FUNC_ATTRIBUTE_PTX_VERSION, 80 },
+	{ CU_FUNC_ATTRIBUTE_BINARY_VERSION, 90 },
+	{ CU_FUNC_ATTRIBUTE_CACHE_MODE_CA, 1 },
+	{ CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 25 },
+	{ CU_FUNC_ATTRIBUTE_MAX, 0 },
+};
+
 static CUresult f_func_attr(int *v, CUfunction_attribute a, CUfunction f)
 {
 	ENTER("cuFuncGetAttribute");
-	*v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
+	for (unsigned i = 0; fake_attrs[i].a != CU_FUNC_ATTRIBUTE_MAX; i++)
+		if (fake_attrs[i].a == a) {
+			*v = fake_attrs[i].v;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The object symbol `name` of a cubin: a copy of its bytes (zeros for .nv.global's). */
+static struct fake_global *cubin_global(struct fake_mod *mod, const char *name)
+{
+	struct fake_global *g;
+	Elf64_Ehdr h;
+	Elf64_Shdr symtab = { 0 }, strtab, sec;
+
+	memcpy(&h, mod->image, sizeof(h));
+	for (unsigned i = 0; i < h.e_shnum && symtab.sh_type != SHT_SYMTAB; i++)
+		memcpy(&symtab, mod->image + h.e_shoff + (size_t)i * sizeof(symtab), sizeof(symtab));
+	if (symtab.sh_type != SHT_SYMTAB || mod->nglobals == 64 || strlen(name) >= sizeof(g->name))
+		return NULL;
+	memcpy(&strtab, mod->image + h.e_shoff + (size_t)symtab.sh_link * sizeof(strtab),
+	       sizeof(strtab));
+	for (size_t off = 0; off + sizeof(Elf64_Sym) <= symtab.sh_size; off += sizeof(Elf64_Sym)) {
+		Elf64_Sym s;
+
+		memcpy(&s, mod->image + symtab.sh_offset + off, sizeof(s));
+		if (ELF64_ST_TYPE(s.st_info) != STT_OBJECT || s.st_shndx == SHN_UNDEF ||
+		    s.st_shndx >= h.e_shnum || s.st_size == 0 ||
+		    strcmp(mod->image + strtab.sh_offset + s.st_name, name) != 0)
+			continue;
+		memcpy(&sec, mod->image + h.e_shoff + (size_t)s.st_shndx * sizeof(sec), sizeof(sec));
+		g = &mod->globals[mod->nglobals];
+		g->p = calloc(1, s.st_size);
+		if (!g->p)
+			return NULL;
+		if (sec.sh_type == SHT_PROGBITS && s.st_value + s.st_size <= sec.sh_size)
+			memcpy(g->p, mod->image + sec.sh_offset + s.st_value, s.st_size);
+		memcpy(g->name, name, strlen(name) + 1);
+		g->size = s.st_size;
+		mod->nglobals++;
+		return g;
+	}
+	return NULL;
+}
+
+static CUresult f_get_global(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name)
+{
+	struct fake_mod *mod = (struct fake_mod *)m;
+	struct fake_global *g = NULL;
+
+	ENTER("cuModuleGetGlobal");
+	for (unsigned i = 0; i < mod->nglobals && !g; i++)
+		if (strcmp(mod->globals[i].name, name) == 0)
+			g = &mod->globals[i];
+	if (!g && !mod->ptx)
+		g = cubin_global(mod, name);
+	if (!g)
+		return CUDA_ERROR_NOT_FOUND;
+	if (dptr)
+		*dptr = (CUdeviceptr)(uintptr_t)g->p;
+	if (bytes)
+		*bytes = g->size;
 	return CUDA_SUCCESS;
 }
 
@@ -1117,6 +1197,7 @@ static const struct {
 	{ "cuModuleLoadData", f_module_load },
 	{ "cuModuleUnload", f_module_unload },
 	{ "cuModuleGetFunction", f_get_function },
+	{ "cuModuleGetGlobal", f_get_global },
 	{ "cuFuncGetAttribute", f_func_attr },
 	{ "cuFuncSetAttribute", f_func_set_attr },
 	{ "cuFuncGetParamInfo", f_param_info },

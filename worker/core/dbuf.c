@@ -12,17 +12,21 @@ void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
 {
 	if (!d || --d->refs > 0)
 		return;
-	w->be->dev_free(w->dev, d->ptr);
-	w->stats.dbuf_bytes -= d->size;
-	wrk_usage_sub(w, d->usage_slot, 0, d->size);
-	wrk_user_credit(w, d->ledger_row, d->size);
+	if (d->global) {
+		wrk_module_unref(w, d->global);
+	} else {
+		w->be->dev_free(w->dev, d->ptr);
+		w->stats.dbuf_bytes -= d->size;
+		wrk_usage_sub(w, d->usage_slot, 0, d->size);
+		wrk_user_credit(w, d->ledger_row, d->size);
+	}
 	free(d);
 }
 
 /* The client lets go of its id; requests still using it keep it a while. */
 static void dbuf_release(struct wrk_client *c, struct wrk_dbuf *d)
 {
-	c->dbuf_bytes -= d->size;
+	c->dbuf_bytes -= d->global ? 0 : d->size;
 	wrk_client_row_update(c);
 	wrk_dbuf_unref(c->w, d);
 }
@@ -167,6 +171,11 @@ int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
 		dv->dbuf = NULL;
 		wrk_req_fail(r, GPUX_E_INVAL, strdup("no such device buffer, or a range outside it"));
+		return 0;
+	}
+	if (to_dbuf && dv->dbuf->read_only) {
+		dv->dbuf = NULL;
+		wrk_req_fail(r, GPUX_E_INVAL, strdup("the module's variable is in read-only memory"));
 		return 0;
 	}
 	dv->dbuf->refs++;

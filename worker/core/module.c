@@ -726,6 +726,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 			wrk_client_unref(wt->client);
 			free(wt);
 		}
+		wrk_symbols_answer(w, m);
 		m->next_done = finished;
 		finished = m;
 	}

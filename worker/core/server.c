@@ -178,6 +178,10 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 	case IPC_COPY:
 		r = wrk_copy(c, msg);
 		break;
+	case IPC_KERNEL_ATTRS_REQ:
+	case IPC_GLOBAL_REQ:
+		r = wrk_symbol_msg(c, msg);
+		break;
 	case IPC_KICK:
 		/* Its ring was looked at before this message was taken. */
 		r = ipc_decode_kick(msg);

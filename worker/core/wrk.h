@@ -103,6 +103,9 @@ struct wrk_dbuf {
 	uint64_t size;
 	void *ptr;
 	struct wrk_client *client;
+	/* A module's variable (worker/core/symbol.c): its module, held; no memory of its own. */
+	struct wrk_module *global;
+	bool read_only; /* copies into it are refused */
 };
 
 /* A client's segment id: its mapping, or why it could not be attached. */
@@ -150,6 +153,7 @@ struct wrk_module {
 	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
 	struct wrk_module *next_done; /* in the job list, then in the finished list */
 	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */
+	struct wrk_question *questions; /* about its symbols, answered when the build ends */
 };
 
 /* A client's module id. */
@@ -186,6 +190,7 @@ struct wrk_client {
 	uint64_t build_bytes; /* code of this client's builds not done yet */
 	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
 	unsigned inflight;
+	unsigned questions;   /* waiting for a module's build (worker/core/symbol.c) */
 	uint64_t requests;    /* ended, for gpux top */
 	unsigned row;         /* its row in w->client_table, plus one; 0: none */
 	bool gone;
@@ -490,6 +495,12 @@ int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
 void wrk_dbufs_free(struct wrk_client *c);
 int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
+
+/* worker/core/symbol.c */
+/* KERNEL_ATTRS_REQ and GLOBAL_REQ; a negative return: the message does not decode. */
+int wrk_symbol_msg(struct wrk_client *c, const struct ipc_msg *msg);
+/* m's build ended (m->state says how): answer the questions that waited for it. */
+void wrk_symbols_answer(struct wrk *w, struct wrk_module *m);
 
 /* worker/core/usage.c */
 /* A row of gpux top's table for a new client (none when the table is full or absent), and

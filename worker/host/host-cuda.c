@@ -474,8 +474,26 @@ static char *entries(const struct job *j, unsigned nnames, const struct wrk_cusc
 		(void)fprintf(f, "gpux_cu_k%u", i);
 	}
 	(void)fprintf(f, "%s };\n", n ? "" : " nullptr");
+	/* The variables, by their qualified names from the global namespace (an anonymous
+	 * namespace's members are found through it, as the kernels are). */
+	for (unsigned i = 0; i < sc->nglobals; i++) {
+		const struct wrk_cuscan_global *g = &sc->globals[i];
+
+		(void)fprintf(f, "%s { \"",
+			      i ? "," : "static constexpr gpux_cu_global gpux_cu_globals[] = {");
+		scope_name(f, g->scope);
+		(void)fprintf(f, "%s\", \"%s\", (const void *)__builtin_addressof(::", g->name,
+			      g->symbol);
+		scope_name(f, g->scope);
+		(void)fprintf(f, "%s), sizeof(::", g->name);
+		scope_name(f, g->scope);
+		(void)fprintf(f, "%s) }", g->name);
+	}
+	if (sc->nglobals)
+		(void)fprintf(f, " };\n");
 	(void)fprintf(f, "extern \"C\" __attribute__((visibility(\"default\"))) const gpux_cu_module "
-		      "gpux_cu_module_info = { GPUX_CU_ABI, %u, %u, gpux_cu_table };\n", n, nnames);
+		      "gpux_cu_module_info = { GPUX_CU_ABI, %u, %u, gpux_cu_table, %u, %s };\n", n,
+		      nnames, sc->nglobals, sc->nglobals ? "gpux_cu_globals" : "nullptr");
 	if (fclose(f) != 0) {
 		free(s);
 		return NULL;
@@ -520,8 +538,8 @@ static gpux_status preprocess(struct job *j, struct wrk_cuscan *ret)
 	(void)unlink(out);
 	if (r < 0) {
 		free(j->log);
-		j->log = r == -E2BIG ? strdup("more kernels or extern __shared__ arrays than a module "
-					      "may have")
+		j->log = r == -E2BIG ? strdup("more kernels, extern __shared__ arrays or variables "
+					      "than a module may have")
 				     : NULL;
 		return r == -E2BIG ? GPUX_E_COMPILE : GPUX_E_NOMEM;
 	}
@@ -582,6 +600,7 @@ gpux_status wrk_host_cuda_build(const struct wrk_host_cage *cg, const char *cxx,
 	struct job j = { .cg = cg, .cxx = cxx };
 	struct wrk_cuscan sc = { 0 };
 	char out[4200];
+	unsigned nnames;
 	bool have_dir = false;
 	gpux_status rc;
 	int r;
@@ -616,11 +635,22 @@ gpux_status wrk_host_cuda_build(const struct wrk_host_cage *cg, const char *cxx,
 	rc = preprocess(&j, &sc);
 	if (rc < 0)
 		goto out;
-	rc = build(&j, b, j.nnames, &sc);
+	nnames = j.nnames;
+	rc = build(&j, b, nnames, &sc);
 	/* An instantiation the scan misread must not fail a source that compiles: again
 	 * without the source's own, when the compiler's complaint is about the entries. */
-	if (rc == GPUX_E_COMPILE && j.nnames > j.nclient && j.log && strstr(j.log, ENTRIES_FILE))
-		rc = build(&j, b, j.nclient, &sc);
+	if (rc == GPUX_E_COMPILE && j.nnames > j.nclient && j.log && strstr(j.log, ENTRIES_FILE)) {
+		nnames = j.nclient;
+		rc = build(&j, b, nnames, &sc);
+	}
+	/* Nor a variable it misread: again without the variables, which the module then does
+	 * not list (gpux_module_global() does not find them). */
+	if (rc == GPUX_E_COMPILE && sc.nglobals && j.log && strstr(j.log, ENTRIES_FILE)) {
+		struct wrk_cuscan plain = sc;
+
+		plain.nglobals = 0;
+		rc = build(&j, b, nnames, &plain);
+	}
 	if (rc < 0)
 		goto out;
 	(void)snprintf(out, sizeof(out), "%s/kernel.so", j.dir);

@@ -424,6 +424,103 @@ static gpux_status host_kernel_get(void *dv, void *mod, const char *name,
 	return 0;
 }
 
+/* ---- what a module holds: its kernels' attributes, its variables ---- */
+
+static gpux_status host_kernel_attrs(void *dv, void *mod, const struct wrk_kernel_info *k,
+				     struct ipc_kernel_attrs *ret, char **ret_msg)
+{
+	struct host_dev *d = dv;
+	struct host_module *hm = mod;
+
+	ret->max_threads_per_block = (int32_t)d->w->limits.max_threads_per_block;
+	/* A C kernel has dynamic shared memory only; CUDA C++'s __shared__ variables are
+	 * thread-local, not counted anywhere, and its extern __shared__ area is fixed. */
+	ret->shared_size_bytes = hm->cu ? IPC_ATTR_UNKNOWN : 0;
+	ret->max_dynamic_shared_size_bytes =
+		hm->cu ? (int32_t)GPUX_CU_DYN_SHARED_MAX
+		       : (int32_t)MIN(d->w->limits.max_shared_per_block_optin, (uint32_t)INT32_MAX);
+	ret->nparams = k->nparams >= 0 ? k->nparams : IPC_ATTR_UNKNOWN;
+	return 0;
+}
+
+struct place {
+	uintptr_t base, lo, hi;
+	bool found, writable;
+};
+
+/* Whether [lo, hi) lies in one segment the loader mapped from the module at base, and whether
+ * that is writable once relocated (not in its RELRO part). */
+static int place_find(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct place *p = arg;
+	bool relro = false;
+
+	if (info->dlpi_addr != p->base)
+		return 0;
+	for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t s = p->base + ph->p_vaddr, e = s + ph->p_memsz;
+
+		if (ph->p_type == PT_LOAD && p->lo >= s && p->hi <= e) {
+			p->found = true;
+			p->writable = ph->p_flags & PF_W;
+		}
+		relro |= ph->p_type == PT_GNU_RELRO && p->lo < e && p->hi > s;
+	}
+	p->writable &= !relro;
+	return 1;
+}
+
+/* A variable the module itself exports, with its size (as own_symbol() a function). */
+static const void *own_variable(struct host_module *hm, const char *name, uint64_t *ret_size)
+{
+	const void *p = own_symbol(hm, name, STT_OBJECT);
+	const ElfW(Sym) *sym = NULL;
+	Dl_info info;
+
+	if (!p || dladdr1(p, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || !sym)
+		return NULL;
+	*ret_size = sym->st_size;
+	return p;
+}
+
+static gpux_status host_global_get(void *dv, void *mod, const char *name, void **ret_ptr,
+				   uint64_t *ret_size, bool *ret_read_only, char **ret_msg)
+{
+	struct host_module *hm = mod;
+	struct place p = { .base = hm->base };
+	const void *addr = NULL;
+	uint64_t size = 0;
+	gpux_status st;
+
+	if (hm->cu) {
+		st = host_cumod_global(hm->cu, name, &addr, &size, ret_msg);
+		if (st != GPUX_OK)
+			return st;
+	} else if (strncmp(name, "gpux_", 5) == 0 || !(addr = own_variable(hm, name, &size)) ||
+		   size == 0) {
+		/* gpux's own tables (gpux_params_*) are not the client's variables. */
+		*ret_msg = wrk_strdup_printf("no variable \"%s\" in the module (a C module's "
+					     "variables are those it exports: GPUX_HOST_GLOBAL)",
+					     name);
+		return GPUX_E_NOTFOUND;
+	}
+	/* Nothing outside the module's own memory, whatever its table says. */
+	p.lo = (uintptr_t)addr;
+	p.hi = size <= UINTPTR_MAX - p.lo ? p.lo + size : 0;
+	if (p.hi != 0)
+		(void)dl_iterate_phdr(place_find, &p);
+	if (!p.found) {
+		*ret_msg = wrk_strdup_printf("the variable \"%s\" is not in the module's memory",
+					     name);
+		return GPUX_E_INVAL;
+	}
+	*ret_ptr = (void *)addr;
+	*ret_size = size;
+	*ret_read_only = !p.writable;
+	return 0;
+}
+
 static uint64_t host_module_bytes(void *dv, void *mod)
 {
 	struct host_module *hm = mod;
@@ -617,6 +714,8 @@ const struct wrk_backend_ops wrk_backend_host = {
 	.module_bytes = host_module_bytes,
 	.module_unload = host_module_unload,
 	.kernel_get = host_kernel_get,
+	.kernel_attrs = host_kernel_attrs,
+	.global_get = host_global_get,
 	.slot_open = host_slot_open,
 	.launch = host_launch,
 	.dev_alloc = host_dev_alloc,

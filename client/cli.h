@@ -352,10 +352,11 @@ void cli_req_release(struct gpux_req *r);
 /*
  * Lock held: send a message with no buffers to device's worker as a request and wait for
  * its answer. Returns 0, with *ret_status the worker's answer and *ret_gen the channel the
- * request took, or -errno when it could not be sent.
+ * request took (and, when ret_msg is not NULL and the answer is a failure with a text, that
+ * text in *ret_msg, to free), or -errno when it could not be sent.
  */
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
-	     uint64_t *ret_gen, gpux_status *ret_status);
+	     uint64_t *ret_gen, gpux_status *ret_status, char **ret_msg);
 int cli_req_wait(struct gpux_req *r, uint64_t deadline);
 void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen);
 void cli_reqs_free_all(gpux_ctx *ctx);

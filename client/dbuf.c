@@ -6,15 +6,15 @@
 #include "cli.h"
 #include "macro.h"
 
-GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
-					gpux_dbuf **ret_dbuf)
+GPUX_EXPORT gpux_status gpux_dbuf_alloc_ex(gpux_ctx *ctx, uint32_t device, size_t size,
+					   uint32_t flags, gpux_dbuf **ret_dbuf, char **ret_msg)
 {
 	struct ipc_dbuf_alloc a;
 	gpux_status st;
 	gpux_dbuf *d;
 	int rc;
 
-	if (!ctx || !ret_dbuf || size == 0 || device == GPUX_ANY)
+	if (!ctx || !ret_dbuf || size == 0 || device == GPUX_ANY || flags)
 		return GPUX_E_INVAL;
 	d = calloc(1, sizeof(*d));
 	if (!d)
@@ -30,7 +30,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t s
 	d->device = device;
 	d->size = size;
 	a = (struct ipc_dbuf_alloc){ .dbuf_id = d->id, .size = size };
-	rc = cli_call(ctx, device, IPC_DBUF_ALLOC, &a, sizeof(a), &d->chan_gen, &st);
+	rc = cli_call(ctx, device, IPC_DBUF_ALLOC, &a, sizeof(a), &d->chan_gen, &st, ret_msg);
 	if (rc < 0)
 		st = cli_status_from_errno(rc);
 	if (st < 0)
@@ -44,6 +44,12 @@ err:
 	(void)pthread_mutex_unlock(&ctx->lock);
 	free(d);
 	return st;
+}
+
+GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
+					gpux_dbuf **ret_dbuf)
+{
+	return gpux_dbuf_alloc_ex(ctx, device, size, 0, ret_dbuf, NULL);
 }
 
 /* Lock held. `retire`: keep the handle to recognize it (client/handle.c). */

@@ -616,7 +616,7 @@ GPUX_EXPORT gpux_status gpux_run(gpux_module *m, const char *kernel, const struc
 }
 
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
-	     uint64_t *ret_gen, gpux_status *ret_status)
+	     uint64_t *ret_gen, gpux_status *ret_status, char **ret_msg)
 {
 	struct gpux_req *r;
 	int n, rc;
@@ -634,6 +634,8 @@ int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload,
 		r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
 		(void)cli_req_wait(r, 0);
 		*ret_status = r->status;
+		if (ret_msg && r->status < 0 && r->message)
+			*ret_msg = strdup(r->message);
 	}
 	cli_req_release(r);
 	return rc;

@@ -23,6 +23,8 @@
 #define IPC_OPT_ADMIN_CLIENTS 16
 #define IPC_OPT_HELLO_TIMEOUT_MS 5000
 #define IPC_OPT_BUSY_HELLO_TIMEOUT_MS 250
+/* The device-memory reserve when none is given: a sixteenth of the device, at most this. */
+#define IPC_OPT_DEVICE_RESERVE_MAX (256ull << 20)
 /* A time in ms that still fits a uint64_t in ns. */
 #define IPC_OPT_MS_MAX (UINT64_MAX / 1000000u)
 /* Connections of one user, or one process, or kept for gpux status: a sanity bound. */
@@ -98,6 +100,11 @@
 	DW(quota_device, "quota-device", .kind = IPC_OPT_UINT, .arg = "BYTES", .max = UINT64_MAX,  \
 	   .help = "device memory a client may hold in device buffers\n"                           \
 		   "(default half the device's)")                                                  \
+	DW(device_reserve, "device-reserve", .kind = IPC_OPT_UINT, .arg = "BYTES",                 \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "device memory that device buffers and the device cache\n"                      \
+		   "never take, kept for running requests' copies\n"                               \
+		   "(default a sixteenth of the device's, at most 256 MiB)")                        \
 	DW(cache_bytes, "cache-bytes", .kind = IPC_OPT_UINT, .arg = "BYTES", .max = UINT64_MAX,    \
 	   .help = "the device cache's budget (default a quarter of the device)")                  \
 	DW(cache_ttl_ms, "cache-ttl-ms", .kind = IPC_OPT_UINT, .arg = "MS", .max = IPC_OPT_MS_MAX, \
@@ -180,6 +187,7 @@ struct ipc_worker_opts {
 	uint64_t quota_shared;      /* shared-buffer bytes a client may have attached */
 	uint64_t quota_shared_user; /* those of one user's clients together (mappings) */
 	uint64_t quota_device;      /* device bytes a client may hold in device buffers; 0: half */
+	uint64_t device_reserve;    /* device bytes kept for requests' copies; 0: the default */
 	uint64_t cache_bytes;       /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;      /* idle entries older than this go; 0: the default */
 	unsigned slots;             /* streams; 0: the worker's choice */

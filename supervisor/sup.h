@@ -68,6 +68,7 @@ struct sup_opts {
 	uint64_t quota_shared;      /* shared-buffer bytes of one client */
 	uint64_t quota_shared_user; /* of one user's clients together, at a worker */
 	uint64_t quota_device;
+	uint64_t device_reserve;
 	uint64_t cache_bytes;
 	uint64_t cache_ttl_ms;
 	unsigned host_devices;

@@ -193,6 +193,8 @@ static int worker_init(struct wrk *w)
 	}
 	if (!w->opts.quota_device)
 		w->opts.quota_device = w->info.mem_total / 2;
+	if (!w->opts.device_reserve)
+		w->opts.device_reserve = MIN(w->info.mem_total / 16, IPC_OPT_DEVICE_RESERVE_MAX);
 	r = wrk_dcache_start(w);
 	if (r < 0)
 		return r;

@@ -227,6 +227,16 @@ GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_bu
 GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
 					gpux_dbuf **ret_dbuf);
 
+/*
+ * gpux_dbuf_alloc() with flags (none yet: 0). When the worker refuses the buffer and ret_msg
+ * is not NULL, *ret_msg says why (free() it): the quota, or the device-memory reserve that
+ * device buffers never take (gpuxd --device-reserve: memory kept so that requests with
+ * IN/OUT arguments still run when device buffers fill the device), both GPUX_E_NOMEM or
+ * GPUX_E_QUOTA as they apply.
+ */
+GPUX_EXPORT gpux_status gpux_dbuf_alloc_ex(gpux_ctx *ctx, uint32_t device, size_t size,
+					   uint32_t flags, gpux_dbuf **ret_dbuf, char **ret_msg);
+
 /* Free a device buffer. Requests still using it must be finished first. NULL is accepted;
  * a handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_dbuf_free(gpux_dbuf *dbuf);

@@ -485,6 +485,19 @@ static CUresult f_pool_set(CUmemoryPool p, CUmemPool_attribute a, void *v)
 	return CUDA_SUCCESS;
 }
 
+/* What a pool holds: the fake gives freed memory back at once, so none is kept unused. */
+static CUresult f_pool_get(CUmemoryPool p, CUmemPool_attribute a, void *v)
+{
+	ENTER("cuMemPoolGetAttribute");
+	if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || a == CU_MEMPOOL_ATTR_USED_MEM_CURRENT) {
+		(void)pthread_mutex_lock(&fake_lock);
+		*(cuuint64_t *)v = mem_used;
+		(void)pthread_mutex_unlock(&fake_lock);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 static CUresult f_pool_trim(CUmemoryPool p, size_t keep)
 {
 	return CUDA_SUCCESS;
@@ -916,6 +929,7 @@ static const struct {
 	{ "cuMemcpyDtoHAsync", f_dtoh },
 	{ "cuDeviceGetDefaultMemPool", f_default_pool },
 	{ "cuMemPoolSetAttribute", f_pool_set },
+	{ "cuMemPoolGetAttribute", f_pool_get },
 	{ "cuMemPoolTrimTo", f_pool_trim },
 	{ "cuMemAllocFromPoolAsync", f_alloc },
 	{ "cuMemFreeAsync", f_free },

@@ -57,7 +57,15 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 		free(msg);
 		return;
 	}
-	r = wrk_dev_alloc(w, a->size, &ptr, &msg);
+	/* Not into the reserve, cached inputs nobody uses going first. */
+	r = wrk_dev_room(w, a->size, "a device buffer", &msg);
+	if (r < 0 && wrk_dcache_reclaim(w) > 0) {
+		free(msg);
+		msg = NULL;
+		r = wrk_dev_room(w, a->size, "a device buffer", &msg);
+	}
+	if (r == 0)
+		r = wrk_dev_alloc(w, a->size, &ptr, &msg);
 	d = r == 0 ? calloc(1, sizeof(*d)) : NULL;
 	if (!d) {
 		if (r == 0)

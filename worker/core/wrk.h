@@ -462,6 +462,12 @@ void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
 uint64_t wrk_dcache_reclaim(struct wrk *w);
 /* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
 gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
+/*
+ * Whether `len` bytes more of memory that outlives requests (`what`: a device buffer, a cached
+ * input) leave the device-memory reserve (opts.device_reserve) alone: GPUX_E_NOMEM with a
+ * message naming the reserve when they would not.
+ */
+gpux_status wrk_dev_room(struct wrk *w, uint64_t len, const char *what, char **ret_msg);
 
 /* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);

@@ -34,6 +34,9 @@
 #define CLI_OUTBOX_FDS_MAX 1024u
 /* How long a call waits for a device that is (re)starting. */
 #define CLI_DEVICE_WAIT_NS (30ULL * 1000000000ULL)
+/* How often a library-made request (a module load, a queue's or a device buffer's making)
+ * whose worker died before it answered is sent again, to the next worker. */
+#define CLI_RESEND_MAX 3u
 /* How often a wish for a channel that gpuxd's full socket refused is sent again. */
 #define CLI_CHANNEL_RETRY_NS (10ULL * 1000000ULL)
 /* How long connecting may take, an autospawned gpuxd's start included. */

@@ -621,22 +621,33 @@ int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload,
 	struct gpux_req *r;
 	int n, rc;
 
-	/* A call waits for its answer, but many threads may make calls at once. */
-	rc = cli_room_wait(ctx, device);
-	if (rc < 0)
+	for (unsigned attempt = 0;; attempt++) {
+		/* A call waits for its answer, but many threads may make calls at once. */
+		rc = cli_room_wait(ctx, device);
+		if (rc < 0)
+			return rc;
+		r = cli_req_new(ctx, device, true);
+		if (!r)
+			return -ENOMEM;
+		n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);
+		rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+		if (rc == 0) {
+			r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
+			(void)cli_req_wait(r, 0);
+			/* Its worker died before it answered: what it made (a queue, a device
+			 * buffer) went with it, if it made it at all; asked again of the next. */
+			if (r->status == GPUX_E_WORKER_LOST && attempt + 1 < CLI_RESEND_MAX) {
+				cli_req_release(r);
+				rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
+				if (rc < 0)
+					return rc;
+				continue;
+			}
+			*ret_status = r->status;
+			if (ret_msg && r->status < 0 && r->message)
+				*ret_msg = strdup(r->message);
+		}
+		cli_req_release(r);
 		return rc;
-	r = cli_req_new(ctx, device, true);
-	if (!r)
-		return -ENOMEM;
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);
-	rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
-	if (rc == 0) {
-		r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
-		(void)cli_req_wait(r, 0);
-		*ret_status = r->status;
-		if (ret_msg && r->status < 0 && r->message)
-			*ret_msg = strdup(r->message);
 	}
-	cli_req_release(r);
-	return rc;
 }

@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
+#include <unistd.h>
 
 #include "e2e.h"
+#include "channel.h"
 #include "helpers.h"
 
 
@@ -86,10 +88,137 @@ static void test_isolation_reserve_kept_from_device_buffers(void **state)
 	test_env_close(e);
 }
 
+/* A spin of ms milliseconds on a device, submitted. */
+static gpux_req *spin(gpux_module *m, uint32_t device, uint32_t ms)
+{
+	gpux_req *r = NULL;
+
+	assert_int_equal(test_spin_submit(m, device, ms, &r), GPUX_OK);
+	return r;
+}
+
+/* A request of "crash" (an illegal address) on a device, submitted. */
+static gpux_req *crash(struct test_env *e, uint32_t device, gpux_buf *b)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = device };
+	struct gpux_arg arg = gpux_arg_inout(b, 0, 64);
+	gpux_req *r = NULL;
+
+	assert_int_equal(gpux_submit(e->m, "crash", &l, &arg, 1, &r), GPUX_OK);
+	return r;
+}
+
+/* What a hello to gpuxd hears of device 0 now: its state, and whether a channel came. */
+static uint32_t raw_device0(const struct test_daemon *d, bool *ret_channel)
+{
+	struct ipc_hello h = { .min_version = 1, .max_version = IPC_VERSION };
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_device dev;
+	struct ipc_msg msg;
+	int sup = test_raw_connect(d), n;
+
+	n = ipc_encode(buf, sizeof(buf), IPC_HELLO, 1, 0, &h, sizeof(h), NULL, 0);
+	assert_int_equal(ipc_channel_send(sup, buf, (size_t)n, NULL, 0, 0), 0);
+	assert_int_equal(ipc_channel_recv_msg(sup, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_WELCOME);
+	assert_int_equal(ipc_channel_recv_msg(sup, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(ipc_decode_device(&msg, &dev), 0);
+	assert_int_equal(dev.info.index, 0);
+	*ret_channel = dev.flags & IPC_DEVICE_CHANNEL;
+	ipc_msg_close_fds(&msg);
+	(void)close(sup);
+	return dev.state;
+}
+
+/*
+ * A worker whose kernel faulted answers what it owes for a while (up to 200 ms) before it
+ * exits; a client that connects meanwhile must not be handed a channel to it: its first
+ * module load, which goes to the first device with a channel, ended at once with
+ * GPUX_E_WORKER_LOST (issue 27's item 6). It succeeds, there or on the other device.
+ */
+static void test_isolation_fresh_client_during_a_restart(void **state)
+{
+	static const char *const args[] = { "--host-devices", "2", "--slots", "2", NULL };
+	struct test_env *e = test_env_open(args);
+	gpux_ctx *other = test_connect(&e->d);
+	gpux_module *om = test_load_host_kernels(other);
+	gpux_req *victim, *bad;
+	gpux_buf *b;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	for (int round = 0; round < 3; round++) {
+		struct ipc_status st;
+		struct ipc_dev_status devs[IPC_DEVICES_MAX];
+		gpux_ctx *fresh;
+		gpux_module *fm = NULL;
+
+		assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+		/* The dying worker's other slot stays busy: it lingers its full 200 ms. */
+		victim = spin(om, 0, 1000);
+		(void)usleep(20 * 1000);
+		assert_int_equal(gpux_connect(e->d.sock, &fresh), GPUX_OK);
+		bad = crash(e, 0, b);
+		/* Sent as the fault happens, or to a worker that gave up. */
+		if (round == 0)
+			assert_int_equal(gpux_module_load(fresh, GPUX_LANG_HOST, test_host_kernels,
+							  test_host_kernels_len, NULL, &fm, NULL),
+					 GPUX_OK);
+		assert_int_equal(gpux_wait(bad, 5000), GPUX_E_KERNEL_FAULT);
+		/* Connected once the worker gave up: no channel to it (the device restarts). */
+		{
+			bool channel;
+			uint32_t state = raw_device0(&e->d, &channel);
+
+			if (state == GPUX_DEVICE_READY) {
+				struct ipc_dev_status now[IPC_DEVICES_MAX];
+
+				assert_int_equal(test_daemon_status(&e->d, &st, now), 0);
+				assert_true(now[0].generation > devs[0].generation);
+			} else {
+				assert_false(channel);
+			}
+		}
+		{
+			struct gpux_device_info info;
+			gpux_ctx *late;
+			gpux_module *lm = NULL;
+
+			assert_int_equal(gpux_connect(e->d.sock, &late), GPUX_OK);
+			assert_int_equal(gpux_device_info(late, 0, &info), GPUX_OK);
+			if (info.state == GPUX_DEVICE_READY) {
+				struct ipc_dev_status now[IPC_DEVICES_MAX];
+
+				assert_int_equal(test_daemon_status(&e->d, &st, now), 0);
+				assert_true(now[0].generation > devs[0].generation);
+			}
+			assert_int_equal(gpux_module_load(late, GPUX_LANG_HOST, test_host_kernels,
+							  test_host_kernels_len, NULL, &lm, NULL),
+					 GPUX_OK);
+			gpux_module_free(lm);
+			gpux_disconnect(late);
+		}
+		if (round > 0)
+			assert_int_equal(gpux_module_load(fresh, GPUX_LANG_HOST, test_host_kernels,
+							  test_host_kernels_len, NULL, &fm, NULL),
+					 GPUX_OK);
+		gpux_module_free(fm);
+		gpux_disconnect(fresh);
+		(void)gpux_wait(victim, 10000);
+		gpux_req_free(victim);
+		gpux_req_free(bad);
+		test_wait_generation(&e->d, 0, devs[0].generation);
+	}
+	gpux_buf_free(b);
+	gpux_module_free(om);
+	gpux_disconnect(other);
+	test_env_close(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_isolation_reserve_kept_from_device_buffers),
+		cmocka_unit_test(test_isolation_fresh_client_during_a_restart),
 	};
 
 	return cmocka_run_group_tests_name("e2e-isolation", tests, NULL, NULL);

@@ -393,6 +393,11 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 /* A request ended: off its slot, counted. */
 static void req_end(struct wrk *w, struct wrk_req *r)
 {
+	/* The request that broke the device: the page says so before the worker goes, and
+	 * gpuxd gives this worker no new channel from now on. */
+	if (r->status == GPUX_E_KERNEL_FAULT && atomic_load(&w->fatal))
+		(void)ipc_status_fault_set(w->status, r->client ? r->client->id : 0, r->id,
+					   IPC_FAULT_KERNEL);
 	wrk_slot_end(w, r);
 	if (r->t_start > r->t_end)
 		r->t_start = r->t_end;

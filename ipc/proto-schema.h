@@ -37,7 +37,9 @@
 	X(IPC_E_DEVICE, GPUX_E_DEVICE, -15, "device", "device error")                              \
 	X(IPC_E_IO, GPUX_E_IO, -16, "io", "system call failed")                                    \
 	X(IPC_E_VERSION, GPUX_E_VERSION, -17, "version", "no common protocol version")             \
-	X(IPC_E_STOPPING, GPUX_E_STOPPING, -18, "stopping", "gpuxd is stopping")
+	X(IPC_E_STOPPING, GPUX_E_STOPPING, -18, "stopping", "gpuxd is stopping")                   \
+	X(IPC_E_DBUF_LOST, GPUX_E_DBUF_LOST, -19, "dbuf_lost",                                     \
+	  "the device buffer was lost with its worker")
 
 /* The other codes on the wire: X(wire name, gpux.h's name, value). */
 #define IPC_BACKENDS(X)                                                                            \
@@ -139,7 +141,11 @@
 	/* gpuxd -> worker: gpuxd stops; finish what you hold, take nothing new */                 \
 	X(DRAIN, 23, drain, "drain", _, _, 0, EMPTY)                                               \
 	/* worker -> client: the module a MOD_LOAD got, just before its DONE */                    \
-	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)
+	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)                       \
+	/* worker -> client: its page of the worker's marks (ipc/proto.h) */                      \
+	X(MARKS, 25, marks, "marks", marks_offer, marks_offer, 1, FIXED)                           \
+	/* client -> worker: a device buffer kept in host memory; DONE when it has an id */        \
+	X(DBUF_HOST, 26, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

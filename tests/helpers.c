@@ -373,6 +373,9 @@ static const struct sample_def samples[] = {
 	EMPTY("drain", DRAIN),
 	FIXED("mod-info", MOD_INFO, ipc_mod_info, 0x0123456789abcdefull, 0xfedcba9876543210ull,
 	      23000000, IPC_MOD_COMPILED, 0),
+	FIXED("marks", MARKS, ipc_marks_offer, .index = 17),
+	FIXED("dbuf-host", DBUF_HOST, ipc_dbuf_host, .dbuf_id = 13, .size = 1 * MiB, .seg_id = 7,
+	      .seg_offset = 4096),
 };
 
 /* A FIXED or EMPTY sample, through the schema's encoder of its type. */

@@ -83,6 +83,10 @@ static const struct round_trip trips[] = {
 	     UINT32_MAX, 4),
 	TRIP(IPC_RINGS, 0, 1, 8, struct ipc_rings_offer, IPC_RINGS_BYTES, 0),
 	TRIP(IPC_CHANNEL_REQ, 0, 0, 8, struct ipc_channel_req, IPC_DEVICES_MAX - 1, UINT32_MAX),
+	TRIP(IPC_MARKS, 0, 1, 8, struct ipc_marks_offer, IPC_MARKS_PAGES - 1, 0),
+	/* A range ending exactly at 2^64 - 1. */
+	TRIP(IPC_DBUF_HOST, 14, 0, 32, struct ipc_dbuf_host, UINT64_MAX, 4096, UINT64_MAX - 1,
+	     UINT64_MAX - 4096),
 };
 
 static void test_proto_fixed_messages_round_trip(void **state)

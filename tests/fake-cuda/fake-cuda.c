@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <elf.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,7 +33,9 @@
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
  * GPUX_FAKE_CUDA_INIT_MS (how long cuInit takes, as a real driver's start-up does: 0),
  * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
- * code breaks the context as a fault would), GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
+ * code breaks the context as a fault would; with GPUX_FAKE_CUDA_FAIL_ONCE=path, only in a
+ * process that finds no such file, which the failure creates: a restarted worker runs clean),
+ * GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
  * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel).
  */
@@ -46,6 +49,7 @@ static struct fake_alloc *allocs;
 static char fail_fn[64];
 static unsigned fail_at, fail_calls;
 static CUresult fail_code;
+static const char *fail_once; /* a file the failure creates; where it is, no failure */
 static int ndevices = 1;
 static bool refuse_spin;
 /* Words streams are still to write (f_write_value()). */
@@ -78,6 +82,12 @@ CUresult fake_enter(const char *fn)
 		r = fail_code;
 		if (is_sticky(r))
 			fake_sticky = r;
+		if (fail_once) {
+			int fd = open(fail_once, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+			if (fd >= 0)
+				(void)close(fd);
+		}
 	} else if (fake_sticky != CUDA_SUCCESS) {
 		r = fake_sticky;
 	}
@@ -105,7 +115,9 @@ static CUresult f_init(unsigned flags)
 			char fn[64];
 			unsigned at;
 			int code;
-			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3) {
+			fail_once = getenv("GPUX_FAKE_CUDA_FAIL_ONCE");
+			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3 &&
+			    (!fail_once || access(fail_once, F_OK) != 0)) {
 				memcpy(fail_fn, fn, sizeof(fail_fn));
 				fail_at = at;
 				fail_code = (CUresult)code;
@@ -382,6 +394,16 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 		free(w);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	return CUDA_SUCCESS;
+}
+
+/* A word written in stream order (cuStreamWriteValue32): the fake carries out a stream's
+ * copies as they are enqueued, so the word is written now, before what follows it; nothing
+ * once the context is broken. */
+static CUresult f_write_value32(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned flags)
+{
+	ENTER("cuStreamWriteValue32");
+	__atomic_store_n((uint32_t *)(uintptr_t)addr, value, __ATOMIC_SEQ_CST);
 	return CUDA_SUCCESS;
 }
 
@@ -920,6 +942,7 @@ static const struct {
 	{ "cuEventRecord", f_event_record },
 	{ "cuEventQuery", f_event_query },
 	{ "cuStreamWriteValue64", f_write_value },
+	{ "cuStreamWriteValue32", f_write_value32 },
 	{ "cuEventSynchronize", f_event_sync },
 	{ "cuEventElapsedTime", f_elapsed },
 	{ "cuMemHostRegister", f_host_register },

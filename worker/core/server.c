@@ -119,7 +119,7 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 	uint16_t t = msg->hdr.type;
 
 	if (!w->draining || (t != IPC_SUBMIT && t != IPC_COPY && t != IPC_MOD_LOAD &&
-			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC))
+			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC && t != IPC_DBUF_HOST))
 		return false;
 	if (t == IPC_SUBMIT || t == IPC_COPY)
 		wrk_count_finished(w, GPUX_E_STOPPING);
@@ -168,6 +168,7 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 		r = wrk_submit(c, msg);
 		break;
 	case IPC_DBUF_ALLOC:
+	case IPC_DBUF_HOST:
 	case IPC_DBUF_FREE:
 		r = wrk_dbuf_msg(c, msg);
 		break;
@@ -324,6 +325,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	}
 	c->refs = 1;
 	c->w = w;
+	c->marks_page = WRK_NO_MARKS;
 	c->id = a->client_id;
 	c->uid = a->uid;
 	c->gid = a->gid;
@@ -339,6 +341,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	w->clients = c;
 	w->nclients++;
 	client_rings(c);
+	wrk_marks_give(c);
 	wrk_status_publish(w);
 }
 

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -209,8 +210,16 @@ static gpux_status host_slot_open(void *dv, unsigned slot, char **ret_msg)
 	return 0;
 }
 
-/* ---- segments: plain memory needs no registration ---- */
-
+/*
+ * ---- segments: plain memory needs no registration ----
+ *
+ * Kernels work on the client's pages in place, so an IN argument (read-only, as on a GPU,
+ * where a write would go to the device's copy) is handed to the kernel in a read-only view
+ * of its segment: a second mapping of the same pages (mremap() of a shared mapping with no
+ * old size), made at the segment's first IN use and kept as its registration. A kernel that
+ * writes there faults, and is told which argument it wrote (run_request()), rather than
+ * changing the client's input without a word.
+ */
 static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
 	return 0;
@@ -218,6 +227,51 @@ static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret
 
 static void host_map_unregister(void *dv, struct wrk_mapping *m)
 {
+	if (m->reg)
+		(void)munmap(m->reg, m->seg.size);
+	m->reg = NULL;
+}
+
+/* The read-only view of a segment's pages (a frozen one is read-only already), or NULL when
+ * none could be made: then the writable one serves. */
+static uint8_t *read_only_view(struct wrk_mapping *m)
+{
+	void *p;
+
+	if (m->seg.frozen || m->reg)
+		return m->seg.frozen ? m->seg.addr : m->reg;
+	p = mremap(m->seg.addr, 0, m->seg.size, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (mprotect(p, m->seg.size, PROT_READ) < 0) {
+		(void)munmap(p, m->seg.size);
+		return NULL;
+	}
+	m->reg = p;
+	return p;
+}
+
+/* The IN argument of r whose range (else, whose segment's read-only view) holds addr:
+ * UINT_MAX when none. */
+static unsigned in_arg_at(const struct wrk_req *r, const void *addr)
+{
+	const uint8_t *a = addr;
+
+	for (unsigned whole = 0; whole < 2; whole++)
+		for (unsigned i = 0; i < r->nargs; i++) {
+			const struct wrk_arg *x = &r->args[i];
+			const uint8_t *view;
+			uint64_t from, len;
+
+			if (x->kind != GPUX_ARG_IN || !x->map)
+				continue;
+			view = x->map->seg.frozen ? x->map->seg.addr : x->map->reg;
+			from = whole ? 0 : x->offset;
+			len = whole ? x->map->seg.size : x->len;
+			if (view && a >= view + from && a < view + from + len)
+				return i;
+		}
+	return UINT_MAX;
 }
 
 static uint64_t host_mem_free(void *dv)
@@ -438,10 +492,17 @@ static void run_request(struct wrk_req *r)
 		fault_jmp = NULL;
 		r->status = 0;
 	} else {
+		unsigned in = fault_signo == SIGSEGV ? in_arg_at(r, fault_addr) : UINT_MAX;
+
 		fault_jmp = NULL;
 		r->status = GPUX_E_KERNEL_FAULT;
 		if (fault_signo == SIGSYS)
 			r->error = wrk_sandbox_fault_text(r->name, fault_call, fault_arch);
+		else if (in != UINT_MAX)
+			r->error = wrk_strdup_printf("kernel \"%s\" wrote to argument %u, an input: "
+						     "IN arguments are read-only (pass it as INOUT "
+						     "to write it)",
+						     r->name, in);
 		else
 			r->error = wrk_strdup_printf("kernel \"%s\": %s at address %p", r->name,
 						     strsignal(fault_signo), fault_addr);
@@ -528,6 +589,15 @@ static void *slot_main(void *arg)
 			}
 			sandboxed = true;
 		}
+		/* Host kernels and copies work on the client's pages in place: past this mark a
+		 * request never runs again elsewhere. Asked once more after it, so that a client
+		 * dropped meanwhile (which reads its marks once its channel is gone) finds the
+		 * mark of anything that ran. */
+		wrk_mark(r, IPC_MARK_STARTED);
+		if (wrk_req_cancelled(r)) {
+			wrk_reqs_complete(&r, 1, false);
+			continue;
+		}
 		if (r->kind == REQ_COPY)
 			run_copy(r);
 		else
@@ -554,18 +624,23 @@ static void host_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned
 
 	for (unsigned k = 0; k < n; k++, r = r->next) {
 		/* A buffer's parameter is its data pointer, as for cuLaunchKernel: the client's
-		 * pages themselves, the device buffer's memory, or a cached input's copy. */
+		 * pages themselves (an input's read-only), or the device buffer's memory. */
 		for (unsigned i = 0; i < r->nargs; i++) {
 			struct wrk_arg *a = &r->args[i];
 
 			if (a->kind == GPUX_ARG_SCALAR)
 				continue;
-			if (a->dbuf)
+			/* (A cached input's bytes are its frozen segment's: read-only there, where
+			 * the cache's copy would take a kernel's writes for later hits.) */
+			if (a->dbuf) {
 				a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
-			else if (a->centry)
-				a->dev = a->centry->ptr;
-			else
+			} else if (a->kind == GPUX_ARG_IN) {
+				uint8_t *view = read_only_view(a->map);
+
+				a->dev = view ? view + a->offset : a->host;
+			} else {
 				a->dev = a->host;
+			}
 			r->params[i] = &a->dev;
 		}
 		r->launched = true;

@@ -350,23 +350,39 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
 
+/* A request that never runs again after its channel ended (it names a device buffer, gone
+ * with the channel: client/replay.c), submitted. */
+static gpux_req *unreplayable(struct test_env *e, gpux_dbuf **ret_dbuf)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
+	struct gpux_arg a;
+	gpux_req *r;
+
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 64, ret_dbuf), GPUX_OK);
+	a = gpux_arg_dbuf(*ret_dbuf, 0, 64);
+	assert_int_equal(gpux_submit(e->m, "set_flag", &l, &a, 1, &r), GPUX_OK);
+	return r;
+}
+
 /*
  * A channel that ends without a word, its worker alive (here the library's own end is shut,
- * as when a worker with too many clients closes a new one): what was in flight is lost, and
- * the next call gets a channel from gpuxd at once, not after waiting for a restart that
- * never comes.
+ * as when a worker with too many clients closes a new one): what was in flight is lost (this
+ * one names a device buffer: it never runs again), and the next call gets a channel from
+ * gpuxd at once, not after waiting for a restart that never comes.
  */
 static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 {
 	struct test_env *e = *state;
 	pid_t worker = test_worker_pid(&e->d, 0);
+	gpux_dbuf *db;
 	gpux_req *r;
 
 	test_env_still_serves(e);
-	assert_int_equal(test_spin_submit(e->m, 0, 300, &r), GPUX_OK);
+	r = unreplayable(e, &db);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
+	gpux_dbuf_free(db);
 
 	/* Well inside the 30 s a restart is waited for. */
 	(void)alarm(20);
@@ -426,6 +442,7 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	pid_t worker = test_worker_pid(&e->d, 0);
 	uint8_t buf[64];
 	struct resumer rs = { .pid = e->d.pid };
+	gpux_dbuf *db;
 	pthread_t t;
 	gpux_req *r;
 	int fd, n, sent = 0;
@@ -446,10 +463,11 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 		sent++;
 	assert_int_equal(errno, EAGAIN);
 
-	assert_int_equal(test_spin_submit(e->m, 0, 50, &r), GPUX_OK);
+	r = unreplayable(e, &db);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
+	gpux_dbuf_free(db);
 
 	assert_int_equal(write(rs.go[1], "", 1), 1);
 	(void)alarm(20);

@@ -46,7 +46,8 @@ class Buffer:
 
 class DeviceBuffer:
     """Memory on one device that keeps its contents between requests."""
-    def __init__(self, size: int, device: int = 0, context: Optional[Context] = None) -> None: ...
+    def __init__(self, size: int, device: int = 0, context: Optional[Context] = None, *,
+                 host: bool = False) -> None: ...
     @property
     def size(self) -> int: ...
     @property

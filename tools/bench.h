@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "tools.h"
 
@@ -63,6 +64,13 @@ double bench_pct(uint64_t *v, unsigned n, unsigned p);
 /* gpux_run() of kernel k of the bench kernels, timed. */
 gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
 		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns);
+
+/* A private gpuxd on sock with its module cache in `cache` (tools/bench.c), stopped. */
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache);
+void bench_daemon_stop(pid_t pid);
+
+/* tools/bench-fault.c */
+int bench_fault(struct bench *b);
 
 /* tools/bench-launch.c */
 int bench_rtt(struct bench *b);

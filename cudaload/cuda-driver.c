@@ -18,7 +18,10 @@ struct entry {
 	int min_version; /* the driver that introduced it; older drivers leave it NULL */
 };
 
+/* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
+/* clang-format off */
 #define E(name, v) { #name, offsetof(struct cu_driver, name), v }
+/* clang-format on */
 
 static const struct entry entries[] = {
 	E(cuInit, 2000),

@@ -45,6 +45,8 @@
  * gpuxd's argv for a worker comes from the worker's rows (ipc_opt_argv()), so the two can
  * never disagree on a name or a range.
  */
+/* The table as written, a row per option (clang-format would re-pack its strings). */
+/* clang-format off */
 #define IPC_OPTIONS(D, W, DW, S)                                                                   \
 	W(device, "device", .kind = IPC_OPT_UINT, .arg = "N", .max = IPC_DEVICES_MAX - 1,          \
 	  .help = "the device to serve (default 0)")                                               \
@@ -170,6 +172,7 @@
 		  "under systemd, syslog with --daemonize, else stderr;\n"                         \
 		  "--private: $GPUX_LOG_FILE, else\n"                                              \
 		  "$XDG_STATE_HOME/gpux/gpuxd.log (~/.local/state/...)")
+/* clang-format on */
 
 /* What gpuxd tells a worker, and what the worker reads from its command line. */
 struct ipc_worker_opts {

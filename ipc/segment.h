@@ -16,7 +16,10 @@ struct ipc_segment {
 	bool frozen; /* sealed against writing, mapped read-only */
 };
 
+/* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
+/* clang-format off */
 #define IPC_SEGMENT_INIT { .fd = -1, .addr = NULL, .size = 0, .frozen = false }
+/* clang-format on */
 
 /*
  * Create a memfd of `size` bytes, named `name` (for /proc), close-on-exec, its memory

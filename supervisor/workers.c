@@ -38,6 +38,9 @@ struct transition {
 	enum sup_action action;
 };
 
+/* The table's macros and its columns, kept as written: clang-format would take a braced
+ * initializer in a macro for a function's body, and pack the table's rows. */
+/* clang-format off */
 #define T(n, a) { W_##n, A_##a }
 #define SAME { W_STATE_N, A_NONE }
 
@@ -55,6 +58,7 @@ static const struct transition table[W_STATE_N][E_EVENT_N] = {
 	[W_FAILED] =   { SAME,            SAME,           SAME,             T(STARTING, SPAWN), T(DOWN, NONE) },
 	[W_STOPPING] = { SAME,            SAME,           T(DOWN, NONE),    T(STOPPING, KILL), SAME },
 };
+/* clang-format on */
 
 const char *sup_state_name(enum sup_state st)
 {

@@ -149,7 +149,10 @@ void test_daemon_start(struct test_daemon *d, const char *const *args)
 	test_daemon_start_at(d, NULL, args);
 }
 
-void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *const *args)
+/* Start gpuxd and wait until every device is ready (0); with ret_status, -ECHILD when gpuxd
+ * exited first (its wait status there). Asserts otherwise. */
+static int daemon_start(struct test_daemon *d, const char *sock, const char *const *args,
+			int *ret_status)
 {
 	char *argv[48];
 	unsigned argc = 0;
@@ -196,17 +199,33 @@ void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *c
 				ready = ready && devs[i].state == GPUX_DEVICE_READY;
 		}
 		if (ready)
-			return;
+			return 0;
+		if (ret_status && waitpid(d->pid, ret_status, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return -ECHILD;
+		}
 		if (mono_ns() > until)
 			fail_msg("gpuxd did not become ready (log: %s)", d->log);
 		(void)usleep(5000);
 	}
 }
 
-/* Whether the daemon's log (its workers' too) holds a sanitizer's report. */
+void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *const *args)
+{
+	assert_int_equal(daemon_start(d, sock, args, NULL), 0);
+}
+
+int test_daemon_try_start(struct test_daemon *d, const char *const *args, int *ret_status)
+{
+	return daemon_start(d, NULL, args, ret_status);
+}
+
+/* Whether the daemon's log (its workers' too) holds a sanitizer's report, or the fake libcuda's
+ * (driver objects a worker never released). */
 static bool log_has_sanitizer_report(const char *path)
 {
-	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "runtime error:" };
+	static const char *const marks[] = { "AddressSanitizer", "LeakSanitizer", "ThreadSanitizer",
+					     "runtime error:", "fake libcuda:" };
 	char line[1024];
 	bool found = false;
 	FILE *f = fopen(path, "re");

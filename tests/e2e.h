@@ -34,6 +34,13 @@ void test_daemon_start(struct test_daemon *d, const char *const *args);
 /* test_daemon_start(), listening on `sock` rather than in the temporary directory. */
 void test_daemon_start_at(struct test_daemon *d, const char *sock, const char *const *args);
 
+/*
+ * test_daemon_start() for a gpuxd that may refuse to start: 0 once every device is ready, or
+ * -ECHILD when gpuxd exited before (its wait status in *ret_status; d->dir and its log are
+ * left for test_daemon_stop() to remove). Asserts when neither happens in time.
+ */
+int test_daemon_try_start(struct test_daemon *d, const char *const *args, int *ret_status);
+
 /* SIGTERM, wait for the exit (asserting it is clean), remove the directory. */
 void test_daemon_stop(struct test_daemon *d);
 

@@ -167,7 +167,9 @@ void test_hdr_set(void *buf, const struct ipc_hdr *h)
 	memcpy(buf, h, sizeof(*h));
 }
 
-/* A device as the samples describe it, as a constant initializer. */
+/* A device as the samples describe it, as a constant initializer (as written: clang-format
+ * would take the braced initializer in a macro for a function's body). */
+/* clang-format off */
 #define SAMPLE_INFO(i)                                                                             \
 	{                                                                                          \
 		.index = (i), .backend = IPC_BACKEND_CUDA, .cc_major = 9, .cc_minor = 0,           \
@@ -176,6 +178,7 @@ void test_hdr_set(void *buf, const struct ipc_hdr *h)
 			  8 },                                                                     \
 		.name = "NVIDIA H200 #" #i,                                                        \
 	}
+/* clang-format on */
 
 static struct ipc_dev_status sample_dev_status(uint32_t index)
 {
@@ -323,12 +326,15 @@ struct sample_def {
 	unsigned form;
 };
 
+/* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
+/* clang-format off */
 #define FIXED(name_, T, st, ...)                                                                   \
 	{ .name = (name_), .type = IPC_##T, .fixed = &(const struct st){ __VA_ARGS__ },            \
 	  .size = sizeof(struct st) }
 #define EMPTY(name_, T) { .name = (name_), .type = IPC_##T }
 #define BUILT(name_, T, fn, form_)                                                                 \
 	{ .name = (name_), .type = IPC_##T, .build = (fn), .form = (form_) }
+/* clang-format on */
 
 /* Append only: test-ipc-proto-parse picks some by number, and tests/fuzz/corpus has them. */
 static const struct sample_def samples[] = {

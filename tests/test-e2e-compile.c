@@ -13,19 +13,23 @@
 #include "helpers.h"
 #include "nvrtc-helpers.h"
 
-#include "sample-matrixMul_kernel.h"
-#include "sample-reduction_kernel.h"
-#include "sample-sharedmem.h"
-#include "sample-simpleTemplates_kernel.h"
-#include "sample-vectorAdd.h"
+#include "kernel-atomics.h"
+#include "kernel-block_shared.h"
+#include "kernel-half_math.h"
+#include "kernel-matmul.h"
+#include "kernel-misc.h"
+#include "kernel-reduce.h"
+#include "kernel-scale_shared.h"
+#include "kernel-vector_add.h"
+#include "kernel-warp.h"
 
 /*
  * gpuxd with the CUDA back end on tests/fake-cuda ($GPUX_CUDA_LIB) and the real NVRTC, in
  * the worker's sandboxed helper. The fake driver runs none of these kernels, but a launch
  * still goes through finding the kernel by its name and checking the arguments against the
  * cubin's own parameter list: a request that gets past both ends GPUX_OK, one that names
- * no kernel or passes the wrong arguments says so. The samples (tests/samples) run for real
- * in test-gpu-samples.
+ * no kernel or passes the wrong arguments says so. gpux's own kernels (tests/kernels) run
+ * for real in test-e2e-kernels, on the host back end and on a GPU.
  */
 
 struct ctx {
@@ -324,16 +328,17 @@ static void test_compile_bad_names_and_headers(void **state)
 	}
 }
 
-/* ---- NVIDIA's samples, as published (tests/samples) ---- */
+/* ---- gpux's own kernels (tests/kernels), as test-e2e-kernels runs them ---- */
 
-static void test_compile_samples(void **state)
+static void test_compile_kernels(void **state)
 {
 	static const char *const red_names[] = {
-		"reduce0<float>", "reduce3<int>", "reduce4<float, 256>", "reduce6<float, 256, true>",
-		"reduce7<int, 256, false>", "cg_reduce<float>",
+		"reduce_tree<float>", "reduce_shfl<float, 256>", "reduce_stride<int,256,false>",
+		"reduce_cg<double>",
 	};
-	static const char *const tmpl_names[] = { "testKernel<float>", "testKernel<int>" };
-	struct gpux_header shared = { "sharedmem.cuh", sample_sharedmem };
+	static const char *const tmpl_names[] = { "reverse_scale<float>", "reverse_scale<int>" };
+	static const char *const others[] = { kernel_atomics, kernel_half_math };
+	struct gpux_header shared = { "block_shared.cuh", kernel_block_shared };
 	struct ctx *t = *state;
 	int32_t w = 32;
 	uint32_t n = 1024;
@@ -346,33 +351,51 @@ static void test_compile_samples(void **state)
 	NEED(state);
 	if (!have_landlock())
 		skip();
-	/* vectorAdd: a plain C++ kernel. */
-	assert_int_equal(load(t, sample_vectorAdd, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
-	expect_run(t->c, m, "vectorAdd", 3, va, 1, GPUX_OK, NULL);
-	expect_run(t->c, m, "vectorAdd", 3, NULL, 0, GPUX_E_INVAL, "takes 4 arguments");
+	/* vector_add: a plain C++ kernel. */
+	assert_int_equal(load(t, kernel_vector_add, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
+	expect_run(t->c, m, "vector_add", 3, va, 1, GPUX_OK, NULL);
+	expect_run(t->c, m, "vector_add", 3, NULL, 0, GPUX_E_INVAL, "takes 4 arguments");
 	gpux_module_free(m);
-	/* matrixMul: cooperative groups, two kernels in one module. */
-	assert_int_equal(load(t, sample_matrixMul_kernel, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
-	expect_run(t->c, m, "matrixMulCUDA_block16", 3, mm, 2, GPUX_OK, NULL);
-	expect_run(t->c, m, "matrixMulCUDA_block32", 3, mm, 2, GPUX_OK, NULL);
+	/* matmul: cooperative groups, two kernels in one module. */
+	assert_int_equal(load(t, kernel_matmul, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
+	expect_run(t->c, m, "matmul_tile16", 3, mm, 2, GPUX_OK, NULL);
+	expect_run(t->c, m, "matmul_tile32", 3, mm, 2, GPUX_OK, NULL);
 	gpux_module_free(m);
-	/* reduction: templates by name expression, dynamic shared memory, nine kernels. */
-	if (load(t, sample_reduction_kernel, NULL, 0, red_names, ARRAY_SIZE(red_names), &m, &log))
-		fail_msg("reduction: %s", log ? log : "");
+	/* reduce: templates by name expression and one instantiated, the client's header. */
+	if (load(t, kernel_reduce, &shared, 1, red_names, ARRAY_SIZE(red_names), &m, &log))
+		fail_msg("reduce: %s", log ? log : "");
 	free(log);
 	for (unsigned i = 0; i < ARRAY_SIZE(red_names); i++)
 		expect_run(t->c, m, red_names[i], 2, red, 1, GPUX_OK, NULL);
-	expect_run(t->c, m, "reduce6<float, 256, true>", 2, NULL, 0, GPUX_E_INVAL,
-		   "takes 3 arguments");
+	expect_run(t->c, m, "reduce_tree<double>", 2, red, 1, GPUX_OK, NULL);
+	expect_run(t->c, m, "reduce_cg<float>", 2, red, 1, GPUX_E_NOTFOUND, NULL);
+	expect_run(t->c, m, "reduce_cg<double>", 2, NULL, 0, GPUX_E_INVAL, "takes 3 arguments");
 	gpux_module_free(m);
-	/* simpleTemplates: the client's header, a template kernel. */
+	/* scale_shared: the client's header, a template kernel. */
 	log = NULL;
-	if (load(t, sample_simpleTemplates_kernel, &shared, 1, tmpl_names, 2, &m, &log))
-		fail_msg("simpleTemplates: %s", log ? log : "");
+	if (load(t, kernel_scale_shared, &shared, 1, tmpl_names, 2, &m, &log))
+		fail_msg("scale_shared: %s", log ? log : "");
 	free(log);
-	expect_run(t->c, m, "testKernel<float>", 2, NULL, 0, GPUX_OK, NULL);
-	expect_run(t->c, m, "testKernel<int>", 2, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "reverse_scale<float>", 2, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "reverse_scale<int>", 2, NULL, 0, GPUX_OK, NULL);
 	gpux_module_free(m);
+	/* misc: a namespace, overloads, extern "C"; warp: five pointers. */
+	assert_int_equal(load(t, kernel_misc, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
+	expect_run(t->c, m, "lib::coords", 1, NULL, 0, GPUX_OK, NULL);
+	expect_run(t->c, m, "over", 1, NULL, 0, GPUX_E_INVAL, "_Z4overPf");
+	expect_run(t->c, m, "c_linkage", 1, NULL, 0, GPUX_OK, NULL);
+	gpux_module_free(m);
+	assert_int_equal(load(t, kernel_warp, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
+	expect_run(t->c, m, "votes", 5, NULL, 0, GPUX_OK, NULL);
+	gpux_module_free(m);
+	/* The others compile as they are. */
+	for (unsigned i = 0; i < ARRAY_SIZE(others); i++) {
+		log = NULL;
+		if (load(t, others[i], NULL, 0, NULL, 0, &m, &log))
+			fail_msg("kernel %u: %s", i, log ? log : "");
+		free(log);
+		gpux_module_free(m);
+	}
 }
 
 /* ---- cubins, fatbins and PTX from the client ---- */
@@ -576,7 +599,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_compile_samples, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_kernels, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_cubins_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_ptx_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,

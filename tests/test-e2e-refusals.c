@@ -350,18 +350,32 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
 }
 
-/* A request that never runs again after its channel ended (it names a device buffer, gone
- * with the channel: client/replay.c), submitted. */
-static gpux_req *unreplayable(struct test_env *e, gpux_dbuf **ret_dbuf)
+/*
+ * Requests in flight when the channel ends: a spin of ms milliseconds, lost if the worker
+ * began it, else run again on the next channel (client/replay.c), and behind it one that is
+ * lost either way (it names a device buffer, gone with the channel), which is returned.
+ */
+static gpux_req *in_flight(struct test_env *e, uint32_t ms, gpux_req **ret_spin,
+			   gpux_dbuf **ret_dbuf)
 {
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
 	struct gpux_arg a;
 	gpux_req *r;
 
 	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 64, ret_dbuf), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, ms, ret_spin), GPUX_OK);
 	a = gpux_arg_dbuf(*ret_dbuf, 0, 64);
 	assert_int_equal(gpux_submit(e->m, "set_flag", &l, &a, 1, &r), GPUX_OK);
 	return r;
+}
+
+/* The spin of in_flight(): whichever way it went, never another status. */
+static void spin_done(gpux_req *spin)
+{
+	gpux_status st = gpux_wait(spin, 10000);
+
+	assert_true(st == GPUX_OK || st == GPUX_E_WORKER_LOST);
+	gpux_req_free(spin);
 }
 
 /*
@@ -374,14 +388,15 @@ static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 {
 	struct test_env *e = *state;
 	pid_t worker = test_worker_pid(&e->d, 0);
+	gpux_req *r, *spin;
 	gpux_dbuf *db;
-	gpux_req *r;
 
 	test_env_still_serves(e);
-	r = unreplayable(e, &db);
+	r = in_flight(e, 300, &spin, &db);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
+	spin_done(spin);
 	gpux_dbuf_free(db);
 
 	/* Well inside the 30 s a restart is waited for. */
@@ -442,9 +457,9 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	pid_t worker = test_worker_pid(&e->d, 0);
 	uint8_t buf[64];
 	struct resumer rs = { .pid = e->d.pid };
+	gpux_req *r, *spin;
 	gpux_dbuf *db;
 	pthread_t t;
-	gpux_req *r;
 	int fd, n, sent = 0;
 
 	test_env_still_serves(e);
@@ -463,7 +478,7 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 		sent++;
 	assert_int_equal(errno, EAGAIN);
 
-	r = unreplayable(e, &db);
+	r = in_flight(e, 50, &spin, &db);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
@@ -472,6 +487,7 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	assert_int_equal(write(rs.go[1], "", 1), 1);
 	(void)alarm(20);
 	assert_int_equal(test_spin_run(e->m, 0, 50), GPUX_OK);
+	spin_done(spin);
 	(void)alarm(0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	(void)close(rs.go[0]);

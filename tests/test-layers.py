@@ -15,14 +15,19 @@ import sys
 import tempfile
 
 # Which folders each folder may include from (besides itself). The public header is below
-# everything; gpux.h's statuses are the worker's and gpuxd's too.
+# everything; gpux.h's statuses are the worker's and gpuxd's too. The host back end's CUDA
+# dialect (include/gpux/cuda-host) is C++ for modules, and the contract with them
+# (gpux_cuda_abi.h) for the host back end and its tests.
 PUBLIC = 'include/gpux'
+CUDA_HOST = 'include/gpux/cuda-host'
 BASIC = {'basic', PUBLIC}
 IPC = BASIC | {'ipc'}
 WORKER_CORE = IPC | {'worker/core'}
 WORKER_COMPILE = WORKER_CORE | {'cudaload', 'worker/compile'}
 ALLOWED = {
     PUBLIC: set(),
+    CUDA_HOST: set(),
+    CUDA_HOST + '/cooperative_groups': set(),
     'basic': set(),
     'ipc': BASIC,
     'admin': IPC,
@@ -30,15 +35,17 @@ ALLOWED = {
     'supervisor': IPC,
     'client': IPC,
     'worker/core': IPC,
-    'worker/host': WORKER_CORE,
+    'worker/host': WORKER_COMPILE | {CUDA_HOST},
     'worker/compile': WORKER_COMPILE,
     'worker/cuda': WORKER_COMPILE,
     'worker': WORKER_COMPILE | {'worker/host', 'worker/cuda'},
     'tools': IPC | {'admin', 'cudaload'},
     'python/src': {PUBLIC},
-    'tests': WORKER_COMPILE | {'worker/host', 'worker/cuda', 'admin', 'supervisor', 'client'},
+    'tests': WORKER_COMPILE | {'worker/host', 'worker/cuda', 'admin', 'supervisor', 'client',
+                               CUDA_HOST, 'tests/fake-cuda'},
     'tests/fuzz': WORKER_COMPILE | {'tests'},
     'tests/fake-cuda': set(),
+    'tests/headers': {PUBLIC},
     'tests/install': {PUBLIC},
 }
 
@@ -46,7 +53,8 @@ ALLOWED = {
 GENERATED = [
     (re.compile(r'host-kernel-prelude\.h$'), PUBLIC),  # include/gpux/host-kernel.h
     (re.compile(r'gpux/version\.h$'), PUBLIC),  # include/gpux/version.h.in
-    (re.compile(r'sample-[\w-]+\.h$'), 'tests'),  # tests/samples
+    (re.compile(r'cuda-host-headers\.h$'), PUBLIC),  # include/gpux/cuda-host
+    (re.compile(r'kernel-[\w-]+\.h$'), 'tests'),  # tests/kernels
 ]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')

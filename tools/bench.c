@@ -683,7 +683,8 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 	} scenarios[] = {
 		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", s_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
-		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "fault", bench_fault },
+		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
+		{ "fault", bench_fault },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

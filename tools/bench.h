@@ -65,6 +65,9 @@ double bench_pct(uint64_t *v, unsigned n, unsigned p);
 gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
 		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns);
 
+/* tools/bench-host.c: CUDA C++ on the host back end against plain C loops. */
+int bench_host(struct bench *b);
+
 /* A private gpuxd on sock with its module cache in `cache` (tools/bench.c), stopped. */
 pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache);
 void bench_daemon_stop(pid_t pid);

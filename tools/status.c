@@ -74,7 +74,10 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 		const char *name;
 		size_t off;
 	} counters[] = {
+	/* clang-format takes a braced initializer in a macro for a function's body. */
+	/* clang-format off */
 #define C(f) { #f, offsetof(struct ipc_stats, f) }
+		/* clang-format on */
 		C(clients), C(inflight), C(requests_done), C(requests_failed), C(launches),
 		C(segments), C(segment_bytes), C(modules_loaded), C(module_mem_hits),
 		C(module_disk_hits), C(module_compiles), C(cache_hits), C(cache_misses),

@@ -37,7 +37,7 @@
 	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"              \
 	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
 	"  --quick         fewer repetitions\n"                                                  \
-	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus\n"    \
+	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"   \
 	"                  fault (a neighbour's faults: what innocents lose; own gpuxd)\n"
 
 #define TOOL_USAGE_SOAK                                                                            \

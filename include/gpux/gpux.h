@@ -20,6 +20,14 @@ extern "C" {
 #define GPUX_EXPORT
 #endif
 
+/* An anonymous union is C11 and C++; GCC and clang take it in C99 too, said so here to keep
+ * -pedantic quiet. */
+#if defined(__GNUC__)
+#define GPUX_EXTENSION __extension__
+#else
+#define GPUX_EXTENSION
+#endif
+
 /*
  * How it works: a process connects to gpuxd (starting a private one when none listens),
  * allocates buffers in shared memory, loads modules and submits kernel launches that a
@@ -274,7 +282,7 @@ GPUX_EXPORT gpux_status gpux_dbuf_read(gpux_buf *dst, uint64_t dst_offset, gpux_
 /* ---- modules ---- */
 
 enum gpux_lang {
-	GPUX_LANG_CUDA = 1,  /* CUDA C++, compiled by NVRTC for the device */
+	GPUX_LANG_CUDA = 1,  /* CUDA C++: NVRTC for a GPU, the C++ compiler on the host back end */
 	GPUX_LANG_PTX = 2,   /* PTX text, NUL-terminated */
 	GPUX_LANG_CUBIN = 3, /* a cubin or fatbin for the device */
 	GPUX_LANG_HOST = 4,  /* C for the host back end (see gpux/host-kernel.h) */
@@ -391,7 +399,7 @@ enum gpux_arg_kind {
 struct gpux_arg {
 	uint32_t kind; /* enum gpux_arg_kind */
 	uint32_t flags;
-	union {
+	GPUX_EXTENSION union {
 		gpux_buf *buf;     /* IN, OUT, INOUT, MAPPED */
 		gpux_dbuf *dbuf;   /* DBUF */
 		const void *value; /* SCALAR: `size` bytes, at most 256 */

@@ -6,10 +6,10 @@
 #
 #     python3 python/examples/dask_saxpy.py [N_WORKERS]
 #
-# On a GPU machine the kernel is CUDA; on the host back end (no GPU), C (see
-# gpux/host-kernel.h). Several hosts: one gpuxd per host (each worker's first gpux call
-# starts a private one, or point GPUX_SOCKET at a shared one), and tasks make their gpux
-# arrays on the host they run on (gpux.asarray(chunk)): shared memory does not cross hosts.
+# The kernel is CUDA C++, on a GPU or, without one, on the host back end's CPU threads.
+# Several hosts: one gpuxd per host (each worker's first gpux call starts a private one, or
+# point GPUX_SOCKET at a shared one), and tasks make their gpux arrays on the host they run
+# on (gpux.asarray(chunk)): shared memory does not cross hosts.
 import sys
 
 import numpy as np
@@ -26,25 +26,9 @@ extern "C" __global__ void saxpy(unsigned long n, float a, const float *x, float
 }
 """
 
-HOST = r"""
-GPUX_HOST_PARAMS(saxpy, 8, 4, sizeof(float *), sizeof(float *));
-GPUX_HOST_KERNEL(saxpy)
-{
-	uint64_t n = GPUX_ARG(uint64_t, 0);
-	float a = GPUX_ARG(float, 1);
-	const float *x = GPUX_ARG(const float *, 2);
-	float *y = GPUX_ARG(float *, 3);
-	GPUX_FOR_EACH_THREAD(t) {
-		uint64_t i = GPUX_GLOBAL_X(t);
-		if (i < n) y[i] = a * x[i] + y[i];
-	}
-}
-"""
-
 
 def module() -> gpux.Module:
-    on_gpu = any(d["backend"] == 2 for d in gpux.devices())
-    return gpux.Module(CUDA if on_gpu else HOST, "cuda" if on_gpu else "host")
+    return gpux.Module(CUDA, "cuda")
 
 
 def saxpy_chunk(kernel, a, x, y):

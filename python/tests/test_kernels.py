@@ -402,3 +402,21 @@ def test_failed_allocations_leak_no_type(daemon):
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, GPUX_SOCKET=daemon))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "{}"
+
+
+def test_the_guides_first_example_runs_without_a_gpu():
+    # docs/PYTHON.md's first example, as written: CUDA C++, on whatever back end serves.
+    saxpy = gpux.RawKernel(r'''
+extern "C" __global__ void saxpy(unsigned long n, float a, const float *x, float *y)
+{
+	unsigned long i = blockIdx.x * (unsigned long)blockDim.x + threadIdx.x;
+	if (i < n)
+		y[i] = a * x[i] + y[i];
+}''', "saxpy")
+    x = gpux.asarray(np.arange(1 << 20, dtype=np.float32))
+    y = gpux.ones(1 << 20, np.float32)
+    saxpy(((x.size + 255) // 256,), (256,), (np.uint64(x.size), np.float32(2), x, y))
+    assert y[3] == 7
+    fut = saxpy.submit((4096,), (256,), (np.uint64(x.size), np.float32(2), gpux.In(x), y))
+    fut.result()
+    np.testing.assert_array_equal(y, 4 * np.arange(x.size, dtype=np.float32) + 1)

@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fake-cuda.h"
+#include "fake-sweep.h"
 
 /*
  * Enough of the Driver API for gpux-worker, reached through cuGetProcAddress_v2 as the real
@@ -37,7 +39,9 @@
  * process that finds no such file, which the failure creates: a restarted worker runs clean),
  * GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
- * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel).
+ * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel),
+ * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
+ * entry point and call).
  */
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -57,6 +61,17 @@ static unsigned writes_pending;
 /* How long a kernel the fake does not know keeps its stream busy. */
 static uint64_t kernel_ns = 5000;
 static bool initialized;
+/* The sweep's file, mapped; NULL without one. */
+static struct fake_sweep *sweep;
+/* Objects alive (enum fake_obj). */
+static int live[FAKE_OBJS];
+/* Host memory registered (cuMemHostRegister), to refuse overlaps and unknown unregisters. */
+struct fake_reg {
+	struct fake_reg *next;
+	char *p;
+	size_t len;
+};
+static struct fake_reg *regs;
 
 static uint64_t now_ns(void)
 {
@@ -73,12 +88,42 @@ static bool is_sticky(CUresult r)
 	       r == CUDA_ERROR_ILLEGAL_INSTRUCTION || r == CUDA_ERROR_HARDWARE_STACK_ERROR;
 }
 
-CUresult fake_enter(const char *fn)
+/* The entry points (the table at the end): how many, the name of each, the index of one. */
+static size_t entry_count(void);
+static const char *entry_name(size_t i);
+static size_t entry_index(const char *fn);
+
+/* Count a call of fn for the sweep; whether it is the one to fail. */
+static bool sweep_hit(const char *fn)
+{
+	uint32_t n, zero = 0;
+	size_t i;
+
+	if (!sweep)
+		return false;
+	i = entry_index(fn);
+	if (i == entry_count()) {
+		/* An entry point missing from the fake's own table: the fake's bug. */
+		(void)fprintf(stderr, "fake libcuda: %s is not in the table\n", fn);
+		abort();
+	}
+	n = __atomic_add_fetch(&sweep->fns[i].calls, 1, __ATOMIC_SEQ_CST);
+	return n == __atomic_load_n(&sweep->fail_at, __ATOMIC_SEQ_CST) &&
+	       strncmp(sweep->fail_fn, fn, sizeof(sweep->fail_fn)) == 0 &&
+	       __atomic_compare_exchange_n(&sweep->fired, &zero, 1, false, __ATOMIC_SEQ_CST,
+					   __ATOMIC_SEQ_CST);
+}
+
+CUresult fake_enter(const char *fn, bool ctx)
 {
 	CUresult r = CUDA_SUCCESS;
 
 	(void)pthread_mutex_lock(&fake_lock);
-	if (fail_at && strcmp(fn, fail_fn) == 0 && ++fail_calls == fail_at) {
+	if (sweep_hit(fn)) {
+		r = (CUresult)sweep->fail_code;
+		if (is_sticky(r))
+			fake_sticky = r;
+	} else if (fail_at && strcmp(fn, fail_fn) == 0 && ++fail_calls == fail_at) {
 		r = fail_code;
 		if (is_sticky(r))
 			fake_sticky = r;
@@ -88,11 +133,90 @@ CUresult fake_enter(const char *fn)
 			if (fd >= 0)
 				(void)close(fd);
 		}
-	} else if (fake_sticky != CUDA_SUCCESS) {
+	} else if (ctx && fake_sticky != CUDA_SUCCESS) {
 		r = fake_sticky;
 	}
 	(void)pthread_mutex_unlock(&fake_lock);
 	return r;
+}
+
+CUresult fake_sticky_get(void)
+{
+	CUresult r;
+
+	(void)pthread_mutex_lock(&fake_lock);
+	r = fake_sticky;
+	(void)pthread_mutex_unlock(&fake_lock);
+	return r;
+}
+
+void fake_obj_add(enum fake_obj o, int delta)
+{
+	(void)__atomic_add_fetch(&live[o], delta, __ATOMIC_SEQ_CST);
+}
+
+void fake_bad_release(const char *fn)
+{
+	(void)fprintf(stderr, "fake libcuda: %s of something not handed out, or released already\n",
+		      fn);
+	if (sweep)
+		(void)__atomic_add_fetch(&sweep->bad_releases, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The sweep's file, mapped as the fake is loaded (before any entry point is called). */
+__attribute__((constructor)) static void sweep_open(void)
+{
+	const char *path = getenv("GPUX_FAKE_CUDA_SWEEP");
+	struct fake_sweep *sw;
+	int fd;
+
+	if (!path || !*path)
+		return;
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		(void)fprintf(stderr, "fake libcuda: %s: %s\n", path, strerror(errno));
+		abort();
+	}
+	sw = mmap(NULL, sizeof(*sw), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	(void)close(fd);
+	if (sw == MAP_FAILED) {
+		(void)fprintf(stderr, "fake libcuda: mmap %s: %s\n", path, strerror(errno));
+		abort();
+	}
+	/* Every process writes the same names, in the table's order. */
+	for (size_t i = 0; i < entry_count() && i < FAKE_SWEEP_FNS; i++)
+		(void)snprintf(sw->fns[i].name, sizeof(sw->fns[i].name), "%s", entry_name(i));
+	sw->nfns = (uint32_t)entry_count();
+	__atomic_store_n(&sw->magic, FAKE_SWEEP_MAGIC, __ATOMIC_SEQ_CST);
+	sweep = sw;
+}
+
+/* A process that exits: what it never let go of. */
+__attribute__((destructor)) static void leak_check(void)
+{
+	static const char *const what[FAKE_OBJS] = {
+		[FAKE_STREAM] = "streams", [FAKE_EVENT] = "events", [FAKE_MODULE] = "modules",
+		[FAKE_MEM] = "device allocations", [FAKE_HOST_REG] = "host registrations",
+		[FAKE_GRAPH] = "graphs", [FAKE_GRAPH_EXEC] = "graph execs",
+	};
+	char text[256];
+	size_t len = 0;
+
+	for (unsigned o = 0; o < FAKE_OBJS; o++) {
+		int n = __atomic_load_n(&live[o], __ATOMIC_SEQ_CST);
+
+		if (n != 0 && len < sizeof(text))
+			len += (size_t)snprintf(text + len, sizeof(text) - len, "%s%d %s",
+						len ? ", " : "", n, what[o]);
+	}
+	if (len == 0)
+		return;
+	(void)fprintf(stderr, "fake libcuda: process %d exited with %s not released\n",
+		      (int)getpid(), text);
+	if (sweep) {
+		(void)snprintf(sweep->leak_what, sizeof(sweep->leak_what), "%s", text);
+		(void)__atomic_add_fetch(&sweep->leaks, 1, __ATOMIC_SEQ_CST);
+	}
 }
 
 static CUresult f_init(unsigned flags)
@@ -131,6 +255,7 @@ static CUresult f_init(unsigned flags)
 
 static CUresult f_driver_version(int *v)
 {
+	ENTER_AS("cuDriverGetVersion", false);
 	*v = CUDA_VERSION;
 	return CUDA_SUCCESS;
 }
@@ -154,6 +279,7 @@ static CUresult f_error_name(CUresult r, const char **s)
 		{ CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED" },
 	};
 
+	ENTER_AS("cuGetErrorName", false);
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (names[i].r == r) {
 			*s = names[i].name;
@@ -164,14 +290,14 @@ static CUresult f_error_name(CUresult r, const char **s)
 
 static CUresult f_device_count(int *n)
 {
-	ENTER("cuDeviceGetCount");
+	ENTER_AS("cuDeviceGetCount", false);
 	*n = ndevices;
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_device_get(CUdevice *d, int i)
 {
-	ENTER("cuDeviceGet");
+	ENTER_AS("cuDeviceGet", false);
 	if (i < 0 || i >= ndevices)
 		return CUDA_ERROR_INVALID_DEVICE;
 	*d = i;
@@ -180,12 +306,14 @@ static CUresult f_device_get(CUdevice *d, int i)
 
 static CUresult f_device_name(char *name, int len, CUdevice d)
 {
+	ENTER_AS("cuDeviceGetName", false);
 	(void)snprintf(name, (size_t)len, "Fake CUDA device %d", d);
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_device_uuid(CUuuid *u, CUdevice d)
 {
+	ENTER_AS("cuDeviceGetUuid", false);
 	memset(u->bytes, 0x5a, sizeof(u->bytes));
 	u->bytes[0] = (char)d;
 	return CUDA_SUCCESS;
@@ -193,12 +321,14 @@ static CUresult f_device_uuid(CUuuid *u, CUdevice d)
 
 static CUresult f_total_mem(size_t *b, CUdevice d)
 {
+	ENTER_AS("cuDeviceTotalMem", false);
 	*b = mem_total;
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice d)
 {
+	ENTER_AS("cuDeviceGetAttribute", false);
 	switch (a) {
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
 		*v = 9;
@@ -246,11 +376,12 @@ static CUresult f_ctx_retain(CUcontext *c, CUdevice d)
 
 static CUresult f_ctx_release(CUdevice d)
 {
-	return CUDA_SUCCESS;
+	return fake_enter("cuDevicePrimaryCtxRelease", false);
 }
 
 static CUresult f_ctx_set_current(CUcontext c)
 {
+	ENTER_AS("cuCtxSetCurrent", false);
 	return CUDA_SUCCESS;
 }
 
@@ -274,13 +405,21 @@ static CUresult f_stream_create(CUstream *s, unsigned flags)
 {
 	ENTER("cuStreamCreate");
 	*s = calloc(1, sizeof(struct fake_stream));
-	return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	if (!*s)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	fake_obj_add(FAKE_STREAM, 1);
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_stream_destroy(CUstream s)
 {
+	CUresult r = fake_enter("cuStreamDestroy", false);
+
+	if (!s)
+		return CUDA_ERROR_INVALID_HANDLE;
 	free(s);
-	return CUDA_SUCCESS;
+	fake_obj_add(FAKE_STREAM, -1);
+	return r;
 }
 
 static CUresult f_stream_sync(CUstream s)
@@ -321,13 +460,19 @@ static CUresult f_event_create(CUevent *e, unsigned flags)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	ev->flags = flags;
 	*e = (CUevent)ev;
+	fake_obj_add(FAKE_EVENT, 1);
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_event_destroy(CUevent e)
 {
+	CUresult r = fake_enter("cuEventDestroy", false);
+
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
 	free(e);
-	return CUDA_SUCCESS;
+	fake_obj_add(FAKE_EVENT, -1);
+	return r;
 }
 
 static CUresult f_event_record(CUevent e, CUstream s)
@@ -436,7 +581,8 @@ static CUresult f_event_sync(CUevent e)
 			break;
 		/* A fault elsewhere breaks this wait too, as on a real device: look every ms. */
 		(void)usleep((useconds_t)MIN((at - now) / 1000 + 1, 1000));
-		ENTER("cuEventSynchronize");
+		if (fake_sticky_get() != CUDA_SUCCESS)
+			return fake_sticky_get();
 	}
 	return CUDA_SUCCESS;
 }
@@ -453,15 +599,51 @@ static CUresult f_elapsed(float *ms, CUevent a, CUevent b)
 	return CUDA_SUCCESS;
 }
 
+/* As the driver: a range that overlaps one registered already is refused. */
 static CUresult f_host_register(void *p, size_t len, unsigned flags)
 {
+	struct fake_reg *reg;
+
 	ENTER("cuMemHostRegister");
-	return p && len ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!p || !len)
+		return CUDA_ERROR_INVALID_VALUE;
+	reg = malloc(sizeof(*reg));
+	if (!reg)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	(void)pthread_mutex_lock(&fake_lock);
+	for (struct fake_reg *o = regs; o; o = o->next)
+		if ((char *)p < o->p + o->len && o->p < (char *)p + len) {
+			(void)pthread_mutex_unlock(&fake_lock);
+			free(reg);
+			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+		}
+	*reg = (struct fake_reg){ .next = regs, .p = p, .len = len };
+	regs = reg;
+	(void)pthread_mutex_unlock(&fake_lock);
+	fake_obj_add(FAKE_HOST_REG, 1);
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_host_unregister(void *p)
 {
+	CUresult r = fake_enter("cuMemHostUnregister", false);
+	struct fake_reg *found = NULL;
 	bool none = false;
+
+	(void)pthread_mutex_lock(&fake_lock);
+	for (struct fake_reg **pp = &regs; *pp; pp = &(*pp)->next)
+		if ((*pp)->p == p) {
+			found = *pp;
+			*pp = found->next;
+			break;
+		}
+	(void)pthread_mutex_unlock(&fake_lock);
+	if (!found) {
+		fake_bad_release("cuMemHostUnregister");
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	}
+	free(found);
+	fake_obj_add(FAKE_HOST_REG, -1);
 
 	/* As the device's: a stream's writes to registered pages are done before they go. */
 	while (!none) {
@@ -471,7 +653,7 @@ static CUresult f_host_unregister(void *p)
 		if (!none)
 			(void)usleep(100);
 	}
-	return CUDA_SUCCESS;
+	return r;
 }
 
 static CUresult f_host_devptr(CUdeviceptr *d, void *p, unsigned flags)
@@ -504,6 +686,7 @@ static CUresult f_default_pool(CUmemoryPool *p, CUdevice d)
 
 static CUresult f_pool_set(CUmemoryPool p, CUmemPool_attribute a, void *v)
 {
+	ENTER("cuMemPoolSetAttribute");
 	return CUDA_SUCCESS;
 }
 
@@ -522,6 +705,7 @@ static CUresult f_pool_get(CUmemoryPool p, CUmemPool_attribute a, void *v)
 
 static CUresult f_pool_trim(CUmemoryPool p, size_t keep)
 {
+	ENTER("cuMemPoolTrimTo");
 	return CUDA_SUCCESS;
 }
 
@@ -550,13 +734,15 @@ static CUresult f_alloc(CUdeviceptr *d, size_t n, CUmemoryPool pool, CUstream s)
 	allocs = a;
 	mem_used += n;
 	(void)pthread_mutex_unlock(&fake_lock);
+	fake_obj_add(FAKE_MEM, 1);
 	*d = (CUdeviceptr)(uintptr_t)a->p;
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_free(CUdeviceptr d, CUstream s)
 {
-	ENTER("cuMemFreeAsync");
+	CUresult r = fake_enter("cuMemFreeAsync", true);
+
 	(void)pthread_mutex_lock(&fake_lock);
 	for (struct fake_alloc **pp = &allocs; *pp; pp = &(*pp)->next)
 		if ((*pp)->p == (void *)(uintptr_t)d) {
@@ -566,9 +752,11 @@ static CUresult f_free(CUdeviceptr d, CUstream s)
 			free(a->p);
 			free(a);
 			(void)pthread_mutex_unlock(&fake_lock);
-			return CUDA_SUCCESS;
+			fake_obj_add(FAKE_MEM, -1);
+			return r;
 		}
 	(void)pthread_mutex_unlock(&fake_lock);
+	fake_bad_release("cuMemFreeAsync");
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -630,18 +818,23 @@ static CUresult f_module_load(CUmodule *m, const void *image)
 	memcpy(mod->image, p, mod->len);
 	mod->image[mod->len] = 0;
 	*m = (CUmodule)mod;
+	fake_obj_add(FAKE_MODULE, 1);
 	return CUDA_SUCCESS;
 }
 
 static CUresult f_module_unload(CUmodule m)
 {
 	struct fake_mod *mod = (struct fake_mod *)m;
+	CUresult r = fake_enter("cuModuleUnload", false);
 
+	if (!mod)
+		return CUDA_ERROR_INVALID_HANDLE;
+	fake_obj_add(FAKE_MODULE, -1);
 	for (unsigned i = 0; i < mod->nfns; i++)
 		free(mod->fns[i]);
 	free(mod->image);
 	free(mod);
-	return CUDA_SUCCESS;
+	return r;
 }
 
 static size_t ptx_type_size(const char *t)
@@ -919,6 +1112,7 @@ static const struct {
 	const char *name;
 	void *fn;
 } table[] = {
+	{ "cuGetProcAddress_v2", NULL },
 	{ "cuInit", f_init },
 	{ "cuDriverGetVersion", f_driver_version },
 	{ "cuGetErrorName", f_error_name },
@@ -972,11 +1166,33 @@ static const struct {
 	{ "cuGraphLaunch", fake_graph_launch },
 };
 
+_Static_assert(sizeof(table) / sizeof(table[0]) <= FAKE_SWEEP_FNS, "a sweep counts every entry");
+
+static size_t entry_count(void)
+{
+	return sizeof(table) / sizeof(table[0]);
+}
+
+static const char *entry_name(size_t i)
+{
+	return table[i].name;
+}
+
+static size_t entry_index(const char *fn)
+{
+	size_t i;
+
+	for (i = 0; i < entry_count() && strcmp(table[i].name, fn) != 0; i++)
+		;
+	return i;
+}
+
 __attribute__((visibility("default"))) CUresult
 cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
 		    CUdriverProcAddressQueryResult *status)
 {
-	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+	ENTER_AS("cuGetProcAddress_v2", false);
+	for (size_t i = 1; i < sizeof(table) / sizeof(table[0]); i++)
 		if (strcmp(table[i].name, symbol) == 0) {
 			*pfn = table[i].fn;
 			if (status)

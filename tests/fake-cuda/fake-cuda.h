@@ -45,15 +45,47 @@ struct fake_alloc {
 extern pthread_mutex_t fake_lock;
 extern CUresult fake_sticky;
 
-/* The Nth call of the function named in GPUX_FAKE_CUDA_FAIL fails; then the context's state. */
-CUresult fake_enter(const char *fn);
+/*
+ * The entry point fn is called: what it is to return before doing anything. The call is
+ * counted for a sweep ($GPUX_FAKE_CUDA_SWEEP, fake-sweep.h), which may fail it; else the Nth
+ * call of the function named in GPUX_FAKE_CUDA_FAIL fails; else, for an entry point of the
+ * context (`ctx`), the context's sticky error, if any. Device queries, error names and the
+ * like are not of the context: a fault leaves them working, as on a real device.
+ */
+CUresult fake_enter(const char *fn, bool ctx);
 
-#define ENTER(name)                                                                                \
+/* Whether the context is broken (no call counted). */
+CUresult fake_sticky_get(void);
+
+#define ENTER_AS(name, ctx)                                                                        \
 	do {                                                                                       \
-		CUresult _r = fake_enter(name);                                                    \
+		CUresult _r = fake_enter(name, ctx);                                               \
 		if (_r != CUDA_SUCCESS)                                                            \
 			return _r;                                                                 \
 	} while (0)
+#define ENTER(name) ENTER_AS(name, true)
+
+/*
+ * The objects the fake hands out, counted while alive: a process that exits with some left
+ * says so on stderr ("fake libcuda: ... not released") and to a sweep. A release always
+ * releases: a failure asked for is returned after (a driver that reports an error from
+ * cuStreamDestroy still lets go of the stream), so that the count says what the caller leaked.
+ */
+enum fake_obj {
+	FAKE_STREAM,
+	FAKE_EVENT,
+	FAKE_MODULE,
+	FAKE_MEM,
+	FAKE_HOST_REG,
+	FAKE_GRAPH,
+	FAKE_GRAPH_EXEC,
+	FAKE_OBJS,
+};
+
+void fake_obj_add(enum fake_obj o, int delta);
+
+/* A release of something never handed out, or released already: said on stderr, counted. */
+void fake_bad_release(const char *fn);
 
 /* The sizes of a kernel's parameters: from its PTX, else as the kernels the fake knows take
  * them; how many. */

@@ -73,13 +73,21 @@ CUresult fake_graph_create(CUgraph *g, unsigned flags)
 {
 	ENTER("cuGraphCreate");
 	*g = calloc(1, sizeof(struct fake_graph));
-	return *g ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	if (!*g)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	fake_obj_add(FAKE_GRAPH, 1);
+	return CUDA_SUCCESS;
 }
 
 CUresult fake_graph_destroy(CUgraph g)
 {
+	CUresult r = fake_enter("cuGraphDestroy", false);
+
+	if (!g)
+		return CUDA_ERROR_INVALID_HANDLE;
 	free(g);
-	return CUDA_SUCCESS;
+	fake_obj_add(FAKE_GRAPH, -1);
+	return r;
 }
 
 CUresult fake_graph_add_kernel(CUgraphNode *n, CUgraph g, const CUgraphNode *deps, size_t ndeps,
@@ -113,13 +121,19 @@ CUresult fake_graph_instantiate(CUgraphExec *e, CUgraph g, unsigned long long fl
 	for (unsigned i = 0; i < fg->n; i++)
 		knode_copy(&x->k[i], &fg->k[i]);
 	*e = (CUgraphExec)x;
+	fake_obj_add(FAKE_GRAPH_EXEC, 1);
 	return CUDA_SUCCESS;
 }
 
 CUresult fake_exec_destroy(CUgraphExec e)
 {
+	CUresult r = fake_enter("cuGraphExecDestroy", false);
+
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
 	free(e);
-	return CUDA_SUCCESS;
+	fake_obj_add(FAKE_GRAPH_EXEC, -1);
+	return r;
 }
 
 CUresult fake_exec_set_kernel(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p)

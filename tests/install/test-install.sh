@@ -13,7 +13,15 @@ stage=$tmp/stage
 daemon=
 bench_daemon=
 cleanup() {
-	[ -n "$daemon" ] && kill "$daemon" 2>/dev/null
+	# The private gpuxd is not our child (it daemonized): it writes in $tmp (its log, its
+	# socket) until it is gone, which a loaded machine may take seconds to see.
+	if [ -n "$daemon" ] && kill "$daemon" 2>/dev/null; then
+		n=0
+		while kill -0 "$daemon" 2>/dev/null && [ "$n" -lt 200 ]; do
+			sleep 0.05
+			n=$((n + 1))
+		done
+	fi
 	[ -n "$bench_daemon" ] && kill "$bench_daemon" 2>/dev/null && wait "$bench_daemon"
 	rm -rf "$tmp"
 }

@@ -22,7 +22,10 @@ struct wrk_compiler {
 	struct wrk_toolkit tk;
 };
 
+/* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
+/* clang-format off */
 #define WRK_COMPILER_INIT { .pid = 0, .fd = -1 }
+/* clang-format on */
 
 /*
  * NVRTC's version (major * 1000 + minor * 10) as the helper will load it, or 0 if there is

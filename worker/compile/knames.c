@@ -77,10 +77,37 @@ void wrk_knames_free(struct wrk_knames *k)
 	free(k);
 }
 
+/* The name expressions' pairs (nnames pairs of strings, names_len bytes), copied into k. */
+static int pairs_add(struct wrk_knames *k, const char *names, size_t names_len, uint32_t nnames)
+{
+	const char *s;
+	int r;
+
+	if (!nnames)
+		return 0;
+	r = bytes_add(k, names_len + 2 * (size_t)nnames * sizeof(*k->exprs));
+	if (r < 0)
+		return r;
+	k->pairs = malloc(names_len);
+	k->exprs = calloc(nnames, sizeof(*k->exprs));
+	k->syms = calloc(nnames, sizeof(*k->syms));
+	if (!k->pairs || !k->exprs || !k->syms)
+		return -ENOMEM;
+	memcpy(k->pairs, names, names_len);
+	s = k->pairs;
+	for (unsigned i = 0; i < nnames; i++) {
+		k->exprs[i] = s;
+		s += strlen(s) + 1;
+		k->syms[i] = s;
+		s += strlen(s) + 1;
+	}
+	k->nnames = nnames;
+	return 0;
+}
+
 int wrk_knames_new(const struct wrk_cuimage *img, size_t max_bytes, struct wrk_knames **ret)
 {
 	struct wrk_knames *k = calloc(1, sizeof(*k));
-	const char *s;
 	int r;
 
 	if (!k)
@@ -92,29 +119,33 @@ int wrk_knames_new(const struct wrk_cuimage *img, size_t max_bytes, struct wrk_k
 		return r;
 	}
 	k->entries_known = r == 0;
-	if (img->nnames) {
-		r = bytes_add(k, img->names_len + 2 * (size_t)img->nnames * sizeof(*k->exprs));
-		if (r < 0) {
-			wrk_knames_free(k);
-			return r;
-		}
-		k->pairs = malloc(img->names_len);
-		k->exprs = calloc(img->nnames, sizeof(*k->exprs));
-		k->syms = calloc(img->nnames, sizeof(*k->syms));
-		if (!k->pairs || !k->exprs || !k->syms) {
-			wrk_knames_free(k);
-			return -ENOMEM;
-		}
-		memcpy(k->pairs, img->names, img->names_len);
-		s = k->pairs;
-		for (unsigned i = 0; i < img->nnames; i++) {
-			k->exprs[i] = s;
-			s += strlen(s) + 1;
-			k->syms[i] = s;
-			s += strlen(s) + 1;
-		}
-		k->nnames = img->nnames;
+	r = pairs_add(k, img->names, img->names_len, img->nnames);
+	if (r < 0) {
+		wrk_knames_free(k);
+		return r;
 	}
+	*ret = k;
+	return 0;
+}
+
+int wrk_knames_new_list(const char *const *syms, unsigned nsyms, const char *pairs,
+			size_t pairs_len, uint32_t npairs, size_t max_bytes, struct wrk_knames **ret)
+{
+	struct wrk_knames *k = calloc(1, sizeof(*k));
+	int r = 0;
+
+	if (!k)
+		return -ENOMEM;
+	k->max_bytes = max_bytes;
+	for (unsigned i = 0; i < nsyms && r == 0; i++)
+		r = entry_add(syms[i], k);
+	if (r == 0)
+		r = pairs_add(k, pairs, pairs_len, npairs);
+	if (r < 0) {
+		wrk_knames_free(k);
+		return r;
+	}
+	k->entries_known = true;
 	*ret = k;
 	return 0;
 }

@@ -60,13 +60,12 @@ int wrk_marks_start(struct wrk *w)
 	}
 	w->marks.seg = (struct ipc_segment){ .fd = fd, .addr = p, .size = size };
 	w->marks.refs = 1;
+	/* The device cannot write them: copies back are marked as they are enqueued. */
 	st = w->be->map_register(w->dev, &w->marks, &msg);
 	if (st < 0) {
-		wrk_log(w, "marks: %s", msg ? msg : ipc_status_text(st));
+		wrk_log(w, "marks: %s: copies back are marked as they are enqueued",
+			msg ? msg : ipc_status_text(st));
 		free(msg);
-		ipc_segment_done(&w->marks.seg);
-		w->marks.seg = (struct ipc_segment)IPC_SEGMENT_INIT;
-		return -ENOMEM;
 	}
 	return 0;
 }
@@ -75,7 +74,8 @@ void wrk_marks_stop(struct wrk *w)
 {
 	if (!w->marks.seg.addr)
 		return;
-	w->be->map_unregister(w->dev, &w->marks);
+	if (w->marks.reg)
+		w->be->map_unregister(w->dev, &w->marks);
 	ipc_segment_done(&w->marks.seg);
 	w->marks.seg = (struct ipc_segment)IPC_SEGMENT_INIT;
 }

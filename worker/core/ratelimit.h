@@ -25,7 +25,10 @@ struct wrk_ratelimit {
 	uint64_t unreported; /* lines left out of `others`, or of keys whose slot was taken */
 };
 
+/* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
+/* clang-format off */
 #define WRK_RATELIMIT_INIT(window, lines) { .window_ns = (window), .burst = (lines) }
+/* clang-format on */
 
 /*
  * A line for `key` at time `now` (ns, > 0, never going back): whether it may be written. At

@@ -396,6 +396,18 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 		(void)write(w->done_fd, &one, sizeof(one));
 }
 
+void wrk_device_broken(struct wrk *w)
+{
+	uint64_t one = 1;
+
+	(void)pthread_mutex_lock(&w->done_lock);
+	atomic_store(&w->done_any, true);
+	w->fatal = true;
+	(void)pthread_mutex_unlock(&w->done_lock);
+	if (!ipc_loop_spinning(w->loop))
+		(void)write(w->done_fd, &one, sizeof(one));
+}
+
 /* A request ended: off its slot, counted. */
 static void req_end(struct wrk *w, struct wrk_req *r)
 {

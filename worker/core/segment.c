@@ -61,7 +61,7 @@ void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
 	user_uncharge(w, m->uid, m->seg.size);
 	if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
 		(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
-	if (m->reg)
+	if (m->registered)
 		w->be->map_unregister(w->dev, m);
 	w->stats.segment_bytes -= m->seg.size;
 	w->stats.segments--;
@@ -235,16 +235,14 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 			return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
 					      wrk_strdup_printf("the segment cannot be mapped: %s",
 								strerror(-r)));
-		status = w->be->map_register(w->dev, map, &why);
-		if (status < 0) {
-			ipc_segment_done(&map->seg);
-			free(map);
-			return seg_bind_error(c, m.seg_id, status,
-					      why ? why : strdup("segment could not be registered"));
-		}
+		/* Registered now, else at its next use: a failure (the device out of memory) is
+		 * the request's that meets it, not the segment's for good. */
+		map->registered = w->be->map_register(w->dev, map, &why) == GPUX_OK;
+		free(why);
 		r = user_charge(w, c->uid, map->seg.size);
 		if (r < 0) {
-			w->be->map_unregister(w->dev, map);
+			if (map->registered)
+				w->be->map_unregister(w->dev, map);
 			ipc_segment_done(&map->seg);
 			free(map);
 			return r;
@@ -336,6 +334,19 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 		*ret_msg = wrk_strdup_printf("argument %u: a frozen buffer can only be an input", arg);
 		*ret_status = GPUX_E_INVAL;
 		return NULL;
+	}
+	if (!s->map->registered) {
+		char *why = NULL;
+		gpux_status st = c->w->be->map_register(c->w->dev, s->map, &why);
+
+		if (st != GPUX_OK) {
+			*ret_msg = wrk_strdup_printf("argument %u: %s", arg,
+						     why ? why : "its buffer cannot be registered");
+			free(why);
+			*ret_status = st;
+			return NULL;
+		}
+		s->map->registered = true;
 	}
 	s->map->refs++;
 	return s->map;

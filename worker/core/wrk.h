@@ -59,6 +59,8 @@ struct wrk_mapping {
 	ino_t st_ino;
 	struct ipc_segment seg;
 	void *reg; /* the back end's registration */
+	/* map_register() done; until it is, tried again at each use (wrk_segment_range()) */
+	bool registered;
 	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
 	uint32_t uid;
 	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
@@ -415,6 +417,12 @@ bool wrk_req_cancelled(struct wrk_req *r);
  * sticky error also sets fatal.
  */
 void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
+/*
+ * Any thread: a back end met a sticky error outside a request's launch (loading a module,
+ * registering a segment, allocating device memory): the device can run nothing more, so the
+ * worker fails what it has and exits to be restarted, as after a sticky error in a launch.
+ */
+void wrk_device_broken(struct wrk *w);
 /*
  * Any thread: r, long running, should end within tens of µs. The loop and r's client are
  * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that

@@ -179,5 +179,6 @@ bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 /* A request without a group (none could be made): it ends with the error, in its turn. */
 void cuda_group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r, CUresult e,
 			const char *what);
-/* A group whose end cannot be waited for (the context is gone): its requests end now. */
+/* A group whose event could not be recorded (e): its requests end now, once its stream is done
+ * if e left the context working, else with e. */
 void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e);

@@ -190,13 +190,31 @@ static void group_complete(struct cuda_dev *d, struct cuda_group *g, bool fatal)
 	wrk_reqs_complete(reqs, n, fatal);
 }
 
-/* A group whose end cannot be waited for (the context is gone): its requests end now. */
+static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e);
+
+/*
+ * A group whose event could not be recorded (e): its requests end now. Unless e broke the
+ * context, what went on the stream still runs: the stream is waited for, then what its waiter
+ * holds before the group (a slot's requests end in order), and the requests end as they ran.
+ */
 void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 {
+	struct cuda_slot *s = &d->slots[g->slot];
+	bool sticky, fatal = false;
+
+	(void)wrk_cu_err(e, &sticky);
+	if (!sticky && (e = d->cu.cuStreamSynchronize(s->stream)) == CUDA_SUCCESS) {
+		while (atomic_load(&s->queued))
+			(void)usleep(50);
+		group_complete(d, g, group_result(d, g, CUDA_SUCCESS));
+		return;
+	}
 	for (unsigned i = 0; i < g->n; i++)
 		if (g->reqs[i]->status == 0)
-			(void)cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
-	group_complete(d, g, true);
+			fatal |= cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
+		else
+			fatal |= g->reqs[i]->sticky;
+	group_complete(d, g, fatal);
 }
 
 /* Hand a launched group to its slot's waiter. */

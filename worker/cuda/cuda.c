@@ -25,22 +25,42 @@ char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
 	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
 }
 
+/* A failure's status. A sticky error broke the context, whichever call met it: the worker
+ * goes and is restarted. */
+static gpux_status cuda_status(struct cuda_dev *d, CUresult r)
+{
+	bool sticky;
+	gpux_status st = wrk_cu_err(r, &sticky);
+
+	if (sticky)
+		wrk_device_broken(d->w);
+	return st;
+}
+
 /* ---- probe and open ---- */
 
-static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a)
+/* A device attribute; 0 when it cannot be read, the first such failure kept in *err. */
+static int attr(struct cu_driver *cu, CUdevice dev, CUdevice_attribute a, CUresult *err)
 {
 	int v = 0;
+	CUresult r = cu->cuDeviceGetAttribute(&v, a, dev);
 
-	if (cu->cuDeviceGetAttribute(&v, a, dev) != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
+		if (*err == CUDA_SUCCESS)
+			*err = r;
 		return 0;
+	}
 	return v;
 }
 
+/* What is said of the device. Its name and uuid have stand-ins; the first failure to read its
+ * memory or an attribute is kept in *err. */
 static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
-			struct ipc_device_info *info)
+			struct ipc_device_info *info, CUresult *err)
 {
 	CUuuid uuid;
 	size_t mem = 0;
+	CUresult r;
 
 	memset(info, 0, sizeof(*info));
 	info->index = index;
@@ -49,13 +69,15 @@ static void device_info(struct cu_driver *cu, CUdevice dev, uint32_t index,
 		(void)snprintf(info->name, sizeof(info->name), "CUDA device %u", index);
 	if (cu->cuDeviceGetUuid(&uuid, dev) == CUDA_SUCCESS)
 		memcpy(info->uuid, uuid.bytes, sizeof(info->uuid));
-	(void)cu->cuDeviceTotalMem(&mem, dev);
+	r = cu->cuDeviceTotalMem(&mem, dev);
+	if (r != CUDA_SUCCESS && *err == CUDA_SUCCESS)
+		*err = r;
 	info->mem_total = mem;
-	info->cc_major = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-	info->cc_minor = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-	info->sm_count = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+	info->cc_major = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, err);
+	info->cc_minor = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, err);
+	info->sm_count = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, err);
 	info->max_threads_per_block =
-		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+		(uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, err);
 }
 
 static gpux_status driver_init(struct cu_driver *cu, char **ret_msg)
@@ -96,11 +118,13 @@ static gpux_status cuda_probe(struct ipc_device_info *ret, unsigned max, unsigne
 	if (cu.cuDeviceGetCount(&count) != CUDA_SUCCESS)
 		count = 0;
 	for (int i = 0; i < count && (unsigned)i < max; i++) {
+		/* What the probe cannot read, the worker reads again as it starts. */
+		CUresult unread = CUDA_SUCCESS;
 		CUdevice dev;
 
 		if (cu.cuDeviceGet(&dev, i) != CUDA_SUCCESS)
 			break;
-		device_info(&cu, dev, (uint32_t)i, &ret[*ret_n]);
+		device_info(&cu, dev, (uint32_t)i, &ret[*ret_n], &unread);
 		(*ret_n)++;
 	}
 	cu_driver_unload(&cu);
@@ -221,7 +245,7 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 		rc = GPUX_E_DEVICE;
 		goto err;
 	}
-	device_info(&d->cu, d->dev, device, ret_info);
+	device_info(&d->cu, d->dev, device, ret_info, &r);
 	d->cc_major = (int)ret_info->cc_major;
 	d->cc_minor = (int)ret_info->cc_minor;
 	(void)snprintf(d->arch, sizeof(d->arch), "sm_%d%d", d->cc_major, d->cc_minor);
@@ -237,17 +261,24 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = ret_info->max_threads_per_block,
-		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X),
-			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y),
-			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z) },
-		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X),
-			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y),
-			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z) },
-		.max_shared_per_block =
-			(uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
+		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &r),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &r),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &r) },
+		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &r),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &r),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &r) },
+		.max_shared_per_block = (uint32_t)attr(
+			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &r),
 		.max_shared_per_block_optin = (uint32_t)attr(
-			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &r),
 	};
+	/* A worker that does not know its device's memory or limits (it would refuse every
+	 * launch, or take 0 for its device quota) does not start: gpuxd starts it again. */
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = cuda_msg(d, "the device's attributes", r);
+		rc = GPUX_E_DEVICE;
+		goto err;
+	}
 	ends_open(d);
 	cuda_copyin_start(d);
 	*ret_dev = d;
@@ -268,13 +299,20 @@ static uint64_t cuda_mem_free(void *dv)
 }
 
 /* What an allocation could get: free memory, and what the pool keeps without using it (its
- * release threshold keeps what temporaries freed). */
+ * release threshold keeps what temporaries freed); UINT64_MAX when the driver cannot say. */
 static uint64_t cuda_mem_room(void *dv)
 {
 	struct cuda_dev *d = dv;
 	cuuint64_t reserved = 0, used = 0;
-	uint64_t room = cuda_mem_free(d);
+	size_t free_b = 0, total = 0;
+	uint64_t room;
+	CUresult r = d->cu.cuMemGetInfo(&free_b, &total);
 
+	if (r != CUDA_SUCCESS) {
+		(void)cuda_status(d, r);
+		return UINT64_MAX;
+	}
+	room = free_b;
 	if (d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
 					&reserved) == CUDA_SUCCESS &&
 	    d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) ==
@@ -291,7 +329,6 @@ static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret
 	struct cuda_dev *d = dv;
 	unsigned flags = CU_MEMHOSTREGISTER_DEVICEMAP;
 	CUdeviceptr p = 0;
-	bool sticky;
 	CUresult r;
 
 	if (m->seg.frozen)
@@ -299,14 +336,14 @@ static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret
 	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = cuda_msg(d, "registering a shared segment", r);
-		return wrk_cu_err(r, &sticky);
+		return cuda_status(d, r);
 	}
 	/* Mapped arguments point at these pages themselves: their device address, once. */
 	r = d->cu.cuMemHostGetDevicePointer(&p, m->seg.addr, 0);
 	if (r != CUDA_SUCCESS) {
 		(void)d->cu.cuMemHostUnregister(m->seg.addr);
 		*ret_msg = cuda_msg(d, "the device address of a shared segment", r);
-		return wrk_cu_err(r, &sticky);
+		return cuda_status(d, r);
 	}
 	m->reg = m->seg.addr;
 	m->dev_addr = p;
@@ -404,7 +441,6 @@ static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, 
 	struct cuda_dev *d = dv;
 	struct cuda_module *m;
 	struct wrk_cuimage img;
-	bool sticky;
 	CUresult e;
 	int r;
 
@@ -430,7 +466,7 @@ static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, 
 		m->mod = NULL;
 		cuda_module_unload(d, m);
 		*ret_msg = cuda_msg(d, "loading the module", e);
-		return wrk_cu_err(e, &sticky);
+		return cuda_status(d, e);
 	}
 	*ret_mod = m;
 	return 0;
@@ -461,10 +497,16 @@ static gpux_status kernel_find(struct cuda_dev *d, struct cuda_module *m, const 
 			return rc == -ENOTUNIQ ? GPUX_E_INVAL : GPUX_E_NOTFOUND;
 		r = d->cu.cuModuleGetFunction(ret, m->mod, sym);
 	}
-	if (r != CUDA_SUCCESS) {
+	if (r == CUDA_ERROR_NOT_FOUND) {
 		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (%s)", name,
 					     cu_err_name(&d->cu, r));
 		return GPUX_E_NOTFOUND;
+	}
+	/* Not a missing kernel: the driver could not look (out of memory, a broken device). */
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("kernel \"%s\": cuModuleGetFunction: %s", name,
+					     cu_err_name(&d->cu, r));
+		return cuda_status(d, r);
 	}
 	return 0;
 }
@@ -510,15 +552,18 @@ static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char 
 {
 	struct cuda_dev *d = dv;
 	CUdeviceptr p = 0;
-	bool sticky;
 	CUresult e = d->cu.cuMemAllocFromPoolAsync(&p, size, d->pool, d->aux);
 
-	if (e == CUDA_SUCCESS)
+	if (e == CUDA_SUCCESS) {
 		e = d->cu.cuStreamSynchronize(d->aux);
+		/* Allocated, but not known to be there: given back. */
+		if (e != CUDA_SUCCESS)
+			(void)d->cu.cuMemFreeAsync(p, d->aux);
+	}
 	if (e != CUDA_SUCCESS) {
 		*ret_msg = wrk_strdup_printf("%llu bytes of device memory: %s",
 					     (unsigned long long)size, cu_err_name(&d->cu, e));
-		return wrk_cu_err(e, &sticky);
+		return cuda_status(d, e);
 	}
 	*ret_ptr = (void *)(uintptr_t)p;
 	return 0;
@@ -536,7 +581,6 @@ static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t le
 {
 	struct cuda_dev *d = dv;
 	CUevent ev = NULL;
-	bool sticky;
 	CUresult e = d->cu.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
 
 	if (e == CUDA_SUCCESS)
@@ -547,7 +591,7 @@ static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t le
 		if (ev)
 			(void)d->cu.cuEventDestroy(ev);
 		*ret_msg = cuda_msg(d, "upload", e);
-		return wrk_cu_err(e, &sticky);
+		return cuda_status(d, e);
 	}
 	*ret_ready = ev;
 	return 0;

@@ -18,7 +18,6 @@
 extern char **environ;
 
 #define BUILD_TIMEOUT_NS (120 * NSEC_PER_SEC)
-#define LOG_MAX (64 * 1024)
 
 /*
  * Options a client may pass to the compiler. Anything else (-o, -I, -fplugin, -Wl, ...)
@@ -102,8 +101,7 @@ static int write_file(const char *path, const void *a, size_t alen, const void *
 	return r < 0 ? r : write_all(fd, b, blen);
 }
 
-/* The file at path: its first max bytes when `cut`, else all of it or -EFBIG past max. */
-static int read_file(const char *path, size_t max, bool cut, uint8_t **ret, size_t *ret_len)
+int wrk_host_read_file(const char *path, size_t max, bool cut, uint8_t **ret, size_t *ret_len)
 {
 	_cleanup_(closep) int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
@@ -130,8 +128,7 @@ static int read_file(const char *path, size_t max, bool cut, uint8_t **ret, size
 	return 0;
 }
 
-/* Run the compiler with its output into log_path; wait at most BUILD_TIMEOUT_NS. */
-static int run_compiler(char **argv, const char *log_path, int *ret_status)
+int wrk_host_run_compiler(char **argv, const char *log_path, int *ret_status)
 {
 	posix_spawn_file_actions_t fa;
 	uint64_t until = mono_ns() + BUILD_TIMEOUT_NS;
@@ -189,7 +186,8 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 	int r, st = 0;
 
 	if (b->lang != GPUX_LANG_HOST) {
-		*ret_log = strdup("the host back end runs C kernels (GPUX_LANG_HOST) only");
+		*ret_log = strdup("the host back end compiles C (GPUX_LANG_HOST) and CUDA C++: PTX "
+				  "and cubin modules need a GPU");
 		return GPUX_E_INVAL;
 	}
 	rc = options_split(b->options, argv + 2 + ARRAY_SIZE(cc_fixed), &nopt, ret_log);
@@ -230,10 +228,10 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 	{
 		char logp[4200];
 		(void)snprintf(logp, sizeof(logp), "%s/log", dir);
-		r = run_compiler(argv, logp, &st);
+		r = wrk_host_run_compiler(argv, logp, &st);
 		(void)snprintf(path, sizeof(path), "%s", logp);
 	}
-	(void)read_file(path, LOG_MAX, true, &log, &loglen);
+	(void)wrk_host_read_file(path, WRK_HOST_LOG_MAX, true, &log, &loglen);
 	if (r == -ENOENT || (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)) {
 		*ret_log = wrk_strdup_printf("no C compiler \"%s\" (set GPUX_HOST_CC or install gcc)",
 					     cc);
@@ -248,7 +246,7 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 		goto out_rm;
 	}
 	/* What the client's source made: more than its modules may hold is never read in. */
-	r = read_file(out, WRK_CLIENT_MOD_BYTES, false, ret_image, ret_len);
+	r = wrk_host_read_file(out, WRK_CLIENT_MOD_BYTES, false, ret_image, ret_len);
 	if (r == -EFBIG) {
 		*ret_log = wrk_strdup_printf("the compiled module takes more than the %llu MiB a "
 					     "client's modules may", WRK_CLIENT_MOD_BYTES / MiB);

@@ -2,11 +2,15 @@
 /* worker/host/host-build.h: the host back end's compiler: C source to a shared object, by cc. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "backend.h"
 #include "key.h"
+
+/* At most this much of a compiler's output is read for its log. */
+#define WRK_HOST_LOG_MAX (64 * 1024)
 
 /* The first line of `cc --version` into buf (empty when it says nothing). */
 void wrk_host_cc_version(const char *cc, char *buf, size_t size);
@@ -23,3 +27,11 @@ void wrk_host_build_key(const char *cc, const char *cc_version, struct ipc_key_s
  */
 gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image,
 			   size_t *ret_len, char **ret_log);
+
+/* Run a compiler (argv[0], found in $PATH) with its output appended to log_path, waiting at
+ * most 2 minutes: its wait status in *ret_status, or -errno (-ETIMEDOUT: killed). */
+int wrk_host_run_compiler(char **argv, const char *log_path, int *ret_status);
+
+/* The file at path, NUL-terminated: its first max bytes when `cut`, else all of it or -EFBIG
+ * past max. */
+int wrk_host_read_file(const char *path, size_t max, bool cut, uint8_t **ret, size_t *ret_len);

@@ -6,8 +6,6 @@
 #include <limits.h>
 #include <link.h>
 #include <pthread.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,13 +13,15 @@
 #include <sys/sysinfo.h>
 
 #include "host-build.h"
+#include "host-cuda.h"
+#include "host-cumod.h"
+#include "host-exec.h"
 #include "macro.h"
 #include "sandbox.h"
 #include "segment.h"
 #include "wrk.h"
 
 #define SHARED_OPTIN_MAX (1024 * 1024)
-#define FAULT_STACK (64 * 1024)
 
 struct host_slot {
 	struct host_dev *dev;
@@ -38,8 +38,9 @@ struct host_slot {
 struct host_dev {
 	struct wrk *w;
 	bool sandbox; /* kernels run under worker/host/sandbox.c's filter */
-	const char *cc;
-	char cc_version[256];
+	const char *cc, *cxx;
+	char cc_version[256], cxx_version[256];
+	struct host_exec *exec; /* the CPU threads of launches (worker/host/host-exec.c) */
 	struct host_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
 };
@@ -48,56 +49,8 @@ struct host_module {
 	void *dl;
 	uintptr_t base;
 	int fd; /* the memfd it was loaded from: its name stays this module's while it is open */
+	struct host_cumod *cu; /* CUDA C++: its kernels (worker/host/host-cumod.c); NULL: C */
 };
-
-/* ---- faults: a kernel that crashes fails its request, then the worker exits ---- */
-
-static __thread sigjmp_buf *fault_jmp;
-static __thread volatile sig_atomic_t fault_signo;
-static __thread void *fault_addr;
-static __thread int fault_call; /* SIGSYS: the forbidden call */
-static __thread unsigned fault_arch;
-static __thread bool sandboxed;
-
-static void on_fault(int sig, siginfo_t *si, void *ctx)
-{
-	sigjmp_buf *jb;
-
-	if (!fault_jmp) {
-		/* Not in a kernel: a bug of ours. Crash as we would have (in the sandbox, by
-		 * abort(): no sigaction there). */
-		if (sandboxed)
-			abort();
-		(void)signal(sig, SIG_DFL);
-		(void)raise(sig);
-		return;
-	}
-	fault_signo = sig;
-	fault_addr = si->si_addr;
-	if (sig == SIGSYS) {
-		fault_call = si->si_syscall;
-		fault_arch = si->si_arch;
-	}
-	/* A fault on the way out (in a sanitizer's siglongjmp) is a bug of ours, not a loop. */
-	jb = fault_jmp;
-	fault_jmp = NULL;
-	siglongjmp(*jb, 1);
-}
-
-/* SIGSYS is a kernel's forbidden system call in the sandbox: a fault like the others. */
-static int fault_handlers_install(void)
-{
-	static const int sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGSYS };
-	struct sigaction sa = { 0 };
-
-	sa.sa_sigaction = on_fault;
-	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
-	sigemptyset(&sa.sa_mask);
-	for (unsigned i = 0; i < ARRAY_SIZE(sigs); i++)
-		if (sigaction(sigs[i], &sa, NULL) < 0)
-			return -errno;
-	return 0;
-}
 
 /* ---- probe and open ---- */
 
@@ -154,6 +107,7 @@ static void host_close(void *dv)
 		(void)pthread_mutex_unlock(&s->lock);
 		(void)pthread_join(s->thread, NULL);
 	}
+	host_exec_free(d->exec);
 	free(d);
 }
 
@@ -171,12 +125,22 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 	d->cc = getenv("GPUX_HOST_CC");
 	if (!d->cc || !*d->cc)
 		d->cc = "cc";
+	d->cxx = getenv("GPUX_HOST_CXX");
+	if (!d->cxx || !*d->cxx)
+		d->cxx = "c++";
 	wrk_host_cc_version(d->cc, d->cc_version, sizeof(d->cc_version));
-	r = fault_handlers_install();
+	wrk_host_cc_version(d->cxx, d->cxx_version, sizeof(d->cxx_version));
+	r = host_exec_faults_install();
 	if (r < 0) {
 		free(d);
 		*ret_msg = wrk_strdup_printf("sigaction: %s", strerror(-r));
 		return GPUX_E_IO;
+	}
+	r = host_exec_new(w, d->sandbox, &d->exec);
+	if (r < 0) {
+		free(d);
+		*ret_msg = wrk_strdup_printf("the threads of launches: %s", strerror(-r));
+		return GPUX_E_NOMEM;
 	}
 	host_info(device, ret_info);
 	*ret_limits = (struct wrk_limits){
@@ -251,28 +215,6 @@ static uint8_t *read_only_view(struct wrk_mapping *m)
 	return p;
 }
 
-/* The IN argument of r whose range (else, whose segment's read-only view) holds addr:
- * UINT_MAX when none. */
-static unsigned in_arg_at(const struct wrk_req *r, const void *addr)
-{
-	const uint8_t *a = addr;
-
-	for (unsigned whole = 0; whole < 2; whole++)
-		for (unsigned i = 0; i < r->nargs; i++) {
-			const struct wrk_arg *x = &r->args[i];
-			const uint8_t *view;
-			uint64_t from, len;
-
-			if (x->kind != GPUX_ARG_IN || !x->map)
-				continue;
-			view = x->map->seg.frozen ? x->map->seg.addr : x->map->reg;
-			from = whole ? 0 : x->offset;
-			len = whole ? x->map->seg.size : x->len;
-			if (view && a >= view + from && a < view + from + len)
-				return i;
-		}
-	return UINT_MAX;
-}
 
 static uint64_t host_mem_free(void *dv)
 {
@@ -289,7 +231,10 @@ static void host_target_key(void *dv, uint32_t lang, struct ipc_key_state *s)
 {
 	struct host_dev *d = dv;
 
-	wrk_host_build_key(d->cc, d->cc_version, s);
+	if (lang == GPUX_LANG_CUDA)
+		wrk_host_cuda_key(d->cxx, d->cxx_version, s);
+	else
+		wrk_host_build_key(d->cc, d->cc_version, s);
 }
 
 static gpux_status host_build(void *dv, const struct wrk_build *b, uint8_t **ret_image,
@@ -297,6 +242,8 @@ static gpux_status host_build(void *dv, const struct wrk_build *b, uint8_t **ret
 {
 	struct host_dev *d = dv;
 
+	if (b->lang == GPUX_LANG_CUDA)
+		return wrk_host_cuda_build(d->cxx, b, ret_image, ret_len, ret_log);
 	return wrk_host_build(d->cc, b, ret_image, ret_len, ret_log);
 }
 
@@ -356,6 +303,8 @@ static int fresh_name_take(int fd)
 	return fd;
 }
 
+static void *own_symbol(struct host_module *hm, const char *name, unsigned type);
+
 static gpux_status host_module_load(void *dv, const uint8_t *image, size_t len, void **ret_mod,
 				    char **ret_msg)
 {
@@ -363,6 +312,7 @@ static gpux_status host_module_load(void *dv, const uint8_t *image, size_t len, 
 	struct host_dev *d = dv;
 	struct host_module *hm;
 	struct link_map *lm = NULL;
+	const struct gpux_cu_module *mi;
 	char path[32];
 	void *dl;
 	int r;
@@ -404,6 +354,17 @@ static gpux_status host_module_load(void *dv, const uint8_t *image, size_t len, 
 	}
 	hm->dl = dl;
 	hm->base = (uintptr_t)lm->l_addr;
+	/* CUDA C++ (worker/host/host-cuda.c): kernels by the module's table, never a symbol. */
+	mi = own_symbol(hm, "gpux_cu_module_info", STT_OBJECT);
+	if (mi) {
+		gpux_status st = host_cumod_new(mi, hm->base, WRK_CLIENT_MOD_BYTES, &hm->cu, ret_msg);
+
+		if (st != GPUX_OK) {
+			(void)dlclose(dl);
+			free(hm);
+			return st;
+		}
+	}
 	hm->fd = TAKE_FD(fd);
 	*ret_mod = hm;
 	return 0;
@@ -414,6 +375,7 @@ static void host_module_unload(void *dv, void *mod)
 	struct host_module *hm = mod;
 	char path[32];
 
+	host_cumod_free(hm->cu);
 	(void)dlclose(hm->dl);
 	/* An object that stays loaded (marked NODELETE) keeps its name: its fd is never closed,
 	 * so that no later module is given that name. */
@@ -446,6 +408,8 @@ static gpux_status host_kernel_get(void *dv, void *mod, const char *name,
 	char pname[IPC_KERNEL_NAME_MAX + 32];
 	const uint32_t *params;
 
+	if (hm->cu)
+		return host_cumod_kernel(hm->cu, name, ret, ret_msg);
 	if (strncmp(name, "gpux_params_", 12) == 0 || !(ret->fn = own_symbol(hm, name, STT_FUNC))) {
 		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module", name);
 		return GPUX_E_NOTFOUND;
@@ -461,56 +425,14 @@ static gpux_status host_kernel_get(void *dv, void *mod, const char *name,
 	return 0;
 }
 
-/* ---- running ---- */
-
-static void run_request(struct wrk_req *r)
+static uint64_t host_module_bytes(void *dv, void *mod)
 {
-	gpux_host_kernel_fn *fn = (gpux_host_kernel_fn *)r->kernel->info.fn;
-	struct gpux_host_launch l = {
-		.grid_dim = { r->grid[0], r->grid[1], r->grid[2] },
-		.block_dim = { r->block[0], r->block[1], r->block[2] },
-		.shared_bytes = r->shared_bytes,
-	};
-	sigjmp_buf jb;
-	uint64_t t0;
+	struct host_module *hm = mod;
 
-	if (r->shared_bytes) {
-		l.shared = aligned_alloc(64, ALIGN_UP((size_t)r->shared_bytes, 64));
-		if (!l.shared) {
-			r->status = GPUX_E_NOMEM;
-			r->error = strdup("no memory for the block's shared memory");
-			return;
-		}
-	}
-	t0 = mono_ns();
-	if (sigsetjmp(jb, 1) == 0) {
-		fault_jmp = &jb;
-		for (l.block_idx.z = 0; l.block_idx.z < l.grid_dim.z; l.block_idx.z++)
-			for (l.block_idx.y = 0; l.block_idx.y < l.grid_dim.y; l.block_idx.y++)
-				for (l.block_idx.x = 0; l.block_idx.x < l.grid_dim.x; l.block_idx.x++)
-					fn(&l, r->params);
-		fault_jmp = NULL;
-		r->status = 0;
-	} else {
-		unsigned in = fault_signo == SIGSEGV ? in_arg_at(r, fault_addr) : UINT_MAX;
-
-		fault_jmp = NULL;
-		r->status = GPUX_E_KERNEL_FAULT;
-		if (fault_signo == SIGSYS)
-			r->error = wrk_sandbox_fault_text(r->name, fault_call, fault_arch);
-		else if (in != UINT_MAX)
-			r->error = wrk_strdup_printf("kernel \"%s\" wrote to argument %u, an input: "
-						     "IN arguments are read-only (pass it as INOUT "
-						     "to write it)",
-						     r->name, in);
-		else
-			r->error = wrk_strdup_printf("kernel \"%s\": %s at address %p", r->name,
-						     strsignal(fault_signo), fault_addr);
-	}
-	r->t_end = mono_ns();
-	r->device_ns = r->t_end - t0;
-	free(l.shared);
+	return hm->cu ? host_cumod_bytes(hm->cu) : 0;
 }
+
+/* ---- running: worker/host-exec.c ---- */
 
 /* A copy between a shared range (args[0]) and a device buffer (args[1]). */
 static void run_copy(struct wrk_req *r)
@@ -531,25 +453,14 @@ static void run_copy(struct wrk_req *r)
 static void *slot_main(void *arg)
 {
 	struct host_slot *s = arg;
-	stack_t ss = { .ss_size = FAULT_STACK };
-	sigset_t all;
+	stack_t ss;
 
-	/* Signals are the loop's business (signalfd), not this thread's. */
-	sigfillset(&all);
-	sigdelset(&all, SIGSEGV);
-	sigdelset(&all, SIGBUS);
-	sigdelset(&all, SIGFPE);
-	sigdelset(&all, SIGILL);
-	sigdelset(&all, SIGSYS);
-	(void)pthread_sigmask(SIG_BLOCK, &all, NULL);
-	/* A kernel that overflows its stack still reaches the fault handler. */
-	ss.ss_sp = malloc(FAULT_STACK);
-	if (ss.ss_sp)
-		(void)sigaltstack(&ss, NULL);
+	host_exec_thread_begin(&ss);
 
 	for (;;) {
 		struct wrk_req *r;
 		bool fatal;
+		int e;
 
 		(void)pthread_mutex_lock(&s->lock);
 		if (!s->head && !s->stop) {
@@ -576,18 +487,13 @@ static void *slot_main(void *arg)
 			continue;
 		}
 		/* Before the first kernel, once the wake-up eventfd exists. */
-		if (s->dev->sandbox && !sandboxed) {
-			int e = wrk_sandbox_enter(s->dev->w->done_fd);
-
-			if (e < 0) {
-				r->status = GPUX_E_PERM;
-				r->error = wrk_strdup_printf("host kernels run in a sandbox here, "
-							     "which could not be set up: %s",
-							     strerror(-e));
-				wrk_reqs_complete(&r, 1, false);
-				continue;
-			}
-			sandboxed = true;
+		e = host_exec_sandbox_enter(s->dev->exec);
+		if (e < 0) {
+			r->status = GPUX_E_PERM;
+			r->error = wrk_strdup_printf("host kernels run in a sandbox here, which "
+						     "could not be set up: %s", strerror(-e));
+			wrk_reqs_complete(&r, 1, false);
+			continue;
 		}
 		/* Host kernels and copies work on the client's pages in place: past this mark a
 		 * request never runs again elsewhere. Asked once more after it, so that a client
@@ -598,21 +504,18 @@ static void *slot_main(void *arg)
 			wrk_reqs_complete(&r, 1, false);
 			continue;
 		}
+		/* A kernel that faulted may have broken anything in this process: exit. */
+		fatal = false;
 		if (r->kind == REQ_COPY)
 			run_copy(r);
 		else
-			run_request(r);
-		/* A kernel that faulted may have broken anything in this process: exit. */
-		fatal = r->status == GPUX_E_KERNEL_FAULT;
+			fatal = host_exec_run(s->dev->exec, r,
+					      ((struct host_module *)r->mod->handle)->cu != NULL);
 		wrk_reqs_complete(&r, 1, fatal);
 		if (fatal)
 			break;
 	}
-	if (ss.ss_sp) {
-		ss.ss_flags = SS_DISABLE;
-		(void)sigaltstack(&ss, NULL);
-		free(ss.ss_sp);
-	}
+	host_exec_thread_end(&ss);
 	return NULL;
 }
 
@@ -703,6 +606,7 @@ const struct wrk_backend_ops wrk_backend_host = {
 	.image_ext = "so",
 	.build = host_build,
 	.module_load = host_module_load,
+	.module_bytes = host_module_bytes,
 	.module_unload = host_module_unload,
 	.kernel_get = host_kernel_get,
 	.slot_open = host_slot_open,

@@ -1,0 +1,4 @@
+/* SPDX-License-Identifier: MIT */
+/* gpux/cuda-host/cuda_runtime.h: the toolkit's header, which gpux_cuda.h stands for. */
+#pragma once
+#pragma GCC system_header

@@ -15,8 +15,9 @@
  * A private gpuxd; INNOCENTS client processes, each keeping WINDOW small requests in flight on
  * its default queue (an INOUT increment of one float: results copied back, so the request can
  * run again only until that copy began), one after the other for the whole run; meanwhile
- * this process's kernel writes an illegal address every so often, and each time the worker
- * dies and restarts. Each innocent counts its requests that failed (the goal is none: requests
+ * this process's kernel writes an illegal address FAULTS times, EVERY_MS apart, and each time
+ * the worker dies and restarts (with gpuxd's back-off: 100 ms, then 200, 400; five deaths in
+ * a minute would mark the device failed). Each innocent counts its requests that failed (the goal is none: requests
  * that had not begun run again on the restarted worker), checks that its float was added to
  * exactly once per request that succeeded (none ran twice), and records every round trip:
  * the extra latency of a restart is the worst of them against the median.
@@ -24,6 +25,8 @@
 
 #define INNOCENTS 4u
 #define WINDOW 4u
+#define FAULTS 3u
+#define EVERY_MS 2000u
 #define LAT_MAX 200000u
 
 static const char kernels_cuda[] =
@@ -124,6 +127,7 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 		if (gpux_submit(m, "inc", &l, &a, 1, &r[k]) != GPUX_OK) {
 			me->failed++;
 			r[k] = NULL;
+			(void)usleep(1000);
 		}
 	}
 	for (unsigned k = 0; k < WINDOW; k++)
@@ -136,8 +140,8 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 	_exit(0);
 }
 
-/* Fault now and then until `until`: how many, and their restarts' mean time (ns). */
-static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, uint64_t until,
+/* n faults, `every` apart from `from` on: how many, and their restarts' mean time (ns). */
+static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, unsigned n,
 			      uint64_t every, double *ret_restart_ns)
 {
 	gpux_ctx *c = connect_ready(sock);
@@ -151,10 +155,10 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 		gpux_disconnect(c);
 		return 0;
 	}
-	for (uint64_t at = from + every / 2; at + every / 2 < until; at += every) {
+	for (unsigned k = 0; k < n; k++) {
+		uint64_t at = from + every / 2 + k * every, until = at + every / 2, t0;
 		struct gpux_arg a = gpux_arg_inout(buf, 0, 64);
 		struct gpux_device_info info;
-		uint64_t t0;
 
 		while (tool_now() < at)
 			(void)usleep(1000);
@@ -184,13 +188,13 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 int bench_fault(struct bench *b)
 {
 	char sock[PATH_MAX + 16], cache[PATH_MAX + 16];
-	uint64_t from, until, every = (b->quick ? 1000ull : 1500ull) * 1000000, all = 0;
+	uint64_t from, until, every = EVERY_MS * 1000000ull, all = 0;
 	uint64_t ok = 0, failed = 0, wrong = 0, *lat;
 	size_t bytes = INNOCENTS * sizeof(struct innocent);
 	struct innocent *inn;
 	pid_t pids[INNOCENTS], d;
 	double restart = NAN, p50, p99, worst;
-	unsigned faults, started = 0;
+	unsigned faults, started = 0, n = b->quick ? 2 : FAULTS;
 
 	(void)snprintf(sock, sizeof(sock), "%s/f.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/fcache", b->tmp);
@@ -212,14 +216,14 @@ int bench_fault(struct bench *b)
 		}
 	}
 	from = tool_now() + 500 * 1000000ull;
-	until = from + (b->quick ? 3 : 8) * every;
+	until = from + n * every;
 	for (unsigned i = 0; i < INNOCENTS; i++) {
 		pids[i] = fork();
 		if (pids[i] == 0)
 			innocent_run(b, sock, until, &inn[i]);
 		started += pids[i] > 0;
 	}
-	faults = neighbour_run(b, sock, from, until, every, &restart);
+	faults = neighbour_run(b, sock, from, n, every, &restart);
 	for (unsigned i = 0; i < INNOCENTS; i++) {
 		int st;
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* admin/admin.c: an admin client of gpuxd: connect, say hello, read the whole status. */
+/* admin/admin.c: an admin client of gpuxd: connect, say hello, read the whole status, the clients. */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -124,5 +124,55 @@ int ipc_admin_status(int fd, int timeout_ms, struct ipc_status *ret, struct ipc_
 	whole.first = 0;
 	whole.count = whole.ndevices;
 	*ret = whole;
+	return 0;
+}
+
+int ipc_admin_clients(int fd, int timeout_ms, struct ipc_client_info **ret, size_t *ret_n)
+{
+	_cleanup_(freep) uint8_t *buf = malloc(IPC_MSG_MAX);
+	_cleanup_(freep) struct ipc_client_info *all = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t after = 0;
+	uint8_t out[64];
+	uint32_t page;
+
+	if (!buf)
+		return -ENOMEM;
+	do {
+		struct ipc_clients_req q = { .after = after };
+		struct ipc_clients_msg cl;
+		struct ipc_msg msg;
+		int len = ipc_encode_clients_req(out, sizeof(out), 1, &q);
+		int r = ipc_channel_send(fd, out, (size_t)len, NULL, 0, 0);
+
+		if (r == 0)
+			r = recv_one(fd, timeout_ms, buf, &msg);
+		if (r == 0)
+			r = ipc_decode_clients(&msg, &cl);
+		if (r < 0)
+			return r;
+		page = cl.m.count;
+		if (n + page > IPC_ADMIN_CLIENTS_MAX)
+			return -E2BIG;
+		if (n + page > cap) {
+			size_t want = MAX(2 * cap, n + page);
+			struct ipc_client_info *more = realloc(all, want * sizeof(*all));
+
+			if (!more)
+				return -ENOMEM;
+			all = more;
+			cap = want;
+		}
+		for (uint32_t i = 0; i < page; i++) {
+			ipc_clients_row(&cl, i, &all[n + i]);
+			/* Each page goes on from the last: a row at or before it is no answer. */
+			if (all[n + i].id <= after)
+				return -EBADMSG;
+			after = all[n + i].id;
+		}
+		n += page;
+	} while (page == IPC_CLIENTS_PAGE);
+	*ret = TAKE_PTR(all);
+	*ret_n = n;
 	return 0;
 }

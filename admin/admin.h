@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* admin/admin.h: an admin client of gpuxd: connect, say hello, read the whole status. */
+/* admin/admin.h: an admin client of gpuxd: connect, say hello, read the whole status, the clients. */
 #pragma once
 
 #include <stddef.h>
@@ -23,3 +23,14 @@ int ipc_admin_connect(const char *path, int timeout_ms, char *why, size_t why_le
  * Returns 0 or -errno (-ETIMEDOUT, -ECONNRESET, -EBADMSG).
  */
 int ipc_admin_status(int fd, int timeout_ms, struct ipc_status *ret, struct ipc_dev_status *devs);
+
+/* The most clients ipc_admin_clients() takes: far more than gpuxd serves. */
+#define IPC_ADMIN_CLIENTS_MAX (1u << 20)
+
+/*
+ * Ask for gpuxd's clients (those this user may see), page after page: *ret gets a malloc'd
+ * array of *ret_n, by id (free() it; NULL when there are none). Returns 0 or -errno
+ * (-ETIMEDOUT, -ECONNRESET: a gpuxd that does not know the question drops the connection;
+ * -EBADMSG, -ENOMEM, -E2BIG past IPC_ADMIN_CLIENTS_MAX).
+ */
+int ipc_admin_clients(int fd, int timeout_ms, struct ipc_client_info **ret, size_t *ret_n);

@@ -390,3 +390,55 @@ int ipc_opt_argv(const struct ipc_opt_prog *prog, const void *opts, const void *
 	}
 	return 0;
 }
+
+/* ---- bash completion ---- */
+
+/* "a|b|c" as "a b c". */
+static void put_words(FILE *f, const char *words)
+{
+	for (const char *w = words; *w; w++)
+		(void)fputc(*w == '|' ? ' ' : *w, f);
+}
+
+int ipc_opt_bash(const struct ipc_opt_prog *prog, FILE *f)
+{
+	char fn[64];
+	size_t n = 0;
+
+	for (const char *p = prog->name; *p && n + 1 < sizeof(fn); p++)
+		fn[n++] = *p == '-' ? '_' : *p;
+	fn[n] = '\0';
+	(void)fprintf(f, "# bash completion of %s, made from its table of options (ipc_opt_bash)\n"
+			 "_%s()\n{\n\tlocal cur=${COMP_WORDS[COMP_CWORD]} "
+			 "prev=${COMP_WORDS[COMP_CWORD-1]}\n\n\tcase $prev in\n",
+		      prog->name, fn);
+	for (size_t i = 0; i < prog->nopts; i++) {
+		const struct ipc_opt *o = &prog->opts[i];
+		const char *arg = o->arg ? o->arg : "";
+
+		if (o->kind == IPC_OPT_SECTION || o->kind == IPC_OPT_FLAG)
+			continue;
+		(void)fprintf(f, "\t--%s)\n\t\t", o->name);
+		if (o->words) {
+			(void)fputs("COMPREPLY=($(compgen -W '", f);
+			put_words(f, o->words);
+			(void)fputs("' -- \"$cur\"))", f);
+		} else if (strcmp(arg, "PATH") == 0 || strcmp(arg, "FILE") == 0) {
+			(void)fputs("compopt -o filenames; COMPREPLY=($(compgen -f -- \"$cur\"))", f);
+		} else if (strcmp(arg, "DIR") == 0) {
+			(void)fputs("compopt -o filenames; COMPREPLY=($(compgen -d -- \"$cur\"))", f);
+		} else if (strcmp(arg, "GROUP") == 0) {
+			(void)fputs("COMPREPLY=($(compgen -g -- \"$cur\"))", f);
+		} else {
+			(void)fputs("COMPREPLY=()", f);
+		}
+		(void)fputs("\n\t\treturn;;\n", f);
+	}
+	(void)fprintf(f, "\tesac\n\tCOMPREPLY=($(compgen -W '");
+	for (size_t i = 0; i < prog->nopts; i++)
+		if (prog->opts[i].kind != IPC_OPT_SECTION)
+			(void)fprintf(f, "--%s ", prog->opts[i].name);
+	(void)fprintf(f, "--help%s' -- \"$cur\"))\n}\ncomplete -F _%s %s\n",
+		      prog->version ? " --version" : "", fn, prog->name);
+	return ferror(f) ? -EIO : 0;
+}

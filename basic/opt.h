@@ -30,6 +30,7 @@ struct ipc_opt {
 	const char *arg;  /* the value's name in the usage text ("MS") */
 	const char *help; /* its lines of the usage text, '\n' between them */
 	uint64_t min, max;
+	/* A WORD option's words; a PARSE option may name what it takes too, for completion. */
 	const char *words;
 	/* 0 or -errno; `why` says what is wrong with `value`, after "--name: ". */
 	int (*parse)(const char *value, void *opts, char *why, size_t why_len);
@@ -65,6 +66,13 @@ int ipc_opt_parse(const struct ipc_opt_prog *prog, int argc, char **argv, void *
 
 /* The usage text: the synopsis, then every option with its help. */
 void ipc_opt_usage(const struct ipc_opt_prog *prog, FILE *f);
+
+/*
+ * A bash completion of the program's options: their names, and the values of each, from its
+ * row: the words of `words`; files for a value named PATH or FILE, folders for DIR, groups
+ * for GROUP; nothing else for other values. Returns 0 or -EIO.
+ */
+int ipc_opt_bash(const struct ipc_opt_prog *prog, FILE *f);
 
 /*
  * An argv built in storage of fixed size: v has room for cap pointers (the last one NULL),

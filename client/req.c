@@ -170,34 +170,54 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
 }
 
 /*
- * GPUX_ANY: the ready device with the least work queued (its worker's count, then ours),
- * where holding a cached input of the launch counts for AFFINITY_WEIGHT requests. Of each
- * worker's status page it reads those words only: a copy of the whole, at every launch, took
- * 4 KiB that the worker writes at every completion away from its cache.
+ * GPUX_ANY: the ready device with the least work queued, where holding a cached input of the
+ * launch counts for AFFINITY_WEIGHT requests. Its work is the larger of its worker's count
+ * and ours: the worker's counts our requests too once they have arrived, and ours counts
+ * those it has not taken yet (added up, a process saw its home busier by all it had in
+ * flight there, which can be more than a quarter of the worker's count). Of each worker's
+ * status page it reads those words only: a copy of the whole, at every launch, took 4 KiB
+ * that the worker writes at every completion away from its cache.
  *
- * The device of the last GPUX_ANY launch keeps the next unless another has more than a
- * quarter, and more than ANY_KEEP_MIN requests, less to do (a count read just before a
- * completion was counted may be that much behind), or more of the launch's cached inputs:
- * then a process's launches reach a worker in runs, which it launches as graphs of several
- * (a graph holds one client's requests), where choosing afresh each time scattered them. A
+ * Each connection has a home device, its id (gpuxd counts connections) modulo the devices,
+ * so that processes that connect one after another are spread over the devices as if each
+ * named one in turn. The home keeps a launch unless another device holds more of the
+ * launch's cached inputs, or has less to do by more than ANY_KEEP_MIN requests (a count read
+ * just before a completion was counted may be that much behind) and by more than a quarter
+ * of the home's work where this process makes at least half of it, half where others do:
+ * one process with much to do spreads it, while among many each keeps its home (theirs
+ * spread the work already, and a launch elsewhere breaks the runs below). Where the home is
+ * not ready, the device of the last GPUX_ANY launch keeps it so. So a process's launches
+ * reach a worker in runs, which it launches as graphs of several (a graph holds one client's
+ * requests), where choosing afresh each time scattered them; and processes that all began on
+ * one device and kept the device of their last launch could stay there (a program with 64
+ * in flight per process saw device 1 get a fifth of the work on two H200s). A
  * worker's count is read again only after ANY_LOAD_AGE_NS: the worker rewrites it at every
  * completion, so a read at every launch costs a cache miss on both sides. Measured on two
  * H200s, 16 processes over both devices: 1.38 M launches/s with the choice afresh at every
- * launch and every count read, 1.69-1.76 M/s with the device kept and fewer reads,
- * 1.70-2.04 M/s with each process on one device (docs/PERFORMANCE.md).
+ * launch and every count read, 1.69-1.76 M/s with the last device kept and fewer reads,
+ * 1.70-2.04 M/s with each process on one device; with homes 1.37-1.52 M/s against 1.70-1.84
+ * named, still short of them (docs/PERFORMANCE-LOG.md).
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
 #define ANY_KEEP_MIN 2u
 
 static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs, uint32_t *ret)
 {
-	uint64_t best_score = UINT64_MAX, last_score = UINT64_MAX, last_load = 0, now = mono_ns();
-	uint32_t best = UINT32_MAX;
+	uint64_t best_score = UINT64_MAX, last_score = UINT64_MAX, last_load = 0, last_own = 0;
+	uint64_t now = mono_ns();
+	uint32_t best = UINT32_MAX, home, keep;
 	unsigned best_aff = 0, last_aff = 0;
 	int r;
 
+	if (ctx->ndevices == 0)
+		return -ENODEV;
+	home = (uint32_t)(ctx->client_id % ctx->ndevices);
+
 	/* A device whose worker dropped our channel comes back for the next request. */
 	cli_channels_request(ctx);
+	keep = ctx->devs[home].chan_fd >= 0 && ctx->devs[home].info.state == GPUX_DEVICE_READY
+		       ? home
+		       : ctx->any_last;
 	for (uint32_t k = 0; k < ctx->ndevices; k++) {
 		uint32_t i = (ctx->rr + k) % ctx->ndevices;
 		struct cli_dev *d = &ctx->devs[i];
@@ -212,13 +232,14 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 							      __ATOMIC_RELAXED);
 				d->any_load_ns = now;
 			}
-			load += d->any_load;
+			load = MAX(load, d->any_load);
 		}
 		aff = d->status ? affinity(ctx, d->status, args, nargs) : 0;
 		score = load + AFFINITY_WEIGHT * (IPC_ARGS_MAX - aff);
-		if (i == ctx->any_last) {
+		if (i == keep) {
 			last_score = score;
 			last_load = load;
+			last_own = d->inflight;
 			last_aff = aff;
 		}
 		if (score < best_score) {
@@ -230,8 +251,9 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 	ctx->rr++;
 	/* Kept, but never against more of the launch's cached inputs elsewhere. */
 	if (last_score != UINT64_MAX && best_aff <= last_aff &&
-	    best_score + MAX(last_load / 4, ANY_KEEP_MIN) >= last_score)
-		best = ctx->any_last;
+	    best_score + MAX(last_load / (2 * last_own >= last_load ? 4 : 2), ANY_KEEP_MIN) >=
+		    last_score)
+		best = keep;
 	if (best != UINT32_MAX) {
 		ctx->any_last = best;
 		*ret = best;

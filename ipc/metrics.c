@@ -170,22 +170,28 @@ static void requests(FILE *f, const struct ipc_status *st, const struct ipc_dev_
 }
 
 static void usage(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs,
-		  const char *name, const char *help, bool device_mem)
+		  const char *name, const char *help, bool device_mem, bool per_user)
 {
 	family(f, name, "gauge", help);
-	for (uint32_t i = 0; i < st->ndevices; i++)
+	for (uint32_t i = 0; i < st->ndevices; i++) {
+		uint64_t sum = 0;
+
 		for (unsigned k = 0; k < IPC_USAGE_UIDS; k++) {
 			const struct ipc_usage *u = &devs[i].stats.usage[k];
+			uint64_t v = device_mem ? u->device_bytes : u->shared_bytes;
 
-			if (!u->shared_bytes && !u->device_bytes)
+			sum += v;
+			if (!per_user || (!u->shared_bytes && !u->device_bytes))
 				continue;
 			if (u->uid == IPC_USAGE_OTHERS)
 				(void)fprintf(f, "%s{device=\"%u\",uid=\"other\"}", name, i);
 			else
 				(void)fprintf(f, "%s{device=\"%u\",uid=\"%u\"}", name, i, u->uid);
-			(void)fprintf(f, " %llu\n", (unsigned long long)(device_mem ? u->device_bytes
-										   : u->shared_bytes));
+			(void)fprintf(f, " %llu\n", (unsigned long long)v);
 		}
+		if (!per_user)
+			sample_u64(f, name, i, sum);
+	}
 }
 
 /* Where a field of a device's status is, and how wide (4 or 8 bytes). */
@@ -205,6 +211,11 @@ static const struct {
 	  DEV(deaths_recent) },
 	{ "gpux_device_clients", "gauge",
 	  "Clients with a channel to the device's worker.", STAT(clients) },
+	{ "gpux_device_clients_active", "gauge",
+	  "Clients whose rings the worker's loop looks at: those at work lately.",
+	  STAT(clients_active) },
+	{ "gpux_device_clients_busy", "gauge",
+	  "Clients with requests in flight on the device.", STAT(clients_busy) },
 	{ "gpux_launches_total", "counter", "Kernel launches finished.", STAT(launches) },
 	{ "gpux_launches_per_second", "gauge",
 	  "Kernel launches finished per second, over the last second or so.",
@@ -257,8 +268,11 @@ static const struct {
 	  "The device's free memory, as its driver last said.", STAT(mem_free) },
 };
 
-int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)
+int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs,
+		      unsigned flags)
 {
+	bool per_user = flags & IPC_METRICS_PER_USER;
+
 	family(f, "gpux_build_info", "gauge", "gpuxd's version (the value is always 1).");
 	(void)fputs("gpux_build_info{", f);
 	put_label(f, "version", st->version);
@@ -294,8 +308,12 @@ int ipc_metrics_write(FILE *f, const struct ipc_status *st, const struct ipc_dev
 	for (uint32_t i = 0; i < st->ndevices; i++)
 		sample_seconds(f, "gpux_module_build_seconds_total", i, devs[i].stats.build_ns);
 	usage(f, st, devs, "gpux_shared_memory_bytes",
-	      "Shared memory of each user's clients that the worker maps.", false);
+	      per_user ? "Shared memory of each user's clients that the worker maps."
+		       : "Shared memory of clients that the worker maps.",
+	      false, per_user);
 	usage(f, st, devs, "gpux_device_buffer_bytes",
-	      "Device memory held in each user's device buffers.", true);
+	      per_user ? "Device memory held in each user's device buffers."
+		       : "Device memory held in device buffers.",
+	      true, per_user);
 	return ferror(f) ? -EIO : 0;
 }

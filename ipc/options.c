@@ -6,7 +6,7 @@
 #include "options.h"
 
 /* The usage text says so. */
-_Static_assert(IPC_WORKER_CLIENTS_MAX == 4096, "--max-clients' help");
+_Static_assert(IPC_WORKER_CLIENTS_MAX == 16384, "--max-clients' help");
 
 #define WORKER_ROW_(field, name_, ...)                                                             \
 	{ .name = (name_), IPC_OPT_FIELD(struct ipc_worker_opts, field), __VA_ARGS__ },

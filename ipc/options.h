@@ -17,7 +17,7 @@
 #define IPC_OPT_MAX_TIMEOUT_MS 3600000
 #define IPC_OPT_DRAIN_MS 5000
 #define IPC_OPT_CACHE_TTL_MS 600000
-#define IPC_OPT_MAX_CLIENTS 1024
+#define IPC_OPT_MAX_CLIENTS 4096
 #define IPC_OPT_MAX_CLIENTS_PER_USER 256
 #define IPC_OPT_MAX_CLIENTS_PER_PROCESS 64
 #define IPC_OPT_ADMIN_CLIENTS 16
@@ -56,6 +56,8 @@
 	  .help = "the channel to gpuxd")                                                          \
 	W(status_fd, "status-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,               \
 	  .help = "the status page (a memfd gpuxd reads)")                                         \
+	W(clients_fd, "clients-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,             \
+	  .help = "the table of its clients (a memfd gpuxd reads)")                                \
 	W(parent_pid, "parent-pid", .kind = IPC_OPT_UINT, .arg = "PID", .max = INT_MAX,            \
 	  .help = "gpuxd: exit at once when it is not the parent")                                 \
 	W(probe, "probe", .kind = IPC_OPT_FLAG,                                                    \
@@ -134,7 +136,7 @@
 	D(max_clients, "max-clients", .kind = IPC_OPT_UINT, .arg = "N", .min = 1,                  \
 	  .max = IPC_WORKER_CLIENTS_MAX,                                                           \
 	  .help = "at once, of everybody (default " IPC_OPT_STR(IPC_OPT_MAX_CLIENTS) ", at most "  \
-		  "4096); the\n"                                                                  \
+		  "16384); the\n"                                                                 \
 		  "last --reserved-clients of them only for gpuxd's user\n"                        \
 		  "and root")                                                                      \
 	D(reserved_clients, "reserved-clients", .kind = IPC_OPT_UINT, .arg = "N",                  \
@@ -160,12 +162,16 @@
 		  "quarter of max-clients, or only the reserve is left\n"                          \
 		  "(default " IPC_OPT_STR(IPC_OPT_BUSY_HELLO_TIMEOUT_MS) ")")                      \
 	S("Metrics:")                                                                              \
-	D(metrics, "metrics", .kind = IPC_OPT_TEXT, .arg = "ADDR",                                 \
+	D(metrics, "metrics", .kind = IPC_OPT_PARSE, .parse = sup_parse_metrics, .arg = "ADDR",    \
 	  .help = "serve Prometheus metrics at http://ADDR/metrics\n"                              \
-		  "(HOST:PORT, [V6]:PORT, or :PORT for every address)")                            \
+		  "(HOST:PORT, [V6]:PORT, or :PORT for every address;\n"                          \
+		  "a process of its own, gpux-metrics)")                                           \
+	D(metrics_per_user, "metrics-per-user", .kind = IPC_OPT_FLAG,                              \
+	  .help = "label memory by user (uid): anyone who can reach\n"                             \
+		  "the port sees who uses the devices, and how much")                              \
 	S("Logs:")                                                                                 \
 	D(log_level, "log-level", .kind = IPC_OPT_PARSE, .parse = sup_parse_log_level,             \
-	  .arg = "LEVEL",                                                                          \
+	  .arg = "LEVEL", .words = "err|warning|notice|info|debug",                                \
 	  .help = "err, warning, notice, info (default) or debug")                                 \
 	D(log_file, "log-file", .kind = IPC_OPT_TEXT, .arg = "PATH",                               \
 	  .help = "log there (reopened on SIGHUP); by default the journal\n"                       \
@@ -180,6 +186,7 @@ struct ipc_worker_opts {
 	const char *backend;
 	int control_fd;
 	int status_fd;
+	int clients_fd; /* -1: no table of clients (gpux top shows none of this worker's) */
 	pid_t parent_pid; /* 0: none */
 	bool probe;       /* list the devices and exit */
 	bool compiler;    /* be the compile helper */
@@ -205,7 +212,7 @@ struct ipc_worker_opts {
 #define IPC_WORKER_OPTS_DEFAULTS                                                                   \
 	{                                                                                          \
 		.device = IPC_WORKER_NO_DEVICE, .backend = NULL, .control_fd = -1,                 \
-		.status_fd = -1,                                                                   \
+		.status_fd = -1, .clients_fd = -1,                                                 \
 		.timeout_ms = IPC_OPT_TIMEOUT_MS, .max_timeout_ms = IPC_OPT_MAX_TIMEOUT_MS,        \
 		.quota_shared = UINT64_MAX, .quota_shared_user = UINT64_MAX,                       \
 	}

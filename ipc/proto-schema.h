@@ -141,11 +141,15 @@
 	/* gpuxd -> worker: gpuxd stops; finish what you hold, take nothing new */                 \
 	X(DRAIN, 23, drain, "drain", _, _, 0, EMPTY)                                               \
 	/* worker -> client: the module a MOD_LOAD got, just before its DONE */                    \
-	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)                       \
+	X(MOD_INFO, 24, mod_info, "mod-info", mod_info, mod_info, 0, FIXED)                        \
+	/* admin client -> gpuxd: its clients, a page at a time (gpux top) */                      \
+	X(CLIENTS_REQ, 25, clients_req, "clients-req", clients_req, clients_req, 0, FIXED)         \
+	/* gpuxd -> admin client */                                                                \
+	X(CLIENTS, 26, clients, "clients", clients, clients_msg, 0, VAR)                           \
 	/* worker -> client: its page of the worker's marks (ipc/proto.h) */                      \
-	X(MARKS, 25, marks, "marks", marks_offer, marks_offer, 1, FIXED)                           \
+	X(MARKS, 27, marks, "marks", marks_offer, marks_offer, 1, FIXED)                           \
 	/* client -> worker: a device buffer kept in host memory; DONE when it has an id */        \
-	X(DBUF_HOST, 26, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)
+	X(DBUF_HOST, 28, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

@@ -127,6 +127,11 @@ static bool ok_status_req(const struct ipc_status_req *m, const struct ipc_msg *
 	return m->flags == 0 && m->first < IPC_DEVICES_MAX;
 }
 
+static bool ok_clients_req(const struct ipc_clients_req *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0 && m->reserved == 0;
+}
+
 static bool ok_killed(const struct ipc_killed *m, const struct ipc_msg *msg)
 {
 	return m->reason == IPC_KILL_TIMEOUT && m->device < IPC_DEVICES_MAX;
@@ -518,6 +523,38 @@ void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev
 	memcpy(ret, msg->devs + (size_t)i * sizeof(*ret), sizeof(*ret));
 }
 
+/* A page of clients: by id, each above the last, no more than the total. */
+int ipc_decode_clients(const struct ipc_msg *msg, struct ipc_clients_msg *ret)
+{
+	struct ipc_clients m;
+	uint64_t last = 0;
+	int r = decode_head(msg, IPC_CLIENTS, &m, sizeof(m));
+
+	if (r < 0)
+		return r;
+	if (msg->nfds != 0 || m.flags || m.reserved || m.count > IPC_CLIENTS_PAGE ||
+	    m.count > m.total ||
+	    msg->len != sizeof(m) + (size_t)m.count * sizeof(struct ipc_client_info))
+		return -EBADMSG;
+	for (uint32_t i = 0; i < m.count; i++) {
+		struct ipc_client_info c;
+
+		memcpy(&c, msg->payload + sizeof(m) + i * sizeof(c), sizeof(c));
+		if (c.id <= last)
+			return -EBADMSG;
+		last = c.id;
+	}
+	ret->m = m;
+	ret->rows = msg->payload + sizeof(m);
+	return 0;
+}
+
+void ipc_clients_row(const struct ipc_clients_msg *msg, uint32_t i, struct ipc_client_info *ret)
+{
+	assert(i < msg->m.count);
+	memcpy(ret, msg->rows + (size_t)i * sizeof(*ret), sizeof(*ret));
+}
+
 int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
 	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts)
 {
@@ -608,6 +645,19 @@ int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_statu
 	    m->first > m->ndevices || m->count > m->ndevices - m->first)
 		return -EINVAL;
 	return ipc_encode(buf, cap, IPC_STATUS, id, 0, m, sizeof(*m), &part, 1);
+}
+
+int ipc_encode_clients(void *buf, size_t cap, uint32_t id, const struct ipc_clients *m,
+		       const struct ipc_client_info *rows)
+{
+	struct ipc_part part = { rows, (size_t)m->count * sizeof(*rows) };
+
+	if (m->count > IPC_CLIENTS_PAGE || m->count > m->total || m->flags || m->reserved)
+		return -EINVAL;
+	for (uint32_t i = 0; i < m->count; i++)
+		if (rows[i].id == 0 || (i > 0 && rows[i].id <= rows[i - 1].id))
+			return -EINVAL;
+	return ipc_encode(buf, cap, IPC_CLIENTS, id, 0, m, sizeof(*m), &part, 1);
 }
 
 const char *ipc_type_name(uint16_t type)

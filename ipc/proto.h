@@ -51,7 +51,7 @@
 #define IPC_TEXT_MAX (16u * 1024u)        /* completion text (a compile log is cut there) */
 #define IPC_DEVICES_MAX 64u
 /* Channels a worker holds at once, one per client: gpuxd's --max-clients is at most this. */
-#define IPC_WORKER_CLIENTS_MAX 4096u
+#define IPC_WORKER_CLIENTS_MAX 16384u
 #define IPC_GRID_MAX 0x7fffffffu
 
 struct ipc_hdr {
@@ -433,7 +433,8 @@ struct ipc_stats {
 	char driver[32];         /* the kernel driver's release ("580.95.05"), or "" */
 	uint64_t loop_waits; /* requests whose end the loop itself saw, launched alone */
 	uint64_t copyin_requests; /* requests whose copies in went by gpux's copy-in kernel */
-	uint64_t reserved[2];
+	uint64_t clients_active;  /* clients whose rings the loop looks at (worker/core/active.h) */
+	uint64_t clients_busy;    /* clients with requests in flight */
 };
 _Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
 
@@ -466,6 +467,43 @@ struct ipc_status {
 	/* then count struct ipc_dev_status */
 };
 _Static_assert(sizeof(struct ipc_status) == 80, "wire ABI");
+
+/*
+ * gpux top's question: gpuxd's clients whose id is above `after`, by id, a page at a time
+ * (from 0, then from the last id of each page, until a page comes short).
+ */
+struct ipc_clients_req {
+	uint64_t after;
+	uint32_t flags; /* none yet */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_clients_req) == 16, "wire ABI");
+
+/* The answer: `count` struct ipc_client_info after this, by id. */
+struct ipc_clients {
+	uint32_t total; /* the clients the asker is shown, in all (gpuxd's owner sees every
+			 * user's, another user its own) */
+	uint32_t count;
+	uint32_t flags;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_clients) == 16, "wire ABI");
+
+/* A client of gpuxd, with what its workers' tables say of it (ipc/status.h). */
+struct ipc_client_info {
+	uint64_t id;
+	uint32_t pid;
+	uint32_t uid;
+	uint64_t connected_ns; /* since its hello */
+	uint64_t requests;     /* ended, on every device */
+	uint64_t shared_bytes; /* of its shared segments, the most one worker maps */
+	uint64_t device_bytes; /* of its device buffers, on every device */
+	uint32_t inflight;     /* its requests queued or running, on every device */
+	uint32_t channels;     /* workers that serve it */
+};
+_Static_assert(sizeof(struct ipc_client_info) == 56, "wire ABI");
+
+#define IPC_CLIENTS_PAGE ((IPC_PAYLOAD_MAX - sizeof(struct ipc_clients)) / sizeof(struct ipc_client_info))
 
 /* The most devices one STATUS page holds. */
 #define IPC_STATUS_PAGE_DEVS \
@@ -515,6 +553,11 @@ struct ipc_status_msg {
 	const uint8_t *devs; /* m.count struct ipc_dev_status, possibly unaligned */
 };
 
+struct ipc_clients_msg {
+	struct ipc_clients m;
+	const uint8_t *rows; /* m.count struct ipc_client_info, possibly unaligned */
+};
+
 /*
  * Check a received record of `len` bytes that came with `nfds` fds and fill *ret: the header
  * is valid, its length matches what arrived and its fd count matches the fds. Returns 0 or
@@ -546,6 +589,8 @@ extern const struct ipc_hdr ipc_kick;
 
 /* Read device i (first + i) of a decoded STATUS page (the payload need not be aligned). */
 void ipc_status_dev(const struct ipc_status_msg *msg, uint32_t i, struct ipc_dev_status *ret);
+/* Read client i of a decoded CLIENTS page. */
+void ipc_clients_row(const struct ipc_clients_msg *msg, uint32_t i, struct ipc_client_info *ret);
 
 /*
  * Encoding: build a message in `buf` of `cap` bytes from its fixed part and up to four
@@ -584,6 +629,9 @@ int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m
 /* A STATUS page: m->count devices from devs (device m->first first). */
 int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
 		      const struct ipc_dev_status *devs);
+/* A CLIENTS page: m->count clients from rows, by id. */
+int ipc_encode_clients(void *buf, size_t cap, uint32_t id, const struct ipc_clients *m,
+		       const struct ipc_client_info *rows);
 
 /* Whether `status` is a status of this version: IPC_OK or one of its errors. */
 bool ipc_status_valid(int status);

@@ -66,14 +66,46 @@ struct ipc_status_page {
 	uint64_t affinity[IPC_AFFINITY_BITS / 64];
 	struct ipc_launch_limits limits; /* so that a client refuses what the device would */
 	/* Set by gpuxd: the processes connected to it, of every device and user (0: unknown).
-	 * What a client weighs its spinning against (client/wait.c). */
+	 * What a client weighs its spinning against (client/wait.c), with `busy`. */
 	uint32_t processes;
-	uint32_t reserved;
+	/* Set by the worker as it changes, outside the sequence count: its clients with requests
+	 * in flight, each of which may be waiting for an answer, up to the CPUs (past them, no
+	 * client spins). */
+	uint32_t busy;
 	struct ipc_fault fault; /* outside the sequence count: ipc_status_fault_*() */
 };
 
 #define IPC_STATUS_PAGE_SIZE 8192u
 _Static_assert(sizeof(struct ipc_status_page) <= IPC_STATUS_PAGE_SIZE, "status page");
+
+/*
+ * A worker's clients, for gpux top: a row per client channel the worker serves, in a memfd
+ * of its own that gpuxd makes for each worker life (--clients-fd) and alone reads: clients,
+ * who map the status page, never see it. The worker takes a free row when a channel comes
+ * (client_id last), gives it back when it goes (client_id first), and stores each counter as
+ * it changes; every field is read and written whole (relaxed atomics), a row as a whole may
+ * be a moment's mix, which a view of rates does not mind.
+ */
+struct ipc_client_row {
+	uint64_t client_id;    /* gpuxd's id of the client; 0: the row is free */
+	uint64_t requests;     /* its requests that ended here */
+	uint64_t shared_bytes; /* its shared segments this worker maps */
+	uint64_t device_bytes; /* its device buffers */
+	uint64_t inflight;     /* its requests here, queued or running */
+	uint64_t reserved[3];
+};
+_Static_assert(sizeof(struct ipc_client_row) == 64, "a row per cache line");
+
+#define IPC_CLIENT_TABLE_MAGIC 0x31545047u /* "GPT1" */
+
+struct ipc_client_table {
+	uint32_t magic;
+	uint32_t nrows;
+	uint64_t reserved[7];
+	struct ipc_client_row rows[IPC_WORKER_CLIENTS_MAX];
+};
+
+#define IPC_CLIENT_TABLE_SIZE ((sizeof(struct ipc_client_table) + 4095u) & ~(size_t)4095u)
 
 static inline void ipc_status_write_begin(struct ipc_status_page *p)
 {

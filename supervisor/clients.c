@@ -236,6 +236,89 @@ static void send_status(struct sup_client *c, uint32_t id, uint32_t first)
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 }
 
+/* ---- gpux top: the clients, and what their workers' tables say of them ---- */
+
+static int cmp_client_id(const void *a, const void *b)
+{
+	uint64_t x = ((const struct ipc_client_info *)a)->id;
+	uint64_t y = ((const struct ipc_client_info *)b)->id;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Add what worker w's table says of the clients in rows (index: id -> position + 1). */
+static void clients_from_table(const struct sup_worker *w, const struct ipc_map *index,
+			       struct ipc_client_info *rows)
+{
+	const struct ipc_client_table *t = w->clients;
+
+	if (!t || w->pid <= 0 ||
+	    __atomic_load_n(&t->magic, __ATOMIC_ACQUIRE) != IPC_CLIENT_TABLE_MAGIC)
+		return;
+	for (unsigned i = 0; i < IPC_WORKER_CLIENTS_MAX; i++) {
+		const struct ipc_client_row *row = &t->rows[i];
+		uint64_t id = __atomic_load_n(&row->client_id, __ATOMIC_ACQUIRE);
+		uintptr_t at = id ? (uintptr_t)ipc_map_get(index, id) : 0;
+		struct ipc_client_info *c;
+
+		if (!at)
+			continue;
+		c = &rows[at - 1];
+		c->requests += __atomic_load_n(&row->requests, __ATOMIC_RELAXED);
+		c->device_bytes += __atomic_load_n(&row->device_bytes, __ATOMIC_RELAXED);
+		c->inflight += (uint32_t)__atomic_load_n(&row->inflight, __ATOMIC_RELAXED);
+		/* Every worker maps the same segments of a client: the most is what it holds. */
+		c->shared_bytes = MAX(c->shared_bytes,
+				      __atomic_load_n(&row->shared_bytes, __ATOMIC_RELAXED));
+		c->channels++;
+	}
+}
+
+/*
+ * CLIENTS: a page of the clients the asker may see whose id is above `after`, by id. gpuxd's
+ * own user and root see every client; another user sees its own (who else uses the devices,
+ * and for what, is not its business).
+ */
+static void send_clients(struct sup_client *asker, uint32_t id, uint64_t after)
+{
+	struct sup *s = asker->s;
+	bool all = owner(asker->uid);
+	struct ipc_clients m = { 0 };
+	struct ipc_map index = IPC_MAP_INIT;
+	_cleanup_(freep) struct ipc_client_info *rows = calloc(s->nclients + 1, sizeof(*rows));
+	uint64_t now = mono_ns();
+	size_t n = 0;
+	int len;
+
+	if (!rows)
+		return;
+	for (const struct sup_client *c = s->clients; c; c = c->next) {
+		if (!c->hello_done || c->admin || (!all && c->uid != asker->uid))
+			continue;
+		m.total++;
+		if (c->id > after)
+			rows[n++] = (struct ipc_client_info){
+				.id = c->id,
+				.pid = (uint32_t)MAX(c->pid, 0),
+				.uid = c->uid,
+				.connected_ns = now - c->accepted_ns,
+			};
+	}
+	qsort(rows, n, sizeof(*rows), cmp_client_id);
+	m.count = (uint32_t)MIN(n, (size_t)IPC_CLIENTS_PAGE);
+	for (uint32_t i = 0; i < m.count; i++)
+		if (ipc_map_put(&index, rows[i].id, (void *)(uintptr_t)(i + 1)) < 0) {
+			ipc_map_done(&index);
+			return;
+		}
+	for (unsigned k = 0; k < s->nworkers; k++)
+		clients_from_table(&s->workers[k], &index, rows);
+	ipc_map_done(&index);
+	len = ipc_encode_clients(msgbuf, sizeof(msgbuf), id, &m, rows);
+	if (len > 0)
+		(void)ipc_conn_send(asker->conn, msgbuf, (size_t)len, NULL, 0);
+}
+
 static int hello(struct sup_client *c, const struct ipc_msg *msg)
 {
 	struct sup *s = c->s;
@@ -399,6 +482,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 {
 	struct sup_client *c = userdata;
 	struct ipc_status_req sr;
+	struct ipc_clients_req cr;
 	int r = -EBADMSG;
 
 	if (!c->hello_done && !c->refused && msg->hdr.type == IPC_HELLO)
@@ -406,6 +490,10 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	else if (c->hello_done && c->admin && msg->hdr.type == IPC_STATUS_REQ &&
 		 ipc_decode_status_req(msg, &sr) == 0) {
 		send_status(c, msg->hdr.id, sr.first);
+		r = 0;
+	} else if (c->hello_done && c->admin && msg->hdr.type == IPC_CLIENTS_REQ &&
+		   ipc_decode_clients_req(msg, &cr) == 0) {
+		send_clients(c, msg->hdr.id, cr.after);
 		r = 0;
 	} else if (c->hello_done && !c->admin && msg->hdr.type == IPC_CHANNEL_REQ)
 		r = channel_req(c, msg);

@@ -196,13 +196,17 @@ void sup_logv(int priority, const char *fmt, va_list ap)
 	case SUP_LOG_FILE: {
 		struct timespec ts;
 		struct tm tm;
-		char when[32];
+		char when[32], zone[8] = "+0000";
 
+		/* Local time with its offset from UTC (RFC 3339): a line means one moment, read
+		 * wherever the log is read. */
 		(void)clock_gettime(CLOCK_REALTIME, &ts);
 		(void)localtime_r(&ts.tv_sec, &tm);
 		(void)strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-		(void)dprintf(logger.fd, "%s.%03ld gpuxd[%d] %s: %s\n", when, ts.tv_nsec / 1000000,
-			      (int)getpid(), level_names[priority], msg);
+		(void)strftime(zone, sizeof(zone), "%z", &tm);
+		(void)dprintf(logger.fd, "%s.%03ld%.3s:%.2s gpuxd[%d] %s: %s\n", when,
+			      ts.tv_nsec / 1000000, zone, zone + 3, (int)getpid(),
+			      level_names[priority], msg);
 		break;
 	}
 	}

@@ -289,6 +289,7 @@ int main(int argc, char **argv)
 	sup_opts_init(&s.opts);
 	s.listen_fd = -1;
 	s.metrics_fd = -1;
+	s.metrics_pidfd = -1;
 	s.lock_fd = -1;
 	s.signal_fd = -1;
 	sup_notify_init();
@@ -369,12 +370,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (s.opts.metrics) {
-		r = sup_metrics_start(&s, s.opts.metrics);
+		r = sup_metrics_start(&s, why, sizeof(why));
 		if (r < 0) {
-			sup_logp(LOG_ERR, "--metrics %s: %s", s.opts.metrics, strerror(-r));
+			sup_logp(LOG_ERR, "--metrics %s: %s", s.opts.metrics, why);
 			goto out;
 		}
-		sup_log("metrics at http://%s/metrics", s.opts.metrics);
+		sup_log("metrics at http://%s/metrics", s.metrics_where);
 	}
 	notify(&ready_fd, 'R');
 	sup_log("serving %u %s device%s on %s (%s)%s%s", s.nworkers, s.workers[0].backend,

@@ -1,238 +1,321 @@
 /* SPDX-License-Identifier: MIT */
-/* supervisor/metrics.c: gpuxd --metrics ADDR: a minimal HTTP server of GET /metrics in gpuxd's loop. */
+/* supervisor/metrics.c: gpuxd --metrics ADDR: the port, and gpux-metrics beside gpuxd to serve it. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 
 #include "macro.h"
-#include "metrics.h"
+#include "parse.h"
 #include "sup.h"
 
+#ifndef GPUX_LIBEXECDIR
+#define GPUX_LIBEXECDIR "/usr/local/libexec"
+#endif
+
+extern char **environ;
+
 /*
- * Whoever can reach the port can talk to this, so it is small and bounded: one request per
- * connection, at most HTTP_REQUEST_MAX bytes of it, HTTP_CONNS_MAX connections at once, each
- * closed after HTTP_TIMEOUT_NS whatever it is doing. Only GET (or HEAD) /metrics is served.
+ * Whoever can reach the port can talk to the server behind it: a flood of connections must
+ * neither stall gpuxd's loop nor take its fds. So gpuxd binds the port (a bad address stops
+ * gpuxd at start, saying why) and hands it to gpux-metrics, a process of its own (as s6 keeps
+ * its logger apart from what it supervises), which serves HTTP and asks gpuxd for the status
+ * on gpuxd's socket as `gpux status` does. gpuxd restarts it when it dies.
  */
-#define HTTP_CONNS_MAX 16u
-#define HTTP_REQUEST_MAX 4096u
-#define HTTP_TIMEOUT_NS (5 * NSEC_PER_SEC)
 
-struct sup_http {
-	struct sup *s;
-	int fd;
-	struct ipc_watch *watch;
-	struct ipc_timer *timer;
-	char req[HTTP_REQUEST_MAX + 1];
-	size_t len;
-	char *resp; /* the whole response, once the request is in */
-	size_t resp_len, resp_off;
-	struct sup_http *prev, *next;
-};
-
-static void http_free(struct sup_http *h)
+int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *ret_port,
+		     char *why, size_t why_len)
 {
-	struct sup *s = h->s;
-
-	LIST_REMOVE(s->http, h);
-	s->nhttp--;
-	ipc_watch_free(h->watch);
-	ipc_timer_free(h->timer);
-	(void)safe_close(h->fd);
-	free(h->resp);
-	free(h);
-}
-
-static void on_http_timeout(struct ipc_timer *t, void *userdata)
-{
-	http_free(userdata);
-}
-
-static void on_http_writable(struct ipc_watch *w, int fd, uint32_t revents, void *userdata)
-{
-	struct sup_http *h = userdata;
-
-	while (h->resp_off < h->resp_len) {
-		ssize_t n = send(fd, h->resp + h->resp_off, h->resp_len - h->resp_off,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && errno == EAGAIN)
-			return;
-		if (n <= 0)
-			break;
-		h->resp_off += (size_t)n;
-	}
-	http_free(h);
-}
-
-/* The response to a request: a status, and the metrics when asked for them. */
-static int respond(struct sup_http *h)
-{
-	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
-	char method[8] = "", path[64] = "", *body = NULL, *q;
-	const char *status = "200 OK";
-	size_t body_len = 0;
-	bool head = false;
-	struct ipc_status st;
-	FILE *f;
-
-	(void)sscanf(h->req, "%7s %63s", method, path);
-	q = strchr(path, '?');
-	if (q)
-		*q = '\0';
-	head = strcmp(method, "HEAD") == 0;
-	if (strcmp(method, "GET") != 0 && !head)
-		status = "405 Method Not Allowed";
-	else if (strcmp(path, "/metrics") != 0)
-		status = "404 Not Found";
-	if (strcmp(status, "200 OK") == 0) {
-		f = open_memstream(&body, &body_len);
-		if (!f)
-			return -ENOMEM;
-		sup_status_collect(h->s, &st, devs);
-		if (ipc_metrics_write(f, &st, devs) < 0 || fclose(f) != 0) {
-			free(body);
-			return -ENOMEM;
-		}
-	} else {
-		body = strdup("gpuxd serves GET /metrics only\n");
-		if (!body)
-			return -ENOMEM;
-		body_len = strlen(body);
-	}
-	f = open_memstream(&h->resp, &h->resp_len);
-	if (!f) {
-		free(body);
-		return -ENOMEM;
-	}
-	(void)fprintf(f,
-		      "HTTP/1.1 %s\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-		      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-		      status, body_len);
-	if (!head)
-		(void)fwrite(body, 1, body_len, f);
-	free(body);
-	return fclose(f) == 0 ? 0 : -ENOMEM;
-}
-
-static void on_http_readable(struct ipc_watch *w, int fd, uint32_t revents, void *userdata)
-{
-	struct sup_http *h = userdata;
-	ssize_t n = recv(fd, h->req + h->len, HTTP_REQUEST_MAX - h->len, MSG_DONTWAIT);
-
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
-		return;
-	if (n <= 0) {
-		http_free(h);
-		return;
-	}
-	h->len += (size_t)n;
-	h->req[h->len] = '\0';
-	/* Headers are not read, only waited for: their end ends the request. */
-	if (!strstr(h->req, "\r\n\r\n") && !strstr(h->req, "\n\n")) {
-		if (h->len == HTTP_REQUEST_MAX)
-			http_free(h);
-		return;
-	}
-	ipc_watch_free(h->watch);
-	h->watch = NULL;
-	if (respond(h) < 0 ||
-	    ipc_watch_new(h->s->loop, h->fd, POLLOUT, on_http_writable, h, &h->watch) < 0)
-		http_free(h);
-}
-
-static void on_http_accept(struct ipc_listener *li, int fd, void *userdata)
-{
-	struct sup *s = userdata;
-	struct sup_http *h;
-
-	if (s->nhttp >= HTTP_CONNS_MAX || fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
-		(void)close(fd);
-		return;
-	}
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		(void)close(fd);
-		return;
-	}
-	h->s = s;
-	h->fd = fd;
-	LIST_PREPEND(s->http, h);
-	s->nhttp++;
-	if (ipc_timer_new(s->loop, on_http_timeout, h, &h->timer) < 0 ||
-	    ipc_watch_new(s->loop, fd, POLLIN, on_http_readable, h, &h->watch) < 0) {
-		http_free(h);
-		return;
-	}
-	ipc_timer_arm(h->timer, mono_ns() + HTTP_TIMEOUT_NS);
-}
-
-/* HOST:PORT, [V6]:PORT or :PORT (every address). */
-static int parse_addr(const char *addr, char *host, size_t host_len, const char **ret_port)
-{
-	const char *colon = strrchr(addr, ':');
+	const char *colon = strrchr(addr, ':'), *h = addr;
+	uint64_t port;
 	size_t n;
 
-	if (!colon || !colon[1])
+	if (!*addr) {
+		(void)snprintf(why, why_len, "an empty value");
 		return -EINVAL;
-	n = (size_t)(colon - addr);
-	if (n >= 2 && addr[0] == '[' && addr[n - 1] == ']') {
-		addr++;
-		n -= 2;
 	}
-	if (n >= host_len)
-		return -ENAMETOOLONG;
-	memcpy(host, addr, n);
+	if (!colon) {
+		(void)snprintf(why, why_len, "\"%s\" is not HOST:PORT, [V6]:PORT or :PORT", addr);
+		return -EINVAL;
+	}
+	n = (size_t)(colon - addr);
+	if (n > 0 && addr[0] == '[') {
+		if (n < 2 || addr[n - 1] != ']') {
+			(void)snprintf(why, why_len, "\"%s\": [V6]:PORT has no port after the ']'",
+				       addr);
+			return -EINVAL;
+		}
+		h++;
+		n -= 2;
+	} else if (memchr(addr, ':', n)) {
+		(void)snprintf(why, why_len, "\"%s\": an IPv6 address goes in brackets ([::1]:9464)",
+			       addr);
+		return -EINVAL;
+	}
+	if (!colon[1]) {
+		(void)snprintf(why, why_len, "\"%s\" has no port after the ':'", addr);
+		return -EINVAL;
+	}
+	if (ipc_parse_u64(colon + 1, 10, &port) < 0) {
+		(void)snprintf(why, why_len, "\"%s\" is not a port number", colon + 1);
+		return -EINVAL;
+	}
+	if (port < 1 || port > 65535) {
+		(void)snprintf(why, why_len, "port %s is not from 1 to 65535", colon + 1);
+		return -EINVAL;
+	}
+	if (n >= host_len) {
+		(void)snprintf(why, why_len, "the host is longer than %zu bytes", host_len - 1);
+		return -EINVAL;
+	}
+	memcpy(host, h, n);
 	host[n] = '\0';
-	*ret_port = colon + 1;
+	*ret_port = (unsigned)port;
 	return 0;
 }
 
-int sup_metrics_start(struct sup *s, const char *addr)
+/* gpux-metrics: beside gpuxd, beside its worker, or where it was installed. */
+static char *find_program(const struct sup *s)
 {
-	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV, .ai_socktype = SOCK_STREAM };
-	struct addrinfo *ai = NULL;
-	_cleanup_(closep) int fd = -1;
-	const char *port;
-	char host[256];
-	int r;
+	char self[PATH_MAX], worker[PATH_MAX];
+	const char *dirs[3];
+	unsigned n = 0;
+	ssize_t len;
+	char *p;
 
-	r = parse_addr(addr, host, sizeof(host), &port);
+	len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (len > 0) {
+		self[len] = '\0';
+		dirs[n++] = dirname(self);
+	}
+	if (s->opts.worker_path && strchr(s->opts.worker_path, '/')) {
+		(void)snprintf(worker, sizeof(worker), "%s", s->opts.worker_path);
+		dirs[n++] = dirname(worker);
+	}
+	dirs[n++] = GPUX_LIBEXECDIR;
+	for (unsigned i = 0; i < n; i++) {
+		if (asprintf(&p, "%s/gpux-metrics", dirs[i]) < 0)
+			return NULL;
+		if (access(p, X_OK) == 0)
+			return p;
+		free(p);
+	}
+	return NULL;
+}
+
+/* The address a socket is bound to, as HOST:PORT or [V6]:PORT. */
+static void bound_where(int fd, char *buf, size_t len)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	unsigned port = 0;
+
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET6) {
+			const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+
+			(void)inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+			port = ntohs(a->sin6_port);
+		} else if (ss.ss_family == AF_INET) {
+			const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+
+			(void)inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+			port = ntohs(a->sin_port);
+		}
+	}
+	(void)snprintf(buf, len, ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", host, port);
+}
+
+/* The first of the addresses ADDR names that binds, listening; its fd above 16 (so that the
+ * child's dup2 to fd 3 never meets it). */
+static int bind_addr(struct sup *s, char *why, size_t why_len)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+				  .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai = NULL;
+	char host[256], port_s[8];
+	unsigned port;
+	int fd = -1, r;
+
+	r = sup_metrics_addr(s->opts.metrics, host, sizeof(host), &port, why, why_len);
 	if (r < 0)
 		return r;
-	r = getaddrinfo(*host ? host : NULL, port, &hints, &ai);
-	if (r != 0)
-		return r == EAI_SYSTEM ? -errno : -EADDRNOTAVAIL;
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	(void)snprintf(port_s, sizeof(port_s), "%u", port);
+	r = getaddrinfo(*host ? host : NULL, port_s, &hints, &ai);
+	if (r != 0) {
+		int e = r == EAI_SYSTEM ? errno : 0;
+
+		(void)snprintf(why, why_len, "%s", e ? strerror(e) : gai_strerror(r));
+		return e ? -e : -EADDRNOTAVAIL;
+	}
+	r = -EADDRNOTAVAIL;
+	for (const struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			r = -errno;
+			continue;
+		}
+		(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){ 1 }, sizeof(int));
+		if (bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, SOMAXCONN) < 0) {
+			r = -errno;
+			fd = safe_close(fd);
+		}
+	}
+	freeaddrinfo(ai);
 	if (fd < 0) {
-		r = -errno;
-		freeaddrinfo(ai);
+		(void)snprintf(why, why_len, "%s", strerror(-r));
 		return r;
 	}
-	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &(int){ 1 }, sizeof(int));
-	r = bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0 ? -errno : 0;
-	freeaddrinfo(ai);
-	if (r < 0)
+	s->metrics_fd = fcntl(fd, F_DUPFD_CLOEXEC, 16);
+	r = s->metrics_fd < 0 ? -errno : 0;
+	(void)close(fd);
+	if (r < 0) {
+		(void)snprintf(why, why_len, "%s", strerror(-r));
 		return r;
-	r = ipc_listener_new(s->loop, fd, on_http_accept, s, &s->metrics_listener);
-	if (r < 0)
-		return r;
-	s->metrics_fd = TAKE_FD(fd);
+	}
+	bound_where(s->metrics_fd, s->metrics_where, sizeof(s->metrics_where));
 	return 0;
+}
+
+static void on_metrics_exit(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata);
+
+static int spawn(struct sup *s)
+{
+	char pid_s[16];
+	char *argv[] = { s->metrics_program, "--socket", s->socket_path, "--pid", pid_s,
+			 s->opts.metrics_per_user ? "--per-user" : NULL, NULL };
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t attr;
+	sigset_t none, deflt;
+	pid_t pid;
+	int r;
+
+	(void)snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	(void)posix_spawn_file_actions_init(&fa);
+	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	(void)posix_spawn_file_actions_adddup2(&fa, s->metrics_fd, 3);
+	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+	(void)posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	sigemptyset(&deflt);
+	sigaddset(&deflt, SIGPIPE);
+	sigaddset(&deflt, SIGTERM);
+	sigaddset(&deflt, SIGINT);
+	sigaddset(&deflt, SIGHUP);
+	(void)posix_spawnattr_setsigmask(&attr, &none);
+	(void)posix_spawnattr_setsigdefault(&attr, &deflt);
+	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	r = posix_spawn(&pid, s->metrics_program, &fa, &attr, argv, environ);
+	(void)posix_spawn_file_actions_destroy(&fa);
+	(void)posix_spawnattr_destroy(&attr);
+	if (r != 0)
+		return -r;
+	s->metrics_pid = pid;
+	s->metrics_started_ns = mono_ns();
+	s->metrics_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	r = s->metrics_pidfd < 0 ? -errno : 0;
+	if (r == 0)
+		r = ipc_watch_new(s->loop, s->metrics_pidfd, POLLIN, on_metrics_exit, s,
+				  &s->metrics_watch);
+	if (r < 0) {
+		(void)kill(pid, SIGKILL);
+		(void)waitpid(pid, NULL, 0);
+		s->metrics_pid = 0;
+		s->metrics_pidfd = safe_close(s->metrics_pidfd);
+	}
+	return r;
+}
+
+/* Started again after a pause that doubles with each quick death, as a worker is. */
+static void restart_later(struct sup *s)
+{
+	uint64_t now = mono_ns();
+
+	if (now - s->metrics_started_ns >= SUP_DEATH_WINDOW_NS || !s->metrics_backoff_ns)
+		s->metrics_backoff_ns = SUP_BACKOFF_MIN_NS;
+	else
+		s->metrics_backoff_ns = MIN(s->metrics_backoff_ns * 2, SUP_BACKOFF_MAX_NS);
+	ipc_timer_arm(s->metrics_timer, now + s->metrics_backoff_ns);
+}
+
+static void on_metrics_exit(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct sup *s = userdata;
+	int st;
+
+	if (waitpid(s->metrics_pid, &st, WNOHANG) != s->metrics_pid)
+		return;
+	ipc_watch_free(s->metrics_watch);
+	s->metrics_watch = NULL;
+	s->metrics_pidfd = safe_close(s->metrics_pidfd);
+	if (WIFSIGNALED(st))
+		sup_logp(LOG_WARNING, "metrics: gpux-metrics %d killed by signal %d: started again",
+			 (int)s->metrics_pid, WTERMSIG(st));
+	else
+		sup_logp(LOG_WARNING, "metrics: gpux-metrics %d exited with status %d: started again",
+			 (int)s->metrics_pid, WEXITSTATUS(st));
+	s->metrics_pid = 0;
+	restart_later(s);
+}
+
+static void on_metrics_timer(struct ipc_timer *t, void *userdata)
+{
+	struct sup *s = userdata;
+	int r = spawn(s);
+
+	if (r < 0) {
+		sup_logp(LOG_ERR, "metrics: cannot start %s: %s", s->metrics_program, strerror(-r));
+		restart_later(s);
+	}
+}
+
+int sup_metrics_start(struct sup *s, char *why, size_t why_len)
+{
+	int r;
+
+	s->metrics_program = find_program(s);
+	if (!s->metrics_program) {
+		(void)snprintf(why, why_len, "no gpux-metrics beside gpuxd, beside %s or in %s",
+			       s->opts.worker_path, GPUX_LIBEXECDIR);
+		return -ENOENT;
+	}
+	r = bind_addr(s, why, why_len);
+	if (r < 0)
+		return r;
+	r = ipc_timer_new(s->loop, on_metrics_timer, s, &s->metrics_timer);
+	if (r == 0)
+		r = spawn(s);
+	if (r < 0)
+		(void)snprintf(why, why_len, "%s: %s", s->metrics_program, strerror(-r));
+	return r;
 }
 
 void sup_metrics_free(struct sup *s)
 {
-	while (s->http)
-		http_free(s->http);
-	ipc_listener_free(s->metrics_listener);
-	s->metrics_listener = NULL;
+	if (s->metrics_pid > 0) {
+		(void)kill(s->metrics_pid, SIGKILL);
+		(void)waitpid(s->metrics_pid, NULL, 0);
+		s->metrics_pid = 0;
+	}
+	ipc_watch_free(s->metrics_watch);
+	s->metrics_watch = NULL;
+	s->metrics_pidfd = safe_close(s->metrics_pidfd);
+	ipc_timer_free(s->metrics_timer);
+	s->metrics_timer = NULL;
 	s->metrics_fd = safe_close(s->metrics_fd);
+	free(s->metrics_program);
+	s->metrics_program = NULL;
 }

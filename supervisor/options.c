@@ -56,6 +56,20 @@ static int sup_parse_log_level(const char *value, void *opts, char *why, size_t 
 	return 0;
 }
 
+/* --metrics: the address's form and port now; its host is looked up when gpuxd starts. */
+static int sup_parse_metrics(const char *value, void *opts, char *why, size_t why_len)
+{
+	struct sup_opts *o = opts;
+	char host[256];
+	unsigned port;
+	int r = sup_metrics_addr(value, host, sizeof(host), &port, why, why_len);
+
+	if (r < 0)
+		return r;
+	o->metrics = value;
+	return 0;
+}
+
 #define SUP_ROW_(field, name_, ...)                                                                \
 	{ .name = (name_), IPC_OPT_FIELD(struct sup_opts, field), __VA_ARGS__ },
 #define SUP_SECTION_(text) { .kind = IPC_OPT_SECTION, .help = (text) },
@@ -130,6 +144,7 @@ int sup_worker_argv(const struct sup *s, const struct sup_worker *w, struct sup_
 		wo.backend = w->backend;
 		wo.control_fd = 3;
 		wo.status_fd = 4;
+		wo.clients_fd = 5;
 		wo.parent_pid = getpid();
 		wo.sandbox = s->opts.host_sandbox;
 #define SUP_PASS_ON_(field, ...) wo.field = s->opts.field;

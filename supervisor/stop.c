@@ -13,20 +13,22 @@ static void drain_tick(struct ipc_timer *t, void *userdata)
 
 	if ((inflight > 0 || !sup_workers_drained(s)) && mono_ns() < s->stop_deadline) {
 		if (inflight != s->drain_reported) {
-			sup_log("draining: %llu requests in flight", (unsigned long long)inflight);
-			(void)sup_notify("STATUS=draining: %llu requests in flight",
-					 (unsigned long long)inflight);
+			sup_log("draining: %llu request%s in flight", (unsigned long long)inflight,
+				inflight == 1 ? "" : "s");
+			(void)sup_notify("STATUS=draining: %llu request%s in flight",
+					 (unsigned long long)inflight, inflight == 1 ? "" : "s");
 			s->drain_reported = inflight;
 		}
 		ipc_timer_arm(t, mono_ns() + DRAIN_TICK_NS);
 		return;
 	}
 	if (inflight > 0) {
-		(void)sup_notify("STATUS=stopping: %llu requests cut short",
-				 (unsigned long long)inflight);
+		(void)sup_notify("STATUS=stopping: %llu request%s cut short",
+				 (unsigned long long)inflight, inflight == 1 ? "" : "s");
 		sup_logp(LOG_WARNING,
-			 "drain time (%llu ms) is over with %llu requests in flight: stopping anyway",
-			 (unsigned long long)s->opts.drain_ms, (unsigned long long)inflight);
+			 "drain time (%llu ms) is over with %llu request%s in flight: stopping anyway",
+			 (unsigned long long)s->opts.drain_ms, (unsigned long long)inflight,
+			 inflight == 1 ? "" : "s");
 	}
 	for (unsigned i = 0; i < s->nworkers; i++)
 		sup_worker_event(&s->workers[i], E_STOP);

@@ -84,6 +84,7 @@ struct sup_opts {
 	uint64_t hello_timeout_ms;      /* to say hello */
 	uint64_t busy_hello_timeout_ms; /* the same under pressure */
 	const char *metrics;  /* --metrics ADDR, or NULL */
+	bool metrics_per_user; /* uid labels on memory */
 	int log_level;        /* a syslog priority */
 	const char *log_file; /* NULL: the target sup_log_auto() chooses */
 };
@@ -123,6 +124,8 @@ struct sup_worker {
 	int status_fd;    /* read-write, for the worker */
 	int status_ro_fd; /* read-only, for clients */
 	struct ipc_status_page *status;
+	int clients_fd; /* gpux top's table of its clients (ipc/status.h), for the worker */
+	const struct ipc_client_table *clients; /* the same, read here */
 	struct ipc_timer *timer;
 	uint32_t generation;
 	uint32_t restarts;
@@ -190,10 +193,17 @@ struct sup {
 	uint64_t next_client_id;
 	uint64_t clients_total;
 	uint64_t clients_refused;
+	/* --metrics: the port, bound here and served by gpux-metrics beside gpuxd, which is
+	 * restarted when it dies (supervisor/metrics.c). */
 	int metrics_fd;
-	struct ipc_listener *metrics_listener;
-	struct sup_http *http; /* connections to the metrics server */
-	unsigned nhttp;
+	char *metrics_program;
+	char metrics_where[96]; /* the address bound, for the log */
+	pid_t metrics_pid;
+	int metrics_pidfd;
+	struct ipc_watch *metrics_watch;
+	struct ipc_timer *metrics_timer;
+	uint64_t metrics_started_ns;
+	uint64_t metrics_backoff_ns;
 	struct ipc_timer *deadline_timer;
 	struct ipc_timer *idle_timer;
 	struct ipc_timer *stop_timer;
@@ -261,8 +271,18 @@ int sup_notify(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int sup_listen_fds(int *ret_fd);
 
 /* supervisor/metrics.c */
-/* Serve GET /metrics on ADDR (HOST:PORT, [V6]:PORT or :PORT); 0 or -errno. */
-int sup_metrics_start(struct sup *s, const char *addr);
+/*
+ * --metrics' ADDR (HOST:PORT, [V6]:PORT or :PORT) split into its host (empty: every address;
+ * host_len bytes of room) and port (1 to 65535). 0, or -EINVAL with why.
+ */
+int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *ret_port,
+		     char *why, size_t why_len);
+/*
+ * Bind --metrics' address and start gpux-metrics to serve it, again whenever it dies while
+ * gpuxd runs. 0, or -errno with why (the resolver's own words, or the system call's).
+ */
+int sup_metrics_start(struct sup *s, char *why, size_t why_len);
+/* Stop gpux-metrics and close the port. */
 void sup_metrics_free(struct sup *s);
 
 /* supervisor/stop.c */

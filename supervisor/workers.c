@@ -137,6 +137,10 @@ static void status_page_drop(struct sup_worker *w)
 	w->status = NULL;
 	w->status_fd = safe_close(w->status_fd);
 	w->status_ro_fd = safe_close(w->status_ro_fd);
+	if (w->clients)
+		(void)munmap((void *)w->clients, IPC_CLIENT_TABLE_SIZE);
+	w->clients = NULL;
+	w->clients_fd = safe_close(w->clients_fd);
 }
 
 /*
@@ -163,6 +167,14 @@ static int status_page_new(struct sup_worker *w)
 	if (r < 0)
 		return r;
 	w->status = p;
+	/* gpux top's table, the worker's to write and gpuxd's alone to read. */
+	r = ipc_segment_create("gpux-clients", IPC_CLIENT_TABLE_SIZE, &w->clients_fd);
+	if (r < 0)
+		return r;
+	r = ipc_segment_map(w->clients_fd, IPC_CLIENT_TABLE_SIZE, false, &p);
+	if (r < 0)
+		return r;
+	w->clients = p;
 	return 0;
 }
 
@@ -247,7 +259,7 @@ int sup_workers_probe(struct sup *s)
 		if (s->nworkers == IPC_DEVICES_MAX)
 			break;
 		*w = (struct sup_worker){ .s = s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1,
-					  .log_fd = -1 };
+					  .clients_fd = -1, .log_fd = -1 };
 		if (parse_probe_line(line, w) < 0) {
 			sup_logp(LOG_ERR, "device probe: unreadable line");
 			return -EINVAL;
@@ -423,6 +435,7 @@ static int spawn(struct sup_worker *w)
 	posix_spawnattr_t attr;
 	sigset_t none, deflt;
 	_cleanup_(closep) int ctl_child = -1, status_child = -1, ctl = -1, log_child = -1;
+	_cleanup_(closep) int clients_child = -1;
 	int pair[2], logp[2], r;
 	pid_t pid;
 
@@ -443,7 +456,8 @@ static int spawn(struct sup_worker *w)
 	ctl_child = dup_high(pair[1]);
 	(void)close(pair[1]);
 	status_child = dup_high(w->status_fd);
-	if (ctl_child < 0 || status_child < 0)
+	clients_child = dup_high(w->clients_fd);
+	if (ctl_child < 0 || status_child < 0 || clients_child < 0)
 		return -EMFILE;
 	/* The last worker's pipe may still be held by a child of its: one more round, and the
 	 * rest is dropped. */
@@ -473,9 +487,10 @@ static int spawn(struct sup_worker *w)
 	(void)posix_spawn_file_actions_adddup2(&fa, log_child, 2);
 	(void)posix_spawn_file_actions_adddup2(&fa, ctl_child, 3);
 	(void)posix_spawn_file_actions_adddup2(&fa, status_child, 4);
+	(void)posix_spawn_file_actions_adddup2(&fa, clients_child, 5);
 	/* And nothing else: not an fd gpuxd was started with and keeps open without
 	 * close-on-exec (who started it may leak fds), which the worker would hand on. */
-	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 5);
+	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 6);
 	(void)posix_spawnattr_init(&attr);
 	sigemptyset(&none);
 	sigemptyset(&deflt);

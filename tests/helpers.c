@@ -312,6 +312,21 @@ static int sample_status(void *buf, size_t cap, unsigned ndevices)
 	return ipc_encode_status(buf, cap, 400, &m, devs);
 }
 
+/* A page of `n` clients (0 to 2) of 3. */
+static int sample_clients(void *buf, size_t cap, unsigned n)
+{
+	static const struct ipc_client_info rows[2] = {
+		{ .id = 7, .pid = 4321, .uid = 1000, .connected_ns = 90 * NSEC_PER_SEC,
+		  .requests = 123456, .shared_bytes = 12 * MiB, .device_bytes = 1 * GiB,
+		  .inflight = 16, .channels = 2 },
+		{ .id = 9, .pid = 4400, .uid = 1001, .connected_ns = 2 * NSEC_PER_SEC,
+		  .requests = 1, .shared_bytes = 4096, .inflight = 0, .channels = 1 },
+	};
+	struct ipc_clients m = { .total = 3, .count = n };
+
+	return ipc_encode_clients(buf, cap, 500, &m, rows);
+}
+
 /*
  * The samples: a FIXED message's fixed part (encoded by the schema's encoder, id 100 + its
  * type), an EMPTY one's type, or a VAR one's builder and its form. The fds each travels with
@@ -379,6 +394,9 @@ static const struct sample_def samples[] = {
 	EMPTY("drain", DRAIN),
 	FIXED("mod-info", MOD_INFO, ipc_mod_info, 0x0123456789abcdefull, 0xfedcba9876543210ull,
 	      23000000, IPC_MOD_COMPILED, 0),
+	FIXED("clients-req", CLIENTS_REQ, ipc_clients_req, .after = 41),
+	BUILT("clients", CLIENTS, sample_clients, 2),
+	BUILT("clients-none", CLIENTS, sample_clients, 0),
 	FIXED("marks", MARKS, ipc_marks_offer, .index = 17),
 	FIXED("dbuf-host", DBUF_HOST, ipc_dbuf_host, .dbuf_id = 13, .size = 1 * MiB, .seg_id = 7,
 	      .seg_offset = 4096),

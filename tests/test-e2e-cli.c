@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-cli.c: the gpux command's conventions, and its JSON read back by a parser. */
 #include <fcntl.h>
+#include <poll.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,6 +258,172 @@ static void test_cli_bench_json_is_json(void **state)
 	run_free(&r);
 }
 
+/*
+ * On the host back end: the targets are GPU targets, judged nowhere (no MISSED); IN and OUT
+ * ranges are not copied there, so no bandwidth is made of them.
+ */
+static void test_cli_bench_host_judges_no_gpu_target(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "bench", "--json", "--quick", "--only", "bw,fork", "--socket",
+			       d->sock, NULL };
+	struct run r = gpux(d, args);
+	json_t *j, *res;
+	bool note = false, targets = false;
+
+	assert_int_equal(r.code, 0);
+	j = parse(&r);
+	assert_true(json_is_false(json_object_get(j, "targets_judged")));
+	res = json_object_get(j, "results");
+	for (size_t i = 0; i < json_array_size(res); i++) {
+		json_t *row = json_array_get(res, i);
+		const char *name = json_string_value(json_object_get(row, "scenario"));
+
+		assert_true(strncmp(name, "IN  ", 4) != 0 && strncmp(name, "OUT ", 4) != 0);
+		note |= strstr(name, "no copy on the host back end") != NULL;
+		targets |= *json_string_value(json_object_get(row, "target")) != '\0';
+		assert_true(json_is_null(json_object_get(row, "met")));
+	}
+	assert_true(note);
+	assert_true(targets);
+	assert_null(strstr(r.err, "MISSED"));
+	assert_non_null(strstr(r.err, "n/a: GPU target"));
+	json_decref(j);
+	run_free(&r);
+}
+
+/* A client that runs empty kernels until its parent closes stop[1] (it reads stop[0]). */
+static pid_t busy_client(const struct test_daemon *d, const int stop[2])
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+		struct pollfd p = { .fd = stop[0], .events = POLLIN };
+
+		(void)close(stop[1]);
+		gpux_ctx *ctx;
+		gpux_module *m;
+
+		ctx = test_connect(d);
+		m = test_load_host_kernels(ctx);
+		while (poll(&p, 1, 0) == 0)
+			if (gpux_run(m, "empty", &l, NULL, 0) != GPUX_OK)
+				_exit(1);
+		gpux_module_free(m);
+		gpux_disconnect(ctx);
+		_exit(0);
+	}
+	return pid;
+}
+
+/* The client of pid in gpux top's JSON, or NULL. */
+static json_t *top_client(json_t *j, pid_t pid)
+{
+	json_t *clients = json_object_get(j, "clients");
+
+	for (size_t i = 0; i < json_array_size(clients); i++) {
+		json_t *c = json_array_get(clients, i);
+
+		if (json_integer_value(json_object_get(c, "pid")) == pid)
+			return c;
+	}
+	return NULL;
+}
+
+/*
+ * gpux top: each device's state and rates, each client's pid, command, requests per second,
+ * requests in flight and memory, from gpuxd and its worker's table of clients; as JSON, and
+ * as plain frames for a script.
+ */
+static void test_cli_top_shows_devices_and_clients(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *json_args[] = { "top", "--json", "--interval", "0.5", "--socket", d->sock,
+				    NULL };
+	const char *batch_args[] = { "top", "--batch", "--count", "2", "--interval", "0.2",
+				     "--socket", d->sock, NULL };
+	gpux_ctx *ctx = test_connect(d);
+	gpux_module *m = test_load_host_kernels(ctx);
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	uint32_t ms = 3000;
+	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+	gpux_req *spinning;
+	gpux_buf *buf;
+	gpux_dbuf *dbuf;
+	json_t *j, *dev, *me, *busy;
+	int stop[2];
+	struct run r;
+	char pid[32];
+	pid_t child;
+
+	/* This process: 1 MiB shared with the worker, 4 MiB on the device, a request running. */
+	assert_int_equal(gpux_buf_alloc(ctx, 1 << 20, &buf), GPUX_OK);
+	{
+		uint64_t n = 16;
+		struct gpux_arg a[] = { GPUX_ARG_VALUE(n), gpux_arg_in(buf, 0, 64),
+					gpux_arg_out(buf, 64, 64) };
+
+		assert_int_equal(gpux_run(m, "add1", &(struct gpux_launch){ .grid = { 1, 1, 1 },
+									   .block = { 16, 1, 1 } },
+					  a, 3),
+				 GPUX_OK);
+	}
+	assert_int_equal(gpux_dbuf_alloc(ctx, 0, 4 << 20, &dbuf), GPUX_OK);
+	assert_int_equal(gpux_submit(m, "spin", &l, &arg, 1, &spinning), GPUX_OK);
+	/* Another, busy with requests all along. */
+	assert_int_equal(pipe2(stop, O_CLOEXEC), 0);
+	child = busy_client(d, stop);
+	(void)close(stop[0]);
+	(void)usleep(300000);
+
+	r = gpux(d, json_args);
+	assert_int_equal(r.code, 0);
+	j = parse(&r);
+	dev = json_array_get(json_object_get(j, "devices"), 0);
+	assert_string_equal(json_string_value(json_object_get(dev, "state")), "ready");
+	assert_true(json_number_value(json_object_get(dev, "requests_per_second")) > 0);
+	assert_true(json_integer_value(json_object_get(dev, "queue")) >= 1);
+	me = top_client(j, getpid());
+	assert_non_null(me);
+	assert_string_equal(json_string_value(json_object_get(me, "command")), "test-e2e-cli");
+	assert_int_equal(json_integer_value(json_object_get(me, "uid")), getuid());
+	assert_int_equal(json_integer_value(json_object_get(me, "shared_bytes")), 1 << 20);
+	assert_int_equal(json_integer_value(json_object_get(me, "device_bytes")), 4 << 20);
+	assert_int_equal(json_integer_value(json_object_get(me, "inflight")), 1);
+	assert_int_equal(json_integer_value(json_object_get(me, "devices")), 1);
+	assert_true(json_integer_value(json_object_get(me, "requests")) >= 1);
+	busy = top_client(j, child);
+	assert_non_null(busy);
+	assert_true(json_number_value(json_object_get(busy, "requests_per_second")) > 10);
+	/* gpux top itself is no client of the devices. */
+	assert_int_equal(json_array_size(json_object_get(j, "clients")), 2);
+	json_decref(j);
+	run_free(&r);
+
+	r = gpux(d, batch_args);
+	assert_int_equal(r.code, 0);
+	(void)snprintf(pid, sizeof(pid), "%8d ", (int)getpid());
+	assert_non_null(strstr(r.out, "gpux top - "));
+	assert_non_null(strstr(strstr(r.out, "gpux top - ") + 1, "gpux top - "));
+	assert_non_null(strstr(r.out, " ready "));
+	assert_non_null(strstr(r.out, pid));
+	assert_non_null(strstr(r.out, "test-e2e-cli"));
+	assert_non_null(strstr(r.out, "1.0 MiB"));
+	assert_null(strstr(r.out, "\033"));
+	run_free(&r);
+
+	(void)close(stop[1]);
+	assert_child_ok(child);
+	assert_int_equal(gpux_wait(spinning, -1), GPUX_OK);
+	gpux_req_free(spinning);
+	gpux_dbuf_free(dbuf);
+	gpux_buf_free(buf);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+}
+
 /* Usage errors: one line naming the culprit, the usage, exit 2; --help exits 0. */
 static void test_cli_conventions(void **state)
 {
@@ -375,6 +542,8 @@ int main(void)
 		cmocka_unit_test(test_cli_status_prometheus),
 		cmocka_unit_test(test_cli_compile),
 		cmocka_unit_test(test_cli_bench_json_is_json),
+		cmocka_unit_test(test_cli_bench_host_judges_no_gpu_target),
+		cmocka_unit_test(test_cli_top_shows_devices_and_clients),
 		cmocka_unit_test(test_cli_conventions),
 		cmocka_unit_test(test_cli_soak_briefly),
 	};

@@ -311,7 +311,7 @@ static void test_isolation_neighbour_fault_replays_innocents(void **state)
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	gpux_queue *qb, *qc;
 	gpux_buf *bflags, *cflags, *cflags2, *x, *y, *out[NB + 1], *clog, *cin, *cout, *crashbuf, *pat, *back;
-	gpux_req *brun, *crun, *crun2, *bs[NB + 1], *bdb, *cs[NC + 1], *any, *bad, *abehind, *filler[4];
+	gpux_req *brun, *crun, *crun2, *bs[NB + 1], *bdb, *cs[NC + 1], *any, *bad, *abehind, *filler[16];
 	gpux_dbuf *lost_db, *kept;
 	uint64_t n = N;
 	uint32_t *plog;
@@ -350,7 +350,7 @@ static void test_isolation_neighbour_fault_replays_innocents(void **state)
 		gpux_req_free(w);
 	}
 
-	/* Device 1 busy, so that C's GPUX_ANY request goes to device 0. */
+	/* Device 1 busy (a queue of its own), so that C's GPUX_ANY request goes to device 0. */
 	for (unsigned i = 0; i < ARRAY_SIZE(filler); i++)
 		assert_int_equal(test_spin_submit(busy.m, 1, 400, &filler[i]), GPUX_OK);
 	brun = hold(b.m, qb, bflags);

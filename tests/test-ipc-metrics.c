@@ -36,16 +36,22 @@ static void test_metrics_hist_buckets_hold_their_bound(void **state)
 }
 
 /* The text written for a status of two devices, NUL-terminated; free() it. */
-static char *write_text(const struct ipc_status *st, const struct ipc_dev_status *devs)
+static char *write_text_flags(const struct ipc_status *st, const struct ipc_dev_status *devs,
+			      unsigned flags)
 {
 	char *text = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&text, &len);
 
 	assert_non_null(f);
-	assert_int_equal(ipc_metrics_write(f, st, devs), 0);
+	assert_int_equal(ipc_metrics_write(f, st, devs, flags), 0);
 	assert_int_equal(fclose(f), 0);
 	return text;
+}
+
+static char *write_text(const struct ipc_status *st, const struct ipc_dev_status *devs)
+{
+	return write_text_flags(st, devs, IPC_METRICS_PER_USER);
 }
 
 static void test_metrics_text_has_the_counts(void **state)
@@ -100,6 +106,27 @@ static void test_metrics_text_has_the_counts(void **state)
 	free(text);
 }
 
+/* By default memory is told per device, with no uid: whoever reaches the port learns nothing
+ * of who uses the device. */
+static void test_metrics_no_uid_unless_asked(void **state)
+{
+	static struct ipc_dev_status devs[2];
+	struct ipc_status st = { .ndevices = 2, .version = "1" };
+	char *text;
+
+	devs[1].stats.usage[3] = (struct ipc_usage){ .uid = 1000, .shared_bytes = 4096 };
+	devs[1].stats.usage[5] = (struct ipc_usage){ .uid = 1001, .shared_bytes = 100,
+						     .device_bytes = 7 };
+	devs[1].stats.usage[IPC_USAGE_UIDS - 1] = (struct ipc_usage){ .uid = IPC_USAGE_OTHERS,
+								     .device_bytes = 8192 };
+	text = write_text_flags(&st, devs, 0);
+	assert_null(strstr(text, ",uid="));
+	assert_non_null(strstr(text, "\ngpux_shared_memory_bytes{device=\"1\"} 4196\n"));
+	assert_non_null(strstr(text, "\ngpux_device_buffer_bytes{device=\"1\"} 8199\n"));
+	assert_non_null(strstr(text, "\ngpux_shared_memory_bytes{device=\"0\"} 0\n"));
+	free(text);
+}
+
 /* A device's name is the driver's to choose: quotes, backslashes and newlines are escaped. */
 static void test_metrics_label_values_are_escaped(void **state)
 {
@@ -123,6 +150,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_hist_buckets_hold_their_bound),
 		cmocka_unit_test(test_metrics_text_has_the_counts),
 		cmocka_unit_test(test_metrics_label_values_are_escaped),
+		cmocka_unit_test(test_metrics_no_uid_unless_asked),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,6 +34,7 @@ static void assert_opts_equal(const struct ipc_worker_opts *a, const struct ipc_
 		assert_string_equal(a->backend, b->backend);
 	assert_int_equal(a->control_fd, b->control_fd);
 	assert_int_equal(a->status_fd, b->status_fd);
+	assert_int_equal(a->clients_fd, b->clients_fd);
 	assert_int_equal(a->parent_pid, b->parent_pid);
 	assert_int_equal(a->probe, b->probe);
 	assert_int_equal(a->compiler, b->compiler);

@@ -658,6 +658,54 @@ static void test_proto_status_rejects_bad_strings(void **state)
 	assert_int_equal(status_decode(&m, devs, 2), -EBADMSG);
 }
 
+/* ---- CLIENTS ---- */
+
+static void test_proto_clients_req_rejects_flags(void **state)
+{
+	struct ipc_clients_req m = { .after = 5, .flags = 1 };
+
+	assert_int_equal(DECODE_FIXED(IPC_CLIENTS_REQ, 0, m), -EBADMSG);
+	m = (struct ipc_clients_req){ .after = 5, .reserved = 1 };
+	assert_int_equal(DECODE_FIXED(IPC_CLIENTS_REQ, 0, m), -EBADMSG);
+	m.reserved = 0;
+	assert_int_equal(DECODE_FIXED(IPC_CLIENTS_REQ, 0, m), 0);
+	assert_int_equal(DECODE_FIXED(IPC_CLIENTS_REQ, 1, m), -EBADMSG);
+}
+
+static int clients_decode(const struct ipc_clients *m, const struct ipc_client_info *rows,
+			  size_t n)
+{
+	struct ipc_part part = { rows, n * sizeof(*rows) };
+
+	return test_encode_decode(IPC_CLIENTS, 0, m, sizeof(*m), &part, 1);
+}
+
+static void test_proto_clients_rejects_bad_pages(void **state)
+{
+	struct ipc_client_info rows[3] = { { .id = 1 }, { .id = 2 }, { .id = 3 } };
+	struct ipc_clients m = { .total = 3, .count = 3 };
+
+	assert_int_equal(clients_decode(&m, rows, 3), 0);
+	/* The count and the rows that came agree, and lie within the total. */
+	assert_int_equal(clients_decode(&m, rows, 2), -EBADMSG);
+	m.count = 2;
+	assert_int_equal(clients_decode(&m, rows, 3), -EBADMSG);
+	m.total = 1;
+	assert_int_equal(clients_decode(&m, rows, 2), -EBADMSG);
+	m.total = m.count = (uint32_t)IPC_CLIENTS_PAGE + 1;
+	assert_int_equal(clients_decode(&m, rows, 0), -EBADMSG);
+	/* By id, each once, none 0. */
+	m.total = m.count = 3;
+	rows[2].id = 2;
+	assert_int_equal(clients_decode(&m, rows, 3), -EBADMSG);
+	rows[0].id = 0;
+	rows[2].id = 3;
+	assert_int_equal(clients_decode(&m, rows, 3), -EBADMSG);
+	rows[0].id = 1;
+	m.flags = 1;
+	assert_int_equal(clients_decode(&m, rows, 3), -EBADMSG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -688,6 +736,8 @@ int main(void)
 		cmocka_unit_test(test_proto_encode_done_cuts_long_text),
 		cmocka_unit_test(test_proto_status_rejects_bad_counts),
 		cmocka_unit_test(test_proto_status_rejects_bad_strings),
+		cmocka_unit_test(test_proto_clients_req_rejects_flags),
+		cmocka_unit_test(test_proto_clients_rejects_bad_pages),
 	};
 
 	return cmocka_run_group_tests_name("ipc-proto-decode", tests, NULL, NULL);

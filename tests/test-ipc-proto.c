@@ -83,6 +83,7 @@ static const struct round_trip trips[] = {
 	     UINT32_MAX, 4),
 	TRIP(IPC_RINGS, 0, 1, 8, struct ipc_rings_offer, IPC_RINGS_BYTES, 0),
 	TRIP(IPC_CHANNEL_REQ, 0, 0, 8, struct ipc_channel_req, IPC_DEVICES_MAX - 1, UINT32_MAX),
+	TRIP(IPC_CLIENTS_REQ, 6, 0, 16, struct ipc_clients_req, UINT64_MAX, 0, 0),
 	TRIP(IPC_MARKS, 0, 1, 8, struct ipc_marks_offer, IPC_MARKS_PAGES - 1, 0),
 	/* A range ending exactly at 2^64 - 1. */
 	TRIP(IPC_DBUF_HOST, 14, 0, 32, struct ipc_dbuf_host, UINT64_MAX, 4096, UINT64_MAX - 1,
@@ -317,6 +318,61 @@ static void test_proto_status_round_trips(void **state)
 	assert_int_equal(out.m.ndevices, 0);
 }
 
+/* Clients in pages as full as fit, one byte in (unaligned), each row as it went. */
+static void test_proto_clients_round_trip(void **state)
+{
+	enum { N = 3000 };
+	static struct ipc_client_info rows[N];
+	struct ipc_clients in = { .total = N };
+	struct ipc_clients_msg out;
+	struct ipc_msg msg;
+	uint32_t first;
+	int n;
+
+	for (uint32_t i = 0; i < N; i++)
+		rows[i] = (struct ipc_client_info){ .id = 2 * i + 1, .pid = 1000 + i, .uid = i % 7,
+						    .connected_ns = (uint64_t)i << 33,
+						    .requests = UINT64_MAX - i,
+						    .shared_bytes = (uint64_t)i << 20,
+						    .device_bytes = UINT64_MAX / (i + 1),
+						    .inflight = i, .channels = i % 64 };
+	assert_true(IPC_CLIENTS_PAGE < N);
+	for (first = 0; first < N; first += in.count) {
+		in.count = MIN(N - first, (uint32_t)IPC_CLIENTS_PAGE);
+		n = ipc_encode_clients(test_msgbuf + 1, sizeof(test_msgbuf) - 1, 21, &in,
+				       rows + first);
+		assert_int_equal(n, HDR + sizeof(in) + in.count * sizeof(rows[0]));
+		check_parsed(test_msgbuf + 1, n, IPC_CLIENTS, 21, 0, &msg);
+		assert_int_equal(ipc_decode_clients(&msg, &out), 0);
+		assert_memory_equal(&out.m, &in, sizeof(in));
+		for (uint32_t i = 0; i < in.count; i++) {
+			struct ipc_client_info c;
+
+			ipc_clients_row(&out, i, &c);
+			assert_memory_equal(&c, &rows[first + i], sizeof(c));
+		}
+	}
+	/* What the encoder refuses: more than a page, more than the total, not by id. */
+	in.count = (uint32_t)IPC_CLIENTS_PAGE + 1;
+	assert_int_equal(ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in, rows),
+			 -EINVAL);
+	in = (struct ipc_clients){ .total = 1, .count = 2 };
+	assert_int_equal(ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in, rows),
+			 -EINVAL);
+	in.total = 2;
+	{
+		struct ipc_client_info twice[2] = { rows[1], rows[0] };
+
+		assert_int_equal(ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in,
+						    twice),
+				 -EINVAL);
+		twice[1] = rows[1];
+		assert_int_equal(ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in,
+						    twice),
+				 -EINVAL);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +383,7 @@ int main(void)
 		cmocka_unit_test(test_proto_submit_without_args_round_trips),
 		cmocka_unit_test(test_proto_done_round_trips),
 		cmocka_unit_test(test_proto_status_round_trips),
+		cmocka_unit_test(test_proto_clients_round_trip),
 	};
 
 	return cmocka_run_group_tests_name("ipc-proto", tests, NULL, NULL);

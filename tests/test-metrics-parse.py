@@ -41,7 +41,7 @@ def families(text):
     return out
 
 
-def check(fams):
+def check(fams, per_user):
     def fam(name, kind):
         assert name in fams, f"no family {name}"
         assert fams[name].type == kind, f"{name} is {fams[name].type}, not {kind}"
@@ -72,11 +72,44 @@ def check(fams):
     fam("gpux_module_compiles", "counter")
     fam("gpux_module_build_seconds", "counter")
     shared = fam("gpux_shared_memory_bytes", "gauge")
+    dbuf = fam("gpux_device_buffer_bytes", "gauge")
     uid = str(os.getuid())
-    assert any(s.labels.get("uid") == uid for s in shared.samples) or not shared.samples
+    if per_user:
+        # A user's memory once its clients are gone is none, and not shown.
+        for f in (shared, dbuf):
+            assert all(s.labels.get("uid") == uid for s in f.samples), f.samples
+    else:
+        # By default the metrics name no user: memory per device only.
+        for f in (shared, dbuf):
+            assert [s.labels for s in f.samples] == [{"device": "0"}], f.samples
     info = fam("gpux_device_info", "gauge")
     assert info.samples[0].labels["backend"] == "host"
     fam("gpux_build_info", "gauge")
+
+
+def check_process(fams, pid):
+    """gpuxd's process_* metrics, as Prometheus' client libraries name them."""
+    start = fams["process_start_time_seconds"]
+    assert start.type == "gauge"
+    with open(f"/proc/{pid}/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        btime = [int(line.split()[1]) for line in f if line.startswith("btime ")][0]
+    assert abs(start.samples[0].value - (btime + ticks / os.sysconf("SC_CLK_TCK"))) < 0.02
+    assert time.time() - 600 < start.samples[0].value <= time.time()
+    assert fams["process_cpu_seconds"].type == "counter"
+    assert fams["process_cpu_seconds"].samples[0].value >= 0
+    assert fams["process_resident_memory_bytes"].samples[0].value > 1 << 20
+    assert fams["process_virtual_memory_bytes"].samples[0].value > 1 << 20
+    assert fams["process_open_fds"].samples[0].value == len(os.listdir(f"/proc/{pid}/fd"))
+    assert fams["process_max_fds"].samples[0].value >= 1024
+
+
+def wait_ready(sock):
+    for _ in range(2000):
+        if subprocess.run([CLI, "status", "--socket", sock], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.01)
 
 
 def main():
@@ -87,18 +120,38 @@ def main():
                           os.path.join(tmp, "cache"), "--metrics", f"127.0.0.1:{port}"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(2000):
-            if subprocess.run([CLI, "status", "--socket", sock], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.01)
+        wait_ready(sock)
         # Some requests, and their memory, from a client.
         subprocess.run([CLI, "demo", "--socket", sock, "--children", "2", "--elements", "4096"],
                        check=True, capture_output=True)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
-        check(families(text.decode()))
+        fams = families(text.decode())
+        check(fams, False)
+        check_process(fams, d.pid)
         out = subprocess.run([CLI, "status", "--prometheus", "--socket", sock], check=True,
                              capture_output=True, text=True).stdout
-        check(families(out))
+        check(families(out), False)
+        out = subprocess.run([CLI, "status", "--prometheus", "--per-user", "--socket", sock],
+                             check=True, capture_output=True, text=True).stdout
+        check(families(out), True)
+        # The landing page links to the metrics.
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10)
+        assert page.headers["Content-Type"].startswith("text/html")
+        assert b'href="/metrics"' in page.read()
+    finally:
+        d.terminate()
+        d.wait(timeout=30)
+    # --metrics-per-user: the endpoint labels memory by user.
+    d = subprocess.Popen([DAEMON, "--socket", sock, "--backend", "host", "--cache-dir",
+                          os.path.join(tmp, "cache"), "--metrics", f"127.0.0.1:{port}",
+                          "--metrics-per-user"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_ready(sock)
+        subprocess.run([CLI, "demo", "--socket", sock, "--children", "2", "--elements", "4096"],
+                       check=True, capture_output=True)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        check(families(text.decode()), True)
     finally:
         d.terminate()
         d.wait(timeout=30)

@@ -39,7 +39,7 @@ static void test_options_refusals_say_why(void **state)
 		{ { "--host-devices", "0" }, "--host-devices: 0 is less than 1" },
 		{ { "--host-devices", "65" }, "--host-devices: 65 is more than 64" },
 		{ { "--slots", "1000" }, "--slots: 1000 is more than 64" },
-		{ { "--max-clients", "4097" }, "--max-clients: 4097 is more than 4096" },
+		{ { "--max-clients", "16385" }, "--max-clients: 16385 is more than 16384" },
 		{ { "--max-clients-per-user", "1000001" },
 		  "--max-clients-per-user: 1000001 is more than 1000000" },
 		{ { "--drain-ms", "5s" }, "--drain-ms: \"5s\" is not a number" },
@@ -55,6 +55,16 @@ static void test_options_refusals_say_why(void **state)
 		/* texts */
 		{ { "--socket", "" }, "--socket: an empty value" },
 		{ { "--metrics", "" }, "--metrics: an empty value" },
+		/* an address: its form and port here, its host when gpuxd starts */
+		{ { "--metrics", "127.0.0.1:99999" }, "--metrics: port 99999 is not from 1 to 65535" },
+		{ { "--metrics", ":0" }, "--metrics: port 0 is not from 1 to 65535" },
+		{ { "--metrics", ":notaport" }, "--metrics: \"notaport\" is not a port number" },
+		{ { "--metrics", "localhost:" }, "--metrics: \"localhost:\" has no port after the ':'" },
+		{ { "--metrics", "9464" },
+		  "--metrics: \"9464\" is not HOST:PORT, [V6]:PORT or :PORT" },
+		{ { "--metrics", "::1:9464" },
+		  "--metrics: \"::1:9464\": an IPv6 address goes in brackets ([::1]:9464)" },
+		{ { "--metrics", "[::1]" }, "--metrics: \"[::1]\": [V6]:PORT has no port after the ']'" },
 		/* parsed by gpuxd's own parsers */
 		{ { "--log-level", "loud" },
 		  "--log-level: \"loud\" is not err, warning, notice, info or debug" },
@@ -94,6 +104,7 @@ static void test_options_good_values(void **state)
 					     "--reserved-clients", "0", NULL };
 	static const char *const none[] = { NULL };
 	static const char *const by_name[] = { "--allow-group", "root", "--host-sandbox", "off",
+					       "--metrics", "[::1]:9464", "--metrics-per-user",
 					       NULL };
 	struct sup_opts o;
 	char why[256];
@@ -123,6 +134,8 @@ static void test_options_good_values(void **state)
 	assert_int_equal(o.allow_gid, 0);
 	assert_int_equal(o.socket_mode, 0660);
 	assert_false(o.host_sandbox);
+	assert_string_equal(o.metrics, "[::1]:9464");
+	assert_true(o.metrics_per_user);
 }
 
 static void test_options_help_and_version(void **state)
@@ -173,6 +186,7 @@ static void test_options_worker_argv_every_option(void **state)
 	assert_string_equal(wo.backend, "cuda");
 	assert_int_equal(wo.control_fd, 3);
 	assert_int_equal(wo.status_fd, 4);
+	assert_int_equal(wo.clients_fd, 5);
 	assert_int_equal(wo.parent_pid, getpid());
 	assert_true(wo.sandbox);
 	assert_false(wo.probe);

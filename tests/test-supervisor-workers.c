@@ -61,7 +61,7 @@ static int setup(void **state)
 	f->s.nworkers = 1;
 	f->w = &f->s.workers[0];
 	*f->w = (struct sup_worker){ .s = &f->s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1,
-				     .log_fd = -1 };
+				     .clients_fd = -1, .log_fd = -1 };
 	(void)snprintf(f->w->backend, sizeof(f->w->backend), "host");
 	/* What sup_workers_start() makes, without starting the worker. */
 	assert_int_equal(ipc_timer_new(f->s.loop, on_timer, f->w, &f->w->timer), 0);

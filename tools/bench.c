@@ -313,11 +313,16 @@ static int s_bw_one(struct bench *b, uint64_t size, bool headline)
 		v[j] = n ? (double)size / bench_median(t[j], n) : NAN;
 	}
 	size_name(size, sname, sizeof(sname));
-	(void)snprintf(name, sizeof(name), "IN  %s + kernel", sname);
-	bench_add(b, name, v[IN], v[IN_K], "GB/s", target, v[IN] / v[IN_K], v[IN] >= want * v[IN_K]);
-	(void)snprintf(name, sizeof(name), "OUT %s + kernel", sname);
-	bench_add(b, name, v[OUT], v[OUT_K], "GB/s", target, v[OUT] / v[OUT_K],
-		  v[OUT] >= want * v[OUT_K]);
+	/* The host back end does not copy IN and OUT ranges (its kernels use the shared pages in
+	 * place): a size over the time of a kernel that touches one element is no bandwidth. */
+	if (b->cuda) {
+		(void)snprintf(name, sizeof(name), "IN  %s + kernel", sname);
+		bench_add(b, name, v[IN], v[IN_K], "GB/s", target, v[IN] / v[IN_K],
+			  v[IN] >= want * v[IN_K]);
+		(void)snprintf(name, sizeof(name), "OUT %s + kernel", sname);
+		bench_add(b, name, v[OUT], v[OUT_K], "GB/s", target, v[OUT] / v[OUT_K],
+			  v[OUT] >= want * v[OUT_K]);
+	}
 	(void)snprintf(name, sizeof(name), "copy %s to a device buffer", sname);
 	bench_add(b, name, v[TO], v[H2D], "GB/s", target, v[TO] / v[H2D], v[TO] >= want * v[H2D]);
 	(void)snprintf(name, sizeof(name), "copy %s from a device buffer", sname);
@@ -332,6 +337,9 @@ static int s_bw(struct bench *b)
 {
 	static const uint64_t sizes[] = { 4096, 65536, 1 << 20, 16 << 20, 256 << 20, 1ull << 30 };
 
+	if (!b->cuda)
+		bench_add(b, "IN / OUT + kernel: no copy on the host back end", NAN, NAN, "", "", NAN,
+			  true);
 	for (unsigned i = 0; i < ARRAY_SIZE(sizes); i++) {
 		if (b->quick && sizes[i] == 1ull << 30)
 			continue;
@@ -603,6 +611,26 @@ static int s_gpus(struct bench *b)
 
 /* ---- output ---- */
 
+/*
+ * The targets are DESIGN's, for GPUs: on the host back end (no GPU, kernels on the CPU) a row
+ * is neither met nor missed.
+ */
+static const char *verdict(const struct bench *b, const struct result *r)
+{
+	if (!*r->target)
+		return "";
+	if (!b->cuda)
+		return "n/a: GPU target";
+	return judged(r) ? (r->met ? "met" : "MISSED") : "n/a";
+}
+
+/* A ratio to a baseline, or one that a judged target reads (of an absolute target, the
+ * value over it): not a ratio to a target that does not apply. */
+static bool ratio_shown(const struct bench *b, const struct result *r)
+{
+	return isfinite(r->ratio) && (isfinite(r->base) || (b->cuda && judged(r)));
+}
+
 static void print_table(FILE *f, const struct bench *b)
 {
 	(void)fprintf(f, "\n%-48s %12s %12s %-6s %8s %12s %s\n", "scenario", "gpux", "baseline",
@@ -615,25 +643,29 @@ static void print_table(FILE *f, const struct bench *b)
 			(void)snprintf(gpux, sizeof(gpux), "%.2f", r->gpux);
 		if (!isnan(r->base))
 			(void)snprintf(base, sizeof(base), "%.2f", r->base);
-		if (!isnan(r->ratio) && !isinf(r->ratio))
+		if (ratio_shown(b, r))
 			(void)snprintf(ratio, sizeof(ratio), "%.3fx", r->ratio);
 		(void)fprintf(f, "%-48s %12s %12s %-6s %8s %12s %s\n", r->name, gpux, base, r->unit,
-			      ratio, r->target,
-			      judged(r) ? (r->met ? "met" : "MISSED") : *r->target ? "n/a" : "");
+			      ratio, r->target, verdict(b, r));
 	}
+	if (!b->cuda)
+		(void)fprintf(f, "\nThe host back end: the targets are for GPUs, and not judged here; "
+				 "no in-process baseline.\n");
 }
 
-/* One JSON document: a result without a baseline, or with a NaN, has null there. */
-static int print_json(const struct bench *b, const struct gpux_device_info *info)
+/*
+ * One JSON document: a result without a baseline, or with a NaN, has null there; so has "met"
+ * where the target is not judged (none, no baseline, or the host back end: targets_judged).
+ */
+static int print_json(const struct bench *b, const char *device)
 {
 	json_t *root = json_object(), *arr = json_array();
 
 	if (!root || !arr)
 		return tool_fail("json", "out of memory");
-	(void)json_object_set_new(root, "device", tool_json_text(info->name));
-	(void)json_object_set_new(root, "backend", json_string(info->backend == GPUX_BACKEND_CUDA
-									? "cuda"
-									: "host"));
+	(void)json_object_set_new(root, "device", tool_json_text(device));
+	(void)json_object_set_new(root, "backend", json_string(b->cuda ? "cuda" : "host"));
+	(void)json_object_set_new(root, "targets_judged", json_boolean(b->cuda));
 	for (unsigned i = 0; i < b->nres; i++) {
 		const struct result *r = &b->res[i];
 		json_t *o = json_object();
@@ -642,9 +674,11 @@ static int print_json(const struct bench *b, const struct gpux_device_info *info
 		(void)json_object_set_new(o, "gpux", tool_json_real(r->gpux));
 		(void)json_object_set_new(o, "baseline", tool_json_real(r->base));
 		(void)json_object_set_new(o, "unit", json_string(r->unit));
-		(void)json_object_set_new(o, "ratio", tool_json_real(r->ratio));
+		(void)json_object_set_new(o, "ratio", tool_json_real(ratio_shown(b, r) ? r->ratio
+										       : NAN));
 		(void)json_object_set_new(o, "target", json_string(r->target));
-		(void)json_object_set_new(o, "met", judged(r) ? json_boolean(r->met) : json_null());
+		(void)json_object_set_new(o, "met", judged(r) && b->cuda ? json_boolean(r->met)
+									 : json_null());
 		(void)json_array_append_new(arr, o);
 	}
 	(void)json_object_set_new(root, "results", arr);
@@ -684,6 +718,7 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", s_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
 		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
+		{ "idle", bench_idle },
 		{ "fault", bench_fault },
 	};
 	char *log = NULL;
@@ -753,6 +788,24 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 	return failed;
 }
 
+/* --from: a run saved by --json, shown (and plotted) as if it had just run. */
+static int saved_run(struct bench *b, const char *from, bool json, const char *plot)
+{
+	const char *device;
+	json_t *keep;
+	int rc = TOOL_OK;
+
+	if (bench_load(b, from, &device, &keep) < 0)
+		return TOOL_FAIL;
+	print_table(json ? stderr : stdout, b);
+	if (json && print_json(b, device) != TOOL_OK)
+		rc = TOOL_FAIL;
+	if (plot && bench_plot(b, device, plot) < 0)
+		rc = TOOL_FAIL;
+	json_decref(keep);
+	return rc;
+}
+
 int tool_bench(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -760,12 +813,14 @@ int tool_bench(int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "quick", no_argument, NULL, 'q' },
 		{ "only", required_argument, NULL, 'o' },
+		{ "plot", required_argument, NULL, 'p' },
+		{ "from", required_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	static struct bench b;
 	struct gpux_device_info info;
-	const char *sock = NULL, *only = NULL;
+	const char *sock = NULL, *only = NULL, *plot = NULL, *from = NULL;
 	bool json = false;
 	char self[PATH_MAX];
 	ssize_t n;
@@ -778,11 +833,20 @@ int tool_bench(int argc, char **argv)
 			json = true;
 		else if (c == 'q')
 			b.quick = true;
+		else if (c == 'p')
+			plot = optarg;
+		else if (c == 'f')
+			from = optarg;
 		else
 			only = optarg;
 	}
 	if (optind != argc)
 		tool_usage_error(TOOL_USAGE_BENCH, "bench: unexpected argument \"%s\"", argv[optind]);
+	if (from && (sock || only || b.quick))
+		tool_usage_error(TOOL_USAGE_BENCH,
+				 "bench: --from reads a saved run: no --socket, --only or --quick");
+	if (from)
+		return saved_run(&b, from, json, plot);
 	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (n <= 0)
 		return tool_fail("bench", "cannot find itself");
@@ -821,7 +885,9 @@ int tool_bench(int argc, char **argv)
 		return TOOL_FAIL;
 	/* With --json, stdout holds the JSON alone; the table is for the person watching. */
 	print_table(json ? stderr : stdout, &b);
-	if (json && print_json(&b, &info) != TOOL_OK)
+	if (json && print_json(&b, info.name) != TOOL_OK)
+		return TOOL_FAIL;
+	if (plot && bench_plot(&b, info.name, plot) < 0)
 		return TOOL_FAIL;
 	return rc > 0 ? TOOL_FAIL : TOOL_OK;
 }

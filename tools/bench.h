@@ -7,9 +7,11 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "json.h"
+#include "proto.h"
 #include "tools.h"
 
-#define MAX_RESULTS 128
+#define MAX_RESULTS 192
 #define BASE_OUT_MAX 4096
 
 /*
@@ -76,6 +78,32 @@ void bench_daemon_stop(pid_t pid);
 int bench_fault(struct bench *b);
 
 /* tools/bench-launch.c */
+/* n round trips of an empty kernel after n / 10 unmeasured: their times in t, and the
+ * worker's part of each (queue and run) in `in` unless NULL. 0 or -1. */
+int bench_rtt_times(struct bench *b, unsigned n, uint64_t *t, uint64_t *in);
+/* Device 0's hand-off counters (worker/core/wrk.h), or false when gpuxd does not say. */
+bool bench_handoffs(struct bench *b, struct ipc_stats *ret);
+/*
+ * What the round trips cost in hand-offs, per request: a loop or a waiter that slept, a
+ * client that had to be woken, a message that missed the ring. Near 0 when everything spins;
+ * near 1 is the slow mode of docs/PERFORMANCE.md, whatever the machine's speed. Then how many
+ * requests a graph held. Rows named after `what`.
+ */
+void bench_add_handoffs(struct bench *b, const char *what, const struct ipc_stats *s0,
+			const struct ipc_stats *s1);
 int bench_rtt(struct bench *b);
 int bench_clients(struct bench *b);
 int bench_fair(struct bench *b);
+
+/* tools/bench-plot.c */
+/*
+ * Read a run that gpux bench --json saved into b's rows (and whether it ran on CUDA); the
+ * device's name in *ret_device. The rows borrow strings of *ret_keep: json_decref() it after.
+ * 0, or -1 with a line on stderr.
+ */
+int bench_load(struct bench *b, const char *path, const char **ret_device, json_t **ret_keep);
+/* An SVG chart of b's launch rates against clients and round trips' percentiles, into path.
+ * 0, or -1 with a line on stderr. */
+int bench_plot(const struct bench *b, const char *device, const char *path);
+/* tools/bench-idle.c */
+int bench_idle(struct bench *b);

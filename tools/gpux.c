@@ -136,6 +136,7 @@ static const struct {
 	const char *what;
 } commands[] = {
 	{ "status", tool_status, TOOL_USAGE_STATUS, "what gpuxd and its workers are doing" },
+	{ "top", tool_top, TOOL_USAGE_TOP, "devices and clients, live" },
 	{ "compile", tool_compile, TOOL_USAGE_COMPILE, "compile a module through a worker" },
 	{ "demo", tool_demo, TOOL_USAGE_DEMO, "run a kernel from forked children, and check it" },
 	{ "bench", tool_bench, TOOL_USAGE_BENCH, "gpux against in-process CUDA, scenario by scenario" },

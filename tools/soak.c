@@ -476,9 +476,9 @@ static void summary(struct soak *s, double minutes)
 	struct soak_board *b = s->b;
 	uint64_t errors = 0;
 
-	printf("gpux soak: %.1f min, %u clients at a time (%llu started, %llu forks), seed %llu\n",
-	       minutes, s->nclients, (unsigned long long)s->clients, (unsigned long long)b->forks,
-	       (unsigned long long)s->seed);
+	printf("gpux soak: %.1f min, %u client%s at a time (%llu started, %llu forks), seed %llu\n",
+	       minutes, s->nclients, s->nclients == 1 ? "" : "s", (unsigned long long)s->clients,
+	       (unsigned long long)b->forks, (unsigned long long)s->seed);
 	printf("requests checked: %llu; wrong results: %llu; unexpected statuses: %llu; crashes: "
 	       "%llu; hangs: %llu\n",
 	       (unsigned long long)b->requests_ok, (unsigned long long)wrong(b),

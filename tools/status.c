@@ -84,6 +84,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 		C(cache_bytes), C(cache_entries), C(cache_evictions), C(dbuf_bytes), C(mem_free),
 		C(graph_launches), C(graph_requests), C(loop_sleeps), C(kicks_sent),
 		C(socket_msgs), C(blocking_waits), C(slot_waits), C(loop_waits), C(copyin_requests),
+		C(clients_active), C(clients_busy),
 #undef C
 	};
 
@@ -158,10 +159,11 @@ static int print_json(const char *path, const struct ipc_status *st,
 
 static void print_table(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
 {
-	printf("gpuxd %s on %s: up %.1f s, %s loop, %u clients now (%llu in all, %llu "
+	printf("gpuxd %s on %s: up %.1f s, %s loop, %u client%s now (%llu in all, %llu "
 	       "refused)%s\n",
 	       st->version, path, (double)st->uptime_ns / 1e9, st->loop, st->nclients,
-	       (unsigned long long)st->clients_total, (unsigned long long)st->clients_refused,
+	       st->nclients == 1 ? "" : "s", (unsigned long long)st->clients_total,
+	       (unsigned long long)st->clients_refused,
 	       st->flags & IPC_STATUS_STOPPING ? ", STOPPING: draining" : "");
 	printf("%-4s %-10s %-8s %-4s %-8s %-8s %-8s %-10s %-8s %-9s %-16s %s\n", "DEV", "STATE",
 	       "PID", "GEN", "RESTARTS", "CLIENTS", "INFLIGHT", "SERVED", "FAILED", "LAUNCH/S",
@@ -209,6 +211,7 @@ int tool_status(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "prometheus", no_argument, NULL, 'p' },
+		{ "per-user", no_argument, NULL, 'u' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -216,7 +219,7 @@ int tool_status(int argc, char **argv)
 	struct ipc_status st;
 	char path[IPC_SOCKET_PATH_MAX + 1], why[256];
 	const char *sock = NULL;
-	bool json = false, prom = false, private_path;
+	bool json = false, prom = false, per_user = false, private_path;
 	int c, fd, r;
 
 	while ((c = tool_getopt(argc, argv, opts, TOOL_USAGE_STATUS)) >= 0) {
@@ -224,6 +227,8 @@ int tool_status(int argc, char **argv)
 			sock = optarg;
 		else if (c == 'j')
 			json = true;
+		else if (c == 'u')
+			per_user = true;
 		else
 			prom = true;
 	}
@@ -231,6 +236,8 @@ int tool_status(int argc, char **argv)
 		tool_usage_error(TOOL_USAGE_STATUS, "status: unexpected argument \"%s\"", argv[optind]);
 	if (json && prom)
 		tool_usage_error(TOOL_USAGE_STATUS, "status: --json or --prometheus, not both");
+	if (per_user && !prom)
+		tool_usage_error(TOOL_USAGE_STATUS, "status: --per-user goes with --prometheus");
 	if (!sock) {
 		if (ipc_client_socket(path, sizeof(path), &private_path) < 0)
 			return tool_fail("status", "the default socket path is too long");
@@ -254,7 +261,8 @@ int tool_status(int argc, char **argv)
 	if (json)
 		return print_json(sock, &st, devs);
 	if (prom) {
-		if (ipc_metrics_write(stdout, &st, devs) < 0 || fflush(stdout) != 0)
+		if (ipc_metrics_write(stdout, &st, devs, per_user ? IPC_METRICS_PER_USER : 0) < 0 ||
+		    fflush(stdout) != 0)
 			return tool_fail("status", "cannot write to stdout");
 		return TOOL_OK;
 	}

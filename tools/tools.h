@@ -15,12 +15,13 @@
 #define TOOL_USAGE 2
 
 #define TOOL_USAGE_STATUS                                                                          \
-	"usage: gpux status [--socket PATH] [--json | --prometheus]\n"                             \
+	"usage: gpux status [--socket PATH] [--json | --prometheus [--per-user]]\n"                \
 	"  --socket PATH   gpuxd's socket (default: $GPUX_SOCKET, the per-user one, the\n"      \
 	"                  system-wide one)\n"                                                   \
 	"  --json          one JSON document on stdout\n"                                        \
 	"  --prometheus    the metrics in Prometheus' text format (for node_exporter's\n"       \
-	"                  textfile collector)\n"
+	"                  textfile collector)\n"                                               \
+	"  --per-user      and memory by user (uid labels)\n"
 #define TOOL_USAGE_COMPILE                                                                         \
 	"usage: gpux compile [--socket PATH] [--lang cuda|ptx|cubin|host] [--options OPTS]\n"    \
 	"                    [--json] FILE\n"                                                    \
@@ -34,11 +35,15 @@
 	"  --children N    forked children that run the kernel (1 to 256, default 8)\n"          \
 	"  --elements N    elements of the vectors (default 1048576)\n"
 #define TOOL_USAGE_BENCH                                                                           \
-	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS]\n"              \
+	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS] [--plot FILE]\n" \
+	"       gpux bench --from FILE [--json] [--plot FILE]\n"                                 \
 	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
 	"  --quick         fewer repetitions\n"                                                  \
-	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"   \
-	"                  fault (a neighbour's faults: what innocents lose; own gpuxd)\n"
+	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"  \
+	"                  idle fault (a neighbour's faults: what innocents lose; own gpuxd)\n" \
+	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"   \
+	"                  in-process CUDA) and the round trips' percentiles\n"                 \
+	"  --from FILE     a run saved by --json, instead of a new one (its table, --plot)\n"
 
 #define TOOL_USAGE_SOAK                                                                            \
 	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                               \
@@ -53,7 +58,20 @@
 	"  --ops LIST         the kinds of operation the clients do (default all)\n"            \
 	"  --keep             keep gpuxd's log and cache even when all went well\n"
 
+#define TOOL_USAGE_TOP                                                                             \
+	"usage: gpux top [--socket PATH] [--interval S] [--count N] [--batch | --json]\n"         \
+	"  gpuxd's devices and clients, refreshed: per device its state, clients, requests\n"    \
+	"  and launches per second, queue, memory and cache hits; per client its pid, user,\n"   \
+	"  command, requests per second, requests in flight, shared and device memory.\n"      \
+	"  On a terminal it redraws in place (q quits); else, or with --batch, it prints\n"     \
+	"  one plain frame per interval.\n"                                                      \
+	"  --interval S    seconds between frames (default 1, at least 0.1)\n"                  \
+	"  --count N       stop after N frames\n"                                                \
+	"  --batch         plain frames one after another, for a log or a script\n"            \
+	"  --json          one JSON document of one frame, then exit\n"
+
 int tool_status(int argc, char **argv);
+int tool_top(int argc, char **argv);
 int tool_compile(int argc, char **argv);
 int tool_demo(int argc, char **argv);
 int tool_bench(int argc, char **argv);

@@ -137,6 +137,29 @@ static int map_status_page(struct wrk *w)
 	return 0;
 }
 
+/* gpux top's table of this worker's clients (ipc/status.h), when gpuxd gave one. */
+static int map_client_table(struct wrk *w)
+{
+	struct stat st;
+	void *p;
+
+	if (w->opts.clients_fd < 0)
+		return 0;
+	if (fstat(w->opts.clients_fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size < IPC_CLIENT_TABLE_SIZE)
+		return -EINVAL;
+	p = mmap(NULL, IPC_CLIENT_TABLE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 w->opts.clients_fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	w->opts.clients_fd = safe_close(w->opts.clients_fd);
+	w->client_table = p;
+	w->client_table->nrows = IPC_WORKER_CLIENTS_MAX;
+	__atomic_store_n(&w->client_table->magic, IPC_CLIENT_TABLE_MAGIC, __ATOMIC_RELEASE);
+	return 0;
+}
+
 static int worker_init(struct wrk *w)
 {
 	char *msg = NULL;
@@ -151,6 +174,11 @@ static int worker_init(struct wrk *w)
 	r = map_status_page(w);
 	if (r < 0) {
 		wrk_log(w, "status page: %s", strerror(-r));
+		return r;
+	}
+	r = map_client_table(w);
+	if (r < 0) {
+		wrk_log(w, "table of clients: %s", strerror(-r));
 		return r;
 	}
 	/* The control socket crossed gpuxd's exec too: no child (the compiler, cc) gets it. */
@@ -236,6 +264,8 @@ static void worker_done(struct wrk *w)
 	ipc_loop_free(w->loop);
 	if (w->status)
 		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
+	if (w->client_table)
+		(void)munmap(w->client_table, IPC_CLIENT_TABLE_SIZE);
 	(void)pthread_mutex_destroy(&w->done_lock);
 	(void)pthread_mutex_destroy(&w->job_lock);
 	(void)pthread_cond_destroy(&w->job_cond);

@@ -156,6 +156,19 @@ static void check_status(const struct ipc_msg *msg, const struct ipc_status_msg 
 	check_same(ipc_encode_status(out, sizeof(out), msg->hdr.id, &m->m, devs));
 }
 
+static void check_clients(const struct ipc_msg *msg, const struct ipc_clients_msg *m)
+{
+	static struct ipc_client_info rows[IPC_CLIENTS_PAGE];
+
+	CHECK(m->m.count <= IPC_CLIENTS_PAGE && m->m.count <= m->m.total);
+	CHECK(within(msg, m->rows, (size_t)m->m.count * sizeof(rows[0])));
+	for (uint32_t i = 0; i < m->m.count; i++) {
+		ipc_clients_row(m, i, &rows[i]);
+		CHECK(rows[i].id > (i ? rows[i - 1].id : 0));
+	}
+	check_same(ipc_encode_clients(out, sizeof(out), msg->hdr.id, &m->m, rows));
+}
+
 /* Every decoder's output: a member per type with a payload (ipc/proto-schema.h). */
 #define DECODED_FIXED_(name, decoded) struct ipc_##decoded name;
 #define DECODED_VAR_ DECODED_FIXED_
@@ -200,6 +213,9 @@ static void check_fields(const struct ipc_msg *msg, const union decoded *u)
 		break;
 	case IPC_CHANNEL_REQ:
 		CHECK(u->channel_req.device < IPC_DEVICES_MAX);
+		break;
+	case IPC_CLIENTS_REQ:
+		CHECK(u->clients_req.flags == 0);
 		break;
 	case IPC_MOD_INFO:
 		CHECK(msg->hdr.id != 0 && u->mod_info.source >= IPC_MOD_COMPILED &&

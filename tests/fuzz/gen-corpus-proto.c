@@ -221,6 +221,17 @@ int main(int argc, char **argv)
 		       offsetof(struct ipc_arg, flags),
 		   &u32, 4);
 
+	/* gpux top's pages: a flag nobody knows; clients not by id; more than the total. */
+	u32 = 1;
+	save_patch("bad-clients-req-flag", "clients-req", offsetof(struct ipc_clients_req, flags),
+		   &u32, 4);
+	u64 = 7;
+	save_patch("bad-clients-not-by-id", "clients",
+		   sizeof(struct ipc_clients) + sizeof(struct ipc_client_info), &u64, 8);
+	u32 = 1;
+	save_patch("bad-clients-over-total", "clients", offsetof(struct ipc_clients, total), &u32,
+		   4);
+
 	/* One byte over the limit. */
 	memset(buf, 0, sizeof(buf));
 	test_msg_make(buf, IPC_DONE, 1, 0, NULL, 0);

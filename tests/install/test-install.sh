@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: MIT
 # tests/install/test-install.sh: meson install into a staging directory; check what is there;
 # build a program outside the tree against it with pkg-config, and run it: it starts the
-# installed gpuxd (as a private daemon) and runs a kernel.
+# installed gpuxd (as a private daemon) and runs a kernel. The stage is used as an install
+# into a custom prefix (STAGE/PREFIX): its programs, and the program built with its
+# pkg-config file, run without LD_LIBRARY_PATH.
 # Usage: test-install.sh BUILDDIR CONSUMER_C PREFIX BINDIR SBINDIR LIBEXECDIR LIBDIR MANDIR
-#        UNITDIR SYSUSERSDIR HAVE_MAN SANITIZED
+#        UNITDIR SYSUSERSDIR HAVE_MAN SANITIZED COMPLETIONSDIR
 set -eu
 build=$1 consumer=$2 prefix=$3 bindir=$4 sbindir=$5 libexecdir=$6 libdir=$7 mandir=$8
-unitdir=$9 sysusersdir=${10} have_man=${11} sanitized=${12}
+unitdir=$9 sysusersdir=${10} have_man=${11} sanitized=${12} completionsdir=${13}
 tmp=$(mktemp -d /tmp/gpux-install-XXXXXX)
 stage=$tmp/stage
 daemon=
@@ -30,10 +32,11 @@ trap cleanup EXIT
 meson install -C "$build" --destdir "$stage" --no-rebuild --quiet
 
 fail() { echo "test-install: $*" >&2; exit 1; }
-for f in "$bindir/gpux" "$sbindir/gpuxd" "$libexecdir/gpux-worker" "$libdir/libgpuxclient.so.0" \
+for f in "$bindir/gpux" "$sbindir/gpuxd" "$libexecdir/gpux-worker" "$libexecdir/gpux-metrics" \
+	 "$libdir/libgpuxclient.so.0" \
 	 "$libdir/pkgconfig/gpux.pc" "$prefix/include/gpux/gpux.h" "$prefix/include/gpux/version.h" \
 	 "$unitdir/gpuxd.service" "$unitdir/gpuxd.socket" "$sysusersdir/gpux.conf" \
-	 "$prefix/share/doc/gpux/LICENSE"; do
+	 "$prefix/share/doc/gpux/LICENSE" "$completionsdir/gpux" "$completionsdir/gpuxd"; do
 	[ -e "$stage$f" ] || fail "$f was not installed"
 done
 if [ "$have_man" = true ]; then
@@ -54,23 +57,31 @@ if [ "$sanitized" = true ]; then
 	exit 0
 fi
 
-export PKG_CONFIG_SYSROOT_DIR="$stage" PKG_CONFIG_PATH="$stage$libdir/pkgconfig"
-flags=$(pkg-config --cflags --libs gpux)
+# The stage as a prefix of its own: pkg-config's paths, and the RUNPATH it gives, lead there.
+export PKG_CONFIG_PATH="$stage$libdir/pkgconfig"
+flags=$(pkg-config --define-variable=prefix="$stage$prefix" --cflags --libs gpux)
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c11 -Wall -Wextra -Werror -o "$tmp/consumer" "$consumer" $flags
+
+# Nothing of the machine's may stand in for what was installed.
+unset LD_LIBRARY_PATH
+if [ "$prefix" != /usr ] && command -v readelf >/dev/null; then
+	readelf -d "$stage$bindir/gpux" | grep -q 'RUNPATH.*\$ORIGIN/' ||
+		fail "$bindir/gpux has no RUNPATH relative to itself"
+fi
+"$stage$bindir/gpux" --version || fail "the installed gpux does not run by itself"
 
 # The installed programs, as a user would have them, a private gpuxd kept in $tmp. They
 # look for each other where they were installed, which the stage is not: the variables
 # point there instead.
 mkdir -m 0700 "$tmp/rt" "$tmp/home"
 env -u GPUX_SOCKET \
-	LD_LIBRARY_PATH="$stage$libdir" GPUX_DAEMON="$stage$sbindir/gpuxd" \
+	GPUX_DAEMON="$stage$sbindir/gpuxd" \
 	GPUX_WORKER="$stage$libexecdir/gpux-worker" \
 	XDG_RUNTIME_DIR="$tmp/rt" HOME="$tmp/home" GPUX_CACHE_DIR="$tmp/cache" \
 	GPUX_LOG_FILE="$tmp/gpuxd.log" "$tmp/consumer" || { cat "$tmp/gpuxd.log" >&2; exit 1; }
 grep -q "private" "$tmp/gpuxd.log" || fail "the private gpuxd did not log to GPUX_LOG_FILE"
-LD_LIBRARY_PATH="$stage$libdir" "$stage$bindir/gpux" --version
-status=$(LD_LIBRARY_PATH="$stage$libdir" "$stage$bindir/gpux" status --socket "$tmp/rt/gpux/gpuxd.sock") ||
+status=$("$stage$bindir/gpux" status --socket "$tmp/rt/gpux/gpuxd.sock") ||
 	fail "gpux status: $status"
 echo "$status"
 worker=$(echo "$status" | awk '$1 == "0" { print $3 }')
@@ -86,7 +97,7 @@ if [ -e "$sbindir/gpuxd" ]; then
 fi
 tool() {
 	env -u GPUX_DAEMON -u GPUX_SOCKET PATH="$stage$sbindir:$PATH" \
-		LD_LIBRARY_PATH="$stage$libdir" GPUX_WORKER="$stage$libexecdir/gpux-worker" \
+		GPUX_WORKER="$stage$libexecdir/gpux-worker" \
 		XDG_RUNTIME_DIR="$tmp/rt" HOME="$tmp/home" GPUX_CACHE_DIR="$tmp/cache" \
 		"$stage$bindir/gpux" "$@"
 }

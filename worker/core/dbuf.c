@@ -27,6 +27,7 @@ static void dbuf_release(struct wrk_client *c, struct wrk_dbuf *d)
 {
 	if (!d->map)
 		c->dbuf_bytes -= d->size;
+	wrk_client_row_update(c);
 	wrk_dbuf_unref(c->w, d);
 }
 
@@ -89,6 +90,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 		return;
 	}
 	c->dbuf_bytes += a->size;
+	wrk_client_row_update(c);
 	w->stats.dbuf_bytes += a->size;
 	wrk_status_publish(w);
 	wrk_reply(c, id, GPUX_OK, NULL);

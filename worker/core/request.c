@@ -57,6 +57,29 @@ void wrk_client_unref(struct wrk_client *c)
 	free(c);
 }
 
+/*
+ * A client's first request in flight, or its last gone: clients waiting for answers, which
+ * clients weigh their spinning against (client/wait.c), change. What the page says is capped
+ * at the CPUs, past which nobody spins anyway, and written only when it changes: every
+ * client reads that line at each wait, and with hundreds of them a write to it costs the
+ * loop.
+ */
+static void clients_busy_add(struct wrk *w, int d)
+{
+	unsigned shown;
+
+	if (w->busy_cap == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+		w->busy_cap = cpus > 0 ? (unsigned)cpus : 1;
+	}
+	w->clients_busy += (unsigned)d;
+	w->status_dirty = true;
+	shown = MIN(w->clients_busy, w->busy_cap);
+	if (__atomic_load_n(&w->status->busy, __ATOMIC_RELAXED) != shown)
+		__atomic_store_n(&w->status->busy, shown, __ATOMIC_RELAXED);
+}
+
 static void req_free(struct wrk_req *r)
 {
 	struct wrk *w = r->w;
@@ -72,7 +95,10 @@ static void req_free(struct wrk_req *r)
 	wrk_module_unref(w, r->mod);
 	wrk_queue_unref(r->queue);
 	if (r->client) {
-		r->client->inflight--;
+		if (--r->client->inflight == 0)
+			clients_busy_add(w, -1);
+		r->client->requests++;
+		wrk_client_row_update(r->client);
 		wrk_client_unref(r->client);
 	}
 	w->stats.inflight--;
@@ -132,6 +158,8 @@ static void status_publish(struct wrk *w, bool mem)
 	uint64_t now = mono_ns();
 
 	w->stats.clients = w->nclients;
+	w->stats.clients_active = w->active.n;
+	w->stats.clients_busy = w->clients_busy;
 	w->stats.blocking_waits = atomic_load(&w->blocking_waits);
 	if (mem || now - w->mem_checked_ns >= MEM_FREE_MAX_AGE_NS) {
 		w->stats.mem_free = w->be->mem_free(w->dev);
@@ -169,8 +197,9 @@ gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg)
 	ki = &r->kernel->info;
 	if (ki->nparams >= 0) {
 		if ((unsigned)ki->nparams != r->nargs) {
-			*ret_msg = wrk_strdup_printf("kernel \"%s\" takes %d arguments, %u given",
-						     r->name, ki->nparams, r->nargs);
+			*ret_msg = wrk_strdup_printf("kernel \"%s\" takes %d argument%s, %u given",
+						     r->name, ki->nparams,
+						     ki->nparams == 1 ? "" : "s", r->nargs);
 			return GPUX_E_INVAL;
 		}
 		for (unsigned i = 0; i < r->nargs; i++) {
@@ -284,7 +313,9 @@ struct wrk_req *wrk_req_new(struct wrk_client *c, uint32_t id)
 	r->w = w;
 	r->client = c;
 	c->refs++;
-	c->inflight++;
+	if (c->inflight++ == 0)
+		clients_busy_add(w, 1);
+	wrk_client_row_update(c);
 	w->stats.inflight++;
 	r->id = id;
 	r->t_arrive = mono_ns();

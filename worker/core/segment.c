@@ -267,6 +267,7 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 		return r;
 	}
 	c->shared_bytes += map->seg.size;
+	wrk_client_row_update(c);
 	return 0;
 }
 
@@ -274,6 +275,7 @@ static void seg_free(struct wrk_client *c, struct wrk_seg *s)
 {
 	if (s->map) {
 		c->shared_bytes -= s->map->seg.size;
+		wrk_client_row_update(c);
 		wrk_mapping_unref(c->w, s->map);
 	}
 	free(s->error);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@ void wrk_client_drop(struct wrk_client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	w->nclients--;
+	wrk_active_leave(&w->active, &c->act);
 
 	wrk_queues_free(c);
 	wrk_segments_free(c);
@@ -53,6 +55,7 @@ void wrk_client_drop(struct wrk_client *c)
 		free(ref);
 	}
 	ipc_map_done(&c->mods);
+	wrk_client_row_put(c);
 	wrk_status_publish(w);
 	wrk_client_unref(c);
 }
@@ -123,7 +126,8 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 		return false;
 	if (t == IPC_SUBMIT || t == IPC_COPY)
 		wrk_count_finished(w, GPUX_E_STOPPING);
-	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING, "gpuxd is stopping: it takes no new work");
+	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING,
+		  "it finishes what it has and takes no new work");
 	return true;
 }
 
@@ -223,6 +227,8 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	struct wrk_client *c = userdata;
 
 	c->w->stats.socket_msgs++;
+	/* A kick, or a message with fds: the client is at work. */
+	wrk_active_touch(&c->w->active, &c->act);
 
 	/* Records sent before this message come first, all of them. */
 	c->refs++;
@@ -252,6 +258,8 @@ void wrk_client_send(struct wrk_client *c, const void *buf, size_t len)
 
 	if (c->gone)
 		return;
+	/* An answer: the client will most likely answer back soon. */
+	wrk_active_touch(&c->w->active, &c->act);
 	if (c->rings_used && !c->ring_bad) {
 		r = ipc_ring_put(&c->down, buf, (uint32_t)len, c->sock_out);
 		if (r == 1)
@@ -278,10 +286,12 @@ static void client_rings(struct wrk_client *c)
 		return;
 	ipc_ring_init(&c->up, c->rings, IPC_RING_UP);
 	ipc_ring_init(&c->down, c->rings, IPC_RING_DOWN);
+	c->act.up = &c->up;
 	n = ipc_encode_rings(buf, sizeof(buf), 0, &o);
 	if (n < 0 || ipc_conn_send(c->conn, buf, (size_t)n, &fd, 1) < 0) {
 		(void)munmap(c->rings, IPC_RINGS_BYTES);
 		c->rings = NULL;
+		c->act.up = NULL;
 	} else {
 		c->sock_out++;
 	}
@@ -340,6 +350,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 		w->clients->prev = c;
 	w->clients = c;
 	w->nclients++;
+	wrk_client_row_take(c);
 	client_rings(c);
 	wrk_marks_give(c);
 	wrk_status_publish(w);
@@ -356,8 +367,9 @@ static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *use
 	}
 	if (msg->hdr.type == IPC_DRAIN && ipc_decode_drain(msg) == 0) {
 		if (!w->draining)
-			wrk_log(w, "draining: %llu requests to finish, no new ones taken",
-				(unsigned long long)w->stats.inflight);
+			wrk_log(w, "draining: %llu request%s to finish, no new ones taken",
+				(unsigned long long)w->stats.inflight,
+				w->stats.inflight == 1 ? "" : "s");
 		w->draining = true;
 		ipc_status_write_begin(w->status);
 		w->status->draining = 1;
@@ -397,34 +409,59 @@ static void on_done(struct ipc_watch *watch, int fd, uint32_t revents, void *use
 	take_done(w);
 }
 
+static struct wrk_client *client_of(struct wrk_act *a)
+{
+	return (struct wrk_client *)((char *)a - offsetof(struct wrk_client, act));
+}
+
 /*
- * After each round of the loop and before it sleeps: the clients' rings, and completions
- * handed over without a wake-up. While the loop spins, the rings say so (no kicks needed);
- * before it sleeps, they say it no longer does, then are looked at once more.
+ * The rings of the active clients (worker/core/active.h), in turn: what each holds, up to
+ * RING_TAKE_MAX records; a client quiet for a while leaves the set, and before the loop
+ * sleeps every client with nothing left does. A client that joins meanwhile (the loop
+ * answered it) is looked at from the next round. Returns whether any record was taken.
+ */
+static bool take_active(struct wrk *w, bool sleeping, uint64_t now)
+{
+	struct wrk_act *a = w->active.head;
+	bool found = false;
+
+	w->active.polling = !sleeping && w->spin_ns > 0;
+	while (a) {
+		/* Taking a client's messages may drop that client, never another. */
+		struct wrk_act *next = a->next;
+		struct wrk_client *c = client_of(a);
+		unsigned n;
+
+		if (c->ring_bad) {
+			wrk_client_refuse(c, "its shared ring is corrupt");
+			a = next;
+			continue;
+		}
+		wrk_active_sync(&w->active, a);
+		c->refs++;
+		n = ring_take(c, c->sock_in, false);
+		if (!c->gone && sleeping && n == 0)
+			(void)wrk_active_rest(&w->active, a, now);
+		else if (!c->gone)
+			(void)wrk_active_settle(&w->active, a, n > 0, now);
+		wrk_client_unref(c);
+		found |= n > 0;
+		a = next;
+	}
+	return found;
+}
+
+/*
+ * After each round of the loop and before it sleeps: the active clients' rings, and
+ * completions handed over without a wake-up. While the loop spins, the rings say so (no
+ * kicks needed); before it sleeps, they say it no longer does, then are looked at once more.
  */
 static bool poll_work(void *userdata, bool sleeping)
 {
 	struct wrk *w = userdata;
-	bool polling = !sleeping && w->spin_ns > 0, found = false;
-	struct wrk_client *c = w->clients;
+	uint64_t now = mono_ns();
+	bool found = take_active(w, sleeping, now);
 
-	while (c) {
-		/* Taking a client's messages may drop that client, never another. */
-		struct wrk_client *next = c->next;
-
-		if (c->ring_bad) {
-			wrk_client_refuse(c, "its shared ring is corrupt");
-		} else if (c->rings) {
-			if (c->polling != polling) {
-				ipc_ring_set_polling(&c->up, polling);
-				c->polling = polling;
-			}
-			c->refs++;
-			found |= ring_take(c, c->sock_in, false) > 0;
-			wrk_client_unref(c);
-		}
-		c = next;
-	}
 	/* Before the completions: what it ends is answered this round. */
 	if (w->be->poll)
 		found |= w->be->poll(w->dev, sleeping);
@@ -435,12 +472,12 @@ static bool poll_work(void *userdata, bool sleeping)
 	/* What this round moved into the slots starts now, one batch per slot. */
 	wrk_slots_flush(w);
 	/* Requests that came or were refused this round show at once (gpux status, draining). */
-	if (w->status_dirty) {
+	if (w->status_dirty || w->stats.clients_active != w->active.n) {
 		w->status_dirty = false;
 		wrk_status_refresh(w);
 	}
 	/* A request about to end: be there for it, not asleep. */
-	found |= w->awake_until && mono_ns() < w->awake_until;
+	found |= w->awake_until && now < w->awake_until;
 	if (sleeping && !found)
 		w->stats.loop_sleeps++;
 	return found;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/core/usage.c: memory by user on the status page, and the driver the worker runs on. */
+/* worker/core/usage.c: memory by user on the status page, clients' rows for gpux top, the driver. */
 #include <stdio.h>
 #include <string.h>
 
@@ -86,4 +86,35 @@ void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_
 	if (fgets(line, sizeof(line), f))
 		wrk_driver_release(line, w->stats.driver, sizeof(w->stats.driver));
 	(void)fclose(f);
+}
+
+/* ---- gpux top's rows ---- */
+
+void wrk_client_row_take(struct wrk_client *c)
+{
+	struct ipc_client_table *t = c->w->client_table;
+
+	c->row = 0;
+	for (unsigned i = 0; t && i < IPC_WORKER_CLIENTS_MAX; i++) {
+		struct ipc_client_row *row = &t->rows[i];
+
+		if (__atomic_load_n(&row->client_id, __ATOMIC_RELAXED))
+			continue;
+		c->row = i + 1;
+		wrk_client_row_update(c);
+		/* The id last: a reader that sees it sees this client's counters. */
+		__atomic_store_n(&row->client_id, c->id, __ATOMIC_RELEASE);
+		return;
+	}
+}
+
+void wrk_client_row_put(struct wrk_client *c)
+{
+	struct ipc_client_row *row;
+
+	if (!c->row)
+		return;
+	row = &c->w->client_table->rows[c->row - 1];
+	__atomic_store_n(&row->client_id, 0, __ATOMIC_RELEASE);
+	c->row = 0;
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "active.h"
 #include "backend.h"
 #include "key.h"
 #include "loop.h"
@@ -185,6 +186,8 @@ struct wrk_client {
 	uint64_t build_bytes; /* code of this client's builds not done yet */
 	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
 	unsigned inflight;
+	uint64_t requests;    /* ended, for gpux top */
+	unsigned row;         /* its row in w->client_table, plus one; 0: none */
 	bool gone;
 	/* gone, for the back end's threads: its requests not started yet must not start. */
 	atomic_bool dropped;
@@ -194,7 +197,7 @@ struct wrk_client {
 	struct ipc_rings *rings;
 	struct ipc_ring up, down;
 	bool rings_used;   /* the client has used them: it reads its ring too */
-	bool polling;      /* up's polling word is set */
+	struct wrk_act act; /* its place among the clients whose rings the loop looks at */
 	bool ring_bad;     /* the client broke its ring: drop it */
 	uint32_t sock_in;  /* socket messages taken */
 	uint32_t sock_out; /* socket messages sent */
@@ -291,6 +294,7 @@ struct wrk {
 	int done_fd;   /* eventfd: completions and compile results are waiting */
 	int signal_fd;
 	struct ipc_status_page *status;
+	struct ipc_client_table *client_table; /* gpux top's rows (ipc/status.h), or NULL */
 	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
 	bool stopping;
 	bool draining;     /* gpuxd stops: finish what is here, refuse new work */
@@ -299,6 +303,9 @@ struct wrk {
 
 	struct wrk_client *clients;
 	unsigned nclients;
+	struct wrk_active active; /* the clients whose rings the loop looks at (active.h) */
+	unsigned clients_busy;    /* clients with requests in flight (the status page's busy) */
+	unsigned busy_cap;        /* what the page says of them at most: the CPUs */
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */
@@ -513,6 +520,25 @@ void wrk_dbufs_free(struct wrk_client *c);
 int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
 
 /* worker/core/usage.c */
+/* A row of gpux top's table for a new client (none when the table is full or absent), and
+ * back when it goes. */
+void wrk_client_row_take(struct wrk_client *c);
+void wrk_client_row_put(struct wrk_client *c);
+
+/* Write the client's counters into its row, after they changed. */
+static inline void wrk_client_row_update(struct wrk_client *c)
+{
+	struct ipc_client_row *row;
+
+	if (!c->row)
+		return;
+	row = &c->w->client_table->rows[c->row - 1];
+	__atomic_store_n(&row->requests, c->requests, __ATOMIC_RELAXED);
+	__atomic_store_n(&row->inflight, (uint64_t)c->inflight, __ATOMIC_RELAXED);
+	__atomic_store_n(&row->shared_bytes, c->shared_bytes, __ATOMIC_RELAXED);
+	__atomic_store_n(&row->device_bytes, c->dbuf_bytes, __ATOMIC_RELAXED);
+}
+
 /*
  * Count bytes that a user's clients hold, shared or on the device: returns the entry (of the
  * status page's usage[]) they were counted in, which wrk_usage_sub() takes them back from.

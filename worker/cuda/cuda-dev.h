@@ -20,7 +20,7 @@ struct cuda_graph;
  * Even one request alone goes as a graph when it can: on an H200 (driver 580) cuGraphLaunch
  * of a graph of one kernel node costs 1.4-1.7 µs of the launching thread, cuLaunchKernel of
  * the same kernel 3.2-3.6 µs, and the round trip of an empty kernel is 5.8-6.8 µs against
- * 7.8-8.9 (gpux-bench-base costs, docs/PERFORMANCE.md).
+ * 7.8-8.9 (gpux-bench-base costs, docs/PERFORMANCE-LOG.md).
  */
 #define CUDA_GRAPH_MAX 64u
 #define CUDA_GRAPH_SIZES 7u
@@ -55,7 +55,7 @@ struct cuda_slot {
  * CUDA_COPYIN_RANGES of them, of more than GRAPH_AFTER_COPY_MAX and at most CUDA_COPYIN_MAX
  * bytes in all. On an H200 (driver 580), a 64 KiB copy in and a kernel took 11.4-12.3 µs so,
  * 12.7-18.2 µs with the copy engine; 128 KiB 12.8-13.9 against 19.8-20.5; 256 KiB 15.4-16.3
- * against 20.7-21.9; 512 KiB the same both ways (docs/PERFORMANCE.md).
+ * against 20.7-21.9; 512 KiB the same both ways (docs/PERFORMANCE-LOG.md).
  */
 #define CUDA_COPYIN_RANGES 8u
 #define CUDA_COPYIN_MAX (256u << 10)

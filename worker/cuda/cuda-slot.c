@@ -236,7 +236,7 @@ void cuda_group_push(struct cuda_slot *s, struct cuda_group *g)
  * A lone group: when nothing else of the device is in flight, the loop thread that launched
  * it looks at its end itself between its looks at the rings (cuda_poll()), and no waiter
  * hands it on. That saves a round trip the hand-off to the waiter and back to the loop (0.3
- * and 0.6 µs of 10.5 on an H200, docs/PERFORMANCE.md) and the pacing of the waiter's looks. The
+ * and 0.6 µs of 10.5 on an H200, docs/PERFORMANCE-LOG.md) and the pacing of the waiter's looks. The
  * group goes to its slot's waiter as soon as another group is to be launched, the loop is
  * about to sleep, a look says anything but "not ready" (a fault is the waiter's to blame), or
  * it has been held for a spin. Nowhere threads must not spin, and not a group with copies

@@ -326,8 +326,8 @@ _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
  * mapped or in-place argument, the copy of its results back), or it ended. */
 #define IPC_MARK_STARTED 2u
 #define IPC_MARK(id, state) (((id) & IPC_MARK_ID_MASK) | ((uint32_t)(state) << IPC_MARK_STATE_SHIFT))
-/* Pages in a worker's marks memfd: one per client it serves. */
-#define IPC_MARKS_PAGES IPC_WORKER_CLIENTS_MAX
+/* Pages in a worker's marks memfd (16 MiB): one per client with requests, that many at once. */
+#define IPC_MARKS_PAGES 4096u
 
 /* With one fd: the worker's marks memfd, of which page `index` is this client's. */
 struct ipc_marks_offer {

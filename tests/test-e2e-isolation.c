@@ -287,6 +287,12 @@ static void check_saxpy(gpux_buf *x, gpux_buf *y, gpux_buf *out, uint64_t n, flo
 		assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
 }
 
+/* Device 1 has the busy client's requests (ARRAY_SIZE(filler) of them), less one that ran. */
+static bool holds_many(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.inflight >= 15;
+}
+
 #define NB 5u  /* B's saxpys queued */
 #define NC 3u  /* C's appends queued, in place */
 #define N 1000u
@@ -353,6 +359,7 @@ static void test_isolation_neighbour_fault_replays_innocents(void **state)
 	/* Device 1 busy (a queue of its own), so that C's GPUX_ANY request goes to device 0. */
 	for (unsigned i = 0; i < ARRAY_SIZE(filler); i++)
 		assert_int_equal(test_spin_submit(busy.m, 1, 400, &filler[i]), GPUX_OK);
+	test_wait_stats(&e->d, 1, holds_many, NULL);
 	brun = hold(b.m, qb, bflags);
 	crun = hold(c.m, NULL, cflags);
 	assert_int_equal(gpux_queue_open(c.ctx, 0, &qc), GPUX_OK);

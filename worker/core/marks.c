@@ -32,7 +32,9 @@
  * only ever writes there). A client can read the others' pages (request ids and how far each
  * got), as the status page shows what each stream runs. A page is a client's from its attach
  * until its last request has ended (the device may write to it until then), and zeroed before
- * it is given again. The CUDA back end registers the memfd once: the device writes there.
+ * it is given again; past 4096 clients at once (a worker serves up to 16384), a client gets
+ * none, and its requests never run again. The CUDA back end registers the memfd once: the
+ * device writes there.
  */
 
 #define NO_PAGE WRK_NO_MARKS

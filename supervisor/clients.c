@@ -81,9 +81,23 @@ static void count_sub(struct ipc_map *m, uint64_t key)
 		(void)ipc_map_put(m, key, (void *)(n - 1));
 }
 
+const struct sup_gone *sup_client_gone_get(const struct sup *s, uint64_t client_id)
+{
+	for (unsigned i = 0; i < SUP_GONE_KEPT; i++)
+		if (s->gone[i].id == client_id && client_id)
+			return &s->gone[i];
+	return NULL;
+}
+
 static void client_free(struct sup_client *c)
 {
 	struct sup *s = c->s;
+
+	/* Its work may outlive it (a kernel that runs on): who it was stays known a while. */
+	if (c->hello_done && !c->admin)
+		s->gone[s->ngone++ % SUP_GONE_KEPT] = (struct sup_gone){
+			.id = c->id, .pid = c->pid, .uid = c->uid, .gone_ns = mono_ns()
+		};
 
 	LIST_REMOVE(s->clients, c);
 	s->nclients--;

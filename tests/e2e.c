@@ -380,6 +380,33 @@ void test_wait_stats(const struct test_daemon *d, uint32_t device,
 	}
 }
 
+/* Whether a line of the file at path holds `what`. */
+static bool file_has(const char *path, const char *what)
+{
+	char line[4096];
+	bool found = false;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	(void)fclose(f);
+	return found;
+}
+
+bool test_log_wait(const struct test_daemon *d, const char *what)
+{
+	uint64_t until = mono_ns() + WAIT_NS;
+
+	while (!file_has(d->log, what))
+		if (mono_ns() > until)
+			return false;
+		else
+			(void)usleep(5000);
+	return true;
+}
+
 gpux_ctx *test_connect(const struct test_daemon *d)
 {
 	gpux_ctx *ctx = NULL;

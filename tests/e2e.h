@@ -70,6 +70,9 @@ void test_wait_generation(const struct test_daemon *d, uint32_t device, uint32_t
 void test_wait_stats(const struct test_daemon *d, uint32_t device,
 		     bool (*pred)(const struct ipc_dev_status *s, void *arg), void *arg);
 
+/* Whether gpuxd's log (its workers' lines too) has, or within 20 s gets, a line holding `what`. */
+bool test_log_wait(const struct test_daemon *d, const char *what);
+
 /* Connect a client to the daemon; asserts. */
 gpux_ctx *test_connect(const struct test_daemon *d);
 

@@ -744,6 +744,54 @@ static void nvrtc_saxpy(const struct test_daemon *d, float a)
 	gpux_disconnect(ctx);
 }
 
+/*
+ * A user's cached inputs count against its device memory cap (gpuxd --quota-device-user) with
+ * its device buffers: past the cap an input is not cached, its request still runs; a device
+ * buffer that needs the room takes it from the user's idle entries. Another user (as root
+ * only), since gpuxd's own is not capped.
+ */
+static void test_cuda_fake_user_cap_counts_cached_inputs(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--allow-group", "65534",
+					    "--quota-device-user", "104857600", NULL };
+	struct test_daemon *d = *state;
+	const uint64_t n = (16u << 20) / 4;
+	pid_t pid;
+
+	if (geteuid() != 0)
+		skip();
+	test_daemon_start(d, args);
+	assert_int_equal(chmod(d->dir, 0755), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		gpux_ctx *c;
+		gpux_module *om;
+		gpux_buf *in;
+		gpux_dbuf *db;
+
+		if (setgid(65534) < 0 || setuid(65534) < 0 || gpux_connect(d->sock, &c) ||
+		    gpux_module_load(c, GPUX_LANG_PTX, ptx, sizeof(ptx), NULL, &om, NULL))
+			_exit(10);
+		in = frozen(c, n, 7);
+		/* 90 MiB held: 16 more are past 100, so not cached. */
+		if (gpux_dbuf_alloc(c, 0, 90u << 20, &db) != GPUX_OK)
+			_exit(11);
+		run_cached_add1(c, om, in, n);
+		if (STAT(d, cache_bytes) != 0 || STAT(d, cache_misses) != 1)
+			_exit(12);
+		gpux_dbuf_free(db);
+		run_cached_add1(c, om, in, n);
+		if (STAT(d, cache_bytes) != n * 4)
+			_exit(13);
+		/* 16 cached and idle, 90 more: the entry gives way. */
+		if (gpux_dbuf_alloc(c, 0, 90u << 20, &db) != GPUX_OK || STAT(d, cache_bytes) != 0)
+			_exit(14);
+		_exit(0);
+	}
+	assert_child_ok(pid);
+}
+
 /* Restart gpuxd (new workers) on a copy of the old one's module cache, corrupted if asked. */
 static void restart_with_cache(struct test_daemon *d, bool corrupt)
 {
@@ -962,6 +1010,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_injected_kernel_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
+		TEST_WITH_DAEMON(test_cuda_fake_user_cap_counts_cached_inputs),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_errors_and_sandbox),
 		TEST_WITH_DAEMON(test_cuda_worker_fds_stay_its_own),

@@ -155,7 +155,16 @@ static int build(const char *source, const char *options, const struct gpux_head
 	assert_int_equal(ipc_mod_extra_check(extra, elen, nh, nn), 0);
 	*ret_image = NULL;
 	*ret_log = NULL;
-	r = wrk_host_cuda_build(cxx, &b, ret_image, ret_len, ret_log);
+	/* In the cage the worker gives it (worker/host/host-cage.h): 4 GiB, 256 MiB files, 120 s. */
+	{
+		struct wrk_host_cage cg;
+
+		assert_int_equal(wrk_host_cage_init(&cg, 4ull << 30, WRK_CLIENT_MOD_BYTES,
+						    120 * NSEC_PER_SEC), 0);
+		assert_int_equal(wrk_host_cage_add_compiler(&cg, cxx), 0);
+		r = wrk_host_cuda_build(&cg, cxx, &b, ret_image, ret_len, ret_log);
+		wrk_host_cage_done(&cg);
+	}
 	assert_no_fd_leak(fds);
 	return r;
 }

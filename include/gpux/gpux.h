@@ -229,7 +229,8 @@ GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_bu
 /*
  * Memory of `size` bytes on one device that keeps its contents between requests: a
  * kernel's output can feed the next kernel without a trip through the host. Counted against
- * the per-client device quota (GPUX_E_QUOTA). Freed with gpux_dbuf_free() or when this
+ * the per-client device quota, and against the user's over all its clients and devices
+ * (GPUX_E_QUOTA). Freed with gpux_dbuf_free() or when this
  * process goes away. Lost if its worker dies (a fault, a deadline, even another client's):
  * requests using it then in flight end with GPUX_E_WORKER_LOST, and every later use
  * (gpux_submit(), gpux_dbuf_write(), gpux_dbuf_read()) returns GPUX_E_DBUF_LOST; free it and

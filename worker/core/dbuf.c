@@ -18,6 +18,7 @@ void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
 		w->be->dev_free(w->dev, d->ptr);
 		w->stats.dbuf_bytes -= d->size;
 		wrk_usage_sub(w, d->usage_slot, 0, d->size);
+		wrk_user_credit(w, d->ledger_row, d->size);
 	}
 	free(d);
 }
@@ -47,6 +48,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	char *msg = NULL;
 	void *ptr = NULL;
 	gpux_status r;
+	int row;
 
 	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
 		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
@@ -63,6 +65,18 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 		free(msg);
 		return;
 	}
+	/* The user's over all workers: its cached inputs here give way first. */
+	r = wrk_user_charge(w, c->uid, a->size, &row, &msg);
+	if (r == GPUX_E_QUOTA && wrk_dcache_reclaim_user(w, c->uid) > 0) {
+		free(msg);
+		msg = NULL;
+		r = wrk_user_charge(w, c->uid, a->size, &row, &msg);
+	}
+	if (r < 0) {
+		wrk_reply(c, id, r, msg);
+		free(msg);
+		return;
+	}
 	/* Not into the reserve, cached inputs nobody uses going first. */
 	r = wrk_dev_room(w, a->size, "a device buffer", &msg);
 	if (r < 0 && wrk_dcache_reclaim(w) > 0) {
@@ -76,10 +90,12 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	if (!d) {
 		if (r == 0)
 			w->be->dev_free(w->dev, ptr);
+		wrk_user_credit(w, row, a->size);
 		wrk_reply(c, id, r < 0 ? r : GPUX_E_NOMEM, msg ? msg : "out of memory");
 		free(msg);
 		return;
 	}
+	d->ledger_row = row;
 	d->refs = 1;
 	d->size = a->size;
 	d->ptr = ptr;

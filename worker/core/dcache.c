@@ -106,10 +106,27 @@ static void evict(struct wrk *w, struct wrk_centry *e)
 	chain_unlink(w, e);
 	settle(w, e, true);
 	w->be->dev_free(w->dev, e->ptr);
+	wrk_user_credit(w, e->ledger_row, e->len);
 	w->stats.cache_bytes -= e->len;
 	w->stats.cache_entries--;
 	w->stats.cache_evictions++;
 	free(e);
+}
+
+uint64_t wrk_dcache_reclaim_user(struct wrk *w, uint32_t uid)
+{
+	uint64_t freed = 0;
+
+	for (struct wrk_centry *e = w->cidle_head, *next; e; e = next) {
+		next = e->lru_next;
+		if (e->uid == uid) {
+			freed += e->len;
+			evict(w, e);
+		}
+	}
+	if (freed)
+		affinity_rebuild(w);
+	return freed;
 }
 
 uint64_t wrk_dcache_reclaim(struct wrk *w)
@@ -216,6 +233,7 @@ void wrk_dcache_stop(struct wrk *w)
 		while (e) {
 			struct wrk_centry *next = e->hnext;
 			settle(w, e, true);
+			wrk_user_credit(w, e->ledger_row, e->len);
 			free(e);
 			e = next;
 		}
@@ -237,6 +255,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	char *msg = NULL;
 	void *ptr = NULL, *ready = NULL;
 	gpux_status r;
+	int row;
 
 	for (e = head; e; e = e->hnext)
 		if (e->uid == c->uid && e->len == len && ipc_key_equal(e->key, k)) {
@@ -255,6 +274,18 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 		evict(w, w->cidle_tail);
 	if (w->stats.cache_bytes + len > w->opts.cache_bytes ||
 	    w->stats.cache_entries >= WRK_CACHE_ENTRIES_MAX)
+		return NULL;
+	/* Within its user's cap over all workers, its idle entries here given up first; past
+	 * it, the input is not cached (the request uploads it as any other). */
+	r = wrk_user_charge(w, c->uid, len, &row, &msg);
+	if (r == GPUX_E_QUOTA && wrk_dcache_reclaim_user(w, c->uid) > 0) {
+		free(msg);
+		msg = NULL;
+		r = wrk_user_charge(w, c->uid, len, &row, &msg);
+	}
+	free(msg);
+	msg = NULL;
+	if (r < 0)
 		return NULL;
 	/* Not into the reserve: idle entries make room first, else the input goes uncached. */
 	while ((r = wrk_dev_room(w, len, "a cached input", &msg)) < 0 && w->cidle_tail) {
@@ -280,10 +311,12 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 			}
 			w->be->dev_free(w->dev, ptr);
 		}
+		wrk_user_credit(w, row, len);
 		return NULL;
 	}
 	*e = (struct wrk_centry){
 		.refs = 1,
+		.ledger_row = row,
 		.uid = c->uid,
 		.len = len,
 		.key = k,
@@ -295,6 +328,8 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 		e->source = m;
 		m->refs++;
 	}
+	/* The evictions above may have taken the bucket's first entry. */
+	head = ipc_map_get(&w->centries, b);
 	if (head)
 		(void)ipc_map_remove(&w->centries, b);
 	e->hnext = head;
@@ -303,6 +338,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 			(void)ipc_map_put(&w->centries, b, head);
 		settle(w, e, true);
 		w->be->dev_free(w->dev, ptr);
+		wrk_user_credit(w, row, len);
 		free(e);
 		return NULL;
 	}

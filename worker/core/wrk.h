@@ -12,6 +12,7 @@
 #include "active.h"
 #include "backend.h"
 #include "key.h"
+#include "ledger.h"
 #include "loop.h"
 #include "map.h"
 #include "options.h"
@@ -83,6 +84,7 @@ struct wrk_centry {
 	void *ready;               /* the back end's mark of its upload's end; NULL: done */
 	struct wrk_mapping *source; /* held while the upload may still read it */
 	uint64_t last_use;
+	int ledger_row;            /* its user's in the ledger (ipc/ledger.h); -1: none */
 	struct wrk_centry *hnext;  /* in its hash chain */
 	struct wrk_centry *lru_prev, *lru_next;
 };
@@ -97,6 +99,7 @@ struct wrk_user {
 struct wrk_dbuf {
 	int refs; /* the client's id, and each request using it */
 	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
+	int ledger_row;      /* its user's in the ledger (ipc/ledger.h); -1: none */
 	uint64_t size;
 	void *ptr;
 	struct wrk_client *client;
@@ -295,6 +298,8 @@ struct wrk {
 	int signal_fd;
 	struct ipc_status_page *status;
 	struct ipc_client_table *client_table; /* gpux top's rows (ipc/status.h), or NULL */
+	struct ipc_ledger *ledger;          /* NULL: no per-user cap (no gpuxd gave one) */
+	struct ipc_ledger_caps ledger_caps; /* this worker's caps (wrk_user_caps()) */
 	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
 	bool stopping;
 	bool draining;     /* gpuxd stops: finish what is here, refuse new work */
@@ -488,6 +493,8 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 				  uint64_t len);
 void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
 uint64_t wrk_dcache_reclaim(struct wrk *w);
+/* Evict the idle entries of user uid (they count against its cap over all workers). */
+uint64_t wrk_dcache_reclaim_user(struct wrk *w, uint32_t uid);
 /* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
 gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
 /*
@@ -545,6 +552,16 @@ static inline void wrk_client_row_update(struct wrk_client *c)
  */
 unsigned wrk_usage_add(struct wrk *w, uint32_t uid, uint64_t shared_bytes, uint64_t device_bytes);
 void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t device_bytes);
+/*
+ * Device memory over all workers, for users other than gpuxd's and root: the caps from the
+ * options and the device (wrk_user_caps(), once the device is open); a charge of `bytes` to
+ * uid (*ret_row to credit it back to, -1 for gpuxd's user and root, who are not charged), or
+ * GPUX_E_QUOTA with *ret_msg (to free) saying which cap it met; its credit.
+ */
+void wrk_user_caps(struct wrk *w);
+gpux_status wrk_user_charge(struct wrk *w, uint32_t uid, uint64_t bytes, int *ret_row,
+			    char **ret_msg);
+void wrk_user_credit(struct wrk *w, int row, uint64_t bytes);
 /* What the status page says the worker runs on: versions, and the kernel driver's release. */
 void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
 /* The kernel driver's release ("580.95.05") in a line of /proc/driver/nvidia/version, or "". */

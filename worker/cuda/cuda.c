@@ -207,6 +207,8 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 		return GPUX_E_NOMEM;
 	d->w = w;
 	d->compiler = (struct wrk_compiler)WRK_COMPILER_INIT;
+	d->compiler.memory = w->opts.compile_memory;
+	d->compiler.timeout_ns = w->opts.compile_timeout_ms * NSEC_PER_MSEC;
 	(void)pthread_mutex_init(&d->free_lock, NULL);
 	(void)pthread_mutex_init(&d->fault_lock, NULL);
 	/* NVRTC warms up in its helper while the driver starts (measured: cuInit 210 ms and the

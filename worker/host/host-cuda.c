@@ -113,6 +113,7 @@ void wrk_host_cuda_key(const char *cxx, const char *cxx_version, struct ipc_key_
 
 struct job {
 	char dir[4096];
+	const struct wrk_host_cage *cg; /* what the compiler may read, its limits */
 	const char *cxx;
 	char *opts[WRK_OPTIONS_MAX]; /* for the compiler */
 	unsigned nopts;
@@ -349,7 +350,7 @@ static gpux_status compile(struct job *j, const char *const *args, const char *c
 	argv[n] = NULL;
 	(void)snprintf(logp, sizeof(logp), "%s/log", j->dir);
 	(void)unlink(logp);
-	r = wrk_host_run_compiler(argv, logp, &st);
+	r = wrk_host_run_compiler(j->cg, argv, j->dir, logp, &st);
 	(void)wrk_host_read_file(logp, WRK_HOST_LOG_MAX, true, &log, &loglen);
 	free(j->log);
 	j->log = (char *)log;
@@ -360,12 +361,12 @@ static gpux_status compile(struct job *j, const char *const *args, const char *c
 		return GPUX_E_COMPILE;
 	}
 	if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		if (!j->log || !*j->log) {
-			free(j->log);
-			j->log = wrk_strdup_printf("the compiler failed: %s",
-						   r < 0 ? strerror(-r) : "no output");
-		}
-		return GPUX_E_COMPILE;
+		char *why = NULL;
+		gpux_status rc = wrk_host_compile_failure(j->cg, j->dir, r, st, j->log, &why);
+
+		free(j->log);
+		j->log = why;
+		return rc == GPUX_E_QUOTA ? GPUX_E_QUOTA : GPUX_E_COMPILE;
 	}
 	return 0;
 }
@@ -573,11 +574,12 @@ static gpux_status build(struct job *j, const struct wrk_build *b, unsigned nnam
 	return compile(j, args, tail);
 }
 
-gpux_status wrk_host_cuda_build(const char *cxx, const struct wrk_build *b, uint8_t **ret_image,
-				size_t *ret_len, char **ret_log)
+gpux_status wrk_host_cuda_build(const struct wrk_host_cage *cg, const char *cxx,
+				const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
+				char **ret_log)
 {
 	_cleanup_(freep) char *code = NULL;
-	struct job j = { .cxx = cxx };
+	struct job j = { .cg = cg, .cxx = cxx };
 	struct wrk_cuscan sc = { 0 };
 	char out[4200];
 	bool have_dir = false;

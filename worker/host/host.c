@@ -33,6 +33,8 @@ struct host_slot {
 	struct wrk_req *head, *tail;
 	atomic_uint queued; /* in head..tail: what a thread about to sleep spins on */
 	bool stop;
+	bool done;  /* the thread has ended, or parked for good (caged) */
+	bool caged; /* it entered the sandbox: it never ends (worker/host/sandbox.h) */
 };
 
 struct host_dev {
@@ -40,6 +42,7 @@ struct host_dev {
 	bool sandbox; /* kernels run under worker/host/sandbox.c's filter */
 	const char *cc, *cxx;
 	char cc_version[256], cxx_version[256];
+	struct wrk_host_cage cage; /* the compilers' (worker/host/host-cage.h) */
 	struct host_exec *exec; /* the CPU threads of launches (worker/host/host-exec.c) */
 	struct host_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
@@ -99,15 +102,25 @@ static void host_close(void *dv)
 		return;
 	for (unsigned i = 0; i < d->nslots; i++) {
 		struct host_slot *s = &d->slots[i];
+		bool caged;
+
 		if (!s->started)
 			continue;
 		(void)pthread_mutex_lock(&s->lock);
 		s->stop = true;
 		(void)pthread_cond_signal(&s->cond);
+		while (!s->done)
+			(void)pthread_cond_wait(&s->cond, &s->lock);
+		caged = s->caged;
 		(void)pthread_mutex_unlock(&s->lock);
-		(void)pthread_join(s->thread, NULL);
+		/* A caged thread parks for good: it goes with the process. */
+		if (caged)
+			(void)pthread_detach(s->thread);
+		else
+			(void)pthread_join(s->thread, NULL);
 	}
 	host_exec_free(d->exec);
+	wrk_host_cage_done(&d->cage);
 	free(d);
 }
 
@@ -130,14 +143,32 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 		d->cxx = "c++";
 	wrk_host_cc_version(d->cc, d->cc_version, sizeof(d->cc_version));
 	wrk_host_cc_version(d->cxx, d->cxx_version, sizeof(d->cxx_version));
+	/* What they write is bounded by what a client's modules may hold. */
+	r = wrk_host_cage_init(&d->cage, w->opts.compile_memory, WRK_CLIENT_MOD_BYTES,
+			       w->opts.compile_timeout_ms * NSEC_PER_MSEC);
+	if (r == 0)
+		r = wrk_host_cage_add_compiler(&d->cage, d->cc);
+	if (r == 0)
+		r = wrk_host_cage_add_compiler(&d->cage, d->cxx);
+	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
+		free(d);
+		*ret_msg = wrk_strdup_printf("the compilers' cage: %s", strerror(-r));
+		return wrk_status_from_errno(r, GPUX_E_IO);
+	}
+	if (!d->cage.landlock_abi)
+		wrk_log(w, "no Landlock here: host compiles may read whatever this worker's user "
+			"may read");
 	r = host_exec_faults_install();
 	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
 		free(d);
 		*ret_msg = wrk_strdup_printf("sigaction: %s", strerror(-r));
 		return GPUX_E_IO;
 	}
 	r = host_exec_new(w, d->sandbox, &d->exec);
 	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
 		free(d);
 		*ret_msg = wrk_strdup_printf("the threads of launches: %s", strerror(-r));
 		return GPUX_E_NOMEM;
@@ -243,8 +274,8 @@ static gpux_status host_build(void *dv, const struct wrk_build *b, uint8_t **ret
 	struct host_dev *d = dv;
 
 	if (b->lang == GPUX_LANG_CUDA)
-		return wrk_host_cuda_build(d->cxx, b, ret_image, ret_len, ret_log);
-	return wrk_host_build(d->cc, b, ret_image, ret_len, ret_log);
+		return wrk_host_cuda_build(&d->cage, d->cxx, b, ret_image, ret_len, ret_log);
+	return wrk_host_build(&d->cage, d->cc, b, ret_image, ret_len, ret_log);
 }
 
 /* ---- modules: the image is dlopen()ed from a memfd, so what was checked is what runs ---- */
@@ -450,6 +481,23 @@ static void run_copy(struct wrk_req *r)
 	r->device_ns = r->t_end - t0;
 }
 
+/*
+ * The end of a slot thread: said to host_close(); one in the sandbox may not end (its exit
+ * would be refused) and parks for good, touching nothing of the slot's after saying so.
+ */
+static void slot_end(struct host_slot *s)
+{
+	bool caged;
+
+	(void)pthread_mutex_lock(&s->lock);
+	s->done = true;
+	caged = s->caged;
+	(void)pthread_cond_broadcast(&s->cond);
+	(void)pthread_mutex_unlock(&s->lock);
+	if (caged)
+		host_exec_park();
+}
+
 static void *slot_main(void *arg)
 {
 	struct host_slot *s = arg;
@@ -495,6 +543,11 @@ static void *slot_main(void *arg)
 			wrk_reqs_complete(&r, 1, false);
 			continue;
 		}
+		if (host_exec_caged() && !s->caged) {
+			(void)pthread_mutex_lock(&s->lock);
+			s->caged = true;
+			(void)pthread_mutex_unlock(&s->lock);
+		}
 		/* Host kernels and copies work on the client's pages in place: past this mark a
 		 * request never runs again elsewhere. Asked once more after it, so that a client
 		 * dropped meanwhile (which reads its marks once its channel is gone) finds the
@@ -516,6 +569,7 @@ static void *slot_main(void *arg)
 			break;
 	}
 	host_exec_thread_end(&ss);
+	slot_end(s);
 	return NULL;
 }
 

@@ -44,7 +44,9 @@ static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 	cli_outbox_clear(&d->out);
 	d->out_armed = false;
 	d->chan_fd = safe_close(d->chan_fd);
+	/* Before its marks go: they say what of its requests may run again. */
 	cli_reqs_lost(ctx, i, d->chan_gen);
+	cli_marks_drop(d);
 	d->inflight = 0;
 	if (d->dropped) {
 		d->want_channel = true;
@@ -108,6 +110,7 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 		dev_close_channel(ctx, i);
 	}
 	cli_dev_drop_rings(d);
+	cli_marks_drop(d);
 	/* A channel asked for after a drop is here, or one came with a new worker: asking
 	 * gpuxd for another would have the worker drop this one, and what runs on it. */
 	d->want_channel = false;
@@ -295,6 +298,8 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 			on_mod_info(ctx, i, &msg);
 		else if (msg.hdr.type == IPC_RINGS)
 			on_rings(ctx, i, &msg);
+		else if (msg.hdr.type == IPC_MARKS)
+			cli_marks_take(ctx, i, &msg);
 		ipc_msg_close_fds(&msg);
 	}
 	if (d->chan_fd >= 0 && ring_take(ctx, i, d->sock_in) < 0)
@@ -310,6 +315,8 @@ void cli_pump(gpux_ctx *ctx)
 		chan_drain(ctx, i);
 		(void)chan_flush(ctx, i);
 	}
+	/* A worker that came back, or room, for requests lost with their workers. */
+	cli_replay(ctx);
 }
 
 /* cli_pump(), reading only the channels that epoll reported (and sending what waited for
@@ -331,6 +338,7 @@ void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
 				(void)chan_flush(ctx, dev);
 		}
 	}
+	cli_replay(ctx);
 }
 
 /* Take what the rings hold; returns whether there was anything. */
@@ -345,6 +353,9 @@ bool cli_rings_take_all(gpux_ctx *ctx)
 			dev_close_channel(ctx, i);
 		any |= n != 0;
 	}
+	/* Room, perhaps, for requests lost with their workers. */
+	if (any)
+		cli_replay(ctx);
 	return any;
 }
 
@@ -434,8 +445,10 @@ static bool has_room(gpux_ctx *ctx, void *arg)
 {
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
 
+	/* Requests lost with the device's last worker go there before any new one. */
 	return d->chan_fd < 0 || (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT &&
-				  d->out.nfds < CLI_OUTBOX_FDS_WAIT);
+				  d->out.nfds < CLI_OUTBOX_FDS_WAIT &&
+				  !cli_replay_blocks(ctx, (uint32_t)(uintptr_t)arg));
 }
 
 int cli_room_wait(gpux_ctx *ctx, uint32_t device)

@@ -49,6 +49,7 @@ struct cu_driver {
 	CU_FN(cuMemcpyDtoHAsync);
 	CU_FN(cuDeviceGetDefaultMemPool);
 	CU_FN(cuMemPoolSetAttribute);
+	CU_FN(cuMemPoolGetAttribute);
 	CU_FN(cuMemAllocFromPoolAsync);
 	CU_FN(cuMemFreeAsync);
 	CU_FN(cuModuleLoadData);
@@ -67,6 +68,7 @@ struct cu_driver {
 	CU_FN(cuGraphExecKernelNodeSetParams);
 	CU_FN(cuGraphLaunch);
 	CU_FN(cuStreamWriteValue64); /* NULL where the driver will not */
+	CU_FN(cuStreamWriteValue32); /* NULL where the driver will not */
 };
 
 /*

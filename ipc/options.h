@@ -26,6 +26,8 @@
 #define IPC_OPT_COMPILE_TIMEOUT_MS 120000
 /* The compilers' memory by default: this, or half the machine's when that is less. */
 #define IPC_OPT_COMPILE_MEMORY_MAX (4ULL << 30)
+/* The device-memory reserve when none is given: a sixteenth of the device, at most this. */
+#define IPC_OPT_DEVICE_RESERVE_MAX (256ull << 20)
 /* A time in ms that still fits a uint64_t in ns. */
 #define IPC_OPT_MS_MAX (UINT64_MAX / 1000000u)
 /* Connections of one user, or one process, or kept for gpux status: a sanity bound. */
@@ -118,6 +120,11 @@
 	   .help = "of each device (host back end: of the machine), what\n"                        \
 		   "only gpuxd's user and root may take (default a\n"                              \
 		   "sixteenth)")                                                                   \
+	DW(device_reserve, "device-reserve", .kind = IPC_OPT_UINT, .arg = "BYTES",                 \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "device memory that device buffers and the device cache\n"                      \
+		   "never take, kept for running requests' copies\n"                               \
+		   "(default a sixteenth of the device's, at most 256 MiB)")                        \
 	DW(cache_bytes, "cache-bytes", .kind = IPC_OPT_UINT, .arg = "BYTES", .max = UINT64_MAX,    \
 	   .help = "the device cache's budget (default a quarter of the device)")                  \
 	DW(cache_ttl_ms, "cache-ttl-ms", .kind = IPC_OPT_UINT, .arg = "MS", .max = IPC_OPT_MS_MAX, \
@@ -217,6 +224,7 @@ struct ipc_worker_opts {
 	uint64_t quota_device;      /* device bytes a client may hold in device buffers; 0: half */
 	uint64_t quota_device_user; /* ... a user, all its clients and devices; 0: half */
 	uint64_t reserved_device;   /* ... only gpuxd's user and root may take; 0: a sixteenth */
+	uint64_t device_reserve;    /* device bytes kept for requests' copies; 0: the default */
 	uint64_t cache_bytes;       /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;      /* idle entries older than this go; 0: the default */
 	unsigned slots;             /* streams; 0: the worker's choice */

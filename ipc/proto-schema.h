@@ -37,7 +37,9 @@
 	X(IPC_E_DEVICE, GPUX_E_DEVICE, -15, "device", "device error")                              \
 	X(IPC_E_IO, GPUX_E_IO, -16, "io", "system call failed")                                    \
 	X(IPC_E_VERSION, GPUX_E_VERSION, -17, "version", "no common protocol version")             \
-	X(IPC_E_STOPPING, GPUX_E_STOPPING, -18, "stopping", "gpuxd is stopping")
+	X(IPC_E_STOPPING, GPUX_E_STOPPING, -18, "stopping", "gpuxd is stopping")                   \
+	X(IPC_E_DBUF_LOST, GPUX_E_DBUF_LOST, -19, "dbuf_lost",                                     \
+	  "the device buffer was lost with its worker")
 
 /* The other codes on the wire: X(wire name, gpux.h's name, value). */
 #define IPC_BACKENDS(X)                                                                            \
@@ -152,7 +154,11 @@
 	/* client -> worker: a module's variable as a device buffer; GLOBAL, then DONE */          \
 	X(GLOBAL_REQ, 29, global_req, "global-req", sym_req, sym_req, 0, FIXED)                    \
 	/* worker -> client: that variable's size, just before the DONE of its question */         \
-	X(GLOBAL, 30, global, "global", global_info, global_info, 0, FIXED)
+	X(GLOBAL, 30, global, "global", global_info, global_info, 0, FIXED)                        \
+	/* worker -> client: its page of the worker's marks (ipc/proto.h) */                      \
+	X(MARKS, 31, marks, "marks", marks_offer, marks_offer, 1, FIXED)                           \
+	/* client -> worker: a device buffer kept in host memory; DONE when it has an id */        \
+	X(DBUF_HOST, 32, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

@@ -222,6 +222,18 @@ static bool ok_global(const struct ipc_global_info *m, const struct ipc_msg *msg
 	       m->reserved == 0;
 }
 
+static bool ok_marks(const struct ipc_marks_offer *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0 && m->index < IPC_MARKS_PAGES;
+}
+
+static bool ok_dbuf_host(const struct ipc_dbuf_host *m, const struct ipc_msg *msg)
+{
+	uint64_t end;
+
+	return m->size != 0 && add_ok(m->seg_offset, m->size, &end);
+}
+
 /*
  * The codecs of FIXED and EMPTY messages, from the schema: the type, the exact size and the
  * fds (an expression of the fixed part m) are checked, then ok_<name>(); the output is

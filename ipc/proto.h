@@ -352,6 +352,48 @@ struct ipc_rings_offer {
 _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
 
 /*
+ * Marks: where a client can tell, once its worker is gone, which of its requests had passed
+ * their point of no return (client/replay.c). Each client has a page of its worker's marks
+ * memfd (sealed against writes but the worker's own mapping: the client maps it read-only),
+ * IPC_MARKS_PER_CLIENT words, where the worker (or, in stream order, the device) writes
+ * (id & IPC_MARK_ID_MASK) | state << IPC_MARK_STATE_SHIFT at word id % IPC_MARKS_PER_CLIENT
+ * before request `id` takes the step its state names. So a client keeps at most one request
+ * in flight per word, and its request ids below 2^30.
+ */
+#define IPC_MARKS_PER_CLIENT 1024u
+#define IPC_MARKS_PAGE (IPC_MARKS_PER_CLIENT * 4u)
+#define IPC_MARK_ID_MASK 0x3fffffffu
+#define IPC_MARK_STATE_SHIFT 30
+/* Handed to the device (CUDA), which may have run it, but nothing copied back yet. */
+#define IPC_MARK_LAUNCHED 1u
+/* Past its point of no return: it began to change the client's memory (a host kernel, a
+ * mapped or in-place argument, the copy of its results back), or it ended. */
+#define IPC_MARK_STARTED 2u
+#define IPC_MARK(id, state) (((id) & IPC_MARK_ID_MASK) | ((uint32_t)(state) << IPC_MARK_STATE_SHIFT))
+/* Pages in a worker's marks memfd (16 MiB): one per client with requests, that many at once. */
+#define IPC_MARKS_PAGES 4096u
+
+/* With one fd: the worker's marks memfd, of which page `index` is this client's. */
+struct ipc_marks_offer {
+	uint32_t index;
+	uint32_t flags; /* none yet: 0 */
+};
+_Static_assert(sizeof(struct ipc_marks_offer) == 8, "wire ABI");
+
+/*
+ * A device buffer kept in host memory: the range of a shared segment of the client's, which
+ * kernels use in place (a mapped argument's way) and which outlives the worker. Answered by
+ * DONE when it has an id.
+ */
+struct ipc_dbuf_host {
+	uint64_t dbuf_id;
+	uint64_t size;
+	uint64_t seg_id;
+	uint64_t seg_offset;
+};
+_Static_assert(sizeof(struct ipc_dbuf_host) == 32, "wire ABI");
+
+/*
  * Answered by a DEVICE with a new channel when the worker of that generation is ready (it lets
  * go of the client's earlier channel, if it still has one). Otherwise not answered: a later
  * worker hands every client a channel when it is ready, and a death is announced to all.

@@ -180,7 +180,7 @@ void sup_clients_device_changed(struct sup *s, struct sup_worker *w)
 	for (struct sup_client *c = s->clients; c; c = c->next) {
 		if (!c->hello_done || c->admin)
 			continue;
-		if (w->state == W_READY && w->control)
+		if (sup_worker_serving(w))
 			sup_client_give_channel(c, w);
 		else
 			send_device(c, w, NULL);
@@ -412,7 +412,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	for (unsigned i = 0; i < s->nworkers; i++) {
 		struct sup_worker *w = &s->workers[i];
 
-		if (w->state == W_READY && w->control)
+		if (sup_worker_serving(w))
 			sup_client_give_channel(c, w);
 		else
 			send_device(c, w, NULL);
@@ -459,7 +459,7 @@ static void channels_give(struct sup_client *c)
 			 * second channel would take the place of the first, and of what runs on
 			 * it. While gpuxd stops, its draining workers take no new channel. */
 			sup_worker_reap_if_dead(w);
-			if (!s->stopping && w->state == W_READY && w->control &&
+			if (!s->stopping && sup_worker_serving(w) &&
 			    (gen == 0 || gen == w->generation))
 				sup_client_give_channel(c, w);
 			/* Given, or nothing to give; else it failed and is tried again. */

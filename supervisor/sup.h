@@ -69,6 +69,7 @@ struct sup_opts {
 	uint64_t quota_shared;      /* shared-buffer bytes of one client */
 	uint64_t quota_shared_user; /* of one user's clients together, at a worker */
 	uint64_t quota_device;
+	uint64_t device_reserve;
 	uint64_t quota_device_user;
 	uint64_t reserved_device;
 	uint64_t cache_bytes;
@@ -332,6 +333,12 @@ void sup_workers_free(struct sup *s);
 void sup_worker_log_read(struct sup_worker *w);
 const char *sup_state_name(enum sup_state st);
 uint32_t sup_public_state(const struct sup_worker *w);
+/*
+ * Whether the worker takes new channels: ready, and not about to die (it gave up after a
+ * kernel fault, or gpuxd kills it for a deadline: its status page's fault record says so).
+ * A client given a channel to a worker that dies then had its first requests lost.
+ */
+bool sup_worker_serving(const struct sup_worker *w);
 
 /* supervisor/clients.c */
 int sup_clients_start(struct sup *s);

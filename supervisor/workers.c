@@ -74,11 +74,23 @@ const char *sup_state_name(enum sup_state st)
 	return st < W_STATE_N ? names[st] : "?";
 }
 
+static bool worker_dying(const struct sup_worker *w)
+{
+	struct ipc_fault f;
+
+	return w->killed_deadline || (w->status && ipc_status_fault_get(w->status, &f));
+}
+
+bool sup_worker_serving(const struct sup_worker *w)
+{
+	return w->state == W_READY && w->control && !worker_dying(w);
+}
+
 uint32_t sup_public_state(const struct sup_worker *w)
 {
 	switch (w->state) {
 	case W_READY:
-		return GPUX_DEVICE_READY;
+		return worker_dying(w) ? GPUX_DEVICE_RESTARTING : GPUX_DEVICE_READY;
 	case W_FAILED:
 		return GPUX_DEVICE_FAILED;
 	case W_STARTING:
@@ -713,7 +725,11 @@ static void deadline_check(struct ipc_timer *t, void *userdata)
 				 w->index, run->req_id, (unsigned long long)run->client_id, who,
 				 (double)(now - run->deadline_ns) / 1e9, (int)w->pid);
 			/* Tell the client first; the kill follows on the next round of the loop,
-			 * after the message has gone out. */
+			 * after the message has gone out. The page says why first: the other
+			 * clients' requests that the worker had not finished may run again
+			 * (client/replay.c). */
+			(void)ipc_status_fault_set(w->status, run->client_id, run->req_id,
+						   IPC_FAULT_DEADLINE);
 			sup_client_send_killed(s, run->client_id, &killed);
 			w->killed_deadline = true;
 			ipc_timer_arm(w->timer, now);

@@ -537,9 +537,13 @@ int test_raw_channel(const struct test_daemon *d, int *ret_sup)
 	assert_int_equal(msg.nfds, 2);
 	chan = ipc_msg_take_fd(&msg, 0);
 	ipc_msg_close_fds(&msg);
-	/* The worker offers its rings first; a client that ignores them has the socket. */
+	/* The worker offers its rings first; a client that ignores them has the socket. Then its
+	 * page of the marks, which a client may ignore too. */
 	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
 	assert_int_equal(msg.hdr.type, IPC_RINGS);
+	ipc_msg_close_fds(&msg);
+	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_MARKS);
 	ipc_msg_close_fds(&msg);
 	*ret_sup = sup;
 	return chan;

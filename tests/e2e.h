@@ -122,8 +122,8 @@ struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q);
 int test_raw_connect(const struct test_daemon *d);
 
 /*
- * Say hello to the daemon as the library would and take device 0's channel (its rings offer
- * read and ignored: the channel works by its socket alone). *ret_sup is the connection to
+ * Say hello to the daemon as the library would and take device 0's channel (its rings and
+ * marks offers read and ignored: the channel works by its socket alone). *ret_sup is the connection to
  * gpuxd, which must stay open while the channel is used. Asserts.
  */
 int test_raw_channel(const struct test_daemon *d, int *ret_sup);

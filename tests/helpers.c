@@ -404,6 +404,9 @@ static const struct sample_def samples[] = {
 	FIXED("global-req", GLOBAL_REQ, ipc_sym_req, .mod_id = 3, .dbuf_id = 12, .name_len = 10,
 	      .name = "ns::coeffs"),
 	FIXED("global", GLOBAL, ipc_global_info, .size = 64, .flags = IPC_GLOBAL_READ_ONLY),
+	FIXED("marks", MARKS, ipc_marks_offer, .index = 17),
+	FIXED("dbuf-host", DBUF_HOST, ipc_dbuf_host, .dbuf_id = 13, .size = 1 * MiB, .seg_id = 7,
+	      .seg_offset = 4096),
 };
 
 /* A FIXED or EMPTY sample, through the schema's encoder of its type. */

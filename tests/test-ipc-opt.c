@@ -46,6 +46,7 @@ static void assert_opts_equal(const struct ipc_worker_opts *a, const struct ipc_
 	assert_int_equal(a->quota_shared, b->quota_shared);
 	assert_int_equal(a->quota_shared_user, b->quota_shared_user);
 	assert_int_equal(a->quota_device, b->quota_device);
+	assert_int_equal(a->device_reserve, b->device_reserve);
 	assert_int_equal(a->cache_bytes, b->cache_bytes);
 	assert_int_equal(a->cache_ttl_ms, b->cache_ttl_ms);
 	assert_int_equal(a->slots, b->slots);
@@ -160,6 +161,7 @@ static struct ipc_worker_opts every_option(void)
 		.quota_shared = UINT64_MAX - 1,
 		.quota_shared_user = 0,
 		.quota_device = UINT64_MAX,
+		.device_reserve = UINT64_MAX - 4,
 		.cache_bytes = UINT64_MAX,
 		.cache_ttl_ms = IPC_OPT_MS_MAX,
 		.slots = IPC_STATUS_SLOTS,

@@ -490,6 +490,34 @@ static void test_proto_dbuf_alloc_rejects_bad_fields(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_DBUF_ALLOC, 0, m), -EBADMSG);
 }
 
+static void test_proto_dbuf_host_rejects_bad_fields(void **state)
+{
+	struct ipc_dbuf_host m = { 1, 4096, 2, 0 };
+
+	check_fixed_shape(IPC_DBUF_HOST, &m, sizeof(m));
+	m.size = 0;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_HOST, 0, m), -EBADMSG);
+	/* A range that wraps past 2^64. */
+	m.size = 4096;
+	m.seg_offset = UINT64_MAX - 4095;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_HOST, 0, m), -EBADMSG);
+	m.seg_offset = UINT64_MAX - 4096;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_HOST, 0, m), 0);
+}
+
+static void test_proto_marks_rejects_bad_fields(void **state)
+{
+	struct ipc_marks_offer m = { IPC_MARKS_PAGES - 1, 0 };
+
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 1, m), 0);
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 0, m), -EBADMSG);
+	m.index = IPC_MARKS_PAGES;
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 1, m), -EBADMSG);
+	m.index = 0;
+	m.flags = 1;
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 1, m), -EBADMSG);
+}
+
 static void test_proto_dbuf_free_rejects_bad_shape(void **state)
 {
 	struct ipc_dbuf_free m = { 1 };
@@ -754,6 +782,8 @@ int main(void)
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
 		cmocka_unit_test(test_proto_channel_req_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),
+		cmocka_unit_test(test_proto_dbuf_host_rejects_bad_fields),
+		cmocka_unit_test(test_proto_marks_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_free_rejects_bad_shape),
 		cmocka_unit_test(test_proto_copy_rejects_bad_fields),
 		cmocka_unit_test(test_proto_copy_rejects_overflowing_ranges),

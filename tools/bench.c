@@ -454,7 +454,7 @@ static int s_cached(struct bench *b)
 
 /* ---- private daemons, for the module caches ---- */
 
-static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache)
 {
 	char *argv[] = { b->gpuxd, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
 	posix_spawn_file_actions_t fa;
@@ -469,7 +469,7 @@ static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
 	return pid;
 }
 
-static void daemon_stop(pid_t pid)
+void bench_daemon_stop(pid_t pid)
 {
 	if (pid > 0) {
 		(void)kill(pid, SIGTERM);
@@ -538,7 +538,7 @@ static int s_modules(struct bench *b)
 	(void)snprintf(sock, sizeof(sock), "%s/m.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/mcache", b->tmp);
 	(void)snprintf(jit_cubin, sizeof(jit_cubin), "%s/jit.cubin", b->tmp);
-	pid = daemon_start(b, sock, cache);
+	pid = bench_daemon_start(b, sock, cache);
 	cold = load_ms(b, sock, NULL);
 	mem = load_ms(b, sock, NULL);
 	for (unsigned i = 0; i < 3; i++) {
@@ -548,10 +548,10 @@ static int s_modules(struct bench *b)
 		warm[i] = load_ms(b, sock, tag);
 	}
 	qsort(warm, 3, sizeof(warm[0]), cmp_double);
-	daemon_stop(pid);
-	pid = daemon_start(b, sock, cache);
+	bench_daemon_stop(pid);
+	pid = bench_daemon_start(b, sock, cache);
 	disk = load_ms(b, sock, NULL);
-	daemon_stop(pid);
+	bench_daemon_stop(pid);
 	if (bench_base_run(b, &kv, args) == 0) {
 		bfirst = bench_kv_get(&kv, "compile_ns") / 1e6;
 		blater = bench_kv_get(&kv, "compile_later_ns") / 1e6;
@@ -719,6 +719,7 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
 		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
 		{ "idle", bench_idle },
+		{ "fault", bench_fault },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

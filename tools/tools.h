@@ -40,7 +40,7 @@
 	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
 	"  --quick         fewer repetitions\n"                                                  \
 	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"  \
-	"                  idle\n"                                                  \
+	"                  idle fault (a neighbour's faults: what innocents lose; own gpuxd)\n" \
 	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"   \
 	"                  in-process CUDA) and the round trips' percentiles\n"                 \
 	"  --from FILE     a run saved by --json, instead of a new one (its table, --plot)\n"

@@ -225,6 +225,11 @@ static int worker_init(struct wrk *w)
 			return -ENODEV;
 		}
 	}
+	/* Without them (no memory for them), no request of this worker's runs again after its
+	 * death: its clients get no page. */
+	r = wrk_marks_start(w);
+	if (r < 0)
+		wrk_log(w, "marks: %s: requests will not run again after a fault", strerror(-r));
 	r = wrk_modules_start(w);
 	if (r < 0) {
 		wrk_log(w, "compile thread: %s", strerror(-r));
@@ -233,6 +238,8 @@ static int worker_init(struct wrk *w)
 	if (!w->opts.quota_device)
 		w->opts.quota_device = w->info.mem_total / 2;
 	wrk_user_caps(w);
+	if (!w->opts.device_reserve)
+		w->opts.device_reserve = MIN(w->info.mem_total / 16, IPC_OPT_DEVICE_RESERVE_MAX);
 	r = wrk_dcache_start(w);
 	if (r < 0)
 		return r;
@@ -258,6 +265,8 @@ static void worker_done(struct wrk *w)
 	wrk_modules_stop(w);
 	if (w->dev)
 		wrk_dcache_stop(w);
+	if (w->dev)
+		wrk_marks_stop(w);
 	if (w->dev)
 		w->be->close(w->dev);
 	w->done_fd = safe_close(w->done_fd);

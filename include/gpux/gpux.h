@@ -69,6 +69,7 @@ typedef enum gpux_status {
 	GPUX_E_IO = -16,          /* a system call failed */
 	GPUX_E_VERSION = -17,     /* gpuxd speaks no protocol version this library knows */
 	GPUX_E_STOPPING = -18,    /* gpuxd is stopping: it finishes what it has, takes nothing new */
+	GPUX_E_DBUF_LOST = -19,   /* a device buffer was lost with its worker (it restarted) */
 } gpux_status;
 
 /* A short English text for a status code; never NULL. */
@@ -230,11 +231,36 @@ GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_bu
  * kernel's output can feed the next kernel without a trip through the host. Counted against
  * the per-client device quota, and against the user's over all its clients and devices
  * (GPUX_E_QUOTA). Freed with gpux_dbuf_free() or when this
- * process goes away; lost (GPUX_E_WORKER_LOST for requests using it) if its worker dies.
+ * process goes away. Lost if its worker dies (a fault, a deadline, even another client's):
+ * requests using it then in flight end with GPUX_E_WORKER_LOST, and every later use
+ * (gpux_submit(), gpux_dbuf_write(), gpux_dbuf_read()) returns GPUX_E_DBUF_LOST; free it and
+ * allocate another, or keep it in host memory (GPUX_DBUF_HOST below).
  * Requests of different queues that use one device buffer are not ordered between them.
  */
 GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
 					gpux_dbuf **ret_dbuf);
+
+/*
+ * A device buffer kept in host memory: its bytes live in shared memory of this process's
+ * (counted against gpuxd --quota-shared, not --quota-device), which kernels read and write in
+ * place as they do a mapped argument's. So it survives its worker: after a restart it is
+ * handed to the new worker with its contents (what requests running at the death wrote
+ * may be half done), where a device buffer in device memory is lost (GPUX_E_DBUF_LOST).
+ * The cost: on a GPU, kernels reach it over the bus (PCIe or NVLink-C2C, tens of GB/s)
+ * rather than from device memory (TB/s), and a request using it never runs again after its
+ * worker died once it began (its changes are in place).
+ */
+#define GPUX_DBUF_HOST 0x1u
+
+/*
+ * gpux_dbuf_alloc() with flags (GPUX_DBUF_HOST, or 0). When the worker refuses the buffer and
+ * ret_msg is not NULL, *ret_msg says why (free() it): the quota, or the device-memory reserve
+ * that device buffers never take (gpuxd --device-reserve: memory kept so that requests with
+ * IN/OUT arguments still run when device buffers fill the device), GPUX_E_QUOTA or
+ * GPUX_E_NOMEM as they apply.
+ */
+GPUX_EXPORT gpux_status gpux_dbuf_alloc_ex(gpux_ctx *ctx, uint32_t device, size_t size,
+					   uint32_t flags, gpux_dbuf **ret_dbuf, char **ret_msg);
 
 /* Free a device buffer. Requests still using it must be finished first. NULL is accepted;
  * a handle freed already is ignored (see above). */
@@ -530,7 +556,14 @@ struct gpux_times {
  * Submit a launch of `kernel` in `module` with `nargs` arguments. Returns at once; the
  * request runs after the earlier ones of its queue. On success *ret_req is the request:
  * wait for it with gpux_wait() or gpux_test(), then gpux_req_free() it. Buffers named in
- * args must not be freed, nor their OUT ranges read, before the request is finished.
+ * args must not be freed, nor their OUT ranges read, nor their IN ranges written, before the
+ * request is finished: when its worker dies for another client's kernel (a fault, a
+ * deadline), a request that had not begun to change this process's memory runs again on the
+ * restarted worker (GPUX_ANY ones perhaps on another device), reading its inputs again; one
+ * that had (a mapped argument or device buffer in use, results being copied back, a host
+ * kernel begun) ends with GPUX_E_WORKER_LOST. A host kernel that writes an IN argument (handed
+ * to it read-only) fails with GPUX_E_KERNEL_FAULT naming the argument; on a GPU such a write
+ * goes to the worker's device copy, which is not copied back.
  * GPUX_E_INVAL, with nothing sent, for a launch its device cannot run: a grid or block
  * dimension past the device's limits (a grid dimension is at most 2^31 - 1 anywhere), more
  * threads per block or more dynamic shared memory than it allows. A kernel's own limits

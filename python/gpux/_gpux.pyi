@@ -48,7 +48,8 @@ class Buffer:
 
 class DeviceBuffer:
     """Memory on one device that keeps its contents between requests."""
-    def __init__(self, size: int, device: int = 0, context: Optional[Context] = None) -> None: ...
+    def __init__(self, size: int, device: int = 0, context: Optional[Context] = None, *,
+                 host: bool = False) -> None: ...
     @classmethod
     def _global(cls, module: "Module", name: str,
                 device: Optional[int] = None) -> "DeviceBuffer": ...

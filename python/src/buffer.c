@@ -327,16 +327,19 @@ static PyType_Spec buffer_spec = {
 
 static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "size", "device", "context", NULL };
-	PyObject *ctx_obj = NULL;
+	static char *names[] = { "size", "device", "context", "host", NULL };
+	PyObject *ctx_obj = NULL, *exc;
 	pyx_Context *ctx;
 	pyx_DeviceBuffer *self;
 	unsigned int device = 0;
+	int host = 0;
 	Py_ssize_t size;
 	gpux_dbuf *dbuf;
 	gpux_status st;
+	char *why = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|IO", names, &size, &device, &ctx_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|IO$p", names, &size, &device, &ctx_obj,
+					 &host))
 		return NULL;
 	if (size <= 0) {
 		PyErr_SetString(PyExc_ValueError, "a device buffer has at least one byte");
@@ -347,12 +350,16 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
-	st = gpux_dbuf_alloc(ctx->ctx, device, (size_t)size, &dbuf);
+	st = gpux_dbuf_alloc_ex(ctx->ctx, device, (size_t)size, host ? GPUX_DBUF_HOST : 0, &dbuf,
+				&why);
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		Py_DECREF(ctx);
-		return pyx_raise_call(st, "cannot allocate device memory");
+		/* The worker's reason (the quota, the reserve) when it gave one. */
+		exc = why ? pyx_raise(st, why) : pyx_raise_call(st, "cannot allocate device memory");
+		free(why);
+		return exc;
 	}
 	self = PyObject_GC_New(pyx_DeviceBuffer, type);
 	if (!self) {
@@ -493,8 +500,10 @@ static PyType_Slot dbuf_slots[] = {
 	{ Py_tp_traverse, dbuf_traverse },
 	{ Py_tp_repr, dbuf_repr },
 	{ Py_tp_getset, dbuf_getset },
-	{ Py_tp_doc, "DeviceBuffer(size, device=0, context=None): memory on one device that keeps "
-		     "its contents between requests (a kernel argument as itself, or range())." },
+	{ Py_tp_doc, "DeviceBuffer(size, device=0, context=None, *, host=False): memory on one "
+		     "device that keeps its contents between requests (a kernel argument as "
+		     "itself, or range()); host=True keeps it in host memory, where it survives "
+		     "its worker's restart (kernels reach it over the bus)." },
 	{ 0, NULL },
 };
 

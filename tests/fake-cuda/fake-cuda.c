@@ -37,7 +37,9 @@
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
  * GPUX_FAKE_CUDA_INIT_MS (how long cuInit takes, as a real driver's start-up does: 0),
  * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
- * code breaks the context as a fault would), GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
+ * code breaks the context as a fault would; with GPUX_FAKE_CUDA_FAIL_ONCE=path, only in a
+ * process that finds no such file, which the failure creates: a restarted worker runs clean),
+ * GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
  * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel),
  * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
@@ -53,6 +55,7 @@ static struct fake_alloc *allocs;
 static char fail_fn[64];
 static unsigned fail_at, fail_calls;
 static CUresult fail_code;
+static const char *fail_once; /* a file the failure creates; where it is, no failure */
 static int ndevices = 1;
 static bool refuse_spin;
 /* Words streams are still to write (f_write_value()). */
@@ -126,6 +129,12 @@ CUresult fake_enter(const char *fn, bool ctx)
 		r = fail_code;
 		if (is_sticky(r))
 			fake_sticky = r;
+		if (fail_once) {
+			int fd = open(fail_once, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+			if (fd >= 0)
+				(void)close(fd);
+		}
 	} else if (ctx && fake_sticky != CUDA_SUCCESS) {
 		r = fake_sticky;
 	}
@@ -232,7 +241,9 @@ static CUresult f_init(unsigned flags)
 			char fn[64];
 			unsigned at;
 			int code;
-			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3) {
+			fail_once = getenv("GPUX_FAKE_CUDA_FAIL_ONCE");
+			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3 &&
+			    (!fail_once || access(fail_once, F_OK) != 0)) {
 				memcpy(fail_fn, fn, sizeof(fail_fn));
 				fail_at = at;
 				fail_code = (CUresult)code;
@@ -533,6 +544,16 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 	return CUDA_SUCCESS;
 }
 
+/* A word written in stream order (cuStreamWriteValue32): the fake carries out a stream's
+ * copies as they are enqueued, so the word is written now, before what follows it; nothing
+ * once the context is broken. */
+static CUresult f_write_value32(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned flags)
+{
+	ENTER("cuStreamWriteValue32");
+	__atomic_store_n((uint32_t *)(uintptr_t)addr, value, __ATOMIC_SEQ_CST);
+	return CUDA_SUCCESS;
+}
+
 static CUresult f_event_query(CUevent e)
 {
 	struct fake_event *ev = (struct fake_event *)e;
@@ -669,6 +690,19 @@ static CUresult f_pool_set(CUmemoryPool p, CUmemPool_attribute a, void *v)
 {
 	ENTER("cuMemPoolSetAttribute");
 	return CUDA_SUCCESS;
+}
+
+/* What a pool holds: the fake gives freed memory back at once, so none is kept unused. */
+static CUresult f_pool_get(CUmemoryPool p, CUmemPool_attribute a, void *v)
+{
+	ENTER("cuMemPoolGetAttribute");
+	if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || a == CU_MEMPOOL_ATTR_USED_MEM_CURRENT) {
+		(void)pthread_mutex_lock(&fake_lock);
+		*(cuuint64_t *)v = mem_used;
+		(void)pthread_mutex_unlock(&fake_lock);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 static CUresult f_pool_trim(CUmemoryPool p, size_t keep)
@@ -1182,6 +1216,7 @@ static const struct {
 	{ "cuEventRecord", f_event_record },
 	{ "cuEventQuery", f_event_query },
 	{ "cuStreamWriteValue64", f_write_value },
+	{ "cuStreamWriteValue32", f_write_value32 },
 	{ "cuEventSynchronize", f_event_sync },
 	{ "cuEventElapsedTime", f_elapsed },
 	{ "cuMemHostRegister", f_host_register },
@@ -1191,6 +1226,7 @@ static const struct {
 	{ "cuMemcpyDtoHAsync", f_dtoh },
 	{ "cuDeviceGetDefaultMemPool", f_default_pool },
 	{ "cuMemPoolSetAttribute", f_pool_set },
+	{ "cuMemPoolGetAttribute", f_pool_get },
 	{ "cuMemPoolTrimTo", f_pool_trim },
 	{ "cuMemAllocFromPoolAsync", f_alloc },
 	{ "cuMemFreeAsync", f_free },

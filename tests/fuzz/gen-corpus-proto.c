@@ -206,6 +206,10 @@ int main(int argc, char **argv)
 		   offsetof(struct ipc_copy, dbuf_offset), &u64, 8);
 	save_patch("bad-copy-seg-offset-wraps", "copy-from-dbuf",
 		   offsetof(struct ipc_copy, seg_offset), &u64, 8);
+	save_patch("bad-dbuf-host-offset-wraps", "dbuf-host",
+		   offsetof(struct ipc_dbuf_host, seg_offset), &u64, 8);
+	u32 = IPC_MARKS_PAGES;
+	save_patch("bad-marks-index", "marks", offsetof(struct ipc_marks_offer, index), &u32, 4);
 	/* CACHED on submit-dbuf-cached's first argument (a device buffer), then an unknown flag
 	 * beside CACHED on its second (an IN). */
 	u32 = IPC_ARG_CACHED;

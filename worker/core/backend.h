@@ -124,6 +124,10 @@ struct wrk_backend_ops {
 
 	/* Free device memory now, or 0 if unknown (status page). */
 	uint64_t (*mem_free)(void *dev);
+	/* Device memory an allocation could still get now (free, and what a pool keeps unused),
+	 * for the device-memory reserve (wrk_dev_room()); NULL where every request's copies
+	 * need no device memory (the host back end). */
+	uint64_t (*mem_room)(void *dev);
 };
 
 extern const struct wrk_backend_ops wrk_backend_host;

@@ -154,6 +154,42 @@ gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **re
 	return r;
 }
 
+/*
+ * The reserve: device buffers and cached inputs live between requests, and a device full of
+ * them would leave a request's copies (the CUDA back end's scratch and temporaries) no room,
+ * so that even a launch with a 4-byte OUT argument failed. So what they hold together stays
+ * below the device's memory less the reserve, and (where the back end can tell) an
+ * allocation for them leaves at least the reserve free on the device, whatever else (the
+ * context, other processes) took the rest.
+ */
+gpux_status wrk_dev_room(struct wrk *w, uint64_t len, const char *what, char **ret_msg)
+{
+	uint64_t reserve = w->opts.device_reserve, total = w->info.mem_total;
+	uint64_t held = w->stats.dbuf_bytes + w->stats.cache_bytes;
+	uint64_t cap = total > reserve ? total - reserve : 0, room;
+
+	if (held > cap || len > cap - held) {
+		*ret_msg = wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
+					     "reserve: device buffers and cached inputs hold %llu "
+					     "of the device's %llu bytes, and %llu are kept for "
+					     "running requests (gpuxd --device-reserve)",
+					     what, (unsigned long long)len,
+					     (unsigned long long)held, (unsigned long long)total,
+					     (unsigned long long)reserve);
+		return GPUX_E_NOMEM;
+	}
+	room = w->be->mem_room ? w->be->mem_room(w->dev) : UINT64_MAX;
+	if (room < reserve || len > room - reserve) {
+		*ret_msg = wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
+					     "reserve: %llu bytes of the device are free, and %llu "
+					     "are kept for running requests (gpuxd --device-reserve)",
+					     what, (unsigned long long)len, (unsigned long long)room,
+					     (unsigned long long)reserve);
+		return GPUX_E_NOMEM;
+	}
+	return 0;
+}
+
 static void on_ttl(struct ipc_timer *t, void *userdata)
 {
 	struct wrk *w = userdata;
@@ -251,7 +287,14 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	msg = NULL;
 	if (r < 0)
 		return NULL;
-	r = wrk_dev_alloc(w, len, &ptr, &msg);
+	/* Not into the reserve: idle entries make room first, else the input goes uncached. */
+	while ((r = wrk_dev_room(w, len, "a cached input", &msg)) < 0 && w->cidle_tail) {
+		free(msg);
+		msg = NULL;
+		evict(w, w->cidle_tail);
+	}
+	if (r == 0)
+		r = wrk_dev_alloc(w, len, &ptr, &msg);
 	if (r == 0) {
 		r = w->be->upload(w->dev, ptr, (const uint8_t *)m->seg.addr + offset, len, &ready,
 				  &msg);
@@ -285,6 +328,8 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 		e->source = m;
 		m->refs++;
 	}
+	/* The evictions above may have taken the bucket's first entry. */
+	head = ipc_map_get(&w->centries, b);
 	if (head)
 		(void)ipc_map_remove(&w->centries, b);
 	e->hnext = head;

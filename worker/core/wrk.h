@@ -106,6 +106,9 @@ struct wrk_dbuf {
 	/* A module's variable (worker/core/symbol.c): its module, held; no memory of its own. */
 	struct wrk_module *global;
 	bool read_only; /* copies into it are refused */
+	/* Kept in host memory (IPC_DBUF_HOST): the client's segment it is a range of, held; ptr
+	 * is where the device sees those pages. NULL: device memory of ours. */
+	struct wrk_mapping *map;
 };
 
 /* A client's segment id: its mapping, or why it could not be attached. */
@@ -206,7 +209,10 @@ struct wrk_client {
 	bool ring_bad;     /* the client broke its ring: drop it */
 	uint32_t sock_in;  /* socket messages taken */
 	uint32_t sock_out; /* socket messages sent */
+	uint32_t marks_page; /* its page of the marks (worker/core/marks.c); WRK_NO_MARKS */
 };
+
+#define WRK_NO_MARKS UINT32_MAX
 
 struct wrk_arg {
 	uint32_t kind;
@@ -321,6 +327,11 @@ struct wrk {
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */
 	unsigned nfree_reqs;
 
+	/* The marks of requests' points of no return (worker/core/marks.c): the memfd, mapped
+	 * and registered, and which of its pages clients hold. */
+	struct wrk_mapping marks;
+	uint64_t marks_used[IPC_MARKS_PAGES / 64];
+
 	/* The device cache (worker/core/dcache.c). */
 	struct ipc_map centries; /* hash of (uid, len, key) -> chain of struct wrk_centry */
 	struct wrk_centry *cidle_head, *cidle_tail; /* refs == 0, most recently used first */
@@ -409,9 +420,11 @@ void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
 void wrk_client_unref(struct wrk_client *c);
 
 /*
- * Any thread: whether r's client went away, so that r's work, not started yet, must not
- * start (sets r's status; end it with wrk_reqs_complete() as any other). A back end asks
- * before it starts each request's work, so that a dead client's queue does not run on.
+ * Any thread: whether r's client went away, or the worker gives up after a fault, so that
+ * r's work, not started yet, must not start (sets r's status; end it with wrk_reqs_complete()
+ * as any other). A back end asks before it starts each request's work, so that a dead
+ * client's queue does not run on, and what a faulted worker has not started may run on the
+ * next one.
  */
 bool wrk_req_cancelled(struct wrk_req *r);
 
@@ -489,6 +502,28 @@ uint64_t wrk_dcache_reclaim(struct wrk *w);
 uint64_t wrk_dcache_reclaim_user(struct wrk *w, uint32_t uid);
 /* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
 gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
+/*
+ * Whether `len` bytes more of memory that outlives requests (`what`: a device buffer, a cached
+ * input) leave the device-memory reserve (opts.device_reserve) alone: GPUX_E_NOMEM with a
+ * message naming the reserve when they would not.
+ */
+gpux_status wrk_dev_room(struct wrk *w, uint64_t len, const char *what, char **ret_msg);
+
+/* worker/core/marks.c */
+/* The marks' memfd, sealed against writes but ours, registered with the back end. */
+int wrk_marks_start(struct wrk *w);
+void wrk_marks_stop(struct wrk *w);
+/* Give a new client a page of them (a MARKS message with the memfd), if one is free. */
+void wrk_marks_give(struct wrk_client *c);
+/* The client is freed: its page goes back (its requests have all ended). */
+void wrk_marks_put(struct wrk_client *c);
+/* Mark request r's state (IPC_MARK_*) where its client reads it after the worker's death. Any
+ * thread; before the step the state names. */
+void wrk_mark(struct wrk_req *r, uint32_t state);
+/* Where the device writes r's mark, and the word: for a write in stream order (CUDA). False
+ * when r's client has no page or the marks are not registered with the device. */
+bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr,
+		  uint32_t *ret_value);
 
 /* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);

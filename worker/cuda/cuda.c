@@ -300,6 +300,30 @@ static uint64_t cuda_mem_free(void *dv)
 	return free_b;
 }
 
+/* What an allocation could get: free memory, and what the pool keeps without using it (its
+ * release threshold keeps what temporaries freed); UINT64_MAX when the driver cannot say. */
+static uint64_t cuda_mem_room(void *dv)
+{
+	struct cuda_dev *d = dv;
+	cuuint64_t reserved = 0, used = 0;
+	size_t free_b = 0, total = 0;
+	uint64_t room;
+	CUresult r = d->cu.cuMemGetInfo(&free_b, &total);
+
+	if (r != CUDA_SUCCESS) {
+		(void)cuda_status(d, r);
+		return UINT64_MAX;
+	}
+	room = free_b;
+	if (d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+					&reserved) == CUDA_SUCCESS &&
+	    d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) ==
+		    CUDA_SUCCESS &&
+	    reserved > used)
+		room += reserved - used;
+	return room;
+}
+
 /* ---- segments: registered once, so that copies are DMA from the client's pages ---- */
 
 static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
@@ -695,4 +719,5 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.ready_wait = cuda_ready_wait,
 	.ready_free = cuda_ready_free,
 	.mem_free = cuda_mem_free,
+	.mem_room = cuda_mem_room,
 };

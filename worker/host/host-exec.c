@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/host-exec.c: the host back end's launches: their blocks over the worker's CPU threads. */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -385,10 +386,34 @@ static void blocks_loop(struct host_exec *x, struct exec_job *j, struct gpux_hos
 	}
 }
 
+/* The IN argument of r whose range (else, whose segment's read-only view) holds addr:
+ * UINT_MAX when none. */
+static unsigned in_arg_at(const struct wrk_req *r, const void *addr)
+{
+	const uint8_t *a = addr;
+
+	for (unsigned whole = 0; whole < 2; whole++)
+		for (unsigned i = 0; i < r->nargs; i++) {
+			const struct wrk_arg *x = &r->args[i];
+			const uint8_t *view;
+			uint64_t from, len;
+
+			if (x->kind != GPUX_ARG_IN || !x->map)
+				continue;
+			view = x->map->seg.frozen ? x->map->seg.addr : x->map->reg;
+			from = whole ? 0 : x->offset;
+			len = whole ? x->map->seg.size : x->len;
+			if (view && a >= view + from && a < view + from + len)
+				return i;
+		}
+	return UINT_MAX;
+}
+
 /* What a kernel is told of its fault; to free. */
 static char *fault_text(const struct wrk_req *r)
 {
 	uintptr_t a = (uintptr_t)fault_addr, ro = me ? (uintptr_t)me->launch_ro : 0;
+	unsigned in = fault_signo == SIGSEGV ? in_arg_at(r, fault_addr) : UINT_MAX;
 
 	if (fault_what)
 		return wrk_strdup_printf("kernel \"%s\" called %s, which a host kernel may not: "
@@ -402,6 +427,10 @@ static char *fault_text(const struct wrk_req *r)
 		return wrk_strdup_printf("kernel \"%s\": %s at address %p: it wrote its launch "
 					 "description (gpux or gpux_args), which is read-only",
 					 r->name, strsignal(fault_signo), fault_addr);
+	if (in != UINT_MAX)
+		return wrk_strdup_printf("kernel \"%s\" wrote to argument %u, an input: IN "
+					 "arguments are read-only (pass it as INOUT to write it)",
+					 r->name, in);
 	if (fault_addr_wild && !fault_addr)
 		return wrk_strdup_printf("kernel \"%s\": %s at an address outside the address "
 					 "space (which the processor does not report)", r->name,

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -204,8 +205,16 @@ static gpux_status host_slot_open(void *dv, unsigned slot, char **ret_msg)
 	return 0;
 }
 
-/* ---- segments: plain memory needs no registration ---- */
-
+/*
+ * ---- segments: plain memory needs no registration ----
+ *
+ * Kernels work on the client's pages in place, so an IN argument (read-only, as on a GPU,
+ * where a write would go to the device's copy) is handed to the kernel in a read-only view
+ * of its segment: a second mapping of the same pages (mremap() of a shared mapping with no
+ * old size), made at the segment's first IN use and kept as its registration. A kernel that
+ * writes there faults, and is told which argument it wrote (run_request()), rather than
+ * changing the client's input without a word.
+ */
 static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
 	return 0;
@@ -213,7 +222,30 @@ static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret
 
 static void host_map_unregister(void *dv, struct wrk_mapping *m)
 {
+	if (m->reg)
+		(void)munmap(m->reg, m->seg.size);
+	m->reg = NULL;
 }
+
+/* The read-only view of a segment's pages (a frozen one is read-only already), or NULL when
+ * none could be made: then the writable one serves. */
+static uint8_t *read_only_view(struct wrk_mapping *m)
+{
+	void *p;
+
+	if (m->seg.frozen || m->reg)
+		return m->seg.frozen ? m->seg.addr : m->reg;
+	p = mremap(m->seg.addr, 0, m->seg.size, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (mprotect(p, m->seg.size, PROT_READ) < 0) {
+		(void)munmap(p, m->seg.size);
+		return NULL;
+	}
+	m->reg = p;
+	return p;
+}
+
 
 static uint64_t host_mem_free(void *dv)
 {
@@ -613,6 +645,15 @@ static void *slot_main(void *arg)
 			s->caged = true;
 			(void)pthread_mutex_unlock(&s->lock);
 		}
+		/* Host kernels and copies work on the client's pages in place: past this mark a
+		 * request never runs again elsewhere. Asked once more after it, so that a client
+		 * dropped meanwhile (which reads its marks once its channel is gone) finds the
+		 * mark of anything that ran. */
+		wrk_mark(r, IPC_MARK_STARTED);
+		if (wrk_req_cancelled(r)) {
+			wrk_reqs_complete(&r, 1, false);
+			continue;
+		}
 		/* A kernel that faulted may have broken anything in this process: exit. */
 		fatal = false;
 		if (r->kind == REQ_COPY)
@@ -637,18 +678,23 @@ static void host_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned
 
 	for (unsigned k = 0; k < n; k++, r = r->next) {
 		/* A buffer's parameter is its data pointer, as for cuLaunchKernel: the client's
-		 * pages themselves, the device buffer's memory, or a cached input's copy. */
+		 * pages themselves (an input's read-only), or the device buffer's memory. */
 		for (unsigned i = 0; i < r->nargs; i++) {
 			struct wrk_arg *a = &r->args[i];
 
 			if (a->kind == GPUX_ARG_SCALAR)
 				continue;
-			if (a->dbuf)
+			/* (A cached input's bytes are its frozen segment's: read-only there, where
+			 * the cache's copy would take a kernel's writes for later hits.) */
+			if (a->dbuf) {
 				a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
-			else if (a->centry)
-				a->dev = a->centry->ptr;
-			else
+			} else if (a->kind == GPUX_ARG_IN) {
+				uint8_t *view = read_only_view(a->map);
+
+				a->dev = view ? view + a->offset : a->host;
+			} else {
 				a->dev = a->host;
+			}
 			r->params[i] = &a->dev;
 		}
 		r->launched = true;

@@ -353,6 +353,11 @@ GPUX_EXPORT void gpux_buf_free(gpux_buf *b)
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 
+void cli_buf_free(gpux_ctx *ctx, gpux_buf *b)
+{
+	buf_free(ctx, b, false);
+}
+
 void cli_bufs_free_all(gpux_ctx *ctx)
 {
 	while (ctx->bufs)

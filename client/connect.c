@@ -280,6 +280,7 @@ void cli_disconnect(gpux_ctx *ctx)
 		struct cli_dev *d = &ctx->devs[i];
 
 		cli_dev_drop_rings(d);
+		cli_marks_drop(d);
 		cli_outbox_clear(&d->out);
 		d->out_armed = false;
 		d->chan_fd = safe_close(d->chan_fd);

@@ -81,9 +81,23 @@ static void count_sub(struct ipc_map *m, uint64_t key)
 		(void)ipc_map_put(m, key, (void *)(n - 1));
 }
 
+const struct sup_gone *sup_client_gone_get(const struct sup *s, uint64_t client_id)
+{
+	for (unsigned i = 0; i < SUP_GONE_KEPT; i++)
+		if (s->gone[i].id == client_id && client_id)
+			return &s->gone[i];
+	return NULL;
+}
+
 static void client_free(struct sup_client *c)
 {
 	struct sup *s = c->s;
+
+	/* Its work may outlive it (a kernel that runs on): who it was stays known a while. */
+	if (c->hello_done && !c->admin)
+		s->gone[s->ngone++ % SUP_GONE_KEPT] = (struct sup_gone){
+			.id = c->id, .pid = c->pid, .uid = c->uid, .gone_ns = mono_ns()
+		};
 
 	LIST_REMOVE(s->clients, c);
 	s->nclients--;
@@ -193,7 +207,7 @@ void sup_clients_device_changed(struct sup *s, struct sup_worker *w)
 	for (struct sup_client *c = s->clients; c; c = c->next) {
 		if (!c->hello_done || c->admin)
 			continue;
-		if (w->state == W_READY && w->control)
+		if (sup_worker_serving(w))
 			sup_client_give_channel(c, w);
 		else
 			send_device(c, w, NULL);
@@ -428,7 +442,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	for (unsigned i = 0; i < s->nworkers && r == 0 && !c->admin; i++) {
 		struct sup_worker *w = &s->workers[i];
 
-		if (w->state != W_READY || !w->control)
+		if (!sup_worker_serving(w))
 			send_device(c, w, NULL);
 		else if (!give_spare_channel(c, w, spare))
 			sup_client_give_channel(c, w);
@@ -476,7 +490,7 @@ static void channels_give(struct sup_client *c)
 			 * second channel would take the place of the first, and of what runs on
 			 * it. While gpuxd stops, its draining workers take no new channel. */
 			sup_worker_reap_if_dead(w);
-			if (!s->stopping && w->state == W_READY && w->control &&
+			if (!s->stopping && sup_worker_serving(w) &&
 			    (gen == 0 || gen == w->generation))
 				sup_client_give_channel(c, w);
 			/* Given, or nothing to give; else it failed and is tried again. */

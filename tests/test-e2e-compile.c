@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "e2e.h"
@@ -725,6 +726,47 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	gpux_module_free(m);
 }
 
+/* The helper's address space is limited (the default: 4 GiB, or half the machine's), and a
+ * root worker's helper has no capabilities. */
+static void test_compile_helper_is_limited(void **state)
+{
+	struct ctx *t = *state;
+	char path[64], line[256], want[64] = "";
+	struct sysinfo si;
+	uint64_t mem;
+	bool seen = false;
+	FILE *f;
+	pid_t helper;
+
+	NEED(state);
+#if defined(__SANITIZE_ADDRESS__)
+	skip();
+#endif
+	assert_int_equal(sysinfo(&si), 0);
+	mem = (uint64_t)si.totalram * si.mem_unit;
+	(void)snprintf(want, sizeof(want), " %llu ", (unsigned long long)MIN(4ull << 30, mem / 2));
+	helper = test_compiler_of(test_worker_pid(&t->d, 0));
+	assert_true(helper > 0);
+	(void)snprintf(path, sizeof(path), "/proc/%d/limits", (int)helper);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "Max address space", 17) == 0) {
+			seen = true;
+			if (!strstr(line, want))
+				fail_msg("the helper's limit is not%s: %s", want, line);
+		}
+	(void)fclose(f);
+	assert_true(seen);
+	(void)snprintf(path, sizeof(path), "/proc/%d/status", (int)helper);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "CapEff:", 7) == 0 && !strstr(line, "0000000000000000"))
+			fail_msg("the helper has capabilities: %s", line);
+	(void)fclose(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -740,6 +782,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compile_ptx_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_compile_helper_is_limited, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

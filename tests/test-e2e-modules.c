@@ -197,6 +197,62 @@ static void test_e2e_modules_comment_change_is_a_cache_hit(void **state)
 	gpux_module_free(m[0]);
 }
 
+static uint64_t compiles(struct test_env *e)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	return devs[0].stats.module_compiles;
+}
+
+/* A new worker, whose memory cache is empty: the next loads read the disk cache. */
+static void restart_worker(struct test_env *e, uint32_t generation)
+{
+	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
+	test_wait_generation(&e->d, 0, generation);
+	/* Take in gpuxd's news of it: the new worker's channel. */
+	assert_int_equal(gpux_process(e->ctx), GPUX_OK);
+}
+
+/*
+ * A cache file whose bytes were changed, or that was cut short, is compiled again (never
+ * loaded), and the worker's log says which file and what is wrong with it.
+ */
+static void test_e2e_modules_damaged_cache_file_is_rebuilt_and_said(void **state)
+{
+	static const char code[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+				   "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 5150; }\n";
+	static const struct {
+		const char *damage, *says;
+	} cases[] = {
+		{ "printf garbage | dd of=$f bs=1 seek=100 conv=notrunc 2>/dev/null",
+		  "its checksum does not match; compiling the module again" },
+		{ "truncate -s -16 $f", "it is truncated; compiling the module again" },
+	};
+	struct test_env *e = *state;
+	char cmd[600];
+	gpux_module *m = load(e->ctx, code);
+
+	expect(e->ctx, m, "f", 5150);
+	gpux_module_free(m);
+	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
+		uint64_t before;
+
+		(void)snprintf(cmd, sizeof(cmd), "for f in %s/*.so; do %s; done", e->d.cache,
+			       cases[i].damage);
+		assert_int_equal(system(cmd), 0);
+		restart_worker(e, 1 + i);
+		before = compiles(e);
+		m = load(e->ctx, code);
+		expect(e->ctx, m, "f", 5150);
+		gpux_module_free(m);
+		assert_true(compiles(e) > before);
+		if (!test_log_wait(&e->d, cases[i].says))
+			fail_msg("the log (%s) does not say \"%s\"", e->d.log, cases[i].says);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -204,6 +260,7 @@ int main(void)
 		TEST_WITH_ENV(test_e2e_modules_loaded_together_stay_apart),
 		TEST_WITH_ENV(test_e2e_modules_reloaded_from_the_caches_stay_apart),
 		TEST_WITH_ENV(test_e2e_modules_comment_change_is_a_cache_hit),
+		TEST_WITH_ENV(test_e2e_modules_damaged_cache_file_is_rebuilt_and_said),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

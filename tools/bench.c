@@ -409,7 +409,7 @@ static int s_cached(struct bench *b)
 
 /* ---- private daemons, for the module caches ---- */
 
-static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache)
 {
 	char *argv[] = { b->gpuxd, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
 	posix_spawn_file_actions_t fa;
@@ -424,7 +424,7 @@ static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
 	return pid;
 }
 
-static void daemon_stop(pid_t pid)
+void bench_daemon_stop(pid_t pid)
 {
 	if (pid > 0) {
 		(void)kill(pid, SIGTERM);
@@ -539,7 +539,7 @@ static int s_modules(struct bench *b)
 	(void)snprintf(sock, sizeof(sock), "%s/m.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/mcache", b->tmp);
 	(void)snprintf(jit_cubin, sizeof(jit_cubin), "%s/jit.cubin", b->tmp);
-	pid = daemon_start(b, sock, cache);
+	pid = bench_daemon_start(b, sock, cache);
 	cold = load_ms(b, sock, "/* bench */");
 	mem = load_ms(b, sock, "/* bench */");
 	for (unsigned i = 0; i < 3; i++) {
@@ -552,10 +552,10 @@ static int s_modules(struct bench *b)
 	comment = load_ms(b, sock, "/* the same kernels, another comment */");
 	if (b->cuda)
 		header_pairs(b, sock);
-	daemon_stop(pid);
-	pid = daemon_start(b, sock, cache);
+	bench_daemon_stop(pid);
+	pid = bench_daemon_start(b, sock, cache);
 	disk = load_ms(b, sock, "/* bench */");
-	daemon_stop(pid);
+	bench_daemon_stop(pid);
 	if (bench_base_run(b, &kv, args) == 0) {
 		bfirst = bench_kv_get(&kv, "compile_ns") / 1e6;
 		blater = bench_kv_get(&kv, "compile_later_ns") / 1e6;
@@ -727,7 +727,9 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", bench_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
 		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
-		{ "idle", bench_idle },	  { "fresh", bench_fresh },
+		{ "idle", bench_idle },
+		{ "fault", bench_fault },
+		{ "fresh", bench_fresh },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

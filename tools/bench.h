@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "json.h"
 #include "proto.h"
@@ -74,6 +75,13 @@ int bench_fresh(struct bench *b);
 
 /* tools/bench-host.c: CUDA C++ on the host back end against plain C loops. */
 int bench_host(struct bench *b);
+
+/* A private gpuxd on sock with its module cache in `cache` (tools/bench.c), stopped. */
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache);
+void bench_daemon_stop(pid_t pid);
+
+/* tools/bench-fault.c */
+int bench_fault(struct bench *b);
 
 /* tools/bench-launch.c */
 /* n round trips of an empty kernel after n / 10 unmeasured: their times in t, and the

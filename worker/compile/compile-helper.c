@@ -3,12 +3,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "channel.h"
@@ -469,7 +472,39 @@ static int setup(struct helper *h)
 	return 0;
 }
 
-int wrk_compiler_main(int fd, pid_t parent)
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+/*
+ * Its limits, before NVRTC is loaded: an address space of `memory` bytes (the soft and the
+ * hard limit, which only a capability could raise again), no core files, and (started as
+ * root) no capabilities at all.
+ */
+static int limits(uint64_t memory)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct caps[2] = { { 0 } };
+	struct rlimit none = { 0, 0 };
+
+#ifndef UNDER_ASAN
+	struct rlimit as = { memory, memory };
+
+	if (memory && setrlimit(RLIMIT_AS, &as) < 0)
+		return -errno;
+#endif
+	if (setrlimit(RLIMIT_CORE, &none) < 0)
+		return -errno;
+	if (geteuid() == 0 && syscall(SYS_capset, &hdr, caps) < 0)
+		return -errno;
+	return 0;
+}
+
+int wrk_compiler_main(int fd, pid_t parent, uint64_t memory)
 {
 	static struct helper h;
 	const char *argv[4 + WRK_TOOLKIT_DIRS_MAX];
@@ -483,6 +518,11 @@ int wrk_compiler_main(int fd, pid_t parent)
 	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		return 1;
+	r = limits(memory);
+	if (r < 0) {
+		(void)snprintf(why, sizeof(why), "cannot limit the compiler: %s", strerror(-r));
+		return reply_text(fd, GPUX_E_IO, why) < 0 ? 1 : 0;
+	}
 	if (nvrtc_load(&h.nv, why, sizeof(why)) < 0)
 		return reply_text(fd, GPUX_E_NODRIVER, why) < 0 ? 1 : 0;
 	(void)h.nv.version(&major, &minor);

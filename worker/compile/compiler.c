@@ -27,12 +27,11 @@
  * CUDA C++ is compiled by NVRTC in `gpux-worker --compiler` (worker/compile/compile-helper.c), a
  * process of its own that the worker starts as it starts and talks to over a socket: a
  * compile that crashes or never ends takes only that process down (it is killed after
- * COMPILE_TIMEOUT_NS and started again), and it compiles behind its sandbox
+ * c->timeout_ns and started again), and it compiles behind its sandbox
  * (worker/compile/compile-sandbox.c). Started early, it is warm by the first request: a
  * compile then costs what NVRTC's own does, plus two memfds.
  */
 
-#define COMPILE_TIMEOUT_NS (120ULL * NSEC_PER_SEC)
 #define HELLO_TIMEOUT_NS (30ULL * NSEC_PER_SEC)
 #define DEATH_GRACE_MS 1000
 
@@ -207,8 +206,9 @@ static int send_setup(struct wrk_compiler *c)
 
 int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 {
-	char ppid[16];
-	char *argv[] = { "gpux-worker", "--compiler", "--parent-pid", ppid, NULL };
+	char ppid[16], memory[24];
+	char *argv[] = { "gpux-worker", "--compiler", "--parent-pid", ppid, "--compile-memory",
+			 memory, NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none;
@@ -220,6 +220,7 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 		return r;
 	}
 	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
+	(void)snprintf(memory, sizeof(memory), "%llu", (unsigned long long)c->memory);
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -429,7 +430,7 @@ gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b
 		r = ipc_channel_send(c->fd, buf, sizeof(rq) + rq.options_len, &code_fd, 1, 0);
 	}
 	if (r == 0)
-		r = recv_reply(c, mono_ns() + COMPILE_TIMEOUT_NS, true, &rep, &log, &image_fd);
+		r = recv_reply(c, mono_ns() + c->timeout_ns, true, &rep, &log, &image_fd);
 	if (r == -ECONNRESET || r == -EPIPE) {
 		/* The next compile gets a fresh compiler. */
 		*ret_log = death(c);
@@ -437,9 +438,10 @@ gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b
 	}
 	if (r < 0) {
 		wrk_compiler_stop(c);
-		*ret_log = r == -ETIMEDOUT ? wrk_strdup_printf("the compile took longer than %llu s",
-							       (unsigned long long)(COMPILE_TIMEOUT_NS / NSEC_PER_SEC))
-					   : strdup("the compiler said something it should not");
+		*ret_log = r == -ETIMEDOUT
+				   ? wrk_strdup_printf("the compiler ran past its %g s limit",
+						       (double)c->timeout_ns / 1e9)
+				   : strdup("the compiler said something it should not");
 		return GPUX_E_COMPILE;
 	}
 	/* What a compile can end with (compile-helper.c); any other status, even one of gpux's

@@ -14,6 +14,8 @@
 /* The worker's side of its helper. Used by one thread at a time. */
 struct wrk_compiler {
 	pid_t pid;
+	uint64_t memory;     /* the helper's address space at most (RLIMIT_AS); 0: no limit */
+	uint64_t timeout_ns; /* a compile's time at most: then the helper is killed */
 	int fd;
 	bool greeted;    /* its hello has been read */
 	bool targeted;   /* cc, arch and tk are set */
@@ -25,7 +27,7 @@ struct wrk_compiler {
 
 /* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
 /* clang-format off */
-#define WRK_COMPILER_INIT { .pid = 0, .fd = -1 }
+#define WRK_COMPILER_INIT { .pid = 0, .fd = -1, .timeout_ns = 120ULL * 1000000000ULL }
 /* clang-format on */
 
 /*
@@ -34,8 +36,12 @@ struct wrk_compiler {
  */
 uint32_t wrk_nvrtc_probe(struct wrk_toolkit *ret_tk);
 
-/* The helper process's main: serve compile requests on fd until it closes or parent dies. */
-int wrk_compiler_main(int fd, pid_t parent);
+/*
+ * The helper process's main: serve compile requests on fd until it closes or parent dies,
+ * with an address space of `memory` bytes at most (0: no limit; none under AddressSanitizer,
+ * whose shadow alone takes terabytes of it) and, started as root, no capabilities.
+ */
+int wrk_compiler_main(int fd, pid_t parent, uint64_t memory);
 
 /*
  * Start the helper now, so that it loads NVRTC and warms up while the worker opens its

@@ -57,8 +57,11 @@ static char *disk_path(struct wrk *w, struct ipc_key key, const char *suffix)
 	return wrk_strdup_printf("%s/%s.%s%s", w->opts.cache_dir, hex, w->be->image_ext, suffix);
 }
 
-/* Read and verify a cached image; any mismatch means "not cached". */
-static int disk_read(struct wrk *w, struct wrk_module *m)
+/*
+ * Read and verify a cached image; any mismatch means "not cached". -ENOENT: there is none;
+ * another error, with *ret_why saying what is wrong with the file that is there.
+ */
+static int disk_read(struct wrk *w, struct wrk_module *m, const char **ret_why)
 {
 	_cleanup_(freep) char *path = disk_path(w, m->key, "");
 	_cleanup_(closep) int fd = -1;
@@ -66,27 +69,40 @@ static int disk_read(struct wrk *w, struct wrk_module *m)
 	struct stat st;
 	uint8_t *img;
 
+	*ret_why = "it cannot be read";
 	if (!path)
 		return -ENOMEM;
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	/* Only a file of ours that nobody else could have written. */
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h) ||
-	    st.st_uid != geteuid() || (st.st_mode & 022) != 0)
-		return -EINVAL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 022) != 0) {
+		*ret_why = "it is not a file of the worker's own that only it may write";
+		return -EPERM;
+	}
+	*ret_why = "it is truncated";
+	if ((size_t)st.st_size < sizeof(h))
+		return -EBADMSG;
 	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
 		return -EIO;
+	*ret_why = "its header is not this module's";
 	if (memcmp(h.magic, DISK_MAGIC, sizeof(h.magic)) != 0 || h.version != DISK_VERSION ||
 	    h.lang != m->lang || h.key_lo != m->key.lo || h.key_hi != m->key.hi ||
-	    h.len == 0 || h.len > DISK_IMAGE_MAX || h.len != (uint64_t)st.st_size - sizeof(h))
-		return -EINVAL;
+	    h.len == 0 || h.len > DISK_IMAGE_MAX)
+		return -EBADMSG;
+	if (h.len != (uint64_t)st.st_size - sizeof(h)) {
+		*ret_why = h.len > (uint64_t)st.st_size - sizeof(h) ? "it is truncated"
+								     : "it is longer than its header says";
+		return -EBADMSG;
+	}
 	img = malloc(h.len);
 	if (!img)
 		return -ENOMEM;
 	if (pread(fd, img, h.len, sizeof(h)) != (ssize_t)h.len || XXH3_64bits(img, h.len) != h.checksum) {
+		*ret_why = "its checksum does not match";
 		free(img);
-		return -EINVAL;
+		return -EBADMSG;
 	}
 	m->image = img;
 	m->image_len = h.len;
@@ -135,12 +151,21 @@ static int disk_write(struct wrk *w, const struct wrk_module *m)
 static void job_run(struct wrk *w, struct wrk_module *m)
 {
 	uint64_t t0 = mono_ns();
+	const char *why = NULL;
 	char *msg = NULL;
 	gpux_status st;
 	int r;
 
 	m->build_ns = 0;
-	if (w->disk_cache && disk_read(w, m) == 0) {
+	r = w->disk_cache ? disk_read(w, m, &why) : -ENOENT;
+	/* A damaged file is compiled again (and replaced), never loaded; said, a few a second. */
+	if (r < 0 && r != -ENOENT && r != -ENOMEM) {
+		_cleanup_(freep) char *path = disk_path(w, m->key, "");
+
+		wrk_log_client(w, m->creator->uid, "module cache: %s: %s; compiling the module "
+			       "again", path ? path : w->opts.cache_dir, why);
+	}
+	if (r == 0) {
 		m->from_disk = true;
 	} else {
 		struct wrk_build b = {
@@ -796,6 +821,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 			wrk_client_unref(wt->client);
 			free(wt);
 		}
+		wrk_symbols_answer(w, m);
 		m->next_done = finished;
 		finished = m;
 	}

@@ -125,7 +125,7 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 	uint16_t t = msg->hdr.type;
 
 	if (!w->draining || (t != IPC_SUBMIT && t != IPC_COPY && t != IPC_MOD_LOAD &&
-			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC))
+			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC && t != IPC_DBUF_HOST))
 		return false;
 	if (t == IPC_SUBMIT || t == IPC_COPY)
 		wrk_count_finished(w, GPUX_E_STOPPING);
@@ -175,11 +175,16 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 		r = wrk_submit(c, msg);
 		break;
 	case IPC_DBUF_ALLOC:
+	case IPC_DBUF_HOST:
 	case IPC_DBUF_FREE:
 		r = wrk_dbuf_msg(c, msg);
 		break;
 	case IPC_COPY:
 		r = wrk_copy(c, msg);
+		break;
+	case IPC_KERNEL_ATTRS_REQ:
+	case IPC_GLOBAL_REQ:
+		r = wrk_symbol_msg(c, msg);
 		break;
 	case IPC_KICK:
 		/* Its ring was looked at before this message was taken. */
@@ -337,6 +342,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	}
 	c->refs = 1;
 	c->w = w;
+	c->marks_page = WRK_NO_MARKS;
 	c->id = a->client_id;
 	c->uid = a->uid;
 	c->gid = a->gid;
@@ -360,6 +366,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 		wrk_client_row_take(c);
 	}
 	client_rings(c);
+	wrk_marks_give(c);
 	wrk_status_publish(w);
 }
 

@@ -50,7 +50,7 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
 	q->device = device;
 	q->id = ++ctx->next_queue_id;
 	m = (struct ipc_queue_msg){ .queue = q->id };
-	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent, &st);
+	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent, &st, NULL);
 	if (rc < 0)
 		st = cli_status_from_errno(rc);
 	if (st < 0)

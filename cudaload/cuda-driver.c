@@ -53,11 +53,13 @@ static const struct entry entries[] = {
 	E(cuMemcpyDtoHAsync, 3020),
 	E(cuDeviceGetDefaultMemPool, 11020),
 	E(cuMemPoolSetAttribute, 11020),
+	E(cuMemPoolGetAttribute, 11020),
 	E(cuMemAllocFromPoolAsync, 11020),
 	E(cuMemFreeAsync, 11020),
 	E(cuModuleLoadData, 2000),
 	E(cuModuleUnload, 2000),
 	E(cuModuleGetFunction, 2000),
+	E(cuModuleGetGlobal, 3020),
 	E(cuFuncGetAttribute, 2020),
 	E(cuFuncSetAttribute, 9000),
 	E(cuFuncGetParamInfo, 12040),
@@ -70,13 +72,15 @@ static const struct entry entries[] = {
 	E(cuGraphExecKernelNodeSetParams, 12000),
 	E(cuGraphLaunch, 10000),
 	E(cuStreamWriteValue64, 12000),
+	E(cuStreamWriteValue32, 12000),
 };
 
 /* Entries the worker cannot do without. */
 static bool required(const struct entry *e)
 {
 	return strcmp(e->name, "cuFuncGetParamInfo") != 0 &&
-	       strcmp(e->name, "cuStreamWriteValue64") != 0;
+	       strcmp(e->name, "cuStreamWriteValue64") != 0 &&
+	       strcmp(e->name, "cuStreamWriteValue32") != 0;
 }
 
 gpux_status cu_driver_load(struct cu_driver *d, char **ret_msg)

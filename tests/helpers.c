@@ -397,6 +397,17 @@ static const struct sample_def samples[] = {
 	FIXED("clients-req", CLIENTS_REQ, ipc_clients_req, .after = 41),
 	BUILT("clients", CLIENTS, sample_clients, 2),
 	BUILT("clients-none", CLIENTS, sample_clients, 0),
+	FIXED("adopt", ADOPT, ipc_adopt, 0x1122334455667788ull, 4322, 0),
+	FIXED("kernel-attrs-req", KERNEL_ATTRS_REQ, ipc_sym_req, .mod_id = 3, .name_len = 5,
+	      .name = "saxpy"),
+	FIXED("kernel-attrs", KERNEL_ATTRS, ipc_kernel_attrs, 1024, 32, 2048, 64, 16, 98304, 80, 90,
+	      0, IPC_ATTR_UNKNOWN, 5, { 0 }),
+	FIXED("global-req", GLOBAL_REQ, ipc_sym_req, .mod_id = 3, .dbuf_id = 12, .name_len = 10,
+	      .name = "ns::coeffs"),
+	FIXED("global", GLOBAL, ipc_global_info, .size = 64, .flags = IPC_GLOBAL_READ_ONLY),
+	FIXED("marks", MARKS, ipc_marks_offer, .index = 17),
+	FIXED("dbuf-host", DBUF_HOST, ipc_dbuf_host, .dbuf_id = 13, .size = 1 * MiB, .seg_id = 7,
+	      .seg_offset = 4096),
 };
 
 /* A FIXED or EMPTY sample, through the schema's encoder of its type. */

@@ -75,7 +75,11 @@
 	X(IPC_ARG_CACHED, GPUX_ARG_CACHED)                                                         \
 	X(IPC_LAUNCH_TIMED, GPUX_LAUNCH_TIMED)                                                     \
 	X(IPC_MOD_HEADERS_MAX, GPUX_MODULE_HEADERS_MAX)                                            \
-	X(IPC_MOD_NAMES_MAX, GPUX_MODULE_NAMES_MAX)
+	X(IPC_MOD_NAMES_MAX, GPUX_MODULE_NAMES_MAX)                                                \
+	X(IPC_PRIO_MIN, GPUX_PRIORITY_MIN)                                                         \
+	X(IPC_PRIO_MAX, GPUX_PRIORITY_MAX)                                                         \
+	X(IPC_SHARE_MAX, GPUX_SHARE_MAX)                                                           \
+	X(IPC_QUEUE_PRIORITY, GPUX_QUEUE_PRIORITY)
 
 /*
  * Messages: X(TYPE, number, name, label, fixed part, decoded, fds, shape).
@@ -143,7 +147,9 @@
 	/* admin client -> gpuxd: its clients, a page at a time (gpux top) */                      \
 	X(CLIENTS_REQ, 25, clients_req, "clients-req", clients_req, clients_req, 0, FIXED)         \
 	/* gpuxd -> admin client */                                                                \
-	X(CLIENTS, 26, clients, "clients", clients, clients_msg, 0, VAR)
+	X(CLIENTS, 26, clients, "clients", clients, clients_msg, 0, VAR)                           \
+	/* client -> worker: a queue's priority and compute share; DONE when it has an id */       \
+	X(QUEUE_CONFIG, 27, queue_config, "queue-config", queue_config, queue_config, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

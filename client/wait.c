@@ -86,7 +86,8 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 
 	if (deadline && deadline < until)
 		until = deadline;
-	if (ipc_spin_ns() == 0 || !spin_fits(ctx))
+	/* A process with latency-critical queues spins for their answers whatever the load. */
+	if (ipc_spin_ns() == 0 || (!ctx->urgent && !spin_fits(ctx)))
 		until = 0;
 	for (uint32_t i = 0; i < ctx->ndevices && until > 0; i++) {
 		struct cli_rings *r = ctx->devs[i].rings;

@@ -413,6 +413,9 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 		w->done_reqs = r;
 	}
 	atomic_store(&w->done_any, true);
+	/* A slot's class never changes once it is open: read from any thread. */
+	if (w->slots[reqs[0]->slot].prio > 0)
+		atomic_store(&w->done_urgent, true);
 	if (fatal)
 		w->fatal = true;
 	(void)pthread_mutex_unlock(&w->done_lock);

@@ -718,7 +718,7 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", s_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
 		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
-		{ "idle", bench_idle },
+		{ "idle", bench_idle },	  { "prio", bench_prio },      { "shares", bench_shares },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

@@ -168,6 +168,9 @@ extern PyObject *pyx_device_array_type; /* gpux.DeviceArray: an argument by its 
 int pyx_buffer_init_types(PyObject *m);
 /* The live Buffer whose memory holds [p, p + len), or NULL (borrowed). */
 pyx_Buffer *pyx_buffer_find(const void *p, size_t len);
+/* A queue's options from the keywords priority (None: the default) and share: 0, or -1 with
+ * the exception set. */
+int pyx_queue_opts(PyObject *priority, unsigned int share, struct gpux_queue_opts *ret);
 
 /* launch.c */
 int pyx_launch_init_types(PyObject *m);

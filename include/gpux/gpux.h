@@ -357,12 +357,13 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
  * to the device and answered before those of lower ones, on streams of its own of a higher
  * CUDA stream priority (the device runs their kernels' blocks first as SMs come free; it
  * does not stop kernels already running); queues of one priority take turns, as always.
- * GPUX_PRIORITY_MAX is for latency-critical work of a few requests at a time: its requests
- * are launched one by one, never batched, and a process with such a queue looks for its
- * answers without sleeping (a CPU spins while it waits) however busy the machine is. A
- * queue's priority is 0 unless said otherwise, or what gpuxd gives the user by default; the
- * highest a user may ask for is gpuxd's to say (gpuxd --priority: by default 0 for other
- * users, every priority for gpuxd's own user and root): gpux_priority_limits().
+ * Priorities above 0 are for latency-critical work of a few requests at a time: their
+ * requests are launched one by one, never held back to be batched, and a process with such
+ * a queue looks for its answers for the spin time (50 µs; $GPUX_SPIN_US) before it sleeps,
+ * however busy the machine is. A queue's priority is 0 unless said otherwise, or what gpuxd
+ * gives the user by default; the highest a user may ask for is gpuxd's to say (gpuxd
+ * --priority: by default 0 for other users, every priority for gpuxd's own user and root):
+ * gpux_priority_limits(). -1 is below everything else: background work.
  */
 #define GPUX_PRIORITY_MIN (-1) /* background: after everything else */
 #define GPUX_PRIORITY_MAX 2    /* latency-critical */

@@ -215,6 +215,38 @@ static void test_cuda_sched_green_contexts(void **state)
 	env_close(e);
 }
 
+/*
+ * Shares of every size there is (5 % to 95 %: 8 to 128 SMs) take the streams they may, and
+ * leave room for every priority's: a queue of the highest priority opened after them still
+ * gets a stream of its own, of the greatest priority, on every SM.
+ */
+static void test_cuda_sched_shares_leave_room_for_priorities(void **state)
+{
+	enum { N = 19 };
+	struct env *e = env_open();
+	gpux_queue *q[N], *hi;
+	struct ipc_sched s;
+	uint32_t sms;
+	int32_t p;
+
+	(void)state;
+	for (unsigned i = 0; i < N; i++) {
+		q[i] = queue(e, NO_PRIO, 5 * (i + 1));
+		where(e, q[i], &p, &sms);
+		assert_true(sms <= FAKE_SMS);
+	}
+	s = sched_now(e);
+	assert_int_equal(s.share_streams, 16 - (IPC_PRIO_LEVELS - 1));
+	hi = queue(e, GPUX_PRIORITY_MAX, 0);
+	where(e, hi, &p, &sms);
+	assert_int_equal(p, -5);
+	assert_int_equal(sms, FAKE_SMS);
+	gpux_queue_free(hi);
+	for (unsigned i = 0; i < N; i++)
+		gpux_queue_free(q[i]);
+	env_close(e);
+}
+
 /* A driver without green contexts: gpux status says why, and a share's queue runs on every
  * SM. */
 static void test_cuda_sched_no_green_contexts(void **state)
@@ -248,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_sched_stream_priorities),
 		cmocka_unit_test(test_cuda_sched_two_priorities),
 		cmocka_unit_test(test_cuda_sched_green_contexts),
+		cmocka_unit_test(test_cuda_sched_shares_leave_room_for_priorities),
 		cmocka_unit_test(test_cuda_sched_no_green_contexts),
 	};
 

@@ -40,7 +40,8 @@ struct wrk_limits {
  */
 struct wrk_stream {
 	int prio;         /* IPC_PRIO_MIN to IPC_PRIO_MAX */
-	unsigned share;   /* percent of the device's SMs its kernels may use; 0: every SM */
+	unsigned share;   /* the SMs its kernels may use (a compute share, a multiple of the
+			   * unit the back end gave wrk_sched_device()); 0: every SM */
 	int32_t dev_prio; /* made: the stream's priority as the device took it, or
 			   * IPC_STREAM_PRIO_NONE (the device has none) */
 	unsigned sms;     /* made: the SMs its kernels may use (a green context's); 0: all */

@@ -52,6 +52,7 @@ static gpux_status slot_open(struct wrk *w, struct wrk_stream *st, char **ret_ms
 		sc->share_streams += st->sms != 0;
 		sc->prio_streams += st->sms == 0;
 	}
+	w->nslots_share += st->share != 0;
 	if (w->status) {
 		ipc_status_write_begin(w->status);
 		w->status->nslots = w->nslots;
@@ -116,15 +117,32 @@ static unsigned slot_default(const struct wrk *w)
 }
 
 /*
- * The slot for a queue of priority `prio` and share `share`: its class's, made if need be.
- * Where none can be made (WRK_CLASS_SLOTS_MAX, the worker's 64 streams, or the back end
- * failed: logged once), a slot of the same priority, else a default one.
+ * A share of `percent` of the device's SMs, in SMs: rounded up to the back end's unit and at
+ * least its smallest; 0 where it makes no shares, or for every SM. Shares that round alike
+ * are one class: a client cannot make more of them than the device has groups of SMs.
  */
-static unsigned slot_pick(struct wrk *w, int prio, unsigned share)
+static unsigned share_sms(const struct wrk *w, unsigned percent)
 {
-	/* Every SM is no share. */
-	struct wrk_stream st = { .prio = prio,
-				 .share = w->shares && share < IPC_SHARE_MAX ? share : 0 };
+	const struct ipc_sched *sc = &w->stats.sched;
+	uint64_t sms;
+
+	if (!w->shares || !percent)
+		return 0;
+	sms = ((uint64_t)percent * sc->share_sms + IPC_SHARE_MAX - 1) / IPC_SHARE_MAX;
+	sms = (sms + sc->share_unit - 1) / sc->share_unit * sc->share_unit;
+	sms = MAX(sms, (uint64_t)sc->share_min);
+	return sms < sc->share_sms ? (unsigned)sms : 0;
+}
+
+/*
+ * The slot for a queue of priority `prio` and a share of `percent`: its class's, made if need
+ * be. Where none can be made (WRK_CLASS_SLOTS_MAX, WRK_SHARE_SLOTS_MAX, the worker's 64
+ * streams, or the back end failed: logged once), a slot of the same priority, else a default
+ * one.
+ */
+static unsigned slot_pick(struct wrk *w, int prio, unsigned percent)
+{
+	struct wrk_stream st = { .prio = prio, .share = share_sms(w, percent) };
 	unsigned same_prio = UINT32_MAX;
 	char *msg = NULL;
 	gpux_status rc;
@@ -138,20 +156,21 @@ static unsigned slot_pick(struct wrk *w, int prio, unsigned share)
 			return i;
 		same_prio = i;
 	}
-	if (w->nslots < WRK_SLOTS_MAX && w->nslots - w->nslots_default < WRK_CLASS_SLOTS_MAX) {
+	if (w->nslots < WRK_SLOTS_MAX && w->nslots - w->nslots_default < WRK_CLASS_SLOTS_MAX &&
+	    (!st.share || w->nslots_share < WRK_SHARE_SLOTS_MAX)) {
 		rc = slot_open(w, &st, &msg);
 		if (rc == 0)
 			return w->nslots - 1;
 		if (!w->class_refused)
 			wrk_log(w,
-				"a stream of priority %d and share %u%%: %s; such queues share "
-				"other streams",
+				"a stream of priority %d and a share of %u SMs: %s; such queues "
+				"share other streams",
 				st.prio, st.share, msg ? msg : ipc_status_text(rc));
 		free(msg);
 	} else if (!w->class_refused) {
 		wrk_log(w,
-			"no room for a stream of priority %d and share %u%% (%u streams): such "
-			"queues share other streams",
+			"no room for a stream of priority %d and a share of %u SMs (%u streams): "
+			"such queues share other streams",
 			st.prio, st.share, w->nslots);
 	}
 	w->class_refused = true;

@@ -275,14 +275,17 @@ struct wrk_req {
 
 /*
  * Slots beyond the default ones (--slots, priority 0 and no share) are made as queues of
- * another priority or share need them, one per priority and share, at most this many.
+ * another priority or share need them, one per priority and share, at most this many, of
+ * which those with a share leave room for one of each priority: shares that clients ask for
+ * cannot take the streams of latency-critical queues.
  */
 #define WRK_CLASS_SLOTS_MAX 16u
+#define WRK_SHARE_SLOTS_MAX (WRK_CLASS_SLOTS_MAX - (IPC_PRIO_LEVELS - 1))
 
 /* A stream slot: requests handed to it, in order. */
 struct wrk_slot {
 	int prio;       /* of the queues bound to it */
-	unsigned share; /* their compute share as they asked it; 0: none */
+	unsigned share; /* their compute share, in SMs (struct wrk_stream); 0: none */
 	struct wrk_req *head, *tail;
 	struct wrk_req *unlaunched; /* from here to tail: taken this round, not handed over yet */
 	unsigned nunlaunched;
@@ -325,6 +328,7 @@ struct wrk {
 	struct wrk_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
 	unsigned nslots_default;   /* the first ones: priority 0, no share */
+	unsigned nslots_share;     /* of the others, those with a share */
 	bool shares;               /* the back end splits SMs (wrk_sched_device()) */
 	bool class_refused;        /* a slot of another class could not be made: logged */
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */

@@ -515,15 +515,15 @@ static int stream_prio(const struct cuda_dev *d, int prio)
 }
 
 /*
- * A green context of `share` percent of the device's SMs, made once. The device's SMs are
- * split in groups of that many (rounded up by the driver); shares of one size take the
- * groups in turn, so that two such queues run on different SMs while there are groups left,
- * then share them. NULL with *err CUDA_SUCCESS: the share is the whole device.
+ * A green context of `want` of the device's SMs (the worker rounded it to the unit), made
+ * once. The device's SMs are split in groups of that many; slots of one size take the groups
+ * in turn, so that two such queues run on different SMs while there are groups left, then
+ * share them. NULL with *err CUDA_SUCCESS: the share is the whole device.
  */
-static struct cuda_green *green_get(struct cuda_dev *d, unsigned share, CUresult *err)
+static struct cuda_green *green_get(struct cuda_dev *d, unsigned want, CUresult *err)
 {
 	struct cu_driver *cu = &d->cu;
-	unsigned total = d->sm_res.sm.smCount, want = (share * total + 99) / 100;
+	unsigned total = d->sm_res.sm.smCount;
 	unsigned max = total / MAX(d->sm_res.sm.minSmPartitionSize, 1u), n = max, same = 0;
 	_cleanup_(freep) CUdevResource *groups = NULL;
 	struct cuda_green *g;

@@ -26,9 +26,13 @@ struct res_mark {
 	uint32_t first;
 };
 
+/* Descriptors, kept for the process's life: the driver has no call that frees them. */
 struct fake_desc {
+	struct fake_desc *next;
 	unsigned first, sms;
 };
+
+static struct fake_desc *descs;
 
 struct fake_green {
 	unsigned first, sms;
@@ -147,7 +151,6 @@ CUresult fake_sm_split(CUdevResource *result, unsigned *nb, const CUdevResource 
 	return CUDA_SUCCESS;
 }
 
-/* Descriptors live as long as the process: the driver has no call that frees them. */
 CUresult fake_res_desc(CUdevResourceDesc *desc, CUdevResource *res, unsigned n)
 {
 	struct fake_desc *d;
@@ -161,6 +164,10 @@ CUresult fake_res_desc(CUdevResourceDesc *desc, CUdevResource *res, unsigned n)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	d->first = m.first;
 	d->sms = res[0].sm.smCount;
+	(void)pthread_mutex_lock(&fake_lock);
+	d->next = descs;
+	descs = d;
+	(void)pthread_mutex_unlock(&fake_lock);
 	*desc = (CUdevResourceDesc)d;
 	return CUDA_SUCCESS;
 }

@@ -150,10 +150,12 @@ GPUX_EXPORT gpux_status gpux_queue_open_ex(gpux_ctx *ctx, uint32_t device,
 			.flags = q->opts.flags,
 		};
 		rc = cli_call(ctx, device, IPC_QUEUE_CONFIG, &c, sizeof(c), &gen, &st);
-		/* A channel that changed between the two: opened again, options and all, by
-		 * the queue's first request. */
-		if (rc == 0 && gen != q->sent)
+		/* A channel that changed between the two (a new worker, which does not know the
+		 * queue): opened again, options and all, by the queue's first request. */
+		if (rc == 0 && gen != q->sent) {
 			q->sent = 0;
+			st = GPUX_OK;
+		}
 		if (rc == 0 && st < 0) {
 			struct ipc_queue_msg close = { .queue = q->id };
 

@@ -118,7 +118,10 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 			n = epoll_wait(ctx->epfd, ev, nev, 0);
 			if (n != 0)
 				break;
-			(void)sched_yield();
+			/* A latency-critical waiter keeps its CPU: among many runnable processes a
+			 * yield can cost it a scheduler's slice. */
+			if (!ctx->urgent)
+				(void)sched_yield();
 			fd_next = mono_ns() + SPIN_FD_GAP_NS;
 		}
 		cpu_relax();

@@ -523,8 +523,10 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 		r->slot = q->slot;
 		slot_push(w, r);
 		/* A round of many clients takes a while: a full batch need not wait for its end,
-		 * and latency-critical work waits for nothing. */
-		if (s->nunlaunched == WRK_BATCH_MAX || s->prio > 0)
+		 * and latency-critical work waits for nothing; while such work is at hand, other
+		 * batches are smaller, so that the loop is back for it sooner. */
+		if (s->prio > 0 ||
+		    s->nunlaunched >= (w->urgent_active ? WRK_BATCH_URGENT : WRK_BATCH_MAX))
 			slot_hand_over(w, q->slot);
 		n++;
 	}

@@ -17,8 +17,10 @@
 
 /* How long a worker that must exit keeps sending what it owes its clients. */
 #define FLUSH_NS (200 * NSEC_PER_MSEC)
-/* Records taken from one client's ring at a time, for fairness between clients. */
+/* Records taken from one client's ring at a time, for fairness between clients; fewer from
+ * clients below an active latency-critical one, so that its urgent turns come sooner. */
 #define RING_TAKE_MAX 64u
+#define RING_TAKE_URGENT 16u
 
 /*
  * Forget a client: its conn, segments, modules and queues. Of its requests handed to the
@@ -196,18 +198,18 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 
 /*
  * Take what the client's ring holds that was sent after fewer than `seq_ok` socket messages:
- * up to RING_TAKE_MAX records (the loop comes back for the rest), or, with `all`, every
- * record published by now (all those stamped seq_ok or less, since they were published
- * before the socket message that made seq_ok). Returns how many.
+ * up to `max` records (the loop comes back for the rest), or, with `all`, every record
+ * published by now (all those stamped seq_ok or less, since they were published before the
+ * socket message that made seq_ok). Returns how many.
  */
-static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all)
+static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all, unsigned max)
 {
 	static uint8_t buf[IPC_RING_REC_MAX];
 	uint32_t mark = c->rings ? ipc_ring_published(&c->up) : 0;
 	unsigned n = 0;
 
 	while (c->rings && !c->gone &&
-	       (all ? ipc_ring_before(&c->up, mark) : n < RING_TAKE_MAX)) {
+	       (all ? ipc_ring_before(&c->up, mark) : n < max)) {
 		struct ipc_msg msg;
 		int len = ipc_ring_get(&c->up, buf, sizeof(buf), seq_ok);
 
@@ -234,7 +236,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 
 	/* Records sent before this message come first, all of them. */
 	c->refs++;
-	(void)ring_take(c, c->sock_in, true);
+	(void)ring_take(c, c->sock_in, true, 0);
 	c->sock_in++;
 	if (!c->gone)
 		client_msg(c, msg);
@@ -393,7 +395,6 @@ static void on_control_close(struct ipc_conn *conn, int error, void *userdata)
 
 static void take_done(struct wrk *w)
 {
-	atomic_store(&w->done_urgent, false);
 	wrk_drain_done(w);
 	if (w->fatal && !w->stopping) {
 		wrk_log(w, "sticky device error: failing what is in flight and exiting");
@@ -442,7 +443,7 @@ static void urgent_turn(struct wrk *w, unsigned level)
 			if (c->ring_bad || !a->up || !ipc_ring_pending(a->up))
 				continue;
 			c->refs++;
-			if (ring_take(c, c->sock_in, false) > 0) {
+			if (ring_take(c, c->sock_in, false, RING_TAKE_MAX) > 0) {
 				a->touched = true;
 				found = true;
 			}
@@ -452,7 +453,14 @@ static void urgent_turn(struct wrk *w, unsigned level)
 	if (found)
 		wrk_slots_flush_above(w, (int)level + IPC_PRIO_MIN);
 	if (atomic_load(&w->done_urgent))
-		take_done(w);
+		wrk_drain_urgent(w);
+}
+
+/* Between chunks of other work the loop does at once (completions): an urgent turn of the
+ * levels above the default one. */
+static void urgent_between(struct wrk *w)
+{
+	urgent_turn(w, wrk_prio_level(0));
 }
 
 /*
@@ -467,8 +475,10 @@ static bool take_active(struct wrk *w, bool sleeping, uint64_t now)
 	bool found = false;
 
 	w->active.polling = !sleeping && w->spin_ns > 0;
+	w->urgent_active = wrk_active_above(&w->active, wrk_prio_level(0));
 	for (unsigned l = IPC_PRIO_LEVELS; l-- > 0;) {
 		struct wrk_act *a = w->active.head[l];
+		unsigned max = wrk_active_above(&w->active, l) ? RING_TAKE_URGENT : RING_TAKE_MAX;
 
 		while (a) {
 			/* Taking a client's messages may drop that client, never another; one
@@ -484,7 +494,7 @@ static bool take_active(struct wrk *w, bool sleeping, uint64_t now)
 			}
 			wrk_active_sync(&w->active, a);
 			c->refs++;
-			n = ring_take(c, c->sock_in, false);
+			n = ring_take(c, c->sock_in, false, max);
 			if (!c->gone && sleeping && n == 0)
 				(void)wrk_active_rest(&w->active, a, now);
 			else if (!c->gone)
@@ -567,6 +577,7 @@ int wrk_server_start(struct wrk *w)
 	if (r < 0)
 		return r;
 	ipc_loop_set_spin(w->loop, w->spin_ns, poll_work, w);
+	w->between = urgent_between;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);

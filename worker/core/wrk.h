@@ -270,8 +270,10 @@ struct wrk_req {
 /* Requests a waiting queue may put in its slot per turn while others wait too. */
 #define WRK_QUEUE_TURN 16u
 /* A slot's batch is handed over when it has this many, before the round of the loop ends
- * (the most a CUDA graph of the back end holds). */
+ * (the most a CUDA graph of the back end holds); this many while a latency-critical client
+ * is active (a graph of 64 kernels takes the loop 35-50 µs to launch on an H200). */
 #define WRK_BATCH_MAX 64u
+#define WRK_BATCH_URGENT 16u
 
 /*
  * Slots beyond the default ones (--slots, priority 0 and no share) are made as queues of
@@ -330,6 +332,7 @@ struct wrk {
 	unsigned nslots_default;   /* the first ones: priority 0, no share */
 	unsigned nslots_share;     /* of the others, those with a share */
 	bool shares;               /* the back end splits SMs (wrk_sched_device()) */
+	bool urgent_active;        /* a client above priority 0 is active (server.c) */
 	bool class_refused;        /* a slot of another class could not be made: logged */
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */
 	unsigned nfree_reqs;
@@ -345,7 +348,11 @@ struct wrk {
 	struct wrk_req *soon_reqs; /* see wrk_req_soon() */
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
-	atomic_bool done_urgent; /* among them, requests of a slot of a priority above 0 */
+	struct wrk_req *done_urgent_reqs; /* those of slots of a priority above 0 */
+	atomic_bool done_urgent; /* done_urgent_reqs has some */
+	/* Called between chunks of completions that wrk_drain_done() answers at once: the
+	 * loop's urgent turn (worker/core/server.c); NULL: none. */
+	void (*between)(struct wrk *w);
 	atomic_uint_fast64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
 	atomic_bool fatal;    /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
@@ -412,6 +419,8 @@ void wrk_req_discard(struct wrk_req *r);
 /* Check what needs the module: the kernel, its parameters, the launch's shape. */
 gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg);
 void wrk_drain_done(struct wrk *w);
+/* Take in only the requests of slots of a priority above 0 that ended (done_urgent_reqs). */
+void wrk_drain_urgent(struct wrk *w);
 /* The requests kept for reuse go (the worker stops). */
 void wrk_reqs_free_cache(struct wrk *w);
 

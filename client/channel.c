@@ -27,6 +27,16 @@ void cli_dev_drop_rings(struct cli_dev *d)
 	d->sock_in = d->sock_out = 0;
 }
 
+void cli_dev_forget_parent(struct cli_dev *d)
+{
+	/* Not mapped in a child (MADV_DONTFORK): unmapping would hit whatever it mapped there
+	 * since. A reader spinning on them in the parent is not in this process. */
+	free(d->rings);
+	d->rings = NULL;
+	d->sock_in = d->sock_out = 0;
+	d->status = NULL;
+}
+
 /*
  * The channel ended. A worker that said why it drops us lives on: a new channel is asked of
  * gpuxd when the device is next needed. An end without a word is most often a death, which
@@ -44,7 +54,9 @@ static void dev_close_channel(gpux_ctx *ctx, uint32_t i)
 	cli_outbox_clear(&d->out);
 	d->out_armed = false;
 	d->chan_fd = safe_close(d->chan_fd);
+	/* Before its marks go: they say what of its requests may run again. */
 	cli_reqs_lost(ctx, i, d->chan_gen);
+	cli_marks_drop(d);
 	d->inflight = 0;
 	if (d->dropped) {
 		d->want_channel = true;
@@ -63,6 +75,8 @@ static void dev_set_status_page(struct cli_dev *d, int fd)
 
 	if (p == MAP_FAILED)
 		return;
+	/* A child forked later maps its own (a page a child never uses costs it nothing). */
+	(void)madvise(p, IPC_STATUS_PAGE_SIZE, MADV_DONTFORK);
 	if (d->status)
 		(void)munmap(d->status, IPC_STATUS_PAGE_SIZE);
 	d->status = p;
@@ -108,6 +122,7 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 		dev_close_channel(ctx, i);
 	}
 	cli_dev_drop_rings(d);
+	cli_marks_drop(d);
 	/* A channel asked for after a drop is here, or one came with a new worker: asking
 	 * gpuxd for another would have the worker drop this one, and what runs on it. */
 	d->want_channel = false;
@@ -121,6 +136,9 @@ void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_CHAN0 + i };
 		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, d->chan_fd, &ev);
 	}
+	/* A channel made ahead (for a forked child) has its rings offered already: the first
+	 * request can take them. */
+	chan_drain(ctx, i);
 }
 
 static void on_killed(gpux_ctx *ctx, struct ipc_msg *msg)
@@ -194,19 +212,26 @@ static void on_done(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 	cli_req_finish(r, (gpux_status)d.m.status, d.text, d.m.text_len, &t);
 }
 
-/* What a module load got, just before its DONE: kept with the request. */
+/* What a module load got, or a question's answer, just before its DONE: kept with the
+ * request. */
 static void on_mod_info(gpux_ctx *ctx, uint32_t device, struct ipc_msg *msg)
 {
-	struct ipc_mod_info mi;
-	struct gpux_req *r;
+	struct gpux_req *r = ipc_map_get(&ctx->reqs, msg->hdr.id);
 
-	if (ipc_decode_mod_info(msg, &mi) < 0)
-		return;
-	r = ipc_map_get(&ctx->reqs, msg->hdr.id);
 	if (!r || r->device != device || r->done)
 		return;
-	r->mod_info = mi;
-	r->has_mod_info = true;
+	if (msg->hdr.type == IPC_MOD_INFO && ipc_decode_mod_info(msg, &r->mod_info) == 0)
+		r->has_mod_info = true;
+	else if (msg->hdr.type == IPC_KERNEL_ATTRS &&
+		 ipc_decode_kernel_attrs(msg, &r->answer.kattrs) == 0)
+		r->answer_type = IPC_KERNEL_ATTRS;
+	else if (msg->hdr.type == IPC_GLOBAL && ipc_decode_global(msg, &r->answer.global) == 0)
+		r->answer_type = IPC_GLOBAL;
+}
+
+static bool is_info(uint16_t type)
+{
+	return type == IPC_MOD_INFO || type == IPC_KERNEL_ATTRS || type == IPC_GLOBAL;
 }
 
 /* The worker's offer of shared rings: taken when it is what this library knows. */
@@ -226,8 +251,10 @@ static void on_rings(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg)
 		free(r);
 		return;
 	}
-	/* The mapping is what counts: one fd fewer per channel. */
+	/* The mapping is what counts: one fd fewer per channel. A child forked later has
+	 * channels of its own, and neither keeps nor unmaps this. */
 	r->seg.fd = safe_close(r->seg.fd);
+	(void)madvise(r->seg.addr, IPC_RINGS_BYTES, MADV_DONTFORK);
 	ipc_ring_init(&r->up, r->seg.addr, IPC_RING_UP);
 	ipc_ring_init(&r->down, r->seg.addr, IPC_RING_DOWN);
 	r->refs = 1;
@@ -251,7 +278,7 @@ static int ring_take(gpux_ctx *ctx, uint32_t i, uint32_t seq_ok)
 			return -EBADMSG;
 		if (msg.hdr.type == IPC_DONE)
 			on_done(ctx, i, &msg);
-		else if (msg.hdr.type == IPC_MOD_INFO)
+		else if (is_info(msg.hdr.type))
 			on_mod_info(ctx, i, &msg);
 		taken++;
 	}
@@ -284,10 +311,12 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 		d->sock_in++;
 		if (msg.hdr.type == IPC_DONE)
 			on_done(ctx, i, &msg);
-		else if (msg.hdr.type == IPC_MOD_INFO)
+		else if (is_info(msg.hdr.type))
 			on_mod_info(ctx, i, &msg);
 		else if (msg.hdr.type == IPC_RINGS)
 			on_rings(ctx, i, &msg);
+		else if (msg.hdr.type == IPC_MARKS)
+			cli_marks_take(ctx, i, &msg);
 		ipc_msg_close_fds(&msg);
 	}
 	if (d->chan_fd >= 0 && ring_take(ctx, i, d->sock_in) < 0)
@@ -303,6 +332,8 @@ void cli_pump(gpux_ctx *ctx)
 		chan_drain(ctx, i);
 		(void)chan_flush(ctx, i);
 	}
+	/* A worker that came back, or room, for requests lost with their workers. */
+	cli_replay(ctx);
 }
 
 /* cli_pump(), reading only the channels that epoll reported (and sending what waited for
@@ -324,6 +355,7 @@ void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
 				(void)chan_flush(ctx, dev);
 		}
 	}
+	cli_replay(ctx);
 }
 
 /* Take what the rings hold; returns whether there was anything. */
@@ -338,6 +370,9 @@ bool cli_rings_take_all(gpux_ctx *ctx)
 			dev_close_channel(ctx, i);
 		any |= n != 0;
 	}
+	/* Room, perhaps, for requests lost with their workers. */
+	if (any)
+		cli_replay(ctx);
 	return any;
 }
 
@@ -427,8 +462,10 @@ static bool has_room(gpux_ctx *ctx, void *arg)
 {
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
 
+	/* Requests lost with the device's last worker go there before any new one. */
 	return d->chan_fd < 0 || (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT &&
-				  d->out.nfds < CLI_OUTBOX_FDS_WAIT);
+				  d->out.nfds < CLI_OUTBOX_FDS_WAIT &&
+				  !cli_replay_blocks(ctx, (uint32_t)(uintptr_t)arg));
 }
 
 int cli_room_wait(gpux_ctx *ctx, uint32_t device)

@@ -34,6 +34,9 @@
 #define CLI_OUTBOX_FDS_MAX 1024u
 /* How long a call waits for a device that is (re)starting. */
 #define CLI_DEVICE_WAIT_NS (30ULL * 1000000000ULL)
+/* How often a library-made request (a module load, a queue's or a device buffer's making)
+ * whose worker died before it answered is sent again, to the next worker. */
+#define CLI_RESEND_MAX 3u
 /* How often a wish for a channel that gpuxd's full socket refused is sent again. */
 #define CLI_CHANNEL_RETRY_NS (10ULL * 1000000ULL)
 /* How long connecting may take, an autospawned gpuxd's start included. */
@@ -98,7 +101,10 @@ struct gpux_dbuf {
 	uint64_t id;
 	uint32_t device;
 	uint64_t size;
-	uint64_t chan_gen; /* the channel whose worker holds it; gone with it */
+	uint64_t chan_gen; /* the channel whose worker holds it; gone with it (not `host`) */
+	gpux_buf *host;    /* GPUX_DBUF_HOST: its memory, sent again to a restarted worker */
+	uint64_t owner;    /* cli_fork_gen of the process that made it */
+	bool read_only;    /* a module's variable in read-only memory (gpux_module_global()) */
 	struct gpux_dbuf *prev, *next;
 };
 
@@ -150,7 +156,25 @@ struct gpux_req {
 	struct gpux_times times;
 	struct ipc_mod_info mod_info; /* a module load's: what the worker said before its DONE */
 	bool has_mod_info;
+	/* A question's answer before its DONE: KERNEL_ATTRS or GLOBAL (answer_type; 0: none). */
+	uint16_t answer_type;
+	union {
+		struct ipc_kernel_attrs kattrs;
+		struct ipc_global_info global;
+	} answer;
 	struct gpux_req *prev, *next; /* all of the context's requests */
+	/* Sent again after its worker died (client/replay.c): a SUBMIT or COPY. */
+	bool word;       /* holds word id % IPC_MARKS_PER_CLIENT of channel word_gen's marks */
+	uint64_t word_gen;
+	bool marked;     /* ... since before it was sent: the word is its own */
+	bool any;        /* GPUX_ANY: it may go to another device */
+	bool pending;    /* lost with its worker, in ctx->pending until it is sent again */
+	uint8_t replays; /* how often it was sent again */
+	uint8_t *wire;   /* the message as sent, kept to send again; NULL: never sent again */
+	uint32_t wire_len;
+	uint64_t seq;     /* the context's send order, kept when it is sent again */
+	uint64_t lost_ns; /* when its worker died (pending) */
+	struct gpux_req *pend_next;
 };
 
 /* A channel's shared rings (ipc/ring.h): mapped while the channel lasts, and while a reader
@@ -183,6 +207,11 @@ struct cli_dev {
 	uint32_t sock_in;        /* messages taken from the channel's socket */
 	uint32_t sock_out;       /* messages sent on it */
 	char *dropped;           /* why the worker is dropping the channel (its last word) */
+	/* The channel's page of the worker's marks (ipc/proto.h), read-only; NULL: none. */
+	const uint32_t *marks;
+	void *marks_map;
+	size_t marks_len;
+	uint64_t marks_used[IPC_MARKS_PER_CLIENT / 64]; /* words held by requests in flight */
 	bool want_channel;       /* it ended, the worker may live: ask gpuxd for a new one */
 	struct cli_outbox out;   /* what its socket could not take yet, in order */
 	bool out_armed;          /* epoll watches the channel for room (EPOLLOUT) */
@@ -232,6 +261,9 @@ struct gpux_ctx {
 	uint32_t any_last; /* the device of the last GPUX_ANY launch (0 at first) */
 	struct ipc_map reqs; /* id -> struct gpux_req in flight */
 	struct gpux_req *all_reqs;
+	struct gpux_req *pending; /* lost with their workers, to send again, by seq */
+	uint64_t send_seq;
+	bool replaying;
 	struct ipc_killed killed[CLI_KILLED_MAX];
 	unsigned nkilled;
 	struct cli_seg *segs;
@@ -295,6 +327,9 @@ int cli_connect_fail(int err, const char *fmt, ...) __attribute__((format(printf
 /* client/channel.c */
 void cli_rings_unref(struct cli_rings *r);
 void cli_dev_drop_rings(struct cli_dev *d);
+/* In a child after fork(): let go of the parent's rings and status page, which were not
+ * forked (MADV_DONTFORK). */
+void cli_dev_forget_parent(struct cli_dev *d);
 /* Lock held: gpuxd's news of a device (a DEVICE message), with its channel or without. */
 void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg);
 void cli_pump(gpux_ctx *ctx);
@@ -365,10 +400,11 @@ void cli_req_release(struct gpux_req *r);
 /*
  * Lock held: send a message with no buffers to device's worker as a request and wait for
  * its answer. Returns 0, with *ret_status the worker's answer and *ret_gen the channel the
- * request took, or -errno when it could not be sent.
+ * request took (and, when ret_msg is not NULL and the answer is a failure with a text, that
+ * text in *ret_msg, to free), or -errno when it could not be sent.
  */
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
-	     uint64_t *ret_gen, gpux_status *ret_status);
+	     uint64_t *ret_gen, gpux_status *ret_status, char **ret_msg);
 int cli_req_wait(struct gpux_req *r, uint64_t deadline);
 void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen);
 void cli_reqs_free_all(gpux_ctx *ctx);
@@ -377,10 +413,50 @@ void cli_reqs_free_all(gpux_ctx *ctx);
 int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device);
 struct ipc_key cli_seg_key(struct cli_seg *s, uint64_t offset, uint64_t size);
 void cli_bufs_free_all(gpux_ctx *ctx);
+/* Lock held: free a buffer the library made for itself (a device buffer's host memory). */
+void cli_buf_free(gpux_ctx *ctx, gpux_buf *b);
 void cli_frozen_forget(gpux_ctx *ctx);
 
 /* client/dbuf.c */
 void cli_dbufs_free_all(gpux_ctx *ctx);
+/* Lock held: a device buffer made (its id, device, size and chan_gen set) is the context's. */
+void cli_dbuf_add(gpux_ctx *ctx, gpux_dbuf *d);
+/*
+ * Lock held: a device buffer about to be used on its device's current channel. One kept in
+ * host memory is sent to a worker that has not got it (a restarted one); else -ESTALE when
+ * its worker is gone (GPUX_E_DBUF_LOST), -ECONNRESET in a child after fork().
+ */
+int cli_dbuf_sync(gpux_ctx *ctx, gpux_dbuf *d);
+
+/* client/replay.c */
+/* How often a request may be sent again: one that keeps dying with its workers is lost. */
+#define CLI_REPLAY_MAX 2u
+/* Lock held: the worker's MARKS message on device i's channel: its page of the marks. */
+void cli_marks_take(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg);
+void cli_marks_drop(struct cli_dev *d);
+/*
+ * Lock held: give r (a SUBMIT or COPY about to go to device's current channel) an id whose
+ * word of the marks no other request in flight there holds, and take the word. Call before
+ * encoding: r->id may change.
+ */
+int cli_req_word_take(gpux_ctx *ctx, struct gpux_req *r, uint32_t device);
+/* Lock held: r leaves its channel (ended, released, lost): its word is free again. */
+void cli_req_word_drop(gpux_ctx *ctx, struct gpux_req *r);
+/* Keep r's message as sent (n bytes of msg), to send it again should its worker die. */
+void cli_req_keep(struct gpux_req *r, const void *msg, size_t n);
+/*
+ * Lock held: r was in flight on a channel that ended. Either it may run again (it had not
+ * begun to change this process's memory, and another's request killed the worker): then it
+ * waits in ctx->pending and true is returned; or it is finished with why not, false.
+ */
+bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r);
+/* Lock held: r leaves ctx->pending (finished, released). */
+void cli_req_unpend(gpux_ctx *ctx, struct gpux_req *r);
+/* Lock held: send what waits in ctx->pending where a worker takes it now, in order. */
+void cli_replay(gpux_ctx *ctx);
+/* Lock held: whether requests lost on device (not GPUX_ANY ones) still wait to go there:
+ * later ones to that device must not overtake them. */
+bool cli_replay_blocks(const gpux_ctx *ctx, uint32_t device);
 
 /* client/module.c */
 int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device);

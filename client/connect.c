@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "macro.h"
 #include "path.h"
+#include "spin.h"
 
 #ifndef GPUX_SBINDIR
 #define GPUX_SBINDIR "/usr/local/sbin"
@@ -168,6 +169,26 @@ static int connect_socket(gpux_ctx *ctx, const char *path)
 	return 0;
 }
 
+/*
+ * Lock not held: look at gpuxd's socket without sleeping for a spin's time (ipc_spin_ns()):
+ * its answer comes within tens of microseconds, which a sleep would add its wake-up to. True
+ * once it is readable.
+ */
+static bool spin_readable(int fd)
+{
+	uint64_t until = mono_ns() + (ipc_spin_fits(2) ? ipc_spin_ns() : 0);
+
+	for (uint64_t now = mono_ns(); now < until; now = mono_ns()) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (poll(&p, 1, 0) != 0)
+			return true;
+		for (unsigned i = 0; i < 64; i++)
+			cpu_relax();
+	}
+	return false;
+}
+
 /* Lock held, dropped while it waits: receive one message from gpuxd (into ctx->rbuf, fds
  * and all under the lock), waiting at most until the deadline. */
 static int recv_until(gpux_ctx *ctx, struct ipc_msg *msg, uint64_t deadline)
@@ -175,12 +196,14 @@ static int recv_until(gpux_ctx *ctx, struct ipc_msg *msg, uint64_t deadline)
 	for (;;) {
 		struct pollfd p = { .fd = ctx->connecting_fd, .events = POLLIN };
 		uint64_t now = mono_ns();
+		int fd = ctx->connecting_fd;
 		int r;
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
 		(void)pthread_mutex_unlock(&ctx->lock);
-		r = poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1);
+		r = spin_readable(fd) ? 1
+				      : poll(&p, 1, (int)((deadline - now) / NSEC_PER_MSEC) + 1);
 		(void)pthread_mutex_lock(&ctx->lock);
 		if (r < 0 && errno != EINTR)
 			return -errno;
@@ -260,6 +283,7 @@ void cli_disconnect(gpux_ctx *ctx)
 		struct cli_dev *d = &ctx->devs[i];
 
 		cli_dev_drop_rings(d);
+		cli_marks_drop(d);
 		cli_outbox_clear(&d->out);
 		d->out_armed = false;
 		d->chan_fd = safe_close(d->chan_fd);

@@ -91,10 +91,8 @@ static void forget_parent(gpux_ctx *ctx)
 	ctx->pub_epfd = safe_close(ctx->pub_epfd);
 	ctx->news_fd = safe_close(ctx->news_fd);
 	ctx->news = false;
-	/* A reader of the parent spinning on the rings at fork() is not in this process. */
 	for (uint32_t i = 0; i < IPC_DEVICES_MAX; i++)
-		if (ctx->devs[i].rings)
-			ctx->devs[i].rings->refs = 1;
+		cli_dev_forget_parent(&ctx->devs[i]);
 	cli_disconnect(ctx);
 	cli_frozen_forget(ctx);
 	ctx->reader = false;

@@ -28,6 +28,7 @@ IPC_ASSERT_PUBLIC()
  *   GPUX_E_AGAIN        -EAGAIN
  *   GPUX_E_VERSION      -EPROTONOSUPPORT
  *   GPUX_E_STOPPING     -ESHUTDOWN (gpuxd drains before it stops)
+ *   GPUX_E_DBUF_LOST    -ESTALE (a device buffer whose worker is gone)
  *   GPUX_E_IO           any other errno: a system call failed
  *
  * GPUX_E_KERNEL_FAULT, GPUX_E_COMPILE, GPUX_E_NOTFOUND, GPUX_E_NODRIVER and GPUX_E_DEVICE
@@ -67,6 +68,8 @@ gpux_status cli_status_from_errno(int err)
 		return GPUX_E_VERSION;
 	case -ESHUTDOWN:
 		return GPUX_E_STOPPING;
+	case -ESTALE:
+		return GPUX_E_DBUF_LOST;
 	default:
 		return GPUX_E_IO;
 	}
@@ -101,6 +104,8 @@ int cli_errno_from_status(int32_t status)
 		return -EPROTONOSUPPORT;
 	case GPUX_E_STOPPING:
 		return -ESHUTDOWN;
+	case GPUX_E_DBUF_LOST:
+		return -ESTALE;
 	case GPUX_E_IO:
 		return -EIO;
 	default:

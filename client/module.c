@@ -72,7 +72,7 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *
 	uint32_t device = UINT32_MAX;
 	int rc;
 
-	for (unsigned attempt = 0; attempt < 2; attempt++) {
+	for (unsigned attempt = 0; attempt < CLI_RESEND_MAX; attempt++) {
 		rc = cli_ensure(ctx);
 		if (rc < 0)
 			return rc;
@@ -102,6 +102,13 @@ static int load_now(gpux_ctx *ctx, gpux_module *m, char **ret_log, gpux_status *
 		}
 		r->chan_gen = ctx->devs[device].chan_gen;
 		(void)cli_req_wait(r, 0);
+		/* Its worker died before it answered (a worker that gave up after a fault takes
+		 * nothing more in): loaded again where a worker serves. */
+		if (r->status == GPUX_E_WORKER_LOST && attempt + 1 < CLI_RESEND_MAX) {
+			cli_req_release(r);
+			device = UINT32_MAX;
+			continue;
+		}
 		*ret_status = r->status;
 		if (ret_log && r->message && *r->message)
 			*ret_log = strdup(r->message);

@@ -139,7 +139,7 @@ GPUX_EXPORT gpux_status gpux_queue_open_ex(gpux_ctx *ctx, uint32_t device,
 	q->device = device;
 	q->id = ++ctx->next_queue_id;
 	m = (struct ipc_queue_msg){ .queue = q->id };
-	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent, &st);
+	rc = cli_call(ctx, device, IPC_QUEUE_OPEN, &m, sizeof(m), &q->sent, &st, NULL);
 	if (rc == 0 && st == GPUX_OK && q->opts.set) {
 		uint64_t gen;
 
@@ -149,7 +149,7 @@ GPUX_EXPORT gpux_status gpux_queue_open_ex(gpux_ctx *ctx, uint32_t device,
 			.share = q->opts.share,
 			.flags = q->opts.flags,
 		};
-		rc = cli_call(ctx, device, IPC_QUEUE_CONFIG, &c, sizeof(c), &gen, &st);
+		rc = cli_call(ctx, device, IPC_QUEUE_CONFIG, &c, sizeof(c), &gen, &st, NULL);
 		/* A channel that changed between the two (a new worker, which does not know the
 		 * queue): opened again, options and all, by the queue's first request. */
 		if (rc == 0 && gen != q->sent) {

@@ -40,9 +40,13 @@ void cli_req_release(struct gpux_req *r)
 		if (ctx->devs[r->device].chan_gen == r->chan_gen && ctx->devs[r->device].inflight)
 			ctx->devs[r->device].inflight--;
 	}
+	cli_req_word_drop(ctx, r);
+	cli_req_unpend(ctx, r);
 	LIST_REMOVE(ctx->all_reqs, r);
 	free(r->message);
 	r->message = NULL;
+	free(r->wire);
+	r->wire = NULL;
 	cli_retire(ctx, r);
 }
 
@@ -66,6 +70,10 @@ void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, si
 		(void)ipc_map_remove(&ctx->reqs, r->id);
 	if (d->chan_gen == r->chan_gen && d->inflight)
 		d->inflight--;
+	cli_req_word_drop(ctx, r);
+	cli_req_unpend(ctx, r);
+	free(r->wire);
+	r->wire = NULL;
 	r->done = true;
 	r->status = status;
 	free(r->message);
@@ -77,8 +85,9 @@ void cli_req_finish(struct gpux_req *r, gpux_status status, const char *text, si
 }
 
 /*
- * The channel to a device ended: what was in flight there is lost, or was killed on time, or
- * (when the worker said so before it dropped the channel) refused for breaking the protocol.
+ * The channel to a device ended: what was in flight there was killed on time, or (when the
+ * worker said so before it dropped the channel) refused for breaking the protocol, or goes
+ * to the next worker if it may, or is lost (client/replay.c).
  */
 void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen)
 {
@@ -92,7 +101,7 @@ void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen)
 
 		n = 0;
 		while (n < ARRAY_SIZE(lost) && ipc_map_next(&ctx->reqs, &it, NULL, (void **)&r))
-			if (r->device == device && r->chan_gen == chan_gen)
+			if (r->device == device && r->chan_gen == chan_gen && !r->pending)
 				lost[n++] = r;
 		for (unsigned i = 0; i < n; i++) {
 			bool timeout = false;
@@ -108,9 +117,11 @@ void cli_reqs_lost(gpux_ctx *ctx, uint32_t device, uint64_t chan_gen)
 			else if (dropped)
 				cli_req_finish(lost[i], GPUX_E_PROTO, dropped, strlen(dropped),
 					       NULL);
-			else
+			else if (lost[i]->internal)
 				cli_req_finish(lost[i], GPUX_E_WORKER_LOST,
 					       "the worker running the request died", 36, NULL);
+			else
+				(void)cli_req_lost(ctx, lost[i]);
 		}
 	} while (n == ARRAY_SIZE(lost));
 }
@@ -349,6 +360,7 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	uint8_t *big = NULL;
 	uint8_t *dp = data;
 	uint32_t data_len = 0;
+	bool again = true; /* it may be sent again: no device buffer but ones kept in host memory */
 	struct ipc_submit s = {
 		.mod_id = m->id,
 		.queue = l->queue ? l->queue->id : 0,
@@ -365,9 +377,12 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	}
 	for (uint32_t i = 0; i < nargs; i++) {
 		if (args[i].kind == GPUX_ARG_DBUF) {
-			/* Its memory went with the worker that held it (not -EPIPE: no retry). */
-			if (args[i].dbuf->chan_gen != ctx->devs[device].chan_gen)
-				return -ECONNRESET;
+			/* Its memory went with the worker that held it (not -EPIPE: no retry),
+			 * unless it is kept in host memory. */
+			rc = cli_dbuf_sync(ctx, args[i].dbuf);
+			if (rc < 0)
+				return rc;
+			again &= args[i].dbuf->host != NULL;
 		} else if (args[i].kind != GPUX_ARG_SCALAR) {
 			rc = cli_seg_sync(ctx, args[i].buf->seg, device);
 			if (rc < 0)
@@ -412,6 +427,9 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	rc = cli_module_sync(ctx, m, device);
 	if (rc == 0)
 		rc = cli_queue_sync_for(ctx, l->queue, device);
+	/* Its id holds a word of the channel's marks (client/replay.c). */
+	if (rc == 0)
+		rc = cli_req_word_take(ctx, r, device);
 	if (rc < 0) {
 		free(big);
 		return rc;
@@ -423,7 +441,12 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	rc = cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
 	if (rc == 0) {
 		r->chan_gen = ctx->devs[device].chan_gen;
+		r->seq = ++ctx->send_seq;
 		ctx->devs[device].inflight++;
+		if (again)
+			cli_req_keep(r, ctx->sbuf, (size_t)n);
+	} else {
+		cli_req_word_drop(ctx, r);
 	}
 	return rc;
 }
@@ -489,6 +512,8 @@ GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
 			}
 		}
 		r->device = device;
+		/* Free to go to any device should it run again, as it is now. */
+		r->any = !l->queue && l->device == GPUX_ANY && dbuf_device == GPUX_ANY;
 		rc = send_submit(m, kernel, l, args, nargs, device, r);
 		if (rc != -EPIPE)
 			break;
@@ -638,25 +663,38 @@ GPUX_EXPORT gpux_status gpux_run(gpux_module *m, const char *kernel, const struc
 }
 
 int cli_call(gpux_ctx *ctx, uint32_t device, uint16_t type, const void *payload, size_t len,
-	     uint64_t *ret_gen, gpux_status *ret_status)
+	     uint64_t *ret_gen, gpux_status *ret_status, char **ret_msg)
 {
 	struct gpux_req *r;
 	int n, rc;
 
-	/* A call waits for its answer, but many threads may make calls at once. */
-	rc = cli_room_wait(ctx, device);
-	if (rc < 0)
+	for (unsigned attempt = 0;; attempt++) {
+		/* A call waits for its answer, but many threads may make calls at once. */
+		rc = cli_room_wait(ctx, device);
+		if (rc < 0)
+			return rc;
+		r = cli_req_new(ctx, device, true);
+		if (!r)
+			return -ENOMEM;
+		n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);
+		rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
+		if (rc == 0) {
+			r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
+			(void)cli_req_wait(r, 0);
+			/* Its worker died before it answered: what it made (a queue, a device
+			 * buffer) went with it, if it made it at all; asked again of the next. */
+			if (r->status == GPUX_E_WORKER_LOST && attempt + 1 < CLI_RESEND_MAX) {
+				cli_req_release(r);
+				rc = cli_device_wait(ctx, device, mono_ns() + CLI_DEVICE_WAIT_NS);
+				if (rc < 0)
+					return rc;
+				continue;
+			}
+			*ret_status = r->status;
+			if (ret_msg && r->status < 0 && r->message)
+				*ret_msg = strdup(r->message);
+		}
+		cli_req_release(r);
 		return rc;
-	r = cli_req_new(ctx, device, true);
-	if (!r)
-		return -ENOMEM;
-	n = ipc_encode(ctx->sbuf, IPC_MSG_MAX, type, r->id, 0, payload, len, NULL, 0);
-	rc = n < 0 ? n : cli_send(ctx, device, ctx->sbuf, (size_t)n, NULL, 0);
-	if (rc == 0) {
-		r->chan_gen = *ret_gen = ctx->devs[device].chan_gen;
-		(void)cli_req_wait(r, 0);
-		*ret_status = r->status;
 	}
-	cli_req_release(r);
-	return rc;
 }

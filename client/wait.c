@@ -141,6 +141,10 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 	return n;
 }
 
+/* How often a waiting thread looks after requests lost with their workers (client/replay.c),
+ * as CLI_CHANNEL_RETRY_NS. */
+#define REPLAY_LOOK_MS 10
+
 /*
  * Wait, lock held, until pred() holds or the deadline (mono_ns; 0: none) passes. One thread
  * at a time waits in epoll and takes in what arrives for all; the others sleep on the
@@ -162,6 +166,16 @@ int cli_wait_until(gpux_ctx *ctx, bool (*pred)(gpux_ctx *ctx, void *arg), void *
 			if (deadline)
 				ms = (int)MIN((deadline - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC,
 					      (uint64_t)INT_MAX);
+			/* Requests lost with a worker wait for the next: a wish for a channel that
+			 * gpuxd's full socket refused is sent again, and one that waited too long
+			 * fails, without news from anybody (client/replay.c). */
+			if (ctx->pending) {
+				cli_replay(ctx);
+				if (pred(ctx, arg))
+					break;
+				if (ctx->pending)
+					ms = ms < 0 ? REPLAY_LOOK_MS : MIN(ms, REPLAY_LOOK_MS);
+			}
 			/* What reached a ring while nobody looked (no kick: older records were
 			 * there) is taken before waiting. */
 			ctx->taking_for = mine;

@@ -53,11 +53,13 @@ static const struct entry entries[] = {
 	E(cuMemcpyDtoHAsync, 3020),
 	E(cuDeviceGetDefaultMemPool, 11020),
 	E(cuMemPoolSetAttribute, 11020),
+	E(cuMemPoolGetAttribute, 11020),
 	E(cuMemAllocFromPoolAsync, 11020),
 	E(cuMemFreeAsync, 11020),
 	E(cuModuleLoadData, 2000),
 	E(cuModuleUnload, 2000),
 	E(cuModuleGetFunction, 2000),
+	E(cuModuleGetGlobal, 3020),
 	E(cuFuncGetAttribute, 2020),
 	E(cuFuncSetAttribute, 9000),
 	E(cuFuncGetParamInfo, 12040),
@@ -79,13 +81,14 @@ static const struct entry entries[] = {
 	E(cuGreenCtxCreate, 12040),
 	E(cuGreenCtxDestroy, 12040),
 	E(cuGreenCtxStreamCreate, 12050),
+	E(cuStreamWriteValue32, 12000),
 };
 
 /* Entries the worker does without: older drivers, and drivers that will not. */
 static const char *const optional[] = {
 	"cuFuncGetParamInfo",          "cuStreamWriteValue64",      "cuDeviceGetDevResource",
 	"cuDevSmResourceSplitByCount", "cuDevResourceGenerateDesc", "cuGreenCtxCreate",
-	"cuGreenCtxDestroy",           "cuGreenCtxStreamCreate",
+	"cuGreenCtxDestroy",           "cuGreenCtxStreamCreate",    "cuStreamWriteValue32",
 };
 
 /* Entries the worker cannot do without. */

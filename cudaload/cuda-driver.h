@@ -49,11 +49,13 @@ struct cu_driver {
 	CU_FN(cuMemcpyDtoHAsync);
 	CU_FN(cuDeviceGetDefaultMemPool);
 	CU_FN(cuMemPoolSetAttribute);
+	CU_FN(cuMemPoolGetAttribute);
 	CU_FN(cuMemAllocFromPoolAsync);
 	CU_FN(cuMemFreeAsync);
 	CU_FN(cuModuleLoadData);
 	CU_FN(cuModuleUnload);
 	CU_FN(cuModuleGetFunction);
+	CU_FN(cuModuleGetGlobal);
 	CU_FN(cuFuncGetAttribute);
 	CU_FN(cuFuncSetAttribute);
 	CU_FN(cuFuncGetParamInfo); /* CUDA 12.4 and later; NULL before */
@@ -76,6 +78,7 @@ struct cu_driver {
 	CU_FN(cuGreenCtxCreate);
 	CU_FN(cuGreenCtxDestroy);
 	CU_FN(cuGreenCtxStreamCreate);
+	CU_FN(cuStreamWriteValue32); /* NULL where the driver will not */
 };
 
 /*

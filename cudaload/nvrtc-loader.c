@@ -51,6 +51,9 @@ int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)
 	SYM(add_name, "nvrtcAddNameExpression");
 	SYM(lowered_name, "nvrtcGetLoweredName");
 #undef SYM
+	*(void **)&n->pch_create_status = dlsym(n->lib, "nvrtcGetPCHCreateStatus");
+	*(void **)&n->pch_heap_required = dlsym(n->lib, "nvrtcGetPCHHeapSizeRequired");
+	*(void **)&n->pch_heap_set = dlsym(n->lib, "nvrtcSetPCHHeapSize");
 	return 0;
 }
 

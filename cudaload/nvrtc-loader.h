@@ -20,6 +20,10 @@ struct nvrtc {
 	nvrtcResult (*add_name)(nvrtcProgram, const char *);
 	nvrtcResult (*lowered_name)(nvrtcProgram, const char *, const char **);
 	const char *(*error)(nvrtcResult);
+	/* Precompiled headers (CUDA 12.8 and later): NULL in an older NVRTC. */
+	nvrtcResult (*pch_create_status)(nvrtcProgram);
+	nvrtcResult (*pch_heap_required)(nvrtcProgram, size_t *);
+	nvrtcResult (*pch_heap_set)(size_t);
 };
 
 /*

@@ -23,6 +23,11 @@
 #define IPC_OPT_ADMIN_CLIENTS 16
 #define IPC_OPT_HELLO_TIMEOUT_MS 5000
 #define IPC_OPT_BUSY_HELLO_TIMEOUT_MS 250
+#define IPC_OPT_COMPILE_TIMEOUT_MS 120000
+/* The compilers' memory by default: this, or half the machine's when that is less. */
+#define IPC_OPT_COMPILE_MEMORY_MAX (4ULL << 30)
+/* The device-memory reserve when none is given: a sixteenth of the device, at most this. */
+#define IPC_OPT_DEVICE_RESERVE_MAX (256ull << 20)
 /* A time in ms that still fits a uint64_t in ns. */
 #define IPC_OPT_MS_MAX (UINT64_MAX / 1000000u)
 /* Connections of one user, or one process, or kept for gpux status: a sanity bound. */
@@ -56,6 +61,8 @@
 	  .help = "the status page (a memfd gpuxd reads)")                                         \
 	W(clients_fd, "clients-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,             \
 	  .help = "the table of its clients (a memfd gpuxd reads)")                                \
+	W(ledger_fd, "ledger-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,               \
+	  .help = "device memory by user, of every worker (a memfd)")                              \
 	W(parent_pid, "parent-pid", .kind = IPC_OPT_UINT, .arg = "PID", .max = INT_MAX,            \
 	  .help = "gpuxd: exit at once when it is not the parent")                                 \
 	W(probe, "probe", .kind = IPC_OPT_FLAG,                                                    \
@@ -102,6 +109,22 @@
 	DW(quota_device, "quota-device", .kind = IPC_OPT_UINT, .arg = "BYTES", .max = UINT64_MAX,  \
 	   .help = "device memory a client may hold in device buffers\n"                           \
 		   "(default half the device's)")                                                  \
+	DW(quota_device_user, "quota-device-user", .kind = IPC_OPT_UINT, .arg = "BYTES",           \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "device memory (device buffers, cached inputs) one\n"                           \
+		   "user other than gpuxd's and root may hold, all its\n"                          \
+		   "clients on all devices together (default half a\n"                             \
+		   "device's; host back end: half the machine's)")                                 \
+	DW(reserved_device, "reserved-device", .kind = IPC_OPT_UINT, .arg = "BYTES",               \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "of each device (host back end: of the machine), what\n"                        \
+		   "only gpuxd's user and root may take (default a\n"                              \
+		   "sixteenth)")                                                                   \
+	DW(device_reserve, "device-reserve", .kind = IPC_OPT_UINT, .arg = "BYTES",                 \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "device memory that device buffers and the device cache\n"                      \
+		   "never take, kept for running requests' copies\n"                               \
+		   "(default a sixteenth of the device's, at most 256 MiB)")                        \
 	DW(cache_bytes, "cache-bytes", .kind = IPC_OPT_UINT, .arg = "BYTES", .max = UINT64_MAX,    \
 	   .help = "the device cache's budget (default a quarter of the device)")                  \
 	DW(cache_ttl_ms, "cache-ttl-ms", .kind = IPC_OPT_UINT, .arg = "MS", .max = IPC_OPT_MS_MAX, \
@@ -109,6 +132,14 @@
 		   IPC_OPT_CACHE_TTL_MS) ")")                                                      \
 	DW(slots, "slots", .kind = IPC_OPT_UINT, .arg = "N", .max = IPC_STATUS_SLOTS,              \
 	   .help = "streams per worker (default: a stream per CPU, at most 8)")                    \
+	DW(compile_memory, "compile-memory", .kind = IPC_OPT_UINT, .arg = "BYTES",                 \
+	   .max = UINT64_MAX,                                                                      \
+	   .help = "the address space of a compiler (cc, NVRTC) at most\n"                         \
+		   "(default 4 GiB, or half the machine's memory if less)")                        \
+	DW(compile_timeout_ms, "compile-timeout-ms", .kind = IPC_OPT_UINT, .arg = "MS",            \
+	   .max = IPC_OPT_MS_MAX,                                                                  \
+	   .help = "a compile's time at most (default " IPC_OPT_STR(                               \
+		   IPC_OPT_COMPILE_TIMEOUT_MS) ")")                                                \
 	D(allow_gid, "allow-group", .kind = IPC_OPT_PARSE, .parse = sup_parse_group,               \
 	  .arg = "GROUP",                                                                          \
 	  .help = "also serve members of GROUP (socket mode 0660). Host\n"                         \
@@ -189,6 +220,7 @@ struct ipc_worker_opts {
 	int control_fd;
 	int status_fd;
 	int clients_fd; /* -1: no table of clients (gpux top shows none of this worker's) */
+	int ledger_fd;  /* -1: none (no per-user cap on device memory) */
 	pid_t parent_pid; /* 0: none */
 	bool probe;       /* list the devices and exit */
 	bool compiler;    /* be the compile helper */
@@ -199,9 +231,14 @@ struct ipc_worker_opts {
 	uint64_t quota_shared;      /* shared-buffer bytes a client may have attached */
 	uint64_t quota_shared_user; /* those of one user's clients together (mappings) */
 	uint64_t quota_device;      /* device bytes a client may hold in device buffers; 0: half */
+	uint64_t quota_device_user; /* ... a user, all its clients and devices; 0: half */
+	uint64_t reserved_device;   /* ... only gpuxd's user and root may take; 0: a sixteenth */
+	uint64_t device_reserve;    /* device bytes kept for requests' copies; 0: the default */
 	uint64_t cache_bytes;       /* the device cache's budget; 0: a quarter of the device */
 	uint64_t cache_ttl_ms;      /* idle entries older than this go; 0: the default */
 	unsigned slots;             /* streams; 0: the worker's choice */
+	uint64_t compile_memory;    /* a compiler's address space (RLIMIT_AS); 0: the default */
+	uint64_t compile_timeout_ms; /* a compile's time; 0: the default */
 };
 
 /*
@@ -213,9 +250,10 @@ struct ipc_worker_opts {
 #define IPC_WORKER_OPTS_DEFAULTS                                                                   \
 	{                                                                                          \
 		.device = IPC_WORKER_NO_DEVICE, .backend = NULL, .control_fd = -1,                 \
-		.status_fd = -1, .clients_fd = -1,                                                 \
+		.status_fd = -1, .clients_fd = -1, .ledger_fd = -1,                               \
 		.timeout_ms = IPC_OPT_TIMEOUT_MS, .max_timeout_ms = IPC_OPT_MAX_TIMEOUT_MS,        \
 		.quota_shared = UINT64_MAX, .quota_shared_user = UINT64_MAX,                       \
+		.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS,                                  \
 	}
 
 /* gpux-worker's command line: the W and DW rows. */

@@ -37,7 +37,9 @@
 	X(IPC_E_DEVICE, GPUX_E_DEVICE, -15, "device", "device error")                              \
 	X(IPC_E_IO, GPUX_E_IO, -16, "io", "system call failed")                                    \
 	X(IPC_E_VERSION, GPUX_E_VERSION, -17, "version", "no common protocol version")             \
-	X(IPC_E_STOPPING, GPUX_E_STOPPING, -18, "stopping", "gpuxd is stopping")
+	X(IPC_E_STOPPING, GPUX_E_STOPPING, -18, "stopping", "gpuxd is stopping")                   \
+	X(IPC_E_DBUF_LOST, GPUX_E_DBUF_LOST, -19, "dbuf_lost",                                     \
+	  "the device buffer was lost with its worker")
 
 /* The other codes on the wire: X(wire name, gpux.h's name, value). */
 #define IPC_BACKENDS(X)                                                                            \
@@ -79,7 +81,8 @@
 	X(IPC_PRIO_MIN, GPUX_PRIORITY_MIN)                                                         \
 	X(IPC_PRIO_MAX, GPUX_PRIORITY_MAX)                                                         \
 	X(IPC_SHARE_MAX, GPUX_SHARE_MAX)                                                           \
-	X(IPC_QUEUE_PRIORITY, GPUX_QUEUE_PRIORITY)
+	X(IPC_QUEUE_PRIORITY, GPUX_QUEUE_PRIORITY)                                                 \
+	X(IPC_ATTR_UNKNOWN, GPUX_ATTR_UNKNOWN)
 
 /*
  * Messages: X(TYPE, number, name, label, fixed part, decoded, fds, shape).
@@ -148,8 +151,22 @@
 	X(CLIENTS_REQ, 25, clients_req, "clients-req", clients_req, clients_req, 0, FIXED)         \
 	/* gpuxd -> admin client */                                                                \
 	X(CLIENTS, 26, clients, "clients", clients, clients_msg, 0, VAR)                           \
+	/* client -> worker: a kernel's attributes; answered by KERNEL_ATTRS, then DONE */         \
+	X(KERNEL_ATTRS_REQ, 27, kernel_attrs_req, "kernel-attrs-req", sym_req, sym_req, 0, FIXED)  \
+	/* worker -> client: a kernel's attributes, just before the DONE of its question */        \
+	X(KERNEL_ATTRS, 28, kernel_attrs, "kernel-attrs", kernel_attrs, kernel_attrs, 0, FIXED)    \
+	/* client -> worker: a module's variable as a device buffer; GLOBAL, then DONE */          \
+	X(GLOBAL_REQ, 29, global_req, "global-req", sym_req, sym_req, 0, FIXED)                    \
+	/* worker -> client: that variable's size, just before the DONE of its question */         \
+	X(GLOBAL, 30, global, "global", global_info, global_info, 0, FIXED)                        \
+	/* worker -> client: its page of the worker's marks (ipc/proto.h) */                      \
+	X(MARKS, 31, marks, "marks", marks_offer, marks_offer, 1, FIXED)                           \
+	/* client -> worker: a device buffer kept in host memory; DONE when it has an id */        \
+	X(DBUF_HOST, 32, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)                   \
+	/* gpuxd -> worker: a client attached ahead (for a forked child) is that process's now */  \
+	X(ADOPT, 33, adopt, "adopt", adopt, adopt, 0, FIXED)                                       \
 	/* client -> worker: a queue's priority and compute share; DONE when it has an id */       \
-	X(QUEUE_CONFIG, 27, queue_config, "queue-config", queue_config, queue_config, 0, FIXED)
+	X(QUEUE_CONFIG, 34, queue_config, "queue-config", queue_config, queue_config, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with
@@ -173,6 +190,8 @@
 	_Static_assert(sizeof(((struct gpux_device_info *)0)->uuid) ==                             \
 			       sizeof(((struct ipc_device_info *)0)->uuid),                        \
 		       "device uuids on the wire");                                                \
+	_Static_assert(sizeof(struct gpux_kernel_attrs) == sizeof(struct ipc_kernel_attrs),        \
+		       "kernel attributes on the wire");                                           \
 	_Pragma("GCC diagnostic push") _Pragma("GCC diagnostic error \"-Wswitch\"")                \
 	__attribute__((unused)) static void ipc_public_codes_all_on_the_wire_(                     \
 		gpux_status s, enum gpux_backend b, enum gpux_device_state d, enum gpux_lang l,    \

@@ -105,7 +105,12 @@ static bool ok_device(const struct ipc_device *m, const struct ipc_msg *msg)
 /* From gpuxd, whom the worker trusts: the size, the fd and the policy's levels. */
 static bool ok_attach(const struct ipc_attach *m, const struct ipc_msg *msg)
 {
-	return ok_prio_policy(m->prio_max, m->prio_default);
+	return ok_prio_policy(m->prio_max, m->prio_default) && !(m->flags & ~IPC_ATTACH_SPARE);
+}
+
+static bool ok_adopt(const struct ipc_adopt *m, const struct ipc_msg *msg)
+{
+	return m->client_id != 0;
 }
 
 static bool ok_ready(const struct ipc_ready *m, const struct ipc_msg *msg)
@@ -195,6 +200,58 @@ static bool ok_channel_req(const struct ipc_channel_req *m, const struct ipc_msg
 static bool ok_mod_info(const struct ipc_mod_info *m, const struct ipc_msg *msg)
 {
 	return m->source >= IPC_MOD_COMPILED && m->source <= IPC_MOD_MEMORY && msg->hdr.id != 0;
+}
+
+/* A name of 1 to IPC_KERNEL_NAME_MAX bytes, without NUL, NUL-terminated. */
+static bool ok_sym_req(const struct ipc_sym_req *m)
+{
+	return m->name_len > 0 && m->name_len <= IPC_KERNEL_NAME_MAX && m->flags == 0 &&
+	       !memchr(m->name, 0, m->name_len) && m->name[m->name_len] == 0;
+}
+
+static bool ok_kernel_attrs_req(const struct ipc_sym_req *m, const struct ipc_msg *msg)
+{
+	return ok_sym_req(m) && m->dbuf_id == 0 && msg->hdr.id != 0;
+}
+
+static bool ok_global_req(const struct ipc_sym_req *m, const struct ipc_msg *msg)
+{
+	return ok_sym_req(m) && msg->hdr.id != 0;
+}
+
+/* Only ever an answer: it has its question's id. */
+static bool ok_kernel_attrs(const struct ipc_kernel_attrs *m, const struct ipc_msg *msg)
+{
+	const int32_t v[] = { m->max_threads_per_block, m->num_regs, m->shared_size_bytes,
+			      m->const_size_bytes, m->local_size_bytes,
+			      m->max_dynamic_shared_size_bytes, m->ptx_version, m->binary_version,
+			      m->cache_mode_ca, m->preferred_shared_memory_carveout, m->nparams };
+
+	for (unsigned i = 0; i < ARRAY_SIZE(v); i++)
+		if (v[i] < IPC_ATTR_UNKNOWN)
+			return false;
+	for (unsigned i = 0; i < ARRAY_SIZE(m->reserved); i++)
+		if (m->reserved[i])
+			return false;
+	return msg->hdr.id != 0 && m->nparams <= (int32_t)IPC_ARGS_MAX;
+}
+
+static bool ok_global(const struct ipc_global_info *m, const struct ipc_msg *msg)
+{
+	return msg->hdr.id != 0 && m->size != 0 && !(m->flags & ~IPC_GLOBAL_READ_ONLY) &&
+	       m->reserved == 0;
+}
+
+static bool ok_marks(const struct ipc_marks_offer *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0 && m->index < IPC_MARKS_PAGES;
+}
+
+static bool ok_dbuf_host(const struct ipc_dbuf_host *m, const struct ipc_msg *msg)
+{
+	uint64_t end;
+
+	return m->size != 0 && add_ok(m->seg_offset, m->size, &end);
 }
 
 /*

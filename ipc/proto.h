@@ -149,6 +149,9 @@ struct ipc_device {
 };
 _Static_assert(sizeof(struct ipc_device) == 128, "wire ABI");
 
+/* Made ahead for a forked child (supervisor/spares.c): no client's yet, until ADOPT. */
+#define IPC_ATTACH_SPARE 0x1u
+
 /*
  * gpuxd's priority policy for the client (gpuxd --priority): the highest priority its queues
  * may have, and theirs when it names none, each IPC_PRIO_MIN to IPC_PRIO_MAX with
@@ -161,9 +164,17 @@ struct ipc_attach {
 	uint32_t pid;
 	int8_t prio_max;
 	int8_t prio_default;
-	uint16_t reserved;
+	uint16_t flags; /* IPC_ATTACH_* (0 before) */
 };
 _Static_assert(sizeof(struct ipc_attach) == 24, "wire ABI");
+
+/* The client attached as client_id (made ahead for a forked child) is now the process pid's. */
+struct ipc_adopt {
+	uint64_t client_id;
+	uint32_t pid;
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_adopt) == 16, "wire ABI");
 
 struct ipc_ready {
 	struct ipc_device_info info;
@@ -332,12 +343,98 @@ struct ipc_mod_info {
 };
 _Static_assert(sizeof(struct ipc_mod_info) == 32, "wire ABI");
 
+/*
+ * KERNEL_ATTRS_REQ and GLOBAL_REQ: a kernel or a variable of the client's module mod_id, by
+ * name. A GLOBAL_REQ binds the variable to the client's device buffer id dbuf_id (one it does
+ * not use yet); a KERNEL_ATTRS_REQ has none (0).
+ */
+struct ipc_sym_req {
+	uint64_t mod_id;
+	uint64_t dbuf_id;
+	uint32_t name_len; /* 1 to IPC_KERNEL_NAME_MAX */
+	uint32_t flags;    /* none yet: 0 */
+	char name[IPC_KERNEL_NAME_MAX + 1]; /* name_len bytes without NUL, then a NUL */
+};
+_Static_assert(sizeof(struct ipc_sym_req) == 280, "wire ABI");
+
+/* A kernel's attribute the back end cannot tell. */
+#define IPC_ATTR_UNKNOWN (-1)
+
+/* Sent, with the KERNEL_ATTRS_REQ's id, just before its DONE: as gpux.h's gpux_kernel_attrs. */
+struct ipc_kernel_attrs {
+	int32_t max_threads_per_block;
+	int32_t num_regs;
+	int32_t shared_size_bytes;
+	int32_t const_size_bytes;
+	int32_t local_size_bytes;
+	int32_t max_dynamic_shared_size_bytes;
+	int32_t ptx_version;
+	int32_t binary_version;
+	int32_t cache_mode_ca;
+	int32_t preferred_shared_memory_carveout;
+	int32_t nparams;
+	int32_t reserved[5]; /* 0 */
+};
+_Static_assert(sizeof(struct ipc_kernel_attrs) == 64, "wire ABI");
+
+#define IPC_GLOBAL_READ_ONLY 0x1u /* in memory the device cannot write (the host's .rodata) */
+
+/* Sent, with the GLOBAL_REQ's id, just before its DONE: the device buffer's size. */
+struct ipc_global_info {
+	uint64_t size;
+	uint32_t flags; /* IPC_GLOBAL_* */
+	uint32_t reserved;
+};
+_Static_assert(sizeof(struct ipc_global_info) == 16, "wire ABI");
+
 /* With one fd: the rings' memfd. */
 struct ipc_rings_offer {
 	uint32_t size; /* IPC_RINGS_BYTES; a client that finds another ignores the offer */
 	uint32_t flags; /* none yet: 0 */
 };
 _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
+
+/*
+ * Marks: where a client can tell, once its worker is gone, which of its requests had passed
+ * their point of no return (client/replay.c). Each client has a page of its worker's marks
+ * memfd (sealed against writes but the worker's own mapping: the client maps it read-only),
+ * IPC_MARKS_PER_CLIENT words, where the worker (or, in stream order, the device) writes
+ * (id & IPC_MARK_ID_MASK) | state << IPC_MARK_STATE_SHIFT at word id % IPC_MARKS_PER_CLIENT
+ * before request `id` takes the step its state names. So a client keeps at most one request
+ * in flight per word, and its request ids below 2^30.
+ */
+#define IPC_MARKS_PER_CLIENT 1024u
+#define IPC_MARKS_PAGE (IPC_MARKS_PER_CLIENT * 4u)
+#define IPC_MARK_ID_MASK 0x3fffffffu
+#define IPC_MARK_STATE_SHIFT 30
+/* Handed to the device (CUDA), which may have run it, but nothing copied back yet. */
+#define IPC_MARK_LAUNCHED 1u
+/* Past its point of no return: it began to change the client's memory (a host kernel, a
+ * mapped or in-place argument, the copy of its results back), or it ended. */
+#define IPC_MARK_STARTED 2u
+#define IPC_MARK(id, state) (((id) & IPC_MARK_ID_MASK) | ((uint32_t)(state) << IPC_MARK_STATE_SHIFT))
+/* Pages in a worker's marks memfd (16 MiB): one per client with requests, that many at once. */
+#define IPC_MARKS_PAGES 4096u
+
+/* With one fd: the worker's marks memfd, of which page `index` is this client's. */
+struct ipc_marks_offer {
+	uint32_t index;
+	uint32_t flags; /* none yet: 0 */
+};
+_Static_assert(sizeof(struct ipc_marks_offer) == 8, "wire ABI");
+
+/*
+ * A device buffer kept in host memory: the range of a shared segment of the client's, which
+ * kernels use in place (a mapped argument's way) and which outlives the worker. Answered by
+ * DONE when it has an id.
+ */
+struct ipc_dbuf_host {
+	uint64_t dbuf_id;
+	uint64_t size;
+	uint64_t seg_id;
+	uint64_t seg_offset;
+};
+_Static_assert(sizeof(struct ipc_dbuf_host) == 32, "wire ABI");
 
 /*
  * Answered by a DEVICE with a new channel when the worker of that generation is ready (it lets
@@ -475,7 +572,7 @@ struct ipc_status {
 	uint32_t first;
 	uint32_t count;
 	uint32_t flags;
-	uint32_t reserved;
+	uint32_t spares; /* connections made ahead for clients' forked children (0 before) */
 	/* then count struct ipc_dev_status */
 };
 _Static_assert(sizeof(struct ipc_status) == 80, "wire ABI");

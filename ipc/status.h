@@ -38,6 +38,22 @@ struct ipc_launch_limits {
 };
 _Static_assert(sizeof(struct ipc_launch_limits) == 32, "status page ABI");
 
+/*
+ * Why a worker is about to die, written once before it does: by the worker as it gives up
+ * after a kernel broke its device (the request blamed), or by gpuxd as it kills it for a
+ * request past its deadline. Clients read it after the death, to tell whose requests may run
+ * again (client/replay.c); gpuxd hands no new channel to a worker that has one.
+ */
+#define IPC_FAULT_KERNEL 1u   /* a kernel faulted: the worker exits */
+#define IPC_FAULT_DEADLINE 2u /* a request ran past its deadline: gpuxd kills the worker */
+#define IPC_FAULT_WRITING 0x80000000u /* being written: not to be read yet */
+
+struct ipc_fault {
+	uint64_t client_id; /* gpuxd's id of the culprit's client */
+	uint32_t req_id;    /* the culprit (of a CUDA graph: its first request) */
+	uint32_t cause;     /* IPC_FAULT_*; 0: none */
+};
+
 struct ipc_status_page {
 	uint32_t magic;
 	uint32_t seq;
@@ -56,6 +72,7 @@ struct ipc_status_page {
 	 * in flight, each of which may be waiting for an answer, up to the CPUs (past them, no
 	 * client spins). */
 	uint32_t busy;
+	struct ipc_fault fault; /* outside the sequence count: ipc_status_fault_*() */
 };
 
 #define IPC_STATUS_PAGE_SIZE 8192u
@@ -115,6 +132,35 @@ static inline bool ipc_status_read(const struct ipc_status_page *p, struct ipc_s
 			return ret->magic == IPC_STATUS_MAGIC && ret->nslots <= IPC_STATUS_SLOTS;
 	}
 	return false;
+}
+
+/* Record why the worker dies (the first to write wins); false when it was recorded already. */
+static inline bool ipc_status_fault_set(struct ipc_status_page *p, uint64_t client_id,
+					uint32_t req_id, uint32_t cause)
+{
+	uint32_t none = 0;
+
+	if (!__atomic_compare_exchange_n(&p->fault.cause, &none, IPC_FAULT_WRITING, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return false;
+	__atomic_store_n(&p->fault.client_id, client_id, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->fault.req_id, req_id, __ATOMIC_RELAXED);
+	__atomic_store_n(&p->fault.cause, cause, __ATOMIC_RELEASE);
+	return true;
+}
+
+/* Why the worker dies, when that was recorded (whole); 0 and nothing written otherwise. */
+static inline uint32_t ipc_status_fault_get(const struct ipc_status_page *p,
+					    struct ipc_fault *ret)
+{
+	uint32_t cause = __atomic_load_n(&p->fault.cause, __ATOMIC_ACQUIRE);
+
+	if (cause != IPC_FAULT_KERNEL && cause != IPC_FAULT_DEADLINE)
+		return 0;
+	ret->client_id = __atomic_load_n(&p->fault.client_id, __ATOMIC_RELAXED);
+	ret->req_id = __atomic_load_n(&p->fault.req_id, __ATOMIC_RELAXED);
+	ret->cause = cause;
+	return cause;
 }
 
 /* The affinity filter's two bit positions for a (uid, content key) pair. */

@@ -64,6 +64,11 @@ static int render(FILE *f, void *userdata, char *why, size_t why_len)
 	struct ipc_status st;
 	int fd, r;
 
+	/* gpuxd's process first: its open files without this connection to it, which it may
+	 * not have seen closed yet by the time they would be counted after. */
+	r = mx_process_write(f, (pid_t)o->pid);
+	if (r < 0)
+		return r;
 	fd = ipc_admin_connect(o->socket_path, STATUS_TIMEOUT_MS, why, why_len);
 	if (fd < 0)
 		return fd;
@@ -71,10 +76,7 @@ static int render(FILE *f, void *userdata, char *why, size_t why_len)
 	(void)close(fd);
 	if (r < 0)
 		return r;
-	r = ipc_metrics_write(f, &st, devs, o->per_user ? IPC_METRICS_PER_USER : 0);
-	if (r == 0)
-		r = mx_process_write(f, (pid_t)o->pid);
-	return r;
+	return ipc_metrics_write(f, &st, devs, o->per_user ? IPC_METRICS_PER_USER : 0);
 }
 
 /* As many connections as the limit of open files leaves room for, up to MX_CONNS_MAX. */

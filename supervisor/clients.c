@@ -104,9 +104,23 @@ static void count_sub(struct ipc_map *m, uint64_t key)
 		(void)ipc_map_put(m, key, (void *)(n - 1));
 }
 
+const struct sup_gone *sup_client_gone_get(const struct sup *s, uint64_t client_id)
+{
+	for (unsigned i = 0; i < SUP_GONE_KEPT; i++)
+		if (s->gone[i].id == client_id && client_id)
+			return &s->gone[i];
+	return NULL;
+}
+
 static void client_free(struct sup_client *c)
 {
 	struct sup *s = c->s;
+
+	/* Its work may outlive it (a kernel that runs on): who it was stays known a while. */
+	if (c->hello_done && !c->admin)
+		s->gone[s->ngone++ % SUP_GONE_KEPT] = (struct sup_gone){
+			.id = c->id, .pid = c->pid, .uid = c->uid, .gone_ns = mono_ns()
+		};
 
 	LIST_REMOVE(s->clients, c);
 	s->nclients--;
@@ -117,6 +131,8 @@ static void client_free(struct sup_client *c)
 	count_sub(&s->per_uid, c->uid);
 	if (c->pid > 0) {
 		count_sub(&s->per_pid, (uint64_t)c->pid);
+		if (!count_get(&s->per_pid, (uint64_t)c->pid))
+			sup_spares_pid_gone(s, c->pid);
 		sup_workers_tell_processes(s);
 	}
 	if (c->hello_done)
@@ -156,6 +172,30 @@ static void give_later(struct sup_client *c, struct sup_worker *w)
 	ipc_timer_arm(c->chan_timer, mono_ns() + SUP_CHANNEL_RETRY_NS);
 }
 
+/*
+ * Give a client the channel to a ready worker that a spare made ahead (supervisor/spares.c):
+ * the worker attached it as the spare's id, which is the client's now, and learns whose it is
+ * (ADOPT, which also wakes it for the client's first request). False when the spare has none
+ * to that worker as it runs now.
+ */
+static bool give_spare_channel(struct sup_client *c, struct sup_worker *w, struct sup_spare *sp)
+{
+	struct ipc_adopt a = { .client_id = c->id, .pid = (uint32_t)MAX(c->pid, 0) };
+	int fds[2] = { sup_spare_channel(sp, w), w->status_ro_fd };
+	int n;
+
+	if (fds[0] < 0)
+		return false;
+	n = ipc_encode_adopt(msgbuf, sizeof(msgbuf), 0, &a);
+	if (n > 0)
+		(void)ipc_conn_send(w->control, msgbuf, (size_t)n, NULL, 0);
+	send_device(c, w, fds);
+	(void)close(fds[0]);
+	c->chan_last_ns[w->index] = mono_ns();
+	c->chan_wanted &= ~(1ULL << w->index);
+	return true;
+}
+
 /* Make a channel between a client and a ready worker and give each its end. */
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 {
@@ -193,10 +233,11 @@ void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 /* A worker became ready or went away: tell every client, with a new channel when ready. */
 void sup_clients_device_changed(struct sup *s, struct sup_worker *w)
 {
+	sup_spares_drop(s);
 	for (struct sup_client *c = s->clients; c; c = c->next) {
 		if (!c->hello_done || c->admin)
 			continue;
-		if (w->state == W_READY && w->control)
+		if (sup_worker_serving(w))
 			sup_client_give_channel(c, w);
 		else
 			send_device(c, w, NULL);
@@ -224,6 +265,7 @@ void sup_status_collect(struct sup *s, struct ipc_status *ret, struct ipc_dev_st
 		.uptime_ns = mono_ns() - s->started_ns,
 		.clients_total = s->clients_total,
 		.clients_refused = s->clients_refused,
+		.spares = s->nspares,
 		.count = s->nworkers,
 		.flags = s->stopping ? IPC_STATUS_STOPPING : 0,
 	};
@@ -352,6 +394,7 @@ static void send_clients(struct sup_client *asker, uint32_t id, uint64_t after)
 static int hello(struct sup_client *c, const struct ipc_msg *msg)
 {
 	struct sup *s = c->s;
+	struct sup_spare *spare = NULL;
 	struct ipc_welcome wel;
 	struct ipc_hello h;
 	uint32_t version;
@@ -404,10 +447,15 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
 		return 0;
 	}
-	c->id = ++s->next_client_id;
+	/* A forked child of a client takes what was made ahead for it, its id included. */
+	if (!(h.flags & IPC_HELLO_ADMIN))
+		spare = sup_spare_take(s, c);
+	c->id = spare ? sup_spare_id(spare) : ++s->next_client_id;
 	r = ipc_map_put(&s->client_ids, c->id, c);
-	if (r < 0)
+	if (r < 0) {
+		sup_spare_free(s, spare);
 		return r;
+	}
 	c->hello_done = true;
 	c->admin = h.flags & IPC_HELLO_ADMIN;
 	ipc_timer_arm(c->hello_timer, 0);
@@ -422,20 +470,17 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		.prio_default = c->prio_default,
 	};
 	n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), msg->hdr.id, &wel);
-	if (n < 0)
-		return n;
-	r = ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
-	if (r < 0 || c->admin)
-		return r;
-	for (unsigned i = 0; i < s->nworkers; i++) {
+	r = n < 0 ? n : ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
+	for (unsigned i = 0; i < s->nworkers && r == 0 && !c->admin; i++) {
 		struct sup_worker *w = &s->workers[i];
 
-		if (w->state == W_READY && w->control)
-			sup_client_give_channel(c, w);
-		else
+		if (!sup_worker_serving(w))
 			send_device(c, w, NULL);
+		else if (!give_spare_channel(c, w, spare))
+			sup_client_give_channel(c, w);
 	}
-	return 0;
+	sup_spare_free(s, spare);
+	return r;
 }
 
 /*
@@ -477,7 +522,7 @@ static void channels_give(struct sup_client *c)
 			 * second channel would take the place of the first, and of what runs on
 			 * it. While gpuxd stops, its draining workers take no new channel. */
 			sup_worker_reap_if_dead(w);
-			if (!s->stopping && w->state == W_READY && w->control &&
+			if (!s->stopping && sup_worker_serving(w) &&
 			    (gen == 0 || gen == w->generation))
 				sup_client_give_channel(c, w);
 			/* Given, or nothing to give; else it failed and is tried again. */
@@ -751,6 +796,9 @@ int sup_clients_start(struct sup *s)
 	r = ipc_timer_new(s->loop, on_hello_sweep, s, &s->hello_sweep);
 	if (r < 0)
 		return r;
+	r = sup_spares_start(s);
+	if (r < 0)
+		return r;
 	if (s->opts.private_mode)
 		ipc_timer_arm(s->idle_timer, mono_ns() + s->opts.idle_exit_ms * NSEC_PER_MSEC);
 	return ipc_listener_new(s->loop, s->listen_fd, on_accept, s, &s->listener);
@@ -762,6 +810,7 @@ void sup_clients_free(struct sup *s)
 	s->listener = NULL;
 	while (s->clients)
 		client_free(s->clients);
+	sup_spares_free(s);
 	ipc_map_done(&s->client_ids);
 	ipc_map_done(&s->per_uid);
 	ipc_map_done(&s->per_pid);

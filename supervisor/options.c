@@ -241,6 +241,7 @@ void sup_opts_init(struct sup_opts *o)
 		.admin_clients = IPC_OPT_ADMIN_CLIENTS,
 		.hello_timeout_ms = IPC_OPT_HELLO_TIMEOUT_MS,
 		.busy_hello_timeout_ms = IPC_OPT_BUSY_HELLO_TIMEOUT_MS,
+		.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS,
 		.log_level = LOG_INFO,
 	};
 }
@@ -283,6 +284,7 @@ int sup_worker_argv(const struct sup *s, const struct sup_worker *w, struct sup_
 		wo.control_fd = 3;
 		wo.status_fd = 4;
 		wo.clients_fd = 5;
+		wo.ledger_fd = 6;
 		wo.parent_pid = getpid();
 		wo.sandbox = s->opts.host_sandbox;
 #define SUP_PASS_ON_(field, ...) wo.field = s->opts.field;

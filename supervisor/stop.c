@@ -51,6 +51,7 @@ void sup_stop(struct sup *s)
 	if (s->stopping)
 		return;
 	s->stopping = true;
+	sup_spares_drop(s);
 	s->drain_reported = UINT64_MAX;
 	(void)sup_notify("STOPPING=1\nSTATUS=draining");
 	sup_workers_drain(s);

@@ -10,6 +10,7 @@
 
 #include <gpux/gpux.h>
 
+#include "ledger.h"
 #include "loop.h"
 #include "map.h"
 #include "options.h"
@@ -42,6 +43,9 @@
  * does not keep gpuxd from the rest), and the longest line kept (the rest is cut). */
 #define SUP_LOG_ROUND_BYTES (16u * 1024u)
 #define SUP_LOG_LINE_MAX 1024u
+
+/* Connections made ahead for one process's children (supervisor/spares.c), at most. */
+#define SUP_POOL_SPARES 8u
 
 /* Exit codes. */
 #define SUP_EXIT_OK 0
@@ -87,10 +91,15 @@ struct sup_opts {
 	uint64_t quota_shared;      /* shared-buffer bytes of one client */
 	uint64_t quota_shared_user; /* of one user's clients together, at a worker */
 	uint64_t quota_device;
+	uint64_t device_reserve;
+	uint64_t quota_device_user;
+	uint64_t reserved_device;
 	uint64_t cache_bytes;
 	uint64_t cache_ttl_ms;
 	unsigned host_devices;
 	unsigned slots;
+	uint64_t compile_memory;
+	uint64_t compile_timeout_ms;
 	/* Connections (see supervisor/clients.c): all of them, the last `reserved_clients` of
 	 * those for gpuxd's user and root only; per user (others than those) and per process;
 	 * beyond max_clients, `admin_clients` for gpux status. */
@@ -191,6 +200,15 @@ struct sup_client {
 	struct sup_client *prev, *next;
 };
 
+/* A client gone lately, for the log lines about its work that outlives it (a deadline). */
+#define SUP_GONE_KEPT 64u
+struct sup_gone {
+	uint64_t id; /* 0: none */
+	pid_t pid;
+	uid_t uid;
+	uint64_t gone_ns;
+};
+
 struct sup {
 	struct sup_opts opts;
 	struct ipc_loop *loop;
@@ -201,6 +219,10 @@ struct sup {
 	struct ipc_listener *listener;
 	struct sup_worker workers[IPC_DEVICES_MAX];
 	unsigned nworkers;
+	/* Device memory by user, which every worker writes (ipc/ledger.h); made at the first
+	 * spawn. */
+	struct ipc_ledger *ledger;
+	int ledger_fd;
 	struct sup_client *clients;
 	unsigned nclients;
 	unsigned nsilent;     /* clients that have not said hello */
@@ -211,9 +233,15 @@ struct sup {
 	struct ipc_map per_uid; /* uid -> connections, as a pointer-sized count */
 	struct ipc_map per_pid; /* pid -> connections */
 	struct ipc_map client_ids; /* id -> struct sup_client */
+	struct sup_gone gone[SUP_GONE_KEPT]; /* the last clients gone, the oldest replaced */
+	unsigned ngone;
 	uint64_t next_client_id;
 	uint64_t clients_total;
 	uint64_t clients_refused;
+	struct ipc_map pools; /* pid -> struct sup_pool: spares for that process's children */
+	unsigned nspares;
+	uint64_t spares_taken;
+	struct ipc_timer *refill_timer;
 	/* --metrics: the port, bound here and served by gpux-metrics beside gpuxd, which is
 	 * restarted when it dies (supervisor/metrics.c). */
 	int metrics_fd;
@@ -334,6 +362,32 @@ void sup_workers_free(struct sup *s);
 void sup_worker_log_read(struct sup_worker *w);
 const char *sup_state_name(enum sup_state st);
 uint32_t sup_public_state(const struct sup_worker *w);
+/*
+ * Whether the worker takes new channels: ready, and not about to die (it gave up after a
+ * kernel fault, or gpuxd kills it for a deadline: its status page's fault record says so).
+ * A client given a channel to a worker that dies then had its first requests lost.
+ */
+bool sup_worker_serving(const struct sup_worker *w);
+
+/* supervisor/spares.c */
+struct sup_spare;
+int sup_spares_start(struct sup *s);
+void sup_spares_free(struct sup *s);
+/*
+ * For a hello of c: a spare made for the children of c's parent process, when it is a client
+ * here and has one for c's uid and gid (to free with sup_spare_free()); else NULL. Either way
+ * the parent's pool is made again, or made larger when it had none left.
+ */
+struct sup_spare *sup_spare_take(struct sup *s, const struct sup_client *c);
+void sup_spare_free(struct sup *s, struct sup_spare *sp);
+uint64_t sup_spare_id(const struct sup_spare *sp);
+/* The spare's end of a channel to w, taken (the caller closes it), or -1 when it has none
+ * that leads to w as it runs now. */
+int sup_spare_channel(struct sup_spare *sp, const struct sup_worker *w);
+/* The process had its last connection closed: its pool goes. */
+void sup_spares_pid_gone(struct sup *s, pid_t pid);
+/* A worker changed (or gpuxd stops): every spare goes, and is made again unless stopping. */
+void sup_spares_drop(struct sup *s);
 
 /* supervisor/clients.c */
 int sup_clients_start(struct sup *s);
@@ -341,5 +395,7 @@ void sup_clients_free(struct sup *s);
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w);
 void sup_clients_device_changed(struct sup *s, struct sup_worker *w);
 void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_killed *k);
+/* A client gone lately (one of the last SUP_GONE_KEPT), or NULL. */
+const struct sup_gone *sup_client_gone_get(const struct sup *s, uint64_t client_id);
 /* The status now: *ret (count = ndevices) and devs[0 .. ndevices) (IPC_DEVICES_MAX). */
 void sup_status_collect(struct sup *s, struct ipc_status *ret, struct ipc_dev_status *devs);

@@ -74,11 +74,23 @@ const char *sup_state_name(enum sup_state st)
 	return st < W_STATE_N ? names[st] : "?";
 }
 
+static bool worker_dying(const struct sup_worker *w)
+{
+	struct ipc_fault f;
+
+	return w->killed_deadline || (w->status && ipc_status_fault_get(w->status, &f));
+}
+
+bool sup_worker_serving(const struct sup_worker *w)
+{
+	return w->state == W_READY && w->control && !worker_dying(w);
+}
+
 uint32_t sup_public_state(const struct sup_worker *w)
 {
 	switch (w->state) {
 	case W_READY:
-		return GPUX_DEVICE_READY;
+		return worker_dying(w) ? GPUX_DEVICE_RESTARTING : GPUX_DEVICE_READY;
 	case W_FAILED:
 		return GPUX_DEVICE_FAILED;
 	case W_STARTING:
@@ -366,6 +378,9 @@ static void reap(struct sup_worker *w)
 				WTERMSIG(st));
 	}
 	w->pid = 0;
+	/* What it held of the device went with it. */
+	if (w->s->ledger)
+		ipc_ledger_forget_device(w->s->ledger, w->index);
 	/* Clients look here before they send: a ring gives no EPIPE. */
 	if (w->status)
 		__atomic_store_n(&w->status->gone, 1, __ATOMIC_RELEASE);
@@ -423,7 +438,7 @@ static int spawn(struct sup_worker *w)
 	posix_spawnattr_t attr;
 	sigset_t none, deflt;
 	_cleanup_(closep) int ctl_child = -1, status_child = -1, ctl = -1, log_child = -1;
-	_cleanup_(closep) int clients_child = -1;
+	_cleanup_(closep) int clients_child = -1, ledger_child = -1;
 	int pair[2], logp[2], r;
 	pid_t pid;
 
@@ -433,6 +448,13 @@ static int spawn(struct sup_worker *w)
 			 strerror(-r));
 		return r;
 	}
+	if (!s->ledger) {
+		r = ipc_ledger_new(s->nworkers, &s->ledger_fd, &s->ledger);
+		if (r < 0) {
+			sup_logp(LOG_ERR, "the ledger of device memory: %s", strerror(-r));
+			return r;
+		}
+	}
 	r = status_page_new(w);
 	if (r < 0)
 		return r;
@@ -440,12 +462,13 @@ static int spawn(struct sup_worker *w)
 	if (r < 0)
 		return r;
 	ctl = pair[0];
-	/* Above the fds the child gets (3, 4), so that dup2 never meets itself. */
+	/* Above the fds the child gets (3 to 6), so that dup2 never meets itself. */
 	ctl_child = dup_high(pair[1]);
 	(void)close(pair[1]);
 	status_child = dup_high(w->status_fd);
 	clients_child = dup_high(w->clients_fd);
-	if (ctl_child < 0 || status_child < 0 || clients_child < 0)
+	ledger_child = dup_high(s->ledger_fd);
+	if (ctl_child < 0 || status_child < 0 || clients_child < 0 || ledger_child < 0)
 		return -EMFILE;
 	/* The last worker's pipe may still be held by a child of its: one more round, and the
 	 * rest is dropped. */
@@ -476,9 +499,10 @@ static int spawn(struct sup_worker *w)
 	(void)posix_spawn_file_actions_adddup2(&fa, ctl_child, 3);
 	(void)posix_spawn_file_actions_adddup2(&fa, status_child, 4);
 	(void)posix_spawn_file_actions_adddup2(&fa, clients_child, 5);
+	(void)posix_spawn_file_actions_adddup2(&fa, ledger_child, 6);
 	/* And nothing else: not an fd gpuxd was started with and keeps open without
 	 * close-on-exec (who started it may leak fds), which the worker would hand on. */
-	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 6);
+	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 7);
 	(void)posix_spawnattr_init(&attr);
 	sigemptyset(&none);
 	sigemptyset(&deflt);
@@ -678,18 +702,34 @@ static void deadline_check(struct ipc_timer *t, void *userdata)
 			};
 
 			const struct sup_client *c;
+			const struct sup_gone *g;
+			char who[96];
 
 			if (!run->client_id || !run->deadline_ns || now <= run->deadline_ns)
 				continue;
+			/* Its kernel runs on after it went: say so, and who it was if known. */
 			c = ipc_map_get(&s->client_ids, run->client_id);
+			g = c ? NULL : sup_client_gone_get(s, run->client_id);
+			if (c)
+				(void)snprintf(who, sizeof(who), "pid %d uid %u", (int)c->pid,
+					       (unsigned)c->uid);
+			else if (g)
+				(void)snprintf(who, sizeof(who), "gone %.1f s ago; it was pid %d uid %u",
+					       (double)(now - g->gone_ns) / 1e9, (int)g->pid,
+					       (unsigned)g->uid);
+			else
+				(void)snprintf(who, sizeof(who), "gone");
 			sup_logp(LOG_WARNING,
-				 "device %u: request %u of client %llu (pid %d uid %u) ran %.1f s "
-				 "past its deadline: killing worker %d",
-				 w->index, run->req_id, (unsigned long long)run->client_id,
-				 c ? (int)c->pid : -1, c ? (unsigned)c->uid : UINT32_MAX,
+				 "device %u: request %u of client %llu (%s) ran %.1f s past its "
+				 "deadline: killing worker %d",
+				 w->index, run->req_id, (unsigned long long)run->client_id, who,
 				 (double)(now - run->deadline_ns) / 1e9, (int)w->pid);
 			/* Tell the client first; the kill follows on the next round of the loop,
-			 * after the message has gone out. */
+			 * after the message has gone out. The page says why first: the other
+			 * clients' requests that the worker had not finished may run again
+			 * (client/replay.c). */
+			(void)ipc_status_fault_set(w->status, run->client_id, run->req_id,
+						   IPC_FAULT_DEADLINE);
 			sup_client_send_killed(s, run->client_id, &killed);
 			w->killed_deadline = true;
 			ipc_timer_arm(w->timer, now);
@@ -773,4 +813,9 @@ void sup_workers_free(struct sup *s)
 		}
 	}
 	ipc_timer_free(s->deadline_timer);
+	if (s->ledger) {
+		ipc_ledger_unmap(s->ledger);
+		s->ledger = NULL;
+		s->ledger_fd = safe_close(s->ledger_fd);
+	}
 }

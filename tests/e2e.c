@@ -380,6 +380,33 @@ void test_wait_stats(const struct test_daemon *d, uint32_t device,
 	}
 }
 
+/* Whether a line of the file at path holds `what`. */
+static bool file_has(const char *path, const char *what)
+{
+	char line[4096];
+	bool found = false;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, what) != NULL;
+	(void)fclose(f);
+	return found;
+}
+
+bool test_log_wait(const struct test_daemon *d, const char *what)
+{
+	uint64_t until = mono_ns() + WAIT_NS;
+
+	while (!file_has(d->log, what))
+		if (mono_ns() > until)
+			return false;
+		else
+			(void)usleep(5000);
+	return true;
+}
+
 gpux_ctx *test_connect(const struct test_daemon *d)
 {
 	gpux_ctx *ctx = NULL;
@@ -510,9 +537,13 @@ int test_raw_channel(const struct test_daemon *d, int *ret_sup)
 	assert_int_equal(msg.nfds, 2);
 	chan = ipc_msg_take_fd(&msg, 0);
 	ipc_msg_close_fds(&msg);
-	/* The worker offers its rings first; a client that ignores them has the socket. */
+	/* The worker offers its rings first; a client that ignores them has the socket. Then its
+	 * page of the marks, which a client may ignore too. */
 	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
 	assert_int_equal(msg.hdr.type, IPC_RINGS);
+	ipc_msg_close_fds(&msg);
+	assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &msg, 0), 1);
+	assert_int_equal(msg.hdr.type, IPC_MARKS);
 	ipc_msg_close_fds(&msg);
 	*ret_sup = sup;
 	return chan;

@@ -70,6 +70,9 @@ void test_wait_generation(const struct test_daemon *d, uint32_t device, uint32_t
 void test_wait_stats(const struct test_daemon *d, uint32_t device,
 		     bool (*pred)(const struct ipc_dev_status *s, void *arg), void *arg);
 
+/* Whether gpuxd's log (its workers' lines too) has, or within 20 s gets, a line holding `what`. */
+bool test_log_wait(const struct test_daemon *d, const char *what);
+
 /* Connect a client to the daemon; asserts. */
 gpux_ctx *test_connect(const struct test_daemon *d);
 
@@ -119,8 +122,8 @@ struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q);
 int test_raw_connect(const struct test_daemon *d);
 
 /*
- * Say hello to the daemon as the library would and take device 0's channel (its rings offer
- * read and ignored: the channel works by its socket alone). *ret_sup is the connection to
+ * Say hello to the daemon as the library would and take device 0's channel (its rings and
+ * marks offers read and ignored: the channel works by its socket alone). *ret_sup is the connection to
  * gpuxd, which must stay open while the channel is used. Asserts.
  */
 int test_raw_channel(const struct test_daemon *d, int *ret_sup);

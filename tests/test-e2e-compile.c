@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-compile.c: CUDA C++ as written (headers, C++ names, templates) and checked cubins,
  * on a fake driver. */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "e2e.h"
@@ -275,6 +277,123 @@ static void test_compile_headers_and_names(void **state)
 	gpux_module_free(m);
 }
 
+/* Where a load's module came from (GPUX_MODULE_*); asserts it loaded. */
+static uint32_t source_of(struct ctx *t, const char *src, const struct gpux_header *h,
+			  const char *const *names, uint32_t nn, const char *options)
+{
+	struct gpux_module_opts o = {
+		.size = sizeof(o), .options = options, .nheaders = h ? 1 : 0, .headers = h,
+		.names = names, .nnames = nn,
+	};
+	struct gpux_module_info info;
+	gpux_module *m = NULL;
+	char *log = NULL;
+
+	if (gpux_module_load_ex(t->c, GPUX_LANG_CUDA, src, strlen(src), &o, &m, &log) != GPUX_OK)
+		fail_msg("did not compile: %s", log ? log : "");
+	free(log);
+	assert_int_equal(gpux_module_info(m, &info), GPUX_OK);
+	gpux_module_free(m);
+	return info.source;
+}
+
+/*
+ * The module cache: a source that differs only in comments and spacing is the module loaded
+ * before; one whose header, options or name expressions differ is compiled again.
+ */
+static void test_compile_cache_keys(void **state)
+{
+	static const char src[] = "#include \"scale.h\"\n"
+				  "template <typename T> __global__ void k(T *p) "
+				  "{ p[0] *= SCALE; }\n";
+	static const char commented[] = "#include \"scale.h\"   // how much\n"
+					"template <typename T>  __global__ void k(T *p) "
+					"{ p[0] *= SCALE; /* in place */ }\n\n// done\n";
+	static const struct gpux_header h = { "scale.h", "#define SCALE 2\n" };
+	static const struct gpux_header h3 = { "scale.h", "#define SCALE 3\n" };
+	static const char *const names[] = { "k<float>" }, *const other[] = { "k<double>" };
+	struct ctx *t = *state;
+
+	NEED(state);
+	assert_int_equal(source_of(t, src, &h, names, 1, NULL), GPUX_MODULE_COMPILED);
+	assert_int_equal(source_of(t, commented, &h, names, 1, NULL), GPUX_MODULE_MEMORY);
+	assert_int_equal(source_of(t, commented, &h3, names, 1, NULL), GPUX_MODULE_COMPILED);
+	assert_int_equal(source_of(t, commented, &h, other, 1, NULL), GPUX_MODULE_COMPILED);
+	assert_int_equal(source_of(t, commented, &h, names, 1, "-DSCALE2"), GPUX_MODULE_COMPILED);
+	assert_int_equal(source_of(t, commented, &h, names, 1, "-lineinfo"), GPUX_MODULE_COMPILED);
+	assert_int_equal(source_of(t, src, &h, names, 1, "-lineinfo"), GPUX_MODULE_COMPILED);
+	assert_int_equal(source_of(t, src, &h3, names, 1, NULL), GPUX_MODULE_MEMORY);
+}
+
+/* The precompiled headers (*.pch) in the worker's directory for them, or -1 without one. */
+static int pch_files(struct ctx *t)
+{
+	char dir[512];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	(void)snprintf(dir, sizeof(dir), "%s/pch-%d", t->d.cache, (int)test_worker_pid(&t->d, 0));
+	d = opendir(dir);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += strstr(de->d_name, ".pch") != NULL;
+	(void)closedir(d);
+	return n;
+}
+
+/*
+ * Two different kernels that begin with the same #include: the first leaves NVRTC's
+ * precompiled header in the helper's directory, the second compiles from it; neither's log
+ * says a word of it. A source with named headers of its own makes none (NVRTC would not see
+ * another text of a header of the same name). The directory goes with the worker.
+ */
+static void test_compile_precompiled_headers(void **state)
+{
+	static const char a[] = "#include <cooperative_groups.h>\n"
+				"namespace cg = cooperative_groups;\n"
+				"extern \"C\" __global__ void a(int *p)\n"
+				"{ p[cg::this_thread_block().thread_rank()] = 1; }\n";
+	static const char b[] = "#include <cooperative_groups.h>\n"
+				"namespace cg = cooperative_groups;\n"
+				"extern \"C\" __global__ void b(float *p)\n"
+				"{ auto g = cg::tiled_partition<32>(cg::this_thread_block());\n"
+				"  p[g.thread_rank()] = 2.0f; }\n";
+	static const char c[] = "#include <cuda_fp16.h>\n#include \"mine.h\"\n"
+				"extern \"C\" __global__ void c(__half *p) "
+				"{ p[0] = __float2half(V); }\n";
+	static const struct gpux_header h = { "mine.h", "#define V 1.5f\n" };
+	struct ctx *t = *state;
+	char dir[512];
+	gpux_module *m;
+	char *log;
+
+	NEED(state);
+	if (!have_landlock() || pch_files(t) < 0)
+		skip();
+	assert_int_equal(pch_files(t), 0);
+	for (int i = 0; i < 2; i++) {
+		log = NULL;
+		if (load(t, i ? b : a, NULL, 0, NULL, 0, &m, &log) != GPUX_OK)
+			fail_msg("did not compile: %s", log ? log : "");
+		assert_true(!log || !strstr(log, "precompiled"));
+		free(log);
+		gpux_module_free(m);
+		assert_int_equal(pch_files(t), 1);
+	}
+	assert_int_equal(load(t, c, &h, 1, NULL, 0, &m, NULL), GPUX_OK);
+	gpux_module_free(m);
+	assert_int_equal(pch_files(t), 1);
+	(void)snprintf(dir, sizeof(dir), "%s/pch-%d", t->d.cache, (int)test_worker_pid(&t->d, 0));
+	gpux_disconnect(t->c);
+	test_daemon_stop(&t->d);
+	t->c = NULL;
+	assert_int_equal(access(dir, F_OK), -1);
+	free(t);
+	*state = NULL;
+}
+
 /* A name expression that names nothing fails the compile, as with NVRTC; limits hold. */
 static void test_compile_bad_names_and_headers(void **state)
 {
@@ -516,6 +635,22 @@ static long cpu_ticks(pid_t pid)
 	return utime + stime;
 }
 
+/* Wait (up to 10 s) until a process has exited: gone, or a zombie (its fds closed). */
+static void wait_dead(pid_t pid)
+{
+	char path[64], buf[1024];
+	const char *fields;
+
+	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	for (int i = 0; i < 1000; i++) {
+		fields = test_proc_stat(path, buf, sizeof(buf));
+		if (!fields || fields[0] == 'Z' || fields[0] == 'X')
+			return;
+		(void)usleep(10000);
+	}
+	fail_msg("process %d did not die", (int)pid);
+}
+
 struct killer {
 	pid_t helper;
 	long from;
@@ -586,9 +721,50 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	k.helper = test_compiler_of(test_worker_pid(&t->d, 0));
 	assert_true(k.helper > 0);
 	assert_int_equal(kill(k.helper, SIGSYS), 0);
-	(void)usleep(50000);
+	wait_dead(k.helper);
 	assert_int_equal(load(t, toolkit_src, NULL, 0, NULL, 0, &m, NULL), GPUX_OK);
 	gpux_module_free(m);
+}
+
+/* The helper's address space is limited (the default: 4 GiB, or half the machine's), and a
+ * root worker's helper has no capabilities. */
+static void test_compile_helper_is_limited(void **state)
+{
+	struct ctx *t = *state;
+	char path[64], line[256], want[64] = "";
+	struct sysinfo si;
+	uint64_t mem;
+	bool seen = false;
+	FILE *f;
+	pid_t helper;
+
+	NEED(state);
+#if defined(__SANITIZE_ADDRESS__)
+	skip();
+#endif
+	assert_int_equal(sysinfo(&si), 0);
+	mem = (uint64_t)si.totalram * si.mem_unit;
+	(void)snprintf(want, sizeof(want), " %llu ", (unsigned long long)MIN(4ull << 30, mem / 2));
+	helper = test_compiler_of(test_worker_pid(&t->d, 0));
+	assert_true(helper > 0);
+	(void)snprintf(path, sizeof(path), "/proc/%d/limits", (int)helper);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "Max address space", 17) == 0) {
+			seen = true;
+			if (!strstr(line, want))
+				fail_msg("the helper's limit is not%s: %s", want, line);
+		}
+	(void)fclose(f);
+	assert_true(seen);
+	(void)snprintf(path, sizeof(path), "/proc/%d/status", (int)helper);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "CapEff:", 7) == 0 && !strstr(line, "0000000000000000"))
+			fail_msg("the helper has capabilities: %s", line);
+	(void)fclose(f);
 }
 
 int main(void)
@@ -599,11 +775,14 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_cache_keys, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_precompiled_headers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_kernels, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_cubins_checked, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_ptx_names, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_helper_death_is_not_the_worker, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_compile_helper_is_limited, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

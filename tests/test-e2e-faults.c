@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-faults.c: dying workers, faulting kernels, deadlines, dying clients. */
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -56,15 +57,17 @@ static void test_e2e_worker_killed_mid_request(void **state)
 	gpux_req *r[6];
 
 	assert_int_equal(gpux_queue_open(e->ctx, 0, &q), GPUX_OK);
-	/* Running on two streams, and queued behind them. */
+	/* Running on two streams, and queued behind them. What ran is lost (host kernels work
+	 * in place); what had not started runs on the next worker (client/replay.c). */
 	for (int i = 0; i < 3; i++)
-		r[i] = spin(e, 0, NULL, 2000, 0);
+		r[i] = spin(e, 0, NULL, i == 0 ? 2000 : 10, 0);
 	for (int i = 3; i < 6; i++)
-		r[i] = spin(e, 0, q, 2000, 0);
+		r[i] = spin(e, 0, q, i == 3 ? 2000 : 10, 0);
 	(void)usleep(100 * 1000);
 	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
 	for (int i = 0; i < 6; i++) {
-		assert_int_equal(gpux_wait(r[i], 5000), GPUX_E_WORKER_LOST);
+		assert_int_equal(gpux_wait(r[i], 5000),
+				 i % 3 == 0 ? GPUX_E_WORKER_LOST : GPUX_OK);
 		gpux_req_free(r[i]);
 	}
 	/* The other device was never disturbed; this one comes back. */
@@ -121,6 +124,58 @@ static void test_e2e_deadline_passed_gives_timeout(void **state)
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_TIMEOUT);
 	assert_true(mono_ns() - t0 < 5 * NSEC_PER_SEC);
 	gpux_req_free(r);
+	test_wait_generation(&e->d, 0, gen);
+	run_ok(e, 0);
+}
+
+/*
+ * A client that submitted a kernel and went away: the kernel runs on to its deadline, and the
+ * log line of its kill says the client is gone and who it was, not "pid -1 uid 4294967295".
+ */
+static void test_e2e_deadline_of_a_gone_client_is_logged(void **state)
+{
+	struct test_env *e = *state;
+	uint32_t gen = generation(e, 0);
+	char who[96];
+	int p[2];
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		gpux_ctx *ctx;
+		gpux_module *m;
+		gpux_req *r;
+
+		if (gpux_connect(e->d.sock, &ctx) != GPUX_OK)
+			_exit(1);
+		m = test_load_host_kernels(ctx);
+		{
+			uint32_t ms = 20000;
+			struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 },
+						 .timeout_ms = 300 };
+			struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+
+			if (gpux_submit(m, "spin", &l, &arg, 1, &r) != GPUX_OK)
+				_exit(2);
+		}
+		/* Running, then gone without a word. */
+		(void)usleep(100 * 1000);
+		(void)write(p[1], "x", 1);
+		_exit(0);
+	}
+	(void)close(p[1]);
+	{
+		char c;
+
+		assert_int_equal(read(p[0], &c, 1), 1);
+	}
+	(void)close(p[0]);
+	assert_child_ok(pid);
+	(void)snprintf(who, sizeof(who), "it was pid %d uid %u) ran", (int)pid, (unsigned)getuid());
+	if (!test_log_wait(&e->d, who))
+		fail_msg("the log (%s) does not say \"%s\"", e->d.log, who);
 	test_wait_generation(&e->d, 0, gen);
 	run_ok(e, 0);
 }
@@ -331,6 +386,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_worker_killed_mid_request),
 		cmocka_unit_test(test_e2e_kernel_fault_restarts_worker),
 		cmocka_unit_test(test_e2e_deadline_passed_gives_timeout),
+		cmocka_unit_test(test_e2e_deadline_of_a_gone_client_is_logged),
 		cmocka_unit_test(test_e2e_client_killed_mid_request_is_reclaimed),
 		cmocka_unit_test(test_e2e_dead_client_queued_work_never_runs),
 		cmocka_unit_test(test_e2e_device_failed_after_repeated_deaths),

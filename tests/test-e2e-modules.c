@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-modules.c: host modules loaded one after another each run their own code. */
+/* tests/test-e2e-modules.c: host modules loaded one after another each run their own code; what the caches take for one. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,12 +141,126 @@ static void test_e2e_modules_reloaded_from_the_caches_stay_apart(void **state)
 	}
 }
 
+/* Load code with options; where the module came from (GPUX_MODULE_*), the module in *ret. */
+static uint32_t load_from(gpux_ctx *ctx, const char *code, const char *options, gpux_module **ret)
+{
+	struct gpux_module_info info;
+	char *log = NULL;
+	gpux_status st = gpux_module_load(ctx, GPUX_LANG_HOST, code, strlen(code), options, ret,
+					  &log);
+
+	if (st != GPUX_OK)
+		fail_msg("loading a module: %s\n%s", gpux_strerror(st), log ? log : "");
+	free(log);
+	assert_int_equal(gpux_module_info(*ret, &info), GPUX_OK);
+	return info.source;
+}
+
+/*
+ * A source that differs from a loaded one only in comments, or in how much whitespace there
+ * is, is that module (from memory, or from disk after a restart); one that differs in code,
+ * in a line more before its code, or in its options is built again and runs its own code.
+ */
+static void test_e2e_modules_comment_change_is_a_cache_hit(void **state)
+{
+	static const char orig[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+				   "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 7 * __LINE__; }\n";
+	static const char commented[] = "GPUX_HOST_PARAMS(f, sizeof(int *)); /* f's */\n"
+					"GPUX_HOST_KERNEL(f)  {  *GPUX_ARG(int *, 0) = "
+					"7  *  __LINE__;   }"
+					" // seven\n/* the end */\n";
+	static const char changed[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+				      "GPUX_HOST_KERNEL(f) "
+				      "{ *GPUX_ARG(int *, 0) = 8 * __LINE__; }\n";
+	static const char moved[] = "/* a line more */\n"
+				    "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+				    "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 7 * __LINE__; }\n";
+	struct test_env *e = *state;
+	gpux_module *m[6];
+	int got;
+
+	assert_int_equal(load_from(e->ctx, orig, NULL, &m[0]), GPUX_MODULE_COMPILED);
+	assert_int_equal(load_from(e->ctx, commented, NULL, &m[1]), GPUX_MODULE_MEMORY);
+	expect(e->ctx, m[1], "f", 7 * 2);
+	assert_int_equal(load_from(e->ctx, changed, NULL, &m[2]), GPUX_MODULE_COMPILED);
+	expect(e->ctx, m[2], "f", 8 * 2);
+	/* __LINE__ moved: another module, which says so. */
+	assert_int_equal(load_from(e->ctx, moved, NULL, &m[3]), GPUX_MODULE_COMPILED);
+	assert_int_equal(run_one(e->ctx, m[3], "f", &got), GPUX_OK);
+	assert_int_equal(got, 7 * 3);
+	assert_int_equal(load_from(e->ctx, commented, "-DX=1", &m[4]), GPUX_MODULE_COMPILED);
+	/* Debug information writes down columns: then only the bytes count. */
+	assert_int_equal(load_from(e->ctx, orig, "-g", &m[5]), GPUX_MODULE_COMPILED);
+	for (unsigned i = 0; i < 6; i++)
+		gpux_module_free(m[i]);
+	assert_int_equal(load_from(e->ctx, commented, "-g", &m[0]), GPUX_MODULE_COMPILED);
+	gpux_module_free(m[0]);
+}
+
+static uint64_t compiles(struct test_env *e)
+{
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	return devs[0].stats.module_compiles;
+}
+
+/* A new worker, whose memory cache is empty: the next loads read the disk cache. */
+static void restart_worker(struct test_env *e, uint32_t generation)
+{
+	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
+	test_wait_generation(&e->d, 0, generation);
+	/* Take in gpuxd's news of it: the new worker's channel. */
+	assert_int_equal(gpux_process(e->ctx), GPUX_OK);
+}
+
+/*
+ * A cache file whose bytes were changed, or that was cut short, is compiled again (never
+ * loaded), and the worker's log says which file and what is wrong with it.
+ */
+static void test_e2e_modules_damaged_cache_file_is_rebuilt_and_said(void **state)
+{
+	static const char code[] = "GPUX_HOST_PARAMS(f, sizeof(int *));\n"
+				   "GPUX_HOST_KERNEL(f) { *GPUX_ARG(int *, 0) = 5150; }\n";
+	static const struct {
+		const char *damage, *says;
+	} cases[] = {
+		{ "printf garbage | dd of=$f bs=1 seek=100 conv=notrunc 2>/dev/null",
+		  "its checksum does not match; compiling the module again" },
+		{ "truncate -s -16 $f", "it is truncated; compiling the module again" },
+	};
+	struct test_env *e = *state;
+	char cmd[600];
+	gpux_module *m = load(e->ctx, code);
+
+	expect(e->ctx, m, "f", 5150);
+	gpux_module_free(m);
+	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
+		uint64_t before;
+
+		(void)snprintf(cmd, sizeof(cmd), "for f in %s/*.so; do %s; done", e->d.cache,
+			       cases[i].damage);
+		assert_int_equal(system(cmd), 0);
+		restart_worker(e, 1 + i);
+		before = compiles(e);
+		m = load(e->ctx, code);
+		expect(e->ctx, m, "f", 5150);
+		gpux_module_free(m);
+		assert_true(compiles(e) > before);
+		if (!test_log_wait(&e->d, cases[i].says))
+			fail_msg("the log (%s) does not say \"%s\"", e->d.log, cases[i].says);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TEST_WITH_ENV(test_e2e_modules_freed_module_is_not_run_for_the_next),
 		TEST_WITH_ENV(test_e2e_modules_loaded_together_stay_apart),
 		TEST_WITH_ENV(test_e2e_modules_reloaded_from_the_caches_stay_apart),
+		TEST_WITH_ENV(test_e2e_modules_comment_change_is_a_cache_hit),
+		TEST_WITH_ENV(test_e2e_modules_damaged_cache_file_is_rebuilt_and_said),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

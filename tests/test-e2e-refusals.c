@@ -351,22 +351,53 @@ static void test_e2e_refusals_dropped_library_client_is_told_and_recovers(void *
 }
 
 /*
+ * Requests in flight when the channel ends: a spin of ms milliseconds, lost if the worker
+ * began it, else run again on the next channel (client/replay.c), and behind it one that is
+ * lost either way (it names a device buffer, gone with the channel), which is returned.
+ */
+static gpux_req *in_flight(struct test_env *e, uint32_t ms, gpux_req **ret_spin,
+			   gpux_dbuf **ret_dbuf)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
+	struct gpux_arg a;
+	gpux_req *r;
+
+	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, 64, ret_dbuf), GPUX_OK);
+	assert_int_equal(test_spin_submit(e->m, 0, ms, ret_spin), GPUX_OK);
+	a = gpux_arg_dbuf(*ret_dbuf, 0, 64);
+	assert_int_equal(gpux_submit(e->m, "set_flag", &l, &a, 1, &r), GPUX_OK);
+	return r;
+}
+
+/* The spin of in_flight(): whichever way it went, never another status. */
+static void spin_done(gpux_req *spin)
+{
+	gpux_status st = gpux_wait(spin, 10000);
+
+	assert_true(st == GPUX_OK || st == GPUX_E_WORKER_LOST);
+	gpux_req_free(spin);
+}
+
+/*
  * A channel that ends without a word, its worker alive (here the library's own end is shut,
- * as when a worker with too many clients closes a new one): what was in flight is lost, and
- * the next call gets a channel from gpuxd at once, not after waiting for a restart that
- * never comes.
+ * as when a worker with too many clients closes a new one): what was in flight is lost (this
+ * one names a device buffer: it never runs again), and the next call gets a channel from
+ * gpuxd at once, not after waiting for a restart that never comes.
  */
 static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 {
 	struct test_env *e = *state;
 	pid_t worker = test_worker_pid(&e->d, 0);
-	gpux_req *r;
+	gpux_req *r, *spin;
+	gpux_dbuf *db;
 
 	test_env_still_serves(e);
-	assert_int_equal(test_spin_submit(e->m, 0, 300, &r), GPUX_OK);
+	r = in_flight(e, 300, &spin, &db);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
+	spin_done(spin);
+	gpux_dbuf_free(db);
 
 	/* Well inside the 30 s a restart is waited for. */
 	(void)alarm(20);
@@ -426,8 +457,9 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 	pid_t worker = test_worker_pid(&e->d, 0);
 	uint8_t buf[64];
 	struct resumer rs = { .pid = e->d.pid };
+	gpux_req *r, *spin;
+	gpux_dbuf *db;
 	pthread_t t;
-	gpux_req *r;
 	int fd, n, sent = 0;
 
 	test_env_still_serves(e);
@@ -446,14 +478,16 @@ static void test_e2e_refusals_channel_wish_sent_again_when_gpuxd_was_full(void *
 		sent++;
 	assert_int_equal(errno, EAGAIN);
 
-	assert_int_equal(test_spin_submit(e->m, 0, 50, &r), GPUX_OK);
+	r = in_flight(e, 50, &spin, &db);
 	assert_int_equal(shutdown(library_channel(), SHUT_RDWR), 0);
 	assert_int_equal(gpux_wait(r, 10000), GPUX_E_WORKER_LOST);
 	gpux_req_free(r);
+	gpux_dbuf_free(db);
 
 	assert_int_equal(write(rs.go[1], "", 1), 1);
 	(void)alarm(20);
 	assert_int_equal(test_spin_run(e->m, 0, 50), GPUX_OK);
+	spin_done(spin);
 	(void)alarm(0);
 	assert_int_equal(pthread_join(t, NULL), 0);
 	(void)close(rs.go[0]);

@@ -12,6 +12,7 @@
 /* Each kernel writes 1 into its argument once its call returned: it was not stopped. */
 static const char kernels[] =
 	"#include <fcntl.h>\n"
+	"#include <pthread.h>\n"
 	"#include <signal.h>\n"
 	"#include <stdlib.h>\n"
 	"#include <string.h>\n"
@@ -59,6 +60,38 @@ static const char kernels[] =
 	"GPUX_HOST_KERNEL(maps)\n"
 	"{\n"
 	"	*GPUX_ARG(int *, 0) = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 0, 0) != MAP_FAILED;\n"
+	"}\n"
+	/* What would end the worker, or copy it, called from a kernel. */
+	"GPUX_HOST_PARAMS(forks, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(forks)\n"
+	"{\n"
+	"	pid_t p = fork();\n"
+	"	if (p == 0) _exit(0);\n"
+	"	*GPUX_ARG(int *, 0) = p > 0;\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(ends_thread, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(ends_thread)\n"
+	"{\n"
+	"	syscall(SYS_exit, 0);\n"
+	"	*GPUX_ARG(int *, 0) = 1;\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(ends_process, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(ends_process)\n"
+	"{\n"
+	"	syscall(SYS_exit_group, 0);\n"
+	"	*GPUX_ARG(int *, 0) = 1;\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(exits, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(exits)\n"
+	"{\n"
+	"	exit(0);\n"
+	"}\n"
+	"static void *nothing(void *arg) { return arg; }\n"
+	"GPUX_HOST_PARAMS(threads, sizeof(int *));\n"
+	"GPUX_HOST_KERNEL(threads)\n"
+	"{\n"
+	"	pthread_t t;\n"
+	"	*GPUX_ARG(int *, 0) = pthread_create(&t, NULL, nothing, NULL) == 0;\n"
 	"}\n"
 	"GPUX_HOST_PARAMS(runs, sizeof(int *));\n"
 	"GPUX_HOST_KERNEL(runs)\n"
@@ -175,20 +208,56 @@ static void test_e2e_sandboxed_kernel_computes(void **state)
 	gpux_buf_free(bo);
 }
 
-/* A forbidden call is not made: the request faults, naming it, and the worker restarts. */
-static void forbidden(struct test_env *e, const char *kernel, const char *says)
+/*
+ * The request faults, its message saying `says` (and `also`), and the worker restarts; a
+ * co-tenant's request queued behind it ends at once, not at its deadline (a minute).
+ */
+static void faults(struct test_env *e, const char *kernel, const char *says, const char *also)
 {
 	uint32_t gen = generation(e);
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	gpux_ctx *other = test_connect(&e->d);
+	gpux_module *om = test_load_host_kernels(other);
+	gpux_req *victim = NULL;
+	gpux_buf *b;
+	gpux_req *r;
+	gpux_status st;
 	char msg[512];
-	int done = 0;
 
-	assert_int_equal(run(e, kernel, &done, msg, sizeof(msg)), GPUX_E_KERNEL_FAULT);
-	assert_int_equal(done, 0);
-	if (!strstr(msg, says) || !strstr(msg, "sandbox"))
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	{
+		struct gpux_arg a = gpux_arg_inout(b, 0, sizeof(int));
+		assert_int_equal(gpux_submit(e->m, kernel, &l, &a, 1, &r), GPUX_OK);
+	}
+	/* Sent before or after the fault, whose worker may be gone already. */
+	st = gpux_submit(om, "empty", &l, NULL, 0, &victim);
+	if (st != GPUX_OK && st != GPUX_E_WORKER_LOST)
+		fail_msg("kernel %s: its co-tenant's submit got %s", kernel, gpux_strerror(st));
+	/* Within 10 s, where the deadline is 60. */
+	st = gpux_wait(r, 10000);
+	(void)snprintf(msg, sizeof(msg), "%s", gpux_req_message(r));
+	if (st != GPUX_E_KERNEL_FAULT)
+		fail_msg("kernel %s: %s (%s), not a kernel fault", kernel, gpux_strerror(st), msg);
+	assert_int_equal(*(int *)gpux_buf_data(b), 0);
+	if (!strstr(msg, says) || (also && !strstr(msg, also)))
 		fail_msg("kernel %s: message \"%s\" does not say \"%s\"", kernel, msg, says);
+	st = victim ? gpux_wait(victim, 10000) : GPUX_OK;
+	if (st != GPUX_OK && st != GPUX_E_WORKER_LOST)
+		fail_msg("kernel %s: its co-tenant's request got %s", kernel, gpux_strerror(st));
+	gpux_req_free(victim);
+	gpux_req_free(r);
+	gpux_buf_free(b);
 	test_wait_generation(&e->d, 0, gen);
 	assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
+	assert_int_equal(gpux_run(om, "empty", &l, NULL, 0), GPUX_OK);
+	gpux_module_free(om);
+	gpux_disconnect(other);
+}
+
+/* A forbidden call is not made: the request faults, naming it, and the worker restarts. */
+static void forbidden(struct test_env *e, const char *kernel, const char *says)
+{
+	faults(e, kernel, says, "sandbox");
 }
 
 static void test_e2e_sandboxed_kernel_may_not_open(void **state)
@@ -216,6 +285,26 @@ static void test_e2e_sandboxed_kernel_may_not_run_programs(void **state)
 {
 	/* system() starts with a signal action or a clone, whichever the libc has first. */
 	forbidden(*state, "runs", "system call");
+}
+
+/* Nothing that would end the slot's thread (which would leave its request unanswered). */
+static void test_e2e_sandboxed_kernel_may_not_end_its_thread(void **state)
+{
+	forbidden(*state, "ends_thread", "(exit)");
+}
+
+/* Nor the worker: that would be "the worker died", not the kernel's fault. */
+static void test_e2e_sandboxed_kernel_may_not_end_the_worker(void **state)
+{
+	forbidden(*state, "ends_process", "(exit_group)");
+	faults(*state, "exits", "exit()", NULL);
+}
+
+/* Nor copy it, nor block every signal first, as pthread_create() and posix_spawn() do. */
+static void test_e2e_sandboxed_kernel_may_not_fork(void **state)
+{
+	faults(*state, "forks", "fork()", NULL);
+	forbidden(*state, "threads", "blocking signals");
 }
 
 static void test_e2e_sandboxed_kernel_may_not_use_other_abis(void **state)
@@ -280,6 +369,9 @@ int main(void)
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_signal),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_write_or_map_files),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_run_programs),
+		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_end_its_thread),
+		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_end_the_worker),
+		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_fork),
 		WITH_DAEMON(test_e2e_sandboxed_kernel_may_not_use_other_abis),
 		WITH_DAEMON(test_e2e_sandboxed_module_may_not_run_code_at_load),
 	};

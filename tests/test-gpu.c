@@ -111,6 +111,16 @@ static const char kernels[] =
 	"	*flag = 1;\n"
 	"	__threadfence_system();\n"
 	"}\n"
+	"extern \"C\" __global__ void slow_add1(unsigned long long n, const float *in, float *out,\n"
+	"                                      unsigned long long cycles)\n"
+	"{\n"
+	"	unsigned long long t0 = clock64();\n"
+	"	unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	while (clock64() - t0 < cycles)\n"
+	"		;\n"
+	"	if (i < n)\n"
+	"		out[i] = in[i] + 1.0f;\n"
+	"}\n"
 	"extern \"C\" __global__ void spin(unsigned long long ns)\n"
 	"{\n"
 	"	unsigned long long t0 = clock64();\n"
@@ -434,6 +444,119 @@ static void test_gpu_illegal_address_restarts_worker(void **state)
 		assert_int_equal(gpux_run(e->m, "inc", &l, args, 2), GPUX_OK);
 	}
 	gpux_buf_free(b);
+}
+
+#define INNOCENTS 16u
+
+/*
+ * A neighbour's fault costs innocents only a delay: another client's slow kernels with IN and
+ * OUT (and INOUT, in place) arguments are in flight and queued when this client's kernel
+ * writes an illegal address. Only the faulting request fails; the other client's run again
+ * on the restarted worker, each once, with the right results (a request whose results were
+ * being copied back at that very moment cannot run again: at most one such, told so). A
+ * device buffer kept in host memory keeps its bytes across the restart.
+ */
+static void test_gpu_neighbour_fault_replays_innocents(void **state)
+{
+	struct env *e = *state;
+	uint32_t gen = generation(e);
+	gpux_ctx *other = test_connect(&e->d);
+	gpux_module *om = load(other);
+	gpux_queue *q;
+	gpux_buf *in, *out[INNOCENTS], *acc, *b, *pat, *back;
+	gpux_req *r[INNOCENTS], *incs[4], *bad;
+	gpux_dbuf *kept;
+	uint64_t n = 4096, cycles = 40ull * 1000 * 1000; /* about 20 ms */
+	unsigned lost = 0;
+
+	assert_int_equal(gpux_queue_open(other, 0, &q), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(other, n * 4, &in), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(other, n * 4, &acc), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(other, 4096, &pat), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(other, 4096, &back), GPUX_OK);
+	test_fill_random(gpux_buf_data(in), n, &e->seed);
+	memset(gpux_buf_data(acc), 0, n * 4);
+	for (unsigned i = 0; i < 4096; i++)
+		((uint8_t *)gpux_buf_data(pat))[i] = (uint8_t)(i * 13 + 1);
+	assert_int_equal(gpux_dbuf_alloc_ex(other, 0, 4096, GPUX_DBUF_HOST, &kept, NULL), GPUX_OK);
+	{
+		gpux_req *w;
+
+		assert_int_equal(gpux_dbuf_write(kept, 0, pat, 0, 4096, q, &w), GPUX_OK);
+		assert_int_equal(gpux_wait(w, 30000), GPUX_OK);
+		gpux_req_free(w);
+	}
+	for (unsigned i = 0; i < INNOCENTS; i++) {
+		struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+					 .queue = q };
+		struct gpux_arg a[4];
+
+		assert_int_equal(gpux_buf_alloc(other, n * 4, &out[i]), GPUX_OK);
+		poison(gpux_buf_data(out[i]), n * 4);
+		a[0] = GPUX_ARG_VALUE(n);
+		a[1] = gpux_arg_in(in, 0, n * 4);
+		a[2] = gpux_arg_out(out[i], 0, n * 4);
+		a[3] = GPUX_ARG_VALUE(cycles);
+		assert_int_equal(gpux_submit(om, "slow_add1", &l, a, 4, &r[i]), GPUX_OK);
+		if (i % 4 == 3) {
+			struct gpux_launch li = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+						  .queue = q };
+			struct gpux_arg ai[] = { GPUX_ARG_VALUE(n), gpux_arg_inout(acc, 0, n * 4) };
+
+			assert_int_equal(gpux_submit(om, "inc", &li, ai, 2, &incs[i / 4]), GPUX_OK);
+		}
+	}
+	(void)usleep(50 * 1000);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	{
+		struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+		struct gpux_arg arg = gpux_arg_inout(b, 0, 64);
+
+		assert_int_equal(gpux_submit(e->m, "bad_address", &l, &arg, 1, &bad), GPUX_OK);
+	}
+	assert_int_equal(gpux_wait(bad, 30000), GPUX_E_KERNEL_FAULT);
+	for (unsigned i = 0; i < INNOCENTS; i++) {
+		gpux_status st = gpux_wait(r[i], 60000);
+
+		if (st == GPUX_E_WORKER_LOST) {
+			assert_non_null(strstr(gpux_req_message(r[i]), "copy its results back"));
+			lost++;
+		} else {
+			const float *pi = gpux_buf_data(in), *po = gpux_buf_data(out[i]);
+
+			assert_int_equal(st, GPUX_OK);
+			for (uint64_t k = 0; k < n; k++)
+				assert_float_equal(po[k], pi[k] + 1.0f, 0);
+		}
+		gpux_req_free(r[i]);
+		gpux_buf_free(out[i]);
+	}
+	assert_true(lost <= 1);
+	for (unsigned i = 0; i < 4; i++) {
+		assert_int_equal(gpux_wait(incs[i], 60000), GPUX_OK);
+		gpux_req_free(incs[i]);
+	}
+	for (uint64_t k = 0; k < n; k++)
+		assert_float_equal(((float *)gpux_buf_data(acc))[k], 4.0f, 0);
+	test_wait_generation(&e->d, 0, gen);
+	{
+		gpux_req *rd;
+
+		assert_int_equal(gpux_dbuf_read(back, 0, kept, 0, 4096, NULL, &rd), GPUX_OK);
+		assert_int_equal(gpux_wait(rd, 30000), GPUX_OK);
+		gpux_req_free(rd);
+		assert_memory_equal(gpux_buf_data(back), gpux_buf_data(pat), 4096);
+	}
+	gpux_req_free(bad);
+	gpux_dbuf_free(kept);
+	gpux_buf_free(b);
+	gpux_buf_free(in);
+	gpux_buf_free(acc);
+	gpux_buf_free(pat);
+	gpux_buf_free(back);
+	gpux_queue_free(q);
+	gpux_module_free(om);
+	gpux_disconnect(other);
 }
 
 static uint64_t stat_of(struct env *e, size_t off)
@@ -789,6 +912,7 @@ int main(void)
 		cmocka_unit_test(test_gpu_wrong_arguments_refused),
 		cmocka_unit_test(test_gpu_compile_errors),
 		cmocka_unit_test(test_gpu_illegal_address_restarts_worker),
+		cmocka_unit_test(test_gpu_neighbour_fault_replays_innocents),
 		cmocka_unit_test(test_gpu_deadline),
 		cmocka_unit_test(test_gpu_long_kernel_leaves_the_cpu),
 		cmocka_unit_test(test_gpu_device_time_when_asked),

@@ -46,9 +46,15 @@ static void assert_opts_equal(const struct ipc_worker_opts *a, const struct ipc_
 	assert_int_equal(a->quota_shared, b->quota_shared);
 	assert_int_equal(a->quota_shared_user, b->quota_shared_user);
 	assert_int_equal(a->quota_device, b->quota_device);
+	assert_int_equal(a->device_reserve, b->device_reserve);
 	assert_int_equal(a->cache_bytes, b->cache_bytes);
 	assert_int_equal(a->cache_ttl_ms, b->cache_ttl_ms);
 	assert_int_equal(a->slots, b->slots);
+	assert_int_equal(a->ledger_fd, b->ledger_fd);
+	assert_int_equal(a->quota_device_user, b->quota_device_user);
+	assert_int_equal(a->reserved_device, b->reserved_device);
+	assert_int_equal(a->compile_memory, b->compile_memory);
+	assert_int_equal(a->compile_timeout_ms, b->compile_timeout_ms);
 }
 
 static void test_opt_parses_a_worker_line(void **state)
@@ -155,9 +161,15 @@ static struct ipc_worker_opts every_option(void)
 		.quota_shared = UINT64_MAX - 1,
 		.quota_shared_user = 0,
 		.quota_device = UINT64_MAX,
+		.device_reserve = UINT64_MAX - 4,
 		.cache_bytes = UINT64_MAX,
 		.cache_ttl_ms = IPC_OPT_MS_MAX,
 		.slots = IPC_STATUS_SLOTS,
+		.ledger_fd = 5,
+		.quota_device_user = UINT64_MAX,
+		.reserved_device = 1,
+		.compile_memory = UINT64_MAX,
+		.compile_timeout_ms = 1,
 	};
 
 	return o;

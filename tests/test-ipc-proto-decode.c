@@ -433,6 +433,69 @@ static void test_proto_mod_info_rejects_bad_fields(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_MOD_INFO, 0, m), -EBADMSG);
 }
 
+static void test_proto_adopt_rejects_no_client(void **state)
+{
+	struct ipc_adopt m = { 7, 1234, 0 };
+
+	assert_int_equal(DECODE_FIXED(IPC_ADOPT, 0, m), 0);
+	m.client_id = 0;
+	assert_int_equal(DECODE_FIXED(IPC_ADOPT, 0, m), -EBADMSG);
+}
+
+static void test_proto_sym_req_rejects_bad_names(void **state)
+{
+	struct ipc_sym_req m = { .mod_id = 1, .name_len = 3, .name = "abc" }, good = m;
+	struct ipc_msg msg;
+	int n;
+
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS_REQ, 0, m), 0);
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL_REQ, 0, m), 0);
+	/* A question without an id gets no answer. */
+	n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_GLOBAL_REQ, 0, 0, &m, sizeof(m), NULL,
+		       0);
+	assert_int_equal(test_parse(test_msgbuf, (size_t)n, 0, &msg), 0);
+	assert_int_equal(ipc_decode_global_req(&msg, &m), -EBADMSG);
+	m.name_len = 0;
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL_REQ, 0, m), -EBADMSG);
+	/* Longer than it says (no NUL there), shorter (a NUL inside), past the limit. */
+	m.name_len = 2;
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL_REQ, 0, m), -EBADMSG);
+	m.name_len = 4;
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS_REQ, 0, m), -EBADMSG);
+	memset(m.name, 'a', sizeof(m.name));
+	m.name_len = IPC_KERNEL_NAME_MAX + 1;
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS_REQ, 0, m), -EBADMSG);
+	m = good;
+	m.flags = 1;
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL_REQ, 0, m), -EBADMSG);
+	/* A device buffer id is a variable's only. */
+	m = good;
+	m.dbuf_id = 9;
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL_REQ, 0, m), 0);
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS_REQ, 0, m), -EBADMSG);
+}
+
+static void test_proto_symbol_answers_reject_bad_fields(void **state)
+{
+	struct ipc_kernel_attrs a = { .max_threads_per_block = 1024, .nparams = 2 }, good = a;
+	struct ipc_global_info g = { .size = 8 };
+
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS, 0, a), 0);
+	a.local_size_bytes = -2;
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS, 0, a), -EBADMSG);
+	a = good;
+	a.nparams = IPC_ARGS_MAX + 1;
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS, 0, a), -EBADMSG);
+	a = good;
+	a.reserved[2] = 1;
+	assert_int_equal(DECODE_FIXED(IPC_KERNEL_ATTRS, 0, a), -EBADMSG);
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL, 0, g), 0);
+	g.flags = IPC_GLOBAL_READ_ONLY << 1;
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL, 0, g), -EBADMSG);
+	g = (struct ipc_global_info){ .size = 0 };
+	assert_int_equal(DECODE_FIXED(IPC_GLOBAL, 0, g), -EBADMSG);
+}
+
 static void test_proto_channel_req_rejects_bad_fields(void **state)
 {
 	struct ipc_channel_req m = { IPC_DEVICES_MAX, 1 };
@@ -493,6 +556,34 @@ static void test_proto_dbuf_alloc_rejects_bad_fields(void **state)
 	/* No flags are defined yet: any is refused, so that one can be defined later. */
 	m.flags = 1;
 	assert_int_equal(DECODE_FIXED(IPC_DBUF_ALLOC, 0, m), -EBADMSG);
+}
+
+static void test_proto_dbuf_host_rejects_bad_fields(void **state)
+{
+	struct ipc_dbuf_host m = { 1, 4096, 2, 0 };
+
+	check_fixed_shape(IPC_DBUF_HOST, &m, sizeof(m));
+	m.size = 0;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_HOST, 0, m), -EBADMSG);
+	/* A range that wraps past 2^64. */
+	m.size = 4096;
+	m.seg_offset = UINT64_MAX - 4095;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_HOST, 0, m), -EBADMSG);
+	m.seg_offset = UINT64_MAX - 4096;
+	assert_int_equal(DECODE_FIXED(IPC_DBUF_HOST, 0, m), 0);
+}
+
+static void test_proto_marks_rejects_bad_fields(void **state)
+{
+	struct ipc_marks_offer m = { IPC_MARKS_PAGES - 1, 0 };
+
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 1, m), 0);
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 0, m), -EBADMSG);
+	m.index = IPC_MARKS_PAGES;
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 1, m), -EBADMSG);
+	m.index = 0;
+	m.flags = 1;
+	assert_int_equal(DECODE_FIXED(IPC_MARKS, 1, m), -EBADMSG);
 }
 
 static void test_proto_dbuf_free_rejects_bad_shape(void **state)
@@ -756,9 +847,14 @@ int main(void)
 		cmocka_unit_test(test_proto_status_req_rejects_flags),
 		cmocka_unit_test(test_proto_drain_rejects_payload),
 		cmocka_unit_test(test_proto_mod_info_rejects_bad_fields),
+		cmocka_unit_test(test_proto_sym_req_rejects_bad_names),
+		cmocka_unit_test(test_proto_symbol_answers_reject_bad_fields),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
+		cmocka_unit_test(test_proto_adopt_rejects_no_client),
 		cmocka_unit_test(test_proto_channel_req_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),
+		cmocka_unit_test(test_proto_dbuf_host_rejects_bad_fields),
+		cmocka_unit_test(test_proto_marks_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_free_rejects_bad_shape),
 		cmocka_unit_test(test_proto_copy_rejects_bad_fields),
 		cmocka_unit_test(test_proto_copy_rejects_overflowing_ranges),

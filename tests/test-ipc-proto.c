@@ -87,6 +87,22 @@ static const struct round_trip trips[] = {
 	TRIP(IPC_RINGS, 0, 1, 8, struct ipc_rings_offer, IPC_RINGS_BYTES, 0),
 	TRIP(IPC_CHANNEL_REQ, 0, 0, 8, struct ipc_channel_req, IPC_DEVICES_MAX - 1, UINT32_MAX),
 	TRIP(IPC_CLIENTS_REQ, 6, 0, 16, struct ipc_clients_req, UINT64_MAX, 0, 0),
+	TRIP(IPC_ADOPT, 0, 0, 16, struct ipc_adopt, UINT64_MAX, UINT32_MAX, 0),
+	/* The longest name; a one-byte one. */
+	TRIP(IPC_KERNEL_ATTRS_REQ, 7, 0, 280, struct ipc_sym_req, UINT64_MAX, 0,
+	     IPC_KERNEL_NAME_MAX, 0,
+	     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	     "aaaaa"),
+	TRIP(IPC_GLOBAL_REQ, 8, 0, 280, struct ipc_sym_req, 1, UINT64_MAX, 1, 0, "x"),
+	TRIP(IPC_KERNEL_ATTRS, 9, 0, 64, struct ipc_kernel_attrs, INT32_MAX, IPC_ATTR_UNKNOWN, 0,
+	     1, 2, 3, 4, 5, 6, IPC_ATTR_UNKNOWN, IPC_ARGS_MAX, { 0 }),
+	TRIP(IPC_GLOBAL, 10, 0, 16, struct ipc_global_info, UINT64_MAX, IPC_GLOBAL_READ_ONLY, 0),
+	TRIP(IPC_MARKS, 0, 1, 8, struct ipc_marks_offer, IPC_MARKS_PAGES - 1, 0),
+	/* A range ending exactly at 2^64 - 1. */
+	TRIP(IPC_DBUF_HOST, 14, 0, 32, struct ipc_dbuf_host, UINT64_MAX, 4096, UINT64_MAX - 1,
+	     UINT64_MAX - 4096),
 };
 
 static void test_proto_fixed_messages_round_trip(void **state)

@@ -87,7 +87,21 @@ def check(fams, per_user):
     fam("gpux_build_info", "gauge")
 
 
-def check_process(fams, pid):
+def settled_fds(pid):
+    """gpuxd's open fds once their count holds still (the connections of clients gone are
+    closed): what the next scrape must say, its own connection not counted."""
+    last, same = -1, 0
+    for _ in range(500):
+        n = len(os.listdir(f"/proc/{pid}/fd"))
+        same = same + 1 if n == last else 0
+        if same == 5:
+            return n
+        last = n
+        time.sleep(0.01)
+    raise AssertionError("gpuxd's open fds did not settle")
+
+
+def check_process(fams, pid, fds):
     """gpuxd's process_* metrics, as Prometheus' client libraries name them."""
     start = fams["process_start_time_seconds"]
     assert start.type == "gauge"
@@ -101,7 +115,7 @@ def check_process(fams, pid):
     assert fams["process_cpu_seconds"].samples[0].value >= 0
     assert fams["process_resident_memory_bytes"].samples[0].value > 1 << 20
     assert fams["process_virtual_memory_bytes"].samples[0].value > 1 << 20
-    assert fams["process_open_fds"].samples[0].value == len(os.listdir(f"/proc/{pid}/fd"))
+    assert fams["process_open_fds"].samples[0].value == fds, (fams["process_open_fds"], fds)
     assert fams["process_max_fds"].samples[0].value >= 1024
 
 
@@ -124,10 +138,11 @@ def main():
         # Some requests, and their memory, from a client.
         subprocess.run([CLI, "demo", "--socket", sock, "--children", "2", "--elements", "4096"],
                        check=True, capture_output=True)
+        fds = settled_fds(d.pid)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
         fams = families(text.decode())
         check(fams, False)
-        check_process(fams, d.pid)
+        check_process(fams, d.pid, fds)
         out = subprocess.run([CLI, "status", "--prometheus", "--socket", sock], check=True,
                              capture_output=True, text=True).stdout
         check(families(out), False)

@@ -235,7 +235,8 @@ static void test_options_worker_argv_every_option(void **state)
 		"--cache-dir", "/var/cache/gpux", "--timeout-ms", "18446744073709",
 		"--max-timeout-ms", "18446744073709", "--quota-shared", "18446744073709551615",
 		"--quota-shared-user", "18446744073709551614", "--quota-device",
-		"18446744073709551613", "--cache-bytes", "18446744073709551612", "--cache-ttl-ms",
+		"18446744073709551613", "--device-reserve", "18446744073709551611", "--cache-bytes",
+		"18446744073709551612", "--cache-ttl-ms",
 		"18446744073709", "--slots", "64", "--host-sandbox", "on", "--worker",
 		"/usr/libexec/gpux-worker", NULL,
 	};
@@ -272,6 +273,7 @@ static void test_options_worker_argv_every_option(void **state)
 	assert_int_equal(wo.quota_shared, UINT64_MAX);
 	assert_int_equal(wo.quota_shared_user, UINT64_MAX - 1);
 	assert_int_equal(wo.quota_device, UINT64_MAX - 2);
+	assert_int_equal(wo.device_reserve, UINT64_MAX - 4);
 	assert_int_equal(wo.cache_bytes, UINT64_MAX - 3);
 	assert_int_equal(wo.cache_ttl_ms, 18446744073709ull);
 	assert_int_equal(wo.slots, 64);

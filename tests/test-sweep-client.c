@@ -381,6 +381,42 @@ out:
 	gpux_buf_free(host);
 }
 
+/* What a module holds: a kernel's attributes, a variable written and read back. */
+static void body_symbols(struct run *r)
+{
+	static const char src[] = "GPUX_HOST_GLOBAL int v[4] = { 1, 2, 3, 4 };\n"
+				  "GPUX_HOST_PARAMS(k, 4);\n"
+				  "GPUX_HOST_KERNEL(k) { }\n";
+	struct gpux_kernel_attrs a;
+	gpux_module *m = NULL;
+	gpux_dbuf *d = NULL;
+	gpux_buf *host = NULL;
+	gpux_req *req = NULL;
+
+	if (!step(r, "gpux_module_load",
+		  gpux_module_load(r->ctx, GPUX_LANG_HOST, src, sizeof(src) - 1, NULL, &m, NULL)) ||
+	    !step(r, "gpux_kernel_attrs", gpux_kernel_attrs(m, "k", GPUX_ANY, &a)) ||
+	    !step(r, "gpux_module_global", gpux_module_global(m, "v", 0, &d)) ||
+	    !step(r, "gpux_buf_alloc", gpux_buf_alloc(r->ctx, 16, &host)))
+		goto out;
+	if (a.nparams != 1 || gpux_dbuf_size(d) != 16)
+		fail_msg("%s: %d parameters, a variable of %zu bytes", run_what, a.nparams,
+			 gpux_dbuf_size(d));
+	((int *)gpux_buf_data(host))[3] = 40;
+	if (!step(r, "gpux_dbuf_write", gpux_dbuf_write(d, 12, host, 12, 4, NULL, &req)) ||
+	    !finish(r, "gpux_dbuf_write", req) ||
+	    !step(r, "gpux_dbuf_read", gpux_dbuf_read(host, 0, d, 0, 16, NULL, &req)) ||
+	    !finish(r, "gpux_dbuf_read", req))
+		goto out;
+	if (((int *)gpux_buf_data(host))[0] != 1 || ((int *)gpux_buf_data(host))[3] != 40)
+		fail_msg("%s: the variable reads %d ... %d", run_what,
+			 ((int *)gpux_buf_data(host))[0], ((int *)gpux_buf_data(host))[3]);
+out:
+	gpux_buf_free(host);
+	gpux_dbuf_free(d);
+	gpux_module_free(m);
+}
+
 struct scenario {
 	const char *name;
 	bool own_ctx; /* the scenario connects itself */
@@ -390,7 +426,7 @@ struct scenario {
 static const struct scenario scenarios[] = {
 	{ "connect", true, body_connect }, { "buffers", false, body_buffers },
 	{ "module", false, body_module },   { "submit", false, body_submit },
-	{ "dbuf", false, body_dbuf },
+	{ "dbuf", false, body_dbuf },       { "symbols", false, body_symbols },
 };
 
 /* ---- the sweep ---- */
@@ -454,6 +490,7 @@ SCENARIO(buffers)
 SCENARIO(module)
 SCENARIO(submit)
 SCENARIO(dbuf)
+SCENARIO(symbols)
 
 static int setup(void **state)
 {
@@ -473,6 +510,7 @@ int main(void)
 		cmocka_unit_test(test_sweep_client_connect), cmocka_unit_test(test_sweep_client_buffers),
 		cmocka_unit_test(test_sweep_client_module),  cmocka_unit_test(test_sweep_client_submit),
 		cmocka_unit_test(test_sweep_client_dbuf),
+		cmocka_unit_test(test_sweep_client_symbols),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

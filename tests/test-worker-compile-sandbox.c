@@ -56,6 +56,8 @@ static int setup(void **state)
 	(void)fclose(f);
 	(void)snprintf(path, sizeof(path), "%s/readable/link", env.dir);
 	assert_int_equal(symlink(env.outside, path), 0);
+	(void)snprintf(path, sizeof(path), "%s/pch", env.dir);
+	assert_int_equal(mkdir(path, 0700), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, env.chan), 0);
 	env.parent = getpid();
 	*state = &env;
@@ -73,26 +75,34 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Run action sealed in a child; its wait status. */
-static int sealed(int (*action)(void))
+/* Run action sealed in a child (with a directory it may write: NVRTC's precompiled
+ * headers'), its wait status. */
+static int sealed_writing(int (*action)(void), bool writable)
 {
-	char readable[96];
+	char readable[96], pch[96];
 	const char *dirs[] = { readable };
 	pid_t pid;
 	int st;
 
 	(void)snprintf(readable, sizeof(readable), "%s/readable", env.dir);
+	(void)snprintf(pch, sizeof(pch), "%s/pch", env.dir);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		bool landlocked;
 
-		if (wrk_compile_sandbox_seal(dirs, 1, env.chan[0], &landlocked) < 0)
+		if (wrk_compile_sandbox_seal(dirs, 1, writable ? pch : NULL, env.chan[0],
+					     &landlocked) < 0)
 			_exit(90);
 		_exit(action());
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	return st;
+}
+
+static int sealed(int (*action)(void))
+{
+	return sealed_writing(action, false);
 }
 
 static void assert_killed(int (*action)(void), const char *what)
@@ -192,7 +202,7 @@ static int nothing_opens(void)
 	const char *paths[] = { env.inside, env.outside, "/etc/passwd" };
 
 	(void)snprintf(readable, sizeof(readable), "%s/readable", env.dir);
-	if (wrk_compile_sandbox_seal_abi(0, dirs, 1, env.chan[0]) < 0)
+	if (wrk_compile_sandbox_seal_abi(0, dirs, 1, NULL, env.chan[0]) < 0)
 		return 90;
 	for (unsigned i = 0; i < ARRAY_SIZE(paths); i++) {
 		int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
@@ -214,6 +224,49 @@ static void test_sandbox_without_landlock_opens_nothing(void **state)
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		fail_msg("status 0x%x", st);
+}
+
+static int do_unlink(void);
+
+/* In the directory it may write: files made, written, truncated, read and removed, as NVRTC's
+ * precompiled headers are; elsewhere still nothing (and no directory anywhere: mkdirat kills). */
+static int write_beneath(void)
+{
+	char path[192], buf[8] = "";
+	int fd;
+
+	(void)snprintf(path, sizeof(path), "%s/pch/k_0.pch", env.dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, "pch", 3) != 3 || pread(fd, buf, 3, 0) != 3 || strcmp(buf, "pch"))
+		return 10;
+	(void)close(fd);
+	fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+	if (fd < 0)
+		return 11;
+	(void)close(fd);
+	if (unlink(path) < 0)
+		return 12;
+	if (open(env.inside, O_WRONLY | O_CLOEXEC) >= 0 || errno != EACCES)
+		return 20;
+	(void)snprintf(path, sizeof(path), "%s/new", env.dir);
+	if (open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) >= 0 || errno != EACCES)
+		return 21;
+	if (unlink(env.outside) == 0 || errno != EACCES)
+		return 22;
+	return 0;
+}
+
+static void test_sandbox_writes_only_beneath_its_own_directory(void **state)
+{
+	int st;
+
+	if (wrk_compile_sandbox_landlock_abi() == 0)
+		skip();
+	st = sealed_writing(write_beneath, true);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("status 0x%x", st);
+	/* Without a directory to write, opening to write and removing stay what they were. */
+	assert_killed(do_unlink, "unlinkat without a directory to write");
 }
 
 static void test_sandbox_reads_only_beneath_its_directories(void **state)
@@ -416,6 +469,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sandbox_allows_what_nvrtc_needs),
 		cmocka_unit_test(test_sandbox_reads_only_beneath_its_directories),
+		cmocka_unit_test(test_sandbox_writes_only_beneath_its_own_directory),
 		cmocka_unit_test(test_sandbox_without_landlock_opens_nothing),
 		cmocka_unit_test(test_sandbox_kills_forbidden_calls),
 	};

@@ -24,6 +24,7 @@
  *   image:FILE  success, with an image whose code is FILE of the cubin corpus
  *   raw:FILE    success, with FILE itself (no image around it)
  *   silent      closes its socket and lives on (as a helper taken over might)
+ *   hang        never answers
  */
 
 static uint8_t *slurp(const char *name, size_t *ret_len)
@@ -85,6 +86,11 @@ static int fake_helper(const char *how)
 	while ((n = ipc_channel_recv(3, buf, sizeof(buf), fds, &nfds, 0)) > 0) {
 		int status, fd;
 
+		if (strcmp(how, "hang") == 0) {
+			(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+			for (;;)
+				(void)pause();
+		}
 		if (strcmp(how, "silent") == 0) {
 			/* Gone with the test if the worker's side never ends it. */
 			(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -103,7 +109,8 @@ static int fake_helper(const char *how)
 	return 0;
 }
 
-/* Build a module with a helper answering as `how`: the status, and the log in *ret_log. */
+/* Build a module with a helper answering as `how`: the status, and the log in *ret_log. A
+ * compile's time is 300 ms at most here. */
 static int build(const char *how, char **ret_log)
 {
 	static const char src[] = "__global__ void k() {}";
@@ -120,6 +127,7 @@ static int build(const char *how, char **ret_log)
 	int fds = test_fd_count(), r;
 
 	assert_int_equal(setenv("TEST_HELPER", how, 1), 0);
+	c.timeout_ns = 300 * NSEC_PER_MSEC;
 	*ret_log = NULL;
 	wrk_compiler_target(&c, 90, &tk);
 	r = wrk_compiler_build(&c, &b, &image, &len, ret_log);
@@ -189,6 +197,12 @@ static void test_compiler_ends_a_helper_that_hangs_up(void **state)
 	assert_refused("silent", "the compiler died: Killed");
 }
 
+/* A compile past its time says so, and the helper is ended (then started again). */
+static void test_compiler_past_its_time_says_so(void **state)
+{
+	assert_refused("hang", "the compiler ran past its 0.3 s limit");
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -196,6 +210,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_compiler_checks_the_helpers_cubin),
 		cmocka_unit_test(test_compiler_status_is_one_a_compile_ends_with),
 		cmocka_unit_test(test_compiler_ends_a_helper_that_hangs_up),
+		cmocka_unit_test(test_compiler_past_its_time_says_so),
 	};
 
 	/* Started by the code under test as its helper. */

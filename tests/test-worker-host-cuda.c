@@ -76,6 +76,56 @@ static void test_host_cuda_scan_finds_kernels_and_shared_arrays(void **state)
 	wrk_cuscan_done(&sc);
 }
 
+/* __device__ and __constant__ variables at namespace scope, each once; nothing else. */
+static void test_host_cuda_scan_finds_variables(void **state)
+{
+	static const char src[] =
+		"# 1 \"/usr/include/x.h\" 1 3\n"
+		"__gpux_device__ int in_system_header;\n"
+		"# 1 \"/d/src/kernel.cu\"\n"
+		"__gpux_constant__ float coeffs[4] = { 1, 2, 3, 4 };\n"
+		"__gpux_device__ __gpux_constant__ int both;\n"
+		"static __gpux_device__ unsigned long long a = 1, *b, c[2] { 3, 4 };\n"
+		"__gpux_device__ __attribute__((aligned(16))) pair<int, float> pr;\n"
+		"namespace ns { __gpux_device__ double scale = 2.5; }\n"
+		"namespace { __gpux_device__ int anon; }\n"
+		"extern \"C\" { __gpux_device__ int c_var; }\n"
+		"__gpux_device__ float twice(float x) { return 2 * x; }\n"
+		"__gpux_host__ __gpux_device__ int both_sides(int);\n"
+		"extern __gpux_device__ int declared_only;\n"
+		"extern \"C\" __gpux_device__ int declared_c;\n"
+		"template <class T> __gpux_device__ T tvar;\n"
+		"__gpux_device__ __gpux_shared__ int in_shared;\n"
+		"__gpux_device__ struct S { int v; } s_var;\n"
+		"__gpux_device__ int (*fptr)(int);\n"
+		"struct K { __gpux_device__ static int member; };\n"
+		"__gpux_global__ void k(int *p) { __gpux_device__ int local; }\n";
+	static const struct {
+		const char *scope, *name, *symbol;
+	} want[] = {
+		{ "", "coeffs", "coeffs" },
+		{ "", "both", "both" },
+		{ "", "a", "a" },
+		{ "", "b", "b" },
+		{ "", "c", "c" },
+		{ "", "pr", "pr" },
+		{ "ns", "scale", "_ZN2ns5scaleE" },
+		{ "", "anon", "_ZN12_GLOBAL__N_14anonE" },
+		{ "", "c_var", "c_var" },
+	};
+	struct wrk_cuscan sc;
+
+	assert_int_equal(wrk_cuscan_run(src, strlen(src), "/d/src/", &sc), 0);
+	assert_null(sc.unsupported);
+	assert_int_equal(sc.nglobals, ARRAY_SIZE(want));
+	for (unsigned i = 0; i < ARRAY_SIZE(want); i++) {
+		assert_string_equal(sc.globals[i].scope, want[i].scope);
+		assert_string_equal(sc.globals[i].name, want[i].name);
+		assert_string_equal(sc.globals[i].symbol, want[i].symbol);
+	}
+	wrk_cuscan_done(&sc);
+}
+
 static void test_host_cuda_scan_names_what_the_host_lacks(void **state)
 {
 	static const struct {
@@ -155,7 +205,16 @@ static int build(const char *source, const char *options, const struct gpux_head
 	assert_int_equal(ipc_mod_extra_check(extra, elen, nh, nn), 0);
 	*ret_image = NULL;
 	*ret_log = NULL;
-	r = wrk_host_cuda_build(cxx, &b, ret_image, ret_len, ret_log);
+	/* In the cage the worker gives it (worker/host/host-cage.h): 4 GiB, 256 MiB files, 120 s. */
+	{
+		struct wrk_host_cage cg;
+
+		assert_int_equal(wrk_host_cage_init(&cg, 4ull << 30, WRK_CLIENT_MOD_BYTES,
+						    120 * NSEC_PER_SEC), 0);
+		assert_int_equal(wrk_host_cage_add_compiler(&cg, cxx), 0);
+		r = wrk_host_cuda_build(&cg, cxx, &b, ret_image, ret_len, ret_log);
+		wrk_host_cage_done(&cg);
+	}
 	assert_no_fd_leak(fds);
 	return r;
 }
@@ -380,6 +439,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_host_cuda_scan_finds_kernels_and_shared_arrays),
+		cmocka_unit_test(test_host_cuda_scan_finds_variables),
 		cmocka_unit_test(test_host_cuda_scan_names_what_the_host_lacks),
 		cmocka_unit_test(test_host_cuda_build_makes_a_module_that_runs),
 		cmocka_unit_test(test_host_cuda_block_deadlock_fails_it),

@@ -152,6 +152,32 @@ static void test_knames_match_cpp_names(void **state)
 	wrk_knames_free(k);
 }
 
+/* A variable's symbol from its C++ name, as a compiler mangles it. */
+static void test_knames_variable_symbols(void **state)
+{
+	static const struct {
+		const char *name, *symbol;
+	} ok[] = {
+		{ "x", "x" }, { "::x", "x" }, { "ns::scale", "_ZN2ns5scaleE" },
+		{ "::a::b::c_9", "_ZN1a1b3c_9E" },
+	};
+	static const char *const bad[] = { "", "::", "ns::", "a:b", "9x", "a::9b", "f<int>",
+					   "a b", "&x" };
+	char buf[64];
+
+	for (unsigned i = 0; i < ARRAY_SIZE(ok); i++) {
+		assert_int_equal(wrk_knames_variable(ok[i].name, buf, sizeof(buf)), 0);
+		assert_string_equal(buf, ok[i].symbol);
+	}
+	for (unsigned i = 0; i < ARRAY_SIZE(bad); i++)
+		if (wrk_knames_variable(bad[i], buf, sizeof(buf)) != -EINVAL)
+			fail_msg("\"%s\" taken", bad[i]);
+	/* What does not fit is refused, not cut. */
+	assert_int_equal(wrk_knames_variable("ns::scale", buf, 13), -EINVAL);
+	assert_int_equal(wrk_knames_variable("ns::scale", buf, 14), 0);
+	assert_int_equal(wrk_knames_variable("scale", buf, 5), -EINVAL);
+}
+
 /* What the names hold is counted, and capped: copies of names and what points at them. */
 static void test_knames_bytes_counted_and_capped(void **state)
 {
@@ -178,6 +204,7 @@ int main(void)
 		cmocka_unit_test(test_knames_same_as_cpp_reads_it),
 		cmocka_unit_test(test_knames_match_cpp_names),
 		cmocka_unit_test(test_knames_bytes_counted_and_capped),
+		cmocka_unit_test(test_knames_variable_symbols),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench-kernels.h"
 #include "cuda-driver.h"
@@ -22,6 +23,9 @@
  *                                     the driver's JIT cache
  *   gpux-bench-base compile-jit-cache CUBIN
  *                                     the same with the JIT cache (~/.nv/ComputeCache)
+ *   gpux-bench-base compile-headers   NVRTC in this process: two kernels of cooperative_groups.h,
+ *                                     then two of CUB (bench-kernels.h), each compiled after
+ *                                     the first of its pair, without the JIT cache
  *   gpux-bench-base rtt CUBIN N       empty kernel, launch and synchronise, N times
  *   gpux-bench-base rate CUBIN N      N launches back to back, one synchronisation
  *   gpux-bench-base threads CUBIN T N N launches from T threads of one context, a stream each
@@ -186,6 +190,72 @@ static int do_compile(const char *out, bool jit_cache)
 		CHECK(cu.cuModuleLoadData(&m, cubin));
 		printf("module_load_ns %llu\n", (unsigned long long)(now() - t0));
 	}
+	return 0;
+}
+
+/* -I options for the toolkit's headers beside NVRTC (its lib64/../include, and cccl). */
+static unsigned toolkit_opts(struct nvrtc *nv, char opts[2][600])
+{
+	const char *lib = nvrtc_file(nv);
+	char dir[512];
+	char *slash;
+	unsigned n = 0;
+
+	if (!lib || snprintf(dir, sizeof(dir), "%s", lib) >= (int)sizeof(dir) ||
+	    !(slash = strrchr(dir, '/')))
+		return 0;
+	*slash = '\0';
+	(void)snprintf(opts[n++], sizeof(opts[0]), "-I%s/../include", dir);
+	(void)snprintf(opts[n], sizeof(opts[0]), "%s/../include/cccl", dir);
+	if (access(opts[n], F_OK) == 0)
+		(void)snprintf(opts[n++], sizeof(opts[0]), "-I%s/../include/cccl", dir);
+	return n;
+}
+
+/* The time of one compile of src with opts (which succeed, or exit 1). */
+static uint64_t compile_opts(struct nvrtc *nv, const char *src, const char **opts, unsigned n)
+{
+	nvrtcProgram prog;
+	uint64_t t0 = now();
+	size_t len;
+
+	if (nv->create(&prog, src, "bench.cu", 0, NULL, NULL) != NVRTC_SUCCESS ||
+	    nv->compile(prog, (int)n, opts) != NVRTC_SUCCESS ||
+	    nv->cubin_size(prog, &len) != NVRTC_SUCCESS)
+		exit(1);
+	t0 = now() - t0;
+	(void)nv->destroy(&prog);
+	return t0;
+}
+
+/* gpux bench's "modules": what the second kernel of a pair costs in a process of its own. */
+static int do_compile_headers(void)
+{
+	struct nvrtc nv = { 0 };
+	char why[256], arch[48], inc[2][600];
+	const char *opts[3] = { arch, inc[0], inc[1] };
+	int major = 0, minor = 0;
+	unsigned n;
+
+	if (setenv("CUDA_CACHE_DISABLE", "1", 1) < 0)
+		return 1;
+	init();
+	(void)cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+	(void)cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+	(void)snprintf(arch, sizeof(arch), "--gpu-architecture=sm_%d%d", major, minor);
+	if (nvrtc_load(&nv, why, sizeof(why)) < 0) {
+		(void)fprintf(stderr, "gpux-bench-base: %s\n", why);
+		return 1;
+	}
+	n = 1 + toolkit_opts(&nv, inc);
+	printf("cg_first_ns %llu\n",
+	       (unsigned long long)compile_opts(&nv, bench_cg_kernels[0], opts, n));
+	printf("cg_second_ns %llu\n",
+	       (unsigned long long)compile_opts(&nv, bench_cg_kernels[1], opts, n));
+	printf("cub_first_ns %llu\n",
+	       (unsigned long long)compile_opts(&nv, bench_cub_kernels[0], opts, n));
+	printf("cub_second_ns %llu\n",
+	       (unsigned long long)compile_opts(&nv, bench_cub_kernels[1], opts, n));
 	return 0;
 }
 
@@ -571,6 +641,8 @@ int main(int argc, char **argv)
 		return do_compile(argv[2], false);
 	if (argc == 3 && strcmp(argv[1], "compile-jit-cache") == 0)
 		return do_compile(argv[2], true);
+	if (argc == 2 && strcmp(argv[1], "compile-headers") == 0)
+		return do_compile_headers();
 	if (argc == 4 && strcmp(argv[1], "rtt") == 0)
 		return do_rtt(argv[2], (unsigned)strtoul(argv[3], NULL, 10));
 	if (argc == 4 && strcmp(argv[1], "rate") == 0)
@@ -587,7 +659,7 @@ int main(int argc, char **argv)
 		return do_costs(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "startup") == 0)
 		return do_startup(argv[2]);
-	(void)fprintf(stderr, "usage: gpux-bench-base compile|compile-jit-cache|rtt|rate|threads|graph|bw|costs|startup "
-			      "...\n");
+	(void)fprintf(stderr, "usage: gpux-bench-base compile|compile-jit-cache|compile-headers|"
+			      "rtt|rate|threads|graph|bw|costs|startup ...\n");
 	return 2;
 }

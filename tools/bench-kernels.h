@@ -90,3 +90,46 @@ static const char bench_kernels_host[] =
 	"	if (a == 123.0f)\n"
 	"		GPUX_ARG(float *, 1)[0] = a;\n"
 	"}\n";
+
+/*
+ * Two different kernels of cooperative_groups.h, and two of CUB's block reduce, each pair
+ * beginning with the same #include: the second of a pair compiled after the first (what a
+ * long-lived compiler can keep from one compile for the next: NVRTC's precompiled headers).
+ */
+static const char *const bench_cg_kernels[2] = {
+	"#include <cooperative_groups.h>\n"
+	"namespace cg = cooperative_groups;\n"
+	"extern \"C\" __global__ void cg_rank(int *p)\n"
+	"{\n"
+	"	cg::thread_block b = cg::this_thread_block();\n"
+	"	p[b.group_index().x * b.size() + b.thread_rank()] = (int)b.thread_rank();\n"
+	"}\n",
+	"#include <cooperative_groups.h>\n"
+	"namespace cg = cooperative_groups;\n"
+	"extern \"C\" __global__ void cg_tile(float *p)\n"
+	"{\n"
+	"	auto t = cg::tiled_partition<32>(cg::this_thread_block());\n"
+	"	p[threadIdx.x] = t.shfl_down(p[threadIdx.x], 1) + (float)t.meta_group_rank();\n"
+	"}\n",
+};
+
+static const char *const bench_cub_kernels[2] = {
+	"#include <cub/block/block_reduce.cuh>\n"
+	"extern \"C\" __global__ void cub_sum(const int *in, int *out)\n"
+	"{\n"
+	"	typedef cub::BlockReduce<int, 128> R;\n"
+	"	__shared__ typename R::TempStorage t;\n"
+	"	int s = R(t).Sum(in[threadIdx.x]);\n"
+	"	if (threadIdx.x == 0)\n"
+	"		*out = s;\n"
+	"}\n",
+	"#include <cub/block/block_reduce.cuh>\n"
+	"extern \"C\" __global__ void cub_max(const float *in, float *out)\n"
+	"{\n"
+	"	typedef cub::BlockReduce<float, 256> R;\n"
+	"	__shared__ typename R::TempStorage t;\n"
+	"	float m = R(t).Reduce(in[threadIdx.x], cuda::maximum<>{});\n"
+	"	if (threadIdx.x == 0)\n"
+	"		*out = m;\n"
+	"}\n",
+};

@@ -349,51 +349,6 @@ static int s_bw(struct bench *b)
 	return 0;
 }
 
-/* A forked child's first result (the module already in the worker) vs CUDA start-up. */
-static int s_fork(struct bench *b)
-{
-	const unsigned n = b->quick ? 10 : 30;
-	uint64_t *t = calloc(n, sizeof(*t)), *bt = calloc(5, sizeof(*bt));
-	gpux_buf *times;
-	const char *args[] = { "startup", b->cubin, NULL };
-	double base = NAN;
-	unsigned nb = 0;
-
-	if (gpux_buf_alloc(b->ctx, sizeof(uint64_t), &times) < 0)
-		return -1;
-	for (unsigned i = 0; i < n; i++) {
-		uint64_t t0 = tool_now();
-		pid_t pid = fork();
-		int st;
-
-		if (pid == 0) {
-			struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
-			gpux_status s = gpux_run(b->m, "empty", &l, NULL, 0);
-			*(uint64_t *)gpux_buf_data(times) = tool_now() - t0;
-			_exit(s == GPUX_OK ? 0 : 1);
-		}
-		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
-			return -1;
-		t[i] = *(uint64_t *)gpux_buf_data(times);
-	}
-	for (unsigned i = 0; i < 5 && b->base; i++) {
-		struct kv kv;
-		if (bench_base_run(b, &kv, args) == 0)
-			bt[nb++] = (uint64_t)bench_kv_get(&kv, "startup_ns");
-	}
-	if (nb)
-		base = bench_median(bt, nb);
-	{
-		double g = bench_median(t, n);
-		bench_add(b, "forked child's first result", g / 1e6, base / 1e6, "ms", "<= 0.2 ms",
-			  isnan(base) ? g / 1e6 : g / base, g <= 0.2e6);
-	}
-	gpux_buf_free(times);
-	free(t);
-	free(bt);
-	return 0;
-}
-
 /* 256 MiB input: uploaded every time vs cached on the device. */
 static int s_cached(struct bench *b)
 {
@@ -454,7 +409,7 @@ static int s_cached(struct bench *b)
 
 /* ---- private daemons, for the module caches ---- */
 
-static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache)
 {
 	char *argv[] = { b->gpuxd, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
 	posix_spawn_file_actions_t fa;
@@ -469,7 +424,7 @@ static pid_t daemon_start(struct bench *b, const char *sock, const char *cache)
 	return pid;
 }
 
-static void daemon_stop(pid_t pid)
+void bench_daemon_stop(pid_t pid)
 {
 	if (pid > 0) {
 		(void)kill(pid, SIGTERM);
@@ -478,23 +433,17 @@ static void daemon_stop(pid_t pid)
 }
 
 /*
- * Connect to sock, wait for device 0 to be ready, and time gpux_module_load() of the bench
- * kernels; `tag`, when not NULL, is appended as a comment, which makes a module never seen.
+ * Connect to sock, wait for device 0 to be ready, and time gpux_module_load() of src (in the
+ * device's language).
  */
-static double load_ms(struct bench *b, const char *sock, const char *tag)
+static double load_src_ms(struct bench *b, const char *sock, const char *src, size_t n)
 {
-	const char *code = b->cuda ? bench_kernels : bench_kernels_host;
 	uint32_t lang = b->cuda ? GPUX_LANG_CUDA : GPUX_LANG_HOST;
-	char src[sizeof(bench_kernels) + sizeof(bench_kernels_host) + 64];
 	gpux_ctx *c = NULL;
 	gpux_module *m = NULL;
 	double ms = NAN;
 	uint64_t t0;
-	int n;
 
-	n = snprintf(src, sizeof(src), "%s\n/* %s */\n", code, tag ? tag : "bench");
-	if (n < 0 || (size_t)n >= sizeof(src))
-		return NAN;
 	for (int tries = 0; tries < 500 && gpux_connect(sock, &c) != GPUX_OK; tries++)
 		(void)usleep(20000);
 	if (!c)
@@ -507,10 +456,25 @@ static double load_ms(struct bench *b, const char *sock, const char *tag)
 		(void)usleep(10000);
 	}
 	t0 = tool_now();
-	if (gpux_module_load(c, lang, src, (size_t)n, NULL, &m, NULL) == GPUX_OK)
+	if (gpux_module_load(c, lang, src, n, NULL, &m, NULL) == GPUX_OK)
 		ms = tool_ms(tool_now() - t0);
 	gpux_disconnect(c);
 	return ms;
+}
+
+/*
+ * load_src_ms() of the bench kernels with `tail` appended: a comment leaves the module what it
+ * was (its cache key is of the code without comments), a definition makes one never seen.
+ */
+static double load_ms(struct bench *b, const char *sock, const char *tail)
+{
+	const char *code = b->cuda ? bench_kernels : bench_kernels_host;
+	char src[sizeof(bench_kernels) + sizeof(bench_kernels_host) + 64];
+	int n = snprintf(src, sizeof(src), "%s\n%s\n", code, tail);
+
+	if (n < 0 || (size_t)n >= sizeof(src))
+		return NAN;
+	return load_src_ms(b, sock, src, (size_t)n);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -521,9 +485,45 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /*
+ * The second kernel of each pair of bench-kernels.h (cooperative_groups.h, CUB), compiled
+ * after the first, through gpux (its helper keeps NVRTC's precompiled headers) and in a
+ * process of its own (gpux-bench-base): the ratio is DESIGN's (at most half).
+ */
+static void header_pairs(struct bench *b, const char *sock)
+{
+	static const struct {
+		const char *const *src;
+		const char *name, *first_key, *second_key;
+	} pairs[] = {
+		{ bench_cg_kernels, "cooperative_groups.h", "cg_first_ns", "cg_second_ns" },
+		{ bench_cub_kernels, "CUB's block reduce", "cub_first_ns", "cub_second_ns" },
+	};
+	const char *args[] = { "compile-headers", NULL };
+	double t[2][2];
+	struct kv kv;
+	bool based = bench_base_run(b, &kv, args) == 0;
+
+	for (unsigned i = 0; i < ARRAY_SIZE(pairs); i++)
+		for (unsigned k = 0; k < 2; k++)
+			t[i][k] = load_src_ms(b, sock, pairs[i].src[k], strlen(pairs[i].src[k]));
+	for (unsigned i = 0; i < ARRAY_SIZE(pairs); i++) {
+		double base1 = based ? bench_kv_get(&kv, pairs[i].first_key) / 1e6 : NAN;
+		double base2 = based ? bench_kv_get(&kv, pairs[i].second_key) / 1e6 : NAN;
+		char name[64];
+
+		(void)snprintf(name, sizeof(name), "module: 2nd kernel of %s", pairs[i].name);
+		bench_add(b, name, t[i][1], base2, "ms", "<= 0.5x", t[i][1] / base2,
+			  t[i][1] <= 0.5 * base2);
+		bench_add(b, "  the 1st, which leaves what it can", t[i][0], base1, "ms", "",
+			  t[i][0] / base1, true);
+	}
+}
+
+/*
  * Compiles through gpux against NVRTC in one process (gpux-bench-base): the first in a fresh
- * worker against NVRTC's first in its process, later ones (the median of three sources never
- * seen) against its later ones; then the caches.
+ * worker against NVRTC's first in its process, and against gpux's later ones (the median of
+ * three sources never seen) as they against NVRTC's later ones; then the caches, a source
+ * whose only change is a comment among them.
  */
 static int s_modules(struct bench *b)
 {
@@ -531,27 +531,31 @@ static int s_modules(struct bench *b)
 	const char *args[] = { "compile", b->cubin, NULL };
 	char jit_cubin[PATH_MAX + 16];
 	const char *jit_args[] = { "compile-jit-cache", jit_cubin, NULL };
-	double cold, warm[3], disk, mem, bfirst = NAN, blater = NAN, bload = NAN, bjit = NAN;
+	double cold, warm[3], disk, mem, comment, bfirst = NAN, blater = NAN, bload = NAN;
+	double bjit = NAN;
 	struct kv kv;
 	pid_t pid;
 
 	(void)snprintf(sock, sizeof(sock), "%s/m.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/mcache", b->tmp);
 	(void)snprintf(jit_cubin, sizeof(jit_cubin), "%s/jit.cubin", b->tmp);
-	pid = daemon_start(b, sock, cache);
-	cold = load_ms(b, sock, NULL);
-	mem = load_ms(b, sock, NULL);
+	pid = bench_daemon_start(b, sock, cache);
+	cold = load_ms(b, sock, "/* bench */");
+	mem = load_ms(b, sock, "/* bench */");
 	for (unsigned i = 0; i < 3; i++) {
-		char tag[32];
+		char tag[48];
 
-		(void)snprintf(tag, sizeof(tag), "later %u", i);
+		(void)snprintf(tag, sizeof(tag), "#define GPUX_BENCH_LATER_%u", i);
 		warm[i] = load_ms(b, sock, tag);
 	}
 	qsort(warm, 3, sizeof(warm[0]), cmp_double);
-	daemon_stop(pid);
-	pid = daemon_start(b, sock, cache);
-	disk = load_ms(b, sock, NULL);
-	daemon_stop(pid);
+	comment = load_ms(b, sock, "/* the same kernels, another comment */");
+	if (b->cuda)
+		header_pairs(b, sock);
+	bench_daemon_stop(pid);
+	pid = bench_daemon_start(b, sock, cache);
+	disk = load_ms(b, sock, "/* bench */");
+	bench_daemon_stop(pid);
 	if (bench_base_run(b, &kv, args) == 0) {
 		bfirst = bench_kv_get(&kv, "compile_ns") / 1e6;
 		blater = bench_kv_get(&kv, "compile_later_ns") / 1e6;
@@ -561,6 +565,8 @@ static int s_modules(struct bench *b)
 		bjit = bench_kv_get(&kv, "compile_later_ns") / 1e6;
 	bench_add(b, "module: compile (first)", cold, bfirst, "ms", "<= 1.2x", cold / bfirst,
 		  cold / bfirst <= 1.2);
+	bench_add(b, "module: compile, first against later", cold, warm[1], "ms", "<= 1.2x",
+		  cold / warm[1], cold / warm[1] <= 1.2);
 	bench_add(b, "module: compile (later)", warm[1], blater, "ms", "<= 1.1x", warm[1] / blater,
 		  warm[1] / blater <= 1.1);
 	/* Not gpux's to use (bench-base.c says why): for what it is worth only. */
@@ -568,6 +574,9 @@ static int s_modules(struct bench *b)
 	bench_add(b, "module: from disk cache", disk, bfirst, "ms", "<= 1 ms",
 		  isnan(bfirst) ? disk : disk / bfirst, disk <= 1.0);
 	bench_add(b, "module: in worker memory", mem, bload, "ms", "", mem / bload, true);
+	/* In-process, the driver's JIT cache gives the same PTX its cubin again, not the PTX. */
+	bench_add(b, "module: only a comment changed (a cache hit)", comment, bjit, "ms", "<= 1 ms",
+		  isnan(bjit) ? comment : comment / bjit, comment <= 1.0);
 	return 0;
 }
 
@@ -715,10 +724,14 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		const char *name;
 		int (*fn)(struct bench *b);
 	} scenarios[] = {
-		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", s_fork },
+		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", bench_fork },
 		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
 		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
-		{ "idle", bench_idle },	  { "prio", bench_prio },      { "shares", bench_shares },
+		{ "idle", bench_idle },
+		{ "fault", bench_fault },
+		{ "fresh", bench_fresh },
+		{ "prio", bench_prio },
+		{ "shares", bench_shares },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "json.h"
 #include "proto.h"
@@ -66,8 +67,21 @@ double bench_pct(uint64_t *v, unsigned n, unsigned p);
 gpux_status bench_run1(struct bench *b, const char *k, const struct gpux_launch *l,
 		       const struct gpux_arg *args, uint32_t nargs, uint64_t *ret_ns);
 
+/* tools/bench-fork.c */
+int bench_fork(struct bench *b);
+
+/* tools/bench-fresh.c */
+int bench_fresh(struct bench *b);
+
 /* tools/bench-host.c: CUDA C++ on the host back end against plain C loops. */
 int bench_host(struct bench *b);
+
+/* A private gpuxd on sock with its module cache in `cache` (tools/bench.c), stopped. */
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache);
+void bench_daemon_stop(pid_t pid);
+
+/* tools/bench-fault.c */
+int bench_fault(struct bench *b);
 
 /* tools/bench-launch.c */
 /* n round trips of an empty kernel after n / 10 unmeasured: their times in t, and the

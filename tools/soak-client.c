@@ -48,7 +48,41 @@ static const char kernels[] =
 	"	const uint32_t *x = GPUX_ARG(const uint32_t *, 1);\n"
 	"	for (uint64_t i = 0; i < n; i++) s += x[i];\n"
 	"	*GPUX_ARG(uint64_t *, 2) = s;\n"
+	"}\n"
+	/* A kernel that faults as its first argument says (enum soak_fault), before it writes 1
+	 * into its second; one that spins for 30 s. */
+	"#include <stdlib.h>\n"
+	"#include <sys/syscall.h>\n"
+	"#include <time.h>\n"
+	"#include <unistd.h>\n"
+	"GPUX_HOST_PARAMS(fault, 4, sizeof(uint32_t *));\n"
+	"GPUX_HOST_KERNEL(fault)\n"
+	"{\n"
+	"	volatile uint32_t *p = GPUX_ARG(uint32_t *, 1);\n"
+	"	switch (GPUX_ARG(uint32_t, 0)) {\n"
+	"	case 0: p[-(1L << 40)] = 1; break;\n"
+	"	case 1: p[1L << 60] = 1; break;\n"
+	"	case 2: ((struct gpux_host_launch *)gpux)->grid_dim.x = 0xffffffffu; break;\n"
+	"	case 3: if (fork() == 0) _exit(0); break;\n"
+	"	case 4: syscall(SYS_exit, 0); break;\n"
+	"	case 5: syscall(SYS_exit_group, 0); break;\n"
+	"	default: abort();\n"
+	"	}\n"
+	"	*p = 1;\n"
+	"}\n"
+	"GPUX_HOST_KERNEL(hang)\n"
+	"{\n"
+	"	struct timespec a, b;\n"
+	"	clock_gettime(CLOCK_MONOTONIC, &a);\n"
+	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
+	"	while (b.tv_sec - a.tv_sec < 30);\n"
 	"}\n";
+
+/* What a kernel's fault must say, by enum soak_fault. */
+static const char *const fault_says[SOAK_FAULT_N] = {
+	"Segmentation fault at address 0x", "Segmentation fault at address 0x",
+	"launch description", "fork()", "(exit)", "(exit_group)", "Aborted",
+};
 
 /* A module of its own: which one is in its answer. */
 static const char stamp[] = "GPUX_HOST_PARAMS(stamp, sizeof(uint32_t *));\n"
@@ -61,6 +95,7 @@ struct client {
 	uint64_t rng;
 	unsigned depth; /* of forks */
 	enum soak_op op; /* the operation running, for the count of wrong results */
+	unsigned target; /* the device whose death a fault or a hang took (soak_death_take()) */
 };
 
 static uint64_t next(struct client *c)
@@ -392,6 +427,86 @@ out:
 	return rc;
 }
 
+/*
+ * A kernel that faults, on the device whose death this client took: its request must end
+ * with GPUX_E_KERNEL_FAULT saying how, at once (the watchdog is on it), and the worker comes
+ * back; other clients' requests on it end GPUX_E_WORKER_LOST, as after a kill.
+ */
+static int op_fault(struct client *c)
+{
+#if defined(__x86_64__)
+	uint32_t how = below(c, SOAK_FAULT_N);
+#else
+	uint32_t how = SOAK_FAULT_LAUNCH + below(c, SOAK_FAULT_N - SOAK_FAULT_LAUNCH);
+#endif
+	struct gpux_launch l = { .grid = { 2, 1, 1 }, .block = { 1, 1, 1 }, .device = c->target };
+	gpux_buf *x = NULL;
+	gpux_req *r;
+	gpux_status st;
+	int rc;
+
+	rc = gpux_buf_alloc(c->ctx, 64, &x);
+	if (rc < 0)
+		return failed(c, "gpux_buf_alloc", rc, NULL);
+	*(uint32_t *)gpux_buf_data(x) = 0;
+	c->b->faults[how]++;
+	{
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(how), gpux_arg_inout(x, 0, 64) };
+
+		rc = gpux_submit(c->m, "fault", &l, args, 2, &r);
+	}
+	if (rc < 0) {
+		rc = failed(c, "gpux_submit", rc, NULL);
+		goto out;
+	}
+	st = gpux_wait(r, -1);
+	if (st == GPUX_E_KERNEL_FAULT && strstr(gpux_req_message(r), fault_says[how]) &&
+	    *(uint32_t *)gpux_buf_data(x) == 0) {
+		c->b->faults_as_expected[how]++;
+		rc = 0;
+	} else if (st == GPUX_E_KERNEL_FAULT || st == GPUX_OK) {
+		c->b->wrong[c->op]++;
+		tell(c->b, "a kernel's %s ended %s: \"%s\"", soak_fault_names[how],
+		     gpux_strerror(st), gpux_req_message(r));
+		rc = SOAK_WRONG;
+	} else {
+		rc = failed(c, soak_fault_names[how], st, gpux_req_message(r));
+	}
+	gpux_req_free(r);
+out:
+	gpux_buf_free(x);
+	return rc;
+}
+
+/* A kernel past its deadline (300 ms of 30 s): GPUX_E_TIMEOUT, its worker killed. */
+static int op_hang(struct client *c)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = c->target,
+				 .timeout_ms = 300 };
+	gpux_req *r;
+	gpux_status st;
+	int rc;
+
+	c->b->hangs++;
+	rc = gpux_submit(c->m, "hang", &l, NULL, 0, &r);
+	if (rc < 0)
+		return failed(c, "gpux_submit", rc, NULL);
+	st = gpux_wait(r, -1);
+	if (st == GPUX_E_TIMEOUT) {
+		c->b->hangs_as_expected++;
+		rc = 0;
+	} else if (st == GPUX_OK || st == GPUX_E_KERNEL_FAULT) {
+		c->b->wrong[c->op]++;
+		tell(c->b, "a hanging kernel ended %s: \"%s\"", gpux_strerror(st),
+		     gpux_req_message(r));
+		rc = SOAK_WRONG;
+	} else {
+		rc = failed(c, "hang", st, gpux_req_message(r));
+	}
+	gpux_req_free(r);
+	return rc;
+}
+
 static int op_any(struct client *c, enum soak_op op);
 
 /* A child on the objects it inherited, which may fork once more; what it finds is counted. */
@@ -431,23 +546,40 @@ static int op_any(struct client *c, enum soak_op op)
 		return op_dbuf(c);
 	case SOAK_MODULE:
 		return op_module(c);
+	case SOAK_FAULT:
+		return op_fault(c);
+	case SOAK_HANG:
+		return op_hang(c);
 	default:
 		return op_fork(c);
 	}
 }
 
-/* Operations by weight: mostly launches. */
+/*
+ * Operations by weight: mostly launches. A fault or a hang only on a device whose next death
+ * it takes (at most one every SOAK_CLIENT_DEATH_GAP_NS), else something else; not in a fork.
+ */
 static enum soak_op pick_op(struct client *c)
 {
-	static const enum soak_op weights[] = { SOAK_RUN,    SOAK_RUN,  SOAK_RUN,    SOAK_RUN,
+	static const enum soak_op weights[] = { SOAK_RUN,    SOAK_RUN,   SOAK_RUN,    SOAK_RUN,
 						SOAK_QUEUE,  SOAK_QUEUE, SOAK_FROZEN, SOAK_DBUF,
-						SOAK_DBUF,   SOAK_MODULE, SOAK_FORK };
+						SOAK_DBUF,   SOAK_MODULE, SOAK_FORK,  SOAK_FAULT,
+						SOAK_HANG };
 	enum soak_op op;
 
-	do
+	for (;;) {
 		op = weights[below(c, ARRAY_SIZE(weights))];
-	while (!(c->b->ops_mask & (1u << op)));
-	return op;
+		if (!(c->b->ops_mask & (1u << op)))
+			continue;
+		if (op != SOAK_FAULT && op != SOAK_HANG)
+			return op;
+		c->target = below(c, SOAK_DEVICES);
+		if (soak_death_take(c->b, c->target, SOAK_CLIENT_DEATH_GAP_NS))
+			return op;
+		/* Only faults and hangs asked for, none allowed now: a launch, counted so. */
+		if (!(c->b->ops_mask & ~((1u << SOAK_FAULT) | (1u << SOAK_HANG))))
+			return SOAK_RUN;
+	}
 }
 
 int soak_count_fds(pid_t pid)

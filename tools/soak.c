@@ -23,10 +23,8 @@
 
 extern char **environ;
 
-#define DEVICES 2u
+#define DEVICES SOAK_DEVICES
 #define TICK_US 20000u
-/* Deaths of one device a minute that keep it short of being marked failed (5 in 60 s). */
-#define WORKER_KILL_GAP_NS (16ull * NSEC_PER_SEC)
 #define SUP_DOWN_MAX_MS 1000u
 /* The last part of the run has no kills: the workers then serve a while before the checks. */
 #define QUIET_PERCENT 20u
@@ -34,8 +32,10 @@ extern char **environ;
 /* Memory allowed above the baseline at the end: malloc keeps what it was given. */
 #define RSS_SLACK_MIB 64u
 
-const char *const soak_op_names[SOAK_OP_N] = { "run",    "queue",  "frozen",
-					       "dbuf",   "module", "fork" };
+const char *const soak_op_names[SOAK_OP_N] = { "run",    "queue",  "frozen", "dbuf",
+					       "module", "fork",   "fault",  "hang" };
+const char *const soak_fault_names[SOAK_FAULT_N] = { "segv", "far", "launch", "fork",
+						     "exit", "exit_group", "abort" };
 
 struct soak {
 	struct soak_board *b;
@@ -44,7 +44,7 @@ struct soak {
 	char log[PATH_MAX + 16];
 	pid_t sup;
 	uint64_t sup_down_until; /* gpuxd was killed: start it again then */
-	uint64_t next_kill, next_sup_kill, worker_killed[DEVICES];
+	uint64_t next_kill, next_sup_kill;
 	unsigned nclients;
 	uint64_t seed; /* as given, else the time: the summary prints it to repeat the run */
 	uint64_t rng;  /* rnd()'s state, from the seed */
@@ -66,6 +66,14 @@ uint64_t soak_now(void)
 	return tool_now();
 }
 
+bool soak_death_take(struct soak_board *b, unsigned dev, uint64_t gap)
+{
+	uint64_t now = soak_now(), last = atomic_load(&b->death_at[dev]);
+
+	return !atomic_load(&b->quiet) && now - last >= gap &&
+	       atomic_compare_exchange_strong(&b->death_at[dev], &last, now);
+}
+
 static uint64_t rnd(struct soak *s)
 {
 	uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
@@ -77,9 +85,10 @@ static uint64_t rnd(struct soak *s)
 
 static int sup_start(struct soak *s)
 {
+	/* The sandbox on, whoever runs the soak: faulting kernels make forbidden calls. */
 	char *argv[] = { s->gpuxd, "--socket", s->b->sock, "--backend", "host", "--host-devices",
 			 "2", "--slots", "2", "--cache-ttl-ms", "2000", "--timeout-ms", "60000",
-			 NULL };
+			 "--host-sandbox", "on", NULL };
 	posix_spawn_file_actions_t fa;
 	int r;
 
@@ -289,11 +298,10 @@ static void kill_something(struct soak *s)
 		s->sup_kills++;
 		s->sup_down_until = now + (100 + rnd(s) % SUP_DOWN_MAX_MS) * NSEC_PER_MSEC;
 		s->next_sup_kill = now + (30000 + rnd(s) % 30000) * NSEC_PER_MSEC;
-		s->worker_killed[0] = s->worker_killed[1] = 0;
 		return;
 	}
-	if (now - s->worker_killed[dev] < WORKER_KILL_GAP_NS || status(s, &st, devs) < 0 ||
-	    dev >= st.ndevices)
+	if (status(s, &st, devs) < 0 || dev >= st.ndevices || !soak_death_take(s->b, dev,
+										 SOAK_DEATH_GAP_NS))
 		return;
 	{
 		const struct ipc_dev_status d = devs[dev];
@@ -303,7 +311,6 @@ static void kill_something(struct soak *s)
 		(void)kill((pid_t)d.pid, SIGKILL);
 	}
 	s->worker_kills++;
-	s->worker_killed[dev] = now;
 }
 
 static void run(struct soak *s, uint64_t ns)
@@ -324,6 +331,8 @@ static void run(struct soak *s, uint64_t ns)
 			if (sup_start(s) < 0)
 				(void)fprintf(stderr, "gpux soak: gpuxd would not start again\n");
 		}
+		if (now >= quiet)
+			atomic_store(&s->b->quiet, true);
 		if (now >= s->next_kill && now < quiet)
 			kill_something(s);
 		(void)usleep(TICK_US);
@@ -456,7 +465,8 @@ static void parse(int argc, char **argv, struct soak *s, double *ret_min, bool *
 							  1u << 20) * 1024;
 		else if (parse_ops(optarg, &s->b->ops_mask) < 0)
 			tool_usage_error(u, "soak: --ops: bad value \"%s\" (a comma-separated list "
-					 "of run, queue, frozen, dbuf, module, fork)", optarg);
+					 "of run, queue, frozen, dbuf, module, fork, fault, hang)",
+					 optarg);
 	}
 	if (optind != argc)
 		tool_usage_error(u, "soak: unexpected argument \"%s\"", argv[optind]);
@@ -500,6 +510,12 @@ static void summary(struct soak *s, double minutes)
 		printf(" %s %llu %.0f ms %llu;", soak_op_names[i], (unsigned long long)b->ops[i],
 		       tool_ms(b->max_ns[i]), (unsigned long long)b->wrong[i]);
 	printf("\n");
+	printf("faulting kernels (run, ended as expected):");
+	for (unsigned i = 0; i < SOAK_FAULT_N; i++)
+		printf(" %s %llu %llu;", soak_fault_names[i], (unsigned long long)b->faults[i],
+		       (unsigned long long)b->faults_as_expected[i]);
+	printf("\nhanging kernels: %llu, ended GPUX_E_TIMEOUT: %llu\n", (unsigned long long)b->hangs,
+	       (unsigned long long)b->hangs_as_expected);
 	if (atomic_load(&b->told))
 		printf("first problem: %s\n", b->first_problem);
 }
@@ -554,6 +570,9 @@ int tool_soak(int argc, char **argv)
 	memset(s.b->ops, 0, sizeof(s.b->ops));
 	memset(s.b->max_ns, 0, sizeof(s.b->max_ns));
 	memset(s.b->status, 0, sizeof(s.b->status));
+	memset(s.b->faults, 0, sizeof(s.b->faults));
+	memset(s.b->faults_as_expected, 0, sizeof(s.b->faults_as_expected));
+	s.b->hangs = s.b->hangs_as_expected = 0;
 	s.b->requests_ok = 0;
 	s.b->forks = 0;
 

@@ -181,6 +181,7 @@ static int print_json(const char *path, const struct ipc_status *st,
 	(void)json_object_set_new(root, "clients", json_integer(st->nclients));
 	(void)json_object_set_new(root, "clients_total", tool_json_u64(st->clients_total));
 	(void)json_object_set_new(root, "clients_refused", tool_json_u64(st->clients_refused));
+	(void)json_object_set_new(root, "spares", json_integer(st->spares));
 	for (uint32_t i = 0; i < st->ndevices; i++)
 		(void)json_array_append_new(arr, dev_json(i, &devs[i]));
 	(void)json_object_set_new(root, "devices", arr);
@@ -210,10 +211,10 @@ static void print_sched(const struct ipc_sched *s)
 static void print_table(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
 {
 	printf("gpuxd %s on %s: up %.1f s, %s loop, %u client%s now (%llu in all, %llu "
-	       "refused)%s\n",
+	       "refused), %u ready for forked children%s\n",
 	       st->version, path, (double)st->uptime_ns / 1e9, st->loop, st->nclients,
 	       st->nclients == 1 ? "" : "s", (unsigned long long)st->clients_total,
-	       (unsigned long long)st->clients_refused,
+	       (unsigned long long)st->clients_refused, st->spares,
 	       st->flags & IPC_STATUS_STOPPING ? ", STOPPING: draining" : "");
 	printf("%-4s %-10s %-8s %-4s %-8s %-8s %-8s %-10s %-8s %-9s %-16s %s\n", "DEV", "STATE",
 	       "PID", "GEN", "RESTARTS", "CLIENTS", "INFLIGHT", "SERVED", "FAILED", "LAUNCH/S",

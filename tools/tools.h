@@ -40,7 +40,8 @@
 	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
 	"  --quick         fewer repetitions\n"                                                  \
 	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"  \
-	"                  idle\n"                                                  \
+	"                  idle fault (a neighbour's faults: what innocents lose; own gpuxd)\n" \
+	"                  fresh prio shares\n"                                                    \
 	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"   \
 	"                  in-process CUDA) and the round trips' percentiles\n"                 \
 	"  --from FILE     a run saved by --json, instead of a new one (its table, --plot)\n"
@@ -48,8 +49,9 @@
 #define TOOL_USAGE_SOAK                                                                            \
 	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                               \
 	"                 [--watchdog-s S] [--rss-slack-mib N] [--keep]\n"                       \
-	"                 [--ops run,queue,frozen,dbuf,module,fork]\n"                           \
-	"  Forked clients at work while workers and gpuxd are killed; checks every result.\n"   \
+	"                 [--ops run,queue,frozen,dbuf,module,fork,fault,hang]\n"                \
+	"  Forked clients at work while workers and gpuxd are killed, and kernels fault or\n"   \
+	"  hang; checks every result.\n"                                                        \
 	"  --minutes N        how long (default 1; a fraction is fine)\n"                        \
 	"  --clients N        clients at once (1 to 64, default 6)\n"                           \
 	"  --seed N           of the random choices (default: the time)\n"                      \

@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 
 #include "macro.h"
 #include "spin.h"
@@ -180,6 +181,17 @@ static int worker_init(struct wrk *w)
 		wrk_log(w, "table of clients: %s", strerror(-r));
 		return r;
 	}
+	/* Device memory by user, over every worker: mapped, and its fd closed as the page's. */
+	if (w->opts.ledger_fd >= 0) {
+		r = ipc_ledger_map(w->opts.ledger_fd, &w->ledger);
+		w->opts.ledger_fd = safe_close(w->opts.ledger_fd);
+		if (r == 0 && w->opts.device >= w->ledger->ndevices)
+			r = -ERANGE;
+		if (r < 0) {
+			wrk_log(w, "the ledger of device memory: %s", strerror(-r));
+			return r;
+		}
+	}
 	/* The control socket crossed gpuxd's exec too: no child (the compiler, cc) gets it. */
 	if (fcntl(w->opts.control_fd, F_SETFD, FD_CLOEXEC) < 0) {
 		r = -errno;
@@ -206,6 +218,11 @@ static int worker_init(struct wrk *w)
 	r = wrk_slots_open(w);
 	if (r < 0)
 		return r;
+	/* Without them (no memory for them), no request of this worker's runs again after its
+	 * death: its clients get no page. */
+	r = wrk_marks_start(w);
+	if (r < 0)
+		wrk_log(w, "marks: %s: requests will not run again after a fault", strerror(-r));
 	r = wrk_modules_start(w);
 	if (r < 0) {
 		wrk_log(w, "compile thread: %s", strerror(-r));
@@ -213,9 +230,17 @@ static int worker_init(struct wrk *w)
 	}
 	if (!w->opts.quota_device)
 		w->opts.quota_device = w->info.mem_total / 2;
+	wrk_user_caps(w);
+	if (!w->opts.device_reserve)
+		w->opts.device_reserve = MIN(w->info.mem_total / 16, IPC_OPT_DEVICE_RESERVE_MAX);
 	r = wrk_dcache_start(w);
 	if (r < 0)
 		return r;
+	r = wrk_segments_start(w);
+	if (r < 0) {
+		wrk_log(w, "registration thread: %s", strerror(-r));
+		return r;
+	}
 	ipc_status_write_begin(w->status);
 	w->status->nslots = w->nslots;
 	w->status->limits = (struct ipc_launch_limits){
@@ -236,8 +261,11 @@ static void worker_done(struct wrk *w)
 	if (w->loop)
 		wrk_server_stop(w);
 	wrk_modules_stop(w);
+	wrk_segments_stop(w);
 	if (w->dev)
 		wrk_dcache_stop(w);
+	if (w->dev)
+		wrk_marks_stop(w);
 	if (w->dev)
 		w->be->close(w->dev);
 	w->done_fd = safe_close(w->done_fd);
@@ -249,6 +277,7 @@ static void worker_done(struct wrk *w)
 		(void)munmap(w->status, IPC_STATUS_PAGE_SIZE);
 	if (w->client_table)
 		(void)munmap(w->client_table, IPC_CLIENT_TABLE_SIZE);
+	ipc_ledger_unmap(w->ledger);
 	(void)pthread_mutex_destroy(&w->done_lock);
 	(void)pthread_mutex_destroy(&w->job_lock);
 	(void)pthread_cond_destroy(&w->job_cond);
@@ -278,16 +307,25 @@ int main(int argc, char **argv)
 	}
 	if (w.opts.device == IPC_WORKER_NO_DEVICE)
 		w.opts.device = 0;
+	if (!w.opts.compile_memory) {
+		struct sysinfo si;
+		uint64_t mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
+
+		w.opts.compile_memory = mem ? MIN(IPC_OPT_COMPILE_MEMORY_MAX, mem / 2)
+					    : IPC_OPT_COMPILE_MEMORY_MAX;
+	}
 	if (!w.opts.backend)
 		w.opts.backend = "host";
 	if (!w.opts.cache_ttl_ms)
 		w.opts.cache_ttl_ms = IPC_OPT_CACHE_TTL_MS;
+	if (!w.opts.compile_timeout_ms)
+		w.opts.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS;
 	if (w.opts.probe)
 		return probe(w.opts.backend);
 #ifdef GPUX_HAVE_CUDA
 	/* The worker's own NVRTC helper, on fd 3 (worker/compile/compiler.c). */
 	if (w.opts.compiler)
-		return wrk_compiler_main(3, w.opts.parent_pid);
+		return wrk_compiler_main(3, w.opts.parent_pid, w.opts.compile_memory);
 #endif
 	if (w.opts.control_fd < 0 || w.opts.status_fd < 0) {
 		(void)fprintf(stderr, "gpux-worker: --control-fd and --status-fd are needed\n");

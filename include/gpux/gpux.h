@@ -69,6 +69,7 @@ typedef enum gpux_status {
 	GPUX_E_IO = -16,          /* a system call failed */
 	GPUX_E_VERSION = -17,     /* gpuxd speaks no protocol version this library knows */
 	GPUX_E_STOPPING = -18,    /* gpuxd is stopping: it finishes what it has, takes nothing new */
+	GPUX_E_DBUF_LOST = -19,   /* a device buffer was lost with its worker (it restarted) */
 } gpux_status;
 
 /* A short English text for a status code; never NULL. */
@@ -228,12 +229,38 @@ GPUX_EXPORT gpux_status gpux_buf_import(gpux_ctx *ctx, int fd, gpux_buf **ret_bu
 /*
  * Memory of `size` bytes on one device that keeps its contents between requests: a
  * kernel's output can feed the next kernel without a trip through the host. Counted against
- * the per-client device quota (GPUX_E_QUOTA). Freed with gpux_dbuf_free() or when this
- * process goes away; lost (GPUX_E_WORKER_LOST for requests using it) if its worker dies.
+ * the per-client device quota, and against the user's over all its clients and devices
+ * (GPUX_E_QUOTA). Freed with gpux_dbuf_free() or when this
+ * process goes away. Lost if its worker dies (a fault, a deadline, even another client's):
+ * requests using it then in flight end with GPUX_E_WORKER_LOST, and every later use
+ * (gpux_submit(), gpux_dbuf_write(), gpux_dbuf_read()) returns GPUX_E_DBUF_LOST; free it and
+ * allocate another, or keep it in host memory (GPUX_DBUF_HOST below).
  * Requests of different queues that use one device buffer are not ordered between them.
  */
 GPUX_EXPORT gpux_status gpux_dbuf_alloc(gpux_ctx *ctx, uint32_t device, size_t size,
 					gpux_dbuf **ret_dbuf);
+
+/*
+ * A device buffer kept in host memory: its bytes live in shared memory of this process's
+ * (counted against gpuxd --quota-shared, not --quota-device), which kernels read and write in
+ * place as they do a mapped argument's. So it survives its worker: after a restart it is
+ * handed to the new worker with its contents (what requests running at the death wrote
+ * may be half done), where a device buffer in device memory is lost (GPUX_E_DBUF_LOST).
+ * The cost: on a GPU, kernels reach it over the bus (PCIe or NVLink-C2C, tens of GB/s)
+ * rather than from device memory (TB/s), and a request using it never runs again after its
+ * worker died once it began (its changes are in place).
+ */
+#define GPUX_DBUF_HOST 0x1u
+
+/*
+ * gpux_dbuf_alloc() with flags (GPUX_DBUF_HOST, or 0). When the worker refuses the buffer and
+ * ret_msg is not NULL, *ret_msg says why (free() it): the quota, or the device-memory reserve
+ * that device buffers never take (gpuxd --device-reserve: memory kept so that requests with
+ * IN/OUT arguments still run when device buffers fill the device), GPUX_E_QUOTA or
+ * GPUX_E_NOMEM as they apply.
+ */
+GPUX_EXPORT gpux_status gpux_dbuf_alloc_ex(gpux_ctx *ctx, uint32_t device, size_t size,
+					   uint32_t flags, gpux_dbuf **ret_dbuf, char **ret_msg);
 
 /* Free a device buffer. Requests still using it must be finished first. NULL is accepted;
  * a handle freed already is ignored (see above). */
@@ -342,6 +369,67 @@ GPUX_EXPORT gpux_status gpux_module_info(gpux_module *module, struct gpux_module
 /* Unload a module. Requests still using it must be finished first. NULL is accepted; a
  * handle freed already is ignored (see above). */
 GPUX_EXPORT void gpux_module_free(gpux_module *module);
+
+/* ---- what a module holds: its kernels' attributes, its variables ---- */
+
+/* An attribute that the device's back end cannot tell (registers on the host back end). */
+#define GPUX_ATTR_UNKNOWN (-1)
+
+/*
+ * A kernel's attributes, as cuFuncGetAttribute() gives them on a GPU. On the host back end
+ * only max_threads_per_block, max_dynamic_shared_size_bytes and nparams are known (and
+ * shared_size_bytes for a kernel in C, which has none: 0); the others are GPUX_ATTR_UNKNOWN.
+ */
+struct gpux_kernel_attrs {
+	int32_t max_threads_per_block; /* the most threads a block of this kernel may have */
+	int32_t num_regs;              /* registers per thread */
+	int32_t shared_size_bytes;     /* static shared memory per block */
+	int32_t const_size_bytes;      /* constant memory the kernel's module declares */
+	int32_t local_size_bytes;      /* local memory per thread */
+	/* The most dynamic shared memory a launch may ask for: gpux raises the kernel's own limit
+	 * (48 KiB on a GPU until raised) as launches need it, up to what the device allows. */
+	int32_t max_dynamic_shared_size_bytes;
+	int32_t ptx_version;    /* the PTX it was compiled from: major * 10 + minor */
+	int32_t binary_version; /* the architecture of its binary: major * 10 + minor */
+	int32_t cache_mode_ca;  /* 1: global loads cached in L1 too (-Xptxas -dlcm=ca) */
+	int32_t preferred_shared_memory_carveout; /* percent; -1 also when none was set */
+	int32_t nparams;        /* parameters it declares */
+	int32_t reserved[5];
+};
+
+/*
+ * The attributes of `kernel` of a module (named as for gpux_submit()) on `device`: an index, or
+ * GPUX_ANY for the device that loaded the module first. Waits for the worker's answer, and for
+ * the module's build there if it was not loaded on that device yet. GPUX_E_NOTFOUND: no such
+ * kernel (GPUX_E_INVAL: an overloaded name); the module's own failure to build there, as a
+ * request would get it; GPUX_E_INVAL for a name of 0 or more than 255 bytes. A worker from
+ * before this call (library 0.3) drops the connection that asks.
+ */
+GPUX_EXPORT gpux_status gpux_kernel_attrs(gpux_module *module, const char *kernel, uint32_t device,
+					  struct gpux_kernel_attrs *ret_attrs);
+
+/*
+ * A variable of a module as a device buffer on `device` (an index, or GPUX_ANY for the device
+ * that loaded the module first): in CUDA C++ a __device__ or __constant__ variable defined
+ * at namespace scope, in C for the host back end one the module exports (GPUX_HOST_GLOBAL,
+ * gpux/host-kernel.h). `name` is its symbol ("coeffs", "_ZN2ns6coeffsE") or its qualified C++
+ * name ("ns::coeffs"), 1 to 255 bytes. The device buffer is the variable itself:
+ * gpux_dbuf_size() is its size, gpux_dbuf_write() and gpux_dbuf_read() copy to and from it in
+ * a queue's order (copies past its end are refused), and gpux_arg_dbuf() hands its address to
+ * a kernel of any module on that device. On the host back end a variable in read-only memory
+ * (a `const` one) cannot be written: gpux_dbuf_write() of it is GPUX_E_INVAL.
+ *
+ * The variable belongs to the module as the worker loaded it, which the processes of one user
+ * that load the same code (with the same options, headers and names) share: they see the same
+ * variables. Its value lasts while the worker keeps the module loaded (after its last
+ * gpux_module_free() too, among the modules kept for the next load), and the device buffer
+ * keeps it loaded there until gpux_dbuf_free(); it counts against no quota. Lost, as any
+ * device buffer, when its worker dies. GPUX_E_NOTFOUND: no such variable; GPUX_E_INVAL: a name
+ * of 0 or more than 255 bytes; GPUX_E_QUOTA: the connection has 4096 device buffers already.
+ * A worker from before this call (library 0.3) drops the connection that asks.
+ */
+GPUX_EXPORT gpux_status gpux_module_global(gpux_module *module, const char *name, uint32_t device,
+					   gpux_dbuf **ret_dbuf);
 
 /* ---- queues ---- */
 
@@ -525,7 +613,14 @@ struct gpux_times {
  * Submit a launch of `kernel` in `module` with `nargs` arguments. Returns at once; the
  * request runs after the earlier ones of its queue. On success *ret_req is the request:
  * wait for it with gpux_wait() or gpux_test(), then gpux_req_free() it. Buffers named in
- * args must not be freed, nor their OUT ranges read, before the request is finished.
+ * args must not be freed, nor their OUT ranges read, nor their IN ranges written, before the
+ * request is finished: when its worker dies for another client's kernel (a fault, a
+ * deadline), a request that had not begun to change this process's memory runs again on the
+ * restarted worker (GPUX_ANY ones perhaps on another device), reading its inputs again; one
+ * that had (a mapped argument or device buffer in use, results being copied back, a host
+ * kernel begun) ends with GPUX_E_WORKER_LOST. A host kernel that writes an IN argument (handed
+ * to it read-only) fails with GPUX_E_KERNEL_FAULT naming the argument; on a GPU such a write
+ * goes to the worker's device copy, which is not copied back.
  * GPUX_E_INVAL, with nothing sent, for a launch its device cannot run: a grid or block
  * dimension past the device's limits (a grid dimension is at most 2^31 - 1 anywhere), more
  * threads per block or more dynamic shared memory than it allows. A kernel's own limits

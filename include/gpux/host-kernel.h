@@ -31,14 +31,23 @@
  *
  *     GPUX_HOST_PARAMS(saxpy, sizeof(uint64_t), sizeof(float), sizeof(float *));
  *
+ * A variable that a client reaches by its name (gpux_module_global(), as a __device__ or
+ * __constant__ one of CUDA C++) is one the module exports:
+ *
+ *     GPUX_HOST_GLOBAL float coeffs[16] = { 1 };
+ *
+ * (a `const` one can be read, not written). Other variables stay the module's own.
+ *
  * A kernel must not write its IN arguments; a crashing kernel fails its request with
- * GPUX_E_KERNEL_FAULT and its worker restarts, as after a sticky CUDA error.
+ * GPUX_E_KERNEL_FAULT and its worker restarts, as after a sticky CUDA error. So does one
+ * that calls abort(), exit() or fork(), or writes `gpux` or the array `gpux_args` (both are
+ * read-only; the values the array points at are the kernel's own copies).
  *
  * Only gpuxd's own user and root may load host kernels. On a gpuxd that serves a group or
  * runs as root (gpuxd --host-sandbox), kernels run under a seccomp filter: they may compute
  * on their arguments, allocate and free memory, read clocks and sleep; any other system call
- * (files, sockets, processes, signals) is not made and fails the request with
- * GPUX_E_KERNEL_FAULT naming the call, as a crash does. There a module may have no
+ * (files, sockets, processes, signals, the end of its thread or process) is not made and
+ * fails the request with GPUX_E_KERNEL_FAULT naming the call, as a crash does. There a module may have no
  * constructors, destructors or IFUNC resolvers (GPUX_E_INVAL at load): they would run
  * outside the filter.
  */
@@ -65,6 +74,9 @@ typedef void gpux_host_kernel_fn(const struct gpux_host_launch *gpux, void *cons
 	__attribute__((visibility("default"))) const uint32_t gpux_params_##name[] = {             \
 		sizeof((uint32_t[]){ __VA_ARGS__ }) / sizeof(uint32_t), ##__VA_ARGS__              \
 	}
+
+/* A variable of the module that gpux_module_global() finds by its name. */
+#define GPUX_HOST_GLOBAL __attribute__((visibility("default")))
 
 #define GPUX_ARG(type, i) (*(type *)gpux_args[(i)])
 

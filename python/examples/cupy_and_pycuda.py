@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 # One saxpy three ways, as CuPy and PyCUDA users write it, then an elementwise kernel, a
-# reduction and arrays that stay on the device. Runs on a GPU (CUDA C++) and on the host
-# back end (C), which needs no GPU:
+# reduction, arrays that stay on the device, a kernel's attributes and a module's variable.
+# Runs on a GPU and on the host back end, which needs no GPU:
 #
 #     python3 python/examples/cupy_and_pycuda.py
 import numpy as np
@@ -31,6 +31,17 @@ GPUX_HOST_KERNEL(saxpy)
 		if (i < n)
 			y[i] = a * x[i] + y[i];
 	}
+}
+"""
+
+
+CONSTS = r"""
+__constant__ float coeffs[4] = { 1, 2, 3, 4 };
+extern "C" __global__ void scale(float *v, unsigned n)
+{
+	unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		v[i] *= coeffs[i % 4];
 }
 """
 
@@ -65,7 +76,7 @@ def main() -> None:
     times = fut.times
     assert times is not None and times.run_ns > 0
 
-    # ElementwiseKernel and ReductionKernel, as CuPy's: CUDA C++ or C, whichever runs.
+    # ElementwiseKernel and ReductionKernel, as CuPy's: CUDA C++ on either back end.
     lerp = gpux.ElementwiseKernel("T a, T b, T t", "T out", "out = a + (b - a) * t", "lerp")
     mid = lerp(x, y, np.float32(0.5))
     norm = gpux.ReductionKernel("T v", "T r", "v * v", "a + b", "r = sqrt(a)", "0", "l2")
@@ -77,7 +88,22 @@ def main() -> None:
     assert isinstance(twice, gpux.DeviceArray)
     head: np.ndarray = twice[:4].get()
     assert head.tolist() == [0, 1, 2, 3]
-    print("ok:", saxpy, mod, times)
+
+    # A kernel's attributes and a module's __constant__ variable, as CuPy's
+    # RawKernel.attributes and RawModule.get_global (CUDA C++ runs on the host back end too).
+    consts = gpux.RawModule(CONSTS)
+    scale = consts.get_function("scale")
+    assert scale.attributes["nparams"] == 2 and scale.max_threads_per_block is not None
+    coeffs = consts.get_global("coeffs", np.float32)
+    coeffs.set(np.full(4, 2, np.float32))
+    v = gpux.ones(8, np.float32)
+    scale((1,), (8,), (v, np.uint32(8)), device=coeffs.device)
+    assert v.tolist() == [2] * 8
+
+    # The memory pool: what an array leaves when it goes serves the next one of its size.
+    pool = gpux.get_default_memory_pool()
+    del v
+    print("ok:", saxpy, mod, times, pool)
 
 
 if __name__ == "__main__":

@@ -24,15 +24,18 @@ from ._core import (  # noqa: F401
     ANY, LANG_CUBIN, LANG_CUDA, LANG_HOST, LANG_PTX, Backend, Buffer, Cached, Context,
     DeviceBuffer, DeviceState, Lang, MODULE_HEADERS_MAX, MODULE_NAMES_MAX, In, InOut, Kernel,
     Launch, Mapped, Module, Out, PRIORITY_MAX, PRIORITY_MIN, Queue, RawKernel, RawModule,
-    SHARE_MAX, SourceModule, array, asarray,
-    buffer_of, device_count, devices, empty, empty_like, freeze, full, get_context,
-    is_shared, ndarray, ones, zeros, zeros_like,
+    SHARE_MAX, SourceModule, array, asarray, buffer_of, device_count, devices, empty,
+    empty_like, freeze, full, function_attribute, get_context, is_shared, ndarray, ones,
+    zeros, zeros_like,
 )
 from ._future import Future, Times  # noqa: F401
 from ._array import (  # noqa: F401
     DeviceArray, device_empty, device_full, device_zeros, to_device,
 )
 from ._kernels import ElementwiseKernel, ReductionKernel  # noqa: F401
+from ._pool import (  # noqa: F401
+    MemoryPool, get_allocator, get_default_memory_pool, set_allocator,
+)
 from . import _gpux
 
 __version__: str = _gpux.version()

@@ -21,7 +21,7 @@ __all__ = [
     "SourceModule", "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX",
     "LANG_CUBIN", "LANG_HOST", "MODULE_HEADERS_MAX", "MODULE_NAMES_MAX", "ANY",
     "PRIORITY_MIN", "PRIORITY_MAX", "SHARE_MAX",
-    "device_count", "devices", "Lang", "Backend", "DeviceState",
+    "device_count", "devices", "Lang", "Backend", "DeviceState", "function_attribute",
 ]
 
 Context = _gpux.Context
@@ -53,6 +53,28 @@ class DeviceState(enum.IntEnum):
     READY = 2
     RESTARTING = 3
     FAILED = 4  #: its worker died too often: left out of ``device=None``
+
+
+class function_attribute(enum.IntEnum):
+    """A kernel's attribute, as PyCUDA's ``drv.function_attribute`` (CUDA's
+    CUfunction_attribute): ``k.get_attribute(gpux.function_attribute.NUM_REGS)``."""
+    MAX_THREADS_PER_BLOCK = 0
+    SHARED_SIZE_BYTES = 1
+    CONST_SIZE_BYTES = 2
+    LOCAL_SIZE_BYTES = 3
+    NUM_REGS = 4
+    PTX_VERSION = 5
+    BINARY_VERSION = 6
+    CACHE_MODE_CA = 7
+    MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+    PREFERRED_SHARED_MEMORY_CARVEOUT = 9
+
+
+#: The fields of Kernel._attributes()' tuple, in gpux.h's order (struct gpux_kernel_attrs).
+_ATTR_FIELDS = ("max_threads_per_block", "num_regs", "shared_size_bytes", "const_size_bytes",
+                "local_size_bytes", "max_dynamic_shared_size_bytes", "ptx_version",
+                "binary_version", "cache_mode_ca", "preferred_shared_memory_carveout",
+                "nparams")
 
 
 LANG_CUDA = Lang.CUDA
@@ -214,16 +236,33 @@ class ndarray(np.ndarray):
         return out
 
 
+#: What empty() makes arrays of in the default context (gpux/_pool.py's set_allocator): the
+#: allocator as given (None: a new Buffer per array), and nbytes -> (memory, zero-filled).
+_allocator: Any = None
+_alloc: Any = None
+
+
+def _set_allocator(allocator: Any, alloc: Any) -> None:
+    global _allocator, _alloc
+    _allocator, _alloc = allocator, alloc
+
+
+def _memory(nbytes: int, context: Optional[_gpux.Context]) -> tuple[Any, bool]:
+    """Memory for an array of nbytes: (what exports it, whether it is zero-filled)."""
+    alloc = _alloc
+    if alloc is not None and (context is None or context is _default):
+        return alloc(nbytes)
+    return _gpux.Buffer(max(nbytes, 1), context), True
+
+
 def _shape(shape: Union[int, Iterable[int]]) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
     return tuple(int(s) for s in shape)
 
 
-def empty(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
-          context: Optional[_gpux.Context] = None) -> ndarray:
-    """A new gpux array of ``shape`` and ``dtype``, in shared memory (zero-filled, as every
-    new gpux buffer is)."""
+def _empty(shape: Union[int, Iterable[int]], dtype: Any, order: str,
+           context: Optional[_gpux.Context]) -> tuple[ndarray, bool]:
     shape = _shape(shape)
     dtype = np.dtype(dtype)
     nbytes = dtype.itemsize
@@ -231,14 +270,26 @@ def empty(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str 
         if s < 0:
             raise ValueError("negative dimensions are not allowed")
         nbytes *= s
-    buf = _gpux.Buffer(max(nbytes, 1), context)
-    return np.ndarray.__new__(ndarray, shape, dtype, buffer=buf, order=order)
+    mem, zero = _memory(nbytes, context)
+    return np.ndarray.__new__(ndarray, shape, dtype, buffer=mem, order=order), zero
+
+
+def empty(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
+          context: Optional[_gpux.Context] = None) -> ndarray:
+    """A new gpux array of ``shape`` and ``dtype``, in shared memory: from the memory pool
+    (gpux.get_default_memory_pool(); its contents are then what an array before left there,
+    as numpy.empty's), or a new buffer (zero-filled) when the pool has none of its size or
+    another allocator, or another context, is asked for (gpux.set_allocator)."""
+    return _empty(shape, dtype, order, context)[0]
 
 
 def zeros(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
           context: Optional[_gpux.Context] = None) -> ndarray:
     """A new gpux array of zeros."""
-    return empty(shape, dtype, order, context=context)
+    a, zero = _empty(shape, dtype, order, context)
+    if not zero:
+        a.view(np.ndarray).fill(0)
+    return a
 
 
 def ones(shape: Union[int, Iterable[int]], dtype: Any = np.float64, order: str = "C", *,
@@ -265,7 +316,8 @@ def empty_like(a: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = 
 
 def zeros_like(a: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None) -> ndarray:
     """A new gpux array of zeros of ``a``'s shape and dtype."""
-    return empty_like(a, dtype, context=context)
+    a = np.asarray(a)
+    return zeros(a.shape, dtype or a.dtype, context=context)
 
 
 def asarray(obj: Any, dtype: Any = None, *, context: Optional[_gpux.Context] = None,
@@ -527,6 +579,33 @@ class Module:
 
     __getitem__ = get_function
 
+    def get_global(self, name: str, dtype: Any = None, shape: Any = None, *,
+                   device: Optional[int] = None) -> Any:
+        """A variable of the module (``__device__`` or ``__constant__`` at namespace scope; in
+        C for the host back end, one declared ``GPUX_HOST_GLOBAL``), by its name (``"coeffs"``,
+        ``"ns::coeffs"``, or its symbol) on ``device`` (None: the device that loaded the
+        module first): as CuPy's RawModule.get_global, a gpux.DeviceArray over the variable
+        itself, of ``dtype`` (uint8 if None) and ``shape`` (None: as many elements as fit),
+        which ``get()`` and ``set()`` copy, and kernels of any module on that device take as a
+        pointer to it. A SourceModule's ``get_global(name)`` is PyCUDA's: ``(buffer, size)``,
+        the gpux.DeviceBuffer of the variable and its size in bytes (``buffer.write(a)``
+        where PyCUDA calls ``memcpy_htod(ptr, a)``). A shape larger than the variable raises
+        ValueError, a name the module lacks gpux.KernelNotFoundError.
+
+        The variable is the module's as the worker loaded it: the processes of one user that
+        load the same code share it, and it keeps its value while the worker keeps the module
+        (after the last Module is gone too, until evicted); the DeviceBuffer keeps the module
+        loaded meanwhile. On the host back end a ``const`` variable is read-only."""
+        from ._array import DeviceArray
+
+        buf = _gpux.DeviceBuffer._global(self._m, name, device)
+        if self.pycuda and dtype is None and shape is None:
+            return buf, buf.size
+        dt = np.dtype(np.uint8 if dtype is None else dtype)
+        if shape is None:
+            shape = (buf.size // dt.itemsize,)
+        return DeviceArray(shape, dt, buffer=buf)
+
     def __reduce__(self):
         return (_load_module, (self.code, int(self.lang), self.options, self.headers,
                                self.name_expressions, self.pycuda))
@@ -669,6 +748,49 @@ def _prepared_timed_call(self: _gpux.Kernel, grid: Any, block: Any, *args: Any,
 
     return seconds
 
+
+# ---- kernels' attributes, as CuPy's RawKernel and PyCUDA's Function have them ----
+
+def _get_attributes(self: _gpux.Kernel, device: Optional[int] = None) -> dict:
+    """The kernel's attributes on ``device`` (None: the device that loaded its module first),
+    as CuPy's RawKernel.attributes: max_threads_per_block, num_regs, shared_size_bytes,
+    const_size_bytes, local_size_bytes, max_dynamic_shared_size_bytes (what a launch may ask
+    for: gpux raises the kernel's limit as launches need it), ptx_version, binary_version,
+    cache_mode_ca, preferred_shared_memory_carveout, and nparams. What the device's back end
+    cannot tell is None (on the host back end: all but max_threads_per_block,
+    max_dynamic_shared_size_bytes, nparams, and shared_size_bytes of a kernel in C).
+    Asks the worker each time (a round trip; it waits for the module's build on a device
+    that had not loaded it)."""
+    values = self._attributes(device)
+    return {k: (None if v == -1 and k != "preferred_shared_memory_carveout" else v)
+            for k, v in zip(_ATTR_FIELDS, values)}
+
+
+def _get_attribute(self: _gpux.Kernel, attr: Union[int, str],
+                   device: Optional[int] = None) -> Optional[int]:
+    """PyCUDA's ``func.get_attribute(drv.function_attribute.NUM_REGS)``: one attribute, by a
+    gpux.function_attribute (or its number, or its name), None where unknown."""
+    if isinstance(attr, str):
+        key = attr.lower()
+    else:
+        key = function_attribute(int(attr)).name.lower()
+    attrs = _get_attributes(self, device)
+    if key not in attrs:
+        raise ValueError(f"no attribute {attr!r}: one of {sorted(attrs)}")
+    return attrs[key]
+
+
+def _attr_property(field: str) -> property:
+    return property(lambda self: _get_attributes(self)[field],
+                    doc=f"The kernel's {field} on its module's first device (get_attributes()).")
+
+
+_gpux.Kernel.get_attributes = _get_attributes
+_gpux.Kernel.get_attribute = _get_attribute
+_gpux.Kernel.attributes = property(_get_attributes,
+                                   doc="CuPy's RawKernel.attributes: get_attributes().")
+for _field in _ATTR_FIELDS:
+    setattr(_gpux.Kernel, _field, _attr_property(_field))
 
 _gpux.Kernel.prepare = _prepare
 _gpux.Kernel.prepared_call = _prepared_call

@@ -7,7 +7,7 @@ __all__ = [
     "PermissionError_", "NoDeviceError", "WorkerLostError", "KernelFaultError",
     "DeadlineError", "CompileError", "KernelNotFoundError", "QuotaError", "NoDriverError",
     "DeviceError", "IOError_", "VersionError", "StoppingError", "NotFinishedError",
-    "ShareError",
+    "ShareError", "DeviceBufferLostError",
 ]
 
 # The C library's statuses (gpux_status).
@@ -30,6 +30,7 @@ E_DEVICE = -15
 E_IO = -16
 E_VERSION = -17
 E_STOPPING = -18
+E_DBUF_LOST = -19
 
 
 class GpuxError(Exception):
@@ -131,6 +132,11 @@ class StoppingError(GpuxError):
     """GPUX_E_STOPPING: gpuxd is stopping: it finishes what it has and takes nothing new."""
 
 
+class DeviceBufferLostError(GpuxError):
+    """GPUX_E_DBUF_LOST: the device buffer was lost with its worker, which restarted
+    (allocate it again; one kept in host memory survives)."""
+
+
 class NotFinishedError(GpuxError):
     """GPUX_E_AGAIN: the request has not finished (Future.result(timeout) raises
     concurrent.futures.TimeoutError instead; gpux itself raises this for nothing else)."""
@@ -161,5 +167,6 @@ BY_STATUS: dict[int, type[GpuxError]] = {
     E_IO: IOError_,
     E_VERSION: VersionError,
     E_STOPPING: StoppingError,
+    E_DBUF_LOST: DeviceBufferLostError,
     E_AGAIN: NotFinishedError,
 }

@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: MIT
 """ElementwiseKernel and ReductionKernel, as CuPy's: kernels made from C expressions.
 
-The code is generated for the device that runs it: CUDA C++ for a GPU, C for the host back
-end (gpux/host-kernel.h), so the same kernel runs on either. Each combination of argument
-types is generated once per kernel object and loaded as a gpux Module, which the workers
-compile once per machine and cache by content, like any other.
+The code generated is CUDA C++, the same for a GPU and for the host back end (which runs
+CUDA C++ on the CPU); only the launch's shape differs. Each combination of argument types is
+generated once per kernel object and loaded as a gpux Module, which the workers compile once
+per machine and cache by content, like any other.
 """
 from __future__ import annotations
 
@@ -21,32 +21,25 @@ from ._core import Backend, In, InOut, Module, buffer_of, empty, get_context
 
 __all__ = ["ElementwiseKernel", "ReductionKernel"]
 
-# numpy type name: (CUDA C++ type, C type for the host back end)
+# numpy type name: CUDA C++ type
 _CTYPES = {
-    "bool": ("bool", "_Bool"),
-    "int8": ("signed char", "signed char"),
-    "uint8": ("unsigned char", "unsigned char"),
-    "int16": ("short", "short"),
-    "uint16": ("unsigned short", "unsigned short"),
-    "int32": ("int", "int"),
-    "uint32": ("unsigned int", "unsigned int"),
-    "int64": ("long long", "long long"),
-    "uint64": ("unsigned long long", "unsigned long long"),
-    "float16": ("__half", "_Float16"),
-    "float32": ("float", "float"),
-    "float64": ("double", "double"),
+    "bool": "bool",
+    "int8": "signed char",
+    "uint8": "unsigned char",
+    "int16": "short",
+    "uint16": "unsigned short",
+    "int32": "int",
+    "uint32": "unsigned int",
+    "int64": "long long",
+    "uint64": "unsigned long long",
+    "float16": "__half",
+    "float32": "float",
+    "float64": "double",
 }
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_CUDA_PRELUDE = """\
+_PRELUDE = """\
 #include <cuda_fp16.h>
-"""
-# C has no min/max: CuPy's expressions use them as CUDA's overloads.
-_HOST_PRELUDE = """\
-#include <math.h>
-#include <stdbool.h>
-#define min(a, b) ((a) < (b) ? (a) : (b))
-#define max(a, b) ((a) > (b) ? (a) : (b))
 """
 _BLOCK = 256
 _GRID_MAX = 1 << 20
@@ -77,9 +70,9 @@ def _params(spec: str) -> list[_Param]:
     return params
 
 
-def _ctype(dtype: np.dtype, host: bool) -> str:
+def _ctype(dtype: np.dtype) -> str:
     try:
-        return _CTYPES[dtype.name][1 if host else 0]
+        return _CTYPES[dtype.name]
     except KeyError:
         raise TypeError(f"gpux kernels take {', '.join(_CTYPES)}, not {dtype}") from None
 
@@ -116,7 +109,7 @@ def _dtype_of(p: _Param, types: dict[str, np.dtype]) -> np.dtype:
 
 
 class _Generated:
-    """What one kernel object has loaded: per back end and argument signature."""
+    """What one kernel object has loaded: per argument signature."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -183,7 +176,7 @@ def _new_output(shape: tuple[int, ...], dtype: np.dtype, on_device: bool,
     return empty(shape, dtype, context=context)
 
 
-def _binds(params: Sequence[_Param], args: Sequence[Any], index: str, host: bool,
+def _binds(params: Sequence[_Param], args: Sequence[Any], index: str,
            outputs: bool) -> list[str]:
     """Lines that make each parameter's name mean what CuPy's does inside the loop: the
     element at `index` (a reference for outputs), the pointer for raw ones, the value of
@@ -192,53 +185,38 @@ def _binds(params: Sequence[_Param], args: Sequence[Any], index: str, host: bool
     for p, a in zip(params, args):
         if p.raw or not _is_array(a):
             continue
-        if outputs and host:
-            lines.append(f"#define {p.name} (_a_{p.name}[{index}])")
-        elif outputs:
+        if outputs:
             lines.append(f"{p.type} &{p.name} = _a_{p.name}[{index}];")
         else:
             lines.append(f"const {p.type} {p.name} = _a_{p.name}[{index}];")
     return lines
 
 
-def _unbinds(params: Sequence[_Param], args: Sequence[Any], host: bool) -> list[str]:
-    if not host:
-        return []
-    return [f"#undef {p.name}" for p, a in zip(params, args) if not p.raw and _is_array(a)]
-
-
-def _signature(params: Sequence[_Param], args: Sequence[Any], outputs: bool) -> list[tuple]:
-    """(C declaration of the parameter, host GPUX_ARG type, name) of each parameter."""
+def _signature(params: Sequence[_Param], args: Sequence[Any], outputs: bool) -> list[str]:
+    """The C++ declaration of each parameter."""
     out = []
     for p, a in zip(params, args):
         const = "" if outputs else "const "
         if p.raw:
-            out.append((f"{const}{p.type} *{p.name}", f"{const}{p.type} *", p.name))
+            out.append(f"{const}{p.type} *{p.name}")
         elif _is_array(a):
-            out.append((f"{const}{p.type} *_a_{p.name}", f"{const}{p.type} *",
-                        "_a_" + p.name))
+            out.append(f"{const}{p.type} *_a_{p.name}")
         else:
-            out.append((f"const {p.type} {p.name}", p.type, p.name))
+            out.append(f"const {p.type} {p.name}")
     return out
 
 
-def _typedefs(params: Sequence[_Param], types: dict[str, np.dtype], host: bool) -> str:
-    """The placeholders, and the numpy type names the parameters use, as C types."""
-    lines = [f"typedef {_ctype(d, host)} {name};" for name, d in sorted(types.items())
+def _typedefs(params: Sequence[_Param], types: dict[str, np.dtype]) -> str:
+    """The placeholders, and the numpy type names the parameters use, as C++ types."""
+    lines = [f"typedef {_ctype(d)} {name};" for name, d in sorted(types.items())
              if name not in _CTYPES]
     named = sorted({p.type for p in params if p.type in _CTYPES and p.type != "bool"})
-    lines += [f"typedef {_ctype(np.dtype(n), host)} {n};" for n in named]
+    lines += [f"typedef {_ctype(np.dtype(n))} {n};" for n in named]
     return "".join(line + "\n" for line in lines)
 
 
-def _host_kernel(name: str, decls: list[tuple], body: str) -> str:
-    fetch = "\n".join(f"\t{t} {n} = GPUX_ARG({t}, {i});" for i, (_, t, n) in enumerate(decls))
-    return f"GPUX_HOST_KERNEL({name})\n{{\n{fetch}\n{body}}}\n"
-
-
-def _cuda_kernel(name: str, decls: list[tuple], body: str) -> str:
-    params = ", ".join(d for d, _, _ in decls)
-    return f'extern "C" __global__ void {name}({params})\n{{\n{body}}}\n'
+def _kernel(name: str, decls: list[str], body: str) -> str:
+    return f'extern "C" __global__ void {name}({", ".join(decls)})\n{{\n{body}}}\n'
 
 
 class ElementwiseKernel:
@@ -254,8 +232,8 @@ class ElementwiseKernel:
     arrays (copied in and out as any kernel argument), gpux arrays (no copy) or
     DeviceArrays (which stay on their device; not broadcast or cast there).
 
-    Runs on a GPU as CUDA C++ and on the host back end as C (<math.h> included; min and max
-    defined), so ``operation`` should be in the language both share.
+    The kernel is CUDA C++ (``operation``, ``preamble``, ``loop_prep`` and ``after_loop``
+    are too), the same code on a GPU and on the host back end, which runs CUDA C++ on the CPU.
     """
 
     def __init__(self, in_params: str, out_params: str, operation: str,
@@ -284,31 +262,20 @@ class ElementwiseKernel:
     def __repr__(self) -> str:
         return f"<gpux.ElementwiseKernel {self.name!r}>"
 
-    def _code(self, host: bool, types: dict[str, np.dtype], ins: Sequence[Any],
+    def _code(self, types: dict[str, np.dtype], ins: Sequence[Any],
               outs: Sequence[Any]) -> tuple:
         decls = (_signature(self.in_params, ins, False) + _signature(self.out_params, outs, True)
-                 + [("const unsigned long long _n", "unsigned long long", "_n")])
-        binds = _binds(self.in_params, ins, "i", host, False) + \
-            _binds(self.out_params, outs, "i", host, True)
-        unbinds = _unbinds(self.out_params, outs, host)
-        inner = "\n".join("\t\t" + b for b in binds) + f"\n\t\t{self.operation};\n" + \
-            "\n".join(unbinds) + "\n"
-        if host:
-            loop = ("\tGPUX_FOR_EACH_THREAD(_t) {\n"
-                    "\t\tconst long long _stride = (long long)gpux->grid_dim.x * "
-                    "gpux->block_dim.x;\n"
-                    "\t\tfor (long long i = (long long)GPUX_GLOBAL_X(_t); i < (long long)_n; "
-                    "i += _stride) {\n" + inner + "\t\t}\n\t}\n")
-        else:
-            loop = ("\tconst long long _stride = (long long)gridDim.x * blockDim.x;\n"
-                    "\tfor (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
-                    "i < (long long)_n; i += _stride) {\n" + inner + "\t}\n")
+                 + ["const unsigned long long _n"])
+        binds = _binds(self.in_params, ins, "i", False) + _binds(self.out_params, outs, "i", True)
+        inner = "\n".join("\t\t" + b for b in binds) + f"\n\t\t{self.operation};\n"
+        loop = ("\tconst long long _stride = (long long)gridDim.x * blockDim.x;\n"
+                "\tfor (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; "
+                "i < (long long)_n; i += _stride) {\n" + inner + "\t}\n")
         body = f"\t{self.loop_prep}\n{loop}\t{self.after_loop}\n"
-        head = (_HOST_PRELUDE if host else _CUDA_PRELUDE) + \
-            _typedefs(self.in_params + self.out_params, types, host) + self.preamble + "\n"
-        make = _host_kernel if host else _cuda_kernel
-        return (head + make(self.name, decls, body), "host" if host else "cuda",
-                self.options or None, (self.name,))
+        head = _PRELUDE + _typedefs(self.in_params + self.out_params, types) + \
+            self.preamble + "\n"
+        return (head + _kernel(self.name, decls, body), "cuda", self.options or None,
+                (self.name,))
 
     def __call__(self, *args: Any, size: Optional[int] = None, block_size: Optional[int] = None,
                  queue: Optional[_gpux.Queue] = None, device: Optional[int] = None,
@@ -351,10 +318,9 @@ class ElementwiseKernel:
             elif not p.raw and (outs[i].shape != shape or outs[i].dtype != d):
                 raise ValueError(f"{p.name}: an output of shape {shape} and dtype {d}, not "
                                  f"{outs[i].shape} {outs[i].dtype}")
-        host = self._gen.backend(context, device) == Backend.HOST
-        key = (host, tuple(sorted((k, v.str) for k, v in types.items())),
+        key = (tuple(sorted((k, v.str) for k, v in types.items())),
                tuple(_is_array(a) for a in ins))
-        (kernel,) = self._gen.kernel(key, lambda: self._code(host, types, ins, outs), context)
+        (kernel,) = self._gen.kernel(key, lambda: self._code(types, ins, outs), context)
         launch: list[Any] = []
         for p, a in zip(self.in_params, ins):
             d = _dtype_of(p, types)
@@ -387,9 +353,10 @@ class ReductionKernel:
     A call takes the inputs (and optionally the outputs, or ``out=``), ``axis`` (None: all
     of them; an int or a tuple) and ``keepdims``. Arrays as for ElementwiseKernel: numpy,
     gpux or DeviceArrays (on the device, only leading or trailing axes are reduced). The
-    reduction runs a block per output with a tree in shared memory on a GPU, and splits long
-    reductions over several blocks (then a second kernel combines the parts); on the host
-    back end, one thread per part.
+    kernels are CUDA C++ (the expressions and ``preamble`` too), the same on a GPU and on the
+    host back end. The reduction runs a block per output with a tree in shared memory, and
+    splits long reductions over several blocks (then a second kernel combines the parts): on a
+    GPU blocks of 256 threads, on the host back end blocks of one thread (a CPU thread each).
     """
 
     def __init__(self, in_params: str, out_params: str, map_expr: str, reduce_expr: str,
@@ -419,78 +386,53 @@ class ReductionKernel:
     def __repr__(self) -> str:
         return f"<gpux.ReductionKernel {self.name!r}>"
 
-    def _code(self, host: bool, types: dict[str, np.dtype], rtype: np.dtype,
-              ins: Sequence[Any], outs: Sequence[Any]) -> tuple:
+    def _code(self, types: dict[str, np.dtype], rtype: np.dtype, ins: Sequence[Any],
+              outs: Sequence[Any]) -> tuple:
         rt = "_type_reduce"
-        head = (_HOST_PRELUDE if host else _CUDA_PRELUDE) + \
-            _typedefs(self.in_params + self.out_params, types, host) + \
-            f"typedef {_ctype(rtype, host)} {rt};\n" + self.preamble + "\n"
-        fn = "static inline" if host else "__device__ __forceinline__"
-        head += f"{fn} {rt} _gpux_reduce(const {rt} a, const {rt} b) {{ return ({self.reduce_expr}); }}\n"
-        sizes = [("unsigned long long _n_out", "unsigned long long", "_n_out"),
-                 ("unsigned long long _n_red", "unsigned long long", "_n_red"),
-                 ("unsigned long long _so", "unsigned long long", "_so"),
-                 ("unsigned long long _sr", "unsigned long long", "_sr"),
-                 ("unsigned int _nparts", "unsigned int", "_nparts")]
+        head = _PRELUDE + _typedefs(self.in_params + self.out_params, types) + \
+            f"typedef {_ctype(rtype)} {rt};\n" + self.preamble + "\n"
+        head += (f"__device__ __forceinline__ {rt} _gpux_reduce(const {rt} a, const {rt} b) "
+                 f"{{ return ({self.reduce_expr}); }}\n")
+        sizes = ["unsigned long long _n_out", "unsigned long long _n_red",
+                 "unsigned long long _so", "unsigned long long _sr", "unsigned int _nparts"]
         decls = (_signature(self.in_params, ins, False) + _signature(self.out_params, outs, True)
-                 + [(f"{rt} *_parts", f"{rt} *", "_parts")] + sizes)
-        bind_in = "\n".join("\t\t\t" + b for b in _binds(self.in_params, ins, "i", host, False))
-        bind_out = "\n".join("\t\t" + b for b in _binds(self.out_params, outs, "_o", host, True))
-        unbind = "\n".join(_unbinds(self.out_params, outs, host))
-        post = f"{{\n{bind_out}\n\t\tconst {rt} a = _acc;\n\t\t{self.post_map_expr};\n{unbind}\n\t}}"
+                 + [f"{rt} *_parts"] + sizes)
+        bind_in = "\n".join("\t\t\t" + b for b in _binds(self.in_params, ins, "i", False))
+        bind_out = "\n".join("\t\t" + b for b in _binds(self.out_params, outs, "_o", True))
+        post = f"{{\n{bind_out}\n\t\tconst {rt} a = _acc;\n\t\t{self.post_map_expr};\n\t}}"
         step = (f"\t\t\tconst long long i = (long long)(_o * _so + _r * _sr);\n{bind_in}\n"
                 f"\t\t\t_acc = _gpux_reduce(_acc, ({rt})({self.map_expr}));\n")
-        if host:
-            body = (f"\tfor (unsigned long long _o = gpux->block_idx.x; _o < _n_out; "
-                    f"_o += gpux->grid_dim.x) {{\n"
-                    f"\t\t{rt} _acc = ({rt})({self.identity});\n"
-                    f"\t\tunsigned long long _chunk = (_n_red + _nparts - 1) / _nparts;\n"
-                    f"\t\tunsigned long long _end = (gpux->block_idx.y + 1) * _chunk;\n"
-                    f"\t\tfor (unsigned long long _r = gpux->block_idx.y * _chunk; "
-                    f"_r < _n_red && _r < _end; _r++) {{\n{step}\t\t}}\n"
-                    f"\t\tif (_nparts > 1) {{\n"
-                    f"\t\t\t_parts[_o * _nparts + gpux->block_idx.y] = _acc;\n"
-                    f"\t\t\tcontinue;\n\t\t}}\n\t\t{post}\n\t}}\n")
-            main = _host_kernel(self.name, decls, body)
-        else:
-            body = (f"\textern __shared__ __align__(16) unsigned char _gpux_smem[];\n"
-                    f"\t{rt} *_sh = ({rt} *)_gpux_smem;\n"
-                    f"\tfor (unsigned long long _o = blockIdx.x; _o < _n_out; _o += gridDim.x) {{\n"
-                    f"\t\t{rt} _acc = ({rt})({self.identity});\n"
-                    f"\t\tfor (unsigned long long _r = (unsigned long long)blockIdx.y * blockDim.x"
-                    f" + threadIdx.x; _r < _n_red; _r += (unsigned long long)gridDim.y * "
-                    f"blockDim.x) {{\n{step}\t\t}}\n"
-                    f"\t\t_sh[threadIdx.x] = _acc;\n\t\t__syncthreads();\n"
-                    f"\t\tfor (unsigned _s = blockDim.x / 2; _s > 0; _s >>= 1) {{\n"
-                    f"\t\t\tif (threadIdx.x < _s)\n"
-                    f"\t\t\t\t_sh[threadIdx.x] = _gpux_reduce(_sh[threadIdx.x], "
-                    f"_sh[threadIdx.x + _s]);\n\t\t\t__syncthreads();\n\t\t}}\n"
-                    f"\t\tif (threadIdx.x == 0) {{\n\t\t\t_acc = _sh[0];\n"
-                    f"\t\t\tif (_nparts > 1)\n\t\t\t\t_parts[_o * _nparts + blockIdx.y] = _acc;\n"
-                    f"\t\t\telse {post}\n\t\t}}\n\t\t__syncthreads();\n\t}}\n")
-            main = _cuda_kernel(self.name, decls, body)
+        # A block per output (and part): its threads each reduce a stride of the part, then a
+        # tree in shared memory combines theirs.
+        body = (f"\textern __shared__ __align__(16) unsigned char _gpux_smem[];\n"
+                f"\t{rt} *_sh = ({rt} *)_gpux_smem;\n"
+                f"\tfor (unsigned long long _o = blockIdx.x; _o < _n_out; _o += gridDim.x) {{\n"
+                f"\t\t{rt} _acc = ({rt})({self.identity});\n"
+                f"\t\tfor (unsigned long long _r = (unsigned long long)blockIdx.y * blockDim.x"
+                f" + threadIdx.x; _r < _n_red; _r += (unsigned long long)gridDim.y * "
+                f"blockDim.x) {{\n{step}\t\t}}\n"
+                f"\t\t_sh[threadIdx.x] = _acc;\n\t\t__syncthreads();\n"
+                f"\t\tfor (unsigned _s = blockDim.x / 2; _s > 0; _s >>= 1) {{\n"
+                f"\t\t\tif (threadIdx.x < _s)\n"
+                f"\t\t\t\t_sh[threadIdx.x] = _gpux_reduce(_sh[threadIdx.x], "
+                f"_sh[threadIdx.x + _s]);\n\t\t\t__syncthreads();\n\t\t}}\n"
+                f"\t\tif (threadIdx.x == 0) {{\n\t\t\t_acc = _sh[0];\n"
+                f"\t\t\tif (_nparts > 1)\n\t\t\t\t_parts[_o * _nparts + blockIdx.y] = _acc;\n"
+                f"\t\t\telse {post}\n\t\t}}\n\t\t__syncthreads();\n\t}}\n")
+        main = _kernel(self.name, decls, body)
         # The parts of each output combined, and post-mapped.
-        scalars = [(d, t, n) for (d, t, n), a in
-                   zip(_signature(self.in_params, ins, False), ins) if not _is_array(a)]
+        scalars = [d for d, a in zip(_signature(self.in_params, ins, False), ins)
+                   if not _is_array(a)]
         pdecls = (scalars + _signature(self.out_params, outs, True) +
-                  [(f"const {rt} *_parts", f"const {rt} *", "_parts"), sizes[0], sizes[4]])
-        if host:
-            first = "gpux->block_idx.x * (unsigned long long)gpux->block_dim.x + _t.x"
-            stride = "(unsigned long long)gpux->grid_dim.x * gpux->block_dim.x"
-            open_ = "\tGPUX_FOR_EACH_THREAD(_t) {\n"
-            close = "\t}\n"
-        else:
-            first = "blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x"
-            stride = "(unsigned long long)gridDim.x * blockDim.x"
-            open_ = close = ""
-        pbody = (f"{open_}\tfor (unsigned long long _o = {first}; _o < _n_out; _o += {stride}) {{\n"
-                 f"\t\t{rt} _acc = _parts[_o * _nparts];\n"
+                  [f"const {rt} *_parts", sizes[0], sizes[4]])
+        pbody = ("\tfor (unsigned long long _o = blockIdx.x * (unsigned long long)blockDim.x + "
+                 "threadIdx.x; _o < _n_out; _o += (unsigned long long)gridDim.x * blockDim.x) "
+                 f"{{\n\t\t{rt} _acc = _parts[_o * _nparts];\n"
                  f"\t\tfor (unsigned _p = 1; _p < _nparts; _p++)\n"
                  f"\t\t\t_acc = _gpux_reduce(_acc, _parts[_o * _nparts + _p]);\n"
-                 f"\t\t{post}\n\t}}\n{close}")
-        make = _host_kernel if host else _cuda_kernel
-        parts = make(self.name + "_parts", pdecls, pbody)
-        return (head + main + parts, "host" if host else "cuda", self.options or None,
+                 f"\t\t{post}\n\t}}\n")
+        parts = _kernel(self.name + "_parts", pdecls, pbody)
+        return (head + main + parts, "cuda", self.options or None,
                 (self.name, self.name + "_parts"))
 
     def __call__(self, *args: Any, out: Any = None, axis: Any = None, keepdims: bool = False,
@@ -562,10 +504,10 @@ class ReductionKernel:
         else:
             block = _BLOCK
             nparts = min(1024, max(1, n_red // (block * 16))) if n_out < 64 else 1
-        key = (host, tuple(sorted((k, v.str) for k, v in types.items())), rtype.str,
+        key = (tuple(sorted((k, v.str) for k, v in types.items())), rtype.str,
                tuple(_is_array(a) for a in ins))
         main, combine = self._gen.kernel(
-            key, lambda: self._code(host, types, rtype, ins, outs), context)
+            key, lambda: self._code(types, rtype, ins, outs), context)
         launch: list[Any] = []
         for p, a in zip(self.in_params, ins):
             d = _dtype_of(p, types)
@@ -591,7 +533,7 @@ class ReductionKernel:
         if n_out:
             # Each call waits: the parts are whole before they are combined.
             grid = (min(n_out, _GRID_MAX), nparts)
-            shared = 0 if host else block * rtype.itemsize
+            shared = block * rtype.itemsize
             main(grid, block, tuple(launch), shared_mem=shared, queue=queue, device=where)
             if nparts > 1:
                 cblock = 1 if host else _BLOCK

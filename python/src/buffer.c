@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* python/src/buffer.c: shared Buffers (and the map of their memory), DeviceBuffers, Queues. */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -102,6 +103,7 @@ static PyObject *buffer_wrap(PyTypeObject *type, pyx_Context *ctx, gpux_buf *buf
 	self->data = gpux_buf_data(buf);
 	self->size = (Py_ssize_t)gpux_buf_size(buf);
 	self->frozen = false;
+	self->exported = false;
 	PyObject_GC_Track((PyObject *)self);
 	if (range_add(self) < 0) {
 		Py_DECREF(self);
@@ -181,8 +183,11 @@ static PyObject *buffer_import(PyObject *cls, PyObject *args)
 	self = st < 0 ? (pyx_raise_call(st, "cannot import the shared buffer"), NULL)
 		      : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
 	Py_DECREF(ctx);
-	if (self)
+	if (self) {
 		self->frozen = frozen;
+		/* Another process's memory: it maps it too. */
+		self->exported = true;
+	}
 	return (PyObject *)self;
 }
 
@@ -242,6 +247,7 @@ static PyObject *buffer_fd(pyx_Buffer *self, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	if (st < 0)
 		return pyx_raise_call(st, NULL);
+	self->exported = true;
 	return Py_BuildValue("(iK)", fd, (unsigned long long)off);
 }
 
@@ -258,6 +264,11 @@ static PyObject *buffer_size(pyx_Buffer *self, void *unused)
 static PyObject *buffer_frozen(pyx_Buffer *self, void *unused)
 {
 	return PyBool_FromLong(self->frozen);
+}
+
+static PyObject *buffer_exported(pyx_Buffer *self, void *unused)
+{
+	return PyBool_FromLong(self->exported);
 }
 
 static PyObject *buffer_context(pyx_Buffer *self, void *unused)
@@ -280,6 +291,8 @@ static PyGetSetDef buffer_getset[] = {
 	{ "address", (getter)buffer_address, NULL, "the address of the first byte", NULL },
 	{ "size", (getter)buffer_size, NULL, "bytes", NULL },
 	{ "frozen", (getter)buffer_frozen, NULL, "whether freeze() was called", NULL },
+	{ "exported", (getter)buffer_exported, NULL,
+	  "whether fd() handed its memfd out (another process may map it)", NULL },
 	{ "context", (getter)buffer_context, NULL, "the Context it belongs to", NULL },
 	{ 0 },
 };
@@ -314,16 +327,19 @@ static PyType_Spec buffer_spec = {
 
 static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "size", "device", "context", NULL };
-	PyObject *ctx_obj = NULL;
+	static char *names[] = { "size", "device", "context", "host", NULL };
+	PyObject *ctx_obj = NULL, *exc;
 	pyx_Context *ctx;
 	pyx_DeviceBuffer *self;
 	unsigned int device = 0;
+	int host = 0;
 	Py_ssize_t size;
 	gpux_dbuf *dbuf;
 	gpux_status st;
+	char *why = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|IO", names, &size, &device, &ctx_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "n|IO$p", names, &size, &device, &ctx_obj,
+					 &host))
 		return NULL;
 	if (size <= 0) {
 		PyErr_SetString(PyExc_ValueError, "a device buffer has at least one byte");
@@ -334,12 +350,16 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
-	st = gpux_dbuf_alloc(ctx->ctx, device, (size_t)size, &dbuf);
+	st = gpux_dbuf_alloc_ex(ctx->ctx, device, (size_t)size, host ? GPUX_DBUF_HOST : 0, &dbuf,
+				&why);
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
 		Py_DECREF(ctx);
-		return pyx_raise_call(st, "cannot allocate device memory");
+		/* The worker's reason (the quota, the reserve) when it gave one. */
+		exc = why ? pyx_raise(st, why) : pyx_raise_call(st, "cannot allocate device memory");
+		free(why);
+		return exc;
 	}
 	self = PyObject_GC_New(pyx_DeviceBuffer, type);
 	if (!self) {
@@ -350,6 +370,71 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		return NULL;
 	}
 	self->ctx = ctx;
+	self->dbuf = dbuf;
+	PyObject_GC_Track((PyObject *)self);
+	return (PyObject *)self;
+}
+
+int pyx_device_arg(PyObject *o, uint32_t *ret)
+{
+	unsigned long v;
+
+	if (!o || o == Py_None) {
+		*ret = GPUX_ANY;
+		return 0;
+	}
+	v = PyLong_AsUnsignedLong(o);
+	if (PyErr_Occurred())
+		return -1;
+	if (v >= GPUX_ANY) {
+		PyErr_SetString(PyExc_ValueError, "device: an index, or None");
+		return -1;
+	}
+	*ret = (uint32_t)v;
+	return 0;
+}
+
+/* A module's variable as a device buffer (gpux_module_global()): DeviceBuffer._global(module,
+ * name, device=None). */
+static PyObject *dbuf_global(PyObject *cls, PyObject *args)
+{
+	PyObject *mod_obj, *device_obj = NULL;
+	pyx_DeviceBuffer *self;
+	pyx_Module *mod;
+	const char *name;
+	uint32_t device;
+	gpux_dbuf *dbuf;
+	gpux_status st;
+
+	if (!PyArg_ParseTuple(args, "O!s|O", pyx_ModuleType, &mod_obj, &name, &device_obj) ||
+	    pyx_device_arg(device_obj, &device) < 0)
+		return NULL;
+	mod = (pyx_Module *)mod_obj;
+	if (!*name || strlen(name) > PYX_NAME_MAX) {
+		PyErr_Format(PyExc_ValueError, "a variable's name has 1 to %u bytes", PYX_NAME_MAX);
+		return NULL;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(mod->ctx);
+	st = gpux_module_global(mod->module, name, device, &dbuf);
+	pyx_blocking_leave(mod->ctx);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		char what[PYX_NAME_MAX + 64];
+
+		(void)snprintf(what, sizeof(what), st == GPUX_E_NOTFOUND ? "no variable \"%s\" in the "
+			       "module" : "variable \"%s\" of the module", name);
+		return pyx_raise_call(st, what);
+	}
+	self = PyObject_GC_New(pyx_DeviceBuffer, (PyTypeObject *)cls);
+	if (!self) {
+		Py_BEGIN_ALLOW_THREADS
+		gpux_dbuf_free(dbuf);
+		Py_END_ALLOW_THREADS
+		return NULL;
+	}
+	Py_INCREF((PyObject *)mod->ctx);
+	self->ctx = mod->ctx;
 	self->dbuf = dbuf;
 	PyObject_GC_Track((PyObject *)self);
 	return (PyObject *)self;
@@ -402,14 +487,23 @@ static PyGetSetDef dbuf_getset[] = {
 	{ 0 },
 };
 
+static PyMethodDef dbuf_methods[] = {
+	{ "_global", (PyCFunction)dbuf_global, METH_VARARGS | METH_CLASS,
+	  "_global(module, name, device=None): a variable of a module (gpux_module_global())." },
+	{ 0 },
+};
+
 static PyType_Slot dbuf_slots[] = {
 	{ Py_tp_new, dbuf_new },
+	{ Py_tp_methods, dbuf_methods },
 	{ Py_tp_dealloc, dbuf_dealloc },
 	{ Py_tp_traverse, dbuf_traverse },
 	{ Py_tp_repr, dbuf_repr },
 	{ Py_tp_getset, dbuf_getset },
-	{ Py_tp_doc, "DeviceBuffer(size, device=0, context=None): memory on one device that keeps "
-		     "its contents between requests (a kernel argument as itself, or range())." },
+	{ Py_tp_doc, "DeviceBuffer(size, device=0, context=None, *, host=False): memory on one "
+		     "device that keeps its contents between requests (a kernel argument as "
+		     "itself, or range()); host=True keeps it in host memory, where it survives "
+		     "its worker's restart (kernels reach it over the bus)." },
 	{ 0, NULL },
 };
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* python/src/kernel.c: Kernel calls (run, submit, prepare), prepared Launches, device copies. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -498,11 +499,40 @@ static PyObject *kernel_pycuda(pyx_Kernel *self, void *unused)
 	return PyBool_FromLong(self->pycuda);
 }
 
+/* _attributes(device=None): gpux_kernel_attrs()'s fields, in the order of gpux.h's struct. */
+static PyObject *kernel_attributes(pyx_Kernel *self, PyObject *args)
+{
+	PyObject *device_obj = NULL;
+	struct gpux_kernel_attrs a;
+	uint32_t device;
+	gpux_status st;
+
+	if (!PyArg_ParseTuple(args, "|O", &device_obj) || pyx_device_arg(device_obj, &device) < 0)
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	pyx_blocking_enter(self->module->ctx);
+	st = gpux_kernel_attrs(self->module->module, self->name, device, &a);
+	pyx_blocking_leave(self->module->ctx);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		char what[PYX_NAME_MAX + 64];
+
+		(void)snprintf(what, sizeof(what), "attributes of kernel \"%s\"", self->name);
+		return pyx_raise_call(st, what);
+	}
+	return Py_BuildValue("(iiiiiiiiiii)", a.max_threads_per_block, a.num_regs,
+			     a.shared_size_bytes, a.const_size_bytes, a.local_size_bytes,
+			     a.max_dynamic_shared_size_bytes, a.ptx_version, a.binary_version,
+			     a.cache_mode_ca, a.preferred_shared_memory_carveout, a.nparams);
+}
+
 static PyMethodDef kernel_methods[] = {
 	{ "submit", (PyCFunction)(void (*)(void))kernel_submit, METH_VARARGS | METH_KEYWORDS,
 	  "submit(grid, block, args=(), **options) -> gpux.Future: launch without waiting." },
 	{ "prepare", (PyCFunction)(void (*)(void))kernel_prepare, METH_VARARGS | METH_KEYWORDS,
 	  "prepare(grid, block, args=(), **options) -> Launch: arguments resolved once." },
+	{ "_attributes", (PyCFunction)kernel_attributes, METH_VARARGS,
+	  "_attributes(device=None) -> tuple: gpux_kernel_attrs()'s fields, in its order." },
 	{ 0 },
 };
 

@@ -49,6 +49,7 @@ typedef struct {
 	char *data;
 	Py_ssize_t size;
 	bool frozen;
+	bool exported; /* fd() was asked for: another process may map the memory */
 } pyx_Buffer;
 
 typedef struct {
@@ -166,6 +167,9 @@ extern PyObject *pyx_device_array_type; /* gpux.DeviceArray: an argument by its 
 
 /* buffer.c */
 int pyx_buffer_init_types(PyObject *m);
+/* A device argument of a module's question: None (GPUX_ANY: the module's first device) or an
+ * index. 0, or -1 with an exception. */
+int pyx_device_arg(PyObject *o, uint32_t *ret);
 /* The live Buffer whose memory holds [p, p + len), or NULL (borrowed). */
 pyx_Buffer *pyx_buffer_find(const void *p, size_t len);
 /* A queue's options from the keywords priority (None: the default) and share: 0, or -1 with

@@ -131,6 +131,11 @@ def test_elementwise_kernels():
         gpux.ElementwiseKernel("float32", "float32 y", "y = 1")
     with pytest.raises(gpux.CompileError):
         gpux.ElementwiseKernel("float32 x", "float32 y", "y = x +", "bad")(x)
+    # The same CUDA C++ on the host back end as on a GPU: a device template in the preamble.
+    tw = gpux.ElementwiseKernel("T x", "T y", "y = twice(x)", "tw",
+                                preamble="template <typename U> __device__ U twice(U v) "
+                                         "{ return v + v; }")
+    assert (tw(x) == 2 * x).all()
 
 
 def test_reduction_kernels():

@@ -180,3 +180,25 @@ def test_limits_and_bad_values_are_invalid_errors(ctx):
     exact["h0.h"] = b"/* bytes */"
     gpux.Module(TEMPLATES, "cuda", context=ctx, headers=exact,
                 name_expressions=["fill<int>"] * 4 + ["fill<" + " " * 240 + "long>"])
+
+
+def test_attributes_and_variables_by_name(ctx):
+    m = gpux.RawModule(r"""
+__constant__ float coeffs[4] = { 1, 2, 3, 4 };
+namespace ns { __device__ double scale = 2.5; }
+extern "C" __global__ void apply(float *y) { y[threadIdx.x] = coeffs[threadIdx.x] * ns::scale; }
+""", context=ctx)
+    k = m.get_function("apply")
+    # The fake driver's numbers (tests/fake-cuda), each where it belongs.
+    a = k.attributes
+    assert a["num_regs"] == 23 and a["ptx_version"] == 80 and a["binary_version"] == 90
+    assert a["max_dynamic_shared_size_bytes"] == 227 * 1024 and a["nparams"] == 1
+    assert k.get_attribute(gpux.function_attribute.CONST_SIZE_BYTES) == 44
+    # The cubin's variables, with their initial values; by a qualified name too.
+    c = m.get_global("coeffs", np.float32)
+    assert list(c.get()) == [1, 2, 3, 4]
+    c.set(np.array([5, 6, 7, 8], np.float32))
+    assert list(c.get()) == [5, 6, 7, 8]
+    assert m.get_global("ns::scale", np.float64).get()[0] == 2.5
+    with pytest.raises(gpux.KernelNotFoundError):
+        m.get_global("apply")

@@ -167,6 +167,23 @@ def test_device_buffers(kernels):
         pickle.dumps(d_in)
 
 
+def test_device_buffer_kept_in_host_memory(kernels):
+    # The same as any device buffer to kernels and copies; it survives a worker's restart
+    # (the C tests check that), and is refused past the reserve like any (with its reason).
+    n = 256
+    x = gpux.asarray(np.arange(n, dtype=np.float32))
+    d = gpux.DeviceBuffer(n * 4, device=1, host=True)
+    d.write(x)
+    kernels.get_function("add1")(grid(n), 128, (np.uint64(n), d, d))
+    back = np.zeros(n, np.float32)
+    d.read(back)
+    np.testing.assert_array_equal(back, x + 1)
+    with pytest.raises(gpux.QuotaError) as e:
+        gpux.DeviceBuffer(1 << 62, device=1)
+    assert "quota" in e.value.detail
+    assert issubclass(gpux.DeviceBufferLostError, gpux.GpuxError)
+
+
 def test_prepared_launch_reuses_its_arguments(kernels):
     n = 256
     x = gpux.asarray(np.zeros(n, np.float32))

@@ -29,16 +29,23 @@
  *   where(u32 *out): out[0] = the stream's priority, out[1] = the SMs its kernels run on
  *
  * Parameters come from PTX (".entry name(.param .u64 ...)") or from a cubin's .nv.info.<name>
- * section (its KPARAM_INFO attributes: ordinal, offset and size of each parameter). Graphs
- * (fake-graph.c) are chains of kernel nodes run in order.
+ * section (its KPARAM_INFO attributes: ordinal, offset and size of each parameter). A cubin's
+ * variables (cuModuleGetGlobal) are its symbols of objects, with their initial bytes; a
+ * kernel's attributes are fixed numbers, each its own (fake_attrs[]). Graphs (fake-graph.c)
+ * are chains of kernel nodes run in order.
  *
  * Environment: GPUX_FAKE_CUDA_DEVICES (1), GPUX_FAKE_CUDA_MEM (bytes of "device" memory,
  * 1 GiB), GPUX_FAKE_CUDA_KERNEL_NS (how long a kernel keeps its stream busy, 5000),
  * GPUX_FAKE_CUDA_INIT_MS (how long cuInit takes, as a real driver's start-up does: 0),
  * GPUX_FAKE_CUDA_FAIL="function:N:code" (the Nth call of that function returns code; a sticky
- * code breaks the context as a fault would), GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
+ * code breaks the context as a fault would; with GPUX_FAKE_CUDA_FAIL_ONCE=path, only in a
+ * process that finds no such file, which the failure creates: a restarted worker runs clean),
+ * GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
  * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel),
+ * GPUX_FAKE_CUDA_REGISTER_MS (how long cuMemHostRegister takes: 0), GPUX_FAKE_CUDA_LOG (a file
+ * that gets a line per registration, "register PID BYTES", and one per copy that reads or
+ * writes pages still being registered, "copy-while-registering PID BYTES"),
  * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
  * entry point and call), GPUX_FAKE_CUDA_PRIORITIES="least,greatest" (the streams' priorities,
  * "0,-5"), GPUX_FAKE_CUDA_NO_GREEN=1 (a driver without green contexts: no such entry points).
@@ -53,6 +60,7 @@ static struct fake_alloc *allocs;
 static char fail_fn[64];
 static unsigned fail_at, fail_calls;
 static CUresult fail_code;
+static const char *fail_once; /* a file the failure creates; where it is, no failure */
 static int ndevices = 1;
 static bool refuse_spin;
 /* Words streams are still to write (f_write_value()). */
@@ -71,6 +79,46 @@ struct fake_reg {
 	size_t len;
 };
 static struct fake_reg *regs;
+/* Host ranges being registered now (cuMemHostRegister), for GPUX_FAKE_CUDA_LOG. */
+#define REGISTERING_MAX 16
+static struct {
+	const uint8_t *p;
+	size_t len;
+} registering[REGISTERING_MAX];
+static unsigned register_ms;
+
+/* A line in $GPUX_FAKE_CUDA_LOG, if it names one: "what PID BYTES". */
+static void log_line(const char *what, size_t bytes)
+{
+	const char *path = getenv("GPUX_FAKE_CUDA_LOG");
+	char line[128];
+	int fd, n;
+
+	if (!path)
+		return;
+	n = snprintf(line, sizeof(line), "%s %d %zu\n", what, (int)getpid(), bytes);
+	fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	(void)write(fd, line, (size_t)n);
+	(void)close(fd);
+}
+
+/* Host memory a copy (or gpux's copy-in kernel) reads or writes: logged when it is still
+ * being registered, which the worker must wait for. */
+static void host_touch(const void *p, size_t n)
+{
+	const uint8_t *a = p;
+	bool hit = false;
+
+	(void)pthread_mutex_lock(&fake_lock);
+	for (unsigned i = 0; i < REGISTERING_MAX; i++)
+		hit |= registering[i].len && a < registering[i].p + registering[i].len &&
+		       registering[i].p < a + n;
+	(void)pthread_mutex_unlock(&fake_lock);
+	if (hit)
+		log_line("copy-while-registering", n);
+}
 
 static uint64_t now_ns(void)
 {
@@ -126,6 +174,12 @@ CUresult fake_enter(const char *fn, bool ctx)
 		r = fail_code;
 		if (is_sticky(r))
 			fake_sticky = r;
+		if (fail_once) {
+			int fd = open(fail_once, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+
+			if (fd >= 0)
+				(void)close(fd);
+		}
 	} else if (ctx && fake_sticky != CUDA_SUCCESS) {
 		r = fake_sticky;
 	}
@@ -227,13 +281,17 @@ static CUresult f_init(unsigned flags)
 		if ((e = getenv("GPUX_FAKE_CUDA_KERNEL_NS")))
 			kernel_ns = strtoull(e, NULL, 10);
 		refuse_spin = getenv("GPUX_FAKE_CUDA_REFUSE_SPIN") != NULL;
+		if ((e = getenv("GPUX_FAKE_CUDA_REGISTER_MS")))
+			register_ms = (unsigned)strtoul(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_INIT_MS")))
 			(void)usleep((useconds_t)strtoul(e, NULL, 10) * 1000);
 		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
 			char fn[64];
 			unsigned at;
 			int code;
-			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3) {
+			fail_once = getenv("GPUX_FAKE_CUDA_FAIL_ONCE");
+			if (sscanf(e, "%63[^:]:%u:%d", fn, &at, &code) == 3 &&
+			    (!fail_once || access(fail_once, F_OK) != 0)) {
 				memcpy(fail_fn, fn, sizeof(fail_fn));
 				fail_at = at;
 				fail_code = (CUresult)code;
@@ -534,6 +592,16 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 	return CUDA_SUCCESS;
 }
 
+/* A word written in stream order (cuStreamWriteValue32): the fake carries out a stream's
+ * copies as they are enqueued, so the word is written now, before what follows it; nothing
+ * once the context is broken. */
+static CUresult f_write_value32(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned flags)
+{
+	ENTER("cuStreamWriteValue32");
+	__atomic_store_n((uint32_t *)(uintptr_t)addr, value, __ATOMIC_SEQ_CST);
+	return CUDA_SUCCESS;
+}
+
 static CUresult f_event_query(CUevent e)
 {
 	struct fake_event *ev = (struct fake_event *)e;
@@ -584,6 +652,7 @@ static CUresult f_elapsed(float *ms, CUevent a, CUevent b)
 /* As the driver: a range that overlaps one registered already is refused. */
 static CUresult f_host_register(void *p, size_t len, unsigned flags)
 {
+	unsigned slot = REGISTERING_MAX;
 	struct fake_reg *reg;
 
 	ENTER("cuMemHostRegister");
@@ -601,8 +670,20 @@ static CUresult f_host_register(void *p, size_t len, unsigned flags)
 		}
 	*reg = (struct fake_reg){ .next = regs, .p = p, .len = len };
 	regs = reg;
+	for (unsigned i = 0; i < REGISTERING_MAX && slot == REGISTERING_MAX; i++)
+		if (!registering[i].len) {
+			registering[i].p = p;
+			registering[i].len = len;
+			slot = i;
+		}
 	(void)pthread_mutex_unlock(&fake_lock);
 	fake_obj_add(FAKE_HOST_REG, 1);
+	(void)usleep(register_ms * 1000);
+	(void)pthread_mutex_lock(&fake_lock);
+	if (slot < REGISTERING_MAX)
+		registering[slot].len = 0;
+	(void)pthread_mutex_unlock(&fake_lock);
+	log_line("register", len);
 	return CUDA_SUCCESS;
 }
 
@@ -648,6 +729,7 @@ static CUresult f_host_devptr(CUdeviceptr *d, void *p, unsigned flags)
 static CUresult f_htod(CUdeviceptr d, const void *h, size_t n, CUstream s)
 {
 	ENTER("cuMemcpyHtoDAsync");
+	host_touch(h, n);
 	memcpy((void *)(uintptr_t)d, h, n);
 	return CUDA_SUCCESS;
 }
@@ -655,6 +737,7 @@ static CUresult f_htod(CUdeviceptr d, const void *h, size_t n, CUstream s)
 static CUresult f_dtoh(void *h, CUdeviceptr d, size_t n, CUstream s)
 {
 	ENTER("cuMemcpyDtoHAsync");
+	host_touch(h, n);
 	memcpy(h, (void *)(uintptr_t)d, n);
 	return CUDA_SUCCESS;
 }
@@ -670,6 +753,19 @@ static CUresult f_pool_set(CUmemoryPool p, CUmemPool_attribute a, void *v)
 {
 	ENTER("cuMemPoolSetAttribute");
 	return CUDA_SUCCESS;
+}
+
+/* What a pool holds: the fake gives freed memory back at once, so none is kept unused. */
+static CUresult f_pool_get(CUmemoryPool p, CUmemPool_attribute a, void *v)
+{
+	ENTER("cuMemPoolGetAttribute");
+	if (a == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || a == CU_MEMPOOL_ATTR_USED_MEM_CURRENT) {
+		(void)pthread_mutex_lock(&fake_lock);
+		*(cuuint64_t *)v = mem_used;
+		(void)pthread_mutex_unlock(&fake_lock);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 static CUresult f_pool_trim(CUmemoryPool p, size_t keep)
@@ -801,6 +897,8 @@ static CUresult f_module_unload(CUmodule m)
 	fake_obj_add(FAKE_MODULE, -1);
 	for (unsigned i = 0; i < mod->nfns; i++)
 		free(mod->fns[i]);
+	for (unsigned i = 0; i < mod->nglobals; i++)
+		free(mod->globals[i].p);
 	free(mod->image);
 	free(mod);
 	return r;
@@ -955,10 +1053,86 @@ static CUresult f_get_function(CUfunction *f, CUmodule m, const char *name)
 	return CUDA_SUCCESS;
 }
 
+/* A kernel's attributes: numbers a test can tell apart (its static shared memory is 0, which
+ * launches are checked against). */
+const struct fake_attr fake_attrs[] = {
+	{ CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024 },
+	{ CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, 0 },
+	{ CU_FUNC_ATTRIBUTE_NUM_REGS, 23 },
+	{ CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, 44 },
+	{ CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, 8 },
+	{ CU_FUNC_ATTRIBUTE_PTX_VERSION, 80 },
+	{ CU_FUNC_ATTRIBUTE_BINARY_VERSION, 90 },
+	{ CU_FUNC_ATTRIBUTE_CACHE_MODE_CA, 1 },
+	{ CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 25 },
+	{ CU_FUNC_ATTRIBUTE_MAX, 0 },
+};
+
 static CUresult f_func_attr(int *v, CUfunction_attribute a, CUfunction f)
 {
 	ENTER("cuFuncGetAttribute");
-	*v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : 0;
+	for (unsigned i = 0; fake_attrs[i].a != CU_FUNC_ATTRIBUTE_MAX; i++)
+		if (fake_attrs[i].a == a) {
+			*v = fake_attrs[i].v;
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The object symbol `name` of a cubin: a copy of its bytes (zeros for .nv.global's). */
+static struct fake_global *cubin_global(struct fake_mod *mod, const char *name)
+{
+	struct fake_global *g;
+	Elf64_Ehdr h;
+	Elf64_Shdr symtab = { 0 }, strtab, sec;
+
+	memcpy(&h, mod->image, sizeof(h));
+	for (unsigned i = 0; i < h.e_shnum && symtab.sh_type != SHT_SYMTAB; i++)
+		memcpy(&symtab, mod->image + h.e_shoff + (size_t)i * sizeof(symtab), sizeof(symtab));
+	if (symtab.sh_type != SHT_SYMTAB || mod->nglobals == 64 || strlen(name) >= sizeof(g->name))
+		return NULL;
+	memcpy(&strtab, mod->image + h.e_shoff + (size_t)symtab.sh_link * sizeof(strtab),
+	       sizeof(strtab));
+	for (size_t off = 0; off + sizeof(Elf64_Sym) <= symtab.sh_size; off += sizeof(Elf64_Sym)) {
+		Elf64_Sym s;
+
+		memcpy(&s, mod->image + symtab.sh_offset + off, sizeof(s));
+		if (ELF64_ST_TYPE(s.st_info) != STT_OBJECT || s.st_shndx == SHN_UNDEF ||
+		    s.st_shndx >= h.e_shnum || s.st_size == 0 ||
+		    strcmp(mod->image + strtab.sh_offset + s.st_name, name) != 0)
+			continue;
+		memcpy(&sec, mod->image + h.e_shoff + (size_t)s.st_shndx * sizeof(sec), sizeof(sec));
+		g = &mod->globals[mod->nglobals];
+		g->p = calloc(1, s.st_size);
+		if (!g->p)
+			return NULL;
+		if (sec.sh_type == SHT_PROGBITS && s.st_value + s.st_size <= sec.sh_size)
+			memcpy(g->p, mod->image + sec.sh_offset + s.st_value, s.st_size);
+		memcpy(g->name, name, strlen(name) + 1);
+		g->size = s.st_size;
+		mod->nglobals++;
+		return g;
+	}
+	return NULL;
+}
+
+static CUresult f_get_global(CUdeviceptr *dptr, size_t *bytes, CUmodule m, const char *name)
+{
+	struct fake_mod *mod = (struct fake_mod *)m;
+	struct fake_global *g = NULL;
+
+	ENTER("cuModuleGetGlobal");
+	for (unsigned i = 0; i < mod->nglobals && !g; i++)
+		if (strcmp(mod->globals[i].name, name) == 0)
+			g = &mod->globals[i];
+	if (!g && !mod->ptx)
+		g = cubin_global(mod, name);
+	if (!g)
+		return CUDA_ERROR_NOT_FOUND;
+	if (dptr)
+		*dptr = (CUdeviceptr)(uintptr_t)g->p;
+	if (bytes)
+		*bytes = g->size;
 	return CUDA_SUCCESS;
 }
 
@@ -1056,6 +1230,7 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 			memcpy(&dst, t + 8 + 8 * i, 8);
 			memcpy(&src, t + 72 + 8 * i, 8);
 			memcpy(&len, t + 136 + 8 * i, 8);
+			host_touch((const void *)(uintptr_t)src, len);
 			memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
 		}
 	} else if (strcmp(fn->name, "fault") == 0) {
@@ -1110,6 +1285,7 @@ static const struct {
 	{ "cuEventRecord", f_event_record },
 	{ "cuEventQuery", f_event_query },
 	{ "cuStreamWriteValue64", f_write_value },
+	{ "cuStreamWriteValue32", f_write_value32 },
 	{ "cuEventSynchronize", f_event_sync },
 	{ "cuEventElapsedTime", f_elapsed },
 	{ "cuMemHostRegister", f_host_register },
@@ -1119,12 +1295,14 @@ static const struct {
 	{ "cuMemcpyDtoHAsync", f_dtoh },
 	{ "cuDeviceGetDefaultMemPool", f_default_pool },
 	{ "cuMemPoolSetAttribute", f_pool_set },
+	{ "cuMemPoolGetAttribute", f_pool_get },
 	{ "cuMemPoolTrimTo", f_pool_trim },
 	{ "cuMemAllocFromPoolAsync", f_alloc },
 	{ "cuMemFreeAsync", f_free },
 	{ "cuModuleLoadData", f_module_load },
 	{ "cuModuleUnload", f_module_unload },
 	{ "cuModuleGetFunction", f_get_function },
+	{ "cuModuleGetGlobal", f_get_global },
 	{ "cuFuncGetAttribute", f_func_attr },
 	{ "cuFuncSetAttribute", f_func_set_attr },
 	{ "cuFuncGetParamInfo", f_param_info },

@@ -21,12 +21,21 @@ struct fake_fn {
 	int max_dyn_shared;
 };
 
+/* A cubin's variable (cuModuleGetGlobal), in host memory as all "device" memory is. */
+struct fake_global {
+	char name[256];
+	void *p;
+	size_t size;
+};
+
 struct fake_mod {
 	char *image;
 	size_t len;
 	bool ptx;
 	struct fake_fn *fns[64];
 	unsigned nfns;
+	struct fake_global globals[64];
+	unsigned nglobals;
 };
 
 struct fake_stream {
@@ -91,6 +100,13 @@ void fake_obj_add(enum fake_obj o, int delta);
 
 /* A release of something never handed out, or released already: said on stderr, counted. */
 void fake_bad_release(const char *fn);
+
+/* The attributes cuFuncGetAttribute gives every kernel, to CU_FUNC_ATTRIBUTE_MAX. */
+struct fake_attr {
+	CUfunction_attribute a;
+	int v;
+};
+extern const struct fake_attr fake_attrs[];
 
 /* The sizes of a kernel's parameters: from its PTX, else as the kernels the fake knows take
  * them; how many. */

@@ -221,6 +221,28 @@ static void check_fields(const struct ipc_msg *msg, const union decoded *u)
 		CHECK(msg->hdr.id != 0 && u->mod_info.source >= IPC_MOD_COMPILED &&
 		      u->mod_info.source <= IPC_MOD_MEMORY);
 		break;
+	case IPC_ADOPT:
+		CHECK(u->adopt.client_id != 0);
+		break;
+	case IPC_KERNEL_ATTRS_REQ:
+	case IPC_GLOBAL_REQ: {
+		const struct ipc_sym_req *q = msg->hdr.type == IPC_GLOBAL_REQ ? &u->global_req
+									     : &u->kernel_attrs_req;
+
+		CHECK(msg->hdr.id != 0 && q->flags == 0);
+		CHECK(q->name_len > 0 && q->name_len <= IPC_KERNEL_NAME_MAX);
+		CHECK(strlen(q->name) == q->name_len);
+		CHECK(msg->hdr.type == IPC_GLOBAL_REQ || q->dbuf_id == 0);
+		break;
+	}
+	case IPC_KERNEL_ATTRS:
+		CHECK(msg->hdr.id != 0 && u->kernel_attrs.num_regs >= IPC_ATTR_UNKNOWN &&
+		      u->kernel_attrs.nparams <= (int32_t)IPC_ARGS_MAX && !u->kernel_attrs.reserved[4]);
+		break;
+	case IPC_GLOBAL:
+		CHECK(msg->hdr.id != 0 && u->global.size > 0 &&
+		      !(u->global.flags & ~IPC_GLOBAL_READ_ONLY));
+		break;
 	}
 }
 

@@ -206,6 +206,10 @@ int main(int argc, char **argv)
 		   offsetof(struct ipc_copy, dbuf_offset), &u64, 8);
 	save_patch("bad-copy-seg-offset-wraps", "copy-from-dbuf",
 		   offsetof(struct ipc_copy, seg_offset), &u64, 8);
+	save_patch("bad-dbuf-host-offset-wraps", "dbuf-host",
+		   offsetof(struct ipc_dbuf_host, seg_offset), &u64, 8);
+	u32 = IPC_MARKS_PAGES;
+	save_patch("bad-marks-index", "marks", offsetof(struct ipc_marks_offer, index), &u32, 4);
 	/* CACHED on submit-dbuf-cached's first argument (a device buffer), then an unknown flag
 	 * beside CACHED on its second (an IN). */
 	u32 = IPC_ARG_CACHED;
@@ -228,6 +232,23 @@ int main(int argc, char **argv)
 	save_patch("bad-clients-over-total", "clients", offsetof(struct ipc_clients, total), &u32,
 		   4);
 
+	/* Questions about symbols: a name without its NUL, one longer than it says, a device
+	 * buffer with a kernel's attributes; answers below -1, or of an unknown flag. */
+	u32 = IPC_KERNEL_NAME_MAX + 1;
+	save_patch("bad-kernel-attrs-req-name-long", "kernel-attrs-req",
+		   offsetof(struct ipc_sym_req, name_len), &u32, 4);
+	u32 = 4;
+	save_patch("bad-global-req-name-nul", "global-req", offsetof(struct ipc_sym_req, name_len),
+		   &u32, 4);
+	u64 = 12;
+	save_patch("bad-kernel-attrs-req-dbuf", "kernel-attrs-req",
+		   offsetof(struct ipc_sym_req, dbuf_id), &u64, 8);
+	i32 = -2;
+	save_patch("bad-kernel-attrs-below-unknown", "kernel-attrs",
+		   offsetof(struct ipc_kernel_attrs, num_regs), &i32, 4);
+	u32 = 2;
+	save_patch("bad-global-flag-unknown", "global", offsetof(struct ipc_global_info, flags),
+		   &u32, 4);
 	/* Priorities and shares: a level above the highest, a share above 100 %, a default above
 	 * the highest in gpuxd's policy, a share's note with no NUL. */
 	i32 = IPC_PRIO_MAX + 1;

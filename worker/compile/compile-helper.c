@@ -1,11 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/compile/compile-helper.c: gpux-worker --compiler: NVRTC, warm and sandboxed, serving its worker. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "channel.h"
@@ -26,8 +32,25 @@
  * headers and its code generator) by the time a client's module arrives. It learns its
  * target (SETUP), compiles once more for it, then closes itself behind its sandbox
  * (worker/compile/compile-sandbox.c) for good and says hello. Everything after that is a
- * client's source: it can read the toolkit's headers and its own named headers, nothing else.
+ * client's source: it can read the toolkit's headers and its own named headers, nothing else;
+ * it can write one directory of its own, where NVRTC keeps precompiled headers.
+ *
+ * Precompiled headers (NVRTC's automatic PCH, CUDA 12.8 and later): a source whose first
+ * lines include headers leaves what NVRTC made of them (cooperative_groups.h: 100 MB, CUB's
+ * block reduce: 180 MB) in that directory, and the next source that begins with the same
+ * lines, compiled with the same options, starts from there (measured here: a second kernel
+ * of cooperative_groups.h in 133 ms against 692, a CUB one in 256 against 1154). Only for a
+ * source without named headers of its own: NVRTC takes a precompiled header made with
+ * another text of a named header for the same (it checks the files it reads, not those).
+ * The directory is this helper's alone: the worker empties it for each helper it starts, so
+ * that what one helper made (taken over by a client's source, say) never reaches the next.
+ * At most PCH_BYTES_MAX stay, the oldest going first.
  */
+
+#define PCH_BYTES_MAX (1024ull * 1024 * 1024)
+#define PCH_FILES_MAX 64u
+/* What NVRTC's PCH heap may grow to when a header needs more (256 MiB to start with). */
+#define PCH_HEAP_MAX (2048ull * 1024 * 1024)
 
 #define WARM_SOURCE                                                                                \
 	"template <typename T> __global__ void gpux_warm(T *p, int n) { if (n) *p = (T)n; }\n"      \
@@ -39,6 +62,9 @@ struct helper {
 	char arch_opt[48];
 	struct wrk_toolkit tk;
 	char inc_opts[WRK_TOOLKIT_DIRS_MAX][PATH_MAX + 4];
+	char pch_dir[PATH_MAX];       /* "" without */
+	char pch_opt[PATH_MAX + 16]; /* --pch-dir=... */
+	bool pch;                     /* precompiled headers are kept there */
 	bool landlocked;
 	uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX + 1];
 };
@@ -120,7 +146,7 @@ struct job {
 	unsigned nnames; /* the client's name expressions, then the source's instantiations */
 	unsigned nclient;
 	const char **names;
-	const char *argv[4 + WRK_TOOLKIT_DIRS_MAX + WRK_OPTIONS_MAX];
+	const char *argv[8 + WRK_TOOLKIT_DIRS_MAX + WRK_OPTIONS_MAX];
 	unsigned argc;
 };
 
@@ -236,6 +262,96 @@ static int image_make(struct helper *h, struct job *j, nvrtcProgram prog, unsign
 	return ipc_blob_new("gpux-cubin", img, img_len, ret_fd);
 }
 
+/* ---- precompiled headers ---- */
+
+/* Whether the source begins (past blanks and comments) with an #include: only then is there
+ * anything to precompile. */
+static bool begins_with_include(const char *s)
+{
+	for (;;) {
+		s += strspn(s, " \t\r\n\v\f");
+		if (s[0] == '/' && s[1] == '/')
+			s += strcspn(s, "\n");
+		else if (s[0] == '/' && s[1] == '*' && strstr(s + 2, "*/"))
+			s = strstr(s + 2, "*/") + 2;
+		else
+			break;
+	}
+	if (*s++ != '#')
+		return false;
+	s += strspn(s, " \t");
+	return strncmp(s, "include", 7) == 0;
+}
+
+/* NVRTC's options for its automatic PCH, said nothing of in the log. */
+static unsigned pch_args(struct helper *h, const char **argv)
+{
+	argv[0] = "--pch";
+	argv[1] = h->pch_opt;
+	argv[2] = "--pch-messages=false";
+	argv[3] = "--pch-verbose=false";
+	return 4;
+}
+
+struct pch_file {
+	char name[NAME_MAX + 1];
+	time_t mtime;
+	uint64_t bytes;
+};
+
+static int by_age(const void *a, const void *b)
+{
+	const struct pch_file *x = a, *y = b;
+
+	return (x->mtime > y->mtime) - (x->mtime < y->mtime);
+}
+
+/* Let the oldest files of the directory go until it holds at most PCH_BYTES_MAX; all of them
+ * when `all`. */
+static void pch_trim(struct helper *h, bool all)
+{
+	static struct pch_file files[PCH_FILES_MAX];
+	unsigned n = 0;
+	uint64_t total = 0;
+	struct dirent *de;
+	DIR *d = opendir(h->pch_dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d)) && n < PCH_FILES_MAX) {
+		struct stat st;
+
+		if (de->d_name[0] == '.' ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		(void)snprintf(files[n].name, sizeof(files[n].name), "%s", de->d_name);
+		files[n].mtime = st.st_mtime;
+		files[n].bytes = (uint64_t)st.st_blocks * 512;
+		total += files[n++].bytes;
+	}
+	qsort(files, n, sizeof(files[0]), by_age);
+	for (unsigned i = 0; i < n && (all || total > PCH_BYTES_MAX || n - i > PCH_FILES_MAX / 2);
+	     i++) {
+		(void)unlinkat(dirfd(d), files[i].name, 0);
+		total -= files[i].bytes;
+	}
+	(void)closedir(d);
+}
+
+/* After a compile that used PCH: a header too big for NVRTC's PCH heap gets a larger one
+ * next time; the directory kept within its bounds. */
+static void pch_after(struct helper *h, nvrtcProgram prog)
+{
+	size_t need = 0;
+
+	if (prog && h->nv.pch_create_status && h->nv.pch_heap_required && h->nv.pch_heap_set &&
+	    h->nv.pch_create_status(prog) == NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED &&
+	    h->nv.pch_heap_required(prog, &need) == NVRTC_SUCCESS && need <= PCH_HEAP_MAX)
+		(void)h->nv.pch_heap_set(need);
+	pch_trim(h, false);
+}
+
 static void compile_one(struct helper *h, const struct cc_req *rq, const char *options,
 			int code_fd)
 {
@@ -247,6 +363,7 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	nvrtcProgram prog = NULL;
 	unsigned nnames;
 	nvrtcResult r;
+	bool pch;
 	int rc;
 
 	rc = ipc_blob_read(code_fd, (size_t)rq->code_len + rq->extra_len, IPC_CODE_MAX, &blob, NULL);
@@ -267,6 +384,9 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 		return;
 	}
 	j.argc = base_args(h, j.argv);
+	pch = h->pch && j.nheaders == 0 && begins_with_include(j.code);
+	if (pch)
+		j.argc += pch_args(h, j.argv + j.argc);
 	j.argc += split(opts, j.argv + j.argc, ARRAY_SIZE(j.argv) - j.argc);
 
 	nnames = j.nnames;
@@ -288,6 +408,8 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	} else {
 		(void)reply(h->fd, 0, log ? log : "", log ? strlen(log) : 0, 0, 0, image_fd);
 	}
+	if (pch)
+		pch_after(h, prog);
 	if (prog)
 		(void)h->nv.destroy(&prog);
 	job_free(&j);
@@ -327,24 +449,62 @@ static int setup(struct helper *h)
 		return -EBADMSG;
 	memcpy(&s, buf, sizeof(s));
 	if (s.magic != CC_MAGIC || s.kind != CC_SETUP || !memchr(s.arch, 0, sizeof(s.arch)) ||
-	    s.ndirs > WRK_TOOLKIT_DIRS_MAX || (size_t)n != sizeof(s) + s.dirs_len)
+	    s.ndirs > WRK_TOOLKIT_DIRS_MAX || (size_t)n != sizeof(s) + s.dirs_len ||
+	    (s.flags & ~CC_SETUP_PCH))
 		return -EBADMSG;
 	(void)snprintf(h->arch_opt, sizeof(h->arch_opt), "--gpu-architecture=%s", s.arch);
 	p = (const char *)buf + sizeof(s);
-	for (unsigned i = 0; i < s.ndirs; i++) {
+	for (unsigned i = 0; i < s.ndirs + !!(s.flags & CC_SETUP_PCH); i++) {
 		size_t len = strnlen(p, (size_t)((const char *)buf + n - p));
 
 		if (p + len >= (const char *)buf + n || len == 0 || len >= PATH_MAX || *p != '/')
 			return -EBADMSG;
-		memcpy(h->tk.dirs[i], p, len + 1);
-		(void)snprintf(h->inc_opts[i], sizeof(h->inc_opts[i]), "-I%s", p);
+		if (i == s.ndirs) {
+			memcpy(h->pch_dir, p, len + 1);
+			(void)snprintf(h->pch_opt, sizeof(h->pch_opt), "--pch-dir=%s", p);
+		} else {
+			memcpy(h->tk.dirs[i], p, len + 1);
+			(void)snprintf(h->inc_opts[i], sizeof(h->inc_opts[i]), "-I%s", p);
+		}
 		p += len + 1;
 	}
 	h->tk.ndirs = s.ndirs;
 	return 0;
 }
 
-int wrk_compiler_main(int fd, pid_t parent)
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
+/*
+ * Its limits, before NVRTC is loaded: an address space of `memory` bytes (the soft and the
+ * hard limit, which only a capability could raise again), no core files, and (started as
+ * root) no capabilities at all.
+ */
+static int limits(uint64_t memory)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct caps[2] = { { 0 } };
+	struct rlimit none = { 0, 0 };
+
+#ifndef UNDER_ASAN
+	struct rlimit as = { memory, memory };
+
+	if (memory && setrlimit(RLIMIT_AS, &as) < 0)
+		return -errno;
+#endif
+	if (setrlimit(RLIMIT_CORE, &none) < 0)
+		return -errno;
+	if (geteuid() == 0 && syscall(SYS_capset, &hdr, caps) < 0)
+		return -errno;
+	return 0;
+}
+
+int wrk_compiler_main(int fd, pid_t parent, uint64_t memory)
 {
 	static struct helper h;
 	const char *argv[4 + WRK_TOOLKIT_DIRS_MAX];
@@ -358,6 +518,11 @@ int wrk_compiler_main(int fd, pid_t parent)
 	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		return 1;
+	r = limits(memory);
+	if (r < 0) {
+		(void)snprintf(why, sizeof(why), "cannot limit the compiler: %s", strerror(-r));
+		return reply_text(fd, GPUX_E_IO, why) < 0 ? 1 : 0;
+	}
 	if (nvrtc_load(&h.nv, why, sizeof(why)) < 0)
 		return reply_text(fd, GPUX_E_NODRIVER, why) < 0 ? 1 : 0;
 	(void)h.nv.version(&major, &minor);
@@ -371,9 +536,16 @@ int wrk_compiler_main(int fd, pid_t parent)
 	for (unsigned i = 0; i < h.tk.ndirs; i++)
 		dirs[i] = h.tk.dirs[i];
 	h.landlocked = wrk_compile_sandbox_landlock_abi() > 0;
+	/* Precompiled headers read the toolkit's: with Landlock only. NVRTC's PCH heap is a
+	 * file in $TMPDIR, which is its directory too. */
+	if (h.pch_dir[0] && h.landlocked && h.nv.pch_create_status &&
+	    setenv("TMPDIR", h.pch_dir, 1) == 0) {
+		h.pch = true;
+		pch_trim(&h, true);
+	}
 	argc = base_args(&h, argv);
 	warm(&h, argc, argv);
-	r = wrk_compile_sandbox_seal(dirs, h.tk.ndirs, fd, &h.landlocked);
+	r = wrk_compile_sandbox_seal(dirs, h.tk.ndirs, h.pch ? h.pch_dir : NULL, fd, &h.landlocked);
 	if (r < 0) {
 		(void)snprintf(why, sizeof(why), "cannot sandbox the compiler: %s", strerror(-r));
 		return reply_text(fd, GPUX_E_IO, why) < 0 ? 1 : 0;

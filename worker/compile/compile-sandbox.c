@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "compile-sandbox.h"
+#include "landlock.h"
 #include "macro.h"
 #include "seccomp.h"
 
@@ -25,75 +26,26 @@
  * starts a new one for the next compile.
  */
 
-/* Landlock's ABI, defined here as the kernel has it: libc's headers lag behind it. */
-#define LL_FS_EXECUTE (1ULL << 0)
-#define LL_FS_READ_FILE (1ULL << 2)
-#define LL_FS_READ_DIR (1ULL << 3)
-#define LL_FS_ABI1 ((1ULL << 13) - 1) /* EXECUTE .. MAKE_SYM */
-#define LL_FS_REFER (1ULL << 13)      /* ABI 2 */
-#define LL_FS_TRUNCATE (1ULL << 14)   /* ABI 3 */
-#define LL_FS_IOCTL_DEV (1ULL << 15)  /* ABI 5 */
-#define LL_NET_ALL 0x3ULL             /* ABI 4: bind, connect (TCP) */
-#define LL_SCOPE_ALL 0x3ULL           /* ABI 6: abstract unix sockets, signals */
-#define LL_RULE_PATH_BENEATH 1
-#define LL_CREATE_RULESET_VERSION 1u
-
-struct ll_ruleset_attr {
-	uint64_t handled_access_fs;
-	uint64_t handled_access_net; /* ABI 4 */
-	uint64_t scoped;             /* ABI 6 */
-};
-
-struct ll_path_beneath_attr {
-	uint64_t allowed_access;
-	int32_t parent_fd;
-} __attribute__((packed));
-
 int wrk_compile_sandbox_landlock_abi(void)
 {
-	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
-
-	return abi > 0 ? (int)abi : 0;
+	return wrk_landlock_abi();
 }
 
-static int landlock(int abi, const char *const *dirs, unsigned ndirs)
+/* Reading beneath dirs; files made, written, read and removed in write_dir (no directories,
+ * links, devices, nothing executed); nothing else: worker/core/landlock.c handles every right
+ * of the ABI. */
+static int landlock(int abi, const char *const *dirs, unsigned ndirs, const char *write_dir)
 {
-	struct ll_ruleset_attr attr = { .handled_access_fs = LL_FS_ABI1 };
-	size_t size = offsetof(struct ll_ruleset_attr, handled_access_net);
 	_cleanup_(closep) int ruleset = -1;
+	int r = wrk_landlock_new(abi, &ruleset);
 
-	if (abi >= 2)
-		attr.handled_access_fs |= LL_FS_REFER;
-	if (abi >= 3)
-		attr.handled_access_fs |= LL_FS_TRUNCATE;
-	if (abi >= 5)
-		attr.handled_access_fs |= LL_FS_IOCTL_DEV;
-	if (abi >= 4) {
-		attr.handled_access_net = LL_NET_ALL;
-		size = offsetof(struct ll_ruleset_attr, scoped);
-	}
-	if (abi >= 6) {
-		attr.scoped = LL_SCOPE_ALL;
-		size = sizeof(attr);
-	}
-	ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
-	if (ruleset < 0)
-		return -errno;
-	for (unsigned i = 0; i < ndirs; i++) {
-		struct ll_path_beneath_attr rule = {
-			.allowed_access = LL_FS_READ_FILE | LL_FS_READ_DIR,
-		};
-		_cleanup_(closep) int fd = open(dirs[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
-
-		if (fd < 0)
-			return -errno;
-		rule.parent_fd = fd;
-		if (syscall(SYS_landlock_add_rule, ruleset, LL_RULE_PATH_BENEATH, &rule, 0) < 0)
-			return -errno;
-	}
-	if (syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
-		return -errno;
-	return 0;
+	for (unsigned i = 0; r == 0 && i < ndirs; i++)
+		r = wrk_landlock_allow(ruleset, abi, dirs[i], WRK_LL_READ);
+	if (r == 0 && write_dir)
+		r = wrk_landlock_allow(ruleset, abi, write_dir,
+				       WRK_LL_READ | WRK_LL_WRITE_FILE | WRK_LL_MAKE_REG |
+					       WRK_LL_REMOVE_FILE | WRK_LL_TRUNCATE);
+	return r < 0 ? r : wrk_landlock_enforce(ruleset);
 }
 
 /* ---- the seccomp program ---- */
@@ -137,8 +89,11 @@ static const long plain[] = {
 	SYS_restart_syscall, SYS_exit, SYS_exit_group,
 };
 
-/* The filter; `files`: opening for reading is allowed (Landlock decides what). */
-static int build(struct wrk_bpf *p, int channel_fd, bool files)
+/*
+ * The filter; `files`: opening for reading is allowed (Landlock decides what); `writes`:
+ * opening to write and removing files too (Landlock allows it beneath one directory).
+ */
+static int build(struct wrk_bpf *p, int channel_fd, bool files, bool writes_ok)
 {
 	static const uint32_t fcntl_cmds[] = { F_GETFD, F_SETFD, F_GETFL, F_DUPFD_CLOEXEC,
 					       F_ADD_SEALS, F_GET_SEALS };
@@ -150,7 +105,17 @@ static int build(struct wrk_bpf *p, int channel_fd, bool files)
 	wrk_bpf_allow(p, plain, ARRAY_SIZE(plain));
 	/* Opening for reading only, and only under Landlock: without it, nothing. Either way a
 	 * refusal fails as Landlock's would. */
-	if (files) {
+	if (files && writes_ok) {
+		/* NVRTC's precompiled headers: its heap's file and the headers' (unlinked). */
+		static const long rw[] = {
+			SYS_openat, SYS_unlinkat,
+#ifdef SYS_open
+			SYS_open, SYS_unlink,
+#endif
+		};
+
+		wrk_bpf_allow(p, rw, ARRAY_SIZE(rw));
+	} else if (files) {
 		wrk_bpf_allow_without(p, SYS_openat, 2, writes, RET_EACCES);
 #ifdef SYS_open
 		wrk_bpf_allow_without(p, SYS_open, 1, writes, RET_EACCES);
@@ -172,28 +137,29 @@ static int build(struct wrk_bpf *p, int channel_fd, bool files)
 	return wrk_bpf_end(p, RET_KILL);
 }
 
-int wrk_compile_sandbox_seal_abi(int abi, const char *const *read_dirs, unsigned ndirs, int channel_fd)
+int wrk_compile_sandbox_seal_abi(int abi, const char *const *read_dirs, unsigned ndirs,
+				 const char *write_dir, int channel_fd)
 {
 	struct wrk_bpf p;
-	int r = build(&p, channel_fd, abi > 0);
+	int r = build(&p, channel_fd, abi > 0, abi > 0 && write_dir);
 
 	if (r < 0)
 		return r;
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -errno;
 	if (abi > 0) {
-		r = landlock(abi, read_dirs, ndirs);
+		r = landlock(abi, read_dirs, ndirs, write_dir);
 		if (r < 0)
 			return r;
 	}
 	return wrk_bpf_load(&p, SECCOMP_FILTER_FLAG_TSYNC);
 }
 
-int wrk_compile_sandbox_seal(const char *const *read_dirs, unsigned ndirs, int channel_fd,
-		     bool *ret_landlocked)
+int wrk_compile_sandbox_seal(const char *const *read_dirs, unsigned ndirs, const char *write_dir,
+			     int channel_fd, bool *ret_landlocked)
 {
 	int abi = wrk_compile_sandbox_landlock_abi();
-	int r = wrk_compile_sandbox_seal_abi(abi, read_dirs, ndirs, channel_fd);
+	int r = wrk_compile_sandbox_seal_abi(abi, read_dirs, ndirs, write_dir, channel_fd);
 
 	if (r < 0)
 		return r;

@@ -9,7 +9,8 @@
 /*
  * One SOCK_SEQPACKET record each way per step, both sides on one host:
  *
- *   worker -> helper  SETUP   the target (arch) and the toolkit's include directories
+ *   worker -> helper  SETUP   the target (arch), the toolkit's include directories, and
+ *                             where precompiled headers may be kept
  *   helper -> worker  hello   a cc_rep: NVRTC's version, whether Landlock holds the files
  *   worker -> helper  COMPILE options inline; code, then headers and name expressions
  *                             (the MOD_LOAD extra block, ipc/proto.h) in one sealed memfd
@@ -27,14 +28,20 @@ enum cc_kind {
 	CC_COMPILE = 2,
 };
 
+/* SETUP: after the include directories, one more path: a directory of the helper's own for
+ * NVRTC's precompiled headers, which it may write (and empties as it starts). */
+#define CC_SETUP_PCH 0x1u
+
 struct cc_setup {
 	uint32_t magic;
 	uint32_t kind; /* CC_SETUP */
 	char arch[CC_ARCH_MAX]; /* "sm_90", NUL-terminated */
 	uint32_t ndirs;
-	uint32_t dirs_len; /* then ndirs NUL-terminated paths, dirs_len bytes in all */
+	uint32_t dirs_len; /* then ndirs NUL-terminated paths (and the PCH one), dirs_len bytes */
+	uint32_t flags;    /* CC_SETUP_* */
+	uint32_t reserved;
 };
-_Static_assert(sizeof(struct cc_setup) == 32, "helper ABI");
+_Static_assert(sizeof(struct cc_setup) == 40, "helper ABI");
 
 struct cc_req {
 	uint32_t magic;

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/compile/compiler.c: the worker's side of its NVRTC helper: start it early, feed it, watch it. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,12 +27,11 @@
  * CUDA C++ is compiled by NVRTC in `gpux-worker --compiler` (worker/compile/compile-helper.c), a
  * process of its own that the worker starts as it starts and talks to over a socket: a
  * compile that crashes or never ends takes only that process down (it is killed after
- * COMPILE_TIMEOUT_NS and started again), and it compiles behind its sandbox
+ * c->timeout_ns and started again), and it compiles behind its sandbox
  * (worker/compile/compile-sandbox.c). Started early, it is warm by the first request: a
  * compile then costs what NVRTC's own does, plus two memfds.
  */
 
-#define COMPILE_TIMEOUT_NS (120ULL * NSEC_PER_SEC)
 #define HELLO_TIMEOUT_NS (30ULL * NSEC_PER_SEC)
 #define DEATH_GRACE_MS 1000
 
@@ -102,9 +103,85 @@ void wrk_compiler_stop(struct wrk_compiler *c)
 	c->greeted = false;
 }
 
+/* ---- the helper's directory of precompiled headers ---- */
+
+/* Remove a directory of files (no subdirectories are made there). */
+static void remove_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *de;
+
+	if (d) {
+		while ((de = readdir(d)))
+			if (de->d_name[0] != '.')
+				(void)unlinkat(dirfd(d), de->d_name, 0);
+		(void)closedir(d);
+	}
+	(void)rmdir(path);
+}
+
+/* A directory of this user's, closed to others' writes. */
+static bool own_dir(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 022) == 0;
+}
+
+/* pch-<pid> directories in cache_dir whose worker is gone (killed, it could not remove its
+ * own). */
+static void sweep_stale(const char *cache_dir)
+{
+	DIR *d = opendir(cache_dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX];
+		char *end;
+		long pid;
+
+		if (strncmp(de->d_name, "pch-", 4) != 0)
+			continue;
+		pid = strtol(de->d_name + 4, &end, 10);
+		if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 ||
+		    errno != ESRCH)
+			continue;
+		if (snprintf(path, sizeof(path), "%s/%s", cache_dir, de->d_name) <
+		    (int)sizeof(path))
+			remove_dir(path);
+	}
+	(void)closedir(d);
+}
+
+void wrk_compiler_pch_dir(struct wrk_compiler *c, const char *cache_dir)
+{
+	char path[PATH_MAX];
+
+	c->pch_dir[0] = '\0';
+	if (!cache_dir || (mkdir(cache_dir, 0700) < 0 && errno != EEXIST) || !own_dir(cache_dir))
+		return;
+	sweep_stale(cache_dir);
+	if (snprintf(path, sizeof(path), "%s/pch-%d", cache_dir, (int)getpid()) >=
+	    (int)sizeof(path))
+		return;
+	if ((mkdir(path, 0700) < 0 && errno != EEXIST) || !own_dir(path))
+		return;
+	memcpy(c->pch_dir, path, sizeof(path));
+}
+
+void wrk_compiler_forget_pch(struct wrk_compiler *c)
+{
+	if (c->pch_dir[0])
+		remove_dir(c->pch_dir);
+	c->pch_dir[0] = '\0';
+}
+
 static int send_setup(struct wrk_compiler *c)
 {
-	uint8_t buf[sizeof(struct cc_setup) + WRK_TOOLKIT_DIRS_MAX * PATH_MAX];
+	uint8_t buf[sizeof(struct cc_setup) + (WRK_TOOLKIT_DIRS_MAX + 1) * PATH_MAX];
 	struct cc_setup s = { .magic = CC_MAGIC, .kind = CC_SETUP, .ndirs = c->tk.ndirs };
 	size_t n = sizeof(s);
 
@@ -115,6 +192,13 @@ static int send_setup(struct wrk_compiler *c)
 		memcpy(buf + n, c->tk.dirs[i], len);
 		n += len;
 	}
+	if (c->pch_dir[0]) {
+		size_t len = strlen(c->pch_dir) + 1;
+
+		memcpy(buf + n, c->pch_dir, len);
+		n += len;
+		s.flags |= CC_SETUP_PCH;
+	}
 	s.dirs_len = (uint32_t)(n - sizeof(s));
 	memcpy(buf, &s, sizeof(s));
 	return ipc_channel_send(c->fd, buf, n, NULL, 0, 0);
@@ -122,8 +206,9 @@ static int send_setup(struct wrk_compiler *c)
 
 int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 {
-	char ppid[16];
-	char *argv[] = { "gpux-worker", "--compiler", "--parent-pid", ppid, NULL };
+	char ppid[16], memory[24];
+	char *argv[] = { "gpux-worker", "--compiler", "--parent-pid", ppid, "--compile-memory",
+			 memory, NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none;
@@ -135,6 +220,7 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 		return r;
 	}
 	(void)snprintf(ppid, sizeof(ppid), "%d", (int)getpid());
+	(void)snprintf(memory, sizeof(memory), "%llu", (unsigned long long)c->memory);
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
@@ -264,6 +350,22 @@ static gpux_status ready(struct wrk_compiler *c, char **ret_msg)
 	return GPUX_OK;
 }
 
+void wrk_compiler_wait_warm(struct wrk_compiler *c, uint64_t deadline)
+{
+	struct cc_rep hello;
+	char *log = NULL;
+	int fd = -1, r;
+
+	if (c->fd < 0 || c->greeted)
+		return;
+	r = recv_reply(c, deadline, false, &hello, &log, &fd);
+	free(log);
+	if (r == 0 && hello.status == 0)
+		c->greeted = true;
+	else if (r == 0)
+		wrk_compiler_stop(c); /* the next compile starts another, which says why */
+}
+
 /*
  * The helper's image, made from a client's source in a process that may have been taken over:
  * a whole image whose code passes the checks of a client's cubin (worker/compile/cubin.h). 0, or
@@ -328,7 +430,7 @@ gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b
 		r = ipc_channel_send(c->fd, buf, sizeof(rq) + rq.options_len, &code_fd, 1, 0);
 	}
 	if (r == 0)
-		r = recv_reply(c, mono_ns() + COMPILE_TIMEOUT_NS, true, &rep, &log, &image_fd);
+		r = recv_reply(c, mono_ns() + c->timeout_ns, true, &rep, &log, &image_fd);
 	if (r == -ECONNRESET || r == -EPIPE) {
 		/* The next compile gets a fresh compiler. */
 		*ret_log = death(c);
@@ -336,9 +438,10 @@ gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b
 	}
 	if (r < 0) {
 		wrk_compiler_stop(c);
-		*ret_log = r == -ETIMEDOUT ? wrk_strdup_printf("the compile took longer than %llu s",
-							       (unsigned long long)(COMPILE_TIMEOUT_NS / NSEC_PER_SEC))
-					   : strdup("the compiler said something it should not");
+		*ret_log = r == -ETIMEDOUT
+				   ? wrk_strdup_printf("the compiler ran past its %g s limit",
+						       (double)c->timeout_ns / 1e9)
+				   : strdup("the compiler said something it should not");
 		return GPUX_E_COMPILE;
 	}
 	/* What a compile can end with (compile-helper.c); any other status, even one of gpux's

@@ -14,17 +14,20 @@
 /* The worker's side of its helper. Used by one thread at a time. */
 struct wrk_compiler {
 	pid_t pid;
+	uint64_t memory;     /* the helper's address space at most (RLIMIT_AS); 0: no limit */
+	uint64_t timeout_ns; /* a compile's time at most: then the helper is killed */
 	int fd;
 	bool greeted;    /* its hello has been read */
 	bool targeted;   /* cc, arch and tk are set */
 	unsigned cc;     /* the device's compute capability, major * 10 + minor */
 	char arch[CC_ARCH_MAX];
 	struct wrk_toolkit tk;
+	char pch_dir[PATH_MAX]; /* the helper's precompiled headers, or "" */
 };
 
 /* clang-format takes a braced initializer in a macro for a function's body: kept as written. */
 /* clang-format off */
-#define WRK_COMPILER_INIT { .pid = 0, .fd = -1 }
+#define WRK_COMPILER_INIT { .pid = 0, .fd = -1, .timeout_ns = 120ULL * 1000000000ULL }
 /* clang-format on */
 
 /*
@@ -33,8 +36,12 @@ struct wrk_compiler {
  */
 uint32_t wrk_nvrtc_probe(struct wrk_toolkit *ret_tk);
 
-/* The helper process's main: serve compile requests on fd until it closes or parent dies. */
-int wrk_compiler_main(int fd, pid_t parent);
+/*
+ * The helper process's main: serve compile requests on fd until it closes or parent dies,
+ * with an address space of `memory` bytes at most (0: no limit; none under AddressSanitizer,
+ * whose shadow alone takes terabytes of it) and, started as root, no capabilities.
+ */
+int wrk_compiler_main(int fd, pid_t parent, uint64_t memory);
 
 /*
  * Start the helper now, so that it loads NVRTC and warms up while the worker opens its
@@ -49,6 +56,22 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg);
 void wrk_compiler_target(struct wrk_compiler *c, unsigned cc, const struct wrk_toolkit *tk);
 
 void wrk_compiler_stop(struct wrk_compiler *c);
+
+/*
+ * Give the helper a directory of its own for NVRTC's precompiled headers, in cache_dir (a
+ * directory of this user's alone, or nothing is made): made now (and emptied by each helper
+ * as it starts), removed by wrk_compiler_forget_pch(). Directories left by workers that are
+ * gone are removed first. Before wrk_compiler_target().
+ */
+void wrk_compiler_pch_dir(struct wrk_compiler *c, const char *cache_dir);
+void wrk_compiler_forget_pch(struct wrk_compiler *c);
+
+/*
+ * Wait until the helper has warmed up and said hello (NVRTC loaded, its first compiles
+ * done), at most until the deadline: a compile asked for after this starts at once. A helper
+ * that could not start is left for the first compile, which says why.
+ */
+void wrk_compiler_wait_warm(struct wrk_compiler *c, uint64_t deadline);
 
 /*
  * Compile CUDA C++ (b: code, options, headers, name expressions) to an image

@@ -253,6 +253,31 @@ static int mangle_prefix(const char *name, char *buf, size_t cap, char *sbuf, si
 	return 0;
 }
 
+int wrk_knames_variable(const char *name, char *buf, size_t cap)
+{
+	char sbuf[NAME_MAX_LEN + 8];
+	bool nested;
+	size_t n;
+
+	if (mangle_prefix(name, buf, cap, sbuf, sizeof(sbuf), &nested) < 0)
+		return -EINVAL;
+	/* A variable of the global namespace keeps its name: "::x" is "x". */
+	if (!nested) {
+		const char *p = name[0] == ':' ? name + 2 : name;
+
+		n = strlen(p);
+		if (n + 1 > cap)
+			return -EINVAL;
+		memcpy(buf, p, n + 1);
+		return 0;
+	}
+	n = strlen(buf);
+	if (n + 2 > cap)
+		return -EINVAL;
+	memcpy(buf + n, "E", 2);
+	return 0;
+}
+
 /* What follows a symbol's prefix says: 1 this function, 2 an instance of it as a template,
  * 0 something else. */
 static int prefix_kind(const char *sym, const char *prefix, bool nested)

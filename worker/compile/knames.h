@@ -46,6 +46,13 @@ const char *wrk_knames_lowered(const struct wrk_knames *k, const char *name);
 int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **ret_symbol,
 		     char **ret_msg);
 
+/*
+ * The symbol of a variable named by its plain or qualified C++ name ("x", "::x", "ns::x"), as
+ * a compiler mangles it (Itanium): "x", or "_ZN2ns1xE" (named namespaces only), into buf of
+ * cap bytes. 0, or -EINVAL for a name that is not identifiers joined by "::".
+ */
+int wrk_knames_variable(const char *name, char *buf, size_t cap);
+
 /* Name expressions compare as C++ reads them: blanks count only between two identifier
  * characters ("reduce<int,256>" is "reduce< int, 256 >"). */
 bool wrk_knames_same(const char *a, const char *b);

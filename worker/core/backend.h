@@ -76,8 +76,15 @@ struct wrk_backend_ops {
 			    char **ret_msg);
 	void (*close)(void *dev);
 
-	/* Make a mapped segment usable for copies (register, pin); undone by map_unregister(). */
+	/*
+	 * Make a mapped segment usable for copies (register, pin); undone by map_unregister().
+	 * With register_off_loop, it runs on a thread of its own as the segment arrives (it is
+	 * slow: CUDA pins every page), and requests using the segment wait for it, unless
+	 * register_optional says they can do without (it only makes them faster).
+	 */
 	gpux_status (*map_register)(void *dev, struct wrk_mapping *m, char **ret_msg);
+	bool register_off_loop;
+	bool register_optional;
 	void (*map_unregister)(void *dev, struct wrk_mapping *m);
 
 	/* What makes a compiled image specific to this device and toolchain (module keys). */
@@ -96,6 +103,16 @@ struct wrk_backend_ops {
 	void (*module_unload)(void *dev, void *mod);
 	gpux_status (*kernel_get)(void *dev, void *mod, const char *name,
 				  struct wrk_kernel_info *ret, char **ret_msg);
+	/* A kernel's attributes (k from kernel_get()), IPC_ATTR_UNKNOWN where it cannot tell. */
+	gpux_status (*kernel_attrs)(void *dev, void *mod, const struct wrk_kernel_info *k,
+				    struct ipc_kernel_attrs *ret, char **ret_msg);
+	/*
+	 * A variable of a module, by its symbol or qualified name (a client's, up to
+	 * IPC_KERNEL_NAME_MAX bytes): where kernels see it (as a dev_alloc() pointer), its size,
+	 * and whether its memory is read-only. GPUX_E_NOTFOUND when the module has none so named.
+	 */
+	gpux_status (*global_get)(void *dev, void *mod, const char *name, void **ret_ptr,
+				  uint64_t *ret_size, bool *ret_read_only, char **ret_msg);
 
 	/*
 	 * Streams: slot i of the worker's stream slots, for queues of st's priority and share,
@@ -132,6 +149,10 @@ struct wrk_backend_ops {
 
 	/* Free device memory now, or 0 if unknown (status page). */
 	uint64_t (*mem_free)(void *dev);
+	/* Device memory an allocation could still get now (free, and what a pool keeps unused),
+	 * for the device-memory reserve (wrk_dev_room()); NULL where every request's copies
+	 * need no device memory (the host back end). */
+	uint64_t (*mem_room)(void *dev);
 };
 
 extern const struct wrk_backend_ops wrk_backend_host;

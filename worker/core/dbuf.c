@@ -12,16 +12,24 @@ void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
 {
 	if (!d || --d->refs > 0)
 		return;
-	w->be->dev_free(w->dev, d->ptr);
-	w->stats.dbuf_bytes -= d->size;
-	wrk_usage_sub(w, d->usage_slot, 0, d->size);
+	if (d->global) {
+		wrk_module_unref(w, d->global);
+	} else if (d->map) {
+		wrk_mapping_unref(w, d->map);
+	} else {
+		w->be->dev_free(w->dev, d->ptr);
+		w->stats.dbuf_bytes -= d->size;
+		wrk_usage_sub(w, d->usage_slot, 0, d->size);
+		wrk_user_credit(w, d->ledger_row, d->size);
+	}
 	free(d);
 }
 
 /* The client lets go of its id; requests still using it keep it a while. */
 static void dbuf_release(struct wrk_client *c, struct wrk_dbuf *d)
 {
-	c->dbuf_bytes -= d->size;
+	if (!d->global && !d->map)
+		c->dbuf_bytes -= d->size;
 	wrk_client_row_update(c);
 	wrk_dbuf_unref(c->w, d);
 }
@@ -42,6 +50,7 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	char *msg = NULL;
 	void *ptr = NULL;
 	gpux_status r;
+	int row;
 
 	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
 		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
@@ -58,15 +67,37 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 		free(msg);
 		return;
 	}
-	r = wrk_dev_alloc(w, a->size, &ptr, &msg);
+	/* The user's over all workers: its cached inputs here give way first. */
+	r = wrk_user_charge(w, c->uid, a->size, &row, &msg);
+	if (r == GPUX_E_QUOTA && wrk_dcache_reclaim_user(w, c->uid) > 0) {
+		free(msg);
+		msg = NULL;
+		r = wrk_user_charge(w, c->uid, a->size, &row, &msg);
+	}
+	if (r < 0) {
+		wrk_reply(c, id, r, msg);
+		free(msg);
+		return;
+	}
+	/* Not into the reserve, cached inputs nobody uses going first. */
+	r = wrk_dev_room(w, a->size, "a device buffer", &msg);
+	if (r < 0 && wrk_dcache_reclaim(w) > 0) {
+		free(msg);
+		msg = NULL;
+		r = wrk_dev_room(w, a->size, "a device buffer", &msg);
+	}
+	if (r == 0)
+		r = wrk_dev_alloc(w, a->size, &ptr, &msg);
 	d = r == 0 ? calloc(1, sizeof(*d)) : NULL;
 	if (!d) {
 		if (r == 0)
 			w->be->dev_free(w->dev, ptr);
+		wrk_user_credit(w, row, a->size);
 		wrk_reply(c, id, r < 0 ? r : GPUX_E_NOMEM, msg ? msg : "out of memory");
 		free(msg);
 		return;
 	}
+	d->ledger_row = row;
 	d->refs = 1;
 	d->size = a->size;
 	d->ptr = ptr;
@@ -83,9 +114,66 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	wrk_reply(c, id, GPUX_OK, NULL);
 }
 
-/* DBUF_ALLOC and DBUF_FREE; a negative return: the message does not decode. */
+/*
+ * A device buffer kept in host memory: a range of the client's segment, which kernels use in
+ * place as a mapped argument's pages (the host back end: the pages; CUDA: where the device
+ * sees them, registered when the segment was attached). Its bytes are the client's (counted
+ * as shared memory): no device quota, no reserve, and it outlives this worker.
+ */
+static void dbuf_host(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_host *h)
+{
+	struct wrk *w = c->w;
+	gpux_status st = GPUX_OK;
+	struct wrk_mapping *m;
+	struct wrk_dbuf *d;
+	char *msg = NULL;
+
+	if (ipc_map_size(&c->dbufs) >= WRK_CLIENT_DBUFS_MAX) {
+		wrk_reply(c, id, GPUX_E_QUOTA, "too many device buffers");
+		return;
+	}
+	m = wrk_segment_range(c, h->seg_id, h->seg_offset, h->size, true, 0, &st, &msg);
+	if (!m) {
+		wrk_reply(c, id, st, msg);
+		free(msg);
+		return;
+	}
+	if (w->info.backend != GPUX_BACKEND_HOST && !m->dev_addr) {
+		wrk_mapping_unref(w, m);
+		wrk_reply(c, id, GPUX_E_DEVICE, "the device cannot reach that segment's pages");
+		return;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d || ipc_map_put(&c->dbufs, h->dbuf_id, d) < 0) {
+		free(d);
+		wrk_mapping_unref(w, m);
+		wrk_reply(c, id, GPUX_E_NOMEM, "out of memory");
+		return;
+	}
+	d->refs = 1;
+	d->size = h->size;
+	d->map = m;
+	d->ptr = w->info.backend == GPUX_BACKEND_HOST
+			 ? (uint8_t *)m->seg.addr + h->seg_offset
+			 : (void *)(uintptr_t)(m->dev_addr + h->seg_offset);
+	wrk_reply(c, id, GPUX_OK, NULL);
+}
+
+/* DBUF_ALLOC, DBUF_HOST and DBUF_FREE; a negative return: the message does not decode. */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg)
 {
+	if (msg->hdr.type == IPC_DBUF_HOST) {
+		struct ipc_dbuf_host h;
+
+		if (ipc_decode_dbuf_host(msg, &h) < 0)
+			return -EBADMSG;
+		if (ipc_map_get(&c->dbufs, h.dbuf_id)) {
+			wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, "that device buffer id is in use");
+			return 0;
+		}
+		dbuf_host(c, msg->hdr.id, &h);
+		return 0;
+	}
 	if (msg->hdr.type == IPC_DBUF_ALLOC) {
 		struct ipc_dbuf_alloc a;
 
@@ -151,6 +239,11 @@ int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
 		dv->dbuf = NULL;
 		wrk_req_fail(r, GPUX_E_INVAL, strdup("no such device buffer, or a range outside it"));
+		return 0;
+	}
+	if (to_dbuf && dv->dbuf->read_only) {
+		dv->dbuf = NULL;
+		wrk_req_fail(r, GPUX_E_INVAL, strdup("the module's variable is in read-only memory"));
 		return 0;
 	}
 	dv->dbuf->refs++;

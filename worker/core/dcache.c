@@ -106,10 +106,27 @@ static void evict(struct wrk *w, struct wrk_centry *e)
 	chain_unlink(w, e);
 	settle(w, e, true);
 	w->be->dev_free(w->dev, e->ptr);
+	wrk_user_credit(w, e->ledger_row, e->len);
 	w->stats.cache_bytes -= e->len;
 	w->stats.cache_entries--;
 	w->stats.cache_evictions++;
 	free(e);
+}
+
+uint64_t wrk_dcache_reclaim_user(struct wrk *w, uint32_t uid)
+{
+	uint64_t freed = 0;
+
+	for (struct wrk_centry *e = w->cidle_head, *next; e; e = next) {
+		next = e->lru_next;
+		if (e->uid == uid) {
+			freed += e->len;
+			evict(w, e);
+		}
+	}
+	if (freed)
+		affinity_rebuild(w);
+	return freed;
 }
 
 uint64_t wrk_dcache_reclaim(struct wrk *w)
@@ -135,6 +152,42 @@ gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **re
 		r = w->be->dev_alloc(w->dev, len, ret_ptr, ret_msg);
 	}
 	return r;
+}
+
+/*
+ * The reserve: device buffers and cached inputs live between requests, and a device full of
+ * them would leave a request's copies (the CUDA back end's scratch and temporaries) no room,
+ * so that even a launch with a 4-byte OUT argument failed. So what they hold together stays
+ * below the device's memory less the reserve, and (where the back end can tell) an
+ * allocation for them leaves at least the reserve free on the device, whatever else (the
+ * context, other processes) took the rest.
+ */
+gpux_status wrk_dev_room(struct wrk *w, uint64_t len, const char *what, char **ret_msg)
+{
+	uint64_t reserve = w->opts.device_reserve, total = w->info.mem_total;
+	uint64_t held = w->stats.dbuf_bytes + w->stats.cache_bytes;
+	uint64_t cap = total > reserve ? total - reserve : 0, room;
+
+	if (held > cap || len > cap - held) {
+		*ret_msg = wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
+					     "reserve: device buffers and cached inputs hold %llu "
+					     "of the device's %llu bytes, and %llu are kept for "
+					     "running requests (gpuxd --device-reserve)",
+					     what, (unsigned long long)len,
+					     (unsigned long long)held, (unsigned long long)total,
+					     (unsigned long long)reserve);
+		return GPUX_E_NOMEM;
+	}
+	room = w->be->mem_room ? w->be->mem_room(w->dev) : UINT64_MAX;
+	if (room < reserve || len > room - reserve) {
+		*ret_msg = wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
+					     "reserve: %llu bytes of the device are free, and %llu "
+					     "are kept for running requests (gpuxd --device-reserve)",
+					     what, (unsigned long long)len, (unsigned long long)room,
+					     (unsigned long long)reserve);
+		return GPUX_E_NOMEM;
+	}
+	return 0;
 }
 
 static void on_ttl(struct ipc_timer *t, void *userdata)
@@ -180,6 +233,7 @@ void wrk_dcache_stop(struct wrk *w)
 		while (e) {
 			struct wrk_centry *next = e->hnext;
 			settle(w, e, true);
+			wrk_user_credit(w, e->ledger_row, e->len);
 			free(e);
 			e = next;
 		}
@@ -201,6 +255,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	char *msg = NULL;
 	void *ptr = NULL, *ready = NULL;
 	gpux_status r;
+	int row;
 
 	for (e = head; e; e = e->hnext)
 		if (e->uid == c->uid && e->len == len && ipc_key_equal(e->key, k)) {
@@ -220,7 +275,26 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 	if (w->stats.cache_bytes + len > w->opts.cache_bytes ||
 	    w->stats.cache_entries >= WRK_CACHE_ENTRIES_MAX)
 		return NULL;
-	r = wrk_dev_alloc(w, len, &ptr, &msg);
+	/* Within its user's cap over all workers, its idle entries here given up first; past
+	 * it, the input is not cached (the request uploads it as any other). */
+	r = wrk_user_charge(w, c->uid, len, &row, &msg);
+	if (r == GPUX_E_QUOTA && wrk_dcache_reclaim_user(w, c->uid) > 0) {
+		free(msg);
+		msg = NULL;
+		r = wrk_user_charge(w, c->uid, len, &row, &msg);
+	}
+	free(msg);
+	msg = NULL;
+	if (r < 0)
+		return NULL;
+	/* Not into the reserve: idle entries make room first, else the input goes uncached. */
+	while ((r = wrk_dev_room(w, len, "a cached input", &msg)) < 0 && w->cidle_tail) {
+		free(msg);
+		msg = NULL;
+		evict(w, w->cidle_tail);
+	}
+	if (r == 0)
+		r = wrk_dev_alloc(w, len, &ptr, &msg);
 	if (r == 0) {
 		r = w->be->upload(w->dev, ptr, (const uint8_t *)m->seg.addr + offset, len, &ready,
 				  &msg);
@@ -237,10 +311,12 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 			}
 			w->be->dev_free(w->dev, ptr);
 		}
+		wrk_user_credit(w, row, len);
 		return NULL;
 	}
 	*e = (struct wrk_centry){
 		.refs = 1,
+		.ledger_row = row,
 		.uid = c->uid,
 		.len = len,
 		.key = k,
@@ -252,6 +328,8 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 		e->source = m;
 		m->refs++;
 	}
+	/* The evictions above may have taken the bucket's first entry. */
+	head = ipc_map_get(&w->centries, b);
 	if (head)
 		(void)ipc_map_remove(&w->centries, b);
 	e->hnext = head;
@@ -260,6 +338,7 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 			(void)ipc_map_put(&w->centries, b, head);
 		settle(w, e, true);
 		w->be->dev_free(w->dev, ptr);
+		wrk_user_credit(w, row, len);
 		free(e);
 		return NULL;
 	}

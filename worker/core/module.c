@@ -57,8 +57,11 @@ static char *disk_path(struct wrk *w, struct ipc_key key, const char *suffix)
 	return wrk_strdup_printf("%s/%s.%s%s", w->opts.cache_dir, hex, w->be->image_ext, suffix);
 }
 
-/* Read and verify a cached image; any mismatch means "not cached". */
-static int disk_read(struct wrk *w, struct wrk_module *m)
+/*
+ * Read and verify a cached image; any mismatch means "not cached". -ENOENT: there is none;
+ * another error, with *ret_why saying what is wrong with the file that is there.
+ */
+static int disk_read(struct wrk *w, struct wrk_module *m, const char **ret_why)
 {
 	_cleanup_(freep) char *path = disk_path(w, m->key, "");
 	_cleanup_(closep) int fd = -1;
@@ -66,27 +69,40 @@ static int disk_read(struct wrk *w, struct wrk_module *m)
 	struct stat st;
 	uint8_t *img;
 
+	*ret_why = "it cannot be read";
 	if (!path)
 		return -ENOMEM;
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	/* Only a file of ours that nobody else could have written. */
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size < sizeof(h) ||
-	    st.st_uid != geteuid() || (st.st_mode & 022) != 0)
-		return -EINVAL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    (st.st_mode & 022) != 0) {
+		*ret_why = "it is not a file of the worker's own that only it may write";
+		return -EPERM;
+	}
+	*ret_why = "it is truncated";
+	if ((size_t)st.st_size < sizeof(h))
+		return -EBADMSG;
 	if (pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
 		return -EIO;
+	*ret_why = "its header is not this module's";
 	if (memcmp(h.magic, DISK_MAGIC, sizeof(h.magic)) != 0 || h.version != DISK_VERSION ||
 	    h.lang != m->lang || h.key_lo != m->key.lo || h.key_hi != m->key.hi ||
-	    h.len == 0 || h.len > DISK_IMAGE_MAX || h.len != (uint64_t)st.st_size - sizeof(h))
-		return -EINVAL;
+	    h.len == 0 || h.len > DISK_IMAGE_MAX)
+		return -EBADMSG;
+	if (h.len != (uint64_t)st.st_size - sizeof(h)) {
+		*ret_why = h.len > (uint64_t)st.st_size - sizeof(h) ? "it is truncated"
+								     : "it is longer than its header says";
+		return -EBADMSG;
+	}
 	img = malloc(h.len);
 	if (!img)
 		return -ENOMEM;
 	if (pread(fd, img, h.len, sizeof(h)) != (ssize_t)h.len || XXH3_64bits(img, h.len) != h.checksum) {
+		*ret_why = "its checksum does not match";
 		free(img);
-		return -EINVAL;
+		return -EBADMSG;
 	}
 	m->image = img;
 	m->image_len = h.len;
@@ -135,12 +151,21 @@ static int disk_write(struct wrk *w, const struct wrk_module *m)
 static void job_run(struct wrk *w, struct wrk_module *m)
 {
 	uint64_t t0 = mono_ns();
+	const char *why = NULL;
 	char *msg = NULL;
 	gpux_status st;
 	int r;
 
 	m->build_ns = 0;
-	if (w->disk_cache && disk_read(w, m) == 0) {
+	r = w->disk_cache ? disk_read(w, m, &why) : -ENOENT;
+	/* A damaged file is compiled again (and replaced), never loaded; said, a few a second. */
+	if (r < 0 && r != -ENOENT && r != -ENOMEM) {
+		_cleanup_(freep) char *path = disk_path(w, m->key, "");
+
+		wrk_log_client(w, m->creator->uid, "module cache: %s: %s; compiling the module "
+			       "again", path ? path : w->opts.cache_dir, why);
+	}
+	if (r == 0) {
 		m->from_disk = true;
 	} else {
 		struct wrk_build b = {
@@ -308,6 +333,13 @@ void wrk_modules_stop(struct wrk *w)
 		module_free(w, m);
 	}
 	ipc_map_done(&w->modules);
+	{
+		struct canon_key *ck;
+
+		while ((ck = ipc_map_pop(&w->canon_keys)))
+			free(ck);
+		ipc_map_done(&w->canon_keys);
+	}
 }
 
 /* ---- memory cache (loop thread) ---- */
@@ -360,10 +392,14 @@ void wrk_module_unref(struct wrk *w, struct wrk_module *m)
 	w->stats.modules_loaded = ipc_map_size(&w->modules);
 }
 
-/* Keyed by user too: a module is never shared between users (whose code could be made to
- * collide with another's on purpose). The code's bytes include its headers and names. */
-static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
-				 const char *options, const uint8_t *code, int *ret_err)
+/*
+ * Keyed by user too: a module is never shared between users (whose code could be made to
+ * collide with another's on purpose). `canon`: the code in its canonical form
+ * (worker/core/source.c), else NULL: its bytes. Then its headers and names, as they are.
+ */
+static struct ipc_key key_of(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
+			     const char *options, const uint8_t *code, const char *canon,
+			     size_t canon_len, int *ret_err)
 {
 	struct ipc_key_state s;
 	struct ipc_key k = { 0, 0 };
@@ -371,15 +407,99 @@ static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_m
 	*ret_err = ipc_key_begin(&s);
 	if (*ret_err < 0)
 		return k;
-	ipc_key_add(&s, "gpux-module-1", 13);
+	ipc_key_add(&s, canon ? "gpux-module-2" : "gpux-module-1", 13);
 	ipc_key_add_u64(&s, uid);
 	ipc_key_add_u64(&s, ml->lang);
 	ipc_key_add(&s, options, strlen(options));
 	ipc_key_add_u64(&s, ml->nheaders);
 	ipc_key_add_u64(&s, ml->nnames);
-	ipc_key_add(&s, code, (size_t)ml->code_len + ml->extra_len);
+	if (canon) {
+		ipc_key_add(&s, canon, canon_len);
+		ipc_key_add(&s, code + ml->code_len, ml->extra_len);
+	} else {
+		ipc_key_add(&s, code, (size_t)ml->code_len + ml->extra_len);
+	}
 	w->be->target_key(w->dev, ml->lang, &s);
 	return ipc_key_end(&s);
+}
+
+/*
+ * Whether a module's key may be of its canonical form: C and C++ source whose options ask
+ * for no debug information, where columns are written down (worker/core/source.c keeps
+ * lines, not columns).
+ */
+static bool canon_allowed(uint32_t lang, const char *options)
+{
+	static const char *const debug[] = { "-G", "--device-debug", "-lineinfo",
+					     "--generate-line-info", "-g" };
+	const char *p = options;
+
+	if (lang != GPUX_LANG_CUDA && lang != GPUX_LANG_HOST)
+		return false;
+	while (*p) {
+		size_t n;
+
+		p += strspn(p, " \t\n");
+		n = strcspn(p, " \t\n");
+		for (unsigned i = 0; i < ARRAY_SIZE(debug); i++)
+			if (n && n == strlen(debug[i]) && memcmp(p, debug[i], n) == 0)
+				return false;
+		p += n;
+	}
+	return true;
+}
+
+/* Canonical keys remembered by the key of the bytes they were made from (a module sent again,
+ * by another client or a forked child, is not read again): a few thousand, any one going
+ * when there are more. */
+#define CANON_KEYS_MAX 4096u
+
+struct canon_key {
+	struct ipc_key bytes, canon;
+};
+
+/*
+ * A module's key: of its code's canonical form (a source that differs from a cached one only
+ * in comments, or in how much whitespace there is where there is some, is that module), or,
+ * where that form is not taken or cannot be made, of its bytes.
+ */
+static struct ipc_key module_key(struct wrk *w, uint32_t uid, const struct ipc_mod_load *ml,
+				 const char *options, const uint8_t *code, int *ret_err)
+{
+	struct ipc_key bytes = key_of(w, uid, ml, options, code, NULL, 0, ret_err), key;
+	struct canon_key *ck;
+	char *canon;
+	ssize_t n;
+
+	if (*ret_err < 0 || !canon_allowed(ml->lang, options))
+		return bytes;
+	ck = ipc_map_get(&w->canon_keys, bytes.lo);
+	if (ck && ipc_key_equal(ck->bytes, bytes))
+		return ck->canon;
+	canon = malloc(MAX(ml->code_len, 1u));
+	if (!canon) {
+		*ret_err = -ENOMEM;
+		return bytes;
+	}
+	n = wrk_source_canon((const char *)code, ml->code_len, canon);
+	key = n < 0 ? bytes : key_of(w, uid, ml, options, code, canon, (size_t)n, ret_err);
+	free(canon);
+	if (*ret_err < 0)
+		return bytes;
+	if (ck) {
+		ck->bytes = bytes;
+		ck->canon = key;
+		return key;
+	}
+	if (ipc_map_size(&w->canon_keys) >= CANON_KEYS_MAX)
+		free(ipc_map_pop(&w->canon_keys));
+	ck = malloc(sizeof(*ck));
+	if (ck) {
+		*ck = (struct canon_key){ bytes, key };
+		if (ipc_map_put(&w->canon_keys, bytes.lo, ck) < 0)
+			free(ck);
+	}
+	return key;
 }
 
 /* The client's mod_id, just bound to m (building), is answered when m is built. */
@@ -701,6 +821,7 @@ void wrk_modules_finish(struct wrk *w, struct wrk_module *done)
 			wrk_client_unref(wt->client);
 			free(wt);
 		}
+		wrk_symbols_answer(w, m);
 		m->next_done = finished;
 		finished = m;
 	}

@@ -498,8 +498,13 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 	while ((r = q->pending_head)) {
 		char *msg = NULL;
 		gpux_status rc;
+		int segs;
 
 		if ((r->mod && r->mod->state == MOD_BUILDING) || w->fatal)
+			return TAKE_BUILDING;
+		/* Its segments still being registered: it waits as for a module. */
+		segs = wrk_req_segments_ready(r, &rc, &msg);
+		if (segs == 0)
 			return TAKE_BUILDING;
 		if (n == max || s->inflight >= WRK_SLOT_DEPTH)
 			return TAKE_FULL;
@@ -507,6 +512,10 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 		if (!q->pending_head)
 			q->pending_tail = NULL;
 		r->next = NULL;
+		if (segs < 0) {
+			wrk_req_fail(r, rc, msg);
+			continue;
+		}
 
 		if (r->mod && r->mod->state == MOD_FAILED) {
 			/* The start of the log: a thousand failed requests must not carry a

@@ -35,6 +35,10 @@ static void send_done(struct wrk_client *c, uint32_t id, gpux_status status, con
 
 	if (id == 0 || c->gone)
 		return;
+	/* A worker that gives up after a fault leaves unanswered what it lost: the client tells
+	 * from the marks which of those may run again (worker/core/marks.c). */
+	if (status == GPUX_E_WORKER_LOST && atomic_load(&c->w->fatal))
+		return;
 	n = ipc_encode_done(buf, sizeof(buf), id, &d, text);
 	if (n > 0)
 		wrk_client_send(c, buf, (size_t)n);
@@ -49,6 +53,7 @@ void wrk_client_unref(struct wrk_client *c)
 {
 	if (!c || --c->refs > 0)
 		return;
+	wrk_marks_put(c);
 	free(c);
 }
 
@@ -392,7 +397,8 @@ void wrk_req_soon(struct wrk_req *r)
 
 bool wrk_req_cancelled(struct wrk_req *r)
 {
-	if (!r->client || !atomic_load(&r->client->dropped))
+	/* After a fault nothing more starts here: what has not may run on the next worker. */
+	if ((!r->client || !atomic_load(&r->client->dropped)) && !atomic_load(&r->w->fatal))
 		return false;
 	r->status = GPUX_E_WORKER_LOST;
 	return true;
@@ -443,6 +449,15 @@ void wrk_device_broken(struct wrk *w)
 /* A request ended: off its slot, counted. */
 static void req_end(struct wrk *w, struct wrk_req *r)
 {
+	/* The request that broke the device: the page says so before the worker goes, and
+	 * gpuxd gives this worker no new channel from now on. */
+	if (r->status == GPUX_E_KERNEL_FAULT && atomic_load(&w->fatal))
+		(void)ipc_status_fault_set(w->status, r->client ? r->client->id : 0, r->id,
+					   IPC_FAULT_KERNEL);
+	/* Ended: whatever it did, it does not run again should its answer be lost. (What the
+	 * worker lost, it leaves as the back end marked it: see send_done().) */
+	if (r->status != GPUX_E_WORKER_LOST)
+		wrk_mark(r, IPC_MARK_STARTED);
 	wrk_slot_end(w, r);
 	if (r->t_start > r->t_end)
 		r->t_start = r->t_end;

@@ -88,6 +88,21 @@ void wrk_bpf_allow_if(struct wrk_bpf *p, long nr, unsigned arg, const uint32_t *
 	RET(p, SECCOMP_RET_ALLOW);
 }
 
+void wrk_bpf_allow_unless(struct wrk_bpf *p, long nr, unsigned arg, uint32_t val, unsigned ptr_arg,
+			  uint32_t action)
+{
+	JUMP(p, BPF_JEQ, (uint32_t)nr, 0, 8);
+	LD(p, ARG_LO(arg));
+	JUMP(p, BPF_JEQ, val, 0, 4);
+	/* That value: allowed only with a NULL pointer, both halves of it 0. */
+	LD(p, ARG_LO(ptr_arg));
+	JUMP(p, BPF_JEQ, 0, 0, 3);
+	LD(p, ARG_LO(ptr_arg) + 4);
+	JUMP(p, BPF_JEQ, 0, 0, 1);
+	RET(p, SECCOMP_RET_ALLOW);
+	RET(p, action);
+}
+
 int wrk_bpf_end(struct wrk_bpf *p, uint32_t action)
 {
 	RET(p, action);

@@ -46,6 +46,13 @@ void wrk_bpf_allow_with(struct wrk_bpf *p, long nr, unsigned arg, uint32_t bit, 
 void wrk_bpf_allow_if(struct wrk_bpf *p, long nr, unsigned arg, const uint32_t *vals,
 		      unsigned nvals, uint32_t action);
 
+/*
+ * Call nr is allowed unless its argument `arg` (low 32 bits) is `val` and its argument `ptr_arg`
+ * (a pointer, all 64 bits) is not NULL; then it gets action.
+ */
+void wrk_bpf_allow_unless(struct wrk_bpf *p, long nr, unsigned arg, uint32_t val, unsigned ptr_arg,
+			  uint32_t action);
+
 /* End p: any other call gets action. 0, -E2BIG or -ENOSYS (no filter for this architecture). */
 int wrk_bpf_end(struct wrk_bpf *p, uint32_t action);
 

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/core/segment.c: clients' shared segments, mapped once per file and registered with the device. */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 
 #include "channel.h"
@@ -54,21 +56,256 @@ static void user_uncharge(struct wrk *w, uint32_t uid, uint64_t bytes)
 		free(ipc_map_remove(&w->users, uid));
 }
 
-void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
+/* m counts no more (once): not against its user's quota, in the stats or the status page's
+ * usage, and nobody finds it to share it. */
+static void mapping_uncount(struct wrk *w, struct wrk_mapping *m)
 {
-	if (!m || --m->refs > 0)
+	if (m->uncounted)
 		return;
+	m->uncounted = true;
 	user_uncharge(w, m->uid, m->seg.size);
 	if (ipc_map_get(&w->mappings, mapping_key(m->st_dev, m->st_ino)) == m)
 		(void)ipc_map_remove(&w->mappings, mapping_key(m->st_dev, m->st_ino));
-	if (m->registered)
-		w->be->map_unregister(w->dev, m);
 	w->stats.segment_bytes -= m->seg.size;
 	w->stats.segments--;
 	wrk_usage_sub(w, m->usage_slot, m->seg.size, 0);
+}
+
+void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m)
+{
+	if (!m)
+		return;
+	if (--m->refs > 0) {
+		/*
+		 * Its clients and requests let go while it was being registered: the
+		 * registration thread's reference alone is left, which counts for nobody (a
+		 * segment its user sends next is not refused for this one's memory). It goes
+		 * when the registration ends.
+		 */
+		if (m->refs == 1 && m->registering)
+			mapping_uncount(w, m);
+		return;
+	}
+	mapping_uncount(w, m);
+	if (m->registered)
+		w->be->map_unregister(w->dev, m);
+	if (m->reg_status < 0)
+		w->reg.failed--;
+	free(m->reg_error);
 	ipc_segment_done(&m->seg);
 	free(m);
 }
+
+/* ---- registration off the loop ---- */
+
+/*
+ * Registering a segment with the device takes about 0.4 ms per MiB (CUDA pins its pages);
+ * done in the loop as the segment arrived, it held up every client's requests meanwhile, and
+ * made a fresh buffer's first request pay for it. So it runs here, as soon as the segment is
+ * sent (the library sends a new buffer's segment to every device when it makes it); a
+ * request that uses the segment before it is done waits in its queue (wrk_req_segments_ready()),
+ * and a segment sent again (another client, a forked child) finds the same mapping, being
+ * registered or registered: never twice.
+ */
+static void *registrar_main(void *arg)
+{
+	struct wrk *w = arg;
+	uint64_t one = 1;
+
+	for (;;) {
+		struct wrk_mapping *m;
+		char *why = NULL;
+		gpux_status st;
+
+		(void)pthread_mutex_lock(&w->reg.lock);
+		while (!w->reg.jobs_head && !w->reg.stop)
+			(void)pthread_cond_wait(&w->reg.cond, &w->reg.lock);
+		m = w->reg.jobs_head;
+		if (!m) {
+			(void)pthread_mutex_unlock(&w->reg.lock);
+			return NULL;
+		}
+		w->reg.jobs_head = m->next_reg;
+		if (!w->reg.jobs_head)
+			w->reg.jobs_tail = NULL;
+		(void)pthread_mutex_unlock(&w->reg.lock);
+
+		st = w->be->map_register(w->dev, m, &why);
+
+		(void)pthread_mutex_lock(&w->reg.lock);
+		m->reg_status = st;
+		m->reg_error = st < 0 ? (why ? why : strdup("the segment could not be registered"))
+				      : NULL;
+		if (st >= 0)
+			free(why);
+		m->next_reg = w->reg.done;
+		w->reg.done = m;
+		(void)pthread_mutex_unlock(&w->reg.lock);
+		(void)write(w->reg.fd, &one, sizeof(one));
+	}
+}
+
+/* Loop: registrations that ended; the requests that waited for them may go on. */
+static void registrar_take(struct wrk *w)
+{
+	struct wrk_mapping *m;
+
+	(void)pthread_mutex_lock(&w->reg.lock);
+	m = w->reg.done;
+	w->reg.done = NULL;
+	(void)pthread_mutex_unlock(&w->reg.lock);
+	if (!m)
+		return;
+	while (m) {
+		struct wrk_mapping *next = m->next_reg;
+
+		m->next_reg = NULL;
+		m->registering = false;
+		w->reg.pending--;
+		if (m->reg_status < 0) {
+			/* The requests waiting for it fail; the next one to use it tries again
+			 * (mapping_register_again()). */
+			w->reg.failed++;
+			wrk_log_client(w, m->uid, "a segment of %llu bytes: %s",
+				       (unsigned long long)m->seg.size, m->reg_error);
+		} else {
+			m->registered = true;
+		}
+		wrk_mapping_unref(w, m);
+		m = next;
+	}
+	wrk_kick_all(w);
+}
+
+static void on_registered(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	uint64_t v;
+
+	(void)read(fd, &v, sizeof(v));
+	registrar_take(userdata);
+}
+
+/* Register m off the loop, holding a reference to it meanwhile. */
+static void registrar_push(struct wrk *w, struct wrk_mapping *m)
+{
+	m->registering = true;
+	m->refs++;
+	w->reg.pending++;
+	(void)pthread_mutex_lock(&w->reg.lock);
+	if (w->reg.jobs_tail)
+		w->reg.jobs_tail->next_reg = m;
+	else
+		w->reg.jobs_head = m;
+	w->reg.jobs_tail = m;
+	(void)pthread_cond_signal(&w->reg.cond);
+	(void)pthread_mutex_unlock(&w->reg.lock);
+}
+
+/*
+ * A request uses m, which is not registered: its registration failed (the device out of
+ * memory, say). It is tried again now: off the loop, where the request waits for it
+ * (wrk_req_segments_ready()) and fails if it fails again; else here. Either way a failure is
+ * the request's that meets it, not the segment's for good: the next request may succeed.
+ */
+static gpux_status mapping_register_again(struct wrk *w, struct wrk_mapping *m, unsigned arg,
+					  char **ret_msg)
+{
+	char *why = NULL;
+	gpux_status st;
+
+	if (w->be->register_off_loop) {
+		if (m->reg_status < 0) {
+			w->reg.failed--;
+			m->reg_status = GPUX_OK;
+			free(m->reg_error);
+			m->reg_error = NULL;
+		}
+		registrar_push(w, m);
+		return GPUX_OK;
+	}
+	st = w->be->map_register(w->dev, m, &why);
+	if (st != GPUX_OK) {
+		*ret_msg = wrk_strdup_printf("argument %u: %s", arg,
+					     why ? why : "its buffer cannot be registered");
+		free(why);
+		return st;
+	}
+	m->registered = true;
+	return GPUX_OK;
+}
+
+int wrk_segments_start(struct wrk *w)
+{
+	int r;
+
+	w->reg.fd = -1;
+	(void)pthread_mutex_init(&w->reg.lock, NULL);
+	(void)pthread_cond_init(&w->reg.cond, NULL);
+	if (!w->be->register_off_loop)
+		return 0;
+	w->reg.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (w->reg.fd < 0)
+		return -errno;
+	r = ipc_watch_new(w->loop, w->reg.fd, POLLIN, on_registered, w, &w->reg.watch);
+	if (r < 0)
+		return r;
+	r = pthread_create(&w->reg.thread, NULL, registrar_main, w);
+	if (r != 0)
+		return -r;
+	w->reg.started = true;
+	return 0;
+}
+
+void wrk_segments_stop(struct wrk *w)
+{
+	if (w->reg.started) {
+		(void)pthread_mutex_lock(&w->reg.lock);
+		w->reg.stop = true;
+		(void)pthread_cond_signal(&w->reg.cond);
+		(void)pthread_mutex_unlock(&w->reg.lock);
+		(void)pthread_join(w->reg.thread, NULL);
+		w->reg.started = false;
+		/* Never started: their references go as if they had failed. */
+		while (w->reg.jobs_head) {
+			struct wrk_mapping *m = w->reg.jobs_head;
+
+			w->reg.jobs_head = m->next_reg;
+			m->reg_status = GPUX_E_WORKER_LOST;
+			m->reg_error = strdup("the worker stops");
+			m->next_reg = w->reg.done;
+			w->reg.done = m;
+		}
+		w->reg.jobs_tail = NULL;
+		registrar_take(w);
+	}
+	ipc_watch_free(w->reg.watch);
+	w->reg.watch = NULL;
+	w->reg.fd = safe_close(w->reg.fd);
+}
+
+int wrk_req_segments_ready(struct wrk_req *r, gpux_status *ret_status, char **ret_msg)
+{
+	struct wrk *w = r->w;
+
+	if ((!w->reg.pending && !w->reg.failed) || w->be->register_optional)
+		return 1;
+	for (unsigned i = 0; i < r->nargs; i++) {
+		const struct wrk_mapping *m = r->args[i].map;
+
+		if (!m)
+			continue;
+		if (m->registering)
+			return 0;
+		if (m->reg_status < 0) {
+			*ret_status = m->reg_status;
+			*ret_msg = wrk_strdup_printf("argument %u: %s", i, m->reg_error);
+			return -1;
+		}
+	}
+	return 1;
+}
+
+/* ---- segments ---- */
 
 static int seg_bind_error(struct wrk_client *c, uint64_t seg_id, gpux_status status, char *error)
 {
@@ -235,23 +472,26 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 			return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
 					      wrk_strdup_printf("the segment cannot be mapped: %s",
 								strerror(-r)));
-		/* Registered now, else at its next use: a failure (the device out of memory) is
-		 * the request's that meets it, not the segment's for good. */
-		map->registered = w->be->map_register(w->dev, map, &why) == GPUX_OK;
-		free(why);
 		r = user_charge(w, c->uid, map->seg.size);
 		if (r < 0) {
-			if (map->registered)
-				w->be->map_unregister(w->dev, map);
 			ipc_segment_done(&map->seg);
 			free(map);
 			return r;
+		}
+		/* Registered now (or off the loop, below), else at its next use: a failure (the
+		 * device out of memory) is the request's that meets it, not the segment's for
+		 * good (mapping_register_again()). */
+		if (!w->be->register_off_loop) {
+			map->registered = w->be->map_register(w->dev, map, &why) == GPUX_OK;
+			free(why);
 		}
 		w->stats.segments++;
 		w->stats.segment_bytes += map->seg.size;
 		map->usage_slot = wrk_usage_add(w, map->uid, map->seg.size, 0);
 		if (!ipc_map_get(&w->mappings, mapping_key(st.st_dev, st.st_ino)))
 			(void)ipc_map_put(&w->mappings, mapping_key(st.st_dev, st.st_ino), map);
+		if (w->be->register_off_loop)
+			registrar_push(w, map);
 	}
 
 	s = calloc(1, sizeof(*s));
@@ -337,18 +577,13 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 		*ret_status = GPUX_E_INVAL;
 		return NULL;
 	}
-	if (!s->map->registered) {
-		char *why = NULL;
-		gpux_status st = c->w->be->map_register(c->w->dev, s->map, &why);
+	if (!s->map->registered && !s->map->registering) {
+		gpux_status st = mapping_register_again(c->w, s->map, arg, ret_msg);
 
 		if (st != GPUX_OK) {
-			*ret_msg = wrk_strdup_printf("argument %u: %s", arg,
-						     why ? why : "its buffer cannot be registered");
-			free(why);
 			*ret_status = st;
 			return NULL;
 		}
-		s->map->registered = true;
 	}
 	s->map->refs++;
 	return s->map;

@@ -46,7 +46,10 @@ void wrk_client_drop(struct wrk_client *c)
 		w->clients = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	w->nclients--;
+	if (c->spare)
+		w->nspares--;
+	else
+		w->nclients--;
 	wrk_active_leave(&w->active, &c->act);
 
 	wrk_queues_free(c);
@@ -124,7 +127,7 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 	uint16_t t = msg->hdr.type;
 
 	if (!w->draining || (t != IPC_SUBMIT && t != IPC_COPY && t != IPC_MOD_LOAD &&
-			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC))
+			     t != IPC_QUEUE_OPEN && t != IPC_DBUF_ALLOC && t != IPC_DBUF_HOST))
 		return false;
 	if (t == IPC_SUBMIT || t == IPC_COPY)
 		wrk_count_finished(w, GPUX_E_STOPPING);
@@ -177,11 +180,16 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 		r = wrk_submit(c, msg);
 		break;
 	case IPC_DBUF_ALLOC:
+	case IPC_DBUF_HOST:
 	case IPC_DBUF_FREE:
 		r = wrk_dbuf_msg(c, msg);
 		break;
 	case IPC_COPY:
 		r = wrk_copy(c, msg);
+		break;
+	case IPC_KERNEL_ATTRS_REQ:
+	case IPC_GLOBAL_REQ:
+		r = wrk_symbol_msg(c, msg);
 		break;
 	case IPC_KICK:
 		/* Its ring was looked at before this message was taken. */
@@ -328,7 +336,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 			wrk_client_drop(c);
 			break;
 		}
-	if (w->nclients >= IPC_WORKER_CLIENTS_MAX || w->stopping || w->draining) {
+	if (w->nclients + w->nspares >= IPC_WORKER_CLIENTS_MAX || w->stopping || w->draining) {
 		(void)safe_close(fd);
 		return;
 	}
@@ -339,6 +347,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	}
 	c->refs = 1;
 	c->w = w;
+	c->marks_page = WRK_NO_MARKS;
 	c->id = a->client_id;
 	c->uid = a->uid;
 	c->gid = a->gid;
@@ -346,6 +355,7 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	c->prio_max = a->prio_max;
 	c->prio_default = c->dq_prio = a->prio_default;
 	c->act.level = wrk_prio_level(a->prio_default);
+	c->spare = a->flags & IPC_ATTACH_SPARE;
 	r = ipc_conn_new_take_fd(w->loop, fd, on_client_msg, on_client_close, c, &c->conn);
 	if (r < 0) {
 		free(c);
@@ -355,19 +365,53 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	if (w->clients)
 		w->clients->prev = c;
 	w->clients = c;
-	w->nclients++;
-	wrk_client_row_take(c);
+	/* A spare is nobody's yet: not among the clients, the active ones or gpux top's rows
+	 * (its adoption puts it there). */
+	if (c->spare) {
+		w->nspares++;
+	} else {
+		w->nclients++;
+		wrk_client_row_take(c);
+	}
 	client_rings(c);
+	wrk_marks_give(c);
 	wrk_status_publish(w);
+}
+
+/*
+ * A client attached ahead, for a forked child, is the child's now: its pid, for the log; it
+ * counts among the clients, has a row in gpux top's table, and is active (its first request
+ * comes soon: while the loop spins its ring's word is up, and that request needs no kick).
+ */
+static void client_adopt(struct wrk *w, const struct ipc_adopt *a)
+{
+	for (struct wrk_client *c = w->clients; c; c = c->next)
+		if (c->id == a->client_id && !c->gone) {
+			c->pid = a->pid;
+			if (c->spare) {
+				c->spare = false;
+				w->nspares--;
+				w->nclients++;
+				wrk_client_row_take(c);
+				wrk_status_publish(w);
+			}
+			wrk_active_touch(&w->active, &c->act);
+			return;
+		}
 }
 
 static void on_control_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
 {
 	struct wrk *w = userdata;
 	struct ipc_attach a;
+	struct ipc_adopt ad;
 
 	if (msg->hdr.type == IPC_ATTACH && ipc_decode_attach(msg, &a) == 0) {
 		client_attach(w, &a, ipc_msg_take_fd(msg, 0));
+		return;
+	}
+	if (msg->hdr.type == IPC_ADOPT && ipc_decode_adopt(msg, &ad) == 0) {
+		client_adopt(w, &ad);
 		return;
 	}
 	if (msg->hdr.type == IPC_DRAIN && ipc_decode_drain(msg) == 0) {

@@ -1,10 +1,72 @@
 /* SPDX-License-Identifier: MIT */
-/* worker/core/usage.c: memory by user on the status page, clients' rows for gpux top, the driver. */
+/* worker/core/usage.c: memory by user (status page, caps over workers), gpux top's rows, driver. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "macro.h"
 #include "wrk.h"
+
+/* ---- device memory by user, over every worker (ipc/ledger.h) ---- */
+
+void wrk_user_caps(struct wrk *w)
+{
+	uint64_t mem = w->info.mem_total;
+	uint64_t reserve = w->opts.reserved_device ? w->opts.reserved_device : mem / 16;
+
+	w->ledger_caps = (struct ipc_ledger_caps){
+		.user = w->opts.quota_device_user ? w->opts.quota_device_user : mem / 2,
+		.others = mem > reserve ? mem - reserve : 0,
+		/* The host back end's devices are all the machine's memory. */
+		.shared_memory = w->be->backend == GPUX_BACKEND_HOST,
+	};
+}
+
+gpux_status wrk_user_charge(struct wrk *w, uint32_t uid, uint64_t bytes, int *ret_row,
+			    char **ret_msg)
+{
+	struct ipc_ledger_refusal why = { 0 };
+	unsigned row;
+	int r;
+
+	/* gpuxd's own user and root: no cap, as for connections. */
+	if (!w->ledger || uid == geteuid() || uid == 0) {
+		*ret_row = -1;
+		return 0;
+	}
+	r = ipc_ledger_charge(w->ledger, uid, w->opts.device, bytes, &w->ledger_caps, &row, &why);
+	if (r == 0) {
+		*ret_row = (int)row;
+		return 0;
+	}
+	if (r == -EDQUOT)
+		*ret_msg = wrk_strdup_printf(
+			"%llu bytes of device memory would pass the user's cap: uid %u holds %llu "
+			"of the %llu bytes a user may hold on all devices together (gpuxd "
+			"--quota-device-user)",
+			(unsigned long long)bytes, uid, (unsigned long long)why.held,
+			(unsigned long long)why.cap);
+	else if (r == -ENOSPC)
+		*ret_msg = wrk_strdup_printf(
+			"%llu bytes of device memory would pass what users may take: they hold "
+			"%llu of %llu bytes %s; the rest is kept for gpuxd's user and root (gpuxd "
+			"--reserved-device)",
+			(unsigned long long)bytes, (unsigned long long)why.held,
+			(unsigned long long)why.cap,
+			w->ledger_caps.shared_memory ? "of the machine's" : "of the device's");
+	else if (r == -EUSERS)
+		*ret_msg = strdup("too many users hold device memory at once");
+	else
+		*ret_msg = wrk_strdup_printf("device memory by user: %s", strerror(-r));
+	return r == -ETIMEDOUT ? GPUX_E_IO : GPUX_E_QUOTA;
+}
+
+void wrk_user_credit(struct wrk *w, int row, uint64_t bytes)
+{
+	if (row >= 0)
+		ipc_ledger_credit(w->ledger, (unsigned)row, w->opts.device, bytes);
+}
 
 /* The entry of uid, a free one for it, or (all taken) the last, which counts the others. */
 static unsigned usage_slot(struct wrk *w, uint32_t uid)

@@ -12,6 +12,7 @@
 #include "active.h"
 #include "backend.h"
 #include "key.h"
+#include "ledger.h"
 #include "loop.h"
 #include "map.h"
 #include "options.h"
@@ -59,6 +60,13 @@ struct wrk_mapping {
 	dev_t st_dev;
 	ino_t st_ino;
 	struct ipc_segment seg;
+	/* Registered off the loop (worker/core/segment.c): requests using it wait meanwhile,
+	 * and fail with reg_status (reg_error) when it could not be. */
+	bool registering;
+	gpux_status reg_status;
+	char *reg_error;
+	struct wrk_mapping *next_reg; /* in the registrar's lists */
+	bool uncounted; /* no more in its user's quota, the stats, the map of files */
 	void *reg; /* the back end's registration */
 	/* map_register() done; until it is, tried again at each use (wrk_segment_range()) */
 	bool registered;
@@ -83,6 +91,7 @@ struct wrk_centry {
 	void *ready;               /* the back end's mark of its upload's end; NULL: done */
 	struct wrk_mapping *source; /* held while the upload may still read it */
 	uint64_t last_use;
+	int ledger_row;            /* its user's in the ledger (ipc/ledger.h); -1: none */
 	struct wrk_centry *hnext;  /* in its hash chain */
 	struct wrk_centry *lru_prev, *lru_next;
 };
@@ -97,9 +106,16 @@ struct wrk_user {
 struct wrk_dbuf {
 	int refs; /* the client's id, and each request using it */
 	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
+	int ledger_row;      /* its user's in the ledger (ipc/ledger.h); -1: none */
 	uint64_t size;
 	void *ptr;
 	struct wrk_client *client;
+	/* A module's variable (worker/core/symbol.c): its module, held; no memory of its own. */
+	struct wrk_module *global;
+	bool read_only; /* copies into it are refused */
+	/* Kept in host memory (IPC_DBUF_HOST): the client's segment it is a range of, held; ptr
+	 * is where the device sees those pages. NULL: device memory of ours. */
+	struct wrk_mapping *map;
 };
 
 /* A client's segment id: its mapping, or why it could not be attached. */
@@ -147,6 +163,7 @@ struct wrk_module {
 	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
 	struct wrk_module *next_done; /* in the job list, then in the finished list */
 	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */
+	struct wrk_question *questions; /* about its symbols, answered when the build ends */
 };
 
 /* A client's module id. */
@@ -191,9 +208,11 @@ struct wrk_client {
 	uint64_t build_bytes; /* code of this client's builds not done yet */
 	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
 	unsigned inflight;
+	unsigned questions;   /* waiting for a module's build (worker/core/symbol.c) */
 	uint64_t requests;    /* ended, for gpux top */
 	unsigned row;         /* its row in w->client_table, plus one; 0: none */
 	bool gone;
+	bool spare; /* made ahead for a forked child, nobody's yet (not in nclients) */
 	/* gone, for the back end's threads: its requests not started yet must not start. */
 	atomic_bool dropped;
 	struct wrk_client *prev, *next;
@@ -206,7 +225,10 @@ struct wrk_client {
 	bool ring_bad;     /* the client broke its ring: drop it */
 	uint32_t sock_in;  /* socket messages taken */
 	uint32_t sock_out; /* socket messages sent */
+	uint32_t marks_page; /* its page of the marks (worker/core/marks.c); WRK_NO_MARKS */
 };
+
+#define WRK_NO_MARKS UINT32_MAX
 
 struct wrk_arg {
 	uint32_t kind;
@@ -310,6 +332,8 @@ struct wrk {
 	int signal_fd;
 	struct ipc_status_page *status;
 	struct ipc_client_table *client_table; /* gpux top's rows (ipc/status.h), or NULL */
+	struct ipc_ledger *ledger;          /* NULL: no per-user cap (no gpuxd gave one) */
+	struct ipc_ledger_caps ledger_caps; /* this worker's caps (wrk_user_caps()) */
 	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
 	bool stopping;
 	bool draining;     /* gpuxd stops: finish what is here, refuse new work */
@@ -318,12 +342,14 @@ struct wrk {
 
 	struct wrk_client *clients;
 	unsigned nclients;
+	unsigned nspares; /* clients made ahead for forked children, not in nclients */
 	struct wrk_active active; /* the clients whose rings the loop looks at (active.h) */
 	unsigned clients_busy;    /* clients with requests in flight (the status page's busy) */
 	unsigned busy_cap;        /* what the page says of them at most: the CPUs */
 	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
 	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
 	struct ipc_map modules;  /* key.lo -> struct wrk_module */
+	struct ipc_map canon_keys; /* a code's key.lo -> its canonical form's (worker/core/module.c) */
 	uint64_t build_bytes;
 	struct wrk_module *idle_head, *idle_tail;
 	unsigned nidle;
@@ -336,6 +362,11 @@ struct wrk {
 	bool class_refused;        /* a slot of another class could not be made: logged */
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */
 	unsigned nfree_reqs;
+
+	/* The marks of requests' points of no return (worker/core/marks.c): the memfd, mapped
+	 * and registered, and which of its pages clients hold. */
+	struct wrk_mapping marks;
+	uint64_t marks_used[IPC_MARKS_PAGES / 64];
 
 	/* The device cache (worker/core/dcache.c). */
 	struct ipc_map centries; /* hash of (uid, len, key) -> chain of struct wrk_centry */
@@ -358,6 +389,19 @@ struct wrk {
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
 	uint64_t awake_until;    /* a request should end by then: the loop stays awake */
+
+	/* The thread that registers segments with the device (worker/core/segment.c). */
+	struct {
+		pthread_t thread;
+		bool started, stop;
+		pthread_mutex_t lock;
+		pthread_cond_t cond;
+		struct wrk_mapping *jobs_head, *jobs_tail, *done;
+		int fd; /* eventfd: `done` holds some */
+		struct ipc_watch *watch;
+		unsigned pending; /* mappings registering (the loop's count) */
+		unsigned failed;  /* live mappings whose registration failed */
+	} reg;
 
 	/* The compile thread. */
 	pthread_t compiler;
@@ -432,9 +476,11 @@ void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
 void wrk_client_unref(struct wrk_client *c);
 
 /*
- * Any thread: whether r's client went away, so that r's work, not started yet, must not
- * start (sets r's status; end it with wrk_reqs_complete() as any other). A back end asks
- * before it starts each request's work, so that a dead client's queue does not run on.
+ * Any thread: whether r's client went away, or the worker gives up after a fault, so that
+ * r's work, not started yet, must not start (sets r's status; end it with wrk_reqs_complete()
+ * as any other). A back end asks before it starts each request's work, so that a dead
+ * client's queue does not run on, and what a faulted worker has not started may run on the
+ * next one.
  */
 bool wrk_req_cancelled(struct wrk_req *r);
 
@@ -529,14 +575,44 @@ struct wrk_centry *wrk_dcache_get(struct wrk_client *c, struct wrk_mapping *m, u
 				  uint64_t len);
 void wrk_dcache_put(struct wrk *w, struct wrk_centry *e, bool waited);
 uint64_t wrk_dcache_reclaim(struct wrk *w);
+/* Evict the idle entries of user uid (they count against its cap over all workers). */
+uint64_t wrk_dcache_reclaim_user(struct wrk *w, uint32_t uid);
 /* be->dev_alloc(); when device memory runs out, cached inputs nobody uses go first. */
 gpux_status wrk_dev_alloc(struct wrk *w, uint64_t len, void **ret_ptr, char **ret_msg);
+/*
+ * Whether `len` bytes more of memory that outlives requests (`what`: a device buffer, a cached
+ * input) leave the device-memory reserve (opts.device_reserve) alone: GPUX_E_NOMEM with a
+ * message naming the reserve when they would not.
+ */
+gpux_status wrk_dev_room(struct wrk *w, uint64_t len, const char *what, char **ret_msg);
+
+/* worker/core/marks.c */
+/* The marks' memfd, sealed against writes but ours, registered with the back end. */
+int wrk_marks_start(struct wrk *w);
+void wrk_marks_stop(struct wrk *w);
+/* Give a new client a page of them (a MARKS message with the memfd), if one is free. */
+void wrk_marks_give(struct wrk_client *c);
+/* The client is freed: its page goes back (its requests have all ended). */
+void wrk_marks_put(struct wrk_client *c);
+/* Mark request r's state (IPC_MARK_*) where its client reads it after the worker's death. Any
+ * thread; before the step the state names. */
+void wrk_mark(struct wrk_req *r, uint32_t state);
+/* Where the device writes r's mark, and the word: for a write in stream order (CUDA). False
+ * when r's client has no page or the marks are not registered with the device. */
+bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr,
+		  uint32_t *ret_value);
 
 /* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
 void wrk_dbufs_free(struct wrk_client *c);
 int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
+
+/* worker/core/symbol.c */
+/* KERNEL_ATTRS_REQ and GLOBAL_REQ; a negative return: the message does not decode. */
+int wrk_symbol_msg(struct wrk_client *c, const struct ipc_msg *msg);
+/* m's build ended (m->state says how): answer the questions that waited for it. */
+void wrk_symbols_answer(struct wrk *w, struct wrk_module *m);
 
 /* worker/core/usage.c */
 /* A row of gpux top's table for a new client (none when the table is full or absent), and
@@ -564,10 +640,28 @@ static inline void wrk_client_row_update(struct wrk_client *c)
  */
 unsigned wrk_usage_add(struct wrk *w, uint32_t uid, uint64_t shared_bytes, uint64_t device_bytes);
 void wrk_usage_sub(struct wrk *w, unsigned slot, uint64_t shared_bytes, uint64_t device_bytes);
+/*
+ * Device memory over all workers, for users other than gpuxd's and root: the caps from the
+ * options and the device (wrk_user_caps(), once the device is open); a charge of `bytes` to
+ * uid (*ret_row to credit it back to, -1 for gpuxd's user and root, who are not charged), or
+ * GPUX_E_QUOTA with *ret_msg (to free) saying which cap it met; its credit.
+ */
+void wrk_user_caps(struct wrk *w);
+gpux_status wrk_user_charge(struct wrk *w, uint32_t uid, uint64_t bytes, int *ret_row,
+			    char **ret_msg);
+void wrk_user_credit(struct wrk *w, int row, uint64_t bytes);
 /* What the status page says the worker runs on: versions, and the kernel driver's release. */
 void wrk_driver_versions(struct wrk *w, uint32_t driver_version, uint32_t nvrtc_version);
 /* The kernel driver's release ("580.95.05") in a line of /proc/driver/nvidia/version, or "". */
 void wrk_driver_release(const char *line, char *ret, size_t size);
+
+/* worker/core/source.c */
+/*
+ * The canonical form of C or C++ source (see source.c: equal forms compile alike) into out,
+ * which has room for len bytes (the form is never longer). Its length, or -EINVAL for a
+ * source this reading does not follow exactly.
+ */
+ssize_t wrk_source_canon(const char *src, size_t len, char *out);
 
 /* worker/core/segment.c */
 /*
@@ -582,3 +676,13 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_segment_drop(struct wrk_client *c, uint64_t seg_id);
 void wrk_mapping_unref(struct wrk *w, struct wrk_mapping *m);
 void wrk_segments_free(struct wrk_client *c);
+/*
+ * Whether a request's segments are registered: 1 yes, 0 not yet (it waits; the loop kicks
+ * every queue when registrations end), or -1 with *ret_status and *ret_msg (to free) when one
+ * could not be. No cost while nothing registers or failed to.
+ */
+int wrk_req_segments_ready(struct wrk_req *r, gpux_status *ret_status, char **ret_msg);
+/* The registration thread (for a back end that registers off the loop), its results taken in
+ * by the loop. 0 or -errno; stop lets what it started end. */
+int wrk_segments_start(struct wrk *w);
+void wrk_segments_stop(struct wrk *w);

@@ -119,6 +119,7 @@ struct cuda_dev {
 	_Atomic uint64_t *ends;
 	CUdeviceptr ends_dev;
 	bool ends_refused; /* cuStreamWriteValue64 failed once: events only */
+	bool marks_refused; /* cuStreamWriteValue32 failed once: copies back marked as enqueued */
 	/* The copy-in kernel, loaded by a thread of its own once the context is made. */
 	atomic_int copyin_state; /* COPYIN_*; copyin_fn is there once READY */
 	bool copyin_started;     /* copyin_thread is to be joined */

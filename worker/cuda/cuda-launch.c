@@ -108,6 +108,60 @@ static bool graphable(const struct wrk_req *r)
 	return true;
 }
 
+/* ---- marks (worker/core/marks.c) ---- */
+
+/* Whether a request changes memory in place as it runs: a copy, a mapped argument, a device
+ * buffer (kept in host memory, or lost with the worker anyway). */
+static bool in_place(const struct wrk_req *r)
+{
+	if (r->kind == REQ_COPY)
+		return true;
+	for (unsigned i = 0; i < r->nargs; i++)
+		if (r->args[i].kind == GPUX_ARG_MAPPED || r->args[i].kind == GPUX_ARG_DBUF)
+			return true;
+	return false;
+}
+
+/* As it is handed to the device: past its point of no return if it works in place, else it
+ * may run again until its copies back begin (enqueue()). */
+static void mark_launch(struct wrk_req *r)
+{
+	wrk_mark(r, in_place(r) ? IPC_MARK_STARTED : IPC_MARK_LAUNCHED);
+}
+
+/*
+ * Before a request's copies back, in stream order: its STARTED mark, written by the device
+ * when the stream gets there (a fault before leaves the request LAUNCHED: it may run again).
+ * Where the device will not write it (no cuStreamWriteValue32, or it refused once: logged),
+ * marked now, as the copies are enqueued. A sticky error is returned: the device is gone.
+ */
+static CUresult mark_copies_back(struct cuda_dev *d, struct wrk_req *r, CUstream st)
+{
+	_cleanup_(freep) char *msg = NULL;
+	uint64_t addr;
+	uint32_t value;
+	bool sticky;
+	CUresult e;
+
+	if (!d->cu.cuStreamWriteValue32 || d->marks_refused ||
+	    !wrk_mark_dev(r, IPC_MARK_STARTED, &addr, &value)) {
+		wrk_mark(r, IPC_MARK_STARTED);
+		return CUDA_SUCCESS;
+	}
+	e = d->cu.cuStreamWriteValue32(st, (CUdeviceptr)addr, value, 0);
+	if (e == CUDA_SUCCESS)
+		return e;
+	(void)wrk_cu_err(e, &sticky);
+	if (sticky)
+		return e;
+	msg = cuda_msg(d, "cuStreamWriteValue32", e);
+	wrk_log(d->w, "%s: copies back are marked as they are enqueued",
+		msg ? msg : "out of memory");
+	d->marks_refused = true;
+	wrk_mark(r, IPC_MARK_STARTED);
+	return CUDA_SUCCESS;
+}
+
 /* ---- one request on its own ---- */
 
 /* A copy between a shared range (args[0], registered) and a device buffer (args[1]). */
@@ -529,11 +583,19 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 			return e;
 		}
 	}
-	for (unsigned i = 0; i < r->nargs; i++) {
+	for (unsigned i = 0, first = 1; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
 
 		if ((a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT) || a->centry)
 			continue;
+		if (first) {
+			first = 0;
+			e = mark_copies_back(d, r, st);
+			if (e != CUDA_SUCCESS) {
+				*ret_msg = strdup("marking the copies back");
+				return e;
+			}
+		}
 		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
 		if (e != CUDA_SUCCESS) {
 			*ret_msg = wrk_strdup_printf("argument %u: copy from the device", i);
@@ -614,6 +676,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 		what = strdup("cuEventRecord");
 	} else if (!wrk_req_cancelled(r)) {
 		/* (A cancelled one, of a client gone, queues no work: it ends in its turn.) */
+		mark_launch(r);
 		e = r->kind == REQ_COPY ? enqueue_copy(d, r, s->stream, &what)
 					: enqueue(d, r, g, s, &what);
 		r->launched = e == CUDA_SUCCESS;
@@ -672,6 +735,8 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
 	g->fin = g->done;
 	g->word = false;
+	for (unsigned i = 0; i < n; i++)
+		mark_launch(reqs[i]);
 	e = d->cu.cuGraphLaunch(gr->exec, s->stream);
 	if (e == CUDA_SUCCESS) {
 		d->w->stats.graph_launches++;

@@ -20,6 +20,9 @@ const char wrk_cuda_options_re[] =
 	"--extra-device-vectorization|-dopt=(on|off)|--restrict|-default-device|"
 	"--device-as-default-execution-space)$";
 
+/* How long a worker waits for its compiler's warm-up before it says it is ready anyway. */
+#define COMPILER_WARM_WAIT_NS (10 * NSEC_PER_SEC)
+
 char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
 {
 	return wrk_strdup_printf("%s: %s", what, cu_err_name(&d->cu, r));
@@ -191,6 +194,7 @@ static void cuda_close(void *dv)
 	ends_close(d);
 	cuda_copyin_stop(d);
 	wrk_compiler_stop(&d->compiler);
+	wrk_compiler_forget_pch(&d->compiler);
 	if (d->aux)
 		(void)d->cu.cuStreamDestroy(d->aux);
 	if (d->ctx_retained)
@@ -214,6 +218,8 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 		return GPUX_E_NOMEM;
 	d->w = w;
 	d->compiler = (struct wrk_compiler)WRK_COMPILER_INIT;
+	d->compiler.memory = w->opts.compile_memory;
+	d->compiler.timeout_ns = w->opts.compile_timeout_ms * NSEC_PER_MSEC;
 	(void)pthread_mutex_init(&d->free_lock, NULL);
 	(void)pthread_mutex_init(&d->fault_lock, NULL);
 	/* NVRTC warms up in its helper while the driver starts (measured: cuInit 210 ms and the
@@ -264,6 +270,7 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 				   "toolkit's headers");
 		d->tk.ndirs = 0;
 	}
+	wrk_compiler_pch_dir(&d->compiler, w->opts.cache_dir);
 	wrk_compiler_target(&d->compiler, (unsigned)(d->cc_major * 10 + d->cc_minor), &d->tk);
 	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
@@ -289,6 +296,10 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	cuda_sched_probe(d);
 	ends_open(d);
 	cuda_copyin_start(d);
+	/* The device is ready once its compiler is too (NVRTC's load and first compile take
+	 * longer than the driver's start on a fresh machine): a client's first compile finds
+	 * it warm. */
+	wrk_compiler_wait_warm(&d->compiler, mono_ns() + COMPILER_WARM_WAIT_NS);
 	*ret_dev = d;
 	return 0;
 err:
@@ -306,6 +317,30 @@ static uint64_t cuda_mem_free(void *dv)
 	return free_b;
 }
 
+/* What an allocation could get: free memory, and what the pool keeps without using it (its
+ * release threshold keeps what temporaries freed); UINT64_MAX when the driver cannot say. */
+static uint64_t cuda_mem_room(void *dv)
+{
+	struct cuda_dev *d = dv;
+	cuuint64_t reserved = 0, used = 0;
+	size_t free_b = 0, total = 0;
+	uint64_t room;
+	CUresult r = d->cu.cuMemGetInfo(&free_b, &total);
+
+	if (r != CUDA_SUCCESS) {
+		(void)cuda_status(d, r);
+		return UINT64_MAX;
+	}
+	room = free_b;
+	if (d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+					&reserved) == CUDA_SUCCESS &&
+	    d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) ==
+		    CUDA_SUCCESS &&
+	    reserved > used)
+		room += reserved - used;
+	return room;
+}
+
 /* ---- segments: registered once, so that copies are DMA from the client's pages ---- */
 
 static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
@@ -317,7 +352,10 @@ static gpux_status cuda_map_register(void *dv, struct wrk_mapping *m, char **ret
 
 	if (m->seg.frozen)
 		flags |= CU_MEMHOSTREGISTER_READ_ONLY;
-	r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
+	/* On the registration thread (register_off_loop), which has no context yet. */
+	r = d->cu.cuCtxSetCurrent(d->ctx);
+	if (r == CUDA_SUCCESS)
+		r = d->cu.cuMemHostRegister(m->seg.addr, m->seg.size, flags);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = cuda_msg(d, "registering a shared segment", r);
 		return cuda_status(d, r);
@@ -532,6 +570,86 @@ static gpux_status cuda_kernel_get(void *dv, void *mod, const char *name,
 
 /* ---- memory that outlives requests ---- */
 
+/* ---- what a module holds: its kernels' attributes, its variables ---- */
+
+static gpux_status cuda_kernel_attrs(void *dv, void *mod, const struct wrk_kernel_info *k,
+				     struct ipc_kernel_attrs *ret, char **ret_msg)
+{
+#define ATTR_(a, field) { CU_FUNC_ATTRIBUTE_##a, offsetof(struct ipc_kernel_attrs, field), #a }
+	static const struct {
+		CUfunction_attribute a;
+		size_t offset;
+		const char *name;
+	} attrs[] = {
+		ATTR_(MAX_THREADS_PER_BLOCK, max_threads_per_block),
+		ATTR_(NUM_REGS, num_regs),
+		ATTR_(SHARED_SIZE_BYTES, shared_size_bytes),
+		ATTR_(CONST_SIZE_BYTES, const_size_bytes),
+		ATTR_(LOCAL_SIZE_BYTES, local_size_bytes),
+		ATTR_(PTX_VERSION, ptx_version),
+		ATTR_(BINARY_VERSION, binary_version),
+		ATTR_(CACHE_MODE_CA, cache_mode_ca),
+		ATTR_(PREFERRED_SHARED_MEMORY_CARVEOUT, preferred_shared_memory_carveout),
+	};
+#undef ATTR_
+	struct cuda_dev *d = dv;
+	uint32_t optin = d->w->limits.max_shared_per_block_optin;
+
+	for (unsigned i = 0; i < ARRAY_SIZE(attrs); i++) {
+		int32_t v = IPC_ATTR_UNKNOWN;
+		int got = 0;
+		CUresult r = d->cu.cuFuncGetAttribute(&got, attrs[i].a, (CUfunction)k->fn);
+
+		/* A driver that does not know one leaves it unknown. */
+		if (r == CUDA_SUCCESS)
+			v = MAX(got, IPC_ATTR_UNKNOWN);
+		else if (r != CUDA_ERROR_INVALID_VALUE && r != CUDA_ERROR_NOT_SUPPORTED) {
+			*ret_msg = wrk_strdup_printf("cuFuncGetAttribute(%s): %s", attrs[i].name,
+						     cu_err_name(&d->cu, r));
+			return cuda_status(d, r);
+		}
+		memcpy((char *)ret + attrs[i].offset, &v, sizeof(v));
+	}
+	/* What a launch may ask for: gpux raises the kernel's limit as launches need it. */
+	if (ret->shared_size_bytes >= 0 && (uint32_t)ret->shared_size_bytes <= optin)
+		ret->max_dynamic_shared_size_bytes =
+			(int32_t)MIN(optin - (uint32_t)ret->shared_size_bytes, (uint32_t)INT32_MAX);
+	ret->nparams = k->nparams >= 0 ? k->nparams : IPC_ATTR_UNKNOWN;
+	return 0;
+}
+
+static gpux_status cuda_global_get(void *dv, void *mod, const char *name, void **ret_ptr,
+				   uint64_t *ret_size, bool *ret_read_only, char **ret_msg)
+{
+	struct cuda_dev *d = dv;
+	struct cuda_module *m = mod;
+	char sym[2 * IPC_KERNEL_NAME_MAX + 16];
+	CUdeviceptr p = 0;
+	size_t size = 0;
+	CUresult r = d->cu.cuModuleGetGlobal(&p, &size, m->mod, name);
+
+	/* A qualified name ("ns::x"): the symbol the compiler gave it. */
+	if (r == CUDA_ERROR_NOT_FOUND && strstr(name, "::") &&
+	    wrk_knames_variable(name, sym, sizeof(sym)) == 0)
+		r = d->cu.cuModuleGetGlobal(&p, &size, m->mod, sym);
+	/* A name the driver takes for no variable's (a function's) is none either. */
+	if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE ||
+	    (r == CUDA_SUCCESS && size == 0)) {
+		*ret_msg = wrk_strdup_printf("no variable \"%s\" in the module (a __device__ or "
+					     "__constant__ one defined at namespace scope)", name);
+		return GPUX_E_NOTFOUND;
+	}
+	if (r != CUDA_SUCCESS) {
+		*ret_msg = wrk_strdup_printf("variable \"%s\": cuModuleGetGlobal: %s", name,
+					     cu_err_name(&d->cu, r));
+		return cuda_status(d, r);
+	}
+	*ret_ptr = (void *)(uintptr_t)p;
+	*ret_size = size;
+	*ret_read_only = false;
+	return 0;
+}
+
 static gpux_status cuda_dev_alloc(void *dv, uint64_t size, void **ret_ptr, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
@@ -602,6 +720,7 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.open = cuda_open,
 	.close = cuda_close,
 	.map_register = cuda_map_register,
+	.register_off_loop = true,
 	.map_unregister = cuda_map_unregister,
 	.target_key = cuda_target_key,
 	.image_ext = "cubin",
@@ -610,6 +729,8 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.module_unload = cuda_module_unload,
 	.module_bytes = cuda_module_bytes,
 	.kernel_get = cuda_kernel_get,
+	.kernel_attrs = cuda_kernel_attrs,
+	.global_get = cuda_global_get,
 	.slot_open = cuda_slot_open,
 	.launch = cuda_launch,
 	.poll = cuda_poll,
@@ -619,4 +740,5 @@ const struct wrk_backend_ops wrk_backend_cuda = {
 	.ready_wait = cuda_ready_wait,
 	.ready_free = cuda_ready_free,
 	.mem_free = cuda_mem_free,
+	.mem_room = cuda_mem_room,
 };

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/host/host-build.c: the host back end's compiler: C source to a shared object, by cc. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,13 +12,10 @@
 #include <sys/wait.h>
 
 #include "host-build.h"
+#include "host-cage.h"
 #include "host-kernel-prelude.h"
 #include "macro.h"
 #include "wrk.h"
-
-extern char **environ;
-
-#define BUILD_TIMEOUT_NS (120 * NSEC_PER_SEC)
 
 /*
  * Options a client may pass to the compiler. Anything else (-o, -I, -fplugin, -Wl, ...)
@@ -32,9 +30,12 @@ const char wrk_host_options_re[] =
  * The compiler's own arguments, before the client's options, in every module's key.
  * -nostartfiles: no _init, _fini or crt constructors, so that a module without any of its
  * own runs no code as it is loaded (what the sandbox asks: worker/host/sandbox.c).
+ * -save-temps=obj: the preprocessed source is a file in the build directory, which its
+ * cage bounds (worker/host/host-cage.h), like every file the compiler writes.
  */
 static const char *const cc_fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
-					"-fvisibility=hidden", "-nostartfiles", "-o" };
+					"-fvisibility=hidden", "-nostartfiles", "-save-temps=obj",
+					"-o" };
 /* After the source: <math.h>'s functions (the worker itself has no libm to lend). */
 static const char *const cc_libs[] = { "-lm" };
 
@@ -128,55 +129,98 @@ int wrk_host_read_file(const char *path, size_t max, bool cut, uint8_t **ret, si
 	return 0;
 }
 
-int wrk_host_run_compiler(char **argv, const char *log_path, int *ret_status)
+int wrk_host_run_compiler(const struct wrk_host_cage *cg, char **argv, const char *dir,
+			  const char *log_path, int *ret_status)
 {
-	posix_spawn_file_actions_t fa;
-	uint64_t until = mono_ns() + BUILD_TIMEOUT_NS;
-	pid_t pid;
-	int r, st;
-
-	r = posix_spawn_file_actions_init(&fa);
-	if (r != 0)
-		return -r;
-	(void)posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-	(void)posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
-	(void)posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-	(void)posix_spawn_file_actions_destroy(&fa);
-	if (r != 0)
-		return -r;
-	for (unsigned sleep_us = 100;; sleep_us = MIN(sleep_us * 2, 20000u)) {
-		pid_t k = waitpid(pid, &st, WNOHANG);
-		if (k == pid)
-			break;
-		if (k < 0 && errno != EINTR)
-			return -errno;
-		if (mono_ns() > until) {
-			(void)kill(pid, SIGKILL);
-			(void)waitpid(pid, &st, 0);
-			return -ETIMEDOUT;
-		}
-		(void)usleep(sleep_us);
-	}
-	*ret_status = st;
-	return 0;
+	return wrk_host_cage_run(cg, argv, dir, log_path, ret_status);
 }
 
-static void rm_build_dir(const char *dir, const char *const *names, unsigned n)
+/* Remove the build directory and whatever the compiler left in it. */
+static void rm_build_dir(const char *dir)
 {
-	char path[4200];
+	DIR *d = opendir(dir);
+	struct dirent *e;
 
-	for (unsigned i = 0; i < n; i++) {
-		(void)snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-		(void)unlink(path);
-	}
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+			(void)unlinkat(dirfd(d), e->d_name, 0);
+	if (d)
+		(void)closedir(d);
 	(void)rmdir(dir);
 }
 
-gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **ret_image,
-			   size_t *ret_len, char **ret_log)
+/*
+ * Whether the compiler met its cage's bound on files (a program of it killed by SIGXFSZ, as
+ * its log says, or a file written up to it): "preprocessed" when the preprocessed source
+ * (.i, .ii) is at the bound, since that says the source was too large; "other", or NULL.
+ */
+static const char *file_at_bound(const char *dir, uint64_t bound, const char *log)
 {
-	static const char *const files[] = { "kernel.c", "kernel.so", "log" };
+	const char *what = strstr(log, strsignal(SIGXFSZ)) ? "other" : NULL;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	struct stat st;
+
+	while (d && (e = readdir(d))) {
+		const char *dot = strrchr(e->d_name, '.');
+
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && (uint64_t)st.st_size >= bound)
+			what = dot && (strcmp(dot, ".i") == 0 || strcmp(dot, ".ii") == 0)
+				       ? "preprocessed"
+				       : "other";
+		if (what && strcmp(what, "preprocessed") == 0)
+			break;
+	}
+	if (d)
+		(void)closedir(d);
+	return what;
+}
+
+gpux_status wrk_host_compile_failure(const struct wrk_host_cage *cg, const char *dir, int r,
+				     int st, const char *log, char **ret_log)
+{
+	const char *text = log ? log : "";
+	const char *bound = cg->file_max ? file_at_bound(dir, cg->file_max, text) : NULL;
+
+	if (r == -ETIMEDOUT) {
+		*ret_log = wrk_strdup_printf("the compiler ran past its %g s limit%s%s",
+					     (double)cg->timeout_ns / 1e9, *text ? ":\n" : "",
+					     text);
+		return GPUX_E_COMPILE;
+	}
+	if (bound && strcmp(bound, "preprocessed") == 0) {
+		*ret_log = wrk_strdup_printf("the preprocessed source passed its %llu MiB limit",
+					     (unsigned long long)(cg->file_max / MiB));
+		return GPUX_E_COMPILE;
+	}
+	if (bound) {
+		*ret_log = wrk_strdup_printf("the compiled module takes more than the %llu MiB a "
+					     "client's modules may", WRK_CLIENT_MOD_BYTES / MiB);
+		return GPUX_E_QUOTA;
+	}
+	if (r == 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
+		*ret_log = wrk_strdup_printf("the compiler was killed%s%s", *text ? ":\n" : "",
+					     text);
+		return GPUX_E_COMPILE;
+	}
+	if (cg->memory && (strstr(text, "out of memory") || strstr(text, "memory exhausted") ||
+			   strstr(text, "Cannot allocate memory"))) {
+		*ret_log = wrk_strdup_printf("the compiler ran out of its %llu MiB of memory "
+					     "(gpuxd --compile-memory):\n%s",
+					     (unsigned long long)(cg->memory / MiB), text);
+		return GPUX_E_COMPILE;
+	}
+	*ret_log = *text ? strdup(text)
+			 : wrk_strdup_printf("the compiler failed: %s",
+					     r < 0 ? strerror(-r) : "no output");
+	return GPUX_E_COMPILE;
+}
+
+gpux_status wrk_host_build(const struct wrk_host_cage *cg, const char *cc,
+			   const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
+			   char **ret_log)
+{
 	char dir[4096], path[4200], out[4200];
 	char *argv[64] = { NULL };
 	unsigned nopt = 0, argc = 0;
@@ -228,7 +272,7 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 	{
 		char logp[4200];
 		(void)snprintf(logp, sizeof(logp), "%s/log", dir);
-		r = wrk_host_run_compiler(argv, logp, &st);
+		r = wrk_host_run_compiler(cg, argv, dir, logp, &st);
 		(void)snprintf(path, sizeof(path), "%s", logp);
 	}
 	(void)wrk_host_read_file(path, WRK_HOST_LOG_MAX, true, &log, &loglen);
@@ -239,10 +283,7 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 		goto out_rm;
 	}
 	if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		*ret_log = log && loglen ? (char *)TAKE_PTR(log)
-					 : wrk_strdup_printf("the compiler failed: %s",
-							     r < 0 ? strerror(-r) : "no output");
-		rc = GPUX_E_COMPILE;
+		rc = wrk_host_compile_failure(cg, dir, r, st, (const char *)log, ret_log);
 		goto out_rm;
 	}
 	/* What the client's source made: more than its modules may hold is never read in. */
@@ -262,7 +303,7 @@ gpux_status wrk_host_build(const char *cc, const struct wrk_build *b, uint8_t **
 		*ret_log = (char *)TAKE_PTR(log);
 	rc = GPUX_OK;
 out_rm:
-	rm_build_dir(dir, (const char *const *)files, ARRAY_SIZE(files));
+	rm_build_dir(dir);
 out:
 	free(log);
 	for (unsigned i = 0; i < nopt; i++)

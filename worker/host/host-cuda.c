@@ -113,6 +113,7 @@ void wrk_host_cuda_key(const char *cxx, const char *cxx_version, struct ipc_key_
 
 struct job {
 	char dir[4096];
+	const struct wrk_host_cage *cg; /* what the compiler may read, its limits */
 	const char *cxx;
 	char *opts[WRK_OPTIONS_MAX]; /* for the compiler */
 	unsigned nopts;
@@ -349,7 +350,7 @@ static gpux_status compile(struct job *j, const char *const *args, const char *c
 	argv[n] = NULL;
 	(void)snprintf(logp, sizeof(logp), "%s/log", j->dir);
 	(void)unlink(logp);
-	r = wrk_host_run_compiler(argv, logp, &st);
+	r = wrk_host_run_compiler(j->cg, argv, j->dir, logp, &st);
 	(void)wrk_host_read_file(logp, WRK_HOST_LOG_MAX, true, &log, &loglen);
 	free(j->log);
 	j->log = (char *)log;
@@ -360,12 +361,12 @@ static gpux_status compile(struct job *j, const char *const *args, const char *c
 		return GPUX_E_COMPILE;
 	}
 	if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		if (!j->log || !*j->log) {
-			free(j->log);
-			j->log = wrk_strdup_printf("the compiler failed: %s",
-						   r < 0 ? strerror(-r) : "no output");
-		}
-		return GPUX_E_COMPILE;
+		char *why = NULL;
+		gpux_status rc = wrk_host_compile_failure(j->cg, j->dir, r, st, j->log, &why);
+
+		free(j->log);
+		j->log = why;
+		return rc == GPUX_E_QUOTA ? GPUX_E_QUOTA : GPUX_E_COMPILE;
 	}
 	return 0;
 }
@@ -473,8 +474,26 @@ static char *entries(const struct job *j, unsigned nnames, const struct wrk_cusc
 		(void)fprintf(f, "gpux_cu_k%u", i);
 	}
 	(void)fprintf(f, "%s };\n", n ? "" : " nullptr");
+	/* The variables, by their qualified names from the global namespace (an anonymous
+	 * namespace's members are found through it, as the kernels are). */
+	for (unsigned i = 0; i < sc->nglobals; i++) {
+		const struct wrk_cuscan_global *g = &sc->globals[i];
+
+		(void)fprintf(f, "%s { \"",
+			      i ? "," : "static constexpr gpux_cu_global gpux_cu_globals[] = {");
+		scope_name(f, g->scope);
+		(void)fprintf(f, "%s\", \"%s\", (const void *)__builtin_addressof(::", g->name,
+			      g->symbol);
+		scope_name(f, g->scope);
+		(void)fprintf(f, "%s), sizeof(::", g->name);
+		scope_name(f, g->scope);
+		(void)fprintf(f, "%s) }", g->name);
+	}
+	if (sc->nglobals)
+		(void)fprintf(f, " };\n");
 	(void)fprintf(f, "extern \"C\" __attribute__((visibility(\"default\"))) const gpux_cu_module "
-		      "gpux_cu_module_info = { GPUX_CU_ABI, %u, %u, gpux_cu_table };\n", n, nnames);
+		      "gpux_cu_module_info = { GPUX_CU_ABI, %u, %u, gpux_cu_table, %u, %s };\n", n,
+		      nnames, sc->nglobals, sc->nglobals ? "gpux_cu_globals" : "nullptr");
 	if (fclose(f) != 0) {
 		free(s);
 		return NULL;
@@ -519,8 +538,8 @@ static gpux_status preprocess(struct job *j, struct wrk_cuscan *ret)
 	(void)unlink(out);
 	if (r < 0) {
 		free(j->log);
-		j->log = r == -E2BIG ? strdup("more kernels or extern __shared__ arrays than a module "
-					      "may have")
+		j->log = r == -E2BIG ? strdup("more kernels, extern __shared__ arrays or variables "
+					      "than a module may have")
 				     : NULL;
 		return r == -E2BIG ? GPUX_E_COMPILE : GPUX_E_NOMEM;
 	}
@@ -573,13 +592,15 @@ static gpux_status build(struct job *j, const struct wrk_build *b, unsigned nnam
 	return compile(j, args, tail);
 }
 
-gpux_status wrk_host_cuda_build(const char *cxx, const struct wrk_build *b, uint8_t **ret_image,
-				size_t *ret_len, char **ret_log)
+gpux_status wrk_host_cuda_build(const struct wrk_host_cage *cg, const char *cxx,
+				const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,
+				char **ret_log)
 {
 	_cleanup_(freep) char *code = NULL;
-	struct job j = { .cxx = cxx };
+	struct job j = { .cg = cg, .cxx = cxx };
 	struct wrk_cuscan sc = { 0 };
 	char out[4200];
+	unsigned nnames;
 	bool have_dir = false;
 	gpux_status rc;
 	int r;
@@ -614,11 +635,22 @@ gpux_status wrk_host_cuda_build(const char *cxx, const struct wrk_build *b, uint
 	rc = preprocess(&j, &sc);
 	if (rc < 0)
 		goto out;
-	rc = build(&j, b, j.nnames, &sc);
+	nnames = j.nnames;
+	rc = build(&j, b, nnames, &sc);
 	/* An instantiation the scan misread must not fail a source that compiles: again
 	 * without the source's own, when the compiler's complaint is about the entries. */
-	if (rc == GPUX_E_COMPILE && j.nnames > j.nclient && j.log && strstr(j.log, ENTRIES_FILE))
-		rc = build(&j, b, j.nclient, &sc);
+	if (rc == GPUX_E_COMPILE && j.nnames > j.nclient && j.log && strstr(j.log, ENTRIES_FILE)) {
+		nnames = j.nclient;
+		rc = build(&j, b, nnames, &sc);
+	}
+	/* Nor a variable it misread: again without the variables, which the module then does
+	 * not list (gpux_module_global() does not find them). */
+	if (rc == GPUX_E_COMPILE && sc.nglobals && j.log && strstr(j.log, ENTRIES_FILE)) {
+		struct wrk_cuscan plain = sc;
+
+		plain.nglobals = 0;
+		rc = build(&j, b, nnames, &plain);
+	}
 	if (rc < 0)
 		goto out;
 	(void)snprintf(out, sizeof(out), "%s/kernel.so", j.dir);

@@ -22,6 +22,8 @@ struct host_cumod {
 	unsigned n;
 	struct wrk_knames *names;
 	size_t bytes;
+	const struct gpux_cu_global *globals; /* the module's own table, nglobals */
+	uint32_t nglobals;
 };
 
 void host_cumod_free(struct host_cumod *m)
@@ -92,7 +94,7 @@ gpux_status host_cumod_new(const struct gpux_cu_module *mi, uintptr_t base, size
 	int r;
 
 	if (mi->abi != GPUX_CU_ABI || mi->nkernels > KERNELS_MAX || mi->nexprs > mi->nkernels ||
-	    (mi->nkernels && !mi->kernels)) {
+	    (mi->nkernels && !mi->kernels) || (mi->nglobals && !mi->globals)) {
 		*ret_msg = strdup("a CUDA C++ module this worker does not know");
 		return GPUX_E_INVAL;
 	}
@@ -140,6 +142,8 @@ gpux_status host_cumod_new(const struct gpux_cu_module *mi, uintptr_t base, size
 		return GPUX_E_QUOTA;
 	}
 	m->bytes = wrk_knames_bytes(m->names) + 3 * (m->n + 1) * sizeof(void *);
+	m->globals = mi->globals;
+	m->nglobals = mi->nglobals;
 	*ret = m;
 	return 0;
 }
@@ -182,4 +186,32 @@ gpux_status host_cumod_kernel(const struct host_cumod *m, const char *name,
 	for (uint32_t p = 0; p < e->nparams; p++)
 		ret->param_size[p] = e->param_size[p];
 	return 0;
+}
+
+/* A qualified name without the global namespace's "::" in front. */
+static const char *unrooted(const char *name)
+{
+	return strncmp(name, "::", 2) == 0 ? name + 2 : name;
+}
+
+gpux_status host_cumod_global(const struct host_cumod *m, const char *name, const void **ret_addr,
+			      uint64_t *ret_size, char **ret_msg)
+{
+	for (uint32_t i = 0; i < m->nglobals; i++) {
+		const struct gpux_cu_global *g = &m->globals[i];
+
+		if (!g->name || !g->symbol || strnlen(g->name, 4096) == 4096 ||
+		    strnlen(g->symbol, 4096) == 4096)
+			continue;
+		if (strcmp(g->symbol, name) != 0 && strcmp(g->name, unrooted(name)) != 0)
+			continue;
+		if (!g->addr || g->size == 0)
+			break;
+		*ret_addr = g->addr;
+		*ret_size = g->size;
+		return 0;
+	}
+	*ret_msg = wrk_strdup_printf("no variable \"%s\" in the module (a __device__ or "
+				     "__constant__ one defined at namespace scope)", name);
+	return GPUX_E_NOTFOUND;
 }

@@ -32,3 +32,9 @@ size_t host_cumod_bytes(const struct host_cumod *m);
  * GPUX_E_INVAL (a name that is several overloads), with *ret_msg. */
 gpux_status host_cumod_kernel(const struct host_cumod *m, const char *name,
 			      struct wrk_kernel_info *ret, char **ret_msg);
+
+/* The variable `name` (its symbol, or its qualified name) as the module's table has it: its
+ * address and size, which the caller checks against the module's memory. 0, or
+ * GPUX_E_NOTFOUND with *ret_msg. */
+gpux_status host_cumod_global(const struct host_cumod *m, const char *name, const void **ret_addr,
+			      uint64_t *ret_size, char **ret_msg);

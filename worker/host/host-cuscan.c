@@ -11,6 +11,7 @@
 
 #define KERNELS_MAX 65536u
 #define SHARED_MAX 4096u
+#define GLOBALS_MAX 65536u
 #define DEPTH_MAX 1024u
 #define DECL_TOKENS_MAX 4096u
 
@@ -479,6 +480,134 @@ static int shared_decl(struct scan *sc, struct lexer l)
 	return 0;
 }
 
+/* ---- __device__ and __constant__ variables ---- */
+
+/* A word that cannot name a variable: the declaration's type, not its declarator. */
+static bool type_word(const struct tok *t)
+{
+	static const char *const words[] = { "int", "char", "short", "long", "float", "double",
+					     "bool", "void", "signed", "unsigned", "const",
+					     "volatile", "auto", "static", "inline", "constexpr",
+					     "__restrict__", "__restrict", "restrict" };
+
+	for (unsigned i = 0; i < ARRAY_SIZE(words); i++)
+		if (tok_is(t, words[i]))
+			return true;
+	return false;
+}
+
+/* A word that makes the declaration one the reading leaves out. */
+static bool not_a_variable(const struct tok *t)
+{
+	static const char *const words[] = { "__gpux_shared__", "thread_local", "__thread",
+					     "typedef", "using", "operator", "struct", "class",
+					     "union", "enum", "friend", "template" };
+
+	for (unsigned i = 0; i < ARRAY_SIZE(words); i++)
+		if (tok_is(t, words[i]))
+			return true;
+	return false;
+}
+
+static int global_add(struct scan *sc, const struct tok *name)
+{
+	struct wrk_cuscan *o = sc->out;
+	struct wrk_cuscan_global g = { 0 };
+
+	g.symbol = variable_symbol(sc, name);
+	if (!g.symbol)
+		return -ENOMEM;
+	for (unsigned i = 0; i < o->nglobals; i++)
+		if (strcmp(o->globals[i].symbol, g.symbol) == 0) {
+			free(g.symbol);
+			return 0;
+		}
+	if (o->nglobals == GLOBALS_MAX) {
+		free(g.symbol);
+		return -E2BIG;
+	}
+	g.scope = scope_path(sc);
+	g.name = strndup(name->s, name->n);
+	if (!g.scope || !g.name)
+		goto err;
+	if ((o->nglobals & (o->nglobals - 1)) == 0) {
+		struct wrk_cuscan_global *gs = realloc(o->globals, MAX(2u * o->nglobals, 8u) *
+								      sizeof(*gs));
+		if (!gs)
+			goto err;
+		o->globals = gs;
+	}
+	o->globals[o->nglobals++] = g;
+	return 0;
+err:
+	free(g.symbol);
+	free(g.scope);
+	free(g.name);
+	return -ENOMEM;
+}
+
+/*
+ * After __device__ or __constant__ at namespace scope (at l): a definition of variables,
+ * "T a [= ...], *b[4] {...};", names each (the identifier before its '=', '[', '{', ',' or
+ * ';'); a function ("T f(...)"), a type or a thread's variable none. Attributes and template
+ * arguments of the type are passed over.
+ */
+static int global_decl(struct scan *sc, struct lexer l)
+{
+	struct tok t, last = { 0 };
+	unsigned n = 0;
+	int depth = 0, angle = 0, r;
+	bool init = false; /* after a declarator's name: its bounds or initializer */
+
+	while (n++ < DECL_TOKENS_MAX && lex(&l, &t)) {
+		if (t.kind == 'i' && not_a_variable(&t))
+			return 0;
+		if (depth > 0) {
+			depth += tok_punct(&t, '(') || tok_punct(&t, '[') || tok_punct(&t, '{');
+			depth -= tok_punct(&t, ')') || tok_punct(&t, ']') || tok_punct(&t, '}');
+			continue;
+		}
+		if (init) {
+			if (tok_punct(&t, ';'))
+				return 0;
+			if (tok_punct(&t, ',')) {
+				init = false;
+				last = (struct tok){ 0 };
+			}
+			depth += tok_punct(&t, '(') || tok_punct(&t, '[') || tok_punct(&t, '{');
+			continue;
+		}
+		if (tok_punct(&t, '<') || (angle > 0 && tok_punct(&t, '>'))) {
+			angle += tok_punct(&t, '<') ? 1 : -1;
+			continue;
+		}
+		if (angle > 0)
+			continue;
+		if (tok_punct(&t, '(')) {
+			/* An attribute's arguments; else a function, or a declarator the reading
+			 * does not follow ("int (*f)(int)"). */
+			if (last.kind != 'i' || !attribute_word(&last))
+				return 0;
+			depth = 1;
+			continue;
+		}
+		if (tok_punct(&t, ';') || tok_punct(&t, ',') || tok_punct(&t, '=') ||
+		    tok_punct(&t, '[') || tok_punct(&t, '{')) {
+			if (last.kind != 'i' || type_word(&last) || attribute_word(&last))
+				return 0;
+			r = global_add(sc, &last);
+			if (r < 0 || tok_punct(&t, ';'))
+				return r;
+			init = !tok_punct(&t, ',');
+			depth = tok_punct(&t, '[') || tok_punct(&t, '{');
+			last = (struct tok){ 0 };
+			continue;
+		}
+		last = t;
+	}
+	return 0;
+}
+
 /* ---- scopes ---- */
 
 static void push(struct scan *sc, enum scope_kind kind, const char *name, size_t len)
@@ -546,6 +675,9 @@ int wrk_cuscan_run(const char *text, size_t len, const char *user_dir, struct wr
 			r = kernel_decl(sc, l, sc->decl_extern_c || in_extern_c(sc));
 		else if (tok_is(&t, "__gpux_shared__") && sc->decl_extern)
 			r = shared_decl(sc, l);
+		else if ((tok_is(&t, "__gpux_device__") || tok_is(&t, "__gpux_constant__")) &&
+			 t.user && !sc->decl_template && !sc->decl_extern && at_namespace_scope(sc))
+			r = global_decl(sc, l);
 		else if (tok_is(&t, "template"))
 			sc->decl_template = true;
 		else if (tok_is(&t, "extern"))
@@ -592,6 +724,12 @@ void wrk_cuscan_done(struct wrk_cuscan *s)
 	}
 	for (unsigned i = 0; i < s->nshared; i++)
 		free(s->shared[i]);
+	for (unsigned i = 0; i < s->nglobals; i++) {
+		free(s->globals[i].scope);
+		free(s->globals[i].name);
+		free(s->globals[i].symbol);
+	}
+	free(s->globals);
 	free(s->kernels);
 	free(s->shared);
 	free(s->unsupported);

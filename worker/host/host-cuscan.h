@@ -12,9 +12,10 @@
  *
  * A reading of tokens, not C++ (as worker/knames.c's of explicit instantiations): it follows
  * namespaces, extern "C" and braces, and takes from the client's files (not system headers)
- * each __global__ function defined at namespace scope that is not a template, and each
- * extern __shared__ array. What it misreads makes the second compile fail, with a message,
- * never a wrong kernel.
+ * each __global__ function defined at namespace scope that is not a template, each
+ * extern __shared__ array, and each __device__ or __constant__ variable defined at namespace
+ * scope (not a template, not extern). What it misreads makes the second compile fail, with a
+ * message, never a wrong kernel.
  */
 
 struct wrk_cuscan_kernel {
@@ -24,9 +25,18 @@ struct wrk_cuscan_kernel {
 	bool c_linkage; /* extern "C" */
 };
 
+/* A __device__ or __constant__ variable defined at namespace scope. */
+struct wrk_cuscan_global {
+	char *scope;  /* as a kernel's */
+	char *name;   /* its identifier */
+	char *symbol; /* mangled as the compiler names it ("x", "_ZN2ns1xE") */
+};
+
 struct wrk_cuscan {
 	struct wrk_cuscan_kernel *kernels;
 	unsigned nkernels;
+	struct wrk_cuscan_global *globals; /* once each */
+	unsigned nglobals;
 	char **shared; /* the symbols of extern __shared__ arrays (mangled), once each */
 	unsigned nshared;
 	/* What the source uses that the host back end does not have ("inline assembly (asm) at
@@ -38,7 +48,7 @@ struct wrk_cuscan {
  * Read preprocessor output (text, len bytes: its line markers say which file each line is
  * of, and whether that is a system header) into *ret, to release with wrk_cuscan_done().
  * The client's files are those whose names begin with user_dir. 0, -ENOMEM, or -E2BIG for
- * more kernels or shared arrays than a module may have.
+ * more kernels, shared arrays or variables than a module may have.
  */
 int wrk_cuscan_run(const char *text, size_t len, const char *user_dir, struct wrk_cuscan *ret);
 void wrk_cuscan_done(struct wrk_cuscan *s);

@@ -33,6 +33,10 @@ void host_exec_thread_end(stack_t *ss);
 
 /* Put the calling thread in the sandbox, once: 0 or -errno. */
 int host_exec_sandbox_enter(struct host_exec *x);
+/* Whether the calling thread is in the sandbox: then it may never end (its exit is refused),
+ * and parks instead, for good (host_exec_park()). */
+bool host_exec_caged(void);
+__attribute__((noreturn)) void host_exec_park(void);
 
 /*
  * Run request r (a launch: its kernel's info.fn a C host kernel, or with `cxx` a CUDA C++

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,6 +33,8 @@ struct host_slot {
 	struct wrk_req *head, *tail;
 	atomic_uint queued; /* in head..tail: what a thread about to sleep spins on */
 	bool stop;
+	bool done;  /* the thread has ended, or parked for good (caged) */
+	bool caged; /* it entered the sandbox: it never ends (worker/host/sandbox.h) */
 };
 
 struct host_dev {
@@ -39,6 +42,7 @@ struct host_dev {
 	bool sandbox; /* kernels run under worker/host/sandbox.c's filter */
 	const char *cc, *cxx;
 	char cc_version[256], cxx_version[256];
+	struct wrk_host_cage cage; /* the compilers' (worker/host/host-cage.h) */
 	struct host_exec *exec; /* the CPU threads of launches (worker/host/host-exec.c) */
 	struct host_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
@@ -98,15 +102,25 @@ static void host_close(void *dv)
 		return;
 	for (unsigned i = 0; i < d->nslots; i++) {
 		struct host_slot *s = &d->slots[i];
+		bool caged;
+
 		if (!s->started)
 			continue;
 		(void)pthread_mutex_lock(&s->lock);
 		s->stop = true;
 		(void)pthread_cond_signal(&s->cond);
+		while (!s->done)
+			(void)pthread_cond_wait(&s->cond, &s->lock);
+		caged = s->caged;
 		(void)pthread_mutex_unlock(&s->lock);
-		(void)pthread_join(s->thread, NULL);
+		/* A caged thread parks for good: it goes with the process. */
+		if (caged)
+			(void)pthread_detach(s->thread);
+		else
+			(void)pthread_join(s->thread, NULL);
 	}
 	host_exec_free(d->exec);
+	wrk_host_cage_done(&d->cage);
 	free(d);
 }
 
@@ -129,14 +143,32 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 		d->cxx = "c++";
 	wrk_host_cc_version(d->cc, d->cc_version, sizeof(d->cc_version));
 	wrk_host_cc_version(d->cxx, d->cxx_version, sizeof(d->cxx_version));
+	/* What they write is bounded by what a client's modules may hold. */
+	r = wrk_host_cage_init(&d->cage, w->opts.compile_memory, WRK_CLIENT_MOD_BYTES,
+			       w->opts.compile_timeout_ms * NSEC_PER_MSEC);
+	if (r == 0)
+		r = wrk_host_cage_add_compiler(&d->cage, d->cc);
+	if (r == 0)
+		r = wrk_host_cage_add_compiler(&d->cage, d->cxx);
+	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
+		free(d);
+		*ret_msg = wrk_strdup_printf("the compilers' cage: %s", strerror(-r));
+		return wrk_status_from_errno(r, GPUX_E_IO);
+	}
+	if (!d->cage.landlock_abi)
+		wrk_log(w, "no Landlock here: host compiles may read whatever this worker's user "
+			"may read");
 	r = host_exec_faults_install();
 	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
 		free(d);
 		*ret_msg = wrk_strdup_printf("sigaction: %s", strerror(-r));
 		return GPUX_E_IO;
 	}
 	r = host_exec_new(w, d->sandbox, &d->exec);
 	if (r < 0) {
+		wrk_host_cage_done(&d->cage);
 		free(d);
 		*ret_msg = wrk_strdup_printf("the threads of launches: %s", strerror(-r));
 		return GPUX_E_NOMEM;
@@ -177,16 +209,56 @@ static gpux_status host_slot_open(void *dv, unsigned slot, struct wrk_stream *st
 	return 0;
 }
 
-/* ---- segments: plain memory needs no registration ---- */
+/*
+ * ---- segments: plain memory needs no registration ----
+ * but its pages are faulted into this process's mapping ahead (off the loop, as a GPU's
+ * registration is), so that a fresh buffer's first kernel does not fault them in one by
+ * one. A kernel too old for MADV_POPULATE_READ (5.14) leaves them to the kernels.
+ *
+ * Kernels work on the client's pages in place, so an IN argument (read-only, as on a GPU,
+ * where a write would go to the device's copy) is handed to the kernel in a read-only view
+ * of its segment: a second mapping of the same pages (mremap() of a shared mapping with no
+ * old size), made at the segment's first IN use and kept as its registration. A kernel that
+ * writes there faults, and is told which argument it wrote (run_request()), rather than
+ * changing the client's input without a word.
+ */
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 
 static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
+	(void)madvise(m->seg.addr, m->seg.size, MADV_POPULATE_READ);
 	return 0;
 }
 
 static void host_map_unregister(void *dv, struct wrk_mapping *m)
 {
+	if (m->reg)
+		(void)munmap(m->reg, m->seg.size);
+	m->reg = NULL;
 }
+
+/* The read-only view of a segment's pages (a frozen one is read-only already), or NULL when
+ * none could be made: then the writable one serves. */
+static uint8_t *read_only_view(struct wrk_mapping *m)
+{
+	void *p;
+
+	if (m->seg.frozen || m->reg)
+		return m->seg.frozen ? m->seg.addr : m->reg;
+	p = mremap(m->seg.addr, 0, m->seg.size, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED)
+		return NULL;
+	if (mprotect(p, m->seg.size, PROT_READ) < 0) {
+		(void)munmap(p, m->seg.size);
+		return NULL;
+	}
+	m->reg = p;
+	return p;
+}
+
 
 static uint64_t host_mem_free(void *dv)
 {
@@ -215,8 +287,8 @@ static gpux_status host_build(void *dv, const struct wrk_build *b, uint8_t **ret
 	struct host_dev *d = dv;
 
 	if (b->lang == GPUX_LANG_CUDA)
-		return wrk_host_cuda_build(d->cxx, b, ret_image, ret_len, ret_log);
-	return wrk_host_build(d->cc, b, ret_image, ret_len, ret_log);
+		return wrk_host_cuda_build(&d->cage, d->cxx, b, ret_image, ret_len, ret_log);
+	return wrk_host_build(&d->cage, d->cc, b, ret_image, ret_len, ret_log);
 }
 
 /* ---- modules: the image is dlopen()ed from a memfd, so what was checked is what runs ---- */
@@ -397,6 +469,103 @@ static gpux_status host_kernel_get(void *dv, void *mod, const char *name,
 	return 0;
 }
 
+/* ---- what a module holds: its kernels' attributes, its variables ---- */
+
+static gpux_status host_kernel_attrs(void *dv, void *mod, const struct wrk_kernel_info *k,
+				     struct ipc_kernel_attrs *ret, char **ret_msg)
+{
+	struct host_dev *d = dv;
+	struct host_module *hm = mod;
+
+	ret->max_threads_per_block = (int32_t)d->w->limits.max_threads_per_block;
+	/* A C kernel has dynamic shared memory only; CUDA C++'s __shared__ variables are
+	 * thread-local, not counted anywhere, and its extern __shared__ area is fixed. */
+	ret->shared_size_bytes = hm->cu ? IPC_ATTR_UNKNOWN : 0;
+	ret->max_dynamic_shared_size_bytes =
+		hm->cu ? (int32_t)GPUX_CU_DYN_SHARED_MAX
+		       : (int32_t)MIN(d->w->limits.max_shared_per_block_optin, (uint32_t)INT32_MAX);
+	ret->nparams = k->nparams >= 0 ? k->nparams : IPC_ATTR_UNKNOWN;
+	return 0;
+}
+
+struct place {
+	uintptr_t base, lo, hi;
+	bool found, writable;
+};
+
+/* Whether [lo, hi) lies in one segment the loader mapped from the module at base, and whether
+ * that is writable once relocated (not in its RELRO part). */
+static int place_find(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct place *p = arg;
+	bool relro = false;
+
+	if (info->dlpi_addr != p->base)
+		return 0;
+	for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		uintptr_t s = p->base + ph->p_vaddr, e = s + ph->p_memsz;
+
+		if (ph->p_type == PT_LOAD && p->lo >= s && p->hi <= e) {
+			p->found = true;
+			p->writable = ph->p_flags & PF_W;
+		}
+		relro |= ph->p_type == PT_GNU_RELRO && p->lo < e && p->hi > s;
+	}
+	p->writable &= !relro;
+	return 1;
+}
+
+/* A variable the module itself exports, with its size (as own_symbol() a function). */
+static const void *own_variable(struct host_module *hm, const char *name, uint64_t *ret_size)
+{
+	const void *p = own_symbol(hm, name, STT_OBJECT);
+	const ElfW(Sym) *sym = NULL;
+	Dl_info info;
+
+	if (!p || dladdr1(p, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || !sym)
+		return NULL;
+	*ret_size = sym->st_size;
+	return p;
+}
+
+static gpux_status host_global_get(void *dv, void *mod, const char *name, void **ret_ptr,
+				   uint64_t *ret_size, bool *ret_read_only, char **ret_msg)
+{
+	struct host_module *hm = mod;
+	struct place p = { .base = hm->base };
+	const void *addr = NULL;
+	uint64_t size = 0;
+	gpux_status st;
+
+	if (hm->cu) {
+		st = host_cumod_global(hm->cu, name, &addr, &size, ret_msg);
+		if (st != GPUX_OK)
+			return st;
+	} else if (strncmp(name, "gpux_", 5) == 0 || !(addr = own_variable(hm, name, &size)) ||
+		   size == 0) {
+		/* gpux's own tables (gpux_params_*) are not the client's variables. */
+		*ret_msg = wrk_strdup_printf("no variable \"%s\" in the module (a C module's "
+					     "variables are those it exports: GPUX_HOST_GLOBAL)",
+					     name);
+		return GPUX_E_NOTFOUND;
+	}
+	/* Nothing outside the module's own memory, whatever its table says. */
+	p.lo = (uintptr_t)addr;
+	p.hi = size <= UINTPTR_MAX - p.lo ? p.lo + size : 0;
+	if (p.hi != 0)
+		(void)dl_iterate_phdr(place_find, &p);
+	if (!p.found) {
+		*ret_msg = wrk_strdup_printf("the variable \"%s\" is not in the module's memory",
+					     name);
+		return GPUX_E_INVAL;
+	}
+	*ret_ptr = (void *)addr;
+	*ret_size = size;
+	*ret_read_only = !p.writable;
+	return 0;
+}
+
 static uint64_t host_module_bytes(void *dv, void *mod)
 {
 	struct host_module *hm = mod;
@@ -420,6 +589,23 @@ static void run_copy(struct wrk_req *r)
 	r->status = 0;
 	r->t_end = mono_ns();
 	r->device_ns = r->t_end - t0;
+}
+
+/*
+ * The end of a slot thread: said to host_close(); one in the sandbox may not end (its exit
+ * would be refused) and parks for good, touching nothing of the slot's after saying so.
+ */
+static void slot_end(struct host_slot *s)
+{
+	bool caged;
+
+	(void)pthread_mutex_lock(&s->lock);
+	s->done = true;
+	caged = s->caged;
+	(void)pthread_cond_broadcast(&s->cond);
+	(void)pthread_mutex_unlock(&s->lock);
+	if (caged)
+		host_exec_park();
 }
 
 static void *slot_main(void *arg)
@@ -467,6 +653,20 @@ static void *slot_main(void *arg)
 			wrk_reqs_complete(&r, 1, false);
 			continue;
 		}
+		if (host_exec_caged() && !s->caged) {
+			(void)pthread_mutex_lock(&s->lock);
+			s->caged = true;
+			(void)pthread_mutex_unlock(&s->lock);
+		}
+		/* Host kernels and copies work on the client's pages in place: past this mark a
+		 * request never runs again elsewhere. Asked once more after it, so that a client
+		 * dropped meanwhile (which reads its marks once its channel is gone) finds the
+		 * mark of anything that ran. */
+		wrk_mark(r, IPC_MARK_STARTED);
+		if (wrk_req_cancelled(r)) {
+			wrk_reqs_complete(&r, 1, false);
+			continue;
+		}
 		/* A kernel that faulted may have broken anything in this process: exit. */
 		fatal = false;
 		if (r->kind == REQ_COPY)
@@ -479,6 +679,7 @@ static void *slot_main(void *arg)
 			break;
 	}
 	host_exec_thread_end(&ss);
+	slot_end(s);
 	return NULL;
 }
 
@@ -490,18 +691,23 @@ static void host_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned
 
 	for (unsigned k = 0; k < n; k++, r = r->next) {
 		/* A buffer's parameter is its data pointer, as for cuLaunchKernel: the client's
-		 * pages themselves, the device buffer's memory, or a cached input's copy. */
+		 * pages themselves (an input's read-only), or the device buffer's memory. */
 		for (unsigned i = 0; i < r->nargs; i++) {
 			struct wrk_arg *a = &r->args[i];
 
 			if (a->kind == GPUX_ARG_SCALAR)
 				continue;
-			if (a->dbuf)
+			/* (A cached input's bytes are its frozen segment's: read-only there, where
+			 * the cache's copy would take a kernel's writes for later hits.) */
+			if (a->dbuf) {
 				a->dev = (uint8_t *)a->dbuf->ptr + a->offset;
-			else if (a->centry)
-				a->dev = a->centry->ptr;
-			else
+			} else if (a->kind == GPUX_ARG_IN) {
+				uint8_t *view = read_only_view(a->map);
+
+				a->dev = view ? view + a->offset : a->host;
+			} else {
 				a->dev = a->host;
+			}
 			r->params[i] = &a->dev;
 		}
 		r->launched = true;
@@ -559,6 +765,8 @@ const struct wrk_backend_ops wrk_backend_host = {
 	.open = host_open,
 	.close = host_close,
 	.map_register = host_map_register,
+	.register_off_loop = true,
+	.register_optional = true,
 	.map_unregister = host_map_unregister,
 	.target_key = host_target_key,
 	.image_ext = "so",
@@ -567,6 +775,8 @@ const struct wrk_backend_ops wrk_backend_host = {
 	.module_bytes = host_module_bytes,
 	.module_unload = host_module_unload,
 	.kernel_get = host_kernel_get,
+	.kernel_attrs = host_kernel_attrs,
+	.global_get = host_global_get,
 	.slot_open = host_slot_open,
 	.launch = host_launch,
 	.dev_alloc = host_dev_alloc,

@@ -2,6 +2,7 @@
 /* worker/host/sandbox.c: the seccomp filter a host back end's slot thread runs kernels under. */
 #include <errno.h>
 #include <linux/seccomp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -14,15 +15,17 @@
 
 /*
  * What a kernel, and the slot thread around it, may ask of the system: memory (malloc and
- * free), locks, clocks and sleeping, signal frames (its own faults), the end of the thread.
- * Nothing that reaches a file, a socket, another process or a credential.
+ * free), locks, clocks and sleeping, signal frames (its own faults). Nothing that reaches a
+ * file, a socket, another process or a credential, and no end of the thread or the process:
+ * a slot thread in the sandbox never ends (worker/host/host.c), so a kernel's exit(),
+ * exit_group() or thread exit is a fault like any other forbidden call.
  */
 static const long allowed[] = {
 	SYS_futex, SYS_sched_yield, SYS_nanosleep, SYS_clock_nanosleep, SYS_clock_gettime,
 	SYS_clock_getres, SYS_gettimeofday, SYS_getpid, SYS_gettid, SYS_getrandom, SYS_getcpu,
 	SYS_sched_getaffinity, /* pthread_getattr_np(), which sanitizers call on siglongjmp() */
-	SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_sigaltstack, SYS_restart_syscall, SYS_exit,
-	SYS_exit_group, SYS_brk, SYS_munmap, SYS_madvise, SYS_mremap, SYS_mprotect,
+	SYS_rt_sigreturn, SYS_sigaltstack, SYS_restart_syscall, SYS_brk, SYS_munmap, SYS_madvise,
+	SYS_mremap, SYS_mprotect,
 #ifdef SYS_time
 	SYS_time,
 #endif
@@ -45,7 +48,13 @@ static const struct {
 	{ SYS_kill, "kill" }, { SYS_tgkill, "tgkill" }, { SYS_ptrace, "ptrace" },
 	{ SYS_mmap, "mmap" }, { SYS_rt_sigaction, "rt_sigaction" }, { SYS_ioctl, "ioctl" },
 	{ SYS_prctl, "prctl" }, { SYS_setuid, "setuid" }, { SYS_io_uring_setup, "io_uring_setup" },
-	{ SYS_unlinkat, "unlinkat" }, { SYS_fstat, "fstat" },
+	{ SYS_unlinkat, "unlinkat" }, { SYS_fstat, "fstat" }, { SYS_exit, "exit" },
+	{ SYS_exit_group, "exit_group" }, { SYS_clone3, "clone3" },
+#ifdef SYS_vfork
+	{ SYS_vfork, "vfork" },
+#endif
+	{ SYS_rt_sigprocmask, "rt_sigprocmask: blocking signals, as abort(), fork(), "
+			      "pthread_create() and posix_spawn() do first" },
 };
 
 static const char *call_name(int nr)
@@ -86,8 +95,15 @@ int wrk_sandbox_enter(int wake_fd)
 	wrk_bpf_allow_if(&p, SYS_write, 0, &wake, 1, SECCOMP_RET_TRAP);
 	/* mmap() of anonymous memory only (malloc), no file. */
 	wrk_bpf_allow_with(&p, SYS_mmap, 3, MAP_ANONYMOUS, SECCOMP_RET_TRAP);
-	/* tgkill() of this process only: abort(), when a bug of ours crashes this thread. */
+	/* tgkill() of this process only: a bug of ours that crashes this thread (host.c). */
 	wrk_bpf_allow_if(&p, SYS_tgkill, 0, &self, 1, SECCOMP_RET_TRAP);
+	/*
+	 * Signals unblocked, a mask set (siglongjmp()) or read (a NULL set), never blocked:
+	 * what blocks them all first (fork(), pthread_create(), posix_spawn(), raise()) would
+	 * otherwise meet this filter with SIGSYS blocked, and the kernel kills the whole
+	 * worker for that, instead of failing the request.
+	 */
+	wrk_bpf_allow_unless(&p, SYS_rt_sigprocmask, 0, SIG_BLOCK, 1, SECCOMP_RET_TRAP);
 	r = wrk_bpf_end(&p, SECCOMP_RET_TRAP);
 	if (r < 0)
 		return r;

@@ -7,10 +7,11 @@
 
 /*
  * Put the calling thread, and only it, under the host kernels' filter, with no new
- * privileges: memory, locks, clocks, sleeping, its own signal frames and its end are
- * allowed, and write() to wake_fd alone; any other call (another architecture's or x32's
- * included) is not made and raises SIGSYS in the thread. 0, or -errno (-ENOSYS: no filter
- * for this architecture).
+ * privileges: memory, locks, clocks, sleeping and its own signal frames are allowed (signals
+ * unblocked, never blocked), and write() to wake_fd alone; any other call (its own end, the
+ * process's, another architecture's or x32's included) is not made and raises SIGSYS in the
+ * thread. So the thread must never end once it is in (it parks). 0, or -errno (-ENOSYS: no
+ * filter for this architecture).
  */
 int wrk_sandbox_enter(int wake_fd);
 

@@ -37,17 +37,19 @@
 #define GPUX_CUDA_HOST 1
 
 #ifdef GPUX_CU_SCAN
-/* The first pass (the preprocessor only): the worker finds kernels and dynamic shared
- * arrays by these words. */
+/* The first pass (the preprocessor only): the worker finds kernels, dynamic shared arrays
+ * and the module's variables by these words. */
 #define __global__ __gpux_global__
 #define __shared__ __gpux_shared__
+#define __device__ __gpux_device__
+#define __constant__ __gpux_constant__
 #else
 #define __global__ __attribute__((visibility("default")))
 #define __shared__ thread_local
-#endif
 #define __device__
-#define __host__
 #define __constant__
+#endif
+#define __host__
 #define __managed__
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))

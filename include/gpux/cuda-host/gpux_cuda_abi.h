@@ -15,9 +15,10 @@
  *
  * The module exports `gpux_cu_module_info`: its kernels, each with the function the programmer
  * wrote (its symbol is the kernel's name, as in a cubin), the block function and the sizes
- * of its parameters (what cuFuncGetParamInfo gives for a GPU kernel).
+ * of its parameters (what cuFuncGetParamInfo gives for a GPU kernel); and its variables
+ * (__device__ and __constant__ ones at namespace scope), as cuModuleGetGlobal finds them.
  */
-#define GPUX_CU_ABI 1u
+#define GPUX_CU_ABI 2u
 
 /* Bytes of a fiber's stack (a CUDA thread that waits at a barrier or a warp operation keeps
  * its own), with an unmapped guard page below it. */
@@ -63,6 +64,14 @@ struct gpux_cu_kernel {
 	const uint32_t *param_size;  /* nparams sizes */
 };
 
+/* A variable of the module, for gpux_module_global(). */
+struct gpux_cu_global {
+	const char *name;   /* qualified, anonymous namespaces left out: "ns::coeffs" */
+	const char *symbol; /* its symbol: "coeffs", "_ZN2ns6coeffsE" */
+	const void *addr;
+	uint64_t size;
+};
+
 /* Kernels [0, nexprs) are the name expressions the module was built with, in their order;
  * the rest are the source's own kernels (not templates). Exported as `gpux_cu_module_info`. */
 struct gpux_cu_module {
@@ -70,6 +79,8 @@ struct gpux_cu_module {
 	uint32_t nkernels;
 	uint32_t nexprs;
 	const void *const *kernels; /* nkernels, each laid out as a struct gpux_cu_kernel */
+	uint32_t nglobals;
+	const struct gpux_cu_global *globals; /* nglobals (ABI 2) */
 };
 
 #ifdef __cplusplus

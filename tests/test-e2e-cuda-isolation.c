@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/* tests/test-e2e-cuda-isolation.c: the CUDA back end's reserve and its marks for replay, on the fake libcuda. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "e2e.h"
+#include "helpers.h"
+
+
+/* The fake carries out saxpy by name (tests/fake-cuda). */
+static const char ptx[] =
+	".version 8.0\n.target sm_90\n.address_size 64\n"
+	".visible .entry saxpy(.param .u64 saxpy_param_0, .param .f32 saxpy_param_1,\n"
+	"\t.param .u64 saxpy_param_2, .param .u64 saxpy_param_3, .param .u64 saxpy_param_4)\n"
+	"{\n\tret;\n}\n"
+	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
+	".visible .entry fault()\n{\n\tret;\n}\n";
+
+static gpux_module *load_ptx(gpux_ctx *ctx)
+{
+	gpux_module *m = NULL;
+
+	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_PTX, ptx, sizeof(ptx), NULL, &m, NULL),
+			 GPUX_OK);
+	return m;
+}
+
+/* saxpy over n floats, x and y IN, out OUT; its status, the result checked when OK. */
+static gpux_status saxpy(gpux_ctx *ctx, gpux_module *m, uint64_t n, uint64_t *seed)
+{
+	gpux_buf *x, *y, *out;
+	float a = 3.0f;
+	gpux_status st;
+
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, seed);
+	test_fill_random(gpux_buf_data(y), n, seed);
+	{
+		struct gpux_arg args[] = {
+			GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
+			gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+		};
+		struct gpux_launch l = test_launch_1d(n, 0, NULL);
+
+		st = gpux_run(m, "saxpy", &l, args, ARRAY_SIZE(args));
+	}
+	if (st == GPUX_OK) {
+		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y), *po = gpux_buf_data(out);
+
+		for (uint64_t i = 0; i < n; i++)
+			assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
+	}
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+	return st;
+}
+
+/*
+ * A device of 128 MiB filled with device buffers (the quota raised past it): the allocation
+ * that would eat the reserve (a sixteenth of the device by default: 8 MiB) is refused with a
+ * message naming it, and a launch with IN and OUT arguments, whose copies need device memory
+ * of their own (the slot's scratch), still runs.
+ */
+static void test_cuda_isolation_reserve_kept(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "2", "--quota-device",
+					    "1099511627776", NULL };
+	struct test_daemon d;
+	gpux_dbuf *bufs[40];
+	unsigned n = 0;
+	uint64_t seed = 11;
+	char *msg = NULL;
+	gpux_status st;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_MEM", "134217728", 1), 0);
+	test_daemon_start(&d, args);
+	ctx = test_connect(&d);
+	m = load_ptx(ctx);
+	while ((st = gpux_dbuf_alloc_ex(ctx, 0, 4 * MiB, 0, &bufs[n], &msg)) == GPUX_OK)
+		assert_true(++n < ARRAY_SIZE(bufs));
+	assert_int_equal(st, GPUX_E_NOMEM);
+	assert_non_null(msg);
+	assert_non_null(strstr(msg, "device-memory reserve"));
+	free(msg);
+	/* At least 8 MiB stay: 30 buffers of 4 MiB at most. */
+	assert_true(n >= 20 && n <= 30);
+	assert_int_equal(saxpy(ctx, m, 1000, &seed), GPUX_OK);
+	assert_int_equal(saxpy(ctx, m, 100000, &seed), GPUX_OK);
+	/* Nor does the device cache take it: a cached input goes uncached, and runs. */
+	{
+		struct ipc_status st;
+		struct ipc_dev_status devs[IPC_DEVICES_MAX];
+		uint64_t count = 1000;
+		float a = 1.0f;
+		gpux_buf *x, *out;
+
+		assert_int_equal(gpux_buf_alloc(ctx, 2 * MiB, &x), GPUX_OK);
+		assert_int_equal(gpux_buf_alloc(ctx, count * 4, &out), GPUX_OK);
+		assert_int_equal(gpux_buf_freeze(x), GPUX_OK);
+		{
+			struct gpux_arg sargs[] = {
+				GPUX_ARG_VALUE(count), GPUX_ARG_VALUE(a), gpux_arg_cached(x, 0, 2 * MiB),
+				gpux_arg_cached(x, 0, count * 4), gpux_arg_out(out, 0, count * 4),
+			};
+			struct gpux_launch l = test_launch_1d(count, 0, NULL);
+
+			assert_int_equal(gpux_run(m, "saxpy", &l, sargs, ARRAY_SIZE(sargs)), GPUX_OK);
+		}
+		assert_int_equal(test_daemon_status(&d, &st, devs), 0);
+		assert_int_equal(devs[0].stats.cache_entries, 0);
+		gpux_buf_free(out);
+		gpux_buf_free(x);
+	}
+	while (n > 0)
+		gpux_dbuf_free(bufs[--n]);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(&d);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_MEM"), 0);
+}
+
+/* What the worker holds, while a client's library sends what waited for room (a socket full
+ * of its messages goes on when the library is called: gpux_process()). */
+struct holding {
+	gpux_ctx *sender;
+	uint64_t want;
+};
+
+static bool holds(const struct ipc_dev_status *s, void *arg)
+{
+	const struct holding *h = arg;
+
+	(void)gpux_process(h->sender);
+	return s->stats.inflight >= h->want;
+}
+
+/* A request's buffers: x and y IN, out OUT. */
+struct saxpy_req {
+	gpux_buf *x, *y, *out;
+	gpux_req *r;
+};
+
+#define SAXPYS 300u /* past a slot's 256: the last ones wait in the worker's queue */
+#define SAXPY_N 64u
+
+/*
+ * Client B's requests on one stream when client A's kernel faults on another: B's spin (its
+ * kernel handed to the device, nothing to copy back: LAUNCHED) runs again on the next worker;
+ * B's saxpys handed to the device have their results copied back (the fake carries out a
+ * stream's copies as they are enqueued, and the device's mark says so: STARTED), so they fail
+ * GPUX_E_WORKER_LOST, as does one with a mapped argument; those that waited in the worker's
+ * queue (past the slot's 256) run again, in order, with the right results. A's fails with
+ * GPUX_E_KERNEL_FAULT.
+ */
+static void test_cuda_isolation_marks_decide_replay(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "2", NULL };
+	static struct saxpy_req s[SAXPYS];
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct test_daemon d;
+	gpux_ctx *a, *b;
+	gpux_module *ma, *mb;
+	gpux_queue *qb;
+	gpux_req *spin, *bad, *mapped;
+	gpux_buf *mx, *mout;
+	uint64_t seed = 5, want = SAXPYS + 2, n = SAXPY_N;
+	uint32_t ms = 2000;
+	unsigned lost = 0, replayed = 0;
+
+	test_daemon_start(&d, args);
+	a = test_connect(&d);
+	b = test_connect(&d);
+	ma = load_ptx(a);
+	mb = load_ptx(b);
+	assert_int_equal(test_daemon_status(&d, &st, devs), 0);
+	assert_int_equal(gpux_queue_open(b, 0, &qb), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, n * 4, &mx), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, n * 4, &mout), GPUX_OK);
+	for (unsigned i = 0; i < SAXPYS; i++) {
+		assert_int_equal(gpux_buf_alloc(b, n * 4, &s[i].x), GPUX_OK);
+		assert_int_equal(gpux_buf_alloc(b, n * 4, &s[i].y), GPUX_OK);
+		assert_int_equal(gpux_buf_alloc(b, n * 4, &s[i].out), GPUX_OK);
+		test_fill_random(gpux_buf_data(s[i].x), n, &seed);
+		test_fill_random(gpux_buf_data(s[i].y), n, &seed);
+	}
+	/* The stream busy long enough for all of it to be sent, however slow the machine. */
+	{
+		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .queue = qb };
+		struct gpux_arg arg = GPUX_ARG_VALUE(ms);
+
+		assert_int_equal(gpux_submit(mb, "spin", &l, &arg, 1, &spin), GPUX_OK);
+	}
+	{
+		float two = 2.0f;
+		struct gpux_launch l = test_launch_1d(n, 0, qb);
+		struct gpux_arg args2[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(two),
+					    gpux_arg_in(mx, 0, n * 4), gpux_arg_in(mx, 0, n * 4),
+					    gpux_arg_mapped(mout, 0, n * 4) };
+
+		assert_int_equal(gpux_submit(mb, "saxpy", &l, args2, 5, &mapped), GPUX_OK);
+	}
+	for (unsigned i = 0; i < SAXPYS; i++) {
+		float f = (float)i;
+		struct gpux_launch l = test_launch_1d(n, 0, qb);
+
+		{
+			struct gpux_arg sa[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(f),
+						 gpux_arg_in(s[i].x, 0, n * 4),
+						 gpux_arg_in(s[i].y, 0, n * 4),
+						 gpux_arg_out(s[i].out, 0, n * 4) };
+
+			assert_int_equal(gpux_submit(mb, "saxpy", &l, sa, 5, &s[i].r), GPUX_OK);
+		}
+	}
+	test_wait_stats(&d, 0, holds, &(struct holding){ b, want });
+	assert_int_equal(gpux_submit(ma, "fault", &(struct gpux_launch){ .grid = { 1 },
+									  .block = { 1 } },
+				     NULL, 0, &bad),
+			 GPUX_OK);
+	assert_int_equal(gpux_wait(bad, 10000), GPUX_E_KERNEL_FAULT);
+	assert_int_equal(gpux_wait(spin, 10000), GPUX_OK);
+	assert_int_equal(gpux_wait(mapped, 10000), GPUX_E_WORKER_LOST);
+	for (unsigned i = 0; i < SAXPYS; i++) {
+		gpux_status r = gpux_wait(s[i].r, 10000);
+
+		if (r == GPUX_E_WORKER_LOST) {
+			/* Lost ones are the first: a queue runs in order. */
+			assert_int_equal(replayed, 0);
+			lost++;
+			continue;
+		}
+		assert_int_equal(r, GPUX_OK);
+		replayed++;
+		{
+			const float *px = gpux_buf_data(s[i].x), *py = gpux_buf_data(s[i].y);
+			const float *po = gpux_buf_data(s[i].out);
+
+			for (unsigned k = 0; k < n; k++)
+				assert_float_equal(po[k], (float)i * px[k] + py[k], 1e-5);
+		}
+	}
+	assert_true(lost > 0 && replayed > 0);
+	test_wait_generation(&d, 0, devs[0].generation);
+	for (unsigned i = 0; i < SAXPYS; i++) {
+		gpux_req_free(s[i].r);
+		gpux_buf_free(s[i].x);
+		gpux_buf_free(s[i].y);
+		gpux_buf_free(s[i].out);
+	}
+	gpux_req_free(spin);
+	gpux_req_free(mapped);
+	gpux_req_free(bad);
+	gpux_buf_free(mx);
+	gpux_buf_free(mout);
+	gpux_queue_free(qb);
+	gpux_module_free(ma);
+	gpux_module_free(mb);
+	gpux_disconnect(a);
+	gpux_disconnect(b);
+	test_daemon_stop(&d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cuda_isolation_reserve_kept),
+		cmocka_unit_test(test_cuda_isolation_marks_decide_replay),
+	};
+
+	return cmocka_run_group_tests_name("e2e-cuda-isolation", tests, NULL, NULL);
+}

@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/bench-fault.c: gpux bench's "fault": what a neighbour's faulting kernel costs innocent clients. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "macro.h"
+
+/*
+ * A private gpuxd; INNOCENTS client processes, each keeping WINDOW small requests in flight on
+ * its default queue (an INOUT increment of one float: results copied back, so the request can
+ * run again only until that copy began), one after the other for the whole run; meanwhile
+ * this process's kernel writes an illegal address FAULTS times, EVERY_MS apart, and each time
+ * the worker dies and restarts (with gpuxd's back-off: 100 ms, then 200, 400; five deaths in
+ * a minute would mark the device failed). Each innocent counts its requests that failed (the goal is none: requests
+ * that had not begun run again on the restarted worker), checks that its float was added to
+ * exactly once per request that succeeded (none ran twice), and records every round trip:
+ * the extra latency of a restart is the worst of them against the median.
+ */
+
+#define INNOCENTS 4u
+#define WINDOW 4u
+#define FAULTS 3u
+#define EVERY_MS 2000u
+#define LAT_MAX 200000u
+
+static const char kernels_cuda[] =
+	"extern \"C\" __global__ void inc(float *p)\n"
+	"{\n"
+	"	if (threadIdx.x == 0 && blockIdx.x == 0)\n"
+	"		p[0] += 1.0f;\n"
+	"}\n"
+	"extern \"C\" __global__ void crash(float *p)\n"
+	"{\n"
+	"	p[1ull << 40] = 1.0f;\n"
+	"}\n";
+
+static const char kernels_host[] =
+	"GPUX_HOST_PARAMS(inc, sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(inc)\n"
+	"{\n"
+	"	GPUX_ARG(float *, 0)[0] += 1.0f;\n"
+	"}\n"
+	"GPUX_HOST_PARAMS(crash, sizeof(float *));\n"
+	"GPUX_HOST_KERNEL(crash)\n"
+	"{\n"
+	"	volatile float *p = GPUX_ARG(float *, 0);\n"
+	"	p[-(1L << 40)] = 1.0f;\n"
+	"}\n";
+
+/* What each innocent tells the parent, in shared anonymous memory. */
+struct innocent {
+	uint64_t ok, failed, wrong;
+	unsigned nlat;
+	uint64_t lat[LAT_MAX];
+};
+
+static gpux_module *load(struct bench *b, gpux_ctx *c)
+{
+	gpux_module *m = NULL;
+
+	if (b->cuda)
+		(void)gpux_module_load(c, GPUX_LANG_CUDA, kernels_cuda, sizeof(kernels_cuda) - 1, NULL,
+				       &m, NULL);
+	else
+		(void)gpux_module_load(c, GPUX_LANG_HOST, kernels_host, sizeof(kernels_host) - 1, NULL,
+				       &m, NULL);
+	return m;
+}
+
+/* Connect to sock (the daemon may still be starting), device 0 ready. */
+static gpux_ctx *connect_ready(const char *sock)
+{
+	gpux_ctx *c = NULL;
+
+	for (int tries = 0; tries < 500 && gpux_connect(sock, &c) != GPUX_OK; tries++)
+		(void)usleep(20000);
+	for (int tries = 0; c && tries < 3000; tries++) {
+		struct gpux_device_info info;
+
+		if (gpux_device_info(c, 0, &info) == GPUX_OK && info.state == GPUX_DEVICE_READY)
+			break;
+		(void)usleep(10000);
+	}
+	return c;
+}
+
+/* An innocent client until `until`: WINDOW requests in flight, each timed. */
+static void innocent_run(struct bench *b, const char *sock, uint64_t until, struct innocent *me)
+{
+	gpux_ctx *c = connect_ready(sock);
+	gpux_module *m = c ? load(b, c) : NULL;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
+	gpux_req *r[WINDOW] = { NULL };
+	uint64_t t0[WINDOW];
+	gpux_buf *buf;
+	float *p;
+
+	if (!m || gpux_buf_alloc(c, 4096, &buf) != GPUX_OK)
+		_exit(1);
+	p = gpux_buf_data(buf);
+	p[0] = 0.0f;
+	for (unsigned k = 0;; k = (k + 1) % WINDOW) {
+		struct gpux_arg a = gpux_arg_inout(buf, 0, 4096);
+
+		if (r[k]) {
+			gpux_status st = gpux_wait(r[k], -1);
+			uint64_t now = tool_now();
+
+			if (st == GPUX_OK)
+				me->ok++;
+			else
+				me->failed++;
+			if (me->nlat < LAT_MAX)
+				me->lat[me->nlat++] = now - t0[k];
+			gpux_req_free(r[k]);
+			r[k] = NULL;
+		}
+		if (tool_now() >= until)
+			break;
+		t0[k] = tool_now();
+		if (gpux_submit(m, "inc", &l, &a, 1, &r[k]) != GPUX_OK) {
+			me->failed++;
+			r[k] = NULL;
+			(void)usleep(1000);
+		}
+	}
+	for (unsigned k = 0; k < WINDOW; k++)
+		if (r[k]) {
+			me->ok += gpux_wait(r[k], -1) == GPUX_OK;
+			gpux_req_free(r[k]);
+		}
+	/* Once per request that succeeded, never twice (a float counts exactly to 2^24). */
+	me->wrong = (uint64_t)p[0] != me->ok;
+	_exit(0);
+}
+
+/* n faults, `every` apart from `from` on: how many, and their restarts' mean time (ns). */
+static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, unsigned n,
+			      uint64_t every, double *ret_restart_ns)
+{
+	gpux_ctx *c = connect_ready(sock);
+	gpux_module *m = c ? load(b, c) : NULL;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
+	double restarts = 0;
+	unsigned faults = 0;
+	gpux_buf *buf;
+
+	if (!m || gpux_buf_alloc(c, 64, &buf) != GPUX_OK) {
+		gpux_disconnect(c);
+		return 0;
+	}
+	for (unsigned k = 0; k < n; k++) {
+		uint64_t at = from + every / 2 + k * every, until = at + every / 2, t0;
+		struct gpux_arg a = gpux_arg_inout(buf, 0, 64);
+		struct gpux_device_info info;
+
+		while (tool_now() < at)
+			(void)usleep(1000);
+		t0 = tool_now();
+		if (gpux_run(m, "crash", &l, &a, 1) != GPUX_E_KERNEL_FAULT)
+			break;
+		faults++;
+		/* Down as soon as the worker gives up, then up again. */
+		for (int tries = 0; tries < 10000; tries++) {
+			if (gpux_device_info(c, 0, &info) == GPUX_OK &&
+			    info.state != GPUX_DEVICE_READY)
+				break;
+			(void)usleep(100);
+		}
+		while (tool_now() < until && gpux_device_info(c, 0, &info) == GPUX_OK &&
+		       info.state != GPUX_DEVICE_READY)
+			(void)usleep(1000);
+		restarts += (double)(tool_now() - t0);
+	}
+	*ret_restart_ns = faults ? restarts / faults : NAN;
+	gpux_buf_free(buf);
+	gpux_module_free(m);
+	gpux_disconnect(c);
+	return faults;
+}
+
+int bench_fault(struct bench *b)
+{
+	char sock[PATH_MAX + 16], cache[PATH_MAX + 16];
+	uint64_t from, until, every = EVERY_MS * 1000000ull, all = 0;
+	uint64_t ok = 0, failed = 0, wrong = 0, *lat;
+	size_t bytes = INNOCENTS * sizeof(struct innocent);
+	struct innocent *inn;
+	pid_t pids[INNOCENTS], d;
+	double restart = NAN, p50, p99, worst;
+	unsigned faults, started = 0, n = b->quick ? 2 : FAULTS;
+
+	(void)snprintf(sock, sizeof(sock), "%s/f.sock", b->tmp);
+	(void)snprintf(cache, sizeof(cache), "%s/fcache", b->tmp);
+	inn = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (inn == MAP_FAILED)
+		return -1;
+	d = bench_daemon_start(b, sock, cache);
+	/* The daemon up and the kernels built before the clocks start. */
+	{
+		gpux_ctx *c = connect_ready(sock);
+		gpux_module *m = c ? load(b, c) : NULL;
+
+		gpux_module_free(m);
+		gpux_disconnect(c);
+		if (!m) {
+			bench_daemon_stop(d);
+			(void)munmap(inn, bytes);
+			return -1;
+		}
+	}
+	from = tool_now() + 500 * 1000000ull;
+	until = from + n * every;
+	for (unsigned i = 0; i < INNOCENTS; i++) {
+		pids[i] = fork();
+		if (pids[i] == 0)
+			innocent_run(b, sock, until, &inn[i]);
+		started += pids[i] > 0;
+	}
+	faults = neighbour_run(b, sock, from, n, every, &restart);
+	for (unsigned i = 0; i < INNOCENTS; i++) {
+		int st;
+
+		if (pids[i] > 0 && (waitpid(pids[i], &st, 0) != pids[i] || !WIFEXITED(st) ||
+				    WEXITSTATUS(st) != 0))
+			failed++;
+		ok += inn[i].ok;
+		failed += inn[i].failed;
+		wrong += inn[i].wrong;
+		all += inn[i].nlat;
+	}
+	bench_daemon_stop(d);
+	lat = all ? malloc(all * sizeof(*lat)) : NULL;
+	if (!lat || faults == 0 || started < INNOCENTS) {
+		free(lat);
+		(void)munmap(inn, bytes);
+		return -1;
+	}
+	all = 0;
+	for (unsigned i = 0; i < INNOCENTS; i++) {
+		memcpy(lat + all, inn[i].lat, inn[i].nlat * sizeof(*lat));
+		all += inn[i].nlat;
+	}
+	p50 = bench_median(lat, (unsigned)all);
+	p99 = bench_pct(lat, (unsigned)all, 99);
+	worst = (double)lat[all - 1]; /* sorted by bench_pct() */
+	/* Requests that had begun on the host back end are lost by design (its kernels work in
+	 * place): the goal of none lost is a GPU's. */
+	bench_add(b, "neighbour faults: innocents' requests lost", (double)failed, NAN, "",
+		  b->cuda ? "0" : "", (double)failed, failed == 0);
+	bench_add(b, "  innocents' results wrong (ran twice)", (double)wrong, NAN, "", "0",
+		  (double)wrong, wrong == 0);
+	bench_add(b, "  innocents' requests done", (double)ok, NAN, "", "", NAN, true);
+	bench_add(b, "  faults (each a restart)", (double)faults, NAN, "", "", NAN, true);
+	bench_add(b, "  worker restart, fault to ready", restart / 1e6, NAN, "ms", "", NAN, true);
+	bench_add(b, "  innocents' round trip, p50", p50 / 1e3, NAN, "us", "", NAN, true);
+	bench_add(b, "  innocents' round trip, p99", p99 / 1e3, NAN, "us", "", NAN, true);
+	bench_add(b, "  innocents' worst round trip (a restart's delay)", worst / 1e6, NAN, "ms",
+		  "", NAN, true);
+	free(lat);
+	(void)munmap(inn, bytes);
+	return 0;
+}

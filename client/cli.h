@@ -124,12 +124,21 @@ struct gpux_module {
 	struct gpux_module *prev, *next;
 };
 
+/* A queue's priority and share as the worker is told them (gpux_queue_opts, checked). */
+struct cli_qopts {
+	bool set;       /* any given: a QUEUE_CONFIG follows the queue's opening */
+	uint32_t flags; /* IPC_QUEUE_PRIORITY */
+	int32_t priority;
+	uint32_t share;
+};
+
 struct gpux_queue {
 	uint32_t magic; /* first: see client/handle.c */
 	gpux_ctx *ctx;
 	uint32_t id;
 	uint32_t device;
 	uint64_t sent; /* chan_gen of its device's channel that opened it */
+	struct cli_qopts opts;
 	struct gpux_queue *prev, *next;
 };
 
@@ -206,6 +215,7 @@ struct cli_dev {
 	bool want_channel;       /* it ended, the worker may live: ask gpuxd for a new one */
 	struct cli_outbox out;   /* what its socket could not take yet, in order */
 	bool out_armed;          /* epoll watches the channel for room (EPOLLOUT) */
+	uint64_t dq_sent;        /* chan_gen that has the default queue's options; 0: none */
 };
 
 /* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
@@ -261,6 +271,9 @@ struct gpux_ctx {
 	struct cli_seg *freezing; /* frozen copies being made without the lock */
 	uint64_t shared_bytes; /* of all segs */
 	uint64_t quota_shared; /* gpuxd's cap on shared_bytes, from its welcome */
+	int8_t prio_max, prio_default; /* gpuxd's priority policy for us, from its welcome */
+	struct cli_qopts dq;           /* the default queues' options (gpux_set_default_queue()) */
+	bool urgent; /* a queue of a priority above 0: waits spin, however busy the machine */
 	struct gpux_buf *bufs;
 	struct gpux_dbuf *dbufs;
 	struct gpux_module *modules;
@@ -450,5 +463,9 @@ int cli_module_sync(gpux_ctx *ctx, gpux_module *m, uint32_t device);
 void cli_modules_free_all(gpux_ctx *ctx);
 
 /* client/queue.c */
-int cli_queue_sync(gpux_ctx *ctx, gpux_queue *q);
+/* Lock held: the queue a request goes to is open with its options on the device's current
+ * channel (q NULL: the default queue's options are there, if it has any). */
+int cli_queue_sync_for(gpux_ctx *ctx, gpux_queue *q, uint32_t device);
+/* Lock held: ctx->urgent again, from the queues' and the default queue's priorities. */
+void cli_urgent_update(gpux_ctx *ctx);
 void cli_queues_free_all(gpux_ctx *ctx);

@@ -253,6 +253,9 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 	ctx->client_id = wel.client_id;
 	ctx->ndevices = wel.ndevices;
 	ctx->quota_shared = wel.quota_shared;
+	ctx->prio_max = wel.prio_max;
+	ctx->prio_default = wel.prio_default;
+	cli_urgent_update(ctx);
 	if (!(wel.flags & IPC_WELCOME_PRIVATE))
 		ctx->served_shared = true;
 	/* One DEVICE per device follows at once. */

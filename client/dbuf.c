@@ -199,8 +199,8 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 		rc = cli_dbuf_sync(ctx, d);
 	if (rc == 0)
 		rc = cli_seg_sync(ctx, b->seg, d->device);
-	if (rc == 0 && q)
-		rc = cli_queue_sync(ctx, q);
+	if (rc == 0)
+		rc = cli_queue_sync_for(ctx, q, d->device);
 	if (rc < 0)
 		goto out;
 	r = cli_req_new(ctx, d->device, false);

@@ -333,8 +333,8 @@ static int objects_sync(gpux_ctx *ctx, struct gpux_req *r, uint32_t device)
 		if (!m || (s.m.queue && (!q || q->device != device)))
 			return -ENOENT;
 		rc = cli_module_sync(ctx, m, device);
-		if (rc == 0 && q)
-			rc = cli_queue_sync(ctx, q);
+		if (rc == 0)
+			rc = cli_queue_sync_for(ctx, q, device);
 		return rc;
 	}
 	if (msg.hdr.type == IPC_COPY) {
@@ -355,8 +355,8 @@ static int objects_sync(gpux_ctx *ctx, struct gpux_req *r, uint32_t device)
 		rc = cli_seg_sync(ctx, seg, device);
 		if (rc == 0)
 			rc = cli_dbuf_sync(ctx, db);
-		if (rc == 0 && q)
-			rc = cli_queue_sync(ctx, q);
+		if (rc == 0)
+			rc = cli_queue_sync_for(ctx, q, device);
 		return rc;
 	}
 	return -EPROTO;

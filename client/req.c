@@ -470,8 +470,8 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	}
 	s.data_len = data_len;
 	rc = cli_module_sync(ctx, m, device);
-	if (rc == 0 && l->queue)
-		rc = cli_queue_sync(ctx, l->queue);
+	if (rc == 0)
+		rc = cli_queue_sync_for(ctx, l->queue, device);
 	/* Its id holds a word of the channel's marks (client/replay.c). */
 	if (rc == 0)
 		rc = cli_req_word_take(ctx, r, device);

@@ -86,7 +86,8 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 
 	if (deadline && deadline < until)
 		until = deadline;
-	if (ipc_spin_ns() == 0 || !spin_fits(ctx))
+	/* A process with latency-critical queues spins for their answers whatever the load. */
+	if (ipc_spin_ns() == 0 || (!ctx->urgent && !spin_fits(ctx)))
 		until = 0;
 	for (uint32_t i = 0; i < ctx->ndevices && until > 0; i++) {
 		struct cli_rings *r = ctx->devs[i].rings;
@@ -117,7 +118,10 @@ static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, u
 			n = epoll_wait(ctx->epfd, ev, nev, 0);
 			if (n != 0)
 				break;
-			(void)sched_yield();
+			/* A latency-critical waiter keeps its CPU: among many runnable processes a
+			 * yield can cost it a scheduler's slice. */
+			if (!ctx->urgent)
+				(void)sched_yield();
 			fd_next = mono_ns() + SPIN_FD_GAP_NS;
 		}
 		cpu_relax();

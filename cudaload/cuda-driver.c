@@ -72,15 +72,32 @@ static const struct entry entries[] = {
 	E(cuGraphExecKernelNodeSetParams, 12000),
 	E(cuGraphLaunch, 10000),
 	E(cuStreamWriteValue64, 12000),
+	E(cuCtxGetStreamPriorityRange, 5050),
+	E(cuStreamCreateWithPriority, 5050),
+	E(cuStreamGetPriority, 5050),
+	E(cuDeviceGetDevResource, 12040),
+	E(cuDevSmResourceSplitByCount, 12040),
+	E(cuDevResourceGenerateDesc, 12040),
+	E(cuGreenCtxCreate, 12040),
+	E(cuGreenCtxDestroy, 12040),
+	E(cuGreenCtxStreamCreate, 12050),
 	E(cuStreamWriteValue32, 12000),
+};
+
+/* Entries the worker does without: older drivers, and drivers that will not. */
+static const char *const optional[] = {
+	"cuFuncGetParamInfo",          "cuStreamWriteValue64",      "cuDeviceGetDevResource",
+	"cuDevSmResourceSplitByCount", "cuDevResourceGenerateDesc", "cuGreenCtxCreate",
+	"cuGreenCtxDestroy",           "cuGreenCtxStreamCreate",    "cuStreamWriteValue32",
 };
 
 /* Entries the worker cannot do without. */
 static bool required(const struct entry *e)
 {
-	return strcmp(e->name, "cuFuncGetParamInfo") != 0 &&
-	       strcmp(e->name, "cuStreamWriteValue64") != 0 &&
-	       strcmp(e->name, "cuStreamWriteValue32") != 0;
+	for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++)
+		if (strcmp(e->name, optional[i]) == 0)
+			return false;
+	return true;
 }
 
 gpux_status cu_driver_load(struct cu_driver *d, char **ret_msg)

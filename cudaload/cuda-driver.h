@@ -68,6 +68,16 @@ struct cu_driver {
 	CU_FN(cuGraphExecKernelNodeSetParams);
 	CU_FN(cuGraphLaunch);
 	CU_FN(cuStreamWriteValue64); /* NULL where the driver will not */
+	CU_FN(cuCtxGetStreamPriorityRange);
+	CU_FN(cuStreamCreateWithPriority);
+	CU_FN(cuStreamGetPriority);
+	/* Green contexts (compute shares): CUDA 12.4, the streams 12.5; NULL before. */
+	CU_FN(cuDeviceGetDevResource);
+	CU_FN(cuDevSmResourceSplitByCount);
+	CU_FN(cuDevResourceGenerateDesc);
+	CU_FN(cuGreenCtxCreate);
+	CU_FN(cuGreenCtxDestroy);
+	CU_FN(cuGreenCtxStreamCreate);
 	CU_FN(cuStreamWriteValue32); /* NULL where the driver will not */
 };
 

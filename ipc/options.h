@@ -185,6 +185,15 @@
 	  .help = "that time while connections without hello hold a\n"                             \
 		  "quarter of max-clients, or only the reserve is left\n"                          \
 		  "(default " IPC_OPT_STR(IPC_OPT_BUSY_HELLO_TIMEOUT_MS) ")")                      \
+	S("Priorities of queues (gpux_queue_open_ex(3)):")                                         \
+	D(prio_rules, "priority", .kind = IPC_OPT_PARSE, .parse = sup_parse_priority,              \
+	  .arg = "RULES",                                                                          \
+	  .help = "who may give queues which priorities (-1 to 2), and\n"                          \
+		  "theirs by default: WHO=MAX[/DEFAULT], several with\n"                          \
+		  "commas or options, the first that matches holds; WHO\n"                        \
+		  "is user:NAME, group:NAME (numbers too) or * (all).\n"                          \
+		  "Without a rule: every priority for gpuxd's user and\n"                         \
+		  "root, 0 at most for others; DEFAULT: 0, or MAX if lower")                       \
 	S("Metrics:")                                                                              \
 	D(metrics, "metrics", .kind = IPC_OPT_PARSE, .parse = sup_parse_metrics, .arg = "ADDR",    \
 	  .help = "serve Prometheus metrics at http://ADDR/metrics\n"                              \

@@ -78,6 +78,10 @@
 	X(IPC_LAUNCH_TIMED, GPUX_LAUNCH_TIMED)                                                     \
 	X(IPC_MOD_HEADERS_MAX, GPUX_MODULE_HEADERS_MAX)                                            \
 	X(IPC_MOD_NAMES_MAX, GPUX_MODULE_NAMES_MAX)                                                \
+	X(IPC_PRIO_MIN, GPUX_PRIORITY_MIN)                                                         \
+	X(IPC_PRIO_MAX, GPUX_PRIORITY_MAX)                                                         \
+	X(IPC_SHARE_MAX, GPUX_SHARE_MAX)                                                           \
+	X(IPC_QUEUE_PRIORITY, GPUX_QUEUE_PRIORITY)                                                 \
 	X(IPC_ATTR_UNKNOWN, GPUX_ATTR_UNKNOWN)
 
 /*
@@ -160,7 +164,9 @@
 	/* client -> worker: a device buffer kept in host memory; DONE when it has an id */        \
 	X(DBUF_HOST, 32, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)                   \
 	/* gpuxd -> worker: a client attached ahead (for a forked child) is that process's now */  \
-	X(ADOPT, 33, adopt, "adopt", adopt, adopt, 0, FIXED)
+	X(ADOPT, 33, adopt, "adopt", adopt, adopt, 0, FIXED)                                       \
+	/* client -> worker: a queue's priority and compute share; DONE when it has an id */       \
+	X(QUEUE_CONFIG, 34, queue_config, "queue-config", queue_config, queue_config, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

@@ -84,10 +84,17 @@ static bool ok_hello(const struct ipc_hello *m, const struct ipc_msg *msg)
 	return m->min_version <= m->max_version && !(m->flags & ~IPC_HELLO_ADMIN);
 }
 
+/* A priority policy: a default no higher than the highest, both levels of the protocol. */
+static bool ok_prio_policy(int8_t max, int8_t def)
+{
+	return def >= IPC_PRIO_MIN && def <= max && max <= IPC_PRIO_MAX;
+}
+
 static bool ok_welcome(const struct ipc_welcome *m, const struct ipc_msg *msg)
 {
 	return m->version >= IPC_VERSION_MIN && m->version <= IPC_VERSION &&
-	       m->ndevices <= IPC_DEVICES_MAX && !(m->flags & ~IPC_WELCOME_PRIVATE);
+	       m->ndevices <= IPC_DEVICES_MAX && !(m->flags & ~IPC_WELCOME_PRIVATE) &&
+	       ok_prio_policy(m->prio_max, m->prio_default) && m->reserved == 0;
 }
 
 static bool ok_device(const struct ipc_device *m, const struct ipc_msg *msg)
@@ -95,10 +102,10 @@ static bool ok_device(const struct ipc_device *m, const struct ipc_msg *msg)
 	return !(m->flags & ~IPC_DEVICE_CHANNEL) && ok_device_info(&m->info) && ok_state(m->state);
 }
 
-/* From gpuxd, whom the worker trusts: the size and the fd are all there is to check. */
+/* From gpuxd, whom the worker trusts: the size, the fd and the policy's levels. */
 static bool ok_attach(const struct ipc_attach *m, const struct ipc_msg *msg)
 {
-	return !(m->flags & ~IPC_ATTACH_SPARE);
+	return ok_prio_policy(m->prio_max, m->prio_default) && !(m->flags & ~IPC_ATTACH_SPARE);
 }
 
 static bool ok_adopt(const struct ipc_adopt *m, const struct ipc_msg *msg)
@@ -150,6 +157,14 @@ static bool ok_queue_open(const struct ipc_queue_msg *m, const struct ipc_msg *m
 static bool ok_queue_close(const struct ipc_queue_msg *m, const struct ipc_msg *msg)
 {
 	return m->flags == 0;
+}
+
+static bool ok_queue_config(const struct ipc_queue_config *m, const struct ipc_msg *msg)
+{
+	if (!(m->flags & IPC_QUEUE_PRIORITY) && m->priority != 0)
+		return false;
+	return !(m->flags & ~IPC_QUEUE_PRIORITY) && m->share <= IPC_SHARE_MAX &&
+	       m->priority >= IPC_PRIO_MIN && m->priority <= IPC_PRIO_MAX;
 }
 
 static bool ok_dbuf_alloc(const struct ipc_dbuf_alloc *m, const struct ipc_msg *msg)
@@ -554,7 +569,8 @@ int ipc_decode_status(const struct ipc_msg *msg, struct ipc_status_msg *ret)
 		struct ipc_dev_status d;
 		memcpy(&d, msg->payload + sizeof(m) + i * sizeof(d), sizeof(d));
 		if (!ok_device_info(&d.info) || !ok_state(d.state) ||
-		    !memchr(d.stats.driver, 0, sizeof(d.stats.driver)))
+		    !memchr(d.stats.driver, 0, sizeof(d.stats.driver)) ||
+		    !memchr(d.stats.sched.share_note, 0, sizeof(d.stats.sched.share_note)))
 			return -EBADMSG;
 	}
 	ret->m = m;

@@ -27,7 +27,9 @@
  *    MOD_LOAD carries a CUDA C++ module's headers and name expressions.
  *    Draining (IPC_DRAIN, IPC_E_STOPPING), IPC_MOD_INFO, WELCOME's flags, STATUS in pages,
  *    and in ipc_stats what metrics need: requests by status, latency and queue histograms,
- *    memory by user, versions.
+ *    memory by user, versions. Later, as types and fields a peer of this version without them
+ *    never sends: IPC_QUEUE_CONFIG (a worker without it refuses it as any unknown type), the
+ *    priority policy in ATTACH and WELCOME (their reserved space, 0 before), ipc_stats' sched.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
@@ -89,6 +91,14 @@ enum { IPC_STATUS_COUNT = 0 IPC_STATUSES(IPC_COUNT_) };
 #define IPC_ARG_CACHED 0x1u   /* ipc_arg.flags: an IN argument whose bytes the worker may keep */
 #define IPC_LAUNCH_TIMED 0x1u /* ipc_submit.flags: measure the device's own time */
 
+/* Queues' priorities: IPC_PRIO_MIN (background) to IPC_PRIO_MAX (latency-critical), 0 by
+ * default; a worker keeps one level of each. Compute shares: percent of the device's SMs. */
+#define IPC_PRIO_MIN (-1)
+#define IPC_PRIO_MAX 2
+#define IPC_PRIO_LEVELS (IPC_PRIO_MAX - IPC_PRIO_MIN + 1)
+#define IPC_SHARE_MAX 100u
+#define IPC_QUEUE_PRIORITY 0x1u /* ipc_queue_config.flags: priority given (else the default) */
+
 /* Shared by READY, DEVICE and STATUS. */
 struct ipc_device_info {
 	uint32_t index;
@@ -121,7 +131,9 @@ struct ipc_welcome {
 	uint64_t client_id;
 	uint64_t quota_shared; /* shared-buffer bytes this client may have (3) */
 	uint32_t flags;        /* IPC_WELCOME_* (3) */
-	uint32_t reserved;
+	int8_t prio_max;       /* the highest priority its queues may have (3, later; see ATTACH) */
+	int8_t prio_default;   /* theirs when it names none */
+	uint16_t reserved;
 };
 _Static_assert(sizeof(struct ipc_welcome) == 32, "wire ABI");
 
@@ -140,12 +152,19 @@ _Static_assert(sizeof(struct ipc_device) == 128, "wire ABI");
 /* Made ahead for a forked child (supervisor/spares.c): no client's yet, until ADOPT. */
 #define IPC_ATTACH_SPARE 0x1u
 
+/*
+ * gpuxd's priority policy for the client (gpuxd --priority): the highest priority its queues
+ * may have, and theirs when it names none, each IPC_PRIO_MIN to IPC_PRIO_MAX with
+ * prio_default <= prio_max. Both 0 (the reserved space of before): priority 0 only.
+ */
 struct ipc_attach {
 	uint64_t client_id;
 	uint32_t uid;
 	uint32_t gid;
 	uint32_t pid;
-	uint32_t flags; /* IPC_ATTACH_* (0 before) */
+	int8_t prio_max;
+	int8_t prio_default;
+	uint16_t flags; /* IPC_ATTACH_* (0 before) */
 };
 _Static_assert(sizeof(struct ipc_attach) == 24, "wire ABI");
 
@@ -228,6 +247,19 @@ struct ipc_queue_msg {
 	uint32_t queue;
 	uint32_t flags;
 };
+
+/*
+ * An open queue's priority and compute share, or the default queue's (queue 0), which holds
+ * from the queue's next request on. Answered by a DONE when it has an id; without one the
+ * worker takes it as it may (a priority above the client's highest is lowered to that).
+ */
+struct ipc_queue_config {
+	uint32_t queue;
+	int32_t priority; /* IPC_PRIO_MIN to IPC_PRIO_MAX; with IPC_QUEUE_PRIORITY only */
+	uint32_t share;   /* percent of the device's SMs its kernels may run on; 0: every SM */
+	uint32_t flags;   /* IPC_QUEUE_PRIORITY */
+};
+_Static_assert(sizeof(struct ipc_queue_config) == 16, "wire ABI");
 
 struct ipc_dbuf_alloc {
 	uint64_t dbuf_id;
@@ -450,6 +482,27 @@ struct ipc_usage {
 };
 _Static_assert(sizeof(struct ipc_usage) == 24, "wire ABI");
 
+/* A level's streams had no priority given (none made yet, or no device priorities). */
+#define IPC_STREAM_PRIO_NONE INT32_MIN
+#define IPC_SHARE_NOTE_MAX 64u
+
+/* A worker's priorities and compute shares (worker/core/queue.c), for gpux status. */
+struct ipc_sched {
+	/* The CUDA stream priority of each level's streams (IPC_PRIO_MIN's first) as the device
+	 * took it, or IPC_STREAM_PRIO_NONE; the device's range (both 0: none, the host). */
+	int32_t stream_prio[IPC_PRIO_LEVELS];
+	int32_t stream_prio_least, stream_prio_greatest;
+	uint64_t launches[IPC_PRIO_LEVELS]; /* requests started, by their queue's level */
+	uint32_t share_sms;     /* the SMs compute shares are cut from; 0: no shares here */
+	uint32_t share_unit;    /* a share is a multiple of this many SMs ... */
+	uint32_t share_min;     /* ... and at least this many */
+	uint32_t share_streams; /* streams of queues with a share (a green context's) */
+	uint32_t prio_streams;  /* streams of queues of a priority other than 0, without a share */
+	uint32_t share_ctxs;    /* green contexts made */
+	char share_note[IPC_SHARE_NOTE_MAX]; /* why there are no compute shares, or "" */
+};
+_Static_assert(sizeof(struct ipc_sched) == 144, "wire ABI");
+
 /* A worker's counters, kept in its status page and copied into STATUS. */
 struct ipc_stats {
 	uint64_t requests_done;
@@ -490,8 +543,9 @@ struct ipc_stats {
 	uint64_t copyin_requests; /* requests whose copies in went by gpux's copy-in kernel */
 	uint64_t clients_active;  /* clients whose rings the loop looks at (worker/core/active.h) */
 	uint64_t clients_busy;    /* clients with requests in flight */
+	struct ipc_sched sched;   /* priorities and compute shares */
 };
-_Static_assert(sizeof(struct ipc_stats) == 1320, "wire ABI");
+_Static_assert(sizeof(struct ipc_stats) == 1464, "wire ABI");
 
 struct ipc_dev_status {
 	struct ipc_device_info info;
@@ -503,7 +557,7 @@ struct ipc_dev_status {
 	uint32_t launch_rate;   /* launches finished per second, over the last second or so */
 	struct ipc_stats stats;
 };
-_Static_assert(sizeof(struct ipc_dev_status) == 1456, "wire ABI");
+_Static_assert(sizeof(struct ipc_dev_status) == 1600, "wire ABI");
 
 #define IPC_STATUS_STOPPING 0x1u /* gpuxd is draining: it takes no new clients or requests */
 

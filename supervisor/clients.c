@@ -49,6 +49,29 @@ static bool allowed(const struct sup *s, int fd, const struct ucred *cr)
 	return false;
 }
 
+/*
+ * The priorities a client may give its queues, and theirs by default: the first --priority
+ * rule that matches it (its user, its primary or a supplementary group, or everybody), else
+ * every priority for gpuxd's user and root and 0 at most for others. A client's own queues are
+ * all it can raise: nobody but those the rules name may put work before another user's.
+ */
+static void prio_policy(const struct sup *s, int fd, const struct ucred *cr, int8_t *ret_max,
+			int8_t *ret_default)
+{
+	for (unsigned i = 0; i < s->opts.nprio_rules; i++) {
+		const struct sup_prio_rule *r = &s->opts.prio_rules[i];
+
+		if (r->who == SUP_PRIO_ALL || (r->who == SUP_PRIO_USER && r->id == cr->uid) ||
+		    (r->who == SUP_PRIO_GROUP && (r->id == cr->gid || in_groups(fd, r->id)))) {
+			*ret_max = r->max;
+			*ret_default = r->def;
+			return;
+		}
+	}
+	*ret_max = owner(cr->uid) ? IPC_PRIO_MAX : 0;
+	*ret_default = 0;
+}
+
 /* Refuse a connection with a status before anything else: it is new, the send cannot block. */
 static void refuse(int fd, gpux_status status, const char *why)
 {
@@ -176,7 +199,14 @@ static bool give_spare_channel(struct sup_client *c, struct sup_worker *w, struc
 /* Make a channel between a client and a ready worker and give each its end. */
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w)
 {
-	struct ipc_attach a = { .client_id = c->id, .uid = c->uid, .gid = c->gid, .pid = (uint32_t)c->pid };
+	struct ipc_attach a = {
+		.client_id = c->id,
+		.uid = c->uid,
+		.gid = c->gid,
+		.pid = (uint32_t)c->pid,
+		.prio_max = c->prio_max,
+		.prio_default = c->prio_default,
+	};
 	int pair[2], fds[2], n;
 
 	if (ipc_channel_pair(pair, false) < 0) {
@@ -436,6 +466,8 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 		.client_id = c->id,
 		.quota_shared = s->opts.quota_shared,
 		.flags = s->opts.private_mode ? IPC_WELCOME_PRIVATE : 0,
+		.prio_max = c->prio_max,
+		.prio_default = c->prio_default,
 	};
 	n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), msg->hdr.id, &wel);
 	r = n < 0 ? n : ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
@@ -702,6 +734,7 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	c->uid = cr.uid;
 	c->gid = cr.gid;
 	c->pid = cr.pid;
+	prio_policy(s, fd, &cr, &c->prio_max, &c->prio_default);
 	r = count_add(&s->per_uid, cr.uid);
 	if (r == 0 && cr.pid > 0) {
 		r = count_add(&s->per_pid, (uint64_t)cr.pid);

@@ -2,6 +2,7 @@
 /* supervisor/options.c: gpuxd's command line, and each worker's, from ipc/options.h's table. */
 #include <errno.h>
 #include <grp.h>
+#include <pwd.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -68,6 +69,143 @@ static int sup_parse_metrics(const char *value, void *opts, char *why, size_t wh
 		return r;
 	o->metrics = value;
 	return 0;
+}
+
+/* A priority of a rule: -1 to 2. */
+static int prio_value(const char *s, size_t len, int8_t *ret)
+{
+	bool neg = len > 0 && s[0] == '-';
+	char buf[8];
+	uint64_t v;
+
+	if (neg) {
+		s++;
+		len--;
+	}
+	if (len == 0 || len >= sizeof(buf))
+		return -EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (ipc_parse_u64(buf, 10, &v) < 0 || v > (neg ? (uint64_t)-IPC_PRIO_MIN : IPC_PRIO_MAX))
+		return -EINVAL;
+	*ret = (int8_t)(neg ? -(int64_t)v : (int64_t)v);
+	return 0;
+}
+
+/* WHO of a rule: user:NAME, group:NAME (names or numbers), or "*". */
+static int prio_who(const char *who, struct sup_prio_rule *r, char *why, size_t why_len)
+{
+	const char *name = strchr(who, ':');
+	uint64_t v;
+
+	if (strcmp(who, "*") == 0) {
+		r->who = SUP_PRIO_ALL;
+		return 0;
+	}
+	if (!name || name[1] == '\0')
+		goto bad;
+	name++;
+	if (strncmp(who, "user:", 5) == 0) {
+		struct passwd *p;
+
+		r->who = SUP_PRIO_USER;
+		if (ipc_parse_u64(name, 10, &v) == 0 && v < (uid_t)-1) {
+			r->id = (uint32_t)v;
+			return 0;
+		}
+		errno = 0;
+		p = getpwnam(name);
+		if (!p) {
+			(void)snprintf(why, why_len, "no user \"%s\"%s%s", name, errno ? ": " : "",
+				       errno ? strerror(errno) : "");
+			return -EINVAL;
+		}
+		r->id = p->pw_uid;
+		return 0;
+	}
+	if (strncmp(who, "group:", 6) == 0) {
+		struct group *g;
+
+		r->who = SUP_PRIO_GROUP;
+		if (ipc_parse_u64(name, 10, &v) == 0 && v < (gid_t)-1) {
+			r->id = (uint32_t)v;
+			return 0;
+		}
+		errno = 0;
+		g = getgrnam(name);
+		if (!g) {
+			(void)snprintf(why, why_len, "no group \"%s\"%s%s", name, errno ? ": " : "",
+				       errno ? strerror(errno) : "");
+			return -EINVAL;
+		}
+		r->id = g->gr_gid;
+		return 0;
+	}
+bad:
+	(void)snprintf(why, why_len, "\"%s\" is not user:NAME, group:NAME or *", who);
+	return -EINVAL;
+}
+
+/* One rule, WHO=MAX[/DEFAULT]: appended to the options' rules. */
+static int prio_rule(struct sup_opts *o, const char *rule, char *why, size_t why_len)
+{
+	const char *eq = strrchr(rule, '=');
+	const char *slash = eq ? strchr(eq, '/') : NULL;
+	struct sup_prio_rule r = { 0 };
+	char who[256];
+	int e;
+
+	if (!eq || (size_t)(eq - rule) >= sizeof(who)) {
+		(void)snprintf(why, why_len, "\"%s\" is not WHO=MAX[/DEFAULT]", rule);
+		return -EINVAL;
+	}
+	memcpy(who, rule, (size_t)(eq - rule));
+	who[eq - rule] = '\0';
+	e = prio_who(who, &r, why, why_len);
+	if (e < 0)
+		return e;
+	if (prio_value(eq + 1, slash ? (size_t)(slash - eq - 1) : strlen(eq + 1), &r.max) < 0 ||
+	    (slash && prio_value(slash + 1, strlen(slash + 1), &r.def) < 0)) {
+		(void)snprintf(why, why_len, "%s: a priority is a number from %d to %d", rule,
+			       IPC_PRIO_MIN, IPC_PRIO_MAX);
+		return -EINVAL;
+	}
+	if (!slash)
+		r.def = MIN(r.max, (int8_t)0);
+	if (r.def > r.max) {
+		(void)snprintf(why, why_len, "%s: the default is above the highest", rule);
+		return -EINVAL;
+	}
+	if (o->nprio_rules == SUP_PRIO_RULES_MAX) {
+		(void)snprintf(why, why_len, "more than %u rules", SUP_PRIO_RULES_MAX);
+		return -EINVAL;
+	}
+	o->prio_rules[o->nprio_rules++] = r;
+	return 0;
+}
+
+/* --priority RULE[,RULE...], as often as wished: the rules in the order given. */
+static int sup_parse_priority(const char *value, void *opts, char *why, size_t why_len)
+{
+	char rule[512];
+
+	for (const char *p = value;; p++) {
+		size_t n = strcspn(p, ",");
+		int e;
+
+		if (n == 0 || n >= sizeof(rule)) {
+			(void)snprintf(why, why_len, "\"%s\": an empty or overlong rule", value);
+			return -EINVAL;
+		}
+		memcpy(rule, p, n);
+		rule[n] = '\0';
+		e = prio_rule(opts, rule, why, why_len);
+		if (e < 0)
+			return e;
+		p += n;
+		if (*p == '\0')
+			return 0;
+	}
 }
 
 #define SUP_ROW_(field, name_, ...)                                                                \

@@ -35,6 +35,7 @@ struct sup_pool {
 	pid_t pid; /* the parent */
 	uid_t uid;
 	gid_t gid;
+	int8_t prio_max, prio_default; /* gpuxd's priority policy for them (--priority) */
 	unsigned want; /* spares to keep */
 	unsigned n;
 	struct sup_spare *head, *tail; /* oldest first */
@@ -123,7 +124,8 @@ static int spare_make(struct sup *s, struct sup_pool *p)
 		return -ENOMEM;
 	sp->id = ++s->next_client_id;
 	a = (struct ipc_attach){ .client_id = sp->id, .uid = p->uid, .gid = p->gid,
-				 .pid = (uint32_t)p->pid, .flags = IPC_ATTACH_SPARE };
+				 .pid = (uint32_t)p->pid, .prio_max = p->prio_max,
+				 .prio_default = p->prio_default, .flags = IPC_ATTACH_SPARE };
 	n = ipc_encode_attach(buf, sizeof(buf), 0, &a);
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		sp->chan[i] = -1;
@@ -196,13 +198,17 @@ struct sup_spare *sup_spare_take(struct sup *s, const struct sup_client *c)
 		p->pid = ppid;
 		p->uid = c->uid;
 		p->gid = c->gid;
+		p->prio_max = c->prio_max;
+		p->prio_default = c->prio_default;
 		if (ipc_map_put(&s->pools, (uint64_t)ppid, p) < 0) {
 			free(p);
 			return NULL;
 		}
 	}
-	/* Made for another identity (the child changed its own): none for this one. */
-	if (p->uid != c->uid || p->gid != c->gid)
+	/* Made for another identity (the child changed its own, or its groups give it another
+	 * priority policy): none for this one. */
+	if (p->uid != c->uid || p->gid != c->gid || p->prio_max != c->prio_max ||
+	    p->prio_default != c->prio_default)
 		return NULL;
 	sp = p->head;
 	if (sp) {

@@ -53,6 +53,25 @@
 #define SUP_EXIT_USAGE 2
 #define SUP_EXIT_RUNNING 3 /* another gpuxd holds the socket */
 
+/*
+ * A rule of --priority: which clients (a user, a group's members, everybody) may give their
+ * queues which priorities at most, and which theirs are when they name none
+ * (supervisor/clients.c: the first rule that matches a client holds).
+ */
+enum sup_prio_who {
+	SUP_PRIO_USER,
+	SUP_PRIO_GROUP,
+	SUP_PRIO_ALL,
+};
+
+struct sup_prio_rule {
+	enum sup_prio_who who;
+	uint32_t id; /* uid or gid */
+	int8_t max, def;
+};
+
+#define SUP_PRIO_RULES_MAX 64u
+
 struct sup_opts {
 	const char *socket_path;
 	bool private_mode;
@@ -95,6 +114,8 @@ struct sup_opts {
 	bool metrics_per_user; /* uid labels on memory */
 	int log_level;        /* a syslog priority */
 	const char *log_file; /* NULL: the target sup_log_auto() chooses */
+	struct sup_prio_rule prio_rules[SUP_PRIO_RULES_MAX]; /* --priority, in order */
+	unsigned nprio_rules;
 };
 
 /* A worker's life, as a table of state x event (supervisor/workers.c). */
@@ -160,6 +181,7 @@ struct sup_client {
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
+	int8_t prio_max, prio_default; /* what --priority allows it (supervisor/clients.c) */
 	bool hello_done;
 	const char *refused; /* why it was told no at hello; dropped when hello_timer fires */
 	bool admin;

@@ -357,11 +357,11 @@ static const struct sample_def samples[] = {
 	      .max_version = IPC_VERSION),
 	FIXED("hello-admin", HELLO, ipc_hello, 1, 1, IPC_HELLO_ADMIN, 0),
 	FIXED("welcome", WELCOME, ipc_welcome, IPC_VERSION, 2, 0x1122334455667788ull, 1ull << 34,
-	      IPC_WELCOME_PRIVATE, 0),
+	      IPC_WELCOME_PRIVATE, 0, 0, 0),
 	FIXED("device", DEVICE, ipc_device, SAMPLE_INFO(1), IPC_DEVICE_FAILED, 7, 0, 0),
 	FIXED("device-channel", DEVICE, ipc_device, SAMPLE_INFO(0), IPC_DEVICE_READY, 1,
 	      IPC_DEVICE_CHANNEL, 0),
-	FIXED("attach", ATTACH, ipc_attach, 0x1122334455667788ull, 1000, 1000, 4321, 0),
+	FIXED("attach", ATTACH, ipc_attach, 0x1122334455667788ull, 1000, 1000, 4321, 0, 0, 0),
 	FIXED("ready", READY, ipc_ready, SAMPLE_INFO(0)),
 	FIXED("seg-add", SEG_ADD, ipc_seg_add, 7, 2 * MiB, 0, 0),
 	FIXED("seg-add-frozen", SEG_ADD, ipc_seg_add, 8, 4096, IPC_SEG_FROZEN, 0),
@@ -408,6 +408,13 @@ static const struct sample_def samples[] = {
 	FIXED("marks", MARKS, ipc_marks_offer, .index = 17),
 	FIXED("dbuf-host", DBUF_HOST, ipc_dbuf_host, .dbuf_id = 13, .size = 1 * MiB, .seg_id = 7,
 	      .seg_offset = 4096),
+	FIXED("queue-config", QUEUE_CONFIG, ipc_queue_config, .queue = 5, .priority = IPC_PRIO_MAX,
+	      .share = 25, .flags = IPC_QUEUE_PRIORITY),
+	FIXED("queue-config-default", QUEUE_CONFIG, ipc_queue_config, .queue = 0, .share = 50),
+	FIXED("welcome-priority", WELCOME, ipc_welcome, .version = IPC_VERSION, .ndevices = 1,
+	      .client_id = 9, .prio_max = IPC_PRIO_MAX, .prio_default = 1),
+	FIXED("attach-priority", ATTACH, ipc_attach, .client_id = 9, .uid = 1001, .gid = 1001,
+	      .pid = 77, .prio_max = 1, .prio_default = IPC_PRIO_MIN),
 };
 
 /* A FIXED or EMPTY sample, through the schema's encoder of its type. */

@@ -64,6 +64,7 @@ struct ipc_dev_status test_good_dev_status(uint32_t index)
 
 	test_random_fill(&d.stats, sizeof(d.stats), index);
 	d.stats.driver[index % sizeof(d.stats.driver)] = '\0';
+	d.stats.sched.share_note[index % sizeof(d.stats.sched.share_note)] = '\0';
 	return d;
 }
 

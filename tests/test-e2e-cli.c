@@ -125,7 +125,31 @@ static void test_cli_status_json_parses(void **state)
 	assert_string_equal(json_string_value(json_object_get(dev, "state")), "ready");
 	assert_true(json_is_integer(json_object_get(dev, "inflight")));
 	assert_true(json_is_object(json_object_get(dev, "latency")));
+	/* The host back end: priorities are the worker's, and there are no compute shares. */
+	{
+		json_t *s = json_object_get(dev, "scheduling");
+
+		assert_true(json_is_object(s));
+		assert_int_equal(json_array_size(json_object_get(s, "priorities")), 4);
+		assert_true(json_is_false(json_object_get(s, "shares")));
+		assert_non_null(strstr(json_string_value(json_object_get(s, "shares_note")),
+				       "host back end"));
+	}
 	json_decref(j);
+	run_free(&r);
+}
+
+/* The table says there are no compute shares here, and why. */
+static void test_cli_status_says_no_shares(void **state)
+{
+	struct test_daemon *d = *state;
+	const char *args[] = { "status", "--socket", d->sock, NULL };
+	struct run r = gpux(d, args);
+
+	assert_int_equal(r.code, 0);
+	assert_non_null(
+		strstr(r.out, "compute shares: none, shares are ignored: the host back end"));
+	assert_non_null(strstr(r.out, "priorities (-1..2): -1: 0 requests"));
 	run_free(&r);
 }
 
@@ -539,6 +563,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cli_status_json_parses),
+		cmocka_unit_test(test_cli_status_says_no_shares),
 		cmocka_unit_test(test_cli_status_prometheus),
 		cmocka_unit_test(test_cli_compile),
 		cmocka_unit_test(test_cli_bench_json_is_json),

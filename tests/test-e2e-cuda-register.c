@@ -211,8 +211,9 @@ static void test_register_failure_fails_its_requests(void **state)
 	gpux_req *r;
 
 	test_daemon_stop(&e->d);
-	/* The worker's own page of end words is its first registration. */
-	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", "cuMemHostGetDevicePointer:2:2", 1), 0);
+	/* The worker's own page of end words is its first registration, its page of marks the
+	 * second: x's is the third. */
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", "cuMemHostGetDevicePointer:3:2", 1), 0);
 	assert_int_equal(setenv("GPUX_FAKE_CUDA_REGISTER_MS", "400", 1), 0);
 	assert_int_equal(setenv("GPUX_FAKE_CUDA_DEVICES", "1", 1), 0);
 	test_daemon_start(&e->d, (const char *const[]){ "--backend", "cuda", NULL });

@@ -26,7 +26,7 @@ static void test_proto_hello_rejects_bad_fields(void **state)
 
 static void test_proto_welcome_rejects_bad_fields(void **state)
 {
-	struct ipc_welcome m = { IPC_VERSION, IPC_DEVICES_MAX, 1, 0, 0, 0 };
+	struct ipc_welcome m = { IPC_VERSION, IPC_DEVICES_MAX, 1, 0, 0, 0, 0, 0 };
 
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), 0);
 	m.flags = 0x2;
@@ -37,7 +37,7 @@ static void test_proto_welcome_rejects_bad_fields(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
 	m.ndevices = UINT32_MAX;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
-	m = (struct ipc_welcome){ IPC_VERSION_MIN - 1, 1, 1, 0, 0, 0 };
+	m = (struct ipc_welcome){ IPC_VERSION_MIN - 1, 1, 1, 0, 0, 0, 0, 0 };
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
 	m.version = IPC_VERSION + 1;
 	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, m), -EBADMSG);
@@ -334,6 +334,65 @@ static void test_proto_queue_rejects_bad_fields(void **state)
 	assert_int_equal(ipc_decode_queue(&msg, IPC_QUEUE_CLOSE, &out), -EBADMSG);
 	assert_int_equal(ipc_decode_queue(&msg, IPC_HELLO, &out), -EBADMSG);
 	assert_int_equal(ipc_decode_queue(&msg, 0, &out), -EBADMSG);
+}
+
+/* A queue's priority is a level of the protocol and its share a percentage; without the flag
+ * that says it is given, the priority is 0. */
+static void test_proto_queue_config_rejects_bad_fields(void **state)
+{
+	const struct ipc_queue_config good[] = {
+		{ 1, IPC_PRIO_MIN, 0, IPC_QUEUE_PRIORITY },
+		{ 1, IPC_PRIO_MAX, IPC_SHARE_MAX, IPC_QUEUE_PRIORITY },
+		{ 0, 0, 1, 0 },
+		{ UINT32_MAX, 0, 0, 0 },
+	};
+	const struct ipc_queue_config bad[] = {
+		{ 1, IPC_PRIO_MIN - 1, 0, IPC_QUEUE_PRIORITY },
+		{ 1, IPC_PRIO_MAX + 1, 0, IPC_QUEUE_PRIORITY },
+		{ 1, INT32_MIN, 0, IPC_QUEUE_PRIORITY },
+		{ 1, 1, 0, 0 },
+		{ 1, 0, IPC_SHARE_MAX + 1, 0 },
+		{ 1, 0, UINT32_MAX, IPC_QUEUE_PRIORITY },
+		{ 1, 0, 0, 0x2 },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++)
+		assert_int_equal(DECODE_FIXED(IPC_QUEUE_CONFIG, 0, good[i]), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++)
+		if (DECODE_FIXED(IPC_QUEUE_CONFIG, 0, bad[i]) != -EBADMSG)
+			fail_msg("bad queue config %zu decoded", i);
+}
+
+/* gpuxd's priority policy, in WELCOME and ATTACH: levels of the protocol, the default no
+ * higher than the highest. */
+static void test_proto_priority_policy_rejects_bad_levels(void **state)
+{
+	const int8_t ok[][2] = { { 0, 0 },
+				 { IPC_PRIO_MAX, IPC_PRIO_MIN },
+				 { IPC_PRIO_MAX, 1 },
+				 { IPC_PRIO_MIN, IPC_PRIO_MIN } };
+	const int8_t no[][2] = { { 0, 1 },
+				 { IPC_PRIO_MAX + 1, 0 },
+				 { 0, IPC_PRIO_MIN - 1 },
+				 { IPC_PRIO_MIN - 1, IPC_PRIO_MIN - 1 },
+				 { INT8_MIN, INT8_MIN } };
+	struct ipc_welcome w = { .version = IPC_VERSION, .ndevices = 1 };
+	struct ipc_attach a = { .client_id = 1 };
+
+	for (size_t i = 0; i < ARRAY_SIZE(ok); i++) {
+		w.prio_max = a.prio_max = ok[i][0];
+		w.prio_default = a.prio_default = ok[i][1];
+		assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, w), 0);
+		assert_int_equal(DECODE_FIXED(IPC_ATTACH, 1, a), 0);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(no); i++) {
+		w.prio_max = a.prio_max = no[i][0];
+		w.prio_default = a.prio_default = no[i][1];
+		assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, w), -EBADMSG);
+		assert_int_equal(DECODE_FIXED(IPC_ATTACH, 1, a), -EBADMSG);
+	}
+	w = (struct ipc_welcome){ .version = IPC_VERSION, .ndevices = 1, .reserved = 1 };
+	assert_int_equal(DECODE_FIXED(IPC_WELCOME, 0, w), -EBADMSG);
 }
 
 static void test_proto_status_req_rejects_flags(void **state)
@@ -783,6 +842,8 @@ int main(void)
 		cmocka_unit_test(test_proto_mod_load_extra_round_trips),
 		cmocka_unit_test(test_proto_mod_load_rejects_bad_extra),
 		cmocka_unit_test(test_proto_queue_rejects_bad_fields),
+		cmocka_unit_test(test_proto_queue_config_rejects_bad_fields),
+		cmocka_unit_test(test_proto_priority_policy_rejects_bad_levels),
 		cmocka_unit_test(test_proto_status_req_rejects_flags),
 		cmocka_unit_test(test_proto_drain_rejects_payload),
 		cmocka_unit_test(test_proto_mod_info_rejects_bad_fields),

@@ -18,7 +18,7 @@
  * starts from gpuxd's defaults. */
 static int parse(const char *const *args, struct sup_opts *o, char *why, size_t len)
 {
-	char *argv[64] = { "gpuxd" };
+	char *argv[160] = { "gpuxd" };
 	int argc = 1;
 
 	for (; args[argc - 1]; argc++)
@@ -56,15 +56,18 @@ static void test_options_refusals_say_why(void **state)
 		{ { "--socket", "" }, "--socket: an empty value" },
 		{ { "--metrics", "" }, "--metrics: an empty value" },
 		/* an address: its form and port here, its host when gpuxd starts */
-		{ { "--metrics", "127.0.0.1:99999" }, "--metrics: port 99999 is not from 1 to 65535" },
+		{ { "--metrics", "127.0.0.1:99999" },
+		  "--metrics: port 99999 is not from 1 to 65535" },
 		{ { "--metrics", ":0" }, "--metrics: port 0 is not from 1 to 65535" },
 		{ { "--metrics", ":notaport" }, "--metrics: \"notaport\" is not a port number" },
-		{ { "--metrics", "localhost:" }, "--metrics: \"localhost:\" has no port after the ':'" },
+		{ { "--metrics", "localhost:" },
+		  "--metrics: \"localhost:\" has no port after the ':'" },
 		{ { "--metrics", "9464" },
 		  "--metrics: \"9464\" is not HOST:PORT, [V6]:PORT or :PORT" },
 		{ { "--metrics", "::1:9464" },
 		  "--metrics: \"::1:9464\": an IPv6 address goes in brackets ([::1]:9464)" },
-		{ { "--metrics", "[::1]" }, "--metrics: \"[::1]\": [V6]:PORT has no port after the ']'" },
+		{ { "--metrics", "[::1]" },
+		  "--metrics: \"[::1]\": [V6]:PORT has no port after the ']'" },
 		/* parsed by gpuxd's own parsers */
 		{ { "--log-level", "loud" },
 		  "--log-level: \"loud\" is not err, warning, notice, info or debug" },
@@ -72,6 +75,25 @@ static void test_options_refusals_say_why(void **state)
 		  "--allow-group: no group \"no-such-group-of-gpux\"" },
 		{ { "--allow-group", "4294967295" }, "--allow-group: 4294967295 is no group id" },
 		{ { "--allow-group", "99999999999" }, "--allow-group: 99999999999 is no group id" },
+		{ { "--priority", "alice=2" },
+		  "--priority: \"alice\" is not user:NAME, group:NAME or *" },
+		{ { "--priority", "user:no-such-user-of-gpux=1" },
+		  "--priority: no user \"no-such-user-of-gpux\"" },
+		{ { "--priority", "group:no-such-group-of-gpux=1" },
+		  "--priority: no group \"no-such-group-of-gpux\"" },
+		{ { "--priority", "*=3" }, "--priority: *=3: a priority is a number from -1 to 2" },
+		{ { "--priority", "*=-2" },
+		  "--priority: *=-2: a priority is a number from -1 to 2" },
+		{ { "--priority", "*=1/x" },
+		  "--priority: *=1/x: a priority is a number from -1 to 2" },
+		{ { "--priority", "*=" }, "--priority: *=: a priority is a number from -1 to 2" },
+		{ { "--priority", "*=0/1" },
+		  "--priority: *=0/1: the default is above the highest" },
+		{ { "--priority", "*" }, "--priority: \"*\" is not WHO=MAX[/DEFAULT]" },
+		{ { "--priority", "user:0=1,,*=0" },
+		  "--priority: \"user:0=1,,*=0\": an empty or overlong rule" },
+		{ { "--priority", "user:=1" },
+		  "--priority: \"user:\" is not user:NAME, group:NAME or *" },
 		/* what options decide together */
 		{ { "--max-clients", "16", "--reserved-clients", "16" },
 		  "--reserved-clients: 16 leaves none of --max-clients 16 to others" },
@@ -95,6 +117,61 @@ static void test_options_refusals_say_why(void **state)
 			fail_msg("%s: \"%s\", not \"%s\"", bad[i].args[0], why, bad[i].why);
 		assert_memory_equal(&o, &before, sizeof(o));
 	}
+}
+
+/* --priority: rules in the order given, from several options and lists; names and numbers;
+ * the default 0, or the highest when it is below 0. */
+static void test_options_priority_rules(void **state)
+{
+	static const char *const args[] = { "--priority", "user:root=2/1,group:0=1",
+					    "--priority", "*=-1",
+					    "--priority", "user:12345=-1/-1",
+					    NULL };
+	struct sup_opts o;
+	char why[256];
+
+	sup_opts_init(&o);
+	assert_int_equal(o.nprio_rules, 0);
+	assert_int_equal(parse(args, &o, why, sizeof(why)), 0);
+	assert_int_equal(o.nprio_rules, 4);
+	assert_int_equal(o.prio_rules[0].who, SUP_PRIO_USER);
+	assert_int_equal(o.prio_rules[0].id, 0);
+	assert_int_equal(o.prio_rules[0].max, 2);
+	assert_int_equal(o.prio_rules[0].def, 1);
+	assert_int_equal(o.prio_rules[1].who, SUP_PRIO_GROUP);
+	assert_int_equal(o.prio_rules[1].id, 0);
+	assert_int_equal(o.prio_rules[1].max, 1);
+	assert_int_equal(o.prio_rules[1].def, 0);
+	assert_int_equal(o.prio_rules[2].who, SUP_PRIO_ALL);
+	assert_int_equal(o.prio_rules[2].max, -1);
+	assert_int_equal(o.prio_rules[2].def, -1);
+	assert_int_equal(o.prio_rules[3].who, SUP_PRIO_USER);
+	assert_int_equal(o.prio_rules[3].id, 12345);
+	assert_int_equal(o.prio_rules[3].def, -1);
+}
+
+/* At most SUP_PRIO_RULES_MAX rules. */
+static void test_options_priority_rules_capped(void **state)
+{
+	static char list[SUP_PRIO_RULES_MAX + 1][16];
+	const char *args[2 * (SUP_PRIO_RULES_MAX + 1) + 1];
+	struct sup_opts o;
+	char why[256];
+
+	for (unsigned i = 0; i <= SUP_PRIO_RULES_MAX; i++) {
+		(void)snprintf(list[i], sizeof(list[i]), "user:%u=1", i);
+		args[2 * i] = "--priority";
+		args[2 * i + 1] = list[i];
+	}
+	args[2 * SUP_PRIO_RULES_MAX] = NULL;
+	sup_opts_init(&o);
+	assert_int_equal(parse(args, &o, why, sizeof(why)), 0);
+	assert_int_equal(o.nprio_rules, SUP_PRIO_RULES_MAX);
+	args[2 * SUP_PRIO_RULES_MAX] = "--priority";
+	args[2 * SUP_PRIO_RULES_MAX + 2] = NULL;
+	sup_opts_init(&o);
+	assert_int_equal(parse(args, &o, why, sizeof(why)), -EINVAL);
+	assert_string_equal(why, "--priority: more than 64 rules");
 }
 
 static void test_options_good_values(void **state)
@@ -247,7 +324,7 @@ static void test_options_usage_lists_every_option(void **state)
 		if (!strstr(text, want) || !strstr(text, help))
 			fail_msg("no \"%s\" with its help in:\n%s", want + 1, text);
 	}
-	assert_int_equal(sections, 3);
+	assert_int_equal(sections, 4);
 	assert_non_null(strstr(text, "\n  -h, --help "));
 	assert_non_null(strstr(text, "\n  --version "));
 	assert_null(strstr(text, "--control-fd"));
@@ -282,6 +359,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_options_refusals_say_why),
 		cmocka_unit_test(test_options_good_values),
+		cmocka_unit_test(test_options_priority_rules),
+		cmocka_unit_test(test_options_priority_rules_capped),
 		cmocka_unit_test(test_options_help_and_version),
 		cmocka_unit_test(test_options_worker_argv_every_option),
 		cmocka_unit_test(test_options_probe_argv),

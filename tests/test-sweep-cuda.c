@@ -309,28 +309,37 @@ static void body_cached(struct run *r)
 	}
 }
 
-/* Queues of their own (a stream each), closed again. */
+/* Queues of their own (a stream each: one of the default priority, one of the highest, one
+ * with a compute share in a green context), closed again. */
 static void body_queues(struct run *r)
 {
-	gpux_queue *q[2] = { NULL, NULL };
+	const struct gpux_queue_opts opts[] = {
+		{ .size = sizeof(opts[0]) },
+		{ .size = sizeof(opts[0]),
+		  .flags = GPUX_QUEUE_PRIORITY,
+		  .priority = GPUX_PRIORITY_MAX },
+		{ .size = sizeof(opts[0]), .share = 25 },
+	};
+	gpux_queue *q[3] = { NULL, NULL, NULL };
 	uint64_t n = 256;
 
-	for (unsigned i = 0; i < 2; i++) {
+	for (unsigned i = 0; i < 3; i++) {
 		struct gpux_arg args[] = {
 			GPUX_ARG_VALUE(n),
 			gpux_arg_in(r->x, 0, n * 4),
 			gpux_arg_out(r->out, i * n * 4, n * 4),
 		};
 
-		if (!step(r, "gpux_queue_open", gpux_queue_open(r->ctx, 0, &q[i]), NULL) ||
+		if (!step(r, "gpux_queue_open_ex", gpux_queue_open_ex(r->ctx, 0, &opts[i], &q[i]),
+			  NULL) ||
 		    !launch(r, r->m, "add1", n, args, 3, q[i], 0))
 			goto out;
 		check_floats((const float *)gpux_buf_data(r->out) + i * n, gpux_buf_data(r->x), 1,
 			     NULL, 1, n, "add1 on a queue");
 	}
 out:
-	gpux_queue_free(q[1]);
-	gpux_queue_free(q[0]);
+	for (unsigned i = 3; i-- > 0;)
+		gpux_queue_free(q[i]);
 }
 
 /* A module loaded, used and unloaded. */

@@ -204,49 +204,84 @@ static void test_active_every_handoff_state(void **state)
 	}
 }
 
-/* Thousands of clients, a few of them active: the set holds those, in the order they came,
- * whatever their places among the others, through joins and leaves in any order. */
+/* Take i out of its level's order of arrival. */
+static void order_remove(unsigned *order, unsigned *n, unsigned i)
+{
+	unsigned k = 0;
+
+	while (order[k] != i)
+		k++;
+	memmove(&order[k], &order[k + 1], (*n - k - 1) * sizeof(order[0]));
+	(*n)--;
+}
+
+/*
+ * Thousands of clients of every priority level, a few of them active: each level's list holds
+ * that level's active ones, in the order they came (a client whose level changes comes last
+ * to its new level), whatever their places among the others, through joins, leaves and
+ * changes of level in any order.
+ */
 static void test_active_set_holds_the_active_in_order(void **state)
 {
-	enum { N = 4096 };
+	enum { N = 4096, L = IPC_PRIO_LEVELS };
 	struct wrk_act *acts = calloc(N, sizeof(*acts));
-	unsigned order[N], norder = 0;
+	static unsigned order[L][N];
+	unsigned norder[L] = { 0 };
 	struct wrk_active s = { 0 };
 	uint64_t seed = 7;
 
 	(void)state;
 	assert_non_null(acts);
+	for (unsigned i = 0; i < N; i++)
+		acts[i].level = i % L;
 	for (unsigned round = 0; round < 20000; round++) {
-		unsigned i = (unsigned)(test_random_next(&seed) % N);
-		bool join = test_random_next(&seed) % 3 != 0;
+		unsigned i = (unsigned)(test_random_next(&seed) % N), l = acts[i].level, all = 0;
+		unsigned what = (unsigned)(test_random_next(&seed) % 6);
 
-		if (join && !acts[i].on) {
+		if (what < 4 && !acts[i].on) {
 			wrk_active_join(&s, &acts[i], round);
-			order[norder++] = i;
-		} else if (!join && acts[i].on) {
-			unsigned k = 0;
-
+			order[l][norder[l]++] = i;
+		} else if (what == 4 && acts[i].on) {
 			wrk_active_leave(&s, &acts[i]);
-			while (order[k] != i)
-				k++;
-			memmove(&order[k], &order[k + 1], (norder - k - 1) * sizeof(order[0]));
-			norder--;
+			order_remove(order[l], &norder[l], i);
+		} else if (what == 5) {
+			unsigned to = (unsigned)(test_random_next(&seed) % L);
+
+			wrk_active_set_level(&s, &acts[i], to);
+			assert_int_equal(acts[i].level, to);
+			if (acts[i].on && to != l) {
+				order_remove(order[l], &norder[l], i);
+				order[to][norder[to]++] = i;
+			}
 		}
 		/* Joining twice changes nothing. */
-		if (norder > 0)
-			wrk_active_join(&s, &acts[order[0]], round);
-		if (round % 97 == 0 || round == 19999) {
-			unsigned k = 0;
+		if (norder[l] > 0)
+			wrk_active_join(&s, &acts[order[l][0]], round);
+		for (unsigned k = 0; k < L; k++) {
+			bool above = false;
 
-			for (struct wrk_act *a = s.head; a; a = a->next, k++) {
-				assert_true(k < norder);
-				assert_ptr_equal(a, &acts[order[k]]);
-				assert_ptr_equal(a->prev, k ? &acts[order[k - 1]] : NULL);
-			}
-			assert_int_equal(k, norder);
-			assert_ptr_equal(s.tail, norder ? &acts[order[norder - 1]] : NULL);
+			for (unsigned j = k + 1; j < L; j++)
+				above |= norder[j] > 0;
+			all += norder[k];
+			assert_int_equal(s.nlevel[k], norder[k]);
+			assert_int_equal(wrk_active_above(&s, k), above);
 		}
-		assert_int_equal(s.n, norder);
+		if (round % 97 == 0 || round == 19999)
+			for (unsigned lv = 0; lv < L; lv++) {
+				unsigned k = 0;
+
+				for (struct wrk_act *a = s.head[lv]; a; a = a->next, k++) {
+					assert_true(k < norder[lv]);
+					assert_ptr_equal(a, &acts[order[lv][k]]);
+					assert_ptr_equal(a->prev,
+							 k ? &acts[order[lv][k - 1]] : NULL);
+				}
+				assert_int_equal(k, norder[lv]);
+				assert_ptr_equal(s.tail[lv],
+						 norder[lv] ? &acts[order[lv][norder[lv] - 1]]
+							    : NULL);
+			}
+		assert_int_equal(s.n, all);
 	}
 	free(acts);
 }

@@ -156,11 +156,7 @@ int bench_rtt(struct bench *b)
 
 /* ---- many clients ---- */
 
-/*
- * In a child: keep `window` launches of `kernel` in flight until `until`; count what finished
- * after `from`. With `scalar`, every launch passes a new value (a graph node must be set).
- */
-static uint64_t client_loop(struct bench *b, const char *kernel, bool scalar, unsigned window,
+uint64_t bench_client_loop(struct bench *b, const char *kernel, bool scalar, unsigned window,
 			    uint32_t device, uint64_t from, uint64_t until)
 {
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = device };
@@ -225,7 +221,7 @@ static double clients_rate(struct bench *b, unsigned n, const char *kernel, bool
 			uint32_t dev = device == DEVICE_IN_TURN ? i % gpux_device_count(b->ctx)
 								: device;
 
-			cnt[i] = client_loop(b, kernel, scalar, window, dev, from, until);
+			cnt[i] = bench_client_loop(b, kernel, scalar, window, dev, from, until);
 			_exit(cnt[i] ? 0 : 1);
 		}
 		if (pid < 0)
@@ -477,7 +473,7 @@ int bench_fair(struct bench *b)
 	if (pid == 0) {
 		uint64_t *c = gpux_buf_data(count);
 
-		*c = client_loop(b, "empty", false, BUSY_WINDOW, 0, from, until);
+		*c = bench_client_loop(b, "empty", false, BUSY_WINDOW, 0, from, until);
 		_exit(*c ? 0 : 1);
 	}
 	if (pid < 0)

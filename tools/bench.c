@@ -730,6 +730,8 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		{ "idle", bench_idle },
 		{ "fault", bench_fault },
 		{ "fresh", bench_fresh },
+		{ "prio", bench_prio },
+		{ "shares", bench_shares },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;

@@ -97,6 +97,13 @@ bool bench_handoffs(struct bench *b, struct ipc_stats *ret);
  */
 void bench_add_handoffs(struct bench *b, const char *what, const struct ipc_stats *s0,
 			const struct ipc_stats *s1);
+/*
+ * In a child: keep `window` launches of `kernel` in flight until `until`; count what finished
+ * after `from` (0: one failed). With `scalar`, every launch passes a new value (a graph node
+ * must be set).
+ */
+uint64_t bench_client_loop(struct bench *b, const char *kernel, bool scalar, unsigned window,
+			   uint32_t device, uint64_t from, uint64_t until);
 int bench_rtt(struct bench *b);
 int bench_clients(struct bench *b);
 int bench_fair(struct bench *b);
@@ -113,3 +120,7 @@ int bench_load(struct bench *b, const char *path, const char **ret_device, json_
 int bench_plot(const struct bench *b, const char *device, const char *path);
 /* tools/bench-idle.c */
 int bench_idle(struct bench *b);
+/* tools/bench-prio.c: a latency-critical client beside busy ones, with and without priority;
+ * beside a compute-bound one, with and without a compute share. */
+int bench_prio(struct bench *b);
+int bench_shares(struct bench *b);

@@ -65,6 +65,35 @@ static json_t *hist_json(const struct ipc_hist *h)
 	return o;
 }
 
+/* Priorities and compute shares: the CUDA stream priority each level's streams got, the
+ * requests each level started, what shares are cut from or why there are none. */
+static json_t *sched_json(const struct ipc_sched *s)
+{
+	json_t *o = json_object(), *levels = json_array();
+
+	for (unsigned l = 0; l < IPC_PRIO_LEVELS; l++)
+		(void)json_array_append_new(levels,
+					    json_pack("{s:i,s:o,s:o}", "priority",
+						      (int)l + IPC_PRIO_MIN, "stream_priority",
+						      s->stream_prio[l] == IPC_STREAM_PRIO_NONE
+							      ? json_null()
+							      : json_integer(s->stream_prio[l]),
+						      "requests", tool_json_u64(s->launches[l])));
+	(void)json_object_set_new(o, "priorities", levels);
+	(void)json_object_set_new(o, "stream_priority_least", json_integer(s->stream_prio_least));
+	(void)json_object_set_new(o, "stream_priority_greatest",
+				  json_integer(s->stream_prio_greatest));
+	(void)json_object_set_new(o, "priority_streams", json_integer(s->prio_streams));
+	(void)json_object_set_new(o, "shares", json_boolean(s->share_sms != 0));
+	(void)json_object_set_new(o, "share_sms", json_integer(s->share_sms));
+	(void)json_object_set_new(o, "share_unit", json_integer(s->share_unit));
+	(void)json_object_set_new(o, "share_min", json_integer(s->share_min));
+	(void)json_object_set_new(o, "share_streams", json_integer(s->share_streams));
+	(void)json_object_set_new(o, "green_contexts", json_integer(s->share_ctxs));
+	(void)json_object_set_new(o, "shares_note", tool_json_text(s->share_note));
+	return o;
+}
+
 static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 {
 	const struct ipc_stats *s = &d->stats;
@@ -133,6 +162,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 	(void)json_object_set_new(o, "driver", tool_json_text(s->driver));
 	(void)json_object_set_new(o, "cuda_driver_version", json_integer(s->driver_version));
 	(void)json_object_set_new(o, "nvrtc_version", json_integer(s->nvrtc_version));
+	(void)json_object_set_new(o, "scheduling", sched_json(&s->sched));
 	return o;
 }
 
@@ -156,6 +186,26 @@ static int print_json(const char *path, const struct ipc_status *st,
 		(void)json_array_append_new(arr, dev_json(i, &devs[i]));
 	(void)json_object_set_new(root, "devices", arr);
 	return tool_json_print(root);
+}
+
+/* Two lines: the priorities' streams and requests, and the compute shares or why none. */
+static void print_sched(const struct ipc_sched *s)
+{
+	printf("     priorities (-1..2):");
+	for (unsigned l = 0; l < IPC_PRIO_LEVELS; l++) {
+		printf(" %d: %llu requests", (int)l + IPC_PRIO_MIN,
+		       (unsigned long long)s->launches[l]);
+		if (s->stream_prio[l] != IPC_STREAM_PRIO_NONE)
+			printf(" (CUDA stream priority %d)", s->stream_prio[l]);
+		printf(l + 1 < IPC_PRIO_LEVELS ? "," : "\n");
+	}
+	if (s->share_sms)
+		printf("     compute shares: green contexts of %u SMs, in units of %u (%u at "
+		       "least); "
+		       "%u made, %u streams\n",
+		       s->share_sms, s->share_unit, s->share_min, s->share_ctxs, s->share_streams);
+	else
+		printf("     compute shares: none, shares are ignored: %s\n", s->share_note);
 }
 
 static void print_table(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
@@ -195,6 +245,7 @@ static void print_table(const char *path, const struct ipc_status *st, const str
 			       (unsigned long long)s->cache_entries,
 			       (unsigned long long)s->cache_bytes,
 			       (unsigned long long)s->cache_evictions);
+		print_sched(&s->sched);
 		printf("     hand-offs: %llu graphs of %llu requests, %llu loop sleeps, %llu kicks "
 		       "sent, %llu socket messages, %llu blocking waits, %llu slot waits, %llu "
 		       "ends seen by the loop, %llu copied in by kernel\n",

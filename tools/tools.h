@@ -41,7 +41,7 @@
 	"  --quick         fewer repetitions\n"                                                  \
 	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"  \
 	"                  idle fault (a neighbour's faults: what innocents lose; own gpuxd)\n" \
-	"                  fresh\n"                                                         \
+	"                  fresh prio shares\n"                                                    \
 	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"   \
 	"                  in-process CUDA) and the round trips' percentiles\n"                 \
 	"  --from FILE     a run saved by --json, instead of a new one (its table, --plot)\n"

@@ -215,16 +215,9 @@ static int worker_init(struct wrk *w)
 		return -ENODEV;
 	}
 	w->info.index = w->opts.device;
-	w->nslots = w->opts.slots ? w->opts.slots : MIN((unsigned)get_nprocs(), 8u);
-	w->nslots = MAX(w->nslots, 1u);
-	for (unsigned i = 0; i < w->nslots; i++) {
-		st = w->be->slot_open(w->dev, i, &msg);
-		if (st < 0) {
-			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(st));
-			free(msg);
-			return -ENODEV;
-		}
-	}
+	r = wrk_slots_open(w);
+	if (r < 0)
+		return r;
 	/* Without them (no memory for them), no request of this worker's runs again after its
 	 * death: its clients get no page. */
 	r = wrk_marks_start(w);

@@ -466,6 +466,63 @@ GPUX_EXPORT gpux_status gpux_module_global(gpux_module *module, const char *name
  */
 GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_queue **ret_queue);
 
+/*
+ * Priorities. A queue of a higher priority has its requests taken from this process, handed
+ * to the device and answered before those of lower ones, on streams of its own of a higher
+ * CUDA stream priority (the device runs their kernels' blocks first as SMs come free; it
+ * does not stop kernels already running); queues of one priority take turns, as always.
+ * Priorities above 0 are for latency-critical work of a few requests at a time: their
+ * requests are launched one by one, never held back to be batched, and a process with such
+ * a queue looks for its answers for the spin time (50 µs; $GPUX_SPIN_US) before it sleeps,
+ * however busy the machine is. A queue's priority is 0 unless said otherwise, or what gpuxd
+ * gives the user by default; the highest a user may ask for is gpuxd's to say (gpuxd
+ * --priority: by default 0 for other users, every priority for gpuxd's own user and root):
+ * gpux_priority_limits(). -1 is below everything else: background work.
+ */
+#define GPUX_PRIORITY_MIN (-1) /* background: after everything else */
+#define GPUX_PRIORITY_MAX 2    /* latency-critical */
+
+/*
+ * Compute shares. A queue with a share runs its kernels on at most that part of the device's
+ * SMs (a CUDA green context, CUDA 12.5 or later), so that a compute-bound client leaves the
+ * rest free for others: give the bulk work a share, and latency-critical work finds SMs
+ * free. A share is rounded up to what the device can split (8 SMs on an H100) and is a cap,
+ * not a reservation: queues of the same share may run on the same SMs. Where the device
+ * cannot split its SMs (no green contexts, the host back end), shares are taken and ignored:
+ * gpux status says so. Launches of a queue with a share go one by one, never as graphs.
+ */
+#define GPUX_SHARE_MAX 100u
+#define GPUX_QUEUE_PRIORITY 0x1u /* gpux_queue_opts.priority is given */
+
+/* A queue's options. Zero-fill it, then set size and what is given. */
+struct gpux_queue_opts {
+	uint32_t size;        /* sizeof(struct gpux_queue_opts) */
+	uint32_t flags;       /* GPUX_QUEUE_PRIORITY; without it, the default priority */
+	int32_t priority;     /* GPUX_PRIORITY_MIN to GPUX_PRIORITY_MAX */
+	uint32_t share;       /* percent of the device's SMs its kernels may use; 0: all of them */
+	uint64_t reserved[2]; /* 0 */
+};
+
+/*
+ * gpux_queue_open() with options (NULL: none). GPUX_E_PERM for a priority above what gpuxd
+ * allows this user (gpux_priority_limits()); GPUX_E_INVAL for one out of range, a share
+ * above GPUX_SHARE_MAX, or a size this library does not know unless what it does not know
+ * is zero. After a worker's restart the queue is opened again with the same options.
+ */
+GPUX_EXPORT gpux_status gpux_queue_open_ex(gpux_ctx *ctx, uint32_t device,
+					   const struct gpux_queue_opts *opts,
+					   gpux_queue **ret_queue);
+
+/*
+ * The options of the default queues (every device's) of this context, from their next
+ * request on; NULL: none (the default priority, every SM). Checked as gpux_queue_open_ex()
+ * checks them. A context has them until it is freed, in children forked later too.
+ */
+GPUX_EXPORT gpux_status gpux_set_default_queue(gpux_ctx *ctx, const struct gpux_queue_opts *opts);
+
+/* The highest priority gpuxd lets this context's queues have, and theirs when none is asked. */
+GPUX_EXPORT gpux_status gpux_priority_limits(gpux_ctx *ctx, int32_t *ret_max, int32_t *ret_default);
+
 /* Close a queue. Requests still in it must be finished first. NULL is accepted; a handle
  * freed already is ignored (see above). */
 GPUX_EXPORT void gpux_queue_free(gpux_queue *queue);

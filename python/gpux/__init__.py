@@ -23,9 +23,10 @@ from ._errors import GpuxError, ShareError
 from ._core import (  # noqa: F401
     ANY, LANG_CUBIN, LANG_CUDA, LANG_HOST, LANG_PTX, Backend, Buffer, Cached, Context,
     DeviceBuffer, DeviceState, Lang, MODULE_HEADERS_MAX, MODULE_NAMES_MAX, In, InOut, Kernel,
-    Launch, Mapped, Module, Out, Queue, RawKernel, RawModule, SourceModule, array, asarray,
-    buffer_of, content_key, device_count, devices, empty, empty_like, freeze, full,
-    function_attribute, get_context, is_shared, ndarray, ones, zeros, zeros_like,
+    Launch, Mapped, Module, Out, PRIORITY_MAX, PRIORITY_MIN, Queue, RawKernel, RawModule,
+    SHARE_MAX, SourceModule, array, asarray, buffer_of, content_key, device_count, devices,
+    empty, empty_like, freeze, full, function_attribute, get_context, is_shared, ndarray, ones,
+    zeros, zeros_like,
 )
 from ._future import Future, Times  # noqa: F401
 from ._array import (  # noqa: F401

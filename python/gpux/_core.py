@@ -20,6 +20,7 @@ __all__ = [
     "array", "freeze", "buffer_of", "is_shared", "Module", "RawKernel", "RawModule",
     "SourceModule", "In", "Out", "InOut", "Mapped", "Cached", "LANG_CUDA", "LANG_PTX",
     "LANG_CUBIN", "LANG_HOST", "MODULE_HEADERS_MAX", "MODULE_NAMES_MAX", "ANY",
+    "PRIORITY_MIN", "PRIORITY_MAX", "SHARE_MAX",
     "device_count", "devices", "Lang", "Backend", "DeviceState", "content_key",
     "function_attribute",
 ]
@@ -95,6 +96,13 @@ MODULE_NAMES_MAX = 1024
 
 #: A device index meaning "let gpux choose" (gpux.h's GPUX_ANY): pass device=None.
 ANY = None
+
+#: Queues' priorities (Queue(priority=...), Context(priority=...)): from PRIORITY_MIN
+#: (background) to PRIORITY_MAX (latency-critical), 0 by default; gpux.h's GPUX_PRIORITY_*.
+#: A compute share (share=...) is a percent of the device's SMs, at most SHARE_MAX.
+PRIORITY_MIN = -1
+PRIORITY_MAX = 2
+SHARE_MAX = 100
 
 _default_lock = threading.Lock()
 _default: Optional[_gpux.Context] = None

@@ -536,24 +536,51 @@ static PyType_Spec dbuf_spec = {
 
 /* ---- Queue ---- */
 
+int pyx_queue_opts(PyObject *priority, unsigned int share, struct gpux_queue_opts *ret)
+{
+	*ret = (struct gpux_queue_opts){ .size = sizeof(*ret), .share = share };
+	if (priority && priority != Py_None) {
+		long p = PyLong_AsLong(priority);
+
+		if (p == -1 && PyErr_Occurred())
+			return -1;
+		if (p < GPUX_PRIORITY_MIN || p > GPUX_PRIORITY_MAX) {
+			PyErr_Format(PyExc_ValueError, "priority: %ld is not from %d to %d", p,
+				     GPUX_PRIORITY_MIN, GPUX_PRIORITY_MAX);
+			return -1;
+		}
+		ret->flags = GPUX_QUEUE_PRIORITY;
+		ret->priority = (int32_t)p;
+	}
+	if (share > GPUX_SHARE_MAX) {
+		PyErr_Format(PyExc_ValueError, "share: %u is not a percentage", share);
+		return -1;
+	}
+	return 0;
+}
+
 static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "device", "context", NULL };
-	PyObject *ctx_obj = NULL;
+	static char *names[] = { "device", "context", "priority", "share", NULL };
+	PyObject *ctx_obj = NULL, *priority = NULL;
+	struct gpux_queue_opts opts;
+	unsigned int share = 0;
 	pyx_Context *ctx;
 	pyx_Queue *self;
 	unsigned int device = 0;
 	gpux_queue *q;
 	gpux_status st;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|IO", names, &device, &ctx_obj))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|IO$OI", names, &device, &ctx_obj, &priority,
+					 &share) ||
+	    pyx_queue_opts(priority, share, &opts) < 0)
 		return NULL;
 	ctx = pyx_context_arg(ctx_obj);
 	if (!ctx)
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
 	pyx_blocking_enter(ctx);
-	st = gpux_queue_open(ctx->ctx, device, &q);
+	st = gpux_queue_open_ex(ctx->ctx, device, &opts, &q);
 	pyx_blocking_leave(ctx);
 	Py_END_ALLOW_THREADS
 	if (st < 0) {
@@ -621,8 +648,11 @@ static PyType_Slot queue_slots[] = {
 	{ Py_tp_traverse, queue_traverse },
 	{ Py_tp_repr, queue_repr },
 	{ Py_tp_getset, queue_getset },
-	{ Py_tp_doc, "Queue(device=0, context=None): requests on one device that run in "
-		     "submission order (a CUDA stream); different queues may overlap." },
+	{ Py_tp_doc, "Queue(device=0, context=None, *, priority=None, share=0): requests on one "
+		     "device that run in submission order (a CUDA stream); different queues may "
+		     "overlap. priority: -1 (background) to 2 (latency-critical), None for the "
+		     "default (gpuxd says the highest allowed); share: the percent of the device's "
+		     "SMs its kernels may use (0: all)." },
 	{ 0, NULL },
 };
 

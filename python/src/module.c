@@ -198,16 +198,35 @@ static void connect_discard(struct pyx_job *job)
 	free(c);
 }
 
+/* The default queues' options (GIL released for the call). */
+static int set_default_queue(pyx_Context *self, const struct gpux_queue_opts *opts)
+{
+	gpux_status st;
+
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_set_default_queue(self->ctx, opts);
+	Py_END_ALLOW_THREADS
+	if (st < 0) {
+		pyx_raise_call(st, "the default queue's options");
+		return -1;
+	}
+	return 0;
+}
+
 static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "socket", NULL };
+	static char *names[] = { "socket", "priority", "share", NULL };
+	PyObject *priority = NULL;
+	struct gpux_queue_opts opts;
+	unsigned int share = 0;
 	const char *socket = NULL;
 	struct connect_job *c;
 	pyx_Context *self;
 	gpux_ctx *ctx;
 	gpux_status st;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|z", names, &socket))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|z$OI", names, &socket, &priority, &share) ||
+	    pyx_queue_opts(priority, share, &opts) < 0)
 		return NULL;
 	c = calloc(1, sizeof(*c));
 	if (!c || (socket && !(c->socket = strdup(socket)))) {
@@ -250,7 +269,37 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	live = self;
 	live_lock_give();
 	PyObject_GC_Track((PyObject *)self);
+	if ((opts.flags || opts.share) && set_default_queue(self, &opts) < 0) {
+		Py_DECREF(self);
+		return NULL;
+	}
 	return (PyObject *)self;
+}
+
+static PyObject *context_set_default_queue(pyx_Context *self, PyObject *args, PyObject *kw)
+{
+	static char *names[] = { "priority", "share", NULL };
+	PyObject *priority = NULL;
+	struct gpux_queue_opts opts;
+	unsigned int share = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|OI", names, &priority, &share) ||
+	    pyx_queue_opts(priority, share, &opts) < 0 || set_default_queue(self, &opts) < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *context_priority_limits(pyx_Context *self, PyObject *unused)
+{
+	int32_t max, def;
+	gpux_status st;
+
+	Py_BEGIN_ALLOW_THREADS
+	st = gpux_priority_limits(self->ctx, &max, &def);
+	Py_END_ALLOW_THREADS
+	if (st < 0)
+		return pyx_raise_call(st, NULL);
+	return Py_BuildValue("(ii)", (int)max, (int)def);
 }
 
 static int context_traverse(pyx_Context *self, visitproc visit, void *arg)
@@ -436,6 +485,14 @@ static PyMethodDef context_methods[] = {
 	  "Owned by the context; another one after fork()." },
 	{ "process", (PyCFunction)context_process, METH_NOARGS,
 	  "process(): take in every completion that has arrived, without blocking." },
+	{ "set_default_queue", (PyCFunction)(void (*)(void))context_set_default_queue,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "set_default_queue(priority=None, share=0): the default queues' priority (-1 to 2; "
+	  "None: gpuxd's default) and compute share (percent of the SMs; 0: all), from their "
+	  "next request on." },
+	{ "priority_limits", (PyCFunction)context_priority_limits, METH_NOARGS,
+	  "priority_limits() -> (int, int): the highest priority gpuxd lets this context's "
+	  "queues have, and theirs by default." },
 	{ "_take_in", (PyCFunction)context_take_in, METH_NOARGS,
 	  "_take_in(): process(), not told to the watchers, errors ignored (theirs)." },
 	{ "_set_notify_fd", (PyCFunction)context_set_notify_fd, METH_VARARGS,
@@ -465,7 +522,9 @@ static PyType_Slot context_slots[] = {
 	{ Py_tp_methods, context_methods },
 	{ Py_tp_getset, context_getset },
 	{ Py_tp_members, context_members },
-	{ Py_tp_doc, "Context(socket=None): a connection to gpuxd (started when none runs)." },
+	{ Py_tp_doc, "Context(socket=None, *, priority=None, share=0): a connection to gpuxd "
+		     "(started when none runs); priority and share: its default queues' "
+		     "(set_default_queue())." },
 	{ 0, NULL },
 };
 

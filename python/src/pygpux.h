@@ -172,6 +172,9 @@ int pyx_buffer_init_types(PyObject *m);
 int pyx_device_arg(PyObject *o, uint32_t *ret);
 /* The live Buffer whose memory holds [p, p + len), or NULL (borrowed). */
 pyx_Buffer *pyx_buffer_find(const void *p, size_t len);
+/* A queue's options from the keywords priority (None: the default) and share: 0, or -1 with
+ * the exception set. */
+int pyx_queue_opts(PyObject *priority, unsigned int share, struct gpux_queue_opts *ret);
 
 /* launch.c */
 int pyx_launch_init_types(PyObject *m);

@@ -4,6 +4,7 @@ import gc
 import weakref
 
 import numpy as np
+import pytest
 
 import gpux
 
@@ -31,6 +32,30 @@ def test_objects_say_what_they_are(kernels):
     assert repr(f) == f"<gpux.Future on device {f.device}: done>"
     assert repr(f.request) == f"<gpux Request on device {f.device}: done>"
     assert "grid (1, 1, 1), block (8, 1, 1)" in repr(k.prepare(1, 8, (np.uint64(8), a, a)))
+
+
+def test_queues_and_contexts_take_priorities_and_shares(kernels):
+    add1 = kernels.get_function("add1")
+    x = gpux.zeros(256, np.float32)
+    out = gpux.zeros(256, np.float32)
+    for q in (gpux.Queue(0, priority=gpux.PRIORITY_MAX), gpux.Queue(0, share=25),
+              gpux.Queue(0, priority=gpux.PRIORITY_MIN, share=50)):
+        add1(1, 256, (np.uint64(x.size), x, out), queue=q)
+        assert (out == 1).all()
+        out[:] = 0
+    for bad in ({"priority": gpux.PRIORITY_MAX + 1}, {"priority": gpux.PRIORITY_MIN - 1},
+                {"share": gpux.SHARE_MAX + 1}):
+        with pytest.raises(ValueError):
+            gpux.Queue(0, **bad)
+        with pytest.raises(ValueError):
+            gpux.Context(**bad)
+    # gpuxd's own user: every priority, 0 by default; a context's default queues.
+    ctx = gpux.Context(priority=1, share=10)
+    assert ctx.priority_limits() == (gpux.PRIORITY_MAX, 0)
+    ctx.set_default_queue(priority=gpux.PRIORITY_MIN)
+    ctx.set_default_queue()
+    with pytest.raises(TypeError):
+        gpux.Queue(0, None, 2)
 
 
 def test_times_are_named(kernels):

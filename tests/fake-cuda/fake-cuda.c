@@ -26,6 +26,7 @@
  *   saxpy(u64 n, f32 a, f32 *x, f32 *y, f32 *out)   add1(u64 n, f32 *in, f32 *out)
  *   append(u32 v, u32 *log): log[1 + log[0]++] = v (the order kernels ran in)
  *   spin(u32 ms)   fault()   (an illegal address: the context is broken from then on)
+ *   where(u32 *out): out[0] = the stream's priority, out[1] = the SMs its kernels run on
  *
  * Parameters come from PTX (".entry name(.param .u64 ...)") or from a cubin's .nv.info.<name>
  * section (its KPARAM_INFO attributes: ordinal, offset and size of each parameter). A cubin's
@@ -46,7 +47,8 @@
  * that gets a line per registration, "register PID BYTES", and one per copy that reads or
  * writes pages still being registered, "copy-while-registering PID BYTES"),
  * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
- * entry point and call).
+ * entry point and call), GPUX_FAKE_CUDA_PRIORITIES="least,greatest" (the streams' priorities,
+ * "0,-5"), GPUX_FAKE_CUDA_NO_GREEN=1 (a driver without green contexts: no such entry points).
  */
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -243,6 +245,7 @@ __attribute__((destructor)) static void leak_check(void)
 		[FAKE_STREAM] = "streams", [FAKE_EVENT] = "events", [FAKE_MODULE] = "modules",
 		[FAKE_MEM] = "device allocations", [FAKE_HOST_REG] = "host registrations",
 		[FAKE_GRAPH] = "graphs", [FAKE_GRAPH_EXEC] = "graph execs",
+		[FAKE_GREEN] = "green contexts",
 	};
 	char text[256];
 	size_t len = 0;
@@ -384,7 +387,7 @@ static CUresult f_attribute(int *v, CUdevice_attribute a, CUdevice d)
 		*v = 0;
 		break;
 	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
-		*v = 132;
+		*v = (int)FAKE_SMS;
 		break;
 	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
 	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
@@ -1210,6 +1213,11 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 		log[1 + log[0]++] = P(uint32_t, 0);
 	} else if (strcmp(fn->name, "spin") == 0) {
 		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
+	} else if (strcmp(fn->name, "where") == 0) {
+		uint32_t *out = P(uint32_t *, 0);
+
+		out[0] = (uint32_t)st->prio;
+		out[1] = st->sms ? st->sms : FAKE_SMS;
 	} else if (strcmp(fn->name, "gpux_copy_in") == 0) {
 		/* gpux's own (worker/cuda/cuda-copyin.c): its table's ranges, from client pages. */
 		const uint8_t *t = params[0];
@@ -1306,6 +1314,15 @@ static const struct {
 	{ "cuGraphExecDestroy", fake_exec_destroy },
 	{ "cuGraphExecKernelNodeSetParams", fake_exec_set_kernel },
 	{ "cuGraphLaunch", fake_graph_launch },
+	{ "cuCtxGetStreamPriorityRange", fake_prio_range },
+	{ "cuStreamCreateWithPriority", fake_stream_create_prio },
+	{ "cuStreamGetPriority", fake_stream_get_prio },
+	{ "cuDeviceGetDevResource", fake_dev_resource },
+	{ "cuDevSmResourceSplitByCount", fake_sm_split },
+	{ "cuDevResourceGenerateDesc", fake_res_desc },
+	{ "cuGreenCtxCreate", fake_green_create },
+	{ "cuGreenCtxDestroy", fake_green_destroy },
+	{ "cuGreenCtxStreamCreate", fake_green_stream },
 };
 
 _Static_assert(sizeof(table) / sizeof(table[0]) <= FAKE_SWEEP_FNS, "a sweep counts every entry");
@@ -1333,9 +1350,13 @@ __attribute__((visibility("default"))) CUresult
 cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
 		    CUdriverProcAddressQueryResult *status)
 {
+	const char *no_green = getenv("GPUX_FAKE_CUDA_NO_GREEN");
+
 	ENTER_AS("cuGetProcAddress_v2", false);
 	for (size_t i = 1; i < sizeof(table) / sizeof(table[0]); i++)
-		if (strcmp(table[i].name, symbol) == 0) {
+		if (strcmp(table[i].name, symbol) == 0 &&
+		    !(no_green && *no_green &&
+		      (strstr(symbol, "Green") || strstr(symbol, "Resource")))) {
 			*pfn = table[i].fn;
 			if (status)
 				*status = CU_GET_PROC_ADDRESS_SUCCESS;

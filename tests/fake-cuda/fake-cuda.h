@@ -10,6 +10,8 @@
 #include <cuda.h>
 
 #define MAX_PARAMS 64
+/* The device's SMs. */
+#define FAKE_SMS 132u
 
 struct fake_fn {
 	char name[256];
@@ -38,6 +40,8 @@ struct fake_mod {
 
 struct fake_stream {
 	uint64_t ready_at; /* when the work queued so far is done */
+	int prio;          /* its priority, as the device took it (fake-sched.c) */
+	unsigned sms;      /* its green context's SMs; 0: the device's */
 };
 
 struct fake_event {
@@ -88,6 +92,7 @@ enum fake_obj {
 	FAKE_HOST_REG,
 	FAKE_GRAPH,
 	FAKE_GRAPH_EXEC,
+	FAKE_GREEN,
 	FAKE_OBJS,
 };
 
@@ -110,6 +115,18 @@ int fake_param_sizes(const struct fake_fn *fn, size_t *sizes);
 /* Carry out a launch on stream s (its checks done): what the kernels the fake knows do. */
 CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fake_stream *st,
 			 void **params);
+
+/* fake-sched.c: stream priorities and green contexts, for cuGetProcAddress. */
+CUresult fake_prio_range(int *least, int *greatest);
+CUresult fake_stream_create_prio(CUstream *s, unsigned flags, int prio);
+CUresult fake_stream_get_prio(CUstream s, int *prio);
+CUresult fake_dev_resource(CUdevice dev, CUdevResource *r, CUdevResourceType type);
+CUresult fake_sm_split(CUdevResource *result, unsigned *nb, const CUdevResource *input,
+		       CUdevResource *remaining, unsigned flags, unsigned min_count);
+CUresult fake_res_desc(CUdevResourceDesc *desc, CUdevResource *res, unsigned n);
+CUresult fake_green_create(CUgreenCtx *g, CUdevResourceDesc desc, CUdevice dev, unsigned flags);
+CUresult fake_green_destroy(CUgreenCtx g);
+CUresult fake_green_stream(CUstream *s, CUgreenCtx g, unsigned flags, int prio);
 
 /* fake-graph.c: the graph entry points, for cuGetProcAddress. */
 CUresult fake_graph_create(CUgraph *g, unsigned flags);

@@ -18,7 +18,7 @@
  */
 
 #define FAKE_SWEEP_MAGIC 0x70657773u /* "swep" */
-#define FAKE_SWEEP_FNS 64u
+#define FAKE_SWEEP_FNS 96u
 #define FAKE_SWEEP_NAME 48u
 
 struct fake_sweep_fn {

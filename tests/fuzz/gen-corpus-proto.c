@@ -249,6 +249,21 @@ int main(int argc, char **argv)
 	u32 = 2;
 	save_patch("bad-global-flag-unknown", "global", offsetof(struct ipc_global_info, flags),
 		   &u32, 4);
+	/* Priorities and shares: a level above the highest, a share above 100 %, a default above
+	 * the highest in gpuxd's policy, a share's note with no NUL. */
+	i32 = IPC_PRIO_MAX + 1;
+	save_patch("bad-queue-config-priority", "queue-config",
+		   offsetof(struct ipc_queue_config, priority), &i32, 4);
+	u32 = IPC_SHARE_MAX + 1;
+	save_patch("bad-queue-config-share", "queue-config",
+		   offsetof(struct ipc_queue_config, share), &u32, 4);
+	save_patch("bad-welcome-priority-default", "welcome-priority",
+		   offsetof(struct ipc_welcome, prio_default), "\3", 1);
+	s = sample("status");
+	memset(buf + sizeof(struct ipc_hdr) + sizeof(struct ipc_status) +
+		       offsetof(struct ipc_dev_status, stats.sched.share_note),
+	       's', IPC_SHARE_NOTE_MAX);
+	save("bad-status-share-note-unterminated", 0, buf, s.len);
 
 	/* One byte over the limit. */
 	memset(buf, 0, sizeof(buf));

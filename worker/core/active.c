@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/core/active.c: the active clients: joining, leaving after a pause, their ring words. */
+#include <assert.h>
+
 #include "active.h"
 
 static void set_word(struct wrk_act *a, bool on)
@@ -9,36 +11,66 @@ static void set_word(struct wrk_act *a, bool on)
 	a->polling = on;
 }
 
+static void list_add(struct wrk_active *s, struct wrk_act *a)
+{
+	unsigned l = a->level;
+
+	a->next = NULL;
+	a->prev = s->tail[l];
+	if (s->tail[l])
+		s->tail[l]->next = a;
+	else
+		s->head[l] = a;
+	s->tail[l] = a;
+	s->nlevel[l]++;
+}
+
+static void list_remove(struct wrk_active *s, struct wrk_act *a)
+{
+	unsigned l = a->level;
+
+	if (a->prev)
+		a->prev->next = a->next;
+	else
+		s->head[l] = a->next;
+	if (a->next)
+		a->next->prev = a->prev;
+	else
+		s->tail[l] = a->prev;
+	a->prev = a->next = NULL;
+	s->nlevel[l]--;
+}
+
 void wrk_active_join(struct wrk_active *s, struct wrk_act *a, uint64_t now)
 {
 	if (a->on)
 		return;
 	a->on = true;
 	a->seen_ns = now;
-	a->next = NULL;
-	a->prev = s->tail;
-	if (s->tail)
-		s->tail->next = a;
-	else
-		s->head = a;
-	s->tail = a;
+	list_add(s, a);
 	s->n++;
 	set_word(a, s->polling);
+}
+
+void wrk_active_set_level(struct wrk_active *s, struct wrk_act *a, unsigned level)
+{
+	assert(level < IPC_PRIO_LEVELS);
+	if (a->level == level)
+		return;
+	if (!a->on) {
+		a->level = level;
+		return;
+	}
+	list_remove(s, a);
+	a->level = level;
+	list_add(s, a);
 }
 
 void wrk_active_leave(struct wrk_active *s, struct wrk_act *a)
 {
 	if (!a->on)
 		return;
-	if (a->prev)
-		a->prev->next = a->next;
-	else
-		s->head = a->next;
-	if (a->next)
-		a->next->prev = a->prev;
-	else
-		s->tail = a->prev;
-	a->prev = a->next = NULL;
+	list_remove(s, a);
 	a->on = false;
 	s->n--;
 }

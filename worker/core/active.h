@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "macro.h"
+#include "proto.h"
 #include "ring.h"
 
 /*
@@ -24,8 +25,10 @@
  * write its word, and at worst misses its own kicks. Nothing of one client's can make the
  * worker overlook another's work.
  *
- * The set is an ordered list: the loop takes a bounded number of records from each client in
- * turn. (Priorities would be sets of their own, looked at highest first.)
+ * The set is a list per priority level (a client's is its highest queue's): the loop looks at
+ * the levels highest first, and takes a bounded number of records from each client of a level
+ * in turn; between two clients of a level it looks at the clients of the levels above again
+ * (worker/core/server.c), so that a busy round does not hold up latency-critical work.
  */
 
 /* How long an active client may be quiet before it leaves the set: about the cost of a kick
@@ -41,16 +44,31 @@ struct wrk_act {
 	bool on;             /* in the set */
 	bool polling;        /* up's polling word is up */
 	bool touched;        /* something passed since the last look (its time not read yet) */
+	unsigned level;      /* its client's priority level (0: the lowest), its list's */
 };
 
 struct wrk_active {
-	struct wrk_act *head, *tail;
+	struct wrk_act *head[IPC_PRIO_LEVELS], *tail[IPC_PRIO_LEVELS]; /* a list per level */
 	unsigned n;
+	unsigned nlevel[IPC_PRIO_LEVELS];
 	bool polling; /* the loop spins: the set's words are to be up */
 };
 
-/* Put a in the set (at its end), its word as the set's; seen at `now`. Nothing if it is in. */
+/* Put a in the set (at the end of its level's list), its word as the set's; seen at `now`.
+ * Nothing if it is in. */
 void wrk_active_join(struct wrk_active *s, struct wrk_act *a, uint64_t now);
+
+/* a's client has another priority level: in the set, a moves to the end of that level's list. */
+void wrk_active_set_level(struct wrk_active *s, struct wrk_act *a, unsigned level);
+
+/* Whether a client of a level above `level` is in the set. */
+static inline bool wrk_active_above(const struct wrk_active *s, unsigned level)
+{
+	for (unsigned l = level + 1; l < IPC_PRIO_LEVELS; l++)
+		if (s->nlevel[l])
+			return true;
+	return false;
+}
 
 /* Take a out of the set at once (its client goes), its word left as it is. */
 void wrk_active_leave(struct wrk_active *s, struct wrk_act *a);

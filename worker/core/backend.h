@@ -34,6 +34,19 @@ struct wrk_limits {
 	uint32_t max_shared_per_block_optin;  /* with a raised kernel attribute */
 };
 
+/*
+ * What a slot's stream is made for: its queues' priority and compute share; and what the back
+ * end made of them.
+ */
+struct wrk_stream {
+	int prio;         /* IPC_PRIO_MIN to IPC_PRIO_MAX */
+	unsigned share;   /* the SMs its kernels may use (a compute share, a multiple of the
+			   * unit the back end gave wrk_sched_device()); 0: every SM */
+	int32_t dev_prio; /* made: the stream's priority as the device took it, or
+			   * IPC_STREAM_PRIO_NONE (the device has none) */
+	unsigned sms;     /* made: the SMs its kernels may use (a green context's); 0: all */
+};
+
 /* A compile request, handed to build() on the compile thread. */
 struct wrk_build {
 	uint32_t lang;
@@ -101,8 +114,13 @@ struct wrk_backend_ops {
 	gpux_status (*global_get)(void *dev, void *mod, const char *name, void **ret_ptr,
 				  uint64_t *ret_size, bool *ret_read_only, char **ret_msg);
 
-	/* Streams: slot i of the worker's stream slots. */
-	gpux_status (*slot_open)(void *dev, unsigned slot, char **ret_msg);
+	/*
+	 * Streams: slot i of the worker's stream slots, for queues of st's priority and share,
+	 * which it fills in. At open() a back end tells the worker, by wrk_sched_device(), what
+	 * priorities and shares it makes; slots of a priority other than 0 or with a share are
+	 * opened later, on the loop thread, when a queue first needs them.
+	 */
+	gpux_status (*slot_open)(void *dev, unsigned slot, struct wrk_stream *st, char **ret_msg);
 
 	/*
 	 * Start the work of n requests (launches or copies), the next ones of slot `slot` in

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "macro.h"
 #include "wrk.h"
@@ -16,32 +17,196 @@
  * by turns of WRK_QUEUE_TURN requests as room comes back. What moved into the slots during
  * a round of the loop is handed to the back end at the end of the round, one batch per slot,
  * which it may launch as one (a CUDA graph).
+ *
+ * Priorities and compute shares: a queue of a priority other than 0, or with a share, is bound
+ * to a slot of its own class (priority, share), made when first needed (a stream of that CUDA
+ * priority, in a green context of that share), so that it never waits behind a slot full of
+ * other work; queues of one class take turns in it as above. Slots are handed over the highest
+ * priority first, and those above 0 at once, request by request: latency-critical work is
+ * never held back to be batched. A queue that changes class waits until what it has in its
+ * old slot has ended, so that its order holds.
  */
 
 /* How much of a failed build's log each request that needed it gets. */
 #define FAILED_LOG_MAX 2048
 
+/* ---- slots of a priority and share ---- */
+
+/* Open slot w->nslots for st's class; what it got is counted for gpux status. */
+static gpux_status slot_open(struct wrk *w, struct wrk_stream *st, char **ret_msg)
+{
+	unsigned i = w->nslots, lv = wrk_prio_level(st->prio);
+	struct ipc_sched *sc = &w->stats.sched;
+	gpux_status rc;
+
+	st->dev_prio = IPC_STREAM_PRIO_NONE;
+	st->sms = 0;
+	rc = w->be->slot_open(w->dev, i, st, ret_msg);
+	if (rc < 0)
+		return rc;
+	w->slots[i] = (struct wrk_slot){ .prio = st->prio, .share = st->share };
+	w->nslots++;
+	if (st->dev_prio != IPC_STREAM_PRIO_NONE)
+		sc->stream_prio[lv] = st->dev_prio;
+	if (st->prio != 0 || st->share) {
+		sc->share_streams += st->sms != 0;
+		sc->prio_streams += st->sms == 0;
+	}
+	w->nslots_share += st->share != 0;
+	if (w->status) {
+		ipc_status_write_begin(w->status);
+		w->status->nslots = w->nslots;
+		ipc_status_write_end(w->status);
+	}
+	w->status_dirty = true;
+	return 0;
+}
+
+int wrk_slots_open(struct wrk *w)
+{
+	unsigned n = w->opts.slots ? w->opts.slots : MIN((unsigned)get_nprocs(), 8u);
+
+	for (unsigned i = 0; i < MAX(n, 1u); i++) {
+		struct wrk_stream st = { .prio = 0 };
+		char *msg = NULL;
+		gpux_status rc = slot_open(w, &st, &msg);
+
+		if (rc < 0) {
+			wrk_log(w, "stream %u: %s", i, msg ? msg : ipc_status_text(rc));
+			free(msg);
+			return -ENODEV;
+		}
+	}
+	w->nslots_default = w->nslots;
+	return 0;
+}
+
+void wrk_sched_device(struct wrk *w, int32_t least, int32_t greatest, unsigned share_sms,
+		      unsigned unit, unsigned min, const char *note)
+{
+	struct ipc_sched *sc = &w->stats.sched;
+
+	for (unsigned i = 0; i < IPC_PRIO_LEVELS; i++)
+		sc->stream_prio[i] = IPC_STREAM_PRIO_NONE;
+	sc->stream_prio_least = least;
+	sc->stream_prio_greatest = greatest;
+	sc->share_sms = share_sms;
+	sc->share_unit = share_sms ? unit : 0;
+	sc->share_min = share_sms ? min : 0;
+	(void)snprintf(sc->share_note, sizeof(sc->share_note), "%s", share_sms ? "" : note);
+	w->shares = share_sms > 0;
+	if (w->shares)
+		wrk_log(w, "compute shares: green contexts of %u SMs, in units of %u (%u at least)",
+			share_sms, unit, min);
+	else
+		wrk_log(w, "no compute shares here: %s; queues' shares are ignored", note);
+}
+
+/*
+ * The least used of the default slots (priority 0, no share): queues of different clients
+ * overlap.
+ */
+static unsigned slot_default(const struct wrk *w)
+{
+	unsigned best = 0;
+
+	for (unsigned i = 1; i < w->nslots_default; i++)
+		if (w->slots[i].queues < w->slots[best].queues)
+			best = i;
+	return best;
+}
+
+/*
+ * A share of `percent` of the device's SMs, in SMs: rounded up to the back end's unit and at
+ * least its smallest; 0 where it makes no shares, or for every SM. Shares that round alike
+ * are one class: a client cannot make more of them than the device has groups of SMs.
+ */
+static unsigned share_sms(const struct wrk *w, unsigned percent)
+{
+	const struct ipc_sched *sc = &w->stats.sched;
+	uint64_t sms;
+
+	if (!w->shares || !percent)
+		return 0;
+	sms = ((uint64_t)percent * sc->share_sms + IPC_SHARE_MAX - 1) / IPC_SHARE_MAX;
+	sms = (sms + sc->share_unit - 1) / sc->share_unit * sc->share_unit;
+	sms = MAX(sms, (uint64_t)sc->share_min);
+	return sms < sc->share_sms ? (unsigned)sms : 0;
+}
+
+/*
+ * The slot for a queue of priority `prio` and a share of `percent`: its class's, made if need
+ * be. Where none can be made (WRK_CLASS_SLOTS_MAX, WRK_SHARE_SLOTS_MAX, the worker's 64
+ * streams, or the back end failed: logged once), a slot of the same priority, else a default
+ * one.
+ */
+static unsigned slot_pick(struct wrk *w, int prio, unsigned percent)
+{
+	struct wrk_stream st = { .prio = prio, .share = share_sms(w, percent) };
+	unsigned same_prio = UINT32_MAX;
+	char *msg = NULL;
+	gpux_status rc;
+
+	if (st.prio == 0 && st.share == 0)
+		return slot_default(w);
+	for (unsigned i = w->nslots_default; i < w->nslots; i++) {
+		if (w->slots[i].prio != st.prio)
+			continue;
+		if (w->slots[i].share == st.share)
+			return i;
+		same_prio = i;
+	}
+	if (w->nslots < WRK_SLOTS_MAX && w->nslots - w->nslots_default < WRK_CLASS_SLOTS_MAX &&
+	    (!st.share || w->nslots_share < WRK_SHARE_SLOTS_MAX)) {
+		rc = slot_open(w, &st, &msg);
+		if (rc == 0)
+			return w->nslots - 1;
+		if (!w->class_refused)
+			wrk_log(w,
+				"a stream of priority %d and a share of %u SMs: %s; such queues "
+				"share other streams",
+				st.prio, st.share, msg ? msg : ipc_status_text(rc));
+		free(msg);
+	} else if (!w->class_refused) {
+		wrk_log(w,
+			"no room for a stream of priority %d and a share of %u SMs (%u streams): "
+			"such queues share other streams",
+			st.prio, st.share, w->nslots);
+	}
+	w->class_refused = true;
+	return same_prio != UINT32_MAX ? same_prio : slot_default(w);
+}
+
+/* The client's level among the active clients: its highest priority, the default queue's too. */
+static void client_level(struct wrk_client *c)
+{
+	int prio = c->dq_prio;
+	struct wrk_queue *q;
+	size_t it = 0;
+
+	while (ipc_map_next(&c->queues, &it, NULL, (void **)&q))
+		prio = MAX(prio, q->prio);
+	wrk_active_set_level(&c->w->active, &c->act, wrk_prio_level(prio));
+}
+
 static struct wrk_queue *queue_new(struct wrk_client *c, uint32_t id)
 {
 	struct wrk *w = c->w;
 	struct wrk_queue *q = calloc(1, sizeof(*q));
-	unsigned best = 0;
 
 	if (!q)
 		return NULL;
-	/* The slot with the fewest queues, so that queues of different clients overlap. */
-	for (unsigned i = 1; i < w->nslots; i++)
-		if (w->slots[i].queues < w->slots[best].queues)
-			best = i;
 	q->id = id;
-	q->slot = best;
+	q->prio = id ? c->prio_default : c->dq_prio;
+	q->share = id ? 0 : c->dq_share;
+	q->slot = slot_pick(w, q->prio, q->share);
 	q->client = c;
 	q->refs = 1;
 	if (ipc_map_put(&c->queues, id, q) < 0) {
 		free(q);
 		return NULL;
 	}
-	w->slots[best].queues++;
+	w->slots[q->slot].queues++;
 	return q;
 }
 
@@ -141,6 +306,7 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		/* Nobody would kick what it still holds again. */
 		queue_fail_pending(q, GPUX_E_INVAL, "its queue was closed");
 		wrk_queue_unref(q);
+		client_level(c);
 		return 0;
 	}
 	if (m.queue == 0 || q) {
@@ -152,7 +318,75 @@ int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg)
 		st = GPUX_E_QUOTA;
 	else
 		st = queue_new(c, m.queue) ? GPUX_OK : GPUX_E_NOMEM;
+	if (st == GPUX_OK)
+		client_level(c);
 	wrk_reply(c, msg->hdr.id, st, st == GPUX_E_QUOTA ? "too many queues" : NULL);
+	return 0;
+}
+
+/* Bind a queue to the slot of its new class. */
+static void queue_rebind(struct wrk_queue *q, int prio, unsigned share)
+{
+	struct wrk *w = q->client->w;
+	unsigned slot;
+
+	if (q->prio == prio && q->share == share)
+		return;
+	slot = slot_pick(w, prio, share);
+	q->prio = prio;
+	q->share = share;
+	if (slot == q->slot)
+		return;
+	line_leave(w, q);
+	w->slots[q->slot].queues--;
+	w->slots[slot].queues++;
+	q->slot = slot;
+	/* What it has in the old slot ends first (wrk_slot_end() kicks it then). */
+	q->moving = q->inslot > 0;
+	wrk_queue_kick(q);
+}
+
+/*
+ * QUEUE_CONFIG. A priority above the client's highest (gpuxd --priority) is refused when the
+ * client waits for an answer, else lowered to it; a share is taken as asked, and ignored where
+ * the back end makes none.
+ */
+int wrk_queue_config(struct wrk_client *c, const struct ipc_msg *msg)
+{
+	struct ipc_queue_config m;
+	struct wrk_queue *q;
+	int prio;
+	int r = ipc_decode_queue_config(msg, &m);
+
+	if (r < 0)
+		return r;
+	q = ipc_map_get(&c->queues, m.queue);
+	if (m.queue && !q) {
+		_cleanup_(freep) char *why = wrk_strdup_printf("no such queue %u", m.queue);
+
+		wrk_reply(c, msg->hdr.id, GPUX_E_INVAL, why);
+		return 0;
+	}
+	prio = m.flags & IPC_QUEUE_PRIORITY ? m.priority : c->prio_default;
+	if (prio > c->prio_max) {
+		if (msg->hdr.id) {
+			_cleanup_(freep) char *why = wrk_strdup_printf(
+				"priority %d is above what gpuxd gives user %u (%d at most)", prio,
+				c->uid, c->prio_max);
+
+			wrk_reply(c, msg->hdr.id, GPUX_E_PERM, why);
+			return 0;
+		}
+		prio = c->prio_max;
+	}
+	if (m.queue == 0) {
+		c->dq_prio = prio;
+		c->dq_share = m.share;
+	}
+	if (q)
+		queue_rebind(q, prio, m.share);
+	client_level(c);
+	wrk_reply(c, msg->hdr.id, GPUX_OK, NULL);
 	return 0;
 }
 
@@ -180,6 +414,8 @@ static void slot_push(struct wrk *w, struct wrk_req *r)
 {
 	struct wrk_slot *s = &w->slots[r->slot];
 
+	w->stats.sched.launches[wrk_prio_level(s->prio)]++;
+	r->queue->inslot++;
 	r->next = NULL;
 	if (s->tail)
 		s->tail->next = r;
@@ -220,6 +456,11 @@ void wrk_slot_end(struct wrk *w, struct wrk_req *r)
 			next->t_start = MAX(r->t_end, next->t_arrive);
 		status_running(w, r->slot);
 	}
+	/* A queue bound to another slot since goes on there once its last one here ended. */
+	if (r->queue && --r->queue->inslot == 0 && r->queue->moving) {
+		r->queue->moving = false;
+		wrk_queue_kick(r->queue);
+	}
 }
 
 /* Hand what moved into the slot since the last time to the back end, as one batch. */
@@ -252,6 +493,8 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 	struct wrk_req *r;
 	unsigned n = 0;
 
+	if (q->moving)
+		return TAKE_BUILDING;
 	while ((r = q->pending_head)) {
 		char *msg = NULL;
 		gpux_status rc;
@@ -288,8 +531,11 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 		}
 		r->slot = q->slot;
 		slot_push(w, r);
-		/* A round of many clients takes a while: a full batch need not wait for its end. */
-		if (s->nunlaunched == WRK_BATCH_MAX)
+		/* A round of many clients takes a while: a full batch need not wait for its end,
+		 * and latency-critical work waits for nothing; while such work is at hand, other
+		 * batches are smaller, so that the loop is back for it sooner. */
+		if (s->prio > 0 ||
+		    s->nunlaunched >= (w->urgent_active ? WRK_BATCH_URGENT : WRK_BATCH_MAX))
 			slot_hand_over(w, q->slot);
 		n++;
 	}
@@ -358,12 +604,23 @@ static void slot_serve(struct wrk *w, struct wrk_slot *s)
 	}
 }
 
+void wrk_slot_flush(struct wrk *w, unsigned slot)
+{
+	slot_serve(w, &w->slots[slot]);
+	slot_hand_over(w, slot);
+}
+
+void wrk_slots_flush_above(struct wrk *w, int prio)
+{
+	for (int p = IPC_PRIO_MAX; p > prio; p--)
+		for (unsigned i = 0; i < w->nslots; i++)
+			if (w->slots[i].prio == p)
+				wrk_slot_flush(w, i);
+}
+
 void wrk_slots_flush(struct wrk *w)
 {
-	for (unsigned i = 0; i < w->nslots; i++) {
-		slot_serve(w, &w->slots[i]);
-		slot_hand_over(w, i);
-	}
+	wrk_slots_flush_above(w, IPC_PRIO_MIN - 1);
 }
 
 void wrk_fail_all(struct wrk *w, gpux_status status, const char *why)

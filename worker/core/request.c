@@ -409,16 +409,23 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal)
 	struct wrk *w = reqs[0]->w;
 	uint64_t one = 1, now = mono_ns();
 
+	/* A slot's class never changes once it is open: read from any thread. The requests of
+	 * slots above priority 0 go on a list of their own, which the loop answers first. */
+	bool urgent = w->slots[reqs[0]->slot].prio > 0;
+	struct wrk_req **list = urgent ? &w->done_urgent_reqs : &w->done_reqs;
+
 	(void)pthread_mutex_lock(&w->done_lock);
 	for (unsigned i = 0; i < n; i++) {
 		struct wrk_req *r = reqs[i];
 
 		if (!r->t_end)
 			r->t_end = now;
-		r->next_done = w->done_reqs;
-		w->done_reqs = r;
+		r->next_done = *list;
+		*list = r;
 	}
 	atomic_store(&w->done_any, true);
+	if (urgent)
+		atomic_store(&w->done_urgent, true);
 	if (fatal)
 		w->fatal = true;
 	(void)pthread_mutex_unlock(&w->done_lock);
@@ -467,27 +474,19 @@ static void req_reply(struct wrk_req *r)
 	req_free(r);
 }
 
-/* Take in what other threads finished: requests (in each slot's order) and module builds. */
-void wrk_drain_done(struct wrk *w)
+/* Replies answered between two of the loop's urgent turns (w->between). */
+#define REPLIES_BETWEEN 32u
+
+/*
+ * Requests that ended, newest first (as wrk_reqs_complete() lists them): off their slots,
+ * counted and published before they are answered (a client that asks for the status after
+ * its answer finds its request in it), then answered in each slot's order; with `between`,
+ * the loop's urgent turn every REPLIES_BETWEEN answers.
+ */
+static void reqs_finish(struct wrk *w, struct wrk_req *reqs, bool between)
 {
-	struct wrk_req *reqs, *soon, *rev = NULL;
-	struct wrk_module *mods;
-
-	(void)pthread_mutex_lock(&w->done_lock);
-	reqs = w->done_reqs;
-	soon = w->soon_reqs;
-	mods = w->done_mods;
-	w->done_reqs = NULL;
-	w->soon_reqs = NULL;
-	w->done_mods = NULL;
-	atomic_store(&w->done_any, false);
-	(void)pthread_mutex_unlock(&w->done_lock);
-
-	/* Announced before they complete, so never finished yet: taken first. */
-	for (; soon; soon = soon->next_soon) {
-		w->awake_until = mono_ns() + WRK_SOON_NS;
-		wrk_client_wake(soon->client);
-	}
+	struct wrk_req *rev = NULL;
+	unsigned n = 0;
 
 	/* The list is newest first: turn it round so that each slot's order holds. */
 	while (reqs) {
@@ -496,8 +495,6 @@ void wrk_drain_done(struct wrk *w)
 		r->next_done = rev;
 		rev = r;
 	}
-	/* Counted and published before they are answered: a client that asks for the status
-	 * after its answer finds its request in it (free memory only now and then). */
 	for (struct wrk_req *r = rev; r; r = r->next_done)
 		req_end(w, r);
 	if (rev)
@@ -507,7 +504,50 @@ void wrk_drain_done(struct wrk *w)
 
 		rev = r->next_done;
 		req_reply(r);
+		if (between && w->between && ++n % REPLIES_BETWEEN == 0)
+			w->between(w);
 	}
+}
+
+void wrk_drain_urgent(struct wrk *w)
+{
+	struct wrk_req *reqs;
+
+	(void)pthread_mutex_lock(&w->done_lock);
+	reqs = w->done_urgent_reqs;
+	w->done_urgent_reqs = NULL;
+	atomic_store(&w->done_urgent, false);
+	(void)pthread_mutex_unlock(&w->done_lock);
+	reqs_finish(w, reqs, false);
+}
+
+/* Take in what other threads finished: requests (in each slot's order) and module builds. */
+void wrk_drain_done(struct wrk *w)
+{
+	struct wrk_req *reqs, *urgent, *soon;
+	struct wrk_module *mods;
+
+	(void)pthread_mutex_lock(&w->done_lock);
+	reqs = w->done_reqs;
+	urgent = w->done_urgent_reqs;
+	soon = w->soon_reqs;
+	mods = w->done_mods;
+	w->done_reqs = NULL;
+	w->done_urgent_reqs = NULL;
+	w->soon_reqs = NULL;
+	w->done_mods = NULL;
+	atomic_store(&w->done_any, false);
+	atomic_store(&w->done_urgent, false);
+	(void)pthread_mutex_unlock(&w->done_lock);
+
+	/* Announced before they complete, so never finished yet: taken first. */
+	for (; soon; soon = soon->next_soon) {
+		w->awake_until = mono_ns() + WRK_SOON_NS;
+		wrk_client_wake(soon->client);
+	}
+
+	reqs_finish(w, urgent, false);
+	reqs_finish(w, reqs, true);
 	if (mods)
 		wrk_modules_finish(w, mods);
 	/* And once they are gone: what is in flight now. */

@@ -17,8 +17,10 @@
 
 /* How long a worker that must exit keeps sending what it owes its clients. */
 #define FLUSH_NS (200 * NSEC_PER_MSEC)
-/* Records taken from one client's ring at a time, for fairness between clients. */
+/* Records taken from one client's ring at a time, for fairness between clients; fewer from
+ * clients below an active latency-critical one, so that its urgent turns come sooner. */
 #define RING_TAKE_MAX 64u
+#define RING_TAKE_URGENT 16u
 
 /*
  * Forget a client: its conn, segments, modules and queues. Of its requests handed to the
@@ -171,6 +173,9 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 	case IPC_QUEUE_CLOSE:
 		r = wrk_queue_msg(c, msg);
 		break;
+	case IPC_QUEUE_CONFIG:
+		r = wrk_queue_config(c, msg);
+		break;
 	case IPC_SUBMIT:
 		r = wrk_submit(c, msg);
 		break;
@@ -201,18 +206,18 @@ static void client_msg(struct wrk_client *c, struct ipc_msg *msg)
 
 /*
  * Take what the client's ring holds that was sent after fewer than `seq_ok` socket messages:
- * up to RING_TAKE_MAX records (the loop comes back for the rest), or, with `all`, every
- * record published by now (all those stamped seq_ok or less, since they were published
- * before the socket message that made seq_ok). Returns how many.
+ * up to `max` records (the loop comes back for the rest), or, with `all`, every record
+ * published by now (all those stamped seq_ok or less, since they were published before the
+ * socket message that made seq_ok). Returns how many.
  */
-static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all)
+static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all, unsigned max)
 {
 	static uint8_t buf[IPC_RING_REC_MAX];
 	uint32_t mark = c->rings ? ipc_ring_published(&c->up) : 0;
 	unsigned n = 0;
 
 	while (c->rings && !c->gone &&
-	       (all ? ipc_ring_before(&c->up, mark) : n < RING_TAKE_MAX)) {
+	       (all ? ipc_ring_before(&c->up, mark) : n < max)) {
 		struct ipc_msg msg;
 		int len = ipc_ring_get(&c->up, buf, sizeof(buf), seq_ok);
 
@@ -239,7 +244,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 
 	/* Records sent before this message come first, all of them. */
 	c->refs++;
-	(void)ring_take(c, c->sock_in, true);
+	(void)ring_take(c, c->sock_in, true, 0);
 	c->sock_in++;
 	if (!c->gone)
 		client_msg(c, msg);
@@ -347,6 +352,9 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
 	c->uid = a->uid;
 	c->gid = a->gid;
 	c->pid = a->pid;
+	c->prio_max = a->prio_max;
+	c->prio_default = c->dq_prio = a->prio_default;
+	c->act.level = wrk_prio_level(a->prio_default);
 	c->spare = a->flags & IPC_ATTACH_SPARE;
 	r = ipc_conn_new_take_fd(w->loop, fd, on_client_msg, on_client_close, c, &c->conn);
 	if (r < 0) {
@@ -456,40 +464,105 @@ static struct wrk_client *client_of(struct wrk_act *a)
 }
 
 /*
- * The rings of the active clients (worker/core/active.h), in turn: what each holds, up to
- * RING_TAKE_MAX records; a client quiet for a while leaves the set, and before the loop
+ * Between two clients of level `level` (or two slots' batches of it): the active clients of
+ * the levels above with records waiting are served at once, what they moved into slots is
+ * handed over, and the ends of their requests are answered, so that a round busy with lower
+ * work holds up none of theirs. A client that joins or changes level meanwhile is found by
+ * the round's own pass, or the next round's.
+ */
+static void urgent_turn(struct wrk *w, unsigned level)
+{
+	bool found = false;
+
+	if (!wrk_active_above(&w->active, level))
+		return;
+	for (unsigned l = IPC_PRIO_LEVELS - 1; l > level; l--) {
+		struct wrk_act *a = w->active.head[l], *next;
+
+		for (; a; a = next) {
+			struct wrk_client *c = client_of(a);
+
+			/* Taking a client's messages may drop that client, never another. */
+			next = a->next;
+			if (c->ring_bad || !a->up || !ipc_ring_pending(a->up))
+				continue;
+			c->refs++;
+			if (ring_take(c, c->sock_in, false, RING_TAKE_MAX) > 0) {
+				a->touched = true;
+				found = true;
+			}
+			wrk_client_unref(c);
+		}
+	}
+	if (found)
+		wrk_slots_flush_above(w, (int)level + IPC_PRIO_MIN);
+	if (atomic_load(&w->done_urgent))
+		wrk_drain_urgent(w);
+}
+
+/* Between chunks of other work the loop does at once (completions): an urgent turn of the
+ * levels above the default one. */
+static void urgent_between(struct wrk *w)
+{
+	urgent_turn(w, wrk_prio_level(0));
+}
+
+/*
+ * The rings of the active clients (worker/core/active.h), the highest level first, each
+ * level's in turn: what each holds, up to RING_TAKE_MAX records, with an urgent turn of the
+ * levels above after each; a client quiet for a while leaves the set, and before the loop
  * sleeps every client with nothing left does. A client that joins meanwhile (the loop
  * answered it) is looked at from the next round. Returns whether any record was taken.
  */
 static bool take_active(struct wrk *w, bool sleeping, uint64_t now)
 {
-	struct wrk_act *a = w->active.head;
 	bool found = false;
 
 	w->active.polling = !sleeping && w->spin_ns > 0;
-	while (a) {
-		/* Taking a client's messages may drop that client, never another. */
-		struct wrk_act *next = a->next;
-		struct wrk_client *c = client_of(a);
-		unsigned n;
+	w->urgent_active = wrk_active_above(&w->active, wrk_prio_level(0));
+	for (unsigned l = IPC_PRIO_LEVELS; l-- > 0;) {
+		struct wrk_act *a = w->active.head[l];
+		unsigned max = wrk_active_above(&w->active, l) ? RING_TAKE_URGENT : RING_TAKE_MAX;
 
-		if (c->ring_bad) {
-			wrk_client_refuse(c, "its shared ring is corrupt");
+		while (a) {
+			/* Taking a client's messages may drop that client, never another; one
+			 * that changes level goes to another list, its `next` still to be seen. */
+			struct wrk_act *next = a->next;
+			struct wrk_client *c = client_of(a);
+			unsigned n;
+
+			if (c->ring_bad) {
+				wrk_client_refuse(c, "its shared ring is corrupt");
+				a = next;
+				continue;
+			}
+			wrk_active_sync(&w->active, a);
+			c->refs++;
+			n = ring_take(c, c->sock_in, false, max);
+			if (!c->gone && sleeping && n == 0)
+				(void)wrk_active_rest(&w->active, a, now);
+			else if (!c->gone)
+				(void)wrk_active_settle(&w->active, a, n > 0, now);
+			wrk_client_unref(c);
+			found |= n > 0;
 			a = next;
-			continue;
+			if (n > 0)
+				urgent_turn(w, l);
 		}
-		wrk_active_sync(&w->active, a);
-		c->refs++;
-		n = ring_take(c, c->sock_in, false);
-		if (!c->gone && sleeping && n == 0)
-			(void)wrk_active_rest(&w->active, a, now);
-		else if (!c->gone)
-			(void)wrk_active_settle(&w->active, a, n > 0, now);
-		wrk_client_unref(c);
-		found |= n > 0;
-		a = next;
 	}
 	return found;
+}
+
+/* What this round moved into the slots starts now, one batch per slot, the highest priority
+ * first, with an urgent turn of the levels above after each batch. */
+static void flush_slots(struct wrk *w)
+{
+	for (int p = IPC_PRIO_MAX; p >= IPC_PRIO_MIN; p--)
+		for (unsigned i = 0; i < w->nslots; i++)
+			if (w->slots[i].prio == p) {
+				wrk_slot_flush(w, i);
+				urgent_turn(w, wrk_prio_level(p));
+			}
 }
 
 /*
@@ -510,8 +583,7 @@ static bool poll_work(void *userdata, bool sleeping)
 		take_done(w);
 		found = true;
 	}
-	/* What this round moved into the slots starts now, one batch per slot. */
-	wrk_slots_flush(w);
+	flush_slots(w);
 	/* Requests that came or were refused this round show at once (gpux status, draining). */
 	if (w->status_dirty || w->stats.clients_active != w->active.n) {
 		w->status_dirty = false;
@@ -549,6 +621,7 @@ int wrk_server_start(struct wrk *w)
 	if (r < 0)
 		return r;
 	ipc_loop_set_spin(w->loop, w->spin_ns, poll_work, w);
+	w->between = urgent_between;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);

@@ -178,6 +178,10 @@ struct wrk_waiter;
 struct wrk_queue {
 	uint32_t id;
 	unsigned slot;
+	int prio;        /* IPC_PRIO_MIN to IPC_PRIO_MAX */
+	unsigned share;  /* percent of the device's SMs its kernels may use; 0: all */
+	unsigned inslot; /* its requests handed to its slot and not ended */
+	bool moving;     /* bound to another slot since: takes nothing until inslot is 0 */
 	struct wrk_req *pending_head, *pending_tail; /* not launched yet, in order */
 	struct wrk_client *client;
 	bool waiting;               /* in its slot's line of queues waiting for room */
@@ -191,6 +195,10 @@ struct wrk_client {
 	struct ipc_conn *conn;
 	uint64_t id;
 	uint32_t uid, gid, pid;
+	int prio_max, prio_default; /* gpuxd's priority policy for it (ATTACH) */
+	/* The default queue's options, which it takes when it is made (QUEUE_CONFIG of queue 0). */
+	int dq_prio;
+	unsigned dq_share;
 	struct ipc_map segs;    /* id -> struct wrk_seg */
 	struct ipc_map mods;    /* id -> struct wrk_modref */
 	struct ipc_map queues;  /* id -> struct wrk_queue */
@@ -284,11 +292,24 @@ struct wrk_req {
 /* Requests a waiting queue may put in its slot per turn while others wait too. */
 #define WRK_QUEUE_TURN 16u
 /* A slot's batch is handed over when it has this many, before the round of the loop ends
- * (the most a CUDA graph of the back end holds). */
+ * (the most a CUDA graph of the back end holds); this many while a latency-critical client
+ * is active (a graph of 64 kernels takes the loop 35-50 µs to launch on an H200). */
 #define WRK_BATCH_MAX 64u
+#define WRK_BATCH_URGENT 16u
+
+/*
+ * Slots beyond the default ones (--slots, priority 0 and no share) are made as queues of
+ * another priority or share need them, one per priority and share, at most this many, of
+ * which those with a share leave room for one of each priority: shares that clients ask for
+ * cannot take the streams of latency-critical queues.
+ */
+#define WRK_CLASS_SLOTS_MAX 16u
+#define WRK_SHARE_SLOTS_MAX (WRK_CLASS_SLOTS_MAX - (IPC_PRIO_LEVELS - 1))
 
 /* A stream slot: requests handed to it, in order. */
 struct wrk_slot {
+	int prio;       /* of the queues bound to it */
+	unsigned share; /* their compute share, in SMs (struct wrk_stream); 0: none */
 	struct wrk_req *head, *tail;
 	struct wrk_req *unlaunched; /* from here to tail: taken this round, not handed over yet */
 	unsigned nunlaunched;
@@ -334,6 +355,11 @@ struct wrk {
 	unsigned nidle;
 	struct wrk_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
+	unsigned nslots_default;   /* the first ones: priority 0, no share */
+	unsigned nslots_share;     /* of the others, those with a share */
+	bool shares;               /* the back end splits SMs (wrk_sched_device()) */
+	bool urgent_active;        /* a client above priority 0 is active (server.c) */
+	bool class_refused;        /* a slot of another class could not be made: logged */
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */
 	unsigned nfree_reqs;
 
@@ -353,6 +379,11 @@ struct wrk {
 	struct wrk_req *soon_reqs; /* see wrk_req_soon() */
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
+	struct wrk_req *done_urgent_reqs; /* those of slots of a priority above 0 */
+	atomic_bool done_urgent; /* done_urgent_reqs has some */
+	/* Called between chunks of completions that wrk_drain_done() answers at once: the
+	 * loop's urgent turn (worker/core/server.c); NULL: none. */
+	void (*between)(struct wrk *w);
 	atomic_uint_fast64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
 	atomic_bool fatal;    /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
@@ -432,6 +463,8 @@ void wrk_req_discard(struct wrk_req *r);
 /* Check what needs the module: the kernel, its parameters, the launch's shape. */
 gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg);
 void wrk_drain_done(struct wrk *w);
+/* Take in only the requests of slots of a priority above 0 that ended (done_urgent_reqs). */
+void wrk_drain_urgent(struct wrk *w);
 /* The requests kept for reuse go (the worker stops). */
 void wrk_reqs_free_cache(struct wrk *w);
 
@@ -473,7 +506,23 @@ void wrk_device_broken(struct wrk *w);
 void wrk_req_soon(struct wrk_req *r);
 
 /* worker/core/queue.c */
+/* The default slots (--slots): priority 0, no share. 0, or -ENODEV (logged). */
+int wrk_slots_open(struct wrk *w);
+/*
+ * For a back end's open(): the device's stream priorities (the CUDA range, least and
+ * greatest; both 0: none) and its compute shares (the SMs they are cut from, in units of
+ * `unit` and at least `min` of them; share_sms 0: none, `note` says why).
+ */
+void wrk_sched_device(struct wrk *w, int32_t least, int32_t greatest, unsigned share_sms,
+		      unsigned unit, unsigned min, const char *note);
+/* A priority's level: 0 for IPC_PRIO_MIN, up to IPC_PRIO_LEVELS - 1. */
+static inline unsigned wrk_prio_level(int prio)
+{
+	return (unsigned)(prio - IPC_PRIO_MIN);
+}
 int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
+/* QUEUE_CONFIG: a queue's priority and share. */
+int wrk_queue_config(struct wrk_client *c, const struct ipc_msg *msg);
 /* Put a request, its arguments resolved, behind the earlier ones of its queue. */
 void wrk_req_queue(struct wrk_client *c, struct wrk_req *r, uint32_t queue_id);
 /* Move what a queue can start now into its slot (a module it waits for may be ready). */
@@ -482,8 +531,13 @@ void wrk_queue_unref(struct wrk_queue *q);
 /* A client goes: its queues' requests not started are dropped without an answer. */
 void wrk_queues_free(struct wrk_client *c);
 void wrk_kick_all(struct wrk *w);
-/* Hand each slot's requests taken this round to the back end, in one batch per slot. */
+/* Hand each slot's requests taken this round to the back end, in one batch per slot, the
+ * slots of the highest priority first. */
 void wrk_slots_flush(struct wrk *w);
+/* The same for the slots of a priority above `prio` only. */
+void wrk_slots_flush_above(struct wrk *w, int prio);
+/* The same for one slot. */
+void wrk_slot_flush(struct wrk *w, unsigned slot);
 /* A request handed to a slot has ended: take it off (the slot's first, but after a fault) and
  * publish what the slot runs now; waiting queues are let in when the round's batches go. */
 void wrk_slot_end(struct wrk *w, struct wrk_req *r);

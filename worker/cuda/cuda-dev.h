@@ -29,6 +29,7 @@ struct cuda_graph;
 struct cuda_slot {
 	struct cuda_dev *d;
 	CUstream stream;
+	bool green; /* a green context's stream (a compute share): no graphs (cuda-launch.c) */
 	pthread_t waiter;
 	bool started;
 	pthread_mutex_t lock;
@@ -71,6 +72,19 @@ struct cuda_copyin {
 
 enum { COPYIN_NONE, COPYIN_LOADING, COPYIN_READY, COPYIN_FAILED };
 
+/*
+ * A green context: some of the device's SMs, for the streams of queues with a compute share
+ * (worker/cuda/cuda-slot.c). Modules stay the primary context's: a green context's streams
+ * belong to the primary context (cuStreamGetCtx_v2 says so), whose functions, memory and
+ * events they use as the primary context's own streams do; only where a kernel runs differs.
+ */
+struct cuda_green {
+	CUgreenCtx g;
+	unsigned want;  /* the SMs asked for (its key) */
+	unsigned group; /* which group of the split of the device's SMs by `want` */
+	unsigned sms;   /* the SMs it got */
+};
+
 /* 64-bit words from one slot's end word to the next (struct cuda_dev): a cache line each. */
 #define CUDA_END_WORD_STRIDE 8u
 
@@ -112,6 +126,14 @@ struct cuda_dev {
 	pthread_t copyin_thread;
 	CUmodule copyin_mod;
 	CUfunction copyin_fn;
+	/* Priorities and shares (worker/cuda/cuda-slot.c): the device's stream priorities, its
+	 * SMs where green contexts split them (green_ok), the green contexts made. */
+	int prio_least, prio_greatest;
+	bool green_ok;
+	CUdevResource sm_res;
+	struct cuda_green greens[WRK_CLASS_SLOTS_MAX];
+	unsigned ngreens;
+	unsigned green_reuse; /* turns of the green contexts of one size, once all are made */
 };
 
 struct cuda_module {
@@ -153,7 +175,9 @@ CUfunction cuda_copyin_fn(struct cuda_dev *d);
 void cuda_copyin_stop(struct cuda_dev *d);
 
 /* worker/cuda/cuda-slot.c */
-gpux_status cuda_slot_open(void *dev, unsigned slot, char **ret_msg);
+gpux_status cuda_slot_open(void *dev, unsigned slot, struct wrk_stream *st, char **ret_msg);
+/* The device's stream priorities and green contexts, for wrk_sched_device() (open()). */
+void cuda_sched_probe(struct cuda_dev *d);
 /* Stop the waiters, let go of the streams, graphs and groups. */
 void cuda_slots_close(struct cuda_dev *d);
 /* A group from the free list, or a new one with its events; NULL, and *err says why. */

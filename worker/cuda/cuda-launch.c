@@ -379,7 +379,7 @@ static CUresult kernel_launch(struct cuda_dev *d, struct cuda_slot *s, struct wr
 	struct cuda_graph *gr = s->graphs[0];
 	CUresult e;
 
-	if (graph && r->shared_bytes <= DEFAULT_SHARED) {
+	if (graph && !s->green && r->shared_bytes <= DEFAULT_SHARED) {
 		if (!gr)
 			gr = s->graphs[0] = graph_new(d, 1, NULL, NULL, r, &e);
 		if (gr && node_set(d, gr, 0, r) == CUDA_SUCCESS)
@@ -496,7 +496,7 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 	struct wrk_kernel_info *ki = &r->kernel->info;
 	CUstream st = s->stream;
 	bool scratch = scratch_fits(d, s, r);
-	CUfunction copier = copyin_wanted(d, r, scratch);
+	CUfunction copier = s->green ? NULL : copyin_wanted(d, r, scratch);
 	struct copyin c;
 	uint64_t used = 0, in_bytes = 0;
 	CUresult e;
@@ -782,7 +782,9 @@ void cuda_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned n)
 	unsigned nrun = 0;
 
 	for (unsigned k = 0; k < n; k++, r = next) {
-		bool g = graphable(r) && !wrk_req_cancelled(r);
+		/* A green context's stream launches one by one: whether a graph's kernel nodes keep
+		 * to the stream's SMs, the driver's documentation does not say. */
+		bool g = !s->green && graphable(r) && !wrk_req_cancelled(r);
 
 		next = r->next;
 		/* A graph holds one client's requests only: a fault in it is that client's. */

@@ -469,29 +469,156 @@ bool cuda_poll(void *dv, bool sleeping)
 	return false;
 }
 
+/* ---- priorities and compute shares ---- */
+
+void cuda_sched_probe(struct cuda_dev *d)
+{
+	struct cu_driver *cu = &d->cu;
+	char note[128] = "";
+	const CUdevSmResource *sm = &d->sm_res.sm;
+	CUresult r;
+
+	if (cu->cuCtxGetStreamPriorityRange(&d->prio_least, &d->prio_greatest) != CUDA_SUCCESS)
+		d->prio_least = d->prio_greatest = 0;
+	if (!cu->cuDeviceGetDevResource || !cu->cuDevSmResourceSplitByCount ||
+	    !cu->cuDevResourceGenerateDesc || !cu->cuGreenCtxCreate || !cu->cuGreenCtxDestroy ||
+	    !cu->cuGreenCtxStreamCreate) {
+		(void)snprintf(note, sizeof(note),
+			       "the CUDA driver (%d.%d) has no green contexts "
+			       "(12.5 or later)",
+			       cu->version / 1000, cu->version % 1000 / 10);
+	} else if ((r = cu->cuDeviceGetDevResource(d->dev, &d->sm_res, CU_DEV_RESOURCE_TYPE_SM)) !=
+		   CUDA_SUCCESS) {
+		(void)snprintf(note, sizeof(note), "the device's SMs: %s", cu_err_name(cu, r));
+	} else if (sm->smCount < 2 * MAX(sm->minSmPartitionSize, 1u)) {
+		(void)snprintf(note, sizeof(note), "%u SMs are too few to split", sm->smCount);
+	} else {
+		d->green_ok = true;
+	}
+	wrk_sched_device(d->w, d->prio_least, d->prio_greatest, d->green_ok ? sm->smCount : 0,
+			 MAX(sm->smCoscheduledAlignment, 1u), MAX(sm->minSmPartitionSize, 1u),
+			 note);
+}
+
+/*
+ * The CUDA stream priority of a queue's: 0 and below the device's least (its default), the
+ * highest its greatest, those between spread between them, rounded towards the greatest (a
+ * CUDA priority is the higher the lower its number): on an H100 (0 to -5) 1 is -3, 2 is -5;
+ * with two (0, -1) both are -1.
+ */
+static int stream_prio(const struct cuda_dev *d, int prio)
+{
+	if (prio <= 0)
+		return d->prio_least;
+	return d->prio_least +
+	       ((d->prio_greatest - d->prio_least) * prio - (IPC_PRIO_MAX - 1)) / IPC_PRIO_MAX;
+}
+
+/*
+ * A green context of `want` of the device's SMs (the worker rounded it to the unit), made
+ * once. The device's SMs are split in groups of that many; slots of one size take the groups
+ * in turn, so that two such queues run on different SMs while there are groups left, then
+ * share them. NULL with *err CUDA_SUCCESS: the share is the whole device.
+ */
+static struct cuda_green *green_get(struct cuda_dev *d, unsigned want, CUresult *err)
+{
+	struct cu_driver *cu = &d->cu;
+	unsigned total = d->sm_res.sm.smCount;
+	unsigned max = total / MAX(d->sm_res.sm.minSmPartitionSize, 1u), n = max, same = 0;
+	_cleanup_(freep) CUdevResource *groups = NULL;
+	struct cuda_green *g;
+	CUdevResourceDesc desc;
+
+	*err = CUDA_SUCCESS;
+	if (want >= total)
+		return NULL;
+	for (unsigned i = 0; i < d->ngreens; i++)
+		same += d->greens[i].want == want;
+	groups = calloc(max, sizeof(*groups));
+	if (!groups) {
+		*err = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	*err = cu->cuDevSmResourceSplitByCount(groups, &n, &d->sm_res, NULL, 0, want);
+	if (*err == CUDA_SUCCESS && n == 0)
+		*err = CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+	if (*err != CUDA_SUCCESS)
+		return NULL;
+	/* Every group has its green context already, or no room for another: reuse one. */
+	if (same >= n || d->ngreens == WRK_CLASS_SLOTS_MAX) {
+		unsigned k = same ? d->green_reuse++ % same : 0;
+
+		for (unsigned i = 0; i < d->ngreens; i++)
+			if (d->greens[i].want == want && k-- == 0)
+				return &d->greens[i];
+		*err = CUDA_ERROR_OUT_OF_MEMORY;
+		return NULL;
+	}
+	g = &d->greens[d->ngreens];
+	*err = cu->cuDevResourceGenerateDesc(&desc, &groups[same], 1);
+	if (*err == CUDA_SUCCESS)
+		*err = cu->cuGreenCtxCreate(&g->g, desc, d->dev, CU_GREEN_CTX_DEFAULT_STREAM);
+	if (*err != CUDA_SUCCESS)
+		return NULL;
+	g->want = want;
+	g->group = same;
+	g->sms = groups[same].sm.smCount;
+	d->ngreens++;
+	d->w->stats.sched.share_ctxs = d->ngreens;
+	return g;
+}
+
 /* ---- slots ---- */
 
-gpux_status cuda_slot_open(void *dv, unsigned slot, char **ret_msg)
+gpux_status cuda_slot_open(void *dv, unsigned slot, struct wrk_stream *st, char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	struct cuda_slot *s = &d->slots[slot];
-	CUresult r = d->cu.cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	struct cuda_green *g = NULL;
+	int prio = stream_prio(d, st->prio), got;
+	CUresult r = CUDA_SUCCESS;
 	int e;
 
+	if (st->share && d->green_ok)
+		g = green_get(d, st->share, &r);
 	if (r != CUDA_SUCCESS) {
-		*ret_msg = cuda_msg(d, "cuStreamCreate", r);
+		bool sticky;
+		gpux_status rc = wrk_cu_err(r, &sticky);
+
+		if (sticky)
+			wrk_device_broken(d->w);
+		*ret_msg = cuda_msg(d, "a green context", r);
+		return rc == GPUX_E_NOMEM ? rc : GPUX_E_DEVICE;
+	}
+	if (g)
+		r = d->cu.cuGreenCtxStreamCreate(&s->stream, g->g, CU_STREAM_NON_BLOCKING, prio);
+	else if (st->prio != 0)
+		r = d->cu.cuStreamCreateWithPriority(&s->stream, CU_STREAM_NON_BLOCKING, prio);
+	else
+		r = d->cu.cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	if (r != CUDA_SUCCESS) {
+		s->stream = NULL;
+		*ret_msg = cuda_msg(d, "a stream", r);
 		return GPUX_E_DEVICE;
 	}
+	if (d->cu.cuStreamGetPriority(s->stream, &got) == CUDA_SUCCESS)
+		st->dev_prio = got;
+	st->sms = g ? g->sms : 0;
+	s->green = g != NULL;
 	s->d = d;
 	(void)pthread_mutex_init(&s->lock, NULL);
 	(void)pthread_cond_init(&s->cond, NULL);
-	d->nslots = MAX(d->nslots, slot + 1);
 	e = pthread_create(&s->waiter, NULL, waiter_main, s);
 	if (e != 0) {
+		(void)pthread_mutex_destroy(&s->lock);
+		(void)pthread_cond_destroy(&s->cond);
+		(void)d->cu.cuStreamDestroy(s->stream);
+		memset(s, 0, sizeof(*s));
 		*ret_msg = wrk_strdup_printf("pthread_create: %s", strerror(e));
 		return GPUX_E_NOMEM;
 	}
 	s->started = true;
+	d->nslots = MAX(d->nslots, slot + 1);
 	return 0;
 }
 
@@ -524,4 +651,8 @@ void cuda_slots_close(struct cuda_dev *d)
 		d->free_groups = g->next;
 		group_free(d, g);
 	}
+	/* Their streams are gone: a green context does not destroy them. */
+	for (unsigned i = 0; i < d->ngreens; i++)
+		(void)d->cu.cuGreenCtxDestroy(d->greens[i].g);
+	d->ngreens = 0;
 }

@@ -97,6 +97,13 @@ static gpux_status driver_init(struct cu_driver *cu, char **ret_msg)
 	 * cached, so load them whole. A user's own setting wins.
 	 */
 	(void)setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+	/*
+	 * Streams share the device's hardware queues (8 by default): past 8 streams, work on one
+	 * waits behind another's that shares its queue, whatever their priorities. A worker has
+	 * its slots' streams, one for uploads, and streams of other priorities and shares: as
+	 * many queues as the driver allows. A user's own setting wins.
+	 */
+	(void)setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
 	r = cu->cuInit(0);
 	if (r != CUDA_SUCCESS) {
 		*ret_msg = wrk_strdup_printf("cuInit: %s", cu_err_name(cu, r));
@@ -286,6 +293,7 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 		rc = GPUX_E_DEVICE;
 		goto err;
 	}
+	cuda_sched_probe(d);
 	ends_open(d);
 	cuda_copyin_start(d);
 	/* The device is ready once its compiler is too (NVRTC's load and first compile take

@@ -42,6 +42,7 @@ _Static_assert(sizeof(struct gpux_host_launch) + IPC_ARGS_MAX * sizeof(void *) <
 struct exec_job {
 	struct exec_job *next;
 	struct wrk_req *r;
+	int prio; /* its slot's: helpers take the blocks of the highest first */
 	bool cxx;
 	uint64_t nblocks, chunk;
 	atomic_uint_fast64_t next_block; /* the first not taken */
@@ -531,11 +532,13 @@ static void *helper_main(void *arg)
 	host_exec_thread_begin(&ss);
 	(void)pthread_mutex_lock(&x->lock);
 	for (;;) {
-		struct exec_job *j = x->jobs;
+		struct exec_job *j = NULL;
 		bool faulted;
 
-		while (j && atomic_load(&j->next_block) >= j->nblocks)
-			j = j->next;
+		/* Of the jobs with blocks left, the newest of the highest priority. */
+		for (struct exec_job *k = x->jobs; k; k = k->next)
+			if (atomic_load(&k->next_block) < k->nblocks && (!j || k->prio > j->prio))
+				j = k;
 		if (x->stop)
 			break;
 		if (!j) {
@@ -637,6 +640,7 @@ bool host_exec_run(struct host_exec *x, struct wrk_req *r, bool cxx)
 {
 	struct exec_job j = {
 		.r = r,
+		.prio = x->w->slots[r->slot].prio,
 		.cxx = cxx,
 		.nblocks = (uint64_t)r->grid[0] * r->grid[1] * r->grid[2],
 	};

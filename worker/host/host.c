@@ -174,6 +174,8 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 		return GPUX_E_NOMEM;
 	}
 	host_info(device, ret_info);
+	wrk_sched_device(w, 0, 0, 0, 0, 0,
+			 "the host back end does not split its CPUs between queues");
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = 1024,
 		.max_block = { 1024, 1024, 64 },
@@ -185,7 +187,9 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 	return 0;
 }
 
-static gpux_status host_slot_open(void *dv, unsigned slot, char **ret_msg)
+/* A thread per slot; its priority only orders the helpers' blocks (worker/host/host-exec.c),
+ * and a share is not made: CPUs are not split. */
+static gpux_status host_slot_open(void *dv, unsigned slot, struct wrk_stream *st, char **ret_msg)
 {
 	struct host_dev *d = dv;
 	struct host_slot *s = &d->slots[slot];

@@ -114,9 +114,11 @@ static void test_e2e_quota_worker_refuses_past_the_user_cap(void **state)
 	uint64_t n = 1;
 	struct gpux_arg args[3];
 
+	/* Segments go to the worker as they are made: the first client's is mapped before the
+	 * second's is made. */
 	assert_int_equal(gpux_buf_alloc(e->ctx, 7 << 20, &a), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(other, 7 << 20, &b), GPUX_OK);
 	assert_int_equal(touch(e->m, a), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(other, 7 << 20, &b), GPUX_OK);
 	args[0] = GPUX_ARG_VALUE(n);
 	args[1] = gpux_arg_in(b, 0, 4);
 	args[2] = gpux_arg_out(b, 4, 4);

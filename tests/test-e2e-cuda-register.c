@@ -288,6 +288,44 @@ static void test_register_freed_while_registering(void **state)
 	gpux_disconnect(ctx);
 }
 
+/*
+ * A device buffer kept in host memory is a range of a fresh segment, so it comes while that
+ * segment is still being registered: it is made at once, and the copies that use it wait for
+ * the registration, then find the bytes written.
+ */
+static void test_register_host_dbuf_waits(void **state)
+{
+	struct env *e = *state;
+	gpux_ctx *ctx;
+	gpux_buf *pat, *back;
+	gpux_dbuf *kept;
+	gpux_req *r;
+	unsigned pids;
+
+	test_daemon_stop(&e->d);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_REGISTER_MS", "300", 1), 0);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_DEVICES", "1", 1), 0);
+	test_daemon_start(&e->d, (const char *const[]){ "--backend", "cuda", NULL });
+	ctx = test_connect(&e->d);
+	assert_int_equal(gpux_buf_alloc(ctx, 4096, &pat), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, 4096, &back), GPUX_OK);
+	for (unsigned i = 0; i < 4096; i++)
+		((uint8_t *)gpux_buf_data(pat))[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(gpux_dbuf_alloc_ex(ctx, 0, X_BYTES, GPUX_DBUF_HOST, &kept, NULL), GPUX_OK);
+	assert_int_equal(gpux_dbuf_write(kept, X_BYTES - 4096, pat, 0, 4096, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, 30000), GPUX_OK);
+	gpux_req_free(r);
+	assert_int_equal(registered(e, X_BYTES, &pids), 1);
+	assert_int_equal(gpux_dbuf_read(back, 0, kept, X_BYTES - 4096, 4096, NULL, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, 30000), GPUX_OK);
+	gpux_req_free(r);
+	assert_memory_equal(gpux_buf_data(back), gpux_buf_data(pat), 4096);
+	gpux_dbuf_free(kept);
+	gpux_buf_free(back);
+	gpux_buf_free(pat);
+	gpux_disconnect(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -298,6 +336,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_register_freed_while_registering, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_register_host_dbuf_waits, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

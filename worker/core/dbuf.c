@@ -15,6 +15,8 @@ void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d)
 	if (d->global) {
 		wrk_module_unref(w, d->global);
 	} else if (d->map) {
+		if (!d->ptr)
+			w->reg.dbufs--;
 		wrk_mapping_unref(w, d->map);
 	} else {
 		w->be->dev_free(w->dev, d->ptr);
@@ -114,11 +116,40 @@ static void dbuf_alloc(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_
 	wrk_reply(c, id, GPUX_OK, NULL);
 }
 
+/* Where the device sees a host-kept device buffer: NULL while its segment registers. */
+static void *host_ptr(const struct wrk *w, const struct wrk_dbuf *d)
+{
+	if (w->info.backend == GPUX_BACKEND_HOST)
+		return (uint8_t *)d->map->seg.addr + d->map_offset;
+	if (d->map->registering || !d->map->dev_addr)
+		return NULL;
+	return (void *)(uintptr_t)(d->map->dev_addr + d->map_offset);
+}
+
+int wrk_dbuf_resolve(struct wrk *w, struct wrk_dbuf *d, gpux_status *ret_status, char **ret_msg)
+{
+	if (d->ptr || !d->map)
+		return 1;
+	if (d->map->registering)
+		return 0;
+	d->ptr = host_ptr(w, d);
+	if (!d->ptr) {
+		*ret_status = GPUX_E_DEVICE;
+		*ret_msg = wrk_strdup_printf("the device cannot reach that device buffer's pages: %s",
+					     d->map->reg_error ? d->map->reg_error : "not registered");
+		return -1;
+	}
+	w->reg.dbufs--;
+	return 1;
+}
+
 /*
  * A device buffer kept in host memory: a range of the client's segment, which kernels use in
  * place as a mapped argument's pages (the host back end: the pages; CUDA: where the device
- * sees them, registered when the segment was attached). Its bytes are the client's (counted
- * as shared memory): no device quota, no reserve, and it outlives this worker.
+ * sees them, registered as the segment arrived). Its bytes are the client's (counted as
+ * shared memory): no device quota, no reserve, and it outlives this worker. Made while its
+ * segment is still being registered (off the loop), it gets its device address when that
+ * ends: requests using it wait for it as for their segments (wrk_req_segments_ready()).
  */
 static void dbuf_host(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_host *h)
 {
@@ -138,7 +169,7 @@ static void dbuf_host(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_h
 		free(msg);
 		return;
 	}
-	if (w->info.backend != GPUX_BACKEND_HOST && !m->dev_addr) {
+	if (w->info.backend != GPUX_BACKEND_HOST && !m->registering && !m->dev_addr) {
 		wrk_mapping_unref(w, m);
 		wrk_reply(c, id, GPUX_E_DEVICE, "the device cannot reach that segment's pages");
 		return;
@@ -153,9 +184,10 @@ static void dbuf_host(struct wrk_client *c, uint32_t id, const struct ipc_dbuf_h
 	d->refs = 1;
 	d->size = h->size;
 	d->map = m;
-	d->ptr = w->info.backend == GPUX_BACKEND_HOST
-			 ? (uint8_t *)m->seg.addr + h->seg_offset
-			 : (void *)(uintptr_t)(m->dev_addr + h->seg_offset);
+	d->map_offset = h->seg_offset;
+	d->ptr = host_ptr(w, d);
+	if (!d->ptr)
+		w->reg.dbufs++;
 	wrk_reply(c, id, GPUX_OK, NULL);
 }
 

@@ -287,6 +287,13 @@ int wrk_req_segments_ready(struct wrk_req *r, gpux_status *ret_status, char **re
 {
 	struct wrk *w = r->w;
 
+	for (unsigned i = 0; w->reg.dbufs && i < r->nargs; i++) {
+		int k = r->args[i].dbuf ? wrk_dbuf_resolve(w, r->args[i].dbuf, ret_status, ret_msg)
+					: 1;
+
+		if (k <= 0)
+			return k;
+	}
 	if ((!w->reg.pending && !w->reg.failed) || w->be->register_optional)
 		return 1;
 	for (unsigned i = 0; i < r->nargs; i++) {

@@ -113,9 +113,11 @@ struct wrk_dbuf {
 	/* A module's variable (worker/core/symbol.c): its module, held; no memory of its own. */
 	struct wrk_module *global;
 	bool read_only; /* copies into it are refused */
-	/* Kept in host memory (IPC_DBUF_HOST): the client's segment it is a range of, held; ptr
-	 * is where the device sees those pages. NULL: device memory of ours. */
+	/* Kept in host memory (IPC_DBUF_HOST): the client's segment it is a range of (from
+	 * map_offset), held; ptr is where the device sees those pages, NULL until the segment's
+	 * registration ends (wrk_dbuf_resolve()). map NULL: device memory of ours. */
 	struct wrk_mapping *map;
+	uint64_t map_offset;
 };
 
 /* A client's segment id: its mapping, or why it could not be attached. */
@@ -401,6 +403,8 @@ struct wrk {
 		struct ipc_watch *watch;
 		unsigned pending; /* mappings registering (the loop's count) */
 		unsigned failed;  /* live mappings whose registration failed */
+		unsigned dbufs;   /* host-kept device buffers made while theirs was registering,
+				   * with no device address yet */
 	} reg;
 
 	/* The compile thread. */
@@ -606,6 +610,12 @@ bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr,
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);
 void wrk_dbuf_unref(struct wrk *w, struct wrk_dbuf *d);
 void wrk_dbufs_free(struct wrk_client *c);
+/*
+ * A device buffer a request uses: 1 when it has its device address, 0 while its host-kept
+ * segment is still being registered (the request waits), -1 with why when that segment's
+ * registration failed.
+ */
+int wrk_dbuf_resolve(struct wrk *w, struct wrk_dbuf *d, gpux_status *ret_status, char **ret_msg);
 int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg);
 
 /* worker/core/symbol.c */

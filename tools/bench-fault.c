@@ -149,9 +149,11 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
 	double restarts = 0;
 	unsigned faults = 0;
+	gpux_status st;
 	gpux_buf *buf;
 
 	if (!m || gpux_buf_alloc(c, 64, &buf) != GPUX_OK) {
+		(void)fprintf(stderr, "gpux: bench: fault: the faulting client could not start\n");
 		gpux_disconnect(c);
 		return 0;
 	}
@@ -163,8 +165,12 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 		while (tool_now() < at)
 			(void)usleep(1000);
 		t0 = tool_now();
-		if (gpux_run(m, "crash", &l, &a, 1) != GPUX_E_KERNEL_FAULT)
+		st = gpux_run(m, "crash", &l, &a, 1);
+		if (st != GPUX_E_KERNEL_FAULT) {
+			(void)fprintf(stderr, "gpux: bench: fault: the faulting kernel ended %s\n",
+				      gpux_strerror(st));
 			break;
+		}
 		faults++;
 		/* Down as soon as the worker gives up, then up again. */
 		for (int tries = 0; tries < 10000; tries++) {
@@ -210,6 +216,8 @@ int bench_fault(struct bench *b)
 		gpux_module_free(m);
 		gpux_disconnect(c);
 		if (!m) {
+			(void)fprintf(stderr, "gpux: bench: fault: no gpuxd of its own, or its kernels "
+					      "do not build\n");
 			bench_daemon_stop(d);
 			(void)munmap(inn, bytes);
 			return -1;
@@ -238,6 +246,9 @@ int bench_fault(struct bench *b)
 	bench_daemon_stop(d);
 	lat = all ? malloc(all * sizeof(*lat)) : NULL;
 	if (!lat || faults == 0 || started < INNOCENTS) {
+		(void)fprintf(stderr, "gpux: bench: fault: %u faults, %u of %u innocents started, "
+				      "%llu results\n",
+			      faults, started, INNOCENTS, (unsigned long long)all);
 		free(lat);
 		(void)munmap(inn, bytes);
 		return -1;

@@ -140,9 +140,13 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 	_exit(0);
 }
 
-/* n faults, `every` apart from `from` on: how many, and their restarts' mean time (ns). */
+/*
+ * n faults, `every` apart from `from` on: how many, how many of them the faulting client was
+ * told were its kernel's (GPUX_E_KERNEL_FAULT; else the worker died with its request in
+ * flight beside others', GPUX_E_WORKER_LOST), and their restarts' mean time (ns).
+ */
 static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, unsigned n,
-			      uint64_t every, double *ret_restart_ns)
+			      uint64_t every, unsigned *ret_told, double *ret_restart_ns)
 {
 	gpux_ctx *c = connect_ready(sock);
 	gpux_module *m = c ? load(b, c) : NULL;
@@ -166,7 +170,8 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 			(void)usleep(1000);
 		t0 = tool_now();
 		st = gpux_run(m, "crash", &l, &a, 1);
-		if (st != GPUX_E_KERNEL_FAULT) {
+		*ret_told += st == GPUX_E_KERNEL_FAULT;
+		if (st != GPUX_E_KERNEL_FAULT && st != GPUX_E_WORKER_LOST) {
 			(void)fprintf(stderr, "gpux: bench: fault: the faulting kernel ended %s\n",
 				      gpux_strerror(st));
 			break;
@@ -200,7 +205,7 @@ int bench_fault(struct bench *b)
 	struct innocent *inn;
 	pid_t pids[INNOCENTS], d;
 	double restart = NAN, p50, p99, worst;
-	unsigned faults, started = 0, n = b->quick ? 2 : FAULTS;
+	unsigned faults, told = 0, started = 0, n = b->quick ? 2 : FAULTS;
 
 	(void)snprintf(sock, sizeof(sock), "%s/f.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/fcache", b->tmp);
@@ -231,7 +236,7 @@ int bench_fault(struct bench *b)
 			innocent_run(b, sock, until, &inn[i]);
 		started += pids[i] > 0;
 	}
-	faults = neighbour_run(b, sock, from, n, every, &restart);
+	faults = neighbour_run(b, sock, from, n, every, &told, &restart);
 	for (unsigned i = 0; i < INNOCENTS; i++) {
 		int st;
 
@@ -269,6 +274,7 @@ int bench_fault(struct bench *b)
 		  (double)wrong, wrong == 0);
 	bench_add(b, "  innocents' requests done", (double)ok, NAN, "", "", NAN, true);
 	bench_add(b, "  faults (each a restart)", (double)faults, NAN, "", "", NAN, true);
+	bench_add(b, "  of them, the faulting client told so", (double)told, NAN, "", "", NAN, true);
 	bench_add(b, "  worker restart, fault to ready", restart / 1e6, NAN, "ms", "", NAN, true);
 	bench_add(b, "  innocents' round trip, p50", p50 / 1e3, NAN, "us", "", NAN, true);
 	bench_add(b, "  innocents' round trip, p99", p99 / 1e3, NAN, "us", "", NAN, true);

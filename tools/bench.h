@@ -11,7 +11,7 @@
 #include "proto.h"
 #include "tools.h"
 
-#define MAX_RESULTS 192
+#define MAX_RESULTS 384
 #define BASE_OUT_MAX 4096
 
 /*

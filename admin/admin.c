@@ -55,7 +55,8 @@ static int refusal(const struct ipc_msg *msg, char *why, size_t why_len)
 int ipc_admin_connect(const char *path, int timeout_ms, char *why, size_t why_len)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct ipc_hello h = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION,
+	struct ipc_hello h = { .min_version = IPC_VERSION_MIN,
+			       .max_version = IPC_VERSION,
 			       .flags = IPC_HELLO_ADMIN };
 	_cleanup_(freep) uint8_t *buf = malloc(IPC_MSG_MAX);
 	_cleanup_(closep) int fd = -1;

@@ -136,8 +136,7 @@ static int number_check(const struct ipc_opt *o, uint64_t v, char *why, size_t w
 }
 
 /* Take the value of row o into opts. */
-static int take(const struct ipc_opt *o, const char *value, void *opts, char *why,
-		size_t why_len)
+static int take(const struct ipc_opt *o, const char *value, void *opts, char *why, size_t why_len)
 {
 	char buf[256];
 	uint64_t v;
@@ -203,10 +202,10 @@ int ipc_opt_parse(const struct ipc_opt_prog *prog, int argc, char **argv, void *
 		row_assert(o, prog->size);
 		if (o->kind == IPC_OPT_SECTION)
 			continue;
-		longopts[n++] = (struct option){ o->name,
-						 o->kind == IPC_OPT_FLAG ? no_argument
-									 : required_argument,
-						 NULL, VAL_ROW + (int)i };
+		longopts[n++] =
+			(struct option){ o->name,
+					 o->kind == IPC_OPT_FLAG ? no_argument : required_argument,
+					 NULL, VAL_ROW + (int)i };
 	}
 	longopts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	if (prog->version)
@@ -408,9 +407,10 @@ int ipc_opt_bash(const struct ipc_opt_prog *prog, FILE *f)
 	for (const char *p = prog->name; *p && n + 1 < sizeof(fn); p++)
 		fn[n++] = *p == '-' ? '_' : *p;
 	fn[n] = '\0';
-	(void)fprintf(f, "# bash completion of %s, made from its table of options (ipc_opt_bash)\n"
-			 "_%s()\n{\n\tlocal cur=${COMP_WORDS[COMP_CWORD]} "
-			 "prev=${COMP_WORDS[COMP_CWORD-1]}\n\n\tcase $prev in\n",
+	(void)fprintf(f,
+		      "# bash completion of %s, made from its table of options (ipc_opt_bash)\n"
+		      "_%s()\n{\n\tlocal cur=${COMP_WORDS[COMP_CWORD]} "
+		      "prev=${COMP_WORDS[COMP_CWORD-1]}\n\n\tcase $prev in\n",
 		      prog->name, fn);
 	for (size_t i = 0; i < prog->nopts; i++) {
 		const struct ipc_opt *o = &prog->opts[i];
@@ -424,9 +424,11 @@ int ipc_opt_bash(const struct ipc_opt_prog *prog, FILE *f)
 			put_words(f, o->words);
 			(void)fputs("' -- \"$cur\"))", f);
 		} else if (strcmp(arg, "PATH") == 0 || strcmp(arg, "FILE") == 0) {
-			(void)fputs("compopt -o filenames; COMPREPLY=($(compgen -f -- \"$cur\"))", f);
+			(void)fputs("compopt -o filenames; COMPREPLY=($(compgen -f -- \"$cur\"))",
+				    f);
 		} else if (strcmp(arg, "DIR") == 0) {
-			(void)fputs("compopt -o filenames; COMPREPLY=($(compgen -d -- \"$cur\"))", f);
+			(void)fputs("compopt -o filenames; COMPREPLY=($(compgen -d -- \"$cur\"))",
+				    f);
 		} else if (strcmp(arg, "GROUP") == 0) {
 			(void)fputs("COMPREPLY=($(compgen -g -- \"$cur\"))", f);
 		} else {

@@ -39,7 +39,7 @@ struct ipc_opt {
 };
 
 /* A row's field: `.offset = ..., .size = ...` of `field` in `type`. */
-#define IPC_OPT_FIELD(type, field) \
+#define IPC_OPT_FIELD(type, field)                                                                 \
 	.offset = offsetof(type, field), .size = sizeof(((type *)0)->field)
 
 struct ipc_opt_prog {

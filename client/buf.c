@@ -546,7 +546,8 @@ GPUX_EXPORT gpux_status gpux_buf_freeze(gpux_buf *b)
 		r = p == MAP_FAILED ? (errno == ENOMEM ? -ENOMEM : -EIO) : 1;
 	}
 	if (r <= 0) {
-		/* Closed under the lock: a fork() after it unlisted would leave the child the fd. */
+		/* Closed under the lock: a fork() after it unlisted would leave the child the fd.
+		 */
 		(void)safe_close(f->fd);
 		(void)pthread_mutex_unlock(&ctx->lock);
 		free(f);

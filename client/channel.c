@@ -171,7 +171,8 @@ static void daemon_drain(gpux_ctx *ctx)
 {
 	while (ctx->sup_fd >= 0) {
 		struct ipc_msg msg;
-		int r = ipc_channel_recv_msg(ctx->sup_fd, ctx->rbuf, IPC_MSG_MAX, &msg, MSG_DONTWAIT);
+		int r = ipc_channel_recv_msg(ctx->sup_fd, ctx->rbuf, IPC_MSG_MAX, &msg,
+					     MSG_DONTWAIT);
 
 		if (r == -EAGAIN)
 			return;
@@ -246,8 +247,8 @@ static void on_rings(gpux_ctx *ctx, uint32_t i, struct ipc_msg *msg)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return;
-	if (ipc_segment_attach_take_fd(ipc_msg_take_fd(msg, 0), IPC_RINGS_BYTES, false,
-				       &r->seg) < 0) {
+	if (ipc_segment_attach_take_fd(ipc_msg_take_fd(msg, 0), IPC_RINGS_BYTES, false, &r->seg) <
+	    0) {
 		free(r);
 		return;
 	}
@@ -293,7 +294,8 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 
 	while (d->chan_fd >= 0) {
 		struct ipc_msg msg;
-		int r = ipc_channel_recv_msg(d->chan_fd, ctx->rbuf, IPC_MSG_MAX, &msg, MSG_DONTWAIT);
+		int r = ipc_channel_recv_msg(d->chan_fd, ctx->rbuf, IPC_MSG_MAX, &msg,
+					     MSG_DONTWAIT);
 
 		if (r == -EAGAIN)
 			break;
@@ -422,7 +424,8 @@ static int chan_queue(gpux_ctx *ctx, uint32_t i, const void *msg, size_t len, co
 	if (d->out.bytes + len > CLI_OUTBOX_MAX || d->out.nfds + nfds > CLI_OUTBOX_FDS_MAX) {
 		char why[96];
 
-		(void)snprintf(why, sizeof(why), "the worker left %u MiB or %u fds sent to it unread",
+		(void)snprintf(why, sizeof(why),
+			       "the worker left %u MiB or %u fds sent to it unread",
 			       CLI_OUTBOX_MAX >> 20, CLI_OUTBOX_FDS_MAX);
 		free(d->dropped);
 		d->dropped = strdup(why);
@@ -436,8 +439,8 @@ static int chan_queue(gpux_ctx *ctx, uint32_t i, const void *msg, size_t len, co
 
 /* Lock held: send on the device's channel, or queue (cli_send()); -EPIPE when its worker is
  * gone (channel closed). */
-static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len,
-		     const int *fds, unsigned nfds)
+static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
+		     unsigned nfds)
 {
 	struct cli_dev *d = &ctx->devs[device];
 	int r = chan_flush(ctx, device);
@@ -463,9 +466,10 @@ static bool has_room(gpux_ctx *ctx, void *arg)
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];
 
 	/* Requests lost with the device's last worker go there before any new one. */
-	return d->chan_fd < 0 || (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT &&
-				  d->out.nfds < CLI_OUTBOX_FDS_WAIT &&
-				  !cli_replay_blocks(ctx, (uint32_t)(uintptr_t)arg));
+	return d->chan_fd < 0 ||
+	       (d->inflight < CLI_INFLIGHT_MAX && d->out.bytes < CLI_OUTBOX_WAIT &&
+		d->out.nfds < CLI_OUTBOX_FDS_WAIT &&
+		!cli_replay_blocks(ctx, (uint32_t)(uintptr_t)arg));
 }
 
 int cli_room_wait(gpux_ctx *ctx, uint32_t device)
@@ -473,8 +477,8 @@ int cli_room_wait(gpux_ctx *ctx, uint32_t device)
 	return cli_wait_until(ctx, has_room, (void *)(uintptr_t)device, NULL, 0);
 }
 
-void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
-		   const void *payload, size_t len)
+void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type, const void *payload,
+		   size_t len)
 {
 	int n;
 
@@ -498,7 +502,8 @@ int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const 
 		int r = ipc_ring_put(&d->rings->up, msg, (uint32_t)len, d->sock_out);
 
 		/* The message is on its way: only a worker that is gone makes it fail. */
-		if (r == 1 && chan_send(ctx, device, &ipc_kick, sizeof(ipc_kick), NULL, 0) == -EPIPE)
+		if (r == 1 &&
+		    chan_send(ctx, device, &ipc_kick, sizeof(ipc_kick), NULL, 0) == -EPIPE)
 			return -EPIPE;
 		if (r >= 0)
 			return 0;

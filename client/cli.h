@@ -164,7 +164,7 @@ struct gpux_req {
 	} answer;
 	struct gpux_req *prev, *next; /* all of the context's requests */
 	/* Sent again after its worker died (client/replay.c): a SUBMIT or COPY. */
-	bool word;       /* holds word id % IPC_MARKS_PER_CLIENT of channel word_gen's marks */
+	bool word; /* holds word id % IPC_MARKS_PER_CLIENT of channel word_gen's marks */
 	uint64_t word_gen;
 	bool marked;     /* ... since before it was sent: the word is its own */
 	bool any;        /* GPUX_ANY: it may go to another device */
@@ -202,7 +202,8 @@ struct cli_dev {
 	struct ipc_status_page *status;
 	struct ipc_launch_limits limits; /* from the status page; zeros: not known */
 	unsigned inflight;
-	uint64_t any_load, any_load_ns; /* the worker's count in flight, when read (pick_device()) */
+	uint64_t any_load,
+		any_load_ns;     /* the worker's count in flight, when read (pick_device()) */
 	struct cli_rings *rings; /* NULL until the worker offers them, or without */
 	uint32_t sock_in;        /* messages taken from the channel's socket */
 	uint32_t sock_out;       /* messages sent on it */
@@ -212,10 +213,10 @@ struct cli_dev {
 	void *marks_map;
 	size_t marks_len;
 	uint64_t marks_used[IPC_MARKS_PER_CLIENT / 64]; /* words held by requests in flight */
-	bool want_channel;       /* it ended, the worker may live: ask gpuxd for a new one */
-	struct cli_outbox out;   /* what its socket could not take yet, in order */
-	bool out_armed;          /* epoll watches the channel for room (EPOLLOUT) */
-	uint64_t dq_sent;        /* chan_gen that has the default queue's options; 0: none */
+	bool want_channel;     /* it ended, the worker may live: ask gpuxd for a new one */
+	struct cli_outbox out; /* what its socket could not take yet, in order */
+	bool out_armed;        /* epoll watches the channel for room (EPOLLOUT) */
+	uint64_t dq_sent;      /* chan_gen that has the default queue's options; 0: none */
 };
 
 /* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
@@ -231,7 +232,7 @@ struct gpux_ctx {
 	bool served_shared; /* a shared gpuxd served us: when it goes, no private one replaces it */
 	uint64_t fork_gen;
 	bool connected;
-	bool connecting; /* a thread is connecting, the lock dropped while it waits */
+	bool connecting;   /* a thread is connecting, the lock dropped while it waits */
 	int connecting_fd; /* its socket, until the welcome is in */
 	int sup_fd;
 	int epfd;
@@ -258,7 +259,7 @@ struct gpux_ctx {
 	uint64_t next_obj_id;
 	uint32_t next_queue_id;
 	uint32_t rr;
-	uint32_t any_last; /* the device of the last GPUX_ANY launch (0 at first) */
+	uint32_t any_last;   /* the device of the last GPUX_ANY launch (0 at first) */
 	struct ipc_map reqs; /* id -> struct gpux_req in flight */
 	struct gpux_req *all_reqs;
 	struct gpux_req *pending; /* lost with their workers, to send again, by seq */
@@ -268,9 +269,9 @@ struct gpux_ctx {
 	unsigned nkilled;
 	struct cli_seg *segs;
 	unsigned nsegs;
-	struct cli_seg *freezing; /* frozen copies being made without the lock */
-	uint64_t shared_bytes; /* of all segs */
-	uint64_t quota_shared; /* gpuxd's cap on shared_bytes, from its welcome */
+	struct cli_seg *freezing;      /* frozen copies being made without the lock */
+	uint64_t shared_bytes;         /* of all segs */
+	uint64_t quota_shared;         /* gpuxd's cap on shared_bytes, from its welcome */
 	int8_t prio_max, prio_default; /* gpuxd's priority policy for us, from its welcome */
 	struct cli_qopts dq;           /* the default queues' options (gpux_set_default_queue()) */
 	bool urgent; /* a queue of a priority above 0: waits spin, however busy the machine */
@@ -355,8 +356,8 @@ int cli_room_wait(gpux_ctx *ctx, uint32_t device);
  * sent) is gone, when that channel is still this process's and open. A child after fork()
  * never speaks for its parent's objects.
  */
-void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type,
-		   const void *payload, size_t len);
+void cli_send_drop(gpux_ctx *ctx, uint32_t device, uint64_t gen, uint16_t type, const void *payload,
+		   size_t len);
 
 /* client/outbox.c */
 /* Queue a message after those waiting, with copies of its fds (the caller keeps its own). */

@@ -134,8 +134,8 @@ static int autospawn(gpux_ctx *ctx, uint64_t deadline)
 		return cli_connect_fail(-ECONNREFUSED,
 					"%s: no gpuxd listens there, and the one started (%s) was "
 					"not ready in %llu s: its log is %s",
-					path, daemon, (unsigned long long)(CLI_CONNECT_NS / NSEC_PER_SEC),
-					log);
+					path, daemon,
+					(unsigned long long)(CLI_CONNECT_NS / NSEC_PER_SEC), log);
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	return cli_connect_fail(-ECONNREFUSED,
@@ -242,7 +242,8 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 		if (ipc_decode_done(&msg, &d) == 0 && d.m.status < 0)
 			r = cli_connect_fail(cli_errno_from_status(d.m.status),
 					     "%s: gpuxd refused this process (uid %u): %.*s",
-					     ctx->path, (unsigned)geteuid(), (int)d.m.text_len, d.text);
+					     ctx->path, (unsigned)geteuid(), (int)d.m.text_len,
+					     d.text);
 		ipc_msg_close_fds(&msg);
 		return r;
 	}
@@ -333,14 +334,15 @@ static int reach(gpux_ctx *ctx, uint64_t deadline)
 		/* A shared gpuxd that went away is not replaced by a private one unasked: this
 		 * process would lose, without a word, what the shared one was set up to give. */
 		if (ctx->served_shared)
-			return cli_connect_fail(-ECONNREFUSED,
-						"%s: the gpuxd that served this process went away (%s)",
-						ctx->path, r == -ENOENT ? "no socket" : "nobody listens");
+			return cli_connect_fail(
+				-ECONNREFUSED,
+				"%s: the gpuxd that served this process went away (%s)", ctx->path,
+				r == -ENOENT ? "no socket" : "nobody listens");
 		if (!ctx->autospawn)
-			return cli_connect_fail(-ECONNREFUSED, "%s: %s", ctx->path,
-						r == -ENOENT
-							? "no such socket: no gpuxd serves this path"
-							: "nobody listens there (its gpuxd is gone)");
+			return cli_connect_fail(
+				-ECONNREFUSED, "%s: %s", ctx->path,
+				r == -ENOENT ? "no such socket: no gpuxd serves this path"
+					     : "nobody listens there (its gpuxd is gone)");
 		if (!spawned) {
 			spawned = true;
 			r = autospawn(ctx, deadline);

@@ -319,7 +319,8 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 
 	/* Every failure says why, not the last attempt's reason. */
 	if (!ret_ctx)
-		return cli_status_from_errno(cli_connect_fail(-EINVAL, "no place to put the "
+		return cli_status_from_errno(cli_connect_fail(-EINVAL,
+							      "no place to put the "
 							      "context (ret_ctx is NULL)"));
 	(void)pthread_once(&atfork_once, atfork_register);
 	ctx = ctx_new();
@@ -344,9 +345,11 @@ GPUX_EXPORT gpux_status gpux_connect(const char *socket_path, gpux_ctx **ret_ctx
 		ctx->autospawn = true;
 	} else {
 		/* No place of this user's alone to start a private gpuxd at. */
-		r = cli_connect_fail(-ECONNREFUSED,
-				     "%s: not a directory of this user's alone, so no private gpuxd "
-				     "is started there", dir);
+		r = cli_connect_fail(
+			-ECONNREFUSED,
+			"%s: not a directory of this user's alone, so no private gpuxd "
+			"is started there",
+			dir);
 		goto err;
 	}
 	if (!ctx->path) {

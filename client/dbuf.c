@@ -181,8 +181,8 @@ static gpux_status copy(uint32_t dir, gpux_dbuf *d, uint64_t d_off, gpux_buf *b,
 
 	if (!cli_alive(d, CLI_DBUF_MAGIC) || !cli_alive(b, CLI_BUF_MAGIC) ||
 	    (q && !cli_alive(q, CLI_QUEUE_MAGIC)) || !ret_req || b->ctx != d->ctx || size == 0 ||
-	    !range_ok(d_off, size, d->size) ||
-	    !range_ok(b_off, size, b->size) || (q && (q->ctx != d->ctx || q->device != d->device)) ||
+	    !range_ok(d_off, size, d->size) || !range_ok(b_off, size, b->size) ||
+	    (q && (q->ctx != d->ctx || q->device != d->device)) ||
 	    (dir == IPC_COPY_FROM_DBUF && b->seg->frozen) ||
 	    (dir == IPC_COPY_TO_DBUF && d->read_only))
 		return GPUX_E_INVAL;

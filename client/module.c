@@ -196,8 +196,9 @@ static int opts_get(const struct gpux_module_opts *in, struct gpux_module_opts *
 		if (((const uint8_t *)in)[i])
 			return -EINVAL;
 	*ret = *in;
-	if (ret->reserved || ret->nheaders > IPC_MOD_HEADERS_MAX || ret->nnames > IPC_MOD_NAMES_MAX ||
-	    (ret->nheaders && !ret->headers) || (ret->nnames && !ret->names))
+	if (ret->reserved || ret->nheaders > IPC_MOD_HEADERS_MAX ||
+	    ret->nnames > IPC_MOD_NAMES_MAX || (ret->nheaders && !ret->headers) ||
+	    (ret->nnames && !ret->names))
 		return -EINVAL;
 	return 0;
 }
@@ -274,8 +275,8 @@ GPUX_EXPORT gpux_status gpux_module_load_ex(gpux_ctx *ctx, uint32_t lang, const 
 }
 
 GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
-					 size_t size, const char *options,
-					 gpux_module **ret_module, char **ret_log)
+					 size_t size, const char *options, gpux_module **ret_module,
+					 char **ret_log)
 {
 	struct gpux_module_opts o = { .size = sizeof(o), .options = options };
 

@@ -186,8 +186,9 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 		(void)ipc_status_fault_get(d->status, &f);
 	if (f.cause && f.client_id == ctx->client_id) {
 		if (r->id == f.req_id && f.cause == IPC_FAULT_KERNEL)
-			return lost(r, GPUX_E_KERNEL_FAULT,
-				    "the kernel broke the device; its worker died before it said more");
+			return lost(
+				r, GPUX_E_KERNEL_FAULT,
+				"the kernel broke the device; its worker died before it said more");
 		if (r->id == f.req_id)
 			return lost(r, GPUX_E_TIMEOUT, "the request ran past its deadline");
 		return lost(r, GPUX_E_WORKER_LOST,
@@ -434,7 +435,8 @@ void cli_replay(gpux_ctx *ctx)
 				   "was freed since: it cannot run again");
 		else if (rc < 0)
 			(void)lost(r, GPUX_E_WORKER_LOST,
-				   "the worker running the request died, and no other took it in time");
+				   "the worker running the request died, and no other took it in "
+				   "time");
 	}
 	ctx->replaying = false;
 }

@@ -173,8 +173,8 @@ static unsigned affinity(gpux_ctx *ctx, const struct ipc_status_page *page,
 	return n;
 }
 
-GPUX_EXPORT bool gpux_affinity_holds(const uint64_t filter[GPUX_AFFINITY_BITS / 64],
-				     uint32_t uid, const uint8_t key[GPUX_KEY_SIZE])
+GPUX_EXPORT bool gpux_affinity_holds(const uint64_t filter[GPUX_AFFINITY_BITS / 64], uint32_t uid,
+				     const uint8_t key[GPUX_KEY_SIZE])
 {
 	struct ipc_key k = { 0, 0 };
 
@@ -344,8 +344,8 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 		case GPUX_ARG_OUT:
 		case GPUX_ARG_INOUT:
 		case GPUX_ARG_MAPPED:
-			if (!cli_alive(a->buf, CLI_BUF_MAGIC) || a->buf->ctx != ctx || a->size == 0 ||
-			    !range_ok(a->offset, a->size, a->buf->size))
+			if (!cli_alive(a->buf, CLI_BUF_MAGIC) || a->buf->ctx != ctx ||
+			    a->size == 0 || !range_ok(a->offset, a->size, a->buf->size))
 				return GPUX_E_INVAL;
 			/* A frozen buffer is read only, and only a frozen one can be cached. */
 			if (a->kind != GPUX_ARG_IN && a->buf->seg->frozen)
@@ -355,8 +355,8 @@ static gpux_status check_args(gpux_ctx *ctx, const struct gpux_arg *args, uint32
 				return GPUX_E_INVAL;
 			break;
 		case GPUX_ARG_DBUF:
-			if (!cli_alive(a->dbuf, CLI_DBUF_MAGIC) || a->dbuf->ctx != ctx || a->size == 0 ||
-			    a->flags ||
+			if (!cli_alive(a->dbuf, CLI_DBUF_MAGIC) || a->dbuf->ctx != ctx ||
+			    a->size == 0 || a->flags ||
 			    !range_ok(a->offset, a->size, a->dbuf->size) ||
 			    (device != GPUX_ANY && device != a->dbuf->device))
 				return GPUX_E_INVAL;
@@ -388,8 +388,8 @@ static int launch_check(const struct gpux_launch *l, const struct ipc_launch_lim
 			return -EINVAL;
 		threads *= b;
 	}
-	if (lim->max_threads_per_block && (threads > lim->max_threads_per_block ||
-					   l->shared_bytes > lim->max_shared_per_block))
+	if (lim->max_threads_per_block &&
+	    (threads > lim->max_threads_per_block || l->shared_bytes > lim->max_shared_per_block))
 		return -EINVAL;
 	return 0;
 }
@@ -448,7 +448,9 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 
 		if (a->kind == GPUX_ARG_SCALAR) {
 			data_len = ALIGN_UP(data_len, 8u);
-			wire[i] = (struct ipc_arg){ .kind = a->kind, .offset = data_len, .size = a->size };
+			wire[i] = (struct ipc_arg){ .kind = a->kind,
+						    .offset = data_len,
+						    .size = a->size };
 			memcpy(dp + data_len, a->value, a->size);
 			data_len += (uint32_t)a->size;
 		} else if (a->kind == GPUX_ARG_DBUF) {
@@ -496,9 +498,8 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	return rc;
 }
 
-GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel,
-				    const struct gpux_launch *l, const struct gpux_arg *args,
-				    uint32_t nargs, gpux_req **ret_req)
+GPUX_EXPORT gpux_status gpux_submit(gpux_module *m, const char *kernel, const struct gpux_launch *l,
+				    const struct gpux_arg *args, uint32_t nargs, gpux_req **ret_req)
 {
 	gpux_ctx *ctx;
 	struct gpux_req *r = NULL;

@@ -62,8 +62,8 @@ static bool spin_fits(const gpux_ctx *ctx)
 		if (!d->status)
 			continue;
 		threads += 2;
-		processes = MAX(processes,
-				__atomic_load_n(&d->status->processes, __ATOMIC_RELAXED));
+		processes =
+			MAX(processes, __atomic_load_n(&d->status->processes, __ATOMIC_RELAXED));
 		busy += __atomic_load_n(&d->status->busy, __ATOMIC_RELAXED);
 	}
 	return ipc_spin_fits((processes ? MIN(processes, busy) : busy) + threads);
@@ -233,8 +233,7 @@ void cli_announce(gpux_ctx *ctx, const struct gpux_req *r)
 {
 	uint64_t one = 1;
 
-	if (r->internal || ctx->news || ctx->news_fd < 0 || ctx->processing ||
-	    r == ctx->taking_for)
+	if (r->internal || ctx->news || ctx->news_fd < 0 || ctx->processing || r == ctx->taking_for)
 		return;
 	if (write(ctx->news_fd, &one, sizeof(one)) == (ssize_t)sizeof(one))
 		ctx->news = true;

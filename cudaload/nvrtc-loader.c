@@ -11,8 +11,11 @@
 int nvrtc_load(struct nvrtc *n, char *why, size_t why_len)
 {
 	static const char *const names[] = {
-		"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-		"/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12",
+		"libnvrtc.so.13",
+		"libnvrtc.so.12",
+		"libnvrtc.so",
+		"/usr/local/cuda/lib64/libnvrtc.so.13",
+		"/usr/local/cuda/lib64/libnvrtc.so.12",
 		"/usr/local/cuda/lib64/libnvrtc.so",
 	};
 	const char *env = getenv("GPUX_NVRTC_LIB");

@@ -18,8 +18,7 @@ int ipc_channel_pair(int ret_fds[2], bool nonblock)
 	return 0;
 }
 
-int ipc_channel_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds,
-		     int flags)
+int ipc_channel_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds, int flags)
 {
 	union {
 		char buf[IPC_CMSG_SPACE];

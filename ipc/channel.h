@@ -20,8 +20,7 @@ int ipc_channel_pair(int ret_fds[2], bool nonblock);
  * MSG_DONTWAIT. A record is sent whole or not at all. Returns 0, -EAGAIN when the socket is
  * full and the call may not block, -EPIPE when the peer is gone, or another -errno.
  */
-int ipc_channel_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds,
-		     int flags);
+int ipc_channel_send(int fd, const void *buf, size_t len, const int *fds, unsigned nfds, int flags);
 
 /*
  * Receive one record into buf (cap bytes, at least IPC_MSG_MAX) and its fds into

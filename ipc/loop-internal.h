@@ -62,8 +62,8 @@ struct ipc_watch {
 struct ipc_timer {
 	struct ipc_loop *loop;
 	uint64_t when; /* 0: not armed */
-	uint64_t seq;  /* when it was armed, in the loop's count: those of one deadline fire in it */
-	unsigned idx;  /* its place in the loop's heap while armed */
+	uint64_t seq; /* when it was armed, in the loop's count: those of one deadline fire in it */
+	unsigned idx; /* its place in the loop's heap while armed */
 	ipc_timer_fn *fn;
 	void *userdata;
 };
@@ -153,7 +153,7 @@ struct ipc_loop {
 	/* io_uring */
 	struct io_uring ring;
 	bool ring_ready;
-	unsigned inflight; /* operations submitted and not completed */
+	unsigned inflight;                        /* operations submitted and not completed */
 	struct uring_op *waiting, **waiting_tail; /* for an entry, oldest first */
 
 	/* epoll */

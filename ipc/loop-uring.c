@@ -16,7 +16,7 @@
 #define WAITING_RETRY_NS (1 * NSEC_PER_MSEC)
 
 static const unsigned needed_ops[] = {
-	IORING_OP_RECVMSG, IORING_OP_SENDMSG, IORING_OP_ACCEPT,
+	IORING_OP_RECVMSG,  IORING_OP_SENDMSG,     IORING_OP_ACCEPT,
 	IORING_OP_POLL_ADD, IORING_OP_POLL_REMOVE, IORING_OP_ASYNC_CANCEL,
 };
 
@@ -403,8 +403,7 @@ static int reap(struct ipc_loop *l)
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
 
-	io_uring_for_each_cqe(&l->ring, head, cqe)
-	{
+	io_uring_for_each_cqe (&l->ring, head, cqe) {
 		dispatch(l, cqe);
 		n++;
 	}

@@ -138,8 +138,7 @@ int ipc_loop_fallback(const struct ipc_loop *l)
 	return l->fallback;
 }
 
-void ipc_loop_set_spin(struct ipc_loop *l, uint64_t spin_ns, ipc_loop_poll_fn *poll,
-		       void *userdata)
+void ipc_loop_set_spin(struct ipc_loop *l, uint64_t spin_ns, ipc_loop_poll_fn *poll, void *userdata)
 {
 	l->spin_ns = spin_ns;
 	l->poll = poll;
@@ -340,9 +339,8 @@ int ipc_timer_new(struct ipc_loop *l, ipc_timer_fn *fn, void *userdata, struct i
 
 	if (l->timers_made == l->timers_room) {
 		unsigned room = l->timers_room ? 2 * l->timers_room : 16;
-		struct ipc_timer **heap = room > l->timers_room
-						  ? reallocarray(l->timers, room, sizeof(*heap))
-						  : NULL;
+		struct ipc_timer **heap =
+			room > l->timers_room ? reallocarray(l->timers, room, sizeof(*heap)) : NULL;
 
 		if (!heap)
 			return -ENOMEM;
@@ -470,7 +468,6 @@ void ipc_conn_fail(struct ipc_conn *c, int error)
 	*l->closing_tail = c;
 	l->closing_tail = &c->next_closing;
 }
-
 
 void ipc_conn_deliver(struct ipc_conn *c, ssize_t n, int *fds, unsigned nfds)
 {

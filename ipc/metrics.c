@@ -10,11 +10,10 @@
 #include "metrics.h"
 
 const uint64_t ipc_hist_bounds_ns[IPC_HIST_BUCKETS - 1] = {
-	2500,		 5000,		10000,		 25000,		50000,
-	100000,		 250000,	500000,		 1000000,	2500000,
-	5000000,	 10000000,	25000000,	 50000000,	100000000,
-	250000000,	 500000000,	1000000000,	 2500000000,	5000000000,
-	10000000000,	 30000000000,	60000000000,
+	2500,       5000,       10000,       25000,       50000,       100000,
+	250000,     500000,     1000000,     2500000,     5000000,     10000000,
+	25000000,   50000000,   100000000,   250000000,   500000000,   1000000000,
+	2500000000, 5000000000, 10000000000, 30000000000, 60000000000,
 };
 
 void ipc_hist_add(struct ipc_hist *h, uint64_t ns)
@@ -103,15 +102,16 @@ static void histogram(FILE *f, const struct ipc_status *st, const struct ipc_dev
 		for (unsigned b = 0; b < IPC_HIST_BUCKETS; b++) {
 			cum += h.count[b];
 			if (b + 1 < IPC_HIST_BUCKETS)
-				(void)fprintf(f, "%s_bucket{device=\"%u\",le=\"%g\"} %llu\n", name, i,
-					      (double)ipc_hist_bounds_ns[b] / 1e9,
+				(void)fprintf(f, "%s_bucket{device=\"%u\",le=\"%g\"} %llu\n", name,
+					      i, (double)ipc_hist_bounds_ns[b] / 1e9,
 					      (unsigned long long)cum);
 			else
-				(void)fprintf(f, "%s_bucket{device=\"%u\",le=\"+Inf\"} %llu\n", name,
-					      i, (unsigned long long)cum);
+				(void)fprintf(f, "%s_bucket{device=\"%u\",le=\"+Inf\"} %llu\n",
+					      name, i, (unsigned long long)cum);
 		}
 		(void)fprintf(f, "%s_sum{device=\"%u\"} %.9f\n", name, i, (double)h.sum_ns / 1e9);
-		(void)fprintf(f, "%s_count{device=\"%u\"} %llu\n", name, i, (unsigned long long)cum);
+		(void)fprintf(f, "%s_count{device=\"%u\"} %llu\n", name, i,
+			      (unsigned long long)cum);
 	}
 }
 
@@ -204,66 +204,59 @@ static const struct {
 	const char *name, *type, *help;
 	size_t off, size;
 } counts[] = {
-	{ "gpux_worker_restarts_total", "counter",
-	  "Times the device's worker was started again.", DEV(restarts) },
+	{ "gpux_worker_restarts_total", "counter", "Times the device's worker was started again.",
+	  DEV(restarts) },
 	{ "gpux_worker_deaths_recent", "gauge",
 	  "Deaths of the device's worker within the last minute (5 mark it failed).",
 	  DEV(deaths_recent) },
-	{ "gpux_device_clients", "gauge",
-	  "Clients with a channel to the device's worker.", STAT(clients) },
+	{ "gpux_device_clients", "gauge", "Clients with a channel to the device's worker.",
+	  STAT(clients) },
 	{ "gpux_device_clients_active", "gauge",
 	  "Clients whose rings the worker's loop looks at: those at work lately.",
 	  STAT(clients_active) },
-	{ "gpux_device_clients_busy", "gauge",
-	  "Clients with requests in flight on the device.", STAT(clients_busy) },
+	{ "gpux_device_clients_busy", "gauge", "Clients with requests in flight on the device.",
+	  STAT(clients_busy) },
 	{ "gpux_launches_total", "counter", "Kernel launches finished.", STAT(launches) },
 	{ "gpux_launches_per_second", "gauge",
-	  "Kernel launches finished per second, over the last second or so.",
-	  DEV(launch_rate) },
-	{ "gpux_requests_inflight", "gauge",
-	  "Requests the worker holds: queued or running.", STAT(inflight) },
+	  "Kernel launches finished per second, over the last second or so.", DEV(launch_rate) },
+	{ "gpux_requests_inflight", "gauge", "Requests the worker holds: queued or running.",
+	  STAT(inflight) },
 	/* How requests were handed on: wake-ups where spinning should do show a slow mode. */
 	{ "gpux_worker_loop_sleeps_total", "counter",
-	  "Times the worker's loop went to sleep, each ended by a wake-up.",
-	  STAT(loop_sleeps) },
+	  "Times the worker's loop went to sleep, each ended by a wake-up.", STAT(loop_sleeps) },
 	{ "gpux_client_kicks_total", "counter",
 	  "Clients woken because they were not looking at their ring.", STAT(kicks_sent) },
 	{ "gpux_socket_messages_total", "counter",
 	  "Client messages that came by the socket, not the ring.", STAT(socket_msgs) },
 	{ "gpux_blocking_waits_total", "counter",
-	  "Waits for a request's end that stopped spinning and napped.",
-	  STAT(blocking_waits) },
-	{ "gpux_slot_waits_total", "counter",
-	  "Times a queue waited in line for room in its slot.", STAT(slot_waits) },
+	  "Waits for a request's end that stopped spinning and napped.", STAT(blocking_waits) },
+	{ "gpux_slot_waits_total", "counter", "Times a queue waited in line for room in its slot.",
+	  STAT(slot_waits) },
 	{ "gpux_loop_waits_total", "counter",
 	  "Requests launched alone whose end the worker's loop saw itself.", STAT(loop_waits) },
 	{ "gpux_copyin_requests_total", "counter",
 	  "Requests whose copies in went by gpux's copy-in kernel, in a graph with their kernel.",
 	  STAT(copyin_requests) },
-	{ "gpux_graph_launches_total", "counter",
-	  "Groups of requests launched as one CUDA graph.", STAT(graph_launches) },
-	{ "gpux_graph_requests_total", "counter",
-	  "Requests launched inside CUDA graphs.", STAT(graph_requests) },
-	{ "gpux_cache_hits_total", "counter",
-	  "Cached inputs found on the device.", STAT(cache_hits) },
+	{ "gpux_graph_launches_total", "counter", "Groups of requests launched as one CUDA graph.",
+	  STAT(graph_launches) },
+	{ "gpux_graph_requests_total", "counter", "Requests launched inside CUDA graphs.",
+	  STAT(graph_requests) },
+	{ "gpux_cache_hits_total", "counter", "Cached inputs found on the device.",
+	  STAT(cache_hits) },
 	{ "gpux_cache_misses_total", "counter",
-	  "Cached inputs uploaded because the device did not hold them.",
-	  STAT(cache_misses) },
-	{ "gpux_cache_evictions_total", "counter",
-	  "Cached inputs dropped from the device.", STAT(cache_evictions) },
-	{ "gpux_cache_bytes", "gauge",
-	  "Device memory of cached inputs.", STAT(cache_bytes) },
-	{ "gpux_cache_entries", "gauge",
-	  "Cached inputs on the device.", STAT(cache_entries) },
+	  "Cached inputs uploaded because the device did not hold them.", STAT(cache_misses) },
+	{ "gpux_cache_evictions_total", "counter", "Cached inputs dropped from the device.",
+	  STAT(cache_evictions) },
+	{ "gpux_cache_bytes", "gauge", "Device memory of cached inputs.", STAT(cache_bytes) },
+	{ "gpux_cache_entries", "gauge", "Cached inputs on the device.", STAT(cache_entries) },
 	{ "gpux_modules", "gauge", "Modules the worker holds.", STAT(modules_loaded) },
-	{ "gpux_module_memory_hits_total", "counter",
-	  "Module loads the worker had in memory.", STAT(module_mem_hits) },
-	{ "gpux_module_disk_hits_total", "counter",
-	  "Module loads read from the disk cache.", STAT(module_disk_hits) },
-	{ "gpux_module_compiles_total", "counter",
-	  "Modules compiled (failed compiles included).", STAT(module_compiles) },
-	{ "gpux_device_memory_total_bytes", "gauge",
-	  "The device's memory.", DEV(info.mem_total) },
+	{ "gpux_module_memory_hits_total", "counter", "Module loads the worker had in memory.",
+	  STAT(module_mem_hits) },
+	{ "gpux_module_disk_hits_total", "counter", "Module loads read from the disk cache.",
+	  STAT(module_disk_hits) },
+	{ "gpux_module_compiles_total", "counter", "Modules compiled (failed compiles included).",
+	  STAT(module_compiles) },
+	{ "gpux_device_memory_total_bytes", "gauge", "The device's memory.", DEV(info.mem_total) },
 	{ "gpux_device_memory_free_bytes", "gauge",
 	  "The device's free memory, as its driver last said.", STAT(mem_free) },
 };

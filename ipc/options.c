@@ -10,9 +10,8 @@ _Static_assert(IPC_WORKER_CLIENTS_MAX == 16384, "--max-clients' help");
 
 #define WORKER_ROW_(field, name_, ...)                                                             \
 	{ .name = (name_), IPC_OPT_FIELD(struct ipc_worker_opts, field), __VA_ARGS__ },
-static const struct ipc_opt worker_opts[] = {
-	IPC_OPTIONS(IPC_OPT_NONE_, WORKER_ROW_, WORKER_ROW_, IPC_OPT_NONE_)
-};
+static const struct ipc_opt worker_opts[] = { IPC_OPTIONS(IPC_OPT_NONE_, WORKER_ROW_, WORKER_ROW_,
+							  IPC_OPT_NONE_) };
 
 const struct ipc_opt_prog ipc_worker_prog = {
 	.name = "gpux-worker",

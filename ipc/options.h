@@ -219,25 +219,25 @@ struct ipc_worker_opts {
 	const char *backend;
 	int control_fd;
 	int status_fd;
-	int clients_fd; /* -1: no table of clients (gpux top shows none of this worker's) */
-	int ledger_fd;  /* -1: none (no per-user cap on device memory) */
+	int clients_fd;   /* -1: no table of clients (gpux top shows none of this worker's) */
+	int ledger_fd;    /* -1: none (no per-user cap on device memory) */
 	pid_t parent_pid; /* 0: none */
 	bool probe;       /* list the devices and exit */
 	bool compiler;    /* be the compile helper */
 	bool sandbox;     /* host kernels run under a seccomp filter (worker/sandbox.c) */
 	const char *cache_dir;
-	uint64_t timeout_ms;        /* default request deadline */
-	uint64_t max_timeout_ms;    /* the longest a client may ask for */
-	uint64_t quota_shared;      /* shared-buffer bytes a client may have attached */
-	uint64_t quota_shared_user; /* those of one user's clients together (mappings) */
-	uint64_t quota_device;      /* device bytes a client may hold in device buffers; 0: half */
-	uint64_t quota_device_user; /* ... a user, all its clients and devices; 0: half */
-	uint64_t reserved_device;   /* ... only gpuxd's user and root may take; 0: a sixteenth */
-	uint64_t device_reserve;    /* device bytes kept for requests' copies; 0: the default */
-	uint64_t cache_bytes;       /* the device cache's budget; 0: a quarter of the device */
-	uint64_t cache_ttl_ms;      /* idle entries older than this go; 0: the default */
-	unsigned slots;             /* streams; 0: the worker's choice */
-	uint64_t compile_memory;    /* a compiler's address space (RLIMIT_AS); 0: the default */
+	uint64_t timeout_ms;         /* default request deadline */
+	uint64_t max_timeout_ms;     /* the longest a client may ask for */
+	uint64_t quota_shared;       /* shared-buffer bytes a client may have attached */
+	uint64_t quota_shared_user;  /* those of one user's clients together (mappings) */
+	uint64_t quota_device;       /* device bytes a client may hold in device buffers; 0: half */
+	uint64_t quota_device_user;  /* ... a user, all its clients and devices; 0: half */
+	uint64_t reserved_device;    /* ... only gpuxd's user and root may take; 0: a sixteenth */
+	uint64_t device_reserve;     /* device bytes kept for requests' copies; 0: the default */
+	uint64_t cache_bytes;        /* the device cache's budget; 0: a quarter of the device */
+	uint64_t cache_ttl_ms;       /* idle entries older than this go; 0: the default */
+	unsigned slots;              /* streams; 0: the worker's choice */
+	uint64_t compile_memory;     /* a compiler's address space (RLIMIT_AS); 0: the default */
 	uint64_t compile_timeout_ms; /* a compile's time; 0: the default */
 };
 
@@ -250,7 +250,7 @@ struct ipc_worker_opts {
 #define IPC_WORKER_OPTS_DEFAULTS                                                                   \
 	{                                                                                          \
 		.device = IPC_WORKER_NO_DEVICE, .backend = NULL, .control_fd = -1,                 \
-		.status_fd = -1, .clients_fd = -1, .ledger_fd = -1,                               \
+		.status_fd = -1, .clients_fd = -1, .ledger_fd = -1,                                \
 		.timeout_ms = IPC_OPT_TIMEOUT_MS, .max_timeout_ms = IPC_OPT_MAX_TIMEOUT_MS,        \
 		.quota_shared = UINT64_MAX, .quota_shared_user = UINT64_MAX,                       \
 		.compile_timeout_ms = IPC_OPT_COMPILE_TIMEOUT_MS,                                  \
@@ -266,6 +266,6 @@ extern const struct ipc_opt_prog ipc_worker_prog;
 enum {
 	IPC_WORKER_ARGV_MAX =
 		2 + 2 * (0 IPC_OPTIONS(IPC_OPT_NONE_, IPC_OPT_ONE_, IPC_OPT_ONE_, IPC_OPT_NONE_)),
-	IPC_WORKER_ARGV_TEXT = 0 IPC_OPTIONS(IPC_OPT_NONE_, IPC_OPT_TEXT_, IPC_OPT_TEXT_,
-					     IPC_OPT_NONE_),
+	IPC_WORKER_ARGV_TEXT =
+		0 IPC_OPTIONS(IPC_OPT_NONE_, IPC_OPT_TEXT_, IPC_OPT_TEXT_, IPC_OPT_NONE_),
 };

@@ -159,7 +159,7 @@
 	X(GLOBAL_REQ, 29, global_req, "global-req", sym_req, sym_req, 0, FIXED)                    \
 	/* worker -> client: that variable's size, just before the DONE of its question */         \
 	X(GLOBAL, 30, global, "global", global_info, global_info, 0, FIXED)                        \
-	/* worker -> client: its page of the worker's marks (ipc/proto.h) */                      \
+	/* worker -> client: its page of the worker's marks (ipc/proto.h) */                       \
 	X(MARKS, 31, marks, "marks", marks_offer, marks_offer, 1, FIXED)                           \
 	/* client -> worker: a device buffer kept in host memory; DONE when it has an id */        \
 	X(DBUF_HOST, 32, dbuf_host, "dbuf-host", dbuf_host, dbuf_host, 0, FIXED)                   \
@@ -173,7 +173,7 @@
  * both headers included: every wire code has the value of its namesake, and every code of
  * gpux.h's enums has a row (a switch over the public enum that misses one is made an error).
  */
-#define IPC_SAME_AS_PUBLIC_(wire, pub, ...) \
+#define IPC_SAME_AS_PUBLIC_(wire, pub, ...)                                                        \
 	_Static_assert((long long)(wire) == (long long)(pub), #pub " on the wire");
 #define IPC_PUBLIC_CASE_(wire, pub, ...) case pub:
 #define IPC_ASSERT_PUBLIC()                                                                        \
@@ -193,9 +193,10 @@
 	_Static_assert(sizeof(struct gpux_kernel_attrs) == sizeof(struct ipc_kernel_attrs),        \
 		       "kernel attributes on the wire");                                           \
 	_Pragma("GCC diagnostic push") _Pragma("GCC diagnostic error \"-Wswitch\"")                \
-	__attribute__((unused)) static void ipc_public_codes_all_on_the_wire_(                     \
-		gpux_status s, enum gpux_backend b, enum gpux_device_state d, enum gpux_lang l,    \
-		enum gpux_arg_kind k, enum gpux_module_source m)                                   \
+		__attribute__((unused)) static void                                                \
+		ipc_public_codes_all_on_the_wire_(gpux_status s, enum gpux_backend b,              \
+						  enum gpux_device_state d, enum gpux_lang l,      \
+						  enum gpux_arg_kind k, enum gpux_module_source m) \
 	{                                                                                          \
 		switch (s) {                                                                       \
 			IPC_STATUSES(IPC_PUBLIC_CASE_)                                             \

@@ -20,7 +20,7 @@ enum { IPC_STATUSES(STATUS_INDEX_) };
 IPC_STATUSES(STATUS_DENSE_)
 #define TYPE_INDEX_(T, ...) TYPE_##T##_INDEX_,
 enum { TYPE_NONE_INDEX_, IPC_MESSAGES(TYPE_INDEX_) };
-#define TYPE_DENSE_(T, ...) \
+#define TYPE_DENSE_(T, ...)                                                                        \
 	_Static_assert((int)IPC_##T == (int)TYPE_##T##_INDEX_, "IPC_" #T " in its place");
 IPC_MESSAGES(TYPE_DENSE_)
 
@@ -222,10 +222,17 @@ static bool ok_global_req(const struct ipc_sym_req *m, const struct ipc_msg *msg
 /* Only ever an answer: it has its question's id. */
 static bool ok_kernel_attrs(const struct ipc_kernel_attrs *m, const struct ipc_msg *msg)
 {
-	const int32_t v[] = { m->max_threads_per_block, m->num_regs, m->shared_size_bytes,
-			      m->const_size_bytes, m->local_size_bytes,
-			      m->max_dynamic_shared_size_bytes, m->ptx_version, m->binary_version,
-			      m->cache_mode_ca, m->preferred_shared_memory_carveout, m->nparams };
+	const int32_t v[] = { m->max_threads_per_block,
+			      m->num_regs,
+			      m->shared_size_bytes,
+			      m->const_size_bytes,
+			      m->local_size_bytes,
+			      m->max_dynamic_shared_size_bytes,
+			      m->ptx_version,
+			      m->binary_version,
+			      m->cache_mode_ca,
+			      m->preferred_shared_memory_carveout,
+			      m->nparams };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(v); i++)
 		if (v[i] < IPC_ATTR_UNKNOWN)
@@ -289,7 +296,7 @@ static bool ok_dbuf_host(const struct ipc_dbuf_host *m, const struct ipc_msg *ms
 		return ipc_encode(buf, cap, IPC_##T, id, 0, NULL, 0, NULL, 0);                     \
 	}
 #define CODEC_VAR_(T, name, fixed, fds)
-#define CODEC_(T, num, name, label, fixed, decoded, fds, shape) \
+#define CODEC_(T, num, name, label, fixed, decoded, fds, shape)                                    \
 	CODEC_##shape##_(T, name, fixed, fds)
 IPC_MESSAGES(CODEC_)
 
@@ -318,7 +325,9 @@ const struct ipc_hdr ipc_kick = {
 void ipc_mod_extra_begin(struct ipc_mod_extra_cursor *c, const void *p, size_t len,
 			 uint32_t nheaders, uint32_t nnames)
 {
-	*c = (struct ipc_mod_extra_cursor){ .p = p, .left = len, .headers = nheaders, .names = nnames };
+	*c = (struct ipc_mod_extra_cursor){
+		.p = p, .left = len, .headers = nheaders, .names = nnames
+	};
 }
 
 /* n bytes without a NUL from the cursor. */
@@ -449,8 +458,9 @@ static const char *arg_refusal(const struct ipc_arg *a, uint32_t data_len)
 			return "a scalar argument of 0 or more than 256 bytes";
 		if (a->flags != 0 || a->ref != 0)
 			return "a scalar argument with flags or a buffer";
-		return range_ok(a->offset, a->size, data_len) ? NULL
-							      : "a scalar argument outside the data";
+		return range_ok(a->offset, a->size, data_len)
+			       ? NULL
+			       : "a scalar argument outside the data";
 	case IPC_ARG_IN:
 	case IPC_ARG_OUT:
 	case IPC_ARG_INOUT:
@@ -616,8 +626,8 @@ void ipc_clients_row(const struct ipc_clients_msg *msg, uint32_t i, struct ipc_c
 	memcpy(ret, msg->rows + (size_t)i * sizeof(*ret), sizeof(*ret));
 }
 
-int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
-	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts)
+int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds, const void *fixed,
+	       size_t fixed_len, const struct ipc_part *parts, unsigned nparts)
 {
 	struct ipc_hdr h = {
 		.magic = IPC_MAGIC,

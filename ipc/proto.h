@@ -37,20 +37,20 @@
 #define IPC_VERSION_MIN 3u
 #define IPC_VERSION 3u
 
-#define IPC_MSG_MAX (64u * 1024u)        /* a whole message, header included */
+#define IPC_MSG_MAX (64u * 1024u) /* a whole message, header included */
 #define IPC_PAYLOAD_MAX (IPC_MSG_MAX - sizeof(struct ipc_hdr))
-#define IPC_FDS_MAX 4u                   /* fds with one message */
-#define IPC_ARGS_MAX 64u                 /* kernel arguments */
-#define IPC_SCALAR_MAX 256u              /* bytes of one scalar argument */
+#define IPC_FDS_MAX 4u      /* fds with one message */
+#define IPC_ARGS_MAX 64u    /* kernel arguments */
+#define IPC_SCALAR_MAX 256u /* bytes of one scalar argument */
 #define IPC_SCALAR_DATA_MAX (IPC_ARGS_MAX * (IPC_SCALAR_MAX + 8u)) /* all of them, aligned */
-#define IPC_KERNEL_NAME_MAX 255u         /* bytes of a kernel name */
-#define IPC_OPTIONS_MAX 4096u            /* bytes of compiler options */
-#define IPC_INLINE_CODE_MAX (32u * 1024u) /* larger code travels in a sealed memfd */
+#define IPC_KERNEL_NAME_MAX 255u                                   /* bytes of a kernel name */
+#define IPC_OPTIONS_MAX 4096u                                      /* bytes of compiler options */
+#define IPC_INLINE_CODE_MAX (32u * 1024u)  /* larger code travels in a sealed memfd */
 #define IPC_CODE_MAX (64u * 1024u * 1024u) /* code, headers and name expressions together */
-#define IPC_MOD_HEADERS_MAX 256u          /* headers of one module */
-#define IPC_MOD_NAMES_MAX 1024u           /* name expressions of one module */
-#define IPC_HEADER_NAME_MAX 255u          /* bytes of a header's name */
-#define IPC_TEXT_MAX (16u * 1024u)        /* completion text (a compile log is cut there) */
+#define IPC_MOD_HEADERS_MAX 256u           /* headers of one module */
+#define IPC_MOD_NAMES_MAX 1024u            /* name expressions of one module */
+#define IPC_HEADER_NAME_MAX 255u           /* bytes of a header's name */
+#define IPC_TEXT_MAX (16u * 1024u)         /* completion text (a compile log is cut there) */
 #define IPC_DEVICES_MAX 64u
 /* Channels a worker holds at once, one per client: gpuxd's --max-clients is at most this. */
 #define IPC_WORKER_CLIENTS_MAX 16384u
@@ -69,10 +69,7 @@ _Static_assert(sizeof(struct ipc_hdr) == 16, "wire ABI");
 
 /* The messages, by number (ipc/proto-schema.h says what each is). */
 #define IPC_TYPE_ENUM_(T, num, ...) IPC_##T = (num),
-enum ipc_type {
-	IPC_MESSAGES(IPC_TYPE_ENUM_)
-	IPC_TYPE_MAX_
-};
+enum ipc_type { IPC_MESSAGES(IPC_TYPE_ENUM_) IPC_TYPE_MAX_ };
 
 /* The wire's own codes, from ipc/proto-schema.h's tables. */
 #define IPC_CODE_ENUM_(wire, pub, value, ...) wire = (value),
@@ -311,9 +308,9 @@ struct ipc_submit {
 _Static_assert(sizeof(struct ipc_submit) == 64, "wire ABI");
 
 struct ipc_arg {
-	uint32_t kind; /* enum ipc_arg_kind */
+	uint32_t kind;  /* enum ipc_arg_kind */
 	uint32_t flags; /* IPC_ARG_CACHED (IN only) */
-	uint64_t ref;  /* segment id for buffer kinds, device buffer id for DBUF */
+	uint64_t ref;   /* segment id for buffer kinds, device buffer id for DBUF */
 	uint64_t offset;
 	uint64_t size;
 };
@@ -351,8 +348,8 @@ _Static_assert(sizeof(struct ipc_mod_info) == 32, "wire ABI");
 struct ipc_sym_req {
 	uint64_t mod_id;
 	uint64_t dbuf_id;
-	uint32_t name_len; /* 1 to IPC_KERNEL_NAME_MAX */
-	uint32_t flags;    /* none yet: 0 */
+	uint32_t name_len;                  /* 1 to IPC_KERNEL_NAME_MAX */
+	uint32_t flags;                     /* none yet: 0 */
 	char name[IPC_KERNEL_NAME_MAX + 1]; /* name_len bytes without NUL, then a NUL */
 };
 _Static_assert(sizeof(struct ipc_sym_req) == 280, "wire ABI");
@@ -389,7 +386,7 @@ _Static_assert(sizeof(struct ipc_global_info) == 16, "wire ABI");
 
 /* With one fd: the rings' memfd. */
 struct ipc_rings_offer {
-	uint32_t size; /* IPC_RINGS_BYTES; a client that finds another ignores the offer */
+	uint32_t size;  /* IPC_RINGS_BYTES; a client that finds another ignores the offer */
 	uint32_t flags; /* none yet: 0 */
 };
 _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
@@ -412,7 +409,7 @@ _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
 /* Past its point of no return: it began to change the client's memory (a host kernel, a
  * mapped or in-place argument, the copy of its results back), or it ended. */
 #define IPC_MARK_STARTED 2u
-#define IPC_MARK(id, state) (((id) & IPC_MARK_ID_MASK) | ((uint32_t)(state) << IPC_MARK_STATE_SHIFT))
+#define IPC_MARK(id, state) (((id)&IPC_MARK_ID_MASK) | ((uint32_t)(state) << IPC_MARK_STATE_SHIFT))
 /* Pages in a worker's marks memfd (16 MiB): one per client with requests, that many at once. */
 #define IPC_MARKS_PAGES 4096u
 
@@ -530,16 +527,16 @@ struct ipc_stats {
 	uint64_t socket_msgs;    /* client messages that came by the socket, not the ring */
 	uint64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
 	uint64_t slot_waits;     /* a queue waited in line for room in its slot */
-	uint64_t launches;  /* launch requests finished (copies are not launches) */
-	uint64_t build_ns;  /* time spent compiling modules and reading them from disk */
+	uint64_t launches;       /* launch requests finished (copies are not launches) */
+	uint64_t build_ns;       /* time spent compiling modules and reading them from disk */
 	uint64_t by_status[IPC_STATUS_CODES];
 	struct ipc_hist latency; /* from a request's arrival at the worker to its completion */
 	struct ipc_hist queue;   /* from its arrival to the start of its work */
 	struct ipc_usage usage[IPC_USAGE_UIDS]; /* entries with no bytes are free */
-	uint32_t driver_version; /* CUDA: cuDriverGetVersion() (13000 is 13.0); 0 on the host */
-	uint32_t nvrtc_version;  /* major * 1000 + minor * 10, as driver_version; 0: none */
-	char driver[32];         /* the kernel driver's release ("580.95.05"), or "" */
-	uint64_t loop_waits; /* requests whose end the loop itself saw, launched alone */
+	uint32_t driver_version;  /* CUDA: cuDriverGetVersion() (13000 is 13.0); 0 on the host */
+	uint32_t nvrtc_version;   /* major * 1000 + minor * 10, as driver_version; 0: none */
+	char driver[32];          /* the kernel driver's release ("580.95.05"), or "" */
+	uint64_t loop_waits;      /* requests whose end the loop itself saw, launched alone */
 	uint64_t copyin_requests; /* requests whose copies in went by gpux's copy-in kernel */
 	uint64_t clients_active;  /* clients whose rings the loop looks at (worker/core/active.h) */
 	uint64_t clients_busy;    /* clients with requests in flight */
@@ -573,7 +570,7 @@ struct ipc_status {
 	uint32_t count;
 	uint32_t flags;
 	uint32_t spares; /* connections made ahead for clients' forked children (0 before) */
-	/* then count struct ipc_dev_status */
+			 /* then count struct ipc_dev_status */
 };
 _Static_assert(sizeof(struct ipc_status) == 80, "wire ABI");
 
@@ -612,10 +609,11 @@ struct ipc_client_info {
 };
 _Static_assert(sizeof(struct ipc_client_info) == 56, "wire ABI");
 
-#define IPC_CLIENTS_PAGE ((IPC_PAYLOAD_MAX - sizeof(struct ipc_clients)) / sizeof(struct ipc_client_info))
+#define IPC_CLIENTS_PAGE                                                                           \
+	((IPC_PAYLOAD_MAX - sizeof(struct ipc_clients)) / sizeof(struct ipc_client_info))
 
 /* The most devices one STATUS page holds. */
-#define IPC_STATUS_PAGE_DEVS \
+#define IPC_STATUS_PAGE_DEVS                                                                       \
 	((IPC_PAYLOAD_MAX - sizeof(struct ipc_status)) / sizeof(struct ipc_dev_status))
 
 enum ipc_kill_reason {
@@ -680,11 +678,11 @@ int ipc_msg_parse(const void *buf, size_t len, const int *fds, unsigned nfds, st
  * message of no payload) returns 0 and fills *ret, or -EBADMSG when msg is not a valid one
  * of that type; *ret is written only on success. The fds stay the caller's either way.
  */
-#define IPC_DECODE_FIXED_(name, decoded) \
+#define IPC_DECODE_FIXED_(name, decoded)                                                           \
 	int ipc_decode_##name(const struct ipc_msg *msg, struct ipc_##decoded *ret);
 #define IPC_DECODE_VAR_ IPC_DECODE_FIXED_
 #define IPC_DECODE_EMPTY_(name, decoded) int ipc_decode_##name(const struct ipc_msg *msg);
-#define IPC_DECODE_DECL_(T, num, name, label, fixed, decoded, fds, shape) \
+#define IPC_DECODE_DECL_(T, num, name, label, fixed, decoded, fds, shape)                          \
 	IPC_DECODE_##shape##_(name, decoded)
 IPC_MESSAGES(IPC_DECODE_DECL_)
 
@@ -711,19 +709,19 @@ struct ipc_part {
 	size_t len;
 };
 
-int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds,
-	       const void *fixed, size_t fixed_len, const struct ipc_part *parts, unsigned nparts);
+int ipc_encode(void *buf, size_t cap, uint16_t type, uint32_t id, unsigned nfds, const void *fixed,
+	       size_t fixed_len, const struct ipc_part *parts, unsigned nparts);
 
 /*
  * Encoders of the messages of one shape: ipc_encode_<name>(buf, cap, id, m) for a FIXED one
  * (m its payload), ipc_encode_<name>(buf, cap, id) for an EMPTY one. The number of fds to
  * pass beside it is the schema's (ipc/proto-schema.h). Returns what ipc_encode() does.
  */
-#define IPC_ENCODE_FIXED_(name, fixed) \
+#define IPC_ENCODE_FIXED_(name, fixed)                                                             \
 	int ipc_encode_##name(void *buf, size_t cap, uint32_t id, const struct ipc_##fixed *m);
 #define IPC_ENCODE_EMPTY_(name, fixed) int ipc_encode_##name(void *buf, size_t cap, uint32_t id);
 #define IPC_ENCODE_VAR_(name, fixed)
-#define IPC_ENCODE_DECL_(T, num, name, label, fixed, decoded, fds, shape) \
+#define IPC_ENCODE_DECL_(T, num, name, label, fixed, decoded, fds, shape)                          \
 	IPC_ENCODE_##shape##_(name, fixed)
 IPC_MESSAGES(IPC_ENCODE_DECL_)
 
@@ -733,8 +731,7 @@ int ipc_encode_mod_load(void *buf, size_t cap, uint32_t id, const struct ipc_mod
 			const char *options, const void *code);
 int ipc_encode_submit(void *buf, size_t cap, uint32_t id, const struct ipc_submit *m,
 		      const struct ipc_arg *args, const char *name, const void *data);
-int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m,
-		    const char *text);
+int ipc_encode_done(void *buf, size_t cap, uint32_t id, const struct ipc_done *m, const char *text);
 /* A STATUS page: m->count devices from devs (device m->first first). */
 int ipc_encode_status(void *buf, size_t cap, uint32_t id, const struct ipc_status *m,
 		      const struct ipc_dev_status *devs);

@@ -41,8 +41,8 @@ enum {
 
 /* One ring's control words, each on a cache line of its own. */
 struct ipc_ring_ctl {
-	_Alignas(64) _Atomic uint32_t tail; /* written by the producer: bytes published */
-	_Alignas(64) _Atomic uint32_t head; /* written by the consumer: bytes taken */
+	_Alignas(64) _Atomic uint32_t tail;    /* written by the producer: bytes published */
+	_Alignas(64) _Atomic uint32_t head;    /* written by the consumer: bytes taken */
 	_Alignas(64) _Atomic uint32_t polling; /* written by the consumer: 1 while it spins */
 };
 

@@ -44,8 +44,8 @@ _Static_assert(sizeof(struct ipc_launch_limits) == 32, "status page ABI");
  * request past its deadline. Clients read it after the death, to tell whose requests may run
  * again (client/replay.c); gpuxd hands no new channel to a worker that has one.
  */
-#define IPC_FAULT_KERNEL 1u   /* a kernel faulted: the worker exits */
-#define IPC_FAULT_DEADLINE 2u /* a request ran past its deadline: gpuxd kills the worker */
+#define IPC_FAULT_KERNEL 1u           /* a kernel faulted: the worker exits */
+#define IPC_FAULT_DEADLINE 2u         /* a request ran past its deadline: gpuxd kills the worker */
 #define IPC_FAULT_WRITING 0x80000000u /* being written: not to be read yet */
 
 struct ipc_fault {
@@ -150,8 +150,7 @@ static inline bool ipc_status_fault_set(struct ipc_status_page *p, uint64_t clie
 }
 
 /* Why the worker dies, when that was recorded (whole); 0 and nothing written otherwise. */
-static inline uint32_t ipc_status_fault_get(const struct ipc_status_page *p,
-					    struct ipc_fault *ret)
+static inline uint32_t ipc_status_fault_get(const struct ipc_status_page *p, struct ipc_fault *ret)
 {
 	uint32_t cause = __atomic_load_n(&p->fault.cause, __ATOMIC_ACQUIRE);
 

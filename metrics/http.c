@@ -180,8 +180,8 @@ static void conn_send(struct mx_conn *c)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN) {
-			if (!c->watch && ipc_watch_new(c->srv->loop, c->fd, POLLOUT, on_conn_writable,
-						       c, &c->watch) < 0)
+			if (!c->watch && ipc_watch_new(c->srv->loop, c->fd, POLLOUT,
+						       on_conn_writable, c, &c->watch) < 0)
 				break;
 			return;
 		}

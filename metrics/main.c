@@ -35,7 +35,10 @@ struct mx_opts {
 	bool per_user;
 };
 
-#define MX_ROW(field, name_, ...) { .name = (name_), IPC_OPT_FIELD(struct mx_opts, field), __VA_ARGS__ }
+#define MX_ROW(field, name_, ...)                                                                  \
+	{                                                                                          \
+		.name = (name_), IPC_OPT_FIELD(struct mx_opts, field), __VA_ARGS__                 \
+	}
 static const struct ipc_opt mx_opts_table[] = {
 	MX_ROW(listen_fd, "listen-fd", .kind = IPC_OPT_UINT, .arg = "FD", .max = INT_MAX,
 	       .help = "the listening TCP socket to serve (default 3)"),
@@ -43,8 +46,7 @@ static const struct ipc_opt mx_opts_table[] = {
 	       .help = "gpuxd's socket, asked for the status"),
 	MX_ROW(pid, "pid", .kind = IPC_OPT_UINT, .arg = "PID", .min = 1, .max = INT_MAX,
 	       .help = "gpuxd's pid: its process_* metrics; exit when it is gone"),
-	MX_ROW(per_user, "per-user", .kind = IPC_OPT_FLAG,
-	       .help = "label memory by user (uid)"),
+	MX_ROW(per_user, "per-user", .kind = IPC_OPT_FLAG, .help = "label memory by user (uid)"),
 };
 
 static const struct ipc_opt_prog mx_prog = {

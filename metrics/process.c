@@ -112,22 +112,22 @@ int mx_process_write(FILE *f, pid_t pid)
 	if (field <= 24)
 		return -EIO;
 	one(f, "process_cpu_seconds_total", "counter",
-	      "User and system CPU time gpuxd spent, in seconds.",
-	      (double)(utime + stime) / (double)ticks);
+	    "User and system CPU time gpuxd spent, in seconds.",
+	    (double)(utime + stime) / (double)ticks);
 	one(f, "process_resident_memory_bytes", "gauge", "gpuxd's resident memory size.",
-	      (double)rss * (double)page);
+	    (double)rss * (double)page);
 	one(f, "process_virtual_memory_bytes", "gauge", "gpuxd's virtual memory size.",
-	      (double)vsize);
+	    (double)vsize);
 	if (boot)
 		one(f, "process_start_time_seconds", "gauge",
-		      "When gpuxd started, in seconds since the Unix epoch.",
-		      (double)boot + (double)start / (double)ticks);
+		    "When gpuxd started, in seconds since the Unix epoch.",
+		    (double)boot + (double)start / (double)ticks);
 	fds = open_fds(pid);
 	if (fds >= 0)
 		one(f, "process_open_fds", "gauge", "gpuxd's open file descriptors.", fds);
 	fdmax = max_fds(pid);
 	if (fdmax)
 		one(f, "process_max_fds", "gauge", "gpuxd's limit of open file descriptors.",
-		      (double)fdmax);
+		    (double)fdmax);
 	return ferror(f) ? -EIO : 0;
 }

@@ -44,7 +44,8 @@ static bool allowed(const struct sup *s, int fd, const struct ucred *cr)
 {
 	if (owner(cr->uid))
 		return true;
-	if (s->opts.allow_group && (cr->gid == s->opts.allow_gid || in_groups(fd, s->opts.allow_gid)))
+	if (s->opts.allow_group &&
+	    (cr->gid == s->opts.allow_gid || in_groups(fd, s->opts.allow_gid)))
 		return true;
 	return false;
 }
@@ -340,8 +341,8 @@ static void clients_from_table(const struct sup_worker *w, const struct ipc_map 
 		c->device_bytes += __atomic_load_n(&row->device_bytes, __ATOMIC_RELAXED);
 		c->inflight += (uint32_t)__atomic_load_n(&row->inflight, __ATOMIC_RELAXED);
 		/* Every worker maps the same segments of a client: the most is what it holds. */
-		c->shared_bytes = MAX(c->shared_bytes,
-				      __atomic_load_n(&row->shared_bytes, __ATOMIC_RELAXED));
+		c->shared_bytes =
+			MAX(c->shared_bytes, __atomic_load_n(&row->shared_bytes, __ATOMIC_RELAXED));
 		c->channels++;
 	}
 }
@@ -575,8 +576,8 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	} else if (c->hello_done && !c->admin && msg->hdr.type == IPC_CHANNEL_REQ)
 		r = channel_req(c, msg);
 	if (r < 0) {
-		sup_logp(LOG_WARNING, "client pid %d uid %u: bad %s message: dropped", (int)c->pid, (unsigned)c->uid,
-			ipc_type_name(msg->hdr.type));
+		sup_logp(LOG_WARNING, "client pid %d uid %u: bad %s message: dropped", (int)c->pid,
+			 (unsigned)c->uid, ipc_type_name(msg->hdr.type));
 		client_free(c);
 	}
 }
@@ -714,8 +715,8 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	}
 	if (!allowed(s, fd, &cr)) {
 		s->clients_refused++;
-		sup_logp(LOG_WARNING, "refused a client: uid %u gid %u pid %d", (unsigned)cr.uid, (unsigned)cr.gid,
-			(int)cr.pid);
+		sup_logp(LOG_WARNING, "refused a client: uid %u gid %u pid %d", (unsigned)cr.uid,
+			 (unsigned)cr.gid, (int)cr.pid);
 		refuse(fd, GPUX_E_PERM, "this user may not use this gpuxd");
 		return;
 	}
@@ -770,7 +771,8 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 	c->accepted_ns = mono_ns();
 	ipc_timer_arm(c->hello_timer,
 		      c->accepted_ns + (c->admin_pool ? s->opts.busy_hello_timeout_ms
-						      : s->opts.hello_timeout_ms) * NSEC_PER_MSEC);
+						      : s->opts.hello_timeout_ms) *
+					       NSEC_PER_MSEC);
 	hello_pressure(s, c);
 	ipc_timer_arm(s->idle_timer, 0);
 }

@@ -23,14 +23,14 @@
 static struct {
 	enum sup_log_target target;
 	int level;
-	int fd;          /* the file, or the journal's datagram socket */
-	char *file;      /* SUP_LOG_FILE: reopened on SIGHUP */
+	int fd;     /* the file, or the journal's datagram socket */
+	char *file; /* SUP_LOG_FILE: reopened on SIGHUP */
 } logger = { SUP_LOG_STDERR, LOG_INFO, -1, NULL };
 
 static const char *const level_names[] = {
-	[LOG_EMERG] = "emerg",	 [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",
-	[LOG_ERR] = "err",	 [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
-	[LOG_INFO] = "info",	 [LOG_DEBUG] = "debug",
+	[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert",     [LOG_CRIT] = "crit",
+	[LOG_ERR] = "err",     [LOG_WARNING] = "warning", [LOG_NOTICE] = "notice",
+	[LOG_INFO] = "info",   [LOG_DEBUG] = "debug",
 };
 
 int sup_log_level_parse(const char *s)
@@ -165,7 +165,8 @@ static int journal_send(int priority, const char *msg)
 
 static void stderr_line(int priority, const char *msg)
 {
-	(void)fprintf(stderr, "gpuxd: %s%s%s\n", priority <= LOG_WARNING ? level_names[priority] : "",
+	(void)fprintf(stderr, "gpuxd: %s%s%s\n",
+		      priority <= LOG_WARNING ? level_names[priority] : "",
 		      priority <= LOG_WARNING ? ": " : "", msg);
 }
 

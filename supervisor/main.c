@@ -103,8 +103,9 @@ static int listen_socket(struct sup *s)
 			return r;
 		r = ipc_private_dir(dir);
 		if (r < 0) {
-			sup_logp(LOG_ERR, "%s: %s", dir, r == -EPERM ? "not a private directory of this user"
-							   : strerror(-r));
+			sup_logp(LOG_ERR, "%s: %s", dir,
+				 r == -EPERM ? "not a private directory of this user"
+					     : strerror(-r));
 			return r;
 		}
 	}
@@ -255,8 +256,8 @@ static void on_signal(struct ipc_watch *w, int fd, uint32_t revents, void *userd
 			sup_logp(LOG_NOTICE, "SIGHUP: log reopened");
 		return;
 	}
-	sup_logp(LOG_NOTICE, "signal %u (%s): stopping: draining for up to %llu ms",
-		 si.ssi_signo, strsignal((int)si.ssi_signo), (unsigned long long)s->opts.drain_ms);
+	sup_logp(LOG_NOTICE, "signal %u (%s): stopping: draining for up to %llu ms", si.ssi_signo,
+		 strsignal((int)si.ssi_signo), (unsigned long long)s->opts.drain_ms);
 	sup_stop(s);
 }
 
@@ -309,7 +310,8 @@ int main(int argc, char **argv)
 	}
 	shared_quotas(&s.opts);
 	if (absolute(&s.opts.socket_path, &abs_socket) < 0 ||
-	    absolute(&s.opts.cache_dir, &abs_cache) < 0 || absolute(&s.opts.log_file, &abs_log) < 0 ||
+	    absolute(&s.opts.cache_dir, &abs_cache) < 0 ||
+	    absolute(&s.opts.log_file, &abs_log) < 0 ||
 	    absolute(&s.opts.worker_path, &abs_worker) < 0)
 		return SUP_EXIT_FAIL;
 	if (open_log(&s.opts) < 0)
@@ -349,7 +351,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (ipc_loop_fallback(s.loop))
-		sup_logp(LOG_NOTICE, "io_uring refused (%s): using epoll", strerror(-ipc_loop_fallback(s.loop)));
+		sup_logp(LOG_NOTICE, "io_uring refused (%s): using epoll",
+			 strerror(-ipc_loop_fallback(s.loop)));
 	r = setup_signals(&s);
 	if (r < 0)
 		goto out;

@@ -34,8 +34,8 @@ extern char **environ;
  * on gpuxd's socket as `gpux status` does. gpuxd restarts it when it dies.
  */
 
-int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *ret_port,
-		     char *why, size_t why_len)
+int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *ret_port, char *why,
+		     size_t why_len)
 {
 	const char *colon = strrchr(addr, ':'), *h = addr;
 	uint64_t port;
@@ -59,8 +59,8 @@ int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *re
 		h++;
 		n -= 2;
 	} else if (memchr(addr, ':', n)) {
-		(void)snprintf(why, why_len, "\"%s\": an IPv6 address goes in brackets ([::1]:9464)",
-			       addr);
+		(void)snprintf(why, why_len,
+			       "\"%s\": an IPv6 address goes in brackets ([::1]:9464)", addr);
 		return -EINVAL;
 	}
 	if (!colon[1]) {
@@ -194,8 +194,13 @@ static void on_metrics_exit(struct ipc_watch *watch, int fd, uint32_t revents, v
 static int spawn(struct sup *s)
 {
 	char pid_s[16];
-	char *argv[] = { s->metrics_program, "--socket", s->socket_path, "--pid", pid_s,
-			 s->opts.metrics_per_user ? "--per-user" : NULL, NULL };
+	char *argv[] = { s->metrics_program,
+			 "--socket",
+			 s->socket_path,
+			 "--pid",
+			 pid_s,
+			 s->opts.metrics_per_user ? "--per-user" : NULL,
+			 NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none, deflt;
@@ -265,7 +270,8 @@ static void on_metrics_exit(struct ipc_watch *watch, int fd, uint32_t revents, v
 		sup_logp(LOG_WARNING, "metrics: gpux-metrics %d killed by signal %d: started again",
 			 (int)s->metrics_pid, WTERMSIG(st));
 	else
-		sup_logp(LOG_WARNING, "metrics: gpux-metrics %d exited with status %d: started again",
+		sup_logp(LOG_WARNING,
+			 "metrics: gpux-metrics %d exited with status %d: started again",
 			 (int)s->metrics_pid, WEXITSTATUS(st));
 	s->metrics_pid = 0;
 	restart_later(s);

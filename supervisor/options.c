@@ -211,9 +211,8 @@ static int sup_parse_priority(const char *value, void *opts, char *why, size_t w
 #define SUP_ROW_(field, name_, ...)                                                                \
 	{ .name = (name_), IPC_OPT_FIELD(struct sup_opts, field), __VA_ARGS__ },
 #define SUP_SECTION_(text) { .kind = IPC_OPT_SECTION, .help = (text) },
-static const struct ipc_opt sup_opts_table[] = {
-	IPC_OPTIONS(SUP_ROW_, IPC_OPT_NONE_, SUP_ROW_, SUP_SECTION_)
-};
+static const struct ipc_opt sup_opts_table[] = { IPC_OPTIONS(SUP_ROW_, IPC_OPT_NONE_, SUP_ROW_,
+							     SUP_SECTION_) };
 
 const struct ipc_opt_prog sup_prog = {
 	.name = "gpuxd",
@@ -256,9 +255,9 @@ int sup_opts_parse(struct sup_opts *o, int argc, char **argv, char *why, size_t 
 	if (n.socket_mode == SOCKET_MODE_UNSET)
 		n.socket_mode = n.allow_group ? 0660 : 0600;
 	/* A gpuxd that serves other users, or runs as root: its kernels are worth fencing. */
-	n.host_sandbox = strcmp(n.host_sandbox_mode, "on") == 0 ||
-			 (strcmp(n.host_sandbox_mode, "auto") == 0 &&
-			  (n.allow_group || geteuid() == 0));
+	n.host_sandbox =
+		strcmp(n.host_sandbox_mode, "on") == 0 ||
+		(strcmp(n.host_sandbox_mode, "auto") == 0 && (n.allow_group || geteuid() == 0));
 	if (n.reserved_clients == UINT_MAX)
 		n.reserved_clients = n.max_clients / 16;
 	/* Nobody but gpuxd's user could connect: surely a mistake. */

@@ -27,7 +27,7 @@
 struct sup_spare {
 	struct sup_spare *next;
 	uint64_t id;
-	int chan[IPC_DEVICES_MAX]; /* the client's end of a channel, or -1 */
+	int chan[IPC_DEVICES_MAX];     /* the client's end of a channel, or -1 */
 	uint32_t gen[IPC_DEVICES_MAX]; /* the worker generation it leads to */
 };
 
@@ -36,7 +36,7 @@ struct sup_pool {
 	uid_t uid;
 	gid_t gid;
 	int8_t prio_max, prio_default; /* gpuxd's priority policy for them (--priority) */
-	unsigned want; /* spares to keep */
+	unsigned want;                 /* spares to keep */
 	unsigned n;
 	struct sup_spare *head, *tail; /* oldest first */
 };
@@ -123,9 +123,13 @@ static int spare_make(struct sup *s, struct sup_pool *p)
 	if (!sp)
 		return -ENOMEM;
 	sp->id = ++s->next_client_id;
-	a = (struct ipc_attach){ .client_id = sp->id, .uid = p->uid, .gid = p->gid,
-				 .pid = (uint32_t)p->pid, .prio_max = p->prio_max,
-				 .prio_default = p->prio_default, .flags = IPC_ATTACH_SPARE };
+	a = (struct ipc_attach){ .client_id = sp->id,
+				 .uid = p->uid,
+				 .gid = p->gid,
+				 .pid = (uint32_t)p->pid,
+				 .prio_max = p->prio_max,
+				 .prio_default = p->prio_default,
+				 .flags = IPC_ATTACH_SPARE };
 	n = ipc_encode_attach(buf, sizeof(buf), 0, &a);
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		sp->chan[i] = -1;

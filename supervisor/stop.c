@@ -26,7 +26,8 @@ static void drain_tick(struct ipc_timer *t, void *userdata)
 		(void)sup_notify("STATUS=stopping: %llu request%s cut short",
 				 (unsigned long long)inflight, inflight == 1 ? "" : "s");
 		sup_logp(LOG_WARNING,
-			 "drain time (%llu ms) is over with %llu request%s in flight: stopping anyway",
+			 "drain time (%llu ms) is over with %llu request%s in flight: stopping "
+			 "anyway",
 			 (unsigned long long)s->opts.drain_ms, (unsigned long long)inflight,
 			 inflight == 1 ? "" : "s");
 	}

@@ -82,7 +82,7 @@ struct sup_opts {
 	bool allow_group;
 	gid_t allow_gid;
 	const char *host_sandbox_mode; /* --host-sandbox: auto, on or off */
-	bool host_sandbox; /* host kernels under a seccomp filter (that, resolved) */
+	bool host_sandbox;             /* host kernels under a seccomp filter (that, resolved) */
 	unsigned socket_mode;
 	uint64_t idle_exit_ms;
 	uint64_t timeout_ms;
@@ -110,10 +110,10 @@ struct sup_opts {
 	unsigned admin_clients;
 	uint64_t hello_timeout_ms;      /* to say hello */
 	uint64_t busy_hello_timeout_ms; /* the same under pressure */
-	const char *metrics;  /* --metrics ADDR, or NULL */
-	bool metrics_per_user; /* uid labels on memory */
-	int log_level;        /* a syslog priority */
-	const char *log_file; /* NULL: the target sup_log_auto() chooses */
+	const char *metrics;            /* --metrics ADDR, or NULL */
+	bool metrics_per_user;          /* uid labels on memory */
+	int log_level;                  /* a syslog priority */
+	const char *log_file;           /* NULL: the target sup_log_auto() chooses */
 	struct sup_prio_rule prio_rules[SUP_PRIO_RULES_MAX]; /* --priority, in order */
 	unsigned nprio_rules;
 };
@@ -129,14 +129,7 @@ enum sup_state {
 	W_STATE_N
 };
 
-enum sup_event {
-	E_START,
-	E_READY,
-	E_DIED,
-	E_TIMER,
-	E_STOP,
-	E_EVENT_N
-};
+enum sup_event { E_START, E_READY, E_DIED, E_TIMER, E_STOP, E_EVENT_N };
 
 struct sup;
 
@@ -229,10 +222,10 @@ struct sup {
 	unsigned nadmin_pool; /* clients in the slots beyond max_clients */
 	bool hello_busy;      /* under pressure, as of the last connection */
 	bool sweep_armed;
-	struct ipc_timer *hello_sweep; /* cuts hurried connections */
-	struct ipc_map per_uid; /* uid -> connections, as a pointer-sized count */
-	struct ipc_map per_pid; /* pid -> connections */
-	struct ipc_map client_ids; /* id -> struct sup_client */
+	struct ipc_timer *hello_sweep;       /* cuts hurried connections */
+	struct ipc_map per_uid;              /* uid -> connections, as a pointer-sized count */
+	struct ipc_map per_pid;              /* pid -> connections */
+	struct ipc_map client_ids;           /* id -> struct sup_client */
 	struct sup_gone gone[SUP_GONE_KEPT]; /* the last clients gone, the oldest replaced */
 	unsigned ngone;
 	uint64_t next_client_id;
@@ -269,7 +262,7 @@ enum sup_log_target {
 	SUP_LOG_STDERR,
 	SUP_LOG_JOURNAL, /* systemd's native protocol, when stderr is the journal's stream */
 	SUP_LOG_SYSLOG,
-	SUP_LOG_FILE,    /* appended to; reopened on SIGHUP (log rotation) */
+	SUP_LOG_FILE, /* appended to; reopened on SIGHUP (log rotation) */
 };
 
 /* A level's name (err, warning, notice, info, debug) as its syslog priority, or -EINVAL. */
@@ -324,8 +317,8 @@ int sup_listen_fds(int *ret_fd);
  * --metrics' ADDR (HOST:PORT, [V6]:PORT or :PORT) split into its host (empty: every address;
  * host_len bytes of room) and port (1 to 65535). 0, or -EINVAL with why.
  */
-int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *ret_port,
-		     char *why, size_t why_len);
+int sup_metrics_addr(const char *addr, char *host, size_t host_len, unsigned *ret_port, char *why,
+		     size_t why_len);
 /*
  * Bind --metrics' address and start gpux-metrics to serve it, again whenever it dies while
  * gpuxd runs. 0, or -errno with why (the resolver's own words, or the system call's).

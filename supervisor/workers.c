@@ -63,12 +63,8 @@ static const struct transition table[W_STATE_N][E_EVENT_N] = {
 const char *sup_state_name(enum sup_state st)
 {
 	static const char *const names[W_STATE_N] = {
-		[W_DOWN] = "down",
-		[W_STARTING] = "starting",
-		[W_READY] = "ready",
-		[W_BACKOFF] = "restarting",
-		[W_FAILED] = "failed",
-		[W_STOPPING] = "stopping",
+		[W_DOWN] = "down",          [W_STARTING] = "starting", [W_READY] = "ready",
+		[W_BACKOFF] = "restarting", [W_FAILED] = "failed",     [W_STOPPING] = "stopping",
 	};
 
 	return st < W_STATE_N ? names[st] : "?";
@@ -108,7 +104,8 @@ static int parse_probe_line(char *line, struct sup_worker *w)
 	unsigned n = 0;
 	char *save = NULL;
 
-	for (char *t = strtok_r(line, "\t", &save); t && n < ARRAY_SIZE(f); t = strtok_r(NULL, "\t", &save))
+	for (char *t = strtok_r(line, "\t", &save); t && n < ARRAY_SIZE(f);
+	     t = strtok_r(NULL, "\t", &save))
 		f[n++] = t;
 	if (n != 10 || strcmp(f[0], "device") != 0 || strlen(f[9]) >= sizeof(w->info.name) ||
 	    strlen(f[2]) >= sizeof(w->backend) || strlen(f[8]) != 32)
@@ -246,8 +243,8 @@ int sup_workers_probe(struct sup *s)
 	(void)waitpid(pid, &st, 0);
 	out[len] = '\0';
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-		sup_logp(LOG_ERR, "device probe failed (%s --probe --backend %s)", s->opts.worker_path,
-			s->opts.backend);
+		sup_logp(LOG_ERR, "device probe failed (%s --probe --backend %s)",
+			 s->opts.worker_path, s->opts.backend);
 		return -ENODEV;
 	}
 
@@ -258,8 +255,12 @@ int sup_workers_probe(struct sup *s)
 
 		if (s->nworkers == IPC_DEVICES_MAX)
 			break;
-		*w = (struct sup_worker){ .s = s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1,
-					  .clients_fd = -1, .log_fd = -1 };
+		*w = (struct sup_worker){ .s = s,
+					  .pidfd = -1,
+					  .status_fd = -1,
+					  .status_ro_fd = -1,
+					  .clients_fd = -1,
+					  .log_fd = -1 };
 		if (parse_probe_line(line, w) < 0) {
 			sup_logp(LOG_ERR, "device probe: unreadable line");
 			return -EINVAL;
@@ -371,11 +372,11 @@ static void reap(struct sup_worker *w)
 	w->control = NULL;
 	if (w->state != W_STOPPING) {
 		if (WIFEXITED(st))
-			sup_logp(LOG_WARNING, "device %u: worker %d exited with status %d", w->index, (int)w->pid,
-				WEXITSTATUS(st));
+			sup_logp(LOG_WARNING, "device %u: worker %d exited with status %d",
+				 w->index, (int)w->pid, WEXITSTATUS(st));
 		else if (WIFSIGNALED(st))
-			sup_logp(LOG_WARNING, "device %u: worker %d killed by signal %d", w->index, (int)w->pid,
-				WTERMSIG(st));
+			sup_logp(LOG_WARNING, "device %u: worker %d killed by signal %d", w->index,
+				 (int)w->pid, WTERMSIG(st));
 	}
 	w->pid = 0;
 	/* What it held of the device went with it. */
@@ -409,7 +410,8 @@ static void on_worker_msg(struct ipc_conn *c, struct ipc_msg *msg, void *userdat
 		sup_worker_event(w, E_READY);
 		return;
 	}
-	sup_logp(LOG_ERR, "device %u: worker sent a bad %s message", w->index, ipc_type_name(msg->hdr.type));
+	sup_logp(LOG_ERR, "device %u: worker sent a bad %s message", w->index,
+		 ipc_type_name(msg->hdr.type));
 }
 
 static void on_worker_close(struct ipc_conn *c, int error, void *userdata)
@@ -489,7 +491,6 @@ static int spawn(struct sup_worker *w)
 	if (r < 0)
 		return r;
 
-
 	(void)posix_spawn_file_actions_init(&fa);
 	/* Workers log on stderr, which gpuxd reads into its log; stdin and stdout are nobody's
 	 * business of theirs. */
@@ -517,7 +518,8 @@ static int spawn(struct sup_worker *w)
 	(void)posix_spawn_file_actions_destroy(&fa);
 	(void)posix_spawnattr_destroy(&attr);
 	if (r != 0) {
-		sup_logp(LOG_ERR, "device %u: cannot spawn %s: %s", w->index, s->opts.worker_path, strerror(r));
+		sup_logp(LOG_ERR, "device %u: cannot spawn %s: %s", w->index, s->opts.worker_path,
+			 strerror(r));
 		return -r;
 	}
 	w->pid = pid;
@@ -602,7 +604,7 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 		ipc_timer_arm(w->timer, 0);
 		if (status_page_seal(w) < 0) {
 			sup_logp(LOG_ERR, "device %u: cannot seal the status page: %s", w->index,
-				strerror(errno));
+				 strerror(errno));
 			w->state = W_READY;
 			sup_worker_event(w, E_TIMER);
 			return;
@@ -616,8 +618,8 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 		break;
 	case A_DIED: {
 		/* A worker killed for a client's deadline did nothing wrong: no strike. */
-		unsigned recent = w->killed_deadline ? sup_worker_recent_deaths(w)
-						     : record_death(w, now);
+		unsigned recent =
+			w->killed_deadline ? sup_worker_recent_deaths(w) : record_death(w, now);
 
 		if (w->s->stopping) {
 			/* Nothing is started again while gpuxd stops. */
@@ -625,8 +627,8 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 			ipc_timer_arm(w->timer, 0);
 		} else if (recent >= SUP_DEATHS_MAX) {
 			w->state = W_FAILED;
-			sup_logp(LOG_ERR, "device %u: %u deaths within a minute: marked failed", w->index,
-				recent);
+			sup_logp(LOG_ERR, "device %u: %u deaths within a minute: marked failed",
+				 w->index, recent);
 			ipc_timer_arm(w->timer, now + SUP_FAILED_RETRY_NS);
 		} else {
 			uint64_t delay = SUP_BACKOFF_MIN_NS << (recent > 0 ? recent - 1 : 0);
@@ -714,7 +716,8 @@ static void deadline_check(struct ipc_timer *t, void *userdata)
 				(void)snprintf(who, sizeof(who), "pid %d uid %u", (int)c->pid,
 					       (unsigned)c->uid);
 			else if (g)
-				(void)snprintf(who, sizeof(who), "gone %.1f s ago; it was pid %d uid %u",
+				(void)snprintf(who, sizeof(who),
+					       "gone %.1f s ago; it was pid %d uid %u",
 					       (double)(now - g->gone_ns) / 1e9, (int)g->pid,
 					       (unsigned)g->uid);
 			else

@@ -123,8 +123,8 @@ int test_raw_connect(const struct test_daemon *d);
 
 /*
  * Say hello to the daemon as the library would and take device 0's channel (its rings and
- * marks offers read and ignored: the channel works by its socket alone). *ret_sup is the connection to
- * gpuxd, which must stay open while the channel is used. Asserts.
+ * marks offers read and ignored: the channel works by its socket alone). *ret_sup is the connection
+ * to gpuxd, which must stay open while the channel is used. Asserts.
  */
 int test_raw_channel(const struct test_daemon *d, int *ret_sup);
 
@@ -142,7 +142,8 @@ void test_gpu_require(unsigned n);
  * arguments it needs) and that is stopped after it, whatever happened in it. */
 int test_daemon_setup(void **state);
 int test_daemon_teardown(void **state);
-#define TEST_WITH_DAEMON(t) cmocka_unit_test_setup_teardown(t, test_daemon_setup, test_daemon_teardown)
+#define TEST_WITH_DAEMON(t)                                                                        \
+	cmocka_unit_test_setup_teardown(t, test_daemon_setup, test_daemon_teardown)
 
 /* Send a SEG_ADD of segment `id`, `size` bytes, with fd; asserts. */
 void test_send_seg(int chan, uint64_t id, uint64_t size, uint32_t flags, int fd);

@@ -316,11 +316,23 @@ static int sample_status(void *buf, size_t cap, unsigned ndevices)
 static int sample_clients(void *buf, size_t cap, unsigned n)
 {
 	static const struct ipc_client_info rows[2] = {
-		{ .id = 7, .pid = 4321, .uid = 1000, .connected_ns = 90 * NSEC_PER_SEC,
-		  .requests = 123456, .shared_bytes = 12 * MiB, .device_bytes = 1 * GiB,
-		  .inflight = 16, .channels = 2 },
-		{ .id = 9, .pid = 4400, .uid = 1001, .connected_ns = 2 * NSEC_PER_SEC,
-		  .requests = 1, .shared_bytes = 4096, .inflight = 0, .channels = 1 },
+		{ .id = 7,
+		  .pid = 4321,
+		  .uid = 1000,
+		  .connected_ns = 90 * NSEC_PER_SEC,
+		  .requests = 123456,
+		  .shared_bytes = 12 * MiB,
+		  .device_bytes = 1 * GiB,
+		  .inflight = 16,
+		  .channels = 2 },
+		{ .id = 9,
+		  .pid = 4400,
+		  .uid = 1001,
+		  .connected_ns = 2 * NSEC_PER_SEC,
+		  .requests = 1,
+		  .shared_bytes = 4096,
+		  .inflight = 0,
+		  .channels = 1 },
 	};
 	struct ipc_clients m = { .total = 3, .count = n };
 

@@ -107,8 +107,8 @@ void test_echo_on_msg(struct ipc_conn *c, struct ipc_msg *msg, void *userdata)
 {
 	static uint8_t buf[IPC_MSG_MAX];
 	struct ipc_part part = { msg->payload, msg->len };
-	int n =
-	    ipc_encode(buf, sizeof(buf), msg->hdr.type, msg->hdr.id, msg->nfds, NULL, 0, &part, 1);
+	int n = ipc_encode(buf, sizeof(buf), msg->hdr.type, msg->hdr.id, msg->nfds, NULL, 0, &part,
+			   1);
 
 	assert_true(n > 0);
 	assert_int_equal(ipc_conn_send(c, buf, (size_t)n, msg->fds, msg->nfds), 0);

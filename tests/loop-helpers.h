@@ -47,7 +47,7 @@ struct test_rec {
 	bool out_of_order;
 	bool free_on_msg, free_on_close;
 	int send_in_close;  /* what ipc_conn_send() answered inside on_close */
-	bool last_word;	    /* on_close sends a header on the socket itself, as a worker does */
+	bool last_word;     /* on_close sends a header on the socket itself, as a worker does */
 	int last_word_sent; /* what that send answered */
 	struct ipc_hdr hdr; /* of the last message */
 	uint8_t payload[256];

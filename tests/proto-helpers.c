@@ -17,12 +17,12 @@ int test_decode_as(const struct ipc_msg *msg, uint16_t type, union test_decoded 
 	union test_decoded *u = ret ? ret : &scratch;
 
 	switch (type) {
-#define DECODE_AS_FIXED_(T, name) \
-	case IPC_##T:             \
+#define DECODE_AS_FIXED_(T, name)                                                                  \
+	case IPC_##T:                                                                              \
 		return ipc_decode_##name(msg, &u->name);
 #define DECODE_AS_VAR_ DECODE_AS_FIXED_
-#define DECODE_AS_EMPTY_(T, name) \
-	case IPC_##T:             \
+#define DECODE_AS_EMPTY_(T, name)                                                                  \
+	case IPC_##T:                                                                              \
 		return ipc_decode_##name(msg);
 #define DECODE_AS_(T, num, name, label, fx, decoded, fds, shape) DECODE_AS_##shape##_(T, name)
 		IPC_MESSAGES(DECODE_AS_)

@@ -33,12 +33,12 @@ static void test_status_from_errno_table(void **state)
 		{ -ESTALE, GPUX_E_DBUF_LOST },
 		/* Any other errno is a system call that failed, whatever its number: these
 		 * were once passed through as the status of the same number. */
-		{ -EPERM, GPUX_E_IO },	/* -1, GPUX_E_INVAL's number */
+		{ -EPERM, GPUX_E_IO },  /* -1, GPUX_E_INVAL's number */
 		{ -ENOENT, GPUX_E_IO }, /* -2, GPUX_E_NOMEM's */
-		{ -EINTR, GPUX_E_IO },	/* -4, GPUX_E_CONNECT's */
-		{ -EIO, GPUX_E_IO },	/* -5, GPUX_E_PERM's */
-		{ -E2BIG, GPUX_E_IO },	/* -7, GPUX_E_WORKER_LOST's */
-		{ -EBADF, GPUX_E_IO },	/* -9, GPUX_E_TIMEOUT's */
+		{ -EINTR, GPUX_E_IO },  /* -4, GPUX_E_CONNECT's */
+		{ -EIO, GPUX_E_IO },    /* -5, GPUX_E_PERM's */
+		{ -E2BIG, GPUX_E_IO },  /* -7, GPUX_E_WORKER_LOST's */
+		{ -EBADF, GPUX_E_IO },  /* -9, GPUX_E_TIMEOUT's */
 		{ -EEXIST, GPUX_E_IO }, /* -17, GPUX_E_VERSION's */
 		{ -EMFILE, GPUX_E_IO },
 		{ -EMSGSIZE, GPUX_E_IO },

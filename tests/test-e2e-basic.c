@@ -27,8 +27,9 @@ static void test_e2e_saxpy_matches_cpu(void **state)
 	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
 	for (uint32_t dev = 0; dev < 2; dev++) {
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
-			gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+			GPUX_ARG_VALUE(n),           GPUX_ARG_VALUE(a),
+			gpux_arg_in(x, 0, n * 4),    gpux_arg_in(y, 0, n * 4),
+			gpux_arg_out(out, 0, n * 4),
 		};
 		struct gpux_launch l = test_launch_1d(n, dev, NULL);
 		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y);
@@ -52,7 +53,8 @@ static void test_e2e_block_sum_uses_shared_memory(void **state)
 	const uint64_t n = 50000;
 	const uint32_t blocks = (uint32_t)((n + 255) / 256);
 	gpux_buf *x, *out;
-	struct gpux_launch l = { .grid = { blocks, 1, 1 }, .block = { 256, 1, 1 },
+	struct gpux_launch l = { .grid = { blocks, 1, 1 },
+				 .block = { 256, 1, 1 },
 				 .shared_bytes = 256 * sizeof(double) };
 	double got = 0, want = 0;
 
@@ -134,7 +136,8 @@ static void test_e2e_burst_runs_in_order(void **state)
 	p[0] = 0;
 	l.queue = q;
 	for (uint32_t i = 0; i < N; i++) {
-		struct gpux_arg args[] = { GPUX_ARG_VALUE(i), gpux_arg_mapped(log, 0, (N + 1) * 4) };
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(i),
+					   gpux_arg_mapped(log, 0, (N + 1) * 4) };
 		assert_int_equal(gpux_submit(e->m, "append", &l, args, 2, &r[i]), GPUX_OK);
 	}
 	for (uint32_t i = 0; i < N; i++) {
@@ -215,9 +218,9 @@ static void test_e2e_compile_error_returns_log(void **state)
 	gpux_module *m = NULL;
 	char *log = NULL;
 
-	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_HOST, bad, sizeof(bad) - 1, NULL, &m,
-					  &log),
-			 GPUX_E_COMPILE);
+	assert_int_equal(
+		gpux_module_load(e->ctx, GPUX_LANG_HOST, bad, sizeof(bad) - 1, NULL, &m, &log),
+		GPUX_E_COMPILE);
 	assert_null(m);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "this_is_not_c"));
@@ -232,8 +235,8 @@ static void test_e2e_compiler_options_are_checked(void **state)
 	gpux_module *m = NULL;
 	char *log = NULL;
 
-	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_HOST, ok, sizeof(ok) - 1,
-					  "-O3 -DFOO=1", &m, &log),
+	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_HOST, ok, sizeof(ok) - 1, "-O3 -DFOO=1",
+					  &m, &log),
 			 GPUX_OK);
 	gpux_module_free(m);
 	free(log);
@@ -354,8 +357,8 @@ static void test_e2e_status_counts_requests_by_status_and_time(void **state)
 	assert_int_equal(test_daemon_status(&e->d, &st, b), 0);
 
 	assert_int_equal(b[1].stats.by_status[0] - a[1].stats.by_status[0], 5);
-	assert_int_equal(b[1].stats.by_status[-GPUX_E_NOTFOUND] - a[1].stats.by_status[-GPUX_E_NOTFOUND],
-			 1);
+	assert_int_equal(
+		b[1].stats.by_status[-GPUX_E_NOTFOUND] - a[1].stats.by_status[-GPUX_E_NOTFOUND], 1);
 	assert_int_equal(b[1].stats.launches - a[1].stats.launches, 5);
 	for (unsigned k = 0; k < IPC_HIST_BUCKETS; k++) {
 		lat += b[1].stats.latency.count[k] - a[1].stats.latency.count[k];

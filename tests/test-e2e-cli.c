@@ -252,8 +252,8 @@ static void test_cli_compile(void **state)
 static void test_cli_bench_json_is_json(void **state)
 {
 	struct test_daemon *d = *state;
-	const char *args[] = { "bench", "--json", "--quick", "--only", "rtt", "--socket", d->sock,
-			       NULL };
+	const char *args[] = { "bench", "--json",   "--quick", "--only",
+			       "rtt",   "--socket", d->sock,   NULL };
 	struct run r = gpux(d, args);
 	json_t *j, *res;
 
@@ -289,8 +289,8 @@ static void test_cli_bench_json_is_json(void **state)
 static void test_cli_bench_host_judges_no_gpu_target(void **state)
 {
 	struct test_daemon *d = *state;
-	const char *args[] = { "bench", "--json", "--quick", "--only", "bw,fork", "--socket",
-			       d->sock, NULL };
+	const char *args[] = { "bench",   "--json",   "--quick", "--only",
+			       "bw,fork", "--socket", d->sock,   NULL };
 	struct run r = gpux(d, args);
 	json_t *j, *res;
 	bool note = false, targets = false;
@@ -364,10 +364,11 @@ static json_t *top_client(json_t *j, pid_t pid)
 static void test_cli_top_shows_devices_and_clients(void **state)
 {
 	struct test_daemon *d = *state;
-	const char *json_args[] = { "top", "--json", "--interval", "0.5", "--socket", d->sock,
-				    NULL };
-	const char *batch_args[] = { "top", "--batch", "--count", "2", "--interval", "0.2",
-				     "--socket", d->sock, NULL };
+	const char *json_args[] = {
+		"top", "--json", "--interval", "0.5", "--socket", d->sock, NULL
+	};
+	const char *batch_args[] = { "top", "--batch",  "--count", "2", "--interval",
+				     "0.2", "--socket", d->sock,   NULL };
 	gpux_ctx *ctx = test_connect(d);
 	gpux_module *m = test_load_host_kernels(ctx);
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
@@ -389,8 +390,9 @@ static void test_cli_top_shows_devices_and_clients(void **state)
 		struct gpux_arg a[] = { GPUX_ARG_VALUE(n), gpux_arg_in(buf, 0, 64),
 					gpux_arg_out(buf, 64, 64) };
 
-		assert_int_equal(gpux_run(m, "add1", &(struct gpux_launch){ .grid = { 1, 1, 1 },
-									   .block = { 16, 1, 1 } },
+		assert_int_equal(gpux_run(m, "add1",
+					  &(struct gpux_launch){ .grid = { 1, 1, 1 },
+								 .block = { 16, 1, 1 } },
 					  a, 3),
 				 GPUX_OK);
 	}
@@ -453,9 +455,11 @@ static void test_cli_conventions(void **state)
 {
 	struct test_daemon *d = *state;
 	static const char *const helps[][3] = {
-		{ "--help" }, { "-h" }, { "status", "--help" }, { "compile", "-h" },
-		{ "demo", "--help" }, { "bench", "--help" }, { "soak", "--help" },
-		{ "help", "status" }, { "--version" },
+		{ "--help" },           { "-h" },
+		{ "status", "--help" }, { "compile", "-h" },
+		{ "demo", "--help" },   { "bench", "--help" },
+		{ "soak", "--help" },   { "help", "status" },
+		{ "--version" },
 	};
 	/* soak's numbers are read whole, each bad one named (never atoi()'s 0 or prefix). */
 	static const char *const soak_bad[][4] = {
@@ -548,8 +552,8 @@ static void test_cli_conventions(void **state)
 static void test_cli_soak_briefly(void **state)
 {
 	struct test_daemon *d = *state;
-	const char *args[] = { "soak", "--minutes", "0.05", "--clients", "2", "--seed", "4242",
-			       "--rss-slack-mib", "512", NULL };
+	const char *args[] = { "soak", "--minutes",       "0.05", "--clients", "2", "--seed",
+			       "4242", "--rss-slack-mib", "512",  NULL };
 	struct run r = gpux(d, args);
 
 	assert_int_equal(r.code, 0);

@@ -83,7 +83,11 @@ static gpux_status load(struct ctx *t, const char *src, const struct gpux_header
 			const char *const *names, uint32_t nn, gpux_module **ret, char **ret_log)
 {
 	struct gpux_module_opts o = {
-		.size = sizeof(o), .nheaders = nh, .headers = h, .names = names, .nnames = nn,
+		.size = sizeof(o),
+		.nheaders = nh,
+		.headers = h,
+		.names = names,
+		.nnames = nn,
 	};
 	char *log = NULL;
 	gpux_status st = gpux_module_load_ex(t->c, GPUX_LANG_CUDA, src, strlen(src), &o, ret, &log);
@@ -192,7 +196,8 @@ static void test_compile_no_file_outside_the_toolkit(void **state)
 		char src[256], *log = NULL;
 		gpux_module *m = NULL;
 
-		(void)snprintf(src, sizeof(src), "%sextern \"C\" __global__ void k() {}\n", sneaky[i]);
+		(void)snprintf(src, sizeof(src), "%sextern \"C\" __global__ void k() {}\n",
+			       sneaky[i]);
 		assert_int_equal(load(t, src, NULL, 0, NULL, 0, &m, &log), GPUX_E_COMPILE);
 		assert_non_null(log);
 		if (strstr(log, "root:") || !strstr(log, "cannot open source file"))
@@ -282,8 +287,12 @@ static uint32_t source_of(struct ctx *t, const char *src, const struct gpux_head
 			  const char *const *names, uint32_t nn, const char *options)
 {
 	struct gpux_module_opts o = {
-		.size = sizeof(o), .options = options, .nheaders = h ? 1 : 0, .headers = h,
-		.names = names, .nnames = nn,
+		.size = sizeof(o),
+		.options = options,
+		.nheaders = h ? 1 : 0,
+		.headers = h,
+		.names = names,
+		.nnames = nn,
 	};
 	struct gpux_module_info info;
 	gpux_module *m = NULL;
@@ -441,9 +450,9 @@ static void test_compile_bad_names_and_headers(void **state)
 		struct gpux_module_opts o = { .size = sizeof(o), .nheaders = 1, .headers = &h };
 
 		h.name = "x.h";
-		assert_int_equal(gpux_module_load_ex(t->c, GPUX_LANG_PTX, ".version 8.0", 12, &o, &m,
-						     NULL),
-				 GPUX_E_INVAL);
+		assert_int_equal(
+			gpux_module_load_ex(t->c, GPUX_LANG_PTX, ".version 8.0", 12, &o, &m, NULL),
+			GPUX_E_INVAL);
 	}
 }
 
@@ -452,7 +461,9 @@ static void test_compile_bad_names_and_headers(void **state)
 static void test_compile_kernels(void **state)
 {
 	static const char *const red_names[] = {
-		"reduce_tree<float>", "reduce_shfl<float, 256>", "reduce_stride<int,256,false>",
+		"reduce_tree<float>",
+		"reduce_shfl<float, 256>",
+		"reduce_stride<int,256,false>",
 		"reduce_cg<double>",
 	};
 	static const char *const tmpl_names[] = { "reverse_scale<float>", "reverse_scale<int>" };
@@ -599,11 +610,10 @@ static void test_compile_cubins_checked(void **state)
 
 static void test_compile_ptx_names(void **state)
 {
-	static const char ptx[] =
-		".version 8.0\n.target sm_90\n.address_size 64\n"
-		".visible .entry _Z4overPf(.param .u64 p0)\n{\n\tret;\n}\n"
-		".visible .entry _Z4overPi(.param .u64 p0)\n{\n\tret;\n}\n"
-		".visible .entry _ZN2ns4stepEPf(.param .u64 p0)\n{\n\tret;\n}\n";
+	static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+				  ".visible .entry _Z4overPf(.param .u64 p0)\n{\n\tret;\n}\n"
+				  ".visible .entry _Z4overPi(.param .u64 p0)\n{\n\tret;\n}\n"
+				  ".visible .entry _ZN2ns4stepEPf(.param .u64 p0)\n{\n\tret;\n}\n";
 	struct ctx *t = *state;
 	gpux_module *m;
 
@@ -629,8 +639,8 @@ static long cpu_ticks(pid_t pid)
 	fields = test_proc_stat(path, buf, sizeof(buf));
 	if (!fields)
 		return -1;
-	if (sscanf(fields, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
-		   &stime) != 2)
+	if (sscanf(fields, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime) !=
+	    2)
 		utime = -1;
 	return utime + stime;
 }
@@ -711,9 +721,9 @@ static void test_compile_helper_death_is_not_the_worker(void **state)
 	/* The worker lives on, and the next compile gets a new helper. */
 	assert_int_equal(load(t, "__global__ void k() { oops; }", NULL, 0, NULL, 0, &m, NULL),
 			 GPUX_E_COMPILE);
-	assert_int_equal(load(t, "__global__ void k2(int *p) { *p = 2; }", NULL, 0, NULL, 0, &m,
-			      NULL),
-			 GPUX_OK);
+	assert_int_equal(
+		load(t, "__global__ void k2(int *p) { *p = 2; }", NULL, 0, NULL, 0, &m, NULL),
+		GPUX_OK);
 	gpux_module_free(m);
 	assert_int_equal(test_daemon_status(&t->d, &st, devs), 0);
 	assert_int_equal(devs[0].generation, gen);
@@ -774,7 +784,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_compile_no_file_outside_the_toolkit, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_headers_and_names, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_compile_bad_names_and_headers, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_compile_cache_keys, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_precompiled_headers, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_compile_kernels, setup, teardown),

@@ -7,7 +7,6 @@
 #include "e2e.h"
 #include "helpers.h"
 
-
 /* The fake carries out saxpy by name (tests/fake-cuda). */
 static const char ptx[] =
 	".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -40,15 +39,17 @@ static gpux_status saxpy(gpux_ctx *ctx, gpux_module *m, uint64_t n, uint64_t *se
 	test_fill_random(gpux_buf_data(y), n, seed);
 	{
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
-			gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+			GPUX_ARG_VALUE(n),           GPUX_ARG_VALUE(a),
+			gpux_arg_in(x, 0, n * 4),    gpux_arg_in(y, 0, n * 4),
+			gpux_arg_out(out, 0, n * 4),
 		};
 		struct gpux_launch l = test_launch_1d(n, 0, NULL);
 
 		st = gpux_run(m, "saxpy", &l, args, ARRAY_SIZE(args));
 	}
 	if (st == GPUX_OK) {
-		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y), *po = gpux_buf_data(out);
+		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y),
+			    *po = gpux_buf_data(out);
 
 		for (uint64_t i = 0; i < n; i++)
 			assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
@@ -67,8 +68,8 @@ static gpux_status saxpy(gpux_ctx *ctx, gpux_module *m, uint64_t n, uint64_t *se
  */
 static void test_cuda_isolation_reserve_kept(void **state)
 {
-	static const char *const args[] = { "--backend", "cuda", "--slots", "2", "--quota-device",
-					    "1099511627776", NULL };
+	static const char *const args[] = { "--backend",      "cuda",          "--slots", "2",
+					    "--quota-device", "1099511627776", NULL };
 	struct test_daemon d;
 	gpux_dbuf *bufs[40];
 	unsigned n = 0;
@@ -105,12 +106,14 @@ static void test_cuda_isolation_reserve_kept(void **state)
 		assert_int_equal(gpux_buf_freeze(x), GPUX_OK);
 		{
 			struct gpux_arg sargs[] = {
-				GPUX_ARG_VALUE(count), GPUX_ARG_VALUE(a), gpux_arg_cached(x, 0, 2 * MiB),
-				gpux_arg_cached(x, 0, count * 4), gpux_arg_out(out, 0, count * 4),
+				GPUX_ARG_VALUE(count),           GPUX_ARG_VALUE(a),
+				gpux_arg_cached(x, 0, 2 * MiB),  gpux_arg_cached(x, 0, count * 4),
+				gpux_arg_out(out, 0, count * 4),
 			};
 			struct gpux_launch l = test_launch_1d(count, 0, NULL);
 
-			assert_int_equal(gpux_run(m, "saxpy", &l, sargs, ARRAY_SIZE(sargs)), GPUX_OK);
+			assert_int_equal(gpux_run(m, "saxpy", &l, sargs, ARRAY_SIZE(sargs)),
+					 GPUX_OK);
 		}
 		assert_int_equal(test_daemon_status(&d, &st, devs), 0);
 		assert_int_equal(devs[0].stats.cache_entries, 0);
@@ -220,9 +223,9 @@ static void test_cuda_isolation_marks_decide_replay(void **state)
 		}
 	}
 	test_wait_stats(&d, 0, holds, &(struct holding){ b, want });
-	assert_int_equal(gpux_submit(ma, "fault", &(struct gpux_launch){ .grid = { 1 },
-									  .block = { 1 } },
-				     NULL, 0, &bad),
+	assert_int_equal(gpux_submit(ma, "fault",
+				     &(struct gpux_launch){ .grid = { 1 }, .block = { 1 } }, NULL,
+				     0, &bad),
 			 GPUX_OK);
 	assert_int_equal(gpux_wait(bad, 10000), GPUX_E_KERNEL_FAULT);
 	assert_int_equal(gpux_wait(spin, 10000), GPUX_OK);

@@ -44,11 +44,22 @@ static uint8_t *cubin_make(unsigned nsyms, size_t text, char fill, size_t *ret_l
 	};
 	Elf64_Shdr sh[5] = {
 		{ 0 },
-		{ .sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = sizeof(h), .sh_size = sizeof(shstr) },
+		{ .sh_name = 1,
+		  .sh_type = SHT_STRTAB,
+		  .sh_offset = sizeof(h),
+		  .sh_size = sizeof(shstr) },
 		{ .sh_name = 11, .sh_type = SHT_STRTAB, .sh_offset = off_str, .sh_size = strsz },
-		{ .sh_name = 19, .sh_type = SHT_SYMTAB, .sh_offset = off_sym, .sh_size = symsz,
-		  .sh_link = 2, .sh_info = 1, .sh_entsize = sizeof(Elf64_Sym) },
-		{ .sh_name = 27, .sh_type = SHT_PROGBITS, .sh_offset = off_text, .sh_size = text,
+		{ .sh_name = 19,
+		  .sh_type = SHT_SYMTAB,
+		  .sh_offset = off_sym,
+		  .sh_size = symsz,
+		  .sh_link = 2,
+		  .sh_info = 1,
+		  .sh_entsize = sizeof(Elf64_Sym) },
+		{ .sh_name = 27,
+		  .sh_type = SHT_PROGBITS,
+		  .sh_offset = off_text,
+		  .sh_size = text,
 		  .sh_flags = SHF_ALLOC | SHF_EXECINSTR },
 	};
 
@@ -63,8 +74,11 @@ static uint8_t *cubin_make(unsigned nsyms, size_t text, char fill, size_t *ret_l
 	memcpy(p + sizeof(h), shstr, sizeof(shstr));
 	memset(p + off_str + 1, fill, NAME_LEN);
 	for (unsigned i = 1; i <= nsyms; i++) {
-		Elf64_Sym s = { .st_name = 1, .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
-				.st_other = 0x10, .st_shndx = 4, .st_size = text };
+		Elf64_Sym s = { .st_name = 1,
+				.st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+				.st_other = 0x10,
+				.st_shndx = 4,
+				.st_size = text };
 
 		memcpy(p + off_sym + i * sizeof(s), &s, sizeof(s));
 	}

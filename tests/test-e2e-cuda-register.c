@@ -140,8 +140,9 @@ static void test_register_when_made_once_per_device(void **state)
 
 	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(ctx, Y_BYTES, &y), GPUX_OK);
-	for (int i = 0; i < 1000 && (registered(e, X_BYTES, &pids) < 2 ||
-				      registered(e, Y_BYTES, &pids) < 2); i++)
+	for (int i = 0;
+	     i < 1000 && (registered(e, X_BYTES, &pids) < 2 || registered(e, Y_BYTES, &pids) < 2);
+	     i++)
 		(void)usleep(10000);
 	assert_int_equal(registered(e, X_BYTES, &pids), 2);
 	assert_int_equal(pids, 2);
@@ -256,8 +257,8 @@ static void test_register_failure_fails_its_requests(void **state)
  */
 static void test_register_freed_while_registering(void **state)
 {
-	static const char *const args[] = { "--backend", "cuda", "--quota-shared-user",
-					    "10485760", NULL };
+	static const char *const args[] = { "--backend", "cuda", "--quota-shared-user", "10485760",
+					    NULL };
 	struct env *e = *state;
 	struct gpux_launch l = test_launch_1d(1, 0, NULL);
 	uint64_t n = 1;

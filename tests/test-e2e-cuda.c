@@ -60,8 +60,11 @@ static gpux_status saxpy(gpux_module *m, gpux_buf *x, gpux_buf *y, gpux_buf *out
 			 float a, uint32_t out_kind)
 {
 	struct gpux_arg args[] = {
-		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
-		gpux_arg_in(y, 0, n * 4), gpux_arg_buf(out_kind, out, 0, n * 4),
+		GPUX_ARG_VALUE(n),
+		GPUX_ARG_VALUE(a),
+		gpux_arg_in(x, 0, n * 4),
+		gpux_arg_in(y, 0, n * 4),
+		gpux_arg_buf(out_kind, out, 0, n * 4),
 	};
 	struct gpux_launch l = test_launch_1d(n, 0, NULL);
 
@@ -174,7 +177,8 @@ static void test_cuda_fake_parameters_checked(void **state)
 		gpux_req_free(r);
 	}
 	{
-		struct gpux_launch big = { .grid = { 1, 1, 1 }, .block = { 64, 1, 1 },
+		struct gpux_launch big = { .grid = { 1, 1, 1 },
+					   .block = { 64, 1, 1 },
 					   .shared_bytes = 300 * 1024 };
 		struct gpux_arg arg = GPUX_ARG_VALUE(small);
 		/* Past the device's opt-in limit: refused before it is sent. */
@@ -200,7 +204,7 @@ static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 	gpux_req *r;
 	uint32_t gen;
 	struct gpux_arg args[] = {
-		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(n), gpux_arg_in(NULL, 0, 0),
+		GPUX_ARG_VALUE(n),       GPUX_ARG_VALUE(n),        gpux_arg_in(NULL, 0, 0),
 		gpux_arg_in(NULL, 0, 0), gpux_arg_out(NULL, 0, 0),
 	};
 	float a = 2;
@@ -219,8 +223,8 @@ static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 	args[3] = gpux_arg_in(y, 0, n * 4);
 	args[4] = gpux_arg_out(out, 0, n * 4);
 	/* 12 MiB of temporaries where 10 MB exist. */
-	assert_int_equal(gpux_submit(m, "saxpy", &(struct gpux_launch){ .grid = { 8192 },
-							       .block = { 128 } },
+	assert_int_equal(gpux_submit(m, "saxpy",
+				     &(struct gpux_launch){ .grid = { 8192 }, .block = { 128 } },
 				     args, 5, &r),
 			 GPUX_OK);
 	assert_int_equal(gpux_wait(r, -1), GPUX_E_NOMEM);
@@ -233,8 +237,8 @@ static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 	{
 		uint64_t k = 1024;
 		args[0] = GPUX_ARG_VALUE(k);
-		assert_int_equal(gpux_run(m, "saxpy", &(struct gpux_launch){ .grid = { 8 },
-							   .block = { 128 } },
+		assert_int_equal(gpux_run(m, "saxpy",
+					  &(struct gpux_launch){ .grid = { 8 }, .block = { 128 } },
 					  args, 5),
 				 GPUX_OK);
 	}
@@ -294,9 +298,9 @@ static void sticky_case(struct test_daemon *d, const char *fail, const char *ker
 		 * first). */
 		test_wait_stats(d, 0, inflight_one, NULL);
 		l.shared_bytes = shared;
-		assert_int_equal(gpux_submit(m, kernel, &l, &quick, strcmp(kernel, "fault") ? 1 : 0,
-					     &bad),
-				 GPUX_OK);
+		assert_int_equal(
+			gpux_submit(m, kernel, &l, &quick, strcmp(kernel, "fault") ? 1 : 0, &bad),
+			GPUX_OK);
 		l.shared_bytes = 0;
 		assert_int_equal(gpux_wait(bad, 10000), refused ? GPUX_OK : GPUX_E_KERNEL_FAULT);
 		assert_int_equal(gpux_wait(victim, 10000), refused ? GPUX_E_KERNEL_FAULT : GPUX_OK);
@@ -752,8 +756,10 @@ static void nvrtc_saxpy(const struct test_daemon *d, float a)
  */
 static void test_cuda_fake_user_cap_counts_cached_inputs(void **state)
 {
-	static const char *const args[] = { "--backend", "cuda", "--allow-group", "65534",
-					    "--quota-device-user", "104857600", NULL };
+	static const char *const args[] = {
+		"--backend", "cuda", "--allow-group", "65534", "--quota-device-user",
+		"104857600", NULL
+	};
 	struct test_daemon *d = *state;
 	const uint64_t n = (16u << 20) / 4;
 	pid_t pid;
@@ -842,7 +848,8 @@ static void test_cuda_nvrtc_compile_and_disk_cache(void **state)
 static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 {
 	static const char bad[] = "extern \"C\" __global__ void k() { this_is_not_cuda; }\n";
-	static const char sneaky[] = "#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
+	static const char sneaky[] =
+		"#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
 	struct test_daemon *d = *state;
 	gpux_module *m = NULL;
 	gpux_ctx *ctx;
@@ -852,15 +859,16 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 		skip();
 	start(d);
 	ctx = test_connect(d);
-	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
-			 GPUX_E_COMPILE);
+	assert_int_equal(
+		gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
+		GPUX_E_COMPILE);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "this_is_not_cuda"));
 	free(log);
 	log = NULL;
-	assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, sneaky, sizeof(sneaky) - 1, NULL, &m,
-					  &log),
-			 GPUX_E_COMPILE);
+	assert_int_equal(
+		gpux_module_load(ctx, GPUX_LANG_CUDA, sneaky, sizeof(sneaky) - 1, NULL, &m, &log),
+		GPUX_E_COMPILE);
 	assert_non_null(log);
 	assert_null(strstr(log, "root:"));
 	assert_non_null(strstr(log, "/etc/passwd"));
@@ -878,9 +886,9 @@ static void test_cuda_nvrtc_errors_and_sandbox(void **state)
 
 		for (int i = 0; i < 33; i++)
 			strcat(many, "-DA ");
-		assert_int_equal(gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, many,
-						  &m, &log),
-				 GPUX_E_INVAL);
+		assert_int_equal(
+			gpux_module_load(ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, many, &m, &log),
+			GPUX_E_INVAL);
 		assert_non_null(strstr(log, "too many compiler options"));
 		free(log);
 	}
@@ -980,7 +988,8 @@ static void test_cuda_worker_fds_stay_its_own(void **state)
 			n++;
 			fd_link(helper, e->d_name, link, sizeof(link));
 			if (fd <= 2 && strcmp(link, "/dev/null") != 0)
-				fail_msg("the compile helper's fd %d is %s, not /dev/null", fd, link);
+				fail_msg("the compile helper's fd %d is %s, not /dev/null", fd,
+					 link);
 			if (fd == 3 && strncmp(link, "socket:", 7) != 0)
 				fail_msg("the compile helper's fd 3 is %s, not its socket", link);
 			if (fd > 3 && fd_cloexec(helper, e->d_name) == 0)

@@ -30,10 +30,14 @@ static uint32_t generation(struct test_env *e, uint32_t dev)
 	return devs[dev].generation;
 }
 
-static gpux_req *spin(struct test_env *e, uint32_t dev, gpux_queue *q, uint32_t ms, uint32_t timeout)
+static gpux_req *spin(struct test_env *e, uint32_t dev, gpux_queue *q, uint32_t ms,
+		      uint32_t timeout)
 {
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = dev,
-				 .queue = q, .timeout_ms = timeout };
+	struct gpux_launch l = { .grid = { 1, 1, 1 },
+				 .block = { 1, 1, 1 },
+				 .device = dev,
+				 .queue = q,
+				 .timeout_ms = timeout };
 	struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 	gpux_req *r = NULL;
 
@@ -66,8 +70,7 @@ static void test_e2e_worker_killed_mid_request(void **state)
 	(void)usleep(100 * 1000);
 	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGKILL), 0);
 	for (int i = 0; i < 6; i++) {
-		assert_int_equal(gpux_wait(r[i], 5000),
-				 i % 3 == 0 ? GPUX_E_WORKER_LOST : GPUX_OK);
+		assert_int_equal(gpux_wait(r[i], 5000), i % 3 == 0 ? GPUX_E_WORKER_LOST : GPUX_OK);
 		gpux_req_free(r[i]);
 	}
 	/* The other device was never disturbed; this one comes back. */
@@ -153,7 +156,8 @@ static void test_e2e_deadline_of_a_gone_client_is_logged(void **state)
 		m = test_load_host_kernels(ctx);
 		{
 			uint32_t ms = 20000;
-			struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 },
+			struct gpux_launch l = { .grid = { 1, 1, 1 },
+						 .block = { 1, 1, 1 },
 						 .timeout_ms = 300 };
 			struct gpux_arg arg = GPUX_ARG_VALUE(ms);
 
@@ -221,8 +225,9 @@ static void test_e2e_client_killed_mid_request_is_reclaimed(void **state)
 		gpux_req *r;
 
 		/* Its own connection, a big buffer and requests in flight, then death. */
-		if (gpux_connect(e->d.sock, &ctx) || gpux_module_load(ctx, GPUX_LANG_HOST,
-			test_host_kernels, test_host_kernels_len, NULL, &m, NULL))
+		if (gpux_connect(e->d.sock, &ctx) ||
+		    gpux_module_load(ctx, GPUX_LANG_HOST, test_host_kernels, test_host_kernels_len,
+				     NULL, &m, NULL))
 			_exit(1);
 		if (gpux_buf_alloc(ctx, 8 << 20, &b))
 			_exit(2);

@@ -17,8 +17,11 @@ static gpux_status saxpy(gpux_module *m, uint32_t dev, float a, gpux_buf *x, gpu
 {
 	uint64_t n = N;
 	struct gpux_arg args[] = {
-		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, N * 4),
-		gpux_arg_in(y, 0, N * 4), gpux_arg_out(out, slice * N * 4, N * 4),
+		GPUX_ARG_VALUE(n),
+		GPUX_ARG_VALUE(a),
+		gpux_arg_in(x, 0, N * 4),
+		gpux_arg_in(y, 0, N * 4),
+		gpux_arg_out(out, slice * N * 4, N * 4),
 	};
 	struct gpux_launch l = test_launch_1d(N, dev, NULL);
 

@@ -10,7 +10,6 @@
 #include "channel.h"
 #include "helpers.h"
 
-
 /* The host back end's device is the host's memory, as its worker counts it. */
 static uint64_t host_memory(void)
 {
@@ -34,15 +33,17 @@ static gpux_status saxpy_in_out(struct test_env *e, uint32_t device, uint64_t n)
 	test_fill_random(gpux_buf_data(y), n, &e->seed);
 	{
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
-			gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+			GPUX_ARG_VALUE(n),           GPUX_ARG_VALUE(a),
+			gpux_arg_in(x, 0, n * 4),    gpux_arg_in(y, 0, n * 4),
+			gpux_arg_out(out, 0, n * 4),
 		};
 		struct gpux_launch l = test_launch_1d(n, device, NULL);
 
 		st = gpux_run(e->m, "saxpy", &l, args, ARRAY_SIZE(args));
 	}
 	if (st == GPUX_OK) {
-		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y), *po = gpux_buf_data(out);
+		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y),
+			    *po = gpux_buf_data(out);
 
 		for (uint64_t i = 0; i < n; i++)
 			assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
@@ -272,7 +273,8 @@ static gpux_req *saxpy_to(gpux_module *m, gpux_queue *q, gpux_buf *x, gpux_buf *
 {
 	struct gpux_launch l = test_launch_1d(n, 0, q);
 	struct gpux_arg args[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
-				   gpux_arg_in(y, 0, n * 4), gpux_arg_buf(out_kind, out, 0, n * 4) };
+				   gpux_arg_in(y, 0, n * 4),
+				   gpux_arg_buf(out_kind, out, 0, n * 4) };
 	gpux_req *r;
 
 	assert_int_equal(gpux_submit(m, "saxpy", &l, args, 5, &r), GPUX_OK);
@@ -293,8 +295,8 @@ static bool holds_many(const struct ipc_dev_status *s, void *arg)
 	return s->stats.inflight >= 15;
 }
 
-#define NB 5u  /* B's saxpys queued */
-#define NC 3u  /* C's appends queued, in place */
+#define NB 5u /* B's saxpys queued */
+#define NC 3u /* C's appends queued, in place */
 #define N 1000u
 
 /*
@@ -316,8 +318,10 @@ static void test_isolation_neighbour_fault_replays_innocents(void **state)
 	struct ipc_status st;
 	struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	gpux_queue *qb, *qc;
-	gpux_buf *bflags, *cflags, *cflags2, *x, *y, *out[NB + 1], *clog, *cin, *cout, *crashbuf, *pat, *back;
-	gpux_req *brun, *crun, *crun2, *bs[NB + 1], *bdb, *cs[NC + 1], *any, *bad, *abehind, *filler[16];
+	gpux_buf *bflags, *cflags, *cflags2, *x, *y, *out[NB + 1], *clog, *cin, *cout, *crashbuf,
+		*pat, *back;
+	gpux_req *brun, *crun, *crun2, *bs[NB + 1], *bdb, *cs[NC + 1], *any, *bad, *abehind,
+		*filler[16];
 	gpux_dbuf *lost_db, *kept;
 	uint64_t n = N;
 	uint32_t *plog;

@@ -67,12 +67,16 @@ static const struct gpux_header block_shared_h = { "block_shared.cuh", kernel_bl
 static gpux_module *load(struct env *e, const char *src, const char *const *names, uint32_t nn)
 {
 	struct gpux_module_opts o = {
-		.size = sizeof(o), .nheaders = 1, .headers = &block_shared_h, .names = names,
+		.size = sizeof(o),
+		.nheaders = 1,
+		.headers = &block_shared_h,
+		.names = names,
 		.nnames = nn,
 	};
 	gpux_module *m = NULL;
 	char *log = NULL;
-	gpux_status st = gpux_module_load_ex(e->ctx, GPUX_LANG_CUDA, src, strlen(src), &o, &m, &log);
+	gpux_status st =
+		gpux_module_load_ex(e->ctx, GPUX_LANG_CUDA, src, strlen(src), &o, &m, &log);
 
 	if (st != GPUX_OK)
 		fail_msg("compile: %s\n%s", gpux_strerror(st), log ? log : "");
@@ -168,8 +172,8 @@ static void test_kernels_matmul(void **state)
 	for (unsigned tile = 16; tile <= 32; tile *= 2) {
 		struct gpux_arg args[] = { gpux_arg_out(c, 0, (uint64_t)h * w * 4),
 					   gpux_arg_in(a, 0, (uint64_t)h * k * 4),
-					   gpux_arg_in(b, 0, (uint64_t)k * w * 4), GPUX_ARG_VALUE(k),
-					   GPUX_ARG_VALUE(w) };
+					   gpux_arg_in(b, 0, (uint64_t)k * w * 4),
+					   GPUX_ARG_VALUE(k), GPUX_ARG_VALUE(w) };
 		struct gpux_launch l = { .grid = { w / tile, h / tile }, .block = { tile, tile } };
 
 		memset(gpux_buf_data(c), 0xff, (size_t)h * w * 4);
@@ -180,7 +184,8 @@ static void test_kernels_matmul(void **state)
 
 				for (int t = 0; t < k; t++)
 					want += (double)pa[i * k + t] * pb[t * w + j];
-				close_enough(pc[i * w + j], want, 1e-4, "matmul", (unsigned)(i * w + j));
+				close_enough(pc[i * w + j], want, 1e-4, "matmul",
+					     (unsigned)(i * w + j));
 			}
 	}
 	gpux_buf_free(c);
@@ -196,8 +201,9 @@ enum elem { F32, I32, F64 };
 struct reduction {
 	const char *name;
 	enum elem type;
-	uint32_t n, grid, per_block; /* per_block: elements a block starts from (grid-striding: 0) */
-	uint32_t shared;             /* elements of dynamic shared memory */
+	uint32_t n, grid,
+		per_block; /* per_block: elements a block starts from (grid-striding: 0) */
+	uint32_t shared;   /* elements of dynamic shared memory */
 };
 
 static void reduce_one(struct env *e, gpux_module *m, const struct reduction *c)
@@ -206,7 +212,8 @@ static void reduce_one(struct env *e, gpux_module *m, const struct reduction *c)
 	gpux_buf *in = buf(e, c->n * size), *out = buf(e, c->grid * size);
 	struct gpux_arg args[] = { gpux_arg_in(in, 0, c->n * size),
 				   gpux_arg_out(out, 0, c->grid * size), GPUX_ARG_VALUE(c->n) };
-	struct gpux_launch l = { .grid = { c->grid }, .block = { 256 },
+	struct gpux_launch l = { .grid = { c->grid },
+				 .block = { 256 },
 				 .shared_bytes = (uint32_t)(c->shared * size) };
 	double want = 0, got = 0;
 
@@ -223,7 +230,7 @@ static void reduce_one(struct env *e, gpux_module *m, const struct reduction *c)
 	}
 	run_ok(m, c->name, &l, args, 3);
 	for (uint32_t b = 0; b < c->grid; b++)
-		got += c->type == I32	? ((int32_t *)gpux_buf_data(out))[b]
+		got += c->type == I32   ? ((int32_t *)gpux_buf_data(out))[b]
 		       : c->type == F32 ? ((float *)gpux_buf_data(out))[b]
 					: ((double *)gpux_buf_data(out))[b];
 	/* Values of few bits: every sum is exact, in any order. */
@@ -273,7 +280,9 @@ static void test_kernels_templates(void **state)
 		gpux_buf *in = buf(e, blocks * n * 4), *out = buf(e, blocks * n * 4);
 		struct gpux_arg args[] = { gpux_arg_in(in, 0, blocks * n * 4),
 					   gpux_arg_out(out, 0, blocks * n * 4) };
-		struct gpux_launch l = { .grid = { blocks }, .block = { n }, .shared_bytes = n * 4 };
+		struct gpux_launch l = { .grid = { blocks },
+					 .block = { n },
+					 .shared_bytes = n * 4 };
 
 		for (uint32_t i = 0; i < blocks * n; i++) {
 			if (k)
@@ -286,9 +295,11 @@ static void test_kernels_templates(void **state)
 			uint32_t src = i / n * n + (n - 1 - i % n);
 
 			if (k)
-				assert_int_equal(((int32_t *)gpux_buf_data(out))[i], (int32_t)(n * src));
+				assert_int_equal(((int32_t *)gpux_buf_data(out))[i],
+						 (int32_t)(n * src));
 			else
-				assert_float_equal(((float *)gpux_buf_data(out))[i], (float)(n * src), 0);
+				assert_float_equal(((float *)gpux_buf_data(out))[i],
+						   (float)(n * src), 0);
 		}
 		gpux_buf_free(out);
 		gpux_buf_free(in);
@@ -318,7 +329,10 @@ static void test_kernels_atomics(void **state)
 	gpux_buf *partial = buf(e, grid * 4), *done = buf(e, 4), *total = buf(e, 4);
 	int32_t *pv = gpux_buf_data(v);
 	struct atomic_results *r = gpux_buf_data(res), want = {
-		.imin = INT32_MAX, .imax = INT32_MIN, .umin = UINT32_MAX, .casmax = INT32_MIN,
+		.imin = INT32_MAX,
+		.imax = INT32_MIN,
+		.umin = UINT32_MAX,
+		.casmax = INT32_MIN,
 	};
 	uint32_t hist[17] = { 0 };
 	struct gpux_launch l = { .grid = { grid }, .block = { 128 } };
@@ -340,13 +354,15 @@ static void test_kernels_atomics(void **state)
 	memset(gpux_buf_data(bins), 0, nbins * 4);
 	{
 		struct gpux_arg args[] = { gpux_arg_in(v, 0, n * 4), GPUX_ARG_VALUE(n),
-					   gpux_arg_inout(bins, 0, nbins * 4), GPUX_ARG_VALUE(nbins) };
+					   gpux_arg_inout(bins, 0, nbins * 4),
+					   GPUX_ARG_VALUE(nbins) };
 
 		run_ok(m, "histogram", &l, args, 4);
 		assert_memory_equal(gpux_buf_data(bins), hist, sizeof(hist));
 	}
-	*r = (struct atomic_results){ .imin = INT32_MAX, .imax = INT32_MIN, .umin = UINT32_MAX,
-				      .casmax = INT32_MIN };
+	*r = (struct atomic_results){
+		.imin = INT32_MAX, .imax = INT32_MIN, .umin = UINT32_MAX, .casmax = INT32_MIN
+	};
 	{
 		struct gpux_arg args[] = { gpux_arg_in(v, 0, n * 4), GPUX_ARG_VALUE(n),
 					   gpux_arg_inout(res, 0, sizeof(*r)) };
@@ -371,13 +387,14 @@ static void test_kernels_atomics(void **state)
 	*(uint32_t *)gpux_buf_data(done) = 0;
 	{
 		struct gpux_arg args[] = { gpux_arg_in(v, 0, n * 4), GPUX_ARG_VALUE(n),
-					   gpux_arg_out(partial, 0, grid * 4), gpux_arg_inout(done, 0, 4),
-					   gpux_arg_out(total, 0, 4) };
+					   gpux_arg_out(partial, 0, grid * 4),
+					   gpux_arg_inout(done, 0, 4), gpux_arg_out(total, 0, 4) };
 
 		run_ok(m, "sum_last_block", &l, args, 5);
 	}
 	assert_int_equal(*(int32_t *)gpux_buf_data(total), want.isum);
-	assert_int_equal(*(uint32_t *)gpux_buf_data(done), grid); /* atomicInc stopped at gridDim.x */
+	assert_int_equal(*(uint32_t *)gpux_buf_data(done),
+			 grid); /* atomicInc stopped at gridDim.x */
 	gpux_buf_free(total);
 	gpux_buf_free(done);
 	gpux_buf_free(partial);
@@ -394,7 +411,8 @@ static void test_kernels_warp(void **state)
 	struct env *e = *state;
 	const uint32_t n = 4 * 96; /* blocks of 3 warps */
 	gpux_module *m = load(e, kernel_warp, NULL, 0);
-	gpux_buf *in = buf(e, n * 4), *o1 = buf(e, n * 4 * 5), *o2 = buf(e, n * 4), *o3 = buf(e, n * 4);
+	gpux_buf *in = buf(e, n * 4), *o1 = buf(e, n * 4 * 5), *o2 = buf(e, n * 4),
+		 *o3 = buf(e, n * 4);
 	gpux_buf *o4 = buf(e, n * 4), *din = buf(e, n * 8), *dout = buf(e, n * 8);
 	struct gpux_launch l = { .grid = { n / 96 }, .block = { 96 } };
 	int32_t *pin = gpux_buf_data(in), *p1 = gpux_buf_data(o1), *p2 = gpux_buf_data(o2);
@@ -463,7 +481,8 @@ static void test_kernels_warp(void **state)
 		}
 	}
 	{
-		struct gpux_arg args[] = { gpux_arg_in(din, 0, n * 8), gpux_arg_out(dout, 0, n * 8) };
+		struct gpux_arg args[] = { gpux_arg_in(din, 0, n * 8),
+					   gpux_arg_out(dout, 0, n * 8) };
 
 		run_ok(m, "shuffle_double", &l, args, 2);
 		for (uint32_t i = 0; i < n; i++)
@@ -539,7 +558,8 @@ static void test_kernels_half_math(void **state)
 	struct env *e = *state;
 	const uint32_t n = 256;
 	gpux_module *m = load(e, kernel_half_math, NULL, 0);
-	gpux_buf *x = buf(e, n * 4), *h = buf(e, n * 2), *back = buf(e, n * 4), *fma_ = buf(e, n * 4);
+	gpux_buf *x = buf(e, n * 4), *h = buf(e, n * 2), *back = buf(e, n * 4),
+		 *fma_ = buf(e, n * 4);
 	gpux_buf *out = buf(e, n * 16 * 8), *xd = buf(e, n * 8), *ux = buf(e, n * 4);
 	float *px = gpux_buf_data(x), *pf = gpux_buf_data(out);
 	double *pxd = gpux_buf_data(xd), *pd = gpux_buf_data(out);
@@ -555,7 +575,8 @@ static void test_kernels_half_math(void **state)
 	pu[0] = 0;
 	{
 		struct gpux_arg args[] = { gpux_arg_in(x, 0, n * 4), gpux_arg_out(h, 0, n * 2),
-					   gpux_arg_out(back, 0, n * 4), gpux_arg_out(fma_, 0, n * 4) };
+					   gpux_arg_out(back, 0, n * 4),
+					   gpux_arg_out(fma_, 0, n * 4) };
 
 		run_ok(m, "halves", &l, args, 4);
 	}
@@ -568,41 +589,54 @@ static void test_kernels_half_math(void **state)
 			    (float)from_half(to_half(from_half(a) * 1.5 + from_half(s))));
 	}
 	{
-		struct gpux_arg args[] = { gpux_arg_in(x, 0, n * 4), gpux_arg_out(out, 0, n * 16 * 4),
-					   GPUX_ARG_VALUE(n) };
+		struct gpux_arg args[] = { gpux_arg_in(x, 0, n * 4),
+					   gpux_arg_out(out, 0, n * 16 * 4), GPUX_ARG_VALUE(n) };
 
 		run_ok(m, "math_float", &l, args, 3);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		double v = px[i], a = fabs(v);
 		double want[16] = {
-			sin(v), cos(v), tan(v), exp(v), log(a + 1), sqrt(a), 1 / sqrt(a + 1),
-			pow(a, 1.5), tanh(v), erf(v), atan2(v, 1.5), fmaf(px[i], 2.0f, 1.0f), cbrt(v),
-			exp2(v), floorf(px[i] * 10.0f), fminf(px[i], 0.25f),
+			sin(v),
+			cos(v),
+			tan(v),
+			exp(v),
+			log(a + 1),
+			sqrt(a),
+			1 / sqrt(a + 1),
+			pow(a, 1.5),
+			tanh(v),
+			erf(v),
+			atan2(v, 1.5),
+			fmaf(px[i], 2.0f, 1.0f),
+			cbrt(v),
+			exp2(v),
+			floorf(px[i] * 10.0f),
+			fminf(px[i], 0.25f),
 		};
 
 		for (uint32_t k = 0; k < 16; k++)
 			close_enough(pf[k * n + i], want[k], 2e-6, "math_float", k * 1000 + i);
 	}
 	{
-		struct gpux_arg args[] = { gpux_arg_in(xd, 0, n * 8), gpux_arg_out(out, 0, n * 12 * 8),
-					   GPUX_ARG_VALUE(n) };
+		struct gpux_arg args[] = { gpux_arg_in(xd, 0, n * 8),
+					   gpux_arg_out(out, 0, n * 12 * 8), GPUX_ARG_VALUE(n) };
 
 		run_ok(m, "math_double", &l, args, 3);
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		double v = pxd[i], a = fabs(v);
 		double want[12] = {
-			sin(v), cos(v), exp(v), log(a + 1), sqrt(a), pow(a, 1.5), tanh(v), erf(v),
-			atan2(v, 1.5), fma(v, 2.0, 1.0), cbrt(v), hypot(v, 2.0),
+			sin(v),  cos(v), exp(v),        log(a + 1),       sqrt(a), pow(a, 1.5),
+			tanh(v), erf(v), atan2(v, 1.5), fma(v, 2.0, 1.0), cbrt(v), hypot(v, 2.0),
 		};
 
 		for (uint32_t k = 0; k < 12; k++)
 			close_enough(pd[k * n + i], want[k], 1e-14, "math_double", k * 1000 + i);
 	}
 	{
-		struct gpux_arg args[] = { gpux_arg_in(ux, 0, n * 4), gpux_arg_out(out, 0, n * 10 * 4),
-					   GPUX_ARG_VALUE(n) };
+		struct gpux_arg args[] = { gpux_arg_in(ux, 0, n * 4),
+					   gpux_arg_out(out, 0, n * 10 * 4), GPUX_ARG_VALUE(n) };
 
 		run_ok(m, "bits", &l, args, 3);
 	}
@@ -615,7 +649,8 @@ static void test_kernels_half_math(void **state)
 		for (uint32_t b = 0; b < 32; b++)
 			rev |= (v >> b & 1) << (31 - b);
 		for (uint32_t b = 0; b < 4; b++)
-			perm |= (uint32_t)(both >> (8 * ((0x5140u >> (4 * b)) & 7)) & 0xff) << (8 * b);
+			perm |= (uint32_t)(both >> (8 * ((0x5140u >> (4 * b)) & 7)) & 0xff)
+				<< (8 * b);
 		memcpy(&fi, &f, 4);
 		assert_int_equal(po[i], (uint32_t)__builtin_popcount(v));
 		assert_int_equal(po[n + i], v ? (uint32_t)__builtin_clz(v) : 32);
@@ -663,7 +698,8 @@ static void test_kernels_misc(void **state)
 
 		run_ok(m, "by_value", &l, args, 2);
 		for (uint32_t i = 0; i < 256; i++)
-			assert_true(pf[i] == (float)p.scale * (float)i + p.offset + (float)p.factor);
+			assert_true(pf[i] ==
+				    (float)p.scale * (float)i + p.offset + (float)p.factor);
 	}
 	{
 		struct gpux_arg args[] = { gpux_arg_out(b, 0, 3 * 2 * 2 * 4 * 3 * 2 * 4) };
@@ -677,7 +713,12 @@ static void test_kernels_misc(void **state)
 					for (uint32_t tz = 0; tz < 2; tz++)
 						for (uint32_t ty = 0; ty < 3; ty++)
 							for (uint32_t tx = 0; tx < 4; tx++)
-								assert_int_equal(pu[i++], tx | ty << 8 | tz << 14 | bx << 17 | by << 22 | bz << 27);
+								assert_int_equal(pu[i++],
+										 tx | ty << 8 |
+											 tz << 14 |
+											 bx << 17 |
+											 by << 22 |
+											 bz << 27);
 	}
 	{
 		struct gpux_arg args[] = { gpux_arg_out(b, 0, 32 * 4) };
@@ -697,7 +738,8 @@ static void test_kernels_misc(void **state)
 	for (uint32_t i = 0; i < 3 * 128; i++)
 		pin[i] = i < 128 ? (int32_t)i + 1 : i < 256 ? -1 : (int32_t)(i % 2);
 	{
-		struct gpux_arg args[] = { gpux_arg_in(in, 0, 3 * 128 * 4), gpux_arg_out(b, 0, 9 * 4) };
+		struct gpux_arg args[] = { gpux_arg_in(in, 0, 3 * 128 * 4),
+					   gpux_arg_out(b, 0, 9 * 4) };
 		struct gpux_launch l = { .grid = { 3 }, .block = { 128 } };
 		static const int32_t want[9] = { 128, 1, 1, 0, 0, 0, 64, 0, 1 };
 
@@ -733,11 +775,13 @@ static void test_kernels_names(void **state)
 
 	assert_int_equal(run(m, "reduce_tree", &l, args, 3, msg, sizeof(msg)), GPUX_E_NOTFOUND);
 	assert_non_null(strstr(msg, "template"));
-	assert_int_equal(run(m, "reduce_cg<float>", &l, args, 3, msg, sizeof(msg)), GPUX_E_NOTFOUND);
+	assert_int_equal(run(m, "reduce_cg<float>", &l, args, 3, msg, sizeof(msg)),
+			 GPUX_E_NOTFOUND);
 	assert_int_equal(run(m, "no_such_kernel", &l, args, 3, msg, sizeof(msg)), GPUX_E_NOTFOUND);
 	/* The source's own instance, by its expression however spaced. */
 	run_ok(m, "reduce_tree< double >", &l, args, 3);
-	assert_int_equal(run(m, "reduce_tree<double>", &l, args, 2, msg, sizeof(msg)), GPUX_E_INVAL);
+	assert_int_equal(run(m, "reduce_tree<double>", &l, args, 2, msg, sizeof(msg)),
+			 GPUX_E_INVAL);
 	assert_non_null(strstr(msg, "takes 3 arguments"));
 	gpux_module_free(m);
 	/* A module without a kernel: nothing to find in it. */
@@ -757,7 +801,8 @@ static void test_kernels_host_refuses(void **state)
 	} cases[] = {
 		{ "__global__ void k(int *p) { asm(\"mov.u32 %0, %%laneid;\" : \"=r\"(p[0])); }\n",
 		  "inline assembly" },
-		{ "__global__ void k(cudaTextureObject_t t, float *o) { o[0] = tex1Dfetch<float>(t, 0); }\n",
+		{ "__global__ void k(cudaTextureObject_t t, float *o) { o[0] = "
+		  "tex1Dfetch<float>(t, 0); }\n",
 		  "texture objects" },
 		{ "__global__ void k(float *o) { o[0] = tex2D<float>(0ull, 0.5f, 0.5f); }\n",
 		  "texture" },
@@ -799,8 +844,10 @@ static const char failing_src[] =
 	"}\n"
 	"__global__ void checks(const int *p) { assert(p[threadIdx.x] == 0); }\n"
 	"__global__ void traps() { if (threadIdx.x == 5) __trap(); }\n"
-	"__global__ void prints(int *p) { printf(\"thread %u\\n\", threadIdx.x); p[threadIdx.x] = 7; }\n"
-	"__global__ void dyn(int *p) { extern __shared__ int s[]; s[threadIdx.x] = 1; p[0] = s[0]; }\n";
+	"__global__ void prints(int *p) { printf(\"thread %u\\n\", threadIdx.x); p[threadIdx.x] = "
+	"7; }\n"
+	"__global__ void dyn(int *p) { extern __shared__ int s[]; s[threadIdx.x] = 1; p[0] = s[0]; "
+	"}\n";
 
 /* A deadlock, an assertion, __trap() fail their request with why; the worker goes on. */
 static void test_kernels_host_failures(void **state)

@@ -25,11 +25,23 @@
 static int setup(void **state)
 {
 	/* The other user is let in only where this test can be it (as root). */
-	static const char *const args[] = {
-		"--max-clients", "16", "--reserved-clients", "4", "--max-clients-per-user", "6",
-		"--max-clients-per-process", "5", "--admin-clients", "2", "--hello-timeout-ms",
-		"60000", "--busy-hello-timeout-ms", "200", "--allow-group", "65534", NULL
-	};
+	static const char *const args[] = { "--max-clients",
+					    "16",
+					    "--reserved-clients",
+					    "4",
+					    "--max-clients-per-user",
+					    "6",
+					    "--max-clients-per-process",
+					    "5",
+					    "--admin-clients",
+					    "2",
+					    "--hello-timeout-ms",
+					    "60000",
+					    "--busy-hello-timeout-ms",
+					    "200",
+					    "--allow-group",
+					    "65534",
+					    NULL };
 	const char *const *use = args;
 	const char *own[ARRAY_SIZE(args)];
 	struct test_env *e;
@@ -84,7 +96,7 @@ static int hello(int fd, int32_t *ret_status)
 
 struct holder {
 	pid_t pid;
-	int welcomed;  /* connections gpuxd kept */
+	int welcomed;   /* connections gpuxd kept */
 	int32_t status; /* why the last one was refused, or 0 */
 };
 

@@ -37,7 +37,8 @@ static unsigned free_port(void)
 /* A connection to the port, or -errno. */
 static int tcp_connect(unsigned port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), r;
 
@@ -373,8 +374,16 @@ static void test_metrics_per_user_when_asked(void **state)
 static int refused(const char *addr, char *log, size_t len)
 {
 	char dir[] = "/tmp/gpux-test-XXXXXX", sock[64], logpath[64], cache[64];
-	char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--socket", sock, "--backend", "host",
-			 "--cache-dir", cache, "--metrics", (char *)addr, NULL };
+	char *argv[] = { (char *)getenv("GPUX_DAEMON"),
+			 "--socket",
+			 sock,
+			 "--backend",
+			 "host",
+			 "--cache-dir",
+			 cache,
+			 "--metrics",
+			 (char *)addr,
+			 NULL };
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 	int st;

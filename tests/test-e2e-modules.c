@@ -146,8 +146,8 @@ static uint32_t load_from(gpux_ctx *ctx, const char *code, const char *options, 
 {
 	struct gpux_module_info info;
 	char *log = NULL;
-	gpux_status st = gpux_module_load(ctx, GPUX_LANG_HOST, code, strlen(code), options, ret,
-					  &log);
+	gpux_status st =
+		gpux_module_load(ctx, GPUX_LANG_HOST, code, strlen(code), options, ret, &log);
 
 	if (st != GPUX_OK)
 		fail_msg("loading a module: %s\n%s", gpux_strerror(st), log ? log : "");

@@ -30,7 +30,9 @@ static void test_multi_worker_killed_under_load_other_untouched(void **state)
 			pids[dev][c] = fork();
 			assert_true(pids[dev][c] >= 0);
 			if (pids[dev][c] == 0) {
-				struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = dev };
+				struct gpux_launch l = { .grid = { 1 },
+							 .block = { 1 },
+							 .device = dev };
 				uint64_t until = mono_ns() + 2 * NSEC_PER_SEC;
 				uint64_t *ok = &counts[(dev * CLIENTS + c) * 2], *lost = ok + 1;
 				gpux_req *r[WINDOW] = { NULL };
@@ -46,7 +48,8 @@ static void test_multi_worker_killed_under_load_other_untouched(void **state)
 						gpux_req_free(r[k]);
 						r[k] = NULL;
 					}
-					if (gpux_submit(e->m, "empty", &l, NULL, 0, &r[k]) != GPUX_OK)
+					if (gpux_submit(e->m, "empty", &l, NULL, 0, &r[k]) !=
+					    GPUX_OK)
 						r[k] = NULL;
 				}
 				for (unsigned k = 0; k < WINDOW; k++)

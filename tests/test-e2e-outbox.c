@@ -342,9 +342,9 @@ static void test_outbox_fds_are_capped(void **state)
 	issue_while_stopped(e, &it);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
 
-	assert_int_equal(gpux_dbuf_read(back, 0, c.dbuf, 0, FROZEN_COPIES * sizeof(uint32_t), NULL,
-				       &r),
-			 GPUX_OK);
+	assert_int_equal(
+		gpux_dbuf_read(back, 0, c.dbuf, 0, FROZEN_COPIES * sizeof(uint32_t), NULL, &r),
+		GPUX_OK);
 	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
 	gpux_req_free(r);
 	words = gpux_buf_data(back);

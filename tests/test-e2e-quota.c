@@ -35,14 +35,14 @@ static gpux_status touch(gpux_module *m, gpux_buf *b)
 static void test_e2e_quota_library_refuses_past_the_client_cap(void **state)
 {
 	struct test_env *e = *state;
-	gpux_buf *a, *b, *c, *not = (gpux_buf *)&not;
+	gpux_buf *a, *b, *c, *not = (gpux_buf *)&not ;
 
-	assert_int_equal(gpux_buf_alloc(e->ctx, 16 << 20, &not), GPUX_E_QUOTA);
-	assert_ptr_equal(not, (gpux_buf *)&not);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 16 << 20, &not ), GPUX_E_QUOTA);
+	assert_ptr_equal(not, (gpux_buf *)&not );
 	assert_int_equal(gpux_buf_alloc(e->ctx, 6 << 20, &a), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(e->ctx, 3 << 20, &not), GPUX_E_QUOTA);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 3 << 20, &not ), GPUX_E_QUOTA);
 	/* A small buffer takes a whole 4 MiB arena: 6 + 4 is past 8 too. */
-	assert_int_equal(gpux_buf_alloc(e->ctx, 4096, &not), GPUX_E_QUOTA);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 4096, &not ), GPUX_E_QUOTA);
 	assert_int_equal(gpux_buf_alloc(e->ctx, 2 << 20, &b), GPUX_OK);
 	assert_int_equal(touch(e->m, a), GPUX_OK);
 	gpux_buf_free(a);
@@ -61,9 +61,13 @@ static void test_e2e_quota_worker_refuses_past_the_client_cap(void **state)
 	struct test_env *e = *state;
 	static uint8_t buf[IPC_MSG_MAX];
 	static const char code[] = "GPUX_HOST_KERNEL(k)\n{\n}\n";
-	struct ipc_mod_load ml = { .mod_id = 7, .lang = GPUX_LANG_HOST, .code_len = sizeof(code) - 1 };
+	struct ipc_mod_load ml = { .mod_id = 7,
+				   .lang = GPUX_LANG_HOST,
+				   .code_len = sizeof(code) - 1 };
 	struct ipc_arg arg = { .kind = GPUX_ARG_IN, .ref = 1, .size = 16 };
-	struct ipc_submit s = { .mod_id = 7, .nargs = 1, .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	struct ipc_submit s = {
+		.mod_id = 7, .nargs = 1, .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }
+	};
 	char text[256];
 	int sup, chan = test_raw_channel(&e->d, &sup), fd, n;
 

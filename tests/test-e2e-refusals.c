@@ -25,7 +25,9 @@ static const char code[] = "GPUX_HOST_KERNEL(k)\n{\n}\n";
 static int channel_with_module(struct test_env *e, int *ret_sup)
 {
 	static uint8_t buf[IPC_MSG_MAX];
-	struct ipc_mod_load ml = { .mod_id = 7, .lang = GPUX_LANG_HOST, .code_len = sizeof(code) - 1 };
+	struct ipc_mod_load ml = { .mod_id = 7,
+				   .lang = GPUX_LANG_HOST,
+				   .code_len = sizeof(code) - 1 };
 	int chan = test_raw_channel(&e->d, ret_sup);
 	int n = ipc_encode_mod_load(buf, sizeof(buf), 1, &ml, "", code);
 
@@ -95,8 +97,10 @@ static void test_e2e_refusals_malformed_requests_are_answered(void **state)
 	 * first) whose code is not sealed: the requests naming it are told.
 	 */
 	{
-		struct ipc_mod_load ml = { .mod_id = 9, .lang = GPUX_LANG_HOST,
-					   .flags = IPC_MOD_CODE_FD, .code_len = sizeof(code) - 1 };
+		struct ipc_mod_load ml = { .mod_id = 9,
+					   .lang = GPUX_LANG_HOST,
+					   .flags = IPC_MOD_CODE_FD,
+					   .code_len = sizeof(code) - 1 };
 		int fd = memfd_create("unsealed", MFD_CLOEXEC);
 
 		assert_true(fd >= 0);
@@ -164,7 +168,8 @@ static void test_e2e_refusals_malformed_requests_are_answered(void **state)
 	}
 
 	/* The same channel still serves. */
-	assert_int_equal(test_raw_call(chan, buf, submit_msg(buf, 14, one, NULL), NULL, 0), GPUX_OK);
+	assert_int_equal(test_raw_call(chan, buf, submit_msg(buf, 14, one, NULL), NULL, 0),
+			 GPUX_OK);
 	(void)close(chan);
 	(void)close(sup);
 	assert_int_equal(test_worker_pid(&e->d, 0), worker);
@@ -263,7 +268,8 @@ static void test_e2e_refusals_bad_launch_shape_refused_at_submit(void **state)
 	test_env_still_serves(e);
 	{
 		/* The largest the device allows is fine. */
-		struct gpux_launch l = { .grid = { 3, 1, 1 }, .block = { 1024, 1, 1 },
+		struct gpux_launch l = { .grid = { 3, 1, 1 },
+					 .block = { 1024, 1, 1 },
 					 .shared_bytes = 1u << 20 };
 		assert_int_equal(gpux_run(e->m, "empty", &l, NULL, 0), GPUX_OK);
 	}
@@ -308,8 +314,8 @@ static int library_socket(const char *path)
 		int type;
 		socklen_t tlen = sizeof(type);
 
-		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET ||
-		    getpeername(fd, (struct sockaddr *)&sa, &len) < 0)
+		if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 ||
+		    type != SOCK_SEQPACKET || getpeername(fd, (struct sockaddr *)&sa, &len) < 0)
 			continue;
 		if (path ? len > sizeof(sa_family_t) && strcmp(sa.sun_path, path) == 0
 			 : len == sizeof(sa_family_t))

@@ -13,8 +13,17 @@
 
 /* Two host "devices", a 3 MiB cache that forgets after a second, small quotas. */
 static const char *const daemon_args[] = {
-	"--host-devices", "2", "--cache-bytes", "3145728", "--cache-ttl-ms", "1000",
-	"--quota-device", "4194304", "--quota-shared", "67108864", NULL,
+	"--host-devices",
+	"2",
+	"--cache-bytes",
+	"3145728",
+	"--cache-ttl-ms",
+	"1000",
+	"--quota-device",
+	"4194304",
+	"--quota-shared",
+	"67108864",
+	NULL,
 };
 
 static int setup(void **state)

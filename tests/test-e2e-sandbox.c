@@ -50,7 +50,8 @@ static const char kernels[] =
 	"{\n"
 	"	*GPUX_ARG(int *, 0) = kill(1, 0) == 0;\n"
 	"}\n"
-	/* Calls allowed by their arguments, with others: write() to another fd, mmap() of a file. */
+	/* Calls allowed by their arguments, with others: write() to another fd, mmap() of a file.
+	 */
 	"GPUX_HOST_PARAMS(writes, sizeof(int *));\n"
 	"GPUX_HOST_KERNEL(writes)\n"
 	"{\n"
@@ -59,7 +60,8 @@ static const char kernels[] =
 	"GPUX_HOST_PARAMS(maps, sizeof(int *));\n"
 	"GPUX_HOST_KERNEL(maps)\n"
 	"{\n"
-	"	*GPUX_ARG(int *, 0) = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 0, 0) != MAP_FAILED;\n"
+	"	*GPUX_ARG(int *, 0) = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, 0, 0) != "
+	"MAP_FAILED;\n"
 	"}\n"
 	/* What would end the worker, or copy it, called from a kernel. */
 	"GPUX_HOST_PARAMS(forks, sizeof(int *));\n"

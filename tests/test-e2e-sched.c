@@ -97,7 +97,8 @@ static void test_sched_queues_keep_order_under_load(void **state)
 			/* Interleaved, so that the worker takes all queues' requests at once. */
 			for (uint32_t i = 0; i < N; i += 32)
 				for (unsigned k = 0; k < QUEUES; k++) {
-					struct gpux_launch l = { .grid = { 1 }, .block = { 1 },
+					struct gpux_launch l = { .grid = { 1 },
+								 .block = { 1 },
 								 .queue = q[k] };
 
 					for (uint32_t j = i; j < i + 32; j++) {
@@ -163,7 +164,8 @@ static void test_sched_busy_client_does_not_starve_another(void **state)
 	 * so that the other's trip to the worker, slow on a loaded machine, adds little). */
 	if (done - before > SLOT_DEPTH + 64)
 		fail_msg("%u of the busy client's %u requests ended after the other's was "
-			 "submitted and before it ended", done - before, N);
+			 "submitted and before it ended",
+			 done - before, N);
 	gpux_req_free(r);
 	for (uint32_t i = 0; i < N; i++) {
 		assert_int_equal(gpux_wait(busy[i], -1), GPUX_OK);

@@ -75,7 +75,9 @@ static void test_e2e_group_member_may_not_load_host_kernels(void **state)
 		if (gpux_connect(g.sock, &ctx) != GPUX_OK)
 			_exit(11);
 		_exit(gpux_module_load(ctx, GPUX_LANG_HOST, test_host_kernels,
-				       test_host_kernels_len, NULL, &m, NULL) == GPUX_E_PERM ? 0 : 12);
+				       test_host_kernels_len, NULL, &m, NULL) == GPUX_E_PERM
+			      ? 0
+			      : 12);
 	}
 	assert_child_ok(pid);
 	test_daemon_stop(&g);
@@ -161,9 +163,13 @@ static void test_e2e_out_of_range_argument_refused(void **state)
 	struct ipc_msg msg;
 	struct ipc_done_msg done;
 	int sup, chan, fd, n;
-	struct ipc_mod_load ml = { .mod_id = 7, .lang = GPUX_LANG_HOST, .code_len = sizeof(code) - 1 };
+	struct ipc_mod_load ml = { .mod_id = 7,
+				   .lang = GPUX_LANG_HOST,
+				   .code_len = sizeof(code) - 1 };
 	struct ipc_arg arg = { .kind = GPUX_ARG_IN, .ref = 1, .offset = 4000, .size = 200 };
-	struct ipc_submit s = { .mod_id = 7, .nargs = 1, .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
+	struct ipc_submit s = {
+		.mod_id = 7, .nargs = 1, .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }
+	};
 
 	chan = test_raw_channel(&e->d, &sup);
 	assert_int_equal(ipc_segment_create("seg", 4096, &fd), 0);

@@ -281,8 +281,15 @@ static void test_service_log_file_reopened_on_sighup(void **state)
 static void test_service_daemonize_lets_go_of_the_terminal(void **state)
 {
 	char dir[64], sock[96], log[96];
-	char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--daemonize", "--backend", "host",
-			 "--socket", sock, "--log-file", log, NULL };
+	char *argv[] = { (char *)getenv("GPUX_DAEMON"),
+			 "--daemonize",
+			 "--backend",
+			 "host",
+			 "--socket",
+			 sock,
+			 "--log-file",
+			 log,
+			 NULL };
 	posix_spawn_file_actions_t fa;
 	int out[2];
 	char c;
@@ -472,8 +479,12 @@ static void test_service_systemd_notify_and_socket_activation(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		char lp[16];
-		char *argv[] = { (char *)getenv("GPUX_DAEMON"), "--backend", "host", "--cache-dir",
-				 cache, NULL };
+		char *argv[] = { (char *)getenv("GPUX_DAEMON"),
+				 "--backend",
+				 "host",
+				 "--cache-dir",
+				 cache,
+				 NULL };
 
 		/* What systemd does: the socket as fd 3, LISTEN_PID naming the process. */
 		if (dup2(lfd, 3) != 3)

@@ -137,7 +137,6 @@ static bool holds_gpux(pid_t pid)
 		target[n] = '\0';
 		found |= strncmp(target, "socket:", 7) == 0 || strstr(target, "gpux-rings") ||
 			 strstr(target, "gpux-status");
-
 	}
 	(void)closedir(dir);
 	(void)snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);

@@ -197,7 +197,8 @@ static void test_gpu_graphs_fault_stays_with_its_client(void **state)
 	assert_true(faults[1] > 0);
 	test_wait_generation(d, 0, 1);
 	for (int k = 0; k < 2; k++) {
-		struct gpux_arg a[] = { GPUX_ARG_VALUE(k), gpux_arg_mapped(log[k], 0, (N + 1) * 4) };
+		struct gpux_arg a[] = { GPUX_ARG_VALUE(k),
+					gpux_arg_mapped(log[k], 0, (N + 1) * 4) };
 
 		assert_int_equal(gpux_run(m[k], "append", &l, a, 2), GPUX_OK);
 		gpux_buf_free(log[k]);

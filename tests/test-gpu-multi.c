@@ -94,7 +94,8 @@ static void test_multi_any_follows_cached_inputs(void **state)
 	for (int i = 0; i < 8; i++) {
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_cached(in, 0, n * 4),
 					   gpux_arg_out(out, 0, n * 4) };
-		struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+		struct gpux_launch l = { .grid = { (uint32_t)(n / 256) },
+					 .block = { 256 },
 					 .device = GPUX_ANY };
 		gpux_req *r;
 

@@ -149,7 +149,8 @@ static void test_gpu_sched_priorities(void **state)
 	s = stats(e);
 	assert_int_equal(s.sched.stream_prio[GPUX_PRIORITY_MAX - IPC_PRIO_MIN], greatest);
 	assert_int_equal(s.sched.stream_prio[1 - IPC_PRIO_MIN],
-			 least + ((greatest - least) - (GPUX_PRIORITY_MAX - 1)) / GPUX_PRIORITY_MAX);
+			 least + ((greatest - least) - (GPUX_PRIORITY_MAX - 1)) /
+					 GPUX_PRIORITY_MAX);
 	assert_int_equal(s.sched.stream_prio[GPUX_PRIORITY_MIN - IPC_PRIO_MIN], least);
 	assert_int_equal(s.sched.stream_prio[0 - IPC_PRIO_MIN], least);
 
@@ -161,8 +162,8 @@ static void test_gpu_sched_priorities(void **state)
 	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
 	for (unsigned i = 0; i < BACKLOG; i++)
 		done += gpux_test(be[i]) == GPUX_OK;
-	print_message("%u of %u best-effort kernels ended before the latency-critical one\n",
-		      done, BACKLOG);
+	print_message("%u of %u best-effort kernels ended before the latency-critical one\n", done,
+		      BACKLOG);
 	assert_true(done < BACKLOG / 2);
 	gpux_req_free(r);
 	for (unsigned i = 0; i < BACKLOG; i++) {
@@ -240,7 +241,8 @@ static void test_gpu_sched_shares(void **state)
 	row = sms_used(e, q, 8);
 	hi = sms_used(e, hq, 4);
 	print_message("%u SMs: every SM %u, a 25%% share (at most %u) %u alone, %u in a row, %u at "
-		      "priority 2\n", s.share_sms, all, allowed, one, row, hi);
+		      "priority 2\n",
+		      s.share_sms, all, allowed, one, row, hi);
 	assert_true(one <= allowed);
 	assert_true(row <= allowed);
 	assert_true(hi <= allowed);

@@ -53,15 +53,20 @@ static int teardown(void **state)
 	return 0;
 }
 
-static gpux_module *load(struct env *e, const char *src, const struct gpux_header *h,
-			 uint32_t nh, const char *const *names, uint32_t nn)
+static gpux_module *load(struct env *e, const char *src, const struct gpux_header *h, uint32_t nh,
+			 const char *const *names, uint32_t nn)
 {
 	struct gpux_module_opts o = {
-		.size = sizeof(o), .nheaders = nh, .headers = h, .names = names, .nnames = nn,
+		.size = sizeof(o),
+		.nheaders = nh,
+		.headers = h,
+		.names = names,
+		.nnames = nn,
 	};
 	gpux_module *m = NULL;
 	char *log = NULL;
-	gpux_status st = gpux_module_load_ex(e->ctx, GPUX_LANG_CUDA, src, strlen(src), &o, &m, &log);
+	gpux_status st =
+		gpux_module_load_ex(e->ctx, GPUX_LANG_CUDA, src, strlen(src), &o, &m, &log);
 
 	if (st != GPUX_OK)
 		fail_msg("compile: %s\n%s", gpux_strerror(st), log ? log : "");
@@ -198,8 +203,9 @@ static void test_gpu_client_cubin_fatbin_ptx(void **state)
 	/* A cubin of another major version is refused by gpux before the driver sees it. */
 	other = test_nvrtc_compile(client_src, e->info.cc_major == 8 ? "sm_90" : "sm_80", false,
 				   &other_len);
-	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_CUBIN, other, other_len, NULL, &m, &log),
-			 GPUX_E_INVAL);
+	assert_int_equal(
+		gpux_module_load(e->ctx, GPUX_LANG_CUBIN, other, other_len, NULL, &m, &log),
+		GPUX_E_INVAL);
 	assert_non_null(log);
 	assert_non_null(strstr(log, "does not run on this device"));
 	free(log);

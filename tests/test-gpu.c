@@ -20,7 +20,8 @@ static const char kernels[] =
 	"	if (i < n)\n"
 	"		out[i] = a * x[i] + y[i];\n"
 	"}\n"
-	"extern \"C\" __global__ void block_sum(unsigned long long n, const float *x, double *out)\n"
+	"extern \"C\" __global__ void block_sum(unsigned long long n, const float *x, double "
+	"*out)\n"
 	"{\n"
 	"	extern __shared__ double sh[];\n"
 	"	unsigned t = threadIdx.x;\n"
@@ -43,8 +44,10 @@ static const char kernels[] =
 	"	float acc = 0;\n"
 	"	for (int t = 0; t < (K + TILE - 1) / TILE; t++) {\n"
 	"		int ka = t * TILE + threadIdx.x, kb = t * TILE + threadIdx.y;\n"
-	"		As[threadIdx.y][threadIdx.x] = row < M && ka < K ? A[row * K + ka] : 0.0f;\n"
-	"		Bs[threadIdx.y][threadIdx.x] = kb < K && col < N ? B[kb * N + col] : 0.0f;\n"
+	"		As[threadIdx.y][threadIdx.x] = row < M && ka < K ? A[row * K + ka] : "
+	"0.0f;\n"
+	"		Bs[threadIdx.y][threadIdx.x] = kb < K && col < N ? B[kb * N + col] : "
+	"0.0f;\n"
 	"		__syncthreads();\n"
 	"		for (int k = 0; k < TILE; k++)\n"
 	"			acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n"
@@ -55,7 +58,8 @@ static const char kernels[] =
 	"}\n"
 	"extern \"C\" __global__ void scale2p1(unsigned long long n, const float *in, float *out)\n"
 	"{\n"
-	"	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;\n"
+	"	for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + "
+	"threadIdx.x;\n"
 	"	     i < n; i += (unsigned long long)gridDim.x * blockDim.x)\n"
 	"		out[i] = in[i] * 2.0f + 1.0f;\n"
 	"}\n"
@@ -111,7 +115,8 @@ static const char kernels[] =
 	"	*flag = 1;\n"
 	"	__threadfence_system();\n"
 	"}\n"
-	"extern \"C\" __global__ void slow_add1(unsigned long long n, const float *in, float *out,\n"
+	"extern \"C\" __global__ void slow_add1(unsigned long long n, const float *in, float "
+	"*out,\n"
 	"                                      unsigned long long cycles)\n"
 	"{\n"
 	"	unsigned long long t0 = clock64();\n"
@@ -151,7 +156,8 @@ static gpux_module *load(gpux_ctx *ctx)
 					  "-lineinfo", &m, &log);
 
 	if (st != GPUX_OK)
-		fail_msg("compiling the GPU test kernels: %s\n%s", gpux_strerror(st), log ? log : "");
+		fail_msg("compiling the GPU test kernels: %s\n%s", gpux_strerror(st),
+			 log ? log : "");
 	free(log);
 	return m;
 }
@@ -209,7 +215,8 @@ static void test_gpu_saxpy(void **state)
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a),
 					   gpux_arg_in(x, 0, n * 4), gpux_arg_in(y, 0, n * 4),
 					   gpux_arg_out(out, 0, n * 4) };
-		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) },
+					 .block = { 256 } };
 		assert_int_equal(gpux_run(e->m, "saxpy", &l, args, 5), GPUX_OK);
 	}
 	px = gpux_buf_data(x);
@@ -237,7 +244,8 @@ static void test_gpu_reduction(void **state)
 	{
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(x, 0, n * 4),
 					   gpux_arg_out(out, 0, blocks * 8) };
-		struct gpux_launch l = { .grid = { blocks }, .block = { 512 },
+		struct gpux_launch l = { .grid = { blocks },
+					 .block = { 512 },
 					 .shared_bytes = 512 * 8 };
 		assert_int_equal(gpux_run(e->m, "block_sum", &l, args, 3), GPUX_OK);
 	}
@@ -268,11 +276,15 @@ static void test_gpu_tiled_matmul(void **state)
 	poison(gpux_buf_data(C), (size_t)M * N * 4);
 	{
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(M), GPUX_ARG_VALUE(N), GPUX_ARG_VALUE(K),
-			gpux_arg_in(A, 0, (size_t)M * K * 4), gpux_arg_in(B, 0, (size_t)K * N * 4),
+			GPUX_ARG_VALUE(M),
+			GPUX_ARG_VALUE(N),
+			GPUX_ARG_VALUE(K),
+			gpux_arg_in(A, 0, (size_t)M * K * 4),
+			gpux_arg_in(B, 0, (size_t)K * N * 4),
 			gpux_arg_out(C, 0, (size_t)M * N * 4),
 		};
-		struct gpux_launch l = { .grid = { (N + 15) / 16, (M + 15) / 16 }, .block = { 16, 16 } };
+		struct gpux_launch l = { .grid = { (N + 15) / 16, (M + 15) / 16 },
+					 .block = { 16, 16 } };
 		assert_int_equal(gpux_run(e->m, "matmul", &l, args, 6), GPUX_OK);
 	}
 	for (int i = 0; i < M; i++)
@@ -330,7 +342,8 @@ static void test_gpu_mapped_and_big_shared(void **state)
 	{
 		/* The kernel writes the client's own pages through the mapping. */
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_mapped(p, 0, n * 4) };
-		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) },
+					 .block = { 256 } };
 		assert_int_equal(gpux_run(e->m, "inc", &l, args, 2), GPUX_OK);
 	}
 	for (uint64_t i = 0; i < n; i++)
@@ -382,7 +395,8 @@ static void test_gpu_wrong_arguments_refused(void **state)
 		/* Past the device's threads per block: refused at submit, nothing sent. */
 		{
 			gpux_req *r = NULL;
-			assert_int_equal(gpux_submit(e->m, "inc", &huge, args, 2, &r), GPUX_E_INVAL);
+			assert_int_equal(gpux_submit(e->m, "inc", &huge, args, 2, &r),
+					 GPUX_E_INVAL);
 			assert_null(r);
 		}
 		expect(e, "no_such", args, 2, &l, GPUX_E_NOTFOUND, "no_such");
@@ -394,13 +408,15 @@ static void test_gpu_wrong_arguments_refused(void **state)
 static void test_gpu_compile_errors(void **state)
 {
 	static const char bad[] = "extern \"C\" __global__ void k() { undefined_thing(); }\n";
-	static const char sneaky[] = "#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
+	static const char sneaky[] =
+		"#include \"/etc/passwd\"\nextern \"C\" __global__ void k() {}\n";
 	struct env *e = *state;
 	gpux_module *m = NULL;
 	char *log = NULL;
 
-	assert_int_equal(gpux_module_load(e->ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
-			 GPUX_E_COMPILE);
+	assert_int_equal(
+		gpux_module_load(e->ctx, GPUX_LANG_CUDA, bad, sizeof(bad) - 1, NULL, &m, &log),
+		GPUX_E_COMPILE);
 	assert_non_null(strstr(log, "undefined_thing"));
 	free(log);
 	log = NULL;
@@ -487,7 +503,8 @@ static void test_gpu_neighbour_fault_replays_innocents(void **state)
 		gpux_req_free(w);
 	}
 	for (unsigned i = 0; i < INNOCENTS; i++) {
-		struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+		struct gpux_launch l = { .grid = { (uint32_t)(n / 256) },
+					 .block = { 256 },
 					 .queue = q };
 		struct gpux_arg a[4];
 
@@ -499,7 +516,8 @@ static void test_gpu_neighbour_fault_replays_innocents(void **state)
 		a[3] = GPUX_ARG_VALUE(cycles);
 		assert_int_equal(gpux_submit(om, "slow_add1", &l, a, 4, &r[i]), GPUX_OK);
 		if (i % 4 == 3) {
-			struct gpux_launch li = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+			struct gpux_launch li = { .grid = { (uint32_t)(n / 256) },
+						  .block = { 256 },
 						  .queue = q };
 			struct gpux_arg ai[] = { GPUX_ARG_VALUE(n), gpux_arg_inout(acc, 0, n * 4) };
 
@@ -690,10 +708,14 @@ static void test_gpu_32_forked_children(void **state)
 		if (pids[k] == 0) {
 			float a = (float)k + 0.5f;
 			struct gpux_arg args[] = {
-				GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(x, 0, n * 4),
-				gpux_arg_in(y, 0, n * 4), gpux_arg_out(out, k * n * 4, n * 4),
+				GPUX_ARG_VALUE(n),
+				GPUX_ARG_VALUE(a),
+				gpux_arg_in(x, 0, n * 4),
+				gpux_arg_in(y, 0, n * 4),
+				gpux_arg_out(out, k * n * 4, n * 4),
 			};
-			struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 } };
+			struct gpux_launch l = { .grid = { (uint32_t)(n / 256) },
+						 .block = { 256 } };
 			_exit(gpux_run(e->m, "saxpy", &l, args, 5) == GPUX_OK ? 0 : 1);
 		}
 	}
@@ -750,10 +772,10 @@ static void test_gpu_copies_in_by_kernel(void **state)
 	static const struct {
 		uint64_t n, off[3];
 	} cases[] = {
-		{ 4097, { 0, 16, 32 } },	    { 5000, { 16, 4096, 48 } },
-		{ 16387, { 0, 0, 0 } },		    { 65536, { 4096, 16, 8192 } },
-		{ 65541, { 4, 0, 0 } },		    { 87381, { 0, 16, 160 } },
-		{ 87382, { 0, 0, 0 } },		    { 1365, { 0, 16, 32 } },
+		{ 4097, { 0, 16, 32 } }, { 5000, { 16, 4096, 48 } },
+		{ 16387, { 0, 0, 0 } },  { 65536, { 4096, 16, 8192 } },
+		{ 65541, { 4, 0, 0 } },  { 87381, { 0, 16, 160 } },
+		{ 87382, { 0, 0, 0 } },  { 1365, { 0, 16, 32 } },
 		{ 100000, { 1, 2, 3 } },
 	};
 	const uint64_t cap = 128 << 10;
@@ -783,9 +805,10 @@ static void test_gpu_copies_in_by_kernel(void **state)
 		uint64_t n = cases[c].n;
 		const uint64_t *off = cases[c].off;
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_in(in[0], off[0], n),
-					   gpux_arg_in(in[1], off[1], n), gpux_arg_in(in[2], off[2], n),
-					   gpux_arg_out(out, 0, n) };
-		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) }, .block = { 256 } };
+					   gpux_arg_in(in[1], off[1], n),
+					   gpux_arg_in(in[2], off[2], n), gpux_arg_out(out, 0, n) };
+		struct gpux_launch l = { .grid = { (uint32_t)((n + 255) / 256) },
+					 .block = { 256 } };
 		const uint8_t *a = (const uint8_t *)gpux_buf_data(in[0]) + off[0];
 		const uint8_t *b = (const uint8_t *)gpux_buf_data(in[1]) + off[1];
 		const uint8_t *cc = (const uint8_t *)gpux_buf_data(in[2]) + off[2];
@@ -797,8 +820,8 @@ static void test_gpu_copies_in_by_kernel(void **state)
 		assert_int_equal(gpux_run(e->m, "xor3", &l, args, 5), GPUX_OK);
 		for (uint64_t i = 0; i < n; i++)
 			if (po[i] != (uint8_t)(a[i] ^ b[i] ^ cc[i]))
-				fail_msg("case %zu (%llu bytes): byte %llu", c, (unsigned long long)n,
-					 (unsigned long long)i);
+				fail_msg("case %zu (%llu bytes): byte %llu", c,
+					 (unsigned long long)n, (unsigned long long)i);
 		want += 3 * n > 4096 && 3 * n <= (256u << 10) &&
 			(off[0] | off[1] | off[2]) % 16 == 0;
 	}
@@ -817,7 +840,8 @@ static void test_gpu_dbuf_chain(void **state)
 	gpux_dbuf *a, *b, *c;
 	gpux_req *r;
 	float alpha = 0.5f;
-	struct gpux_launch l = { .grid = { (uint32_t)(n / 256) }, .block = { 256 },
+	struct gpux_launch l = { .grid = { (uint32_t)(n / 256) },
+				 .block = { 256 },
 				 .device = GPUX_ANY };
 
 	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &x), GPUX_OK);

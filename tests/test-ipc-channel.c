@@ -82,8 +82,8 @@ static void test_channel_records_keep_boundaries(void **state)
 	}
 	for (uint32_t i = 1; i <= 50; i++) {
 		assert_int_equal(
-		    ipc_channel_recv(sv[1], rbuf, sizeof(rbuf), none, &n, MSG_DONTWAIT),
-		    (ssize_t)(sizeof(struct ipc_hdr) + i * 50));
+			ipc_channel_recv(sv[1], rbuf, sizeof(rbuf), none, &n, MSG_DONTWAIT),
+			(ssize_t)(sizeof(struct ipc_hdr) + i * 50));
 		assert_int_equal(test_hdr_get(rbuf).id, i);
 		assert_int_equal(n, 0);
 	}

@@ -102,9 +102,9 @@ static void test_loop_conn_free_before_delivery(void **state)
 		int sv[2], fd;
 
 		assert_int_equal(ipc_channel_pair(sv, false), 0);
-		assert_int_equal(
-		    ipc_conn_new_take_fd(l, sv[0], test_fail_on_msg, test_fail_on_close, NULL, &c),
-		    0);
+		assert_int_equal(ipc_conn_new_take_fd(l, sv[0], test_fail_on_msg,
+						      test_fail_on_close, NULL, &c),
+				 0);
 		if (started)
 			assert_int_equal(ipc_loop_iterate(l, 0), 0);
 		test_open_files(&fd, 1);

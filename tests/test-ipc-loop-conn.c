@@ -31,7 +31,8 @@ static void test_loop_conn_echo_with_fds(void **state)
 
 	assert_int_equal(ipc_channel_pair(sv, false), 0);
 	assert_int_equal(
-	    ipc_conn_new_take_fd(l, sv[0], test_echo_on_msg, test_fail_on_close, NULL, &server), 0);
+		ipc_conn_new_take_fd(l, sv[0], test_echo_on_msg, test_fail_on_close, NULL, &server),
+		0);
 	test_rec_init(&client, l, sv[1]);
 	assert_int_equal(ipc_conn_fd(client.c), sv[1]);
 	assert_ptr_equal(ipc_conn_userdata(client.c), &client);
@@ -45,8 +46,8 @@ static void test_loop_conn_echo_with_fds(void **state)
 		size_t len;
 
 		test_random_fill(payload, sizeof(payload), nfds);
-		len =
-		    test_msg_make(test_sbuf, IPC_SEG_ADD, nfds + 1, nfds, payload, sizeof(payload));
+		len = test_msg_make(test_sbuf, IPC_SEG_ADD, nfds + 1, nfds, payload,
+				    sizeof(payload));
 		test_open_files(fds, nfds);
 		assert_int_equal(ipc_conn_send(client.c, test_sbuf, len, fds, nfds), 0);
 		/* The message was copied: the caller's buffer is its own again. */
@@ -101,7 +102,7 @@ static void test_loop_conn_untaken_fds_are_closed(void **state)
 
 	assert_int_equal(ipc_channel_pair(sv, false), 0);
 	assert_int_equal(
-	    ipc_conn_new_take_fd(l, sv[0], test_echo_on_msg, test_fail_on_close, NULL, &c), 0);
+		ipc_conn_new_take_fd(l, sv[0], test_echo_on_msg, test_fail_on_close, NULL, &c), 0);
 	before = test_fd_count();
 	test_open_files(fds, 3);
 	assert_int_equal(ipc_channel_send(sv[1], test_sbuf, len, fds, 3, 0), 0);
@@ -126,7 +127,8 @@ static void test_loop_conn_many_in_order(void **state)
 
 	assert_int_equal(ipc_channel_pair(sv, false), 0);
 	assert_int_equal(
-	    ipc_conn_new_take_fd(l, sv[0], test_echo_on_msg, test_fail_on_close, NULL, &server), 0);
+		ipc_conn_new_take_fd(l, sv[0], test_echo_on_msg, test_fail_on_close, NULL, &server),
+		0);
 	test_rec_init(&client, l, sv[1]);
 	for (uint32_t id = 1; id <= 3000; id++) {
 		size_t len = test_msg_make(test_sbuf, IPC_DONE, id, 0, test_rbuf, id % 256);
@@ -263,8 +265,7 @@ static void test_loop_conn_last_word_comes_before_the_end(void **state)
 	assert_int_equal(r.last_word_sent, 0);
 	/* The peer's own sends are refused now: nobody reads them. */
 	len = test_msg_make(test_sbuf, IPC_HELLO, 1, 0, NULL, 0);
-	assert_int_equal(ipc_channel_send(sv[1], test_sbuf, len, NULL, 0, MSG_DONTWAIT),
-			 -EPIPE);
+	assert_int_equal(ipc_channel_send(sv[1], test_sbuf, len, NULL, 0, MSG_DONTWAIT), -EPIPE);
 	assert_int_equal(test_recv_wait(sv[1], test_rbuf, sizeof(test_rbuf), fds, &nfds, WAIT_MS),
 			 (ssize_t)sizeof(struct ipc_hdr));
 	test_rec_done(&r);

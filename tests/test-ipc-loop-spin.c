@@ -31,7 +31,7 @@ struct handoff {
 	unsigned served, target;
 	unsigned writes; /* eventfd writes the producer made for work still waiting */
 	unsigned asleep; /* hand-offs for which the producer found the loop not spinning */
-	unsigned lost;	 /* hand-offs never served */
+	unsigned lost;   /* hand-offs never served */
 	unsigned errors; /* failed writes (cmocka asserts only on the test's thread) */
 	unsigned max_sleep_us;
 	bool start_spinning; /* the producer starts once the loop spins */

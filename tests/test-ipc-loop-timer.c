@@ -136,9 +136,9 @@ static void test_loop_timer_free_other_in_callback(void **state)
 
 struct many_expect {
 	uint64_t due;
-	uint64_t seq;  /* the arming that counts: the last */
+	uint64_t seq; /* the arming that counts: the last */
 	unsigned number;
-	int frees;     /* the timer it frees as it fires, or -1 */
+	int frees; /* the timer it frees as it fires, or -1 */
 	bool armed;
 	bool gone;
 };
@@ -170,8 +170,9 @@ static void test_loop_timers_many_in_order(void **state)
 	for (unsigned i = 0; i < MANY; i++) {
 		r[i].due = base + (i * 7919u % 997u) * 10 * NSEC_PER_USEC;
 		ipc_timer_arm(r[i].t, r[i].due);
-		e[i] = (struct many_expect){ .due = r[i].due, .seq = seq++, .number = i,
-					     .frees = -1, .armed = true };
+		e[i] = (struct many_expect){
+			.due = r[i].due, .seq = seq++, .number = i, .frees = -1, .armed = true
+		};
 	}
 	for (unsigned i = 0; i < MANY; i++) {
 		if (i % 3 == 0) {

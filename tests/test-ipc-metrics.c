@@ -57,7 +57,9 @@ static char *write_text(const struct ipc_status *st, const struct ipc_dev_status
 static void test_metrics_text_has_the_counts(void **state)
 {
 	static struct ipc_dev_status devs[2];
-	struct ipc_status st = { .ndevices = 2, .nclients = 3, .clients_total = 9, .version = "9.8.7" };
+	struct ipc_status st = {
+		.ndevices = 2, .nclients = 3, .clients_total = 9, .version = "9.8.7"
+	};
 	char *text;
 
 	for (unsigned i = 0; i < 2; i++) {
@@ -71,8 +73,8 @@ static void test_metrics_text_has_the_counts(void **state)
 	devs[1].stats.loop_sleeps = 17;
 	devs[1].stats.graph_requests = 640;
 	devs[1].stats.usage[3] = (struct ipc_usage){ .uid = 1000, .shared_bytes = 4096 };
-	devs[1].stats.usage[IPC_USAGE_UIDS - 1] = (struct ipc_usage){ .uid = IPC_USAGE_OTHERS,
-								     .device_bytes = 8192 };
+	devs[1].stats.usage[IPC_USAGE_UIDS - 1] =
+		(struct ipc_usage){ .uid = IPC_USAGE_OTHERS, .device_bytes = 8192 };
 	ipc_hist_add(&devs[1].stats.latency, 7000);
 	ipc_hist_add(&devs[1].stats.latency, 3 * NSEC_PER_SEC);
 	text = write_text(&st, devs);
@@ -80,28 +82,38 @@ static void test_metrics_text_has_the_counts(void **state)
 	assert_non_null(strstr(text, "\ngpux_clients_connected 3\n"));
 	assert_non_null(strstr(text, "gpux_build_info{version=\"9.8.7\"} 1\n"));
 	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"1\",status=\"ok\"} 40\n"));
-	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"1\",status=\"worker_lost\"} 2\n"));
+	assert_non_null(
+		strstr(text, "\ngpux_requests_total{device=\"1\",status=\"worker_lost\"} 2\n"));
 	assert_non_null(strstr(text, "\ngpux_requests_total{device=\"0\",status=\"ok\"} 0\n"));
 	assert_non_null(strstr(text, "\ngpux_launches_total{device=\"1\"} 42\n"));
 	assert_non_null(strstr(text, "\ngpux_worker_loop_sleeps_total{device=\"1\"} 17\n"));
 	assert_non_null(strstr(text, "\ngpux_graph_requests_total{device=\"1\"} 640\n"));
-	assert_non_null(strstr(text, "\ngpux_shared_memory_bytes{device=\"1\",uid=\"1000\"} 4096\n"));
-	assert_non_null(strstr(text, "\ngpux_device_buffer_bytes{device=\"1\",uid=\"other\"} 8192\n"));
+	assert_non_null(
+		strstr(text, "\ngpux_shared_memory_bytes{device=\"1\",uid=\"1000\"} 4096\n"));
+	assert_non_null(
+		strstr(text, "\ngpux_device_buffer_bytes{device=\"1\",uid=\"other\"} 8192\n"));
 	/* Only users that hold something. */
 	assert_null(strstr(text, "uid=\"0\""));
 	/* Buckets count what is at most their bound, the last one everything. */
-	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"5e-06\"} 0\n"));
-	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"1e-05\"} 1\n"));
-	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"2.5\"} 1\n"));
-	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"5\"} 2\n"));
-	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"+Inf\"} 2\n"));
+	assert_non_null(strstr(
+		text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"5e-06\"} 0\n"));
+	assert_non_null(strstr(
+		text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"1e-05\"} 1\n"));
+	assert_non_null(
+		strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"2.5\"} 1\n"));
+	assert_non_null(
+		strstr(text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"5\"} 2\n"));
+	assert_non_null(strstr(
+		text, "\ngpux_request_latency_seconds_bucket{device=\"1\",le=\"+Inf\"} 2\n"));
 	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_count{device=\"1\"} 2\n"));
-	assert_non_null(strstr(text, "\ngpux_request_latency_seconds_sum{device=\"1\"} 3.000007000\n"));
+	assert_non_null(
+		strstr(text, "\ngpux_request_latency_seconds_sum{device=\"1\"} 3.000007000\n"));
 	assert_non_null(strstr(text, "\ngpux_device_state{device=\"0\",state=\"ready\"} 1\n"));
 	assert_non_null(strstr(text, "\ngpux_device_state{device=\"0\",state=\"failed\"} 0\n"));
 	/* Every family once, announced before its samples. */
 	assert_non_null(strstr(text, "# TYPE gpux_requests_total counter\ngpux_requests_total{"));
-	assert_null(strstr(strstr(text, "# TYPE gpux_requests_total") + 1, "# TYPE gpux_requests_total"));
+	assert_null(strstr(strstr(text, "# TYPE gpux_requests_total") + 1,
+			   "# TYPE gpux_requests_total"));
 	assert_int_equal(text[strlen(text) - 1], '\n');
 	free(text);
 }
@@ -115,10 +127,10 @@ static void test_metrics_no_uid_unless_asked(void **state)
 	char *text;
 
 	devs[1].stats.usage[3] = (struct ipc_usage){ .uid = 1000, .shared_bytes = 4096 };
-	devs[1].stats.usage[5] = (struct ipc_usage){ .uid = 1001, .shared_bytes = 100,
-						     .device_bytes = 7 };
-	devs[1].stats.usage[IPC_USAGE_UIDS - 1] = (struct ipc_usage){ .uid = IPC_USAGE_OTHERS,
-								     .device_bytes = 8192 };
+	devs[1].stats.usage[5] =
+		(struct ipc_usage){ .uid = 1001, .shared_bytes = 100, .device_bytes = 7 };
+	devs[1].stats.usage[IPC_USAGE_UIDS - 1] =
+		(struct ipc_usage){ .uid = IPC_USAGE_OTHERS, .device_bytes = 8192 };
 	text = write_text_flags(&st, devs, 0);
 	assert_null(strstr(text, ",uid="));
 	assert_non_null(strstr(text, "\ngpux_shared_memory_bytes{device=\"1\"} 4196\n"));

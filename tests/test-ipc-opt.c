@@ -60,9 +60,11 @@ static void assert_opts_equal(const struct ipc_worker_opts *a, const struct ipc_
 static void test_opt_parses_a_worker_line(void **state)
 {
 	static const char *const args[] = {
-		"gpux-worker", "--device", "3", "--backend", "cuda", "--control-fd", "3",
-		"--status-fd", "4", "--parent-pid", "77", "--timeout-ms", "0", "--slots=64",
-		"--cache-dir", "/var/cache/gpux", "--sandbox", NULL,
+		"gpux-worker", "--device",     "3",           "--backend",
+		"cuda",        "--control-fd", "3",           "--status-fd",
+		"4",           "--parent-pid", "77",          "--timeout-ms",
+		"0",           "--slots=64",   "--cache-dir", "/var/cache/gpux",
+		"--sandbox",   NULL,
 	};
 	struct ipc_worker_opts o;
 	char why[256];

@@ -135,7 +135,10 @@ static int mod_load_decode(const struct ipc_mod_load *m, const char *options, si
 static void test_proto_mod_load_rejects_bad_fields(void **state)
 {
 	const struct ipc_mod_load good = {
-		.mod_id = 1, .lang = IPC_LANG_CUDA, .options_len = 4, .code_len = 8,
+		.mod_id = 1,
+		.lang = IPC_LANG_CUDA,
+		.options_len = 4,
+		.code_len = 8,
 	};
 	const uint32_t bad_langs[] = { 0, IPC_LANG_HOST + 1, UINT32_MAX };
 	struct ipc_mod_load m = good;
@@ -163,7 +166,10 @@ static void test_proto_mod_load_rejects_bad_fields(void **state)
 static void test_proto_mod_load_rejects_bad_lengths(void **state)
 {
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = IPC_LANG_PTX, .options_len = IPC_OPTIONS_MAX, .code_len = 1,
+		.mod_id = 1,
+		.lang = IPC_LANG_PTX,
+		.options_len = IPC_OPTIONS_MAX,
+		.code_len = 1,
 	};
 
 	assert_int_equal(mod_load_decode(&m, NULL, IPC_OPTIONS_MAX, 1, 0), 0);
@@ -177,7 +183,9 @@ static void test_proto_mod_load_rejects_bad_lengths(void **state)
 
 	/* Inline code has a smaller limit than code in a memfd. */
 	m = (struct ipc_mod_load){
-		.mod_id = 1, .lang = IPC_LANG_PTX, .code_len = IPC_INLINE_CODE_MAX + 1,
+		.mod_id = 1,
+		.lang = IPC_LANG_PTX,
+		.code_len = IPC_INLINE_CODE_MAX + 1,
 	};
 	assert_int_equal(mod_load_decode(&m, NULL, 0, IPC_INLINE_CODE_MAX + 1, 0), -EBADMSG);
 	m.flags = IPC_MOD_CODE_FD;
@@ -196,7 +204,10 @@ static void test_proto_mod_load_rejects_nul_in_options(void **state)
 {
 	static const char opts[] = "-DA\0-DB";
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = IPC_LANG_CUDA, .options_len = sizeof(opts) - 1, .code_len = 4,
+		.mod_id = 1,
+		.lang = IPC_LANG_CUDA,
+		.options_len = sizeof(opts) - 1,
+		.code_len = 4,
 	};
 
 	assert_int_equal(mod_load_decode(&m, opts, sizeof(opts) - 1, 4, 0), -EBADMSG);
@@ -228,8 +239,12 @@ static int extra_decode(const uint8_t *extra, size_t len, uint32_t nheaders, uin
 			uint32_t lang)
 {
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = lang, .code_len = 1, .extra_len = (uint32_t)len,
-		.nheaders = nheaders, .nnames = nnames,
+		.mod_id = 1,
+		.lang = lang,
+		.code_len = 1,
+		.extra_len = (uint32_t)len,
+		.nheaders = nheaders,
+		.nnames = nnames,
 	};
 	struct ipc_part parts[2] = { { "k", 1 }, { extra, len } };
 
@@ -241,7 +256,9 @@ static void test_proto_mod_load_extra_round_trips(void **state)
 	static const char code[] = "#include \"a.h\"\n";
 	uint8_t all[256];
 	size_t n = sizeof(code) - 1;
-	struct ipc_mod_load m = { .mod_id = 9, .lang = IPC_LANG_CUDA, .code_len = sizeof(code) - 1 };
+	struct ipc_mod_load m = { .mod_id = 9,
+				  .lang = IPC_LANG_CUDA,
+				  .code_len = sizeof(code) - 1 };
 	struct ipc_mod_extra_cursor c;
 	struct ipc_mod_item it;
 	union test_decoded out;
@@ -424,7 +441,8 @@ static void test_proto_mod_info_rejects_bad_fields(void **state)
 
 	assert_int_equal(DECODE_FIXED(IPC_MOD_INFO, 0, m), 0);
 	/* It answers a MOD_LOAD: without an id it answers nothing. */
-	n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_MOD_INFO, 0, 0, &m, sizeof(m), NULL, 0);
+	n = ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_MOD_INFO, 0, 0, &m, sizeof(m), NULL,
+		       0);
 	assert_int_equal(test_parse(test_msgbuf, (size_t)n, 0, &msg), 0);
 	assert_int_equal(ipc_decode_mod_info(&msg, &out), -EBADMSG);
 	m.source = 0;
@@ -794,8 +812,7 @@ static void test_proto_clients_req_rejects_flags(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_CLIENTS_REQ, 1, m), -EBADMSG);
 }
 
-static int clients_decode(const struct ipc_clients *m, const struct ipc_client_info *rows,
-			  size_t n)
+static int clients_decode(const struct ipc_clients *m, const struct ipc_client_info *rows, size_t n)
 {
 	struct ipc_part part = { rows, n * sizeof(*rows) };
 

@@ -28,8 +28,8 @@ static void test_proto_encode_rejects_small_buffer(void **state)
 
 	for (size_t cap = 0; cap < need; cap++)
 		assert_int_equal(
-		    ipc_encode(test_msgbuf, cap, IPC_MOD_DROP, 1, 0, &m, sizeof(m), &part, 1),
-		    -EMSGSIZE);
+			ipc_encode(test_msgbuf, cap, IPC_MOD_DROP, 1, 0, &m, sizeof(m), &part, 1),
+			-EMSGSIZE);
 	assert_int_equal(ipc_encode(test_msgbuf, need, IPC_MOD_DROP, 1, 0, &m, sizeof(m), &part, 1),
 			 need);
 }
@@ -40,18 +40,21 @@ static void test_proto_encode_rejects_over_msg_max(void **state)
 	struct ipc_part parts[2] = { { src, IPC_PAYLOAD_MAX }, { src, 1 } };
 
 	assert_int_equal(
-	    ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_DONE, 1, 0, NULL, 0, parts, 1),
-	    IPC_MSG_MAX);
+		ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_DONE, 1, 0, NULL, 0, parts, 1),
+		IPC_MSG_MAX);
 	assert_int_equal(
-	    ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_DONE, 1, 0, NULL, 0, parts, 2),
-	    -EMSGSIZE);
+		ipc_encode(test_msgbuf, sizeof(test_msgbuf), IPC_DONE, 1, 0, NULL, 0, parts, 2),
+		-EMSGSIZE);
 }
 
 static void test_proto_encode_mod_load_checks_limits(void **state)
 {
 	static char big[IPC_INLINE_CODE_MAX + 1];
 	struct ipc_mod_load m = {
-		.mod_id = 1, .lang = IPC_LANG_CUDA, .options_len = IPC_OPTIONS_MAX + 1, .code_len = 1,
+		.mod_id = 1,
+		.lang = IPC_LANG_CUDA,
+		.options_len = IPC_OPTIONS_MAX + 1,
+		.code_len = 1,
 	};
 
 	memset(big, 'b', sizeof(big));
@@ -81,13 +84,15 @@ static void test_proto_encode_submit_checks_limits(void **state)
 			 -EINVAL);
 	memset(name, 'n', IPC_KERNEL_NAME_MAX + 1);
 	assert_int_equal(
-	    ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, args, name, NULL), -EINVAL);
+		ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, args, name, NULL),
+		-EINVAL);
 	name[IPC_KERNEL_NAME_MAX] = '\0';
 	assert_true(ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, args, name, NULL) >
 		    0);
 	m.nargs = IPC_ARGS_MAX + 1;
 	assert_int_equal(
-	    ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, args, "k", NULL), -EINVAL);
+		ipc_encode_submit(test_msgbuf, sizeof(test_msgbuf), 1, &m, args, "k", NULL),
+		-EINVAL);
 }
 
 static void test_proto_encode_status_checks_limits(void **state)

@@ -33,8 +33,9 @@ static void test_proto_status_texts(void **state)
 		assert_string_not_equal(ipc_status_text(st), "unknown status");
 		assert_string_not_equal(ipc_status_name(st), "unknown");
 		/* A label value: lower case, digits and _ only. */
-		assert_int_equal(strspn(ipc_status_name(st), "abcdefghijklmnopqrstuvwxyz_0123456789"),
-				 strlen(ipc_status_name(st)));
+		assert_int_equal(
+			strspn(ipc_status_name(st), "abcdefghijklmnopqrstuvwxyz_0123456789"),
+			strlen(ipc_status_name(st)));
 		assert_true(-st < (int)IPC_STATUS_CODES);
 		for (int other = IPC_OK; other > st; other--) {
 			assert_string_not_equal(ipc_status_text(st), ipc_status_text(other));

@@ -205,14 +205,14 @@ static void test_proto_submit_rejects_bad_scalar(void **state)
 			 -EBADMSG);
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 16, 1 }),
 			 -EBADMSG);
-	assert_int_equal(
-	    submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 1ull << 32, 4 }), -EBADMSG);
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 1ull << 32, 4 }),
+			 -EBADMSG);
 	/* offset + size wraps around 2^64 and would land inside the data. */
 	assert_int_equal(
-	    submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, UINT64_MAX - 1, 4 }),
-	    -EBADMSG);
-	assert_int_equal(
-	    submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, UINT64_MAX, 2 }), -EBADMSG);
+		submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, UINT64_MAX - 1, 4 }),
+		-EBADMSG);
+	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, UINT64_MAX, 2 }),
+			 -EBADMSG);
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 0, 0, 0, 0 }),
 			 -EBADMSG);
 	assert_int_equal(submit_arg_decode((struct ipc_arg){ IPC_ARG_SCALAR, 1, 0, 0, 4 }),

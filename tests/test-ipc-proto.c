@@ -96,8 +96,8 @@ static const struct round_trip trips[] = {
 	     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	     "aaaaa"),
 	TRIP(IPC_GLOBAL_REQ, 8, 0, 280, struct ipc_sym_req, 1, UINT64_MAX, 1, 0, "x"),
-	TRIP(IPC_KERNEL_ATTRS, 9, 0, 64, struct ipc_kernel_attrs, INT32_MAX, IPC_ATTR_UNKNOWN, 0,
-	     1, 2, 3, 4, 5, 6, IPC_ATTR_UNKNOWN, IPC_ARGS_MAX, { 0 }),
+	TRIP(IPC_KERNEL_ATTRS, 9, 0, 64, struct ipc_kernel_attrs, INT32_MAX, IPC_ATTR_UNKNOWN, 0, 1,
+	     2, 3, 4, 5, 6, IPC_ATTR_UNKNOWN, IPC_ARGS_MAX, { 0 }),
 	TRIP(IPC_GLOBAL, 10, 0, 16, struct ipc_global_info, UINT64_MAX, IPC_GLOBAL_READ_ONLY, 0),
 	TRIP(IPC_MARKS, 0, 1, 8, struct ipc_marks_offer, IPC_MARKS_PAGES - 1, 0),
 	/* A range ending exactly at 2^64 - 1. */
@@ -345,12 +345,15 @@ static void test_proto_clients_round_trip(void **state)
 	int n;
 
 	for (uint32_t i = 0; i < N; i++)
-		rows[i] = (struct ipc_client_info){ .id = 2 * i + 1, .pid = 1000 + i, .uid = i % 7,
+		rows[i] = (struct ipc_client_info){ .id = 2 * i + 1,
+						    .pid = 1000 + i,
+						    .uid = i % 7,
 						    .connected_ns = (uint64_t)i << 33,
 						    .requests = UINT64_MAX - i,
 						    .shared_bytes = (uint64_t)i << 20,
 						    .device_bytes = UINT64_MAX / (i + 1),
-						    .inflight = i, .channels = i % 64 };
+						    .inflight = i,
+						    .channels = i % 64 };
 	assert_true(IPC_CLIENTS_PAGE < N);
 	for (first = 0; first < N; first += in.count) {
 		in.count = MIN(N - first, (uint32_t)IPC_CLIENTS_PAGE);
@@ -378,13 +381,13 @@ static void test_proto_clients_round_trip(void **state)
 	{
 		struct ipc_client_info twice[2] = { rows[1], rows[0] };
 
-		assert_int_equal(ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in,
-						    twice),
-				 -EINVAL);
+		assert_int_equal(
+			ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in, twice),
+			-EINVAL);
 		twice[1] = rows[1];
-		assert_int_equal(ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in,
-						    twice),
-				 -EINVAL);
+		assert_int_equal(
+			ipc_encode_clients(test_msgbuf, sizeof(test_msgbuf), 1, &in, twice),
+			-EINVAL);
 	}
 }
 

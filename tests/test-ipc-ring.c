@@ -272,32 +272,51 @@ struct handoff_case {
 };
 
 static const struct handoff_case handoff_cases[] = {
-	{ "caught up, not polling: a kick",
-	  { { 'p', 1 }, { 'k', 0 }, { 't', 1 }, { 's', 0 } } },
+	{ "caught up, not polling: a kick", { { 'p', 1 }, { 'k', 0 }, { 't', 1 }, { 's', 0 } } },
 	{ "polling: no kick, the spin finds it",
 	  { { 'o', 0 }, { 'p', 0 }, { 't', 1 }, { 'f', 0 }, { 't', 0 }, { 's', 0 } } },
 	{ "published while the word goes down: the last look finds it",
 	  { { 'o', 0 }, { 't', 0 }, { 'p', 0 }, { 'f', 0 }, { 't', 1 }, { 's', 0 } } },
 	{ "published after the word went down: a kick",
-	  { { 'o', 0 }, { 't', 0 }, { 'f', 0 }, { 't', 0 }, { 'p', 1 }, { 's', 0 }, { 'k', 0 },
+	  { { 'o', 0 },
+	    { 't', 0 },
+	    { 'f', 0 },
+	    { 't', 0 },
+	    { 'p', 1 },
+	    { 's', 0 },
+	    { 'k', 0 },
 	    { 't', 1 } } },
 	{ "an older record left: no kick, taken with it",
 	  { { 'p', 1 }, { 'p', 0 }, { 'p', 0 }, { 'k', 0 }, { 't', 3 }, { 's', 0 } } },
 	{ "records left without a kick before a spin: its first look takes them",
-	  { { 'p', 1 }, { 'k', 0 }, { 'p', 0 }, { 'o', 0 }, { 't', 2 }, { 'p', 0 }, { 'f', 0 },
-	    { 't', 1 }, { 's', 0 } } },
+	  { { 'p', 1 },
+	    { 'k', 0 },
+	    { 'p', 0 },
+	    { 'o', 0 },
+	    { 't', 2 },
+	    { 'p', 0 },
+	    { 'f', 0 },
+	    { 't', 1 },
+	    { 's', 0 } } },
 	{ "stamped ahead: held back until its socket message, which wakes",
 	  { { 'P', 1 }, { 't', 0 }, { 's', 0 }, { 'k', 0 }, { 't', 1 }, { 's', 0 } } },
 	{ "stamped ahead while polling: no kick, its socket message wakes",
-	  { { 'o', 0 }, { 'P', 0 }, { 't', 0 }, { 'f', 0 }, { 't', 0 }, { 's', 0 }, { 'k', 0 },
+	  { { 'o', 0 },
+	    { 'P', 0 },
+	    { 't', 0 },
+	    { 'f', 0 },
+	    { 't', 0 },
+	    { 's', 0 },
+	    { 'k', 0 },
 	    { 't', 1 } } },
 };
 
 static void run_handoff(struct fixture *f, const struct handoff_case *c)
 {
 	uint8_t msg[40] = { 0 }, out[64];
-	uint32_t sent = 0, read = 0; /* socket messages: sent by the producer, read by the consumer */
-	unsigned owed = 0;           /* of them not read yet */
+	uint32_t sent = 0,
+		 read = 0; /* socket messages: sent by the producer, read by the consumer */
+	unsigned owed = 0; /* of them not read yet */
 
 	for (unsigned i = 0; i < ARRAY_SIZE(c->steps) && c->steps[i].op; i++) {
 		const struct handoff_step *st = &c->steps[i];
@@ -313,7 +332,8 @@ static void run_handoff(struct fixture *f, const struct handoff_case *c)
 			}
 			r = ipc_ring_put(&f->prod, msg, sizeof(msg), sent);
 			if (r < 0 || r != st->want)
-				fail_msg("%s: step %u: put gave %d, want %d", c->what, i, r, st->want);
+				fail_msg("%s: step %u: put gave %d, want %d", c->what, i, r,
+					 st->want);
 			if (r == 1) {
 				sent++;
 				owed++;
@@ -337,8 +357,8 @@ static void run_handoff(struct fixture *f, const struct handoff_case *c)
 			break;
 		case 's':
 			if (ipc_ring_pending(&f->cons) && owed == 0)
-				fail_msg("%s: step %u: asleep with a record and no wake-up owed", c->what,
-					 i);
+				fail_msg("%s: step %u: asleep with a record and no wake-up owed",
+					 c->what, i);
 			break;
 		}
 	}

@@ -176,13 +176,22 @@ static void test_options_priority_rules_capped(void **state)
 
 static void test_options_good_values(void **state)
 {
-	static const char *const group[] = { "--allow-group", "0", "--socket-mode", "0640",
-					     "--host-devices", "64", "--log-level", "debug",
-					     "--reserved-clients", "0", NULL };
+	static const char *const group[] = { "--allow-group",
+					     "0",
+					     "--socket-mode",
+					     "0640",
+					     "--host-devices",
+					     "64",
+					     "--log-level",
+					     "debug",
+					     "--reserved-clients",
+					     "0",
+					     NULL };
 	static const char *const none[] = { NULL };
-	static const char *const by_name[] = { "--allow-group", "root", "--host-sandbox", "off",
-					       "--metrics", "[::1]:9464", "--metrics-per-user",
-					       NULL };
+	static const char *const by_name[] = { "--allow-group",      "root",
+					       "--host-sandbox",     "off",
+					       "--metrics",          "[::1]:9464",
+					       "--metrics-per-user", NULL };
 	struct sup_opts o;
 	char why[256];
 
@@ -232,13 +241,31 @@ static void test_options_help_and_version(void **state)
 static void test_options_worker_argv_every_option(void **state)
 {
 	static const char *const args[] = {
-		"--cache-dir", "/var/cache/gpux", "--timeout-ms", "18446744073709",
-		"--max-timeout-ms", "18446744073709", "--quota-shared", "18446744073709551615",
-		"--quota-shared-user", "18446744073709551614", "--quota-device",
-		"18446744073709551613", "--device-reserve", "18446744073709551611", "--cache-bytes",
-		"18446744073709551612", "--cache-ttl-ms",
-		"18446744073709", "--slots", "64", "--host-sandbox", "on", "--worker",
-		"/usr/libexec/gpux-worker", NULL,
+		"--cache-dir",
+		"/var/cache/gpux",
+		"--timeout-ms",
+		"18446744073709",
+		"--max-timeout-ms",
+		"18446744073709",
+		"--quota-shared",
+		"18446744073709551615",
+		"--quota-shared-user",
+		"18446744073709551614",
+		"--quota-device",
+		"18446744073709551613",
+		"--device-reserve",
+		"18446744073709551611",
+		"--cache-bytes",
+		"18446744073709551612",
+		"--cache-ttl-ms",
+		"18446744073709",
+		"--slots",
+		"64",
+		"--host-sandbox",
+		"on",
+		"--worker",
+		"/usr/libexec/gpux-worker",
+		NULL,
 	};
 	static struct sup s;
 	struct sup_worker *w = &s.workers[IPC_DEVICES_MAX - 1];
@@ -256,9 +283,8 @@ static void test_options_worker_argv_every_option(void **state)
 	assert_true(argv.a.n < IPC_WORKER_ARGV_MAX);
 	assert_null(argv.v[argv.a.n]);
 
-	assert_int_equal(ipc_opt_parse(&ipc_worker_prog, (int)argv.a.n, argv.v, &wo, why,
-				       sizeof(why)),
-			 0);
+	assert_int_equal(
+		ipc_opt_parse(&ipc_worker_prog, (int)argv.a.n, argv.v, &wo, why, sizeof(why)), 0);
 	assert_int_equal(wo.device, IPC_DEVICES_MAX - 1);
 	assert_string_equal(wo.backend, "cuda");
 	assert_int_equal(wo.control_fd, 3);

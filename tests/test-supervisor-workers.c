@@ -60,8 +60,12 @@ static int setup(void **state)
 	f->s.listen_fd = f->s.lock_fd = f->s.signal_fd = -1;
 	f->s.nworkers = 1;
 	f->w = &f->s.workers[0];
-	*f->w = (struct sup_worker){ .s = &f->s, .pidfd = -1, .status_fd = -1, .status_ro_fd = -1,
-				     .clients_fd = -1, .log_fd = -1 };
+	*f->w = (struct sup_worker){ .s = &f->s,
+				     .pidfd = -1,
+				     .status_fd = -1,
+				     .status_ro_fd = -1,
+				     .clients_fd = -1,
+				     .log_fd = -1 };
 	(void)snprintf(f->w->backend, sizeof(f->w->backend), "host");
 	/* What sup_workers_start() makes, without starting the worker. */
 	assert_int_equal(ipc_timer_new(f->s.loop, on_timer, f->w, &f->w->timer), 0);
@@ -536,8 +540,8 @@ static int fake_worker(int argc, char **argv)
 	/* Its status page cleared as it starts, as gpux-worker's is. */
 	for (int i = 1; i + 1 < argc; i++)
 		if (strcmp(argv[i], "--status-fd") == 0) {
-			void *p = mmap(NULL, IPC_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-				       atoi(argv[i + 1]), 0);
+			void *p = mmap(NULL, IPC_STATUS_PAGE_SIZE, PROT_READ | PROT_WRITE,
+				       MAP_SHARED, atoi(argv[i + 1]), 0);
 
 			if (p == MAP_FAILED)
 				return 1;

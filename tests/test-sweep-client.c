@@ -263,8 +263,7 @@ static void body_module(struct run *r)
 	if (step(r, "gpux_module_load",
 		 gpux_module_load(r->ctx, GPUX_LANG_HOST, test_host_kernels, test_host_kernels_len,
 				  NULL, &m, &log)) &&
-	    step(r, "gpux_module_info", gpux_module_info(m, &info)) &&
-	    info.device != 0)
+	    step(r, "gpux_module_info", gpux_module_info(m, &info)) && info.device != 0)
 		fail_msg("%s: the module was loaded on device %u", run_what, info.device);
 	free(log);
 	gpux_module_free(m);
@@ -292,7 +291,9 @@ static void body_submit(struct run *r)
 		((float *)gpux_buf_data(in))[i] = (float)i;
 	for (int k = 0; k < 3; k++) {
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), gpux_arg_in(in, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+			GPUX_ARG_VALUE(n),
+			gpux_arg_in(in, 0, n * 4),
+			gpux_arg_out(out, 0, n * 4),
 		};
 		struct gpux_launch l = test_launch_1d(n, 0, k == 1 ? q : NULL);
 		gpux_status st;
@@ -319,7 +320,9 @@ static void body_submit(struct run *r)
 	}
 	{
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), gpux_arg_in(in, 0, n * 4), gpux_arg_out(out, 0, n * 4),
+			GPUX_ARG_VALUE(n),
+			gpux_arg_in(in, 0, n * 4),
+			gpux_arg_out(out, 0, n * 4),
 		};
 		struct gpux_launch l = test_launch_1d(n, 0, q);
 
@@ -363,7 +366,9 @@ static void body_dbuf(struct run *r)
 		goto out;
 	{
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), gpux_arg_dbuf(a, 0, bytes), gpux_arg_dbuf(b, 0, bytes),
+			GPUX_ARG_VALUE(n),
+			gpux_arg_dbuf(a, 0, bytes),
+			gpux_arg_dbuf(b, 0, bytes),
 		};
 		struct gpux_launch l = test_launch_1d(n, 0, NULL);
 
@@ -425,8 +430,8 @@ struct scenario {
 
 static const struct scenario scenarios[] = {
 	{ "connect", true, body_connect }, { "buffers", false, body_buffers },
-	{ "module", false, body_module },   { "submit", false, body_submit },
-	{ "dbuf", false, body_dbuf },       { "symbols", false, body_symbols },
+	{ "module", false, body_module },  { "submit", false, body_submit },
+	{ "dbuf", false, body_dbuf },      { "symbols", false, body_symbols },
 };
 
 /* ---- the sweep ---- */
@@ -507,8 +512,10 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sweep_client_connect), cmocka_unit_test(test_sweep_client_buffers),
-		cmocka_unit_test(test_sweep_client_module),  cmocka_unit_test(test_sweep_client_submit),
+		cmocka_unit_test(test_sweep_client_connect),
+		cmocka_unit_test(test_sweep_client_buffers),
+		cmocka_unit_test(test_sweep_client_module),
+		cmocka_unit_test(test_sweep_client_submit),
 		cmocka_unit_test(test_sweep_client_dbuf),
 		cmocka_unit_test(test_sweep_client_symbols),
 	};

@@ -185,8 +185,11 @@ static bool saxpy(struct run *r, uint64_t n, uint32_t out_kind)
 {
 	float a = 2.0f;
 	struct gpux_arg args[] = {
-		GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), gpux_arg_in(r->x, 0, n * 4),
-		gpux_arg_in(r->y, 0, n * 4), gpux_arg_buf(out_kind, r->out, 0, n * 4),
+		GPUX_ARG_VALUE(n),
+		GPUX_ARG_VALUE(a),
+		gpux_arg_in(r->x, 0, n * 4),
+		gpux_arg_in(r->y, 0, n * 4),
+		gpux_arg_buf(out_kind, r->out, 0, n * 4),
 	};
 
 	memset(gpux_buf_data(r->out), 0, n * 4);
@@ -365,8 +368,8 @@ static void body_module(struct run *r)
 }
 
 static const struct scenario scenarios[] = {
-	{ "start", true, body_start },	 { "copies", false, body_copies },
-	{ "dbuf", false, body_dbuf },	 { "graphs", false, body_graphs },
+	{ "start", true, body_start },    { "copies", false, body_copies },
+	{ "dbuf", false, body_dbuf },     { "graphs", false, body_graphs },
 	{ "cached", false, body_cached }, { "queues", false, body_queues },
 	{ "module", false, body_module },
 };
@@ -484,8 +487,8 @@ static void env_close(struct run *r)
  * armed after start, `at` counts from the scenario's start), then again without. Returns
  * whether the failure came (false: the run passed clean).
  */
-static bool run_one(struct run *r, const struct scenario *sc, const char *fn, uint32_t at,
-		    int code, int *idle_fds)
+static bool run_one(struct run *r, const struct scenario *sc, const char *fn, uint32_t at, int code,
+		    int *idle_fds)
 {
 	static const char *const args[] = { "--backend", "cuda", NULL };
 	bool sticky = code == CUDA_ERROR_ILLEGAL_ADDRESS, came;

@@ -359,8 +359,8 @@ static int do_fork(void)
 
 static int do_exec_memory(void)
 {
-	return (int)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS,
-			    -1, 0);
+	return (int)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_EXEC,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 }
 
 static int do_mprotect_exec(void)

@@ -22,26 +22,36 @@
 
 static const struct {
 	const char *file;
-	unsigned runs_on[3];   /* compute capabilities it is accepted for (0: none more) */
+	unsigned runs_on[3]; /* compute capabilities it is accepted for (0: none more) */
 	unsigned refused_on[3];
-	const char *refusal;   /* in the message */
-	const char *entries;   /* "a b" in order; NO_ENTRIES when they cannot be read */
+	const char *refusal; /* in the message */
+	const char *entries; /* "a b" in order; NO_ENTRIES when they cannot be read */
 } cases[] = {
 	{ "cubin-sm90", { 90 }, { 80, 100, 89 }, "made for sm_90", "_Z4kernPf plain" },
 	{ "cubin-sm86-abi7", { 86, 89 }, { 80, 90 }, "made for sm_86", "_Z4kernPf plain" },
 	{ "cubin-sm80", { 80, 86, 89 }, { 90, 75 }, "made for sm_80", "_Z4kernPf plain" },
 	{ "cubin-symbol-name-outside", { 90 }, { 0 }, NULL, "plain" },
-	{ "fatbin-sm80-sm90-ptx", { 80, 90, 100 }, { 75 }, "it has: sm_80 cubin, sm_90 cubin, "
-							  "compute_90 PTX", "_Z4kernPf plain" },
+	{ "fatbin-sm80-sm90-ptx",
+	  { 80, 90, 100 },
+	  { 75 },
+	  "it has: sm_80 cubin, sm_90 cubin, "
+	  "compute_90 PTX",
+	  "_Z4kernPf plain" },
 	/* Compressed code cannot be checked: refused where the driver might pick it. */
 	{ "fatbin-compressed", { 0 }, { 90, 70, 100 }, "is compressed", NO_ENTRIES },
 	{ "fatbin-compressed", { 0 }, { 60 }, "no code for sm_60", NO_ENTRIES },
-	{ "fatbin-sm90-compressed-ptx", { 90 }, { 100 }, "its compute_90 PTX, which a device "
-							       "of sm_100 may run, is compressed",
+	{ "fatbin-sm90-compressed-ptx",
+	  { 90 },
+	  { 100 },
+	  "its compute_90 PTX, which a device "
+	  "of sm_100 may run, is compressed",
 	  "_Z4kernPf plain" },
 	{ "fatbin-sm90-compressed-ptx", { 0 }, { 89 }, "no code for sm_89", NULL },
 	{ "fatbin-sm80-compressed-sm86", { 80 }, { 86, 89 }, "its sm_86 cubin", "_Z4kernPf plain" },
-	{ "fatbin-sm80-only", { 80, 86 }, { 90 }, "no code for sm_90 (it has: sm_80 cubin)",
+	{ "fatbin-sm80-only",
+	  { 80, 86 },
+	  { 90 },
+	  "no code for sm_90 (it has: sm_80 cubin)",
 	  "_Z4kernPf plain" },
 	{ "ptx", { 0 }, { 90 }, "not a cubin", "_Z4kernPf" },
 	{ "bad-cubin-class32", { 0 }, { 90, 80 }, "64-bit", NULL },
@@ -58,7 +68,11 @@ static const struct {
 	{ "bad-cubin-symtab-entsize", { 0 }, { 90 }, "malformed", NULL },
 	{ "bad-cubin-symtab-link", { 0 }, { 90 }, "malformed", NULL },
 	{ "bad-cubin-truncated", { 0 }, { 90, 80 }, "outside the file", NULL },
-	{ "bad-fatbin-arch-disagrees", { 0 }, { 90 }, "an entry says sm_90, its cubin sm_80", NULL },
+	{ "bad-fatbin-arch-disagrees",
+	  { 0 },
+	  { 90 },
+	  "an entry says sm_90, its cubin sm_80",
+	  NULL },
 	{ "bad-fatbin-entry-size-wraps", { 0 }, { 80 }, "lies outside the fatbin", NULL },
 	{ "bad-fatbin-truncated", { 0 }, { 80 }, "header is wrong", NULL },
 };
@@ -84,8 +98,8 @@ static void test_cubin_checks_know_the_answers(void **state)
 			char *msg = NULL;
 
 			if (wrk_cubin_check(p, len, cases[i].runs_on[k], &msg) != 0)
-				fail_msg("%s on %u: refused: %s", cases[i].file, cases[i].runs_on[k],
-					 msg ? msg : "");
+				fail_msg("%s on %u: refused: %s", cases[i].file,
+					 cases[i].runs_on[k], msg ? msg : "");
 		}
 		for (unsigned k = 0; k < 3 && cases[i].refused_on[k]; k++) {
 			char *msg = NULL;

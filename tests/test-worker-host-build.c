@@ -19,8 +19,8 @@ static const char *cc = "cc";
 /* What the worker's host back end gives its compiler by default: 4 GiB, 256 MiB files, 120 s. */
 static void cage_init(struct wrk_host_cage *cg)
 {
-	assert_int_equal(wrk_host_cage_init(cg, 4ull << 30, WRK_CLIENT_MOD_BYTES,
-					    120 * NSEC_PER_SEC), 0);
+	assert_int_equal(
+		wrk_host_cage_init(cg, 4ull << 30, WRK_CLIENT_MOD_BYTES, 120 * NSEC_PER_SEC), 0);
 	assert_int_equal(wrk_host_cage_add_compiler(cg, cc), 0);
 }
 
@@ -188,8 +188,8 @@ static void test_host_build_bounds_the_preprocessed_source(void **state)
 
 	n += (size_t)snprintf(source + n, sizeof(source) - n, "#define X0 1+\n");
 	for (int i = 1; i <= 24; i++)
-		n += (size_t)snprintf(source + n, sizeof(source) - n,
-				      "#define X%d X%d X%d\n", i, i - 1, i - 1);
+		n += (size_t)snprintf(source + n, sizeof(source) - n, "#define X%d X%d X%d\n", i,
+				      i - 1, i - 1);
 	(void)snprintf(source + n, sizeof(source) - n, "int v = X24 1;\n");
 	cage_init(&cg);
 	cg.file_max = 1 * MiB;

@@ -133,16 +133,21 @@ static void test_host_cuda_scan_names_what_the_host_lacks(void **state)
 	} cases[] = {
 		{ "# 1 \"/d/src/kernel.cu\"\n\nvoid f() { asm(\"x\"); }\n",
 		  "inline assembly (asm) at /d/src/kernel.cu:2" },
-		{ "# 1 \"/d/src/lib/h.cuh\"\nvoid f() { __asm__ volatile(\"\"); }\n", "inline assembly" },
-		{ "# 1 \"/d/src/kernel.cu\"\nvoid f() { k<<<1, 2>>>(); }\n", "dynamic parallelism" },
-		{ "# 1 \"/d/src/kernel.cu\"\n# 1 \"/usr/local/include/cub/cub.cuh\" 1 3\nint x;\n", "CUB" },
-		{ "# 1 \"/d/src/kernel.cu\"\n# 1 \"/opt/t/include/thrust/sort.h\" 1 3\nint x;\n", "Thrust" },
+		{ "# 1 \"/d/src/lib/h.cuh\"\nvoid f() { __asm__ volatile(\"\"); }\n",
+		  "inline assembly" },
+		{ "# 1 \"/d/src/kernel.cu\"\nvoid f() { k<<<1, 2>>>(); }\n",
+		  "dynamic parallelism" },
+		{ "# 1 \"/d/src/kernel.cu\"\n# 1 \"/usr/local/include/cub/cub.cuh\" 1 3\nint x;\n",
+		  "CUB" },
+		{ "# 1 \"/d/src/kernel.cu\"\n# 1 \"/opt/t/include/thrust/sort.h\" 1 3\nint x;\n",
+		  "Thrust" },
 	};
 
 	for (unsigned i = 0; i < ARRAY_SIZE(cases); i++) {
 		struct wrk_cuscan sc;
 
-		assert_int_equal(wrk_cuscan_run(cases[i].text, strlen(cases[i].text), "/d/src/", &sc), 0);
+		assert_int_equal(
+			wrk_cuscan_run(cases[i].text, strlen(cases[i].text), "/d/src/", &sc), 0);
 		if (!sc.unsupported || !strstr(sc.unsupported, cases[i].what))
 			fail_msg("case %u: %s", i, sc.unsupported ? sc.unsupported : "nothing");
 		wrk_cuscan_done(&sc);
@@ -162,9 +167,9 @@ static void test_host_cuda_scan_names_what_the_host_lacks(void **state)
 /* ---- the build ---- */
 
 /* Build CUDA C++ with c++: the status, the image (to free) when it built, the log. */
-static int build(const char *source, const char *options, const struct gpux_header *h,
-		 unsigned nh, const char *const *names, unsigned nn, uint8_t **ret_image,
-		 size_t *ret_len, char **ret_log)
+static int build(const char *source, const char *options, const struct gpux_header *h, unsigned nh,
+		 const char *const *names, unsigned nn, uint8_t **ret_image, size_t *ret_len,
+		 char **ret_log)
 {
 	const char *cxx = getenv("GPUX_HOST_CXX") ? getenv("GPUX_HOST_CXX") : "c++";
 	uint8_t extra[8192];
@@ -205,12 +210,14 @@ static int build(const char *source, const char *options, const struct gpux_head
 	assert_int_equal(ipc_mod_extra_check(extra, elen, nh, nn), 0);
 	*ret_image = NULL;
 	*ret_log = NULL;
-	/* In the cage the worker gives it (worker/host/host-cage.h): 4 GiB, 256 MiB files, 120 s. */
+	/* In the cage the worker gives it (worker/host/host-cage.h): 4 GiB, 256 MiB files, 120 s.
+	 */
 	{
 		struct wrk_host_cage cg;
 
 		assert_int_equal(wrk_host_cage_init(&cg, 4ull << 30, WRK_CLIENT_MOD_BYTES,
-						    120 * NSEC_PER_SEC), 0);
+						    120 * NSEC_PER_SEC),
+				 0);
 		assert_int_equal(wrk_host_cage_add_compiler(&cg, cxx), 0);
 		r = wrk_host_cuda_build(&cg, cxx, &b, ret_image, ret_len, ret_log);
 		wrk_host_cage_done(&cg);
@@ -245,7 +252,7 @@ static const char module_src[] =
 	"template <class T> __global__ void fill(T *p, T v) { p[threadIdx.x] = v; }\n";
 
 static const struct gpux_header util_h = { "util.cuh",
-					    "__device__ float twice(float x) { return 2 * x; }\n" };
+					   "__device__ float twice(float x) { return 2 * x; }\n" };
 
 static void *stack_top(uint32_t i)
 {
@@ -286,7 +293,8 @@ static void test_host_cuda_build_makes_a_module_that_runs(void **state)
 	int in[64], out[64];
 	unsigned n = 60;
 	void *pp = p, *pin = in, *pout = out;
-	void *scale_args[] = { &pp, &a, &n }, *sum_args[] = { &pin, &pout }, *fill_args[] = { &pp, &v };
+	void *scale_args[] = { &pp, &a, &n }, *sum_args[] = { &pin, &pout },
+	     *fill_args[] = { &pp, &v };
 	size_t len;
 	char *log, *msg = NULL;
 	void *dl;
@@ -370,7 +378,9 @@ static void test_host_cuda_block_deadlock_fails_it(void **state)
 	_cleanup_(freep) uint8_t *image = NULL;
 	char path[] = "/tmp/gpux-test-module-XXXXXX";
 	const struct gpux_cu_module *mi;
-	struct gpux_cu_launch l = { .abi = GPUX_CU_ABI, .stack = stack_top, .grid_dim = { 1, 1, 1 },
+	struct gpux_cu_launch l = { .abi = GPUX_CU_ABI,
+				    .stack = stack_top,
+				    .grid_dim = { 1, 1, 1 },
 				    .block_dim = { 32, 1, 1 } };
 	int p[32];
 	void *pp = p, *args[] = { &pp };
@@ -401,7 +411,9 @@ static void test_host_cuda_block_deadlock_fails_it(void **state)
 static void test_host_cuda_build_refuses_what_it_must(void **state)
 {
 	static const struct gpux_header bad[] = {
-		{ "../up.h", "int x;\n" }, { "/abs.h", "int x;\n" }, { "a//b.h", "int x;\n" },
+		{ "../up.h", "int x;\n" },
+		{ "/abs.h", "int x;\n" },
+		{ "a//b.h", "int x;\n" },
 	};
 	static const char *const bad_names[] = { "f<int>); int evil(" };
 	static const char src[] = "__global__ void k() {}\n";

@@ -35,7 +35,8 @@ static void test_knames_scan_finds_kernel_instantiations(void **state)
 	scan_is("template <typename T> __global__ void fill(T *p, int n) { }\n"
 		"template __global__ void fill<float>(float *, int);\n"
 		"template void fill<double>(double *, int);\n"
-		"namespace ns { template <int B> __global__ void __launch_bounds__(256) r(int *p) {} }\n"
+		"namespace ns { template <int B> __global__ void __launch_bounds__(256) r(int *p) "
+		"{} }\n"
 		"template __global__ void ns::r<256>(int *);\n"
 		"template __global__ void fill<vec<int, 2>>(vec<int, 2> *, int);\n",
 		"fill<float>|fill<double>|ns::r<256>|fill<vec<int, 2>>");
@@ -129,8 +130,9 @@ static void match_is(struct wrk_knames *k, const char *name, int want, const cha
 static void test_knames_match_cpp_names(void **state)
 {
 	static const char *const entries[] = {
-		"_Z5saxpyPKfPffy", "_Z4overPi", "_Z4overPf", "_ZN2ns5innerEdc", "_ZN2ns3sub5innerEv",
-		"_Z4fillIfEvPT_i", "_ZN2ns4fillIiEEvPT_", "_ZL4statPi", "plain",
+		"_Z5saxpyPKfPffy",     "_Z4overPi",          "_Z4overPf",
+		"_ZN2ns5innerEdc",     "_ZN2ns3sub5innerEv", "_Z4fillIfEvPT_i",
+		"_ZN2ns4fillIiEEvPT_", "_ZL4statPi",         "plain",
 	};
 	static const char pairs[] = "fill<float>\0_Z4fillIfEvPT_i\0";
 	struct wrk_knames *k = names_of(entries, ARRAY_SIZE(entries), pairs, sizeof(pairs) - 1, 1);
@@ -158,11 +160,13 @@ static void test_knames_variable_symbols(void **state)
 	static const struct {
 		const char *name, *symbol;
 	} ok[] = {
-		{ "x", "x" }, { "::x", "x" }, { "ns::scale", "_ZN2ns5scaleE" },
+		{ "x", "x" },
+		{ "::x", "x" },
+		{ "ns::scale", "_ZN2ns5scaleE" },
 		{ "::a::b::c_9", "_ZN1a1b3c_9E" },
 	};
-	static const char *const bad[] = { "", "::", "ns::", "a:b", "9x", "a::9b", "f<int>",
-					   "a b", "&x" };
+	static const char *const bad[] = { "",      "::",     "ns::", "a:b", "9x",
+					   "a::9b", "f<int>", "a b",  "&x" };
 	char buf[64];
 
 	for (unsigned i = 0; i < ARRAY_SIZE(ok); i++) {

@@ -86,9 +86,9 @@ static void test_options_host_refused(void **state)
 
 	/* The log names the culprit, the first refused option. */
 	assert_refused(wrk_host_options_re, bad, ARRAY_SIZE(bad) - 1);
-	assert_int_equal(
-	    check(wrk_host_options_re, bad[ARRAY_SIZE(bad) - 1], "compiler option not allowed: -o"),
-	    GPUX_E_INVAL);
+	assert_int_equal(check(wrk_host_options_re, bad[ARRAY_SIZE(bad) - 1],
+			       "compiler option not allowed: -o"),
+			 GPUX_E_INVAL);
 }
 
 #ifdef GPUX_HAVE_CUDA

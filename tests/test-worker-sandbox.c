@@ -51,8 +51,11 @@ static void image_make(struct image *im, const Elf64_Dyn *tags, unsigned n)
 	};
 	Elf64_Shdr sh[2] = {
 		{ 0 },
-		{ .sh_type = SHT_DYNAMIC, .sh_offset = DECOY_AT, .sh_size = 2 * sizeof(Elf64_Dyn),
-		  .sh_entsize = sizeof(Elf64_Dyn), .sh_flags = SHF_ALLOC | SHF_WRITE },
+		{ .sh_type = SHT_DYNAMIC,
+		  .sh_offset = DECOY_AT,
+		  .sh_size = 2 * sizeof(Elf64_Dyn),
+		  .sh_entsize = sizeof(Elf64_Dyn),
+		  .sh_flags = SHF_ALLOC | SHF_WRITE },
 	};
 	const Elf64_Dyn clean[] = { { .d_tag = DT_STRSZ, .d_un.d_val = 1 }, { .d_tag = DT_NULL } };
 
@@ -65,11 +68,18 @@ static void image_make(struct image *im, const Elf64_Dyn *tags, unsigned n)
 	memcpy(im->b + SHDR_AT, sh, sizeof(sh));
 	put_dyn(im, DECOY_AT, clean, 2);
 	put_dyn(im, DYN_AT, tags, n);
-	im->ph[0] = (Elf64_Phdr){ .p_type = PT_LOAD, .p_flags = PF_R | PF_W, .p_filesz = IMAGE_LEN,
-				  .p_memsz = IMAGE_LEN, .p_align = 4096 };
-	im->ph[1] = (Elf64_Phdr){ .p_type = PT_DYNAMIC, .p_flags = PF_R | PF_W, .p_offset = DYN_AT,
-				  .p_vaddr = DYN_AT, .p_filesz = (n + 1) * sizeof(Elf64_Dyn),
-				  .p_memsz = (n + 1) * sizeof(Elf64_Dyn), .p_align = 8 };
+	im->ph[0] = (Elf64_Phdr){ .p_type = PT_LOAD,
+				  .p_flags = PF_R | PF_W,
+				  .p_filesz = IMAGE_LEN,
+				  .p_memsz = IMAGE_LEN,
+				  .p_align = 4096 };
+	im->ph[1] = (Elf64_Phdr){ .p_type = PT_DYNAMIC,
+				  .p_flags = PF_R | PF_W,
+				  .p_offset = DYN_AT,
+				  .p_vaddr = DYN_AT,
+				  .p_filesz = (n + 1) * sizeof(Elf64_Dyn),
+				  .p_memsz = (n + 1) * sizeof(Elf64_Dyn),
+				  .p_align = 8 };
 	im->nph = 2;
 }
 
@@ -158,8 +168,12 @@ static void test_sandbox_image_dynamic_read_where_mapped(void **state)
 	im.ph[0].p_filesz = im.ph[0].p_memsz = DYN_AT;
 	im.ph[1].p_offset = DECOY_AT;
 	im.ph[1].p_vaddr = 0x10000 + DYN_AT;
-	im.ph[2] = (Elf64_Phdr){ .p_type = PT_LOAD, .p_flags = PF_R | PF_W, .p_vaddr = 0x10000,
-				 .p_filesz = 4096, .p_memsz = 4096, .p_align = 4096 };
+	im.ph[2] = (Elf64_Phdr){ .p_type = PT_LOAD,
+				 .p_flags = PF_R | PF_W,
+				 .p_vaddr = 0x10000,
+				 .p_filesz = 4096,
+				 .p_memsz = 4096,
+				 .p_align = 4096 };
 	im.nph = 3;
 	assert_refused(&im, "DT_INIT_ARRAY");
 }
@@ -176,8 +190,12 @@ static void test_sandbox_image_dynamic_unreadable(void **state)
 	assert_refused(&im, "dynamic segment");
 	/* Mapped over by another segment, page by page as the loader maps. */
 	image_make(&im, tags, 1);
-	im.ph[2] = (Elf64_Phdr){ .p_type = PT_LOAD, .p_flags = PF_R, .p_vaddr = DYN_AT + 2048,
-				 .p_offset = DYN_AT + 2048, .p_filesz = 8, .p_memsz = 8,
+	im.ph[2] = (Elf64_Phdr){ .p_type = PT_LOAD,
+				 .p_flags = PF_R,
+				 .p_vaddr = DYN_AT + 2048,
+				 .p_offset = DYN_AT + 2048,
+				 .p_filesz = 8,
+				 .p_memsz = 8,
 				 .p_align = 4096 };
 	im.nph = 3;
 	assert_refused(&im, "dynamic segment");
@@ -284,15 +302,18 @@ static void test_sandbox_image_relocation_rewrites_relocations(void **state)
 
 /* An absolute symbol: a relocation of it writes st_value + r_addend, a value of the image's
  * choosing, wherever the module is loaded. */
-#define ABS_SYM(v)                                                                            \
-	{ .st_info = ELF64_ST_INFO(STB_LOCAL, STT_NOTYPE), .st_shndx = SHN_ABS, .st_value = (v) }
+#define ABS_SYM(v)                                                                                 \
+	{                                                                                          \
+		.st_info = ELF64_ST_INFO(STB_LOCAL, STT_NOTYPE), .st_shndx = SHN_ABS,              \
+		.st_value = (v)                                                                    \
+	}
 
 /*
  * An image with relocations rl at TABLES_AT, naming symbols 1.. (sym) of the table at
  * SYMS_AT (DT_SYMTAB is the first tag, so its d_ptr is at DYN_AT + 8), then the tags more.
  */
-static void image_relocs(struct image *im, const Elf64_Rela *rl, unsigned nrl,
-			 const Elf64_Sym *sym, unsigned nsym, const Elf64_Dyn *more, unsigned nmore)
+static void image_relocs(struct image *im, const Elf64_Rela *rl, unsigned nrl, const Elf64_Sym *sym,
+			 unsigned nsym, const Elf64_Dyn *more, unsigned nmore)
 {
 	Elf64_Dyn tags[8] = { { .d_tag = DT_SYMTAB, .d_un.d_ptr = SYMS_AT },
 			      { .d_tag = DT_SYMENT, .d_un.d_val = sizeof(Elf64_Sym) },
@@ -316,13 +337,13 @@ static void image_relocs(struct image *im, const Elf64_Rela *rl, unsigned nrl,
  * module's (st_name, st_info, st_other and st_shndx are its first 8 bytes). */
 static void test_sandbox_image_relocation_rewrites_symbols(void **state)
 {
-	const uint64_t ifunc = (uint64_t)ELF64_ST_INFO(STB_GLOBAL, STT_GNU_IFUNC) << 32 |
-			       (uint64_t)1 << 48;
+	const uint64_t ifunc =
+		(uint64_t)ELF64_ST_INFO(STB_GLOBAL, STT_GNU_IFUNC) << 32 | (uint64_t)1 << 48;
 	const Elf64_Rela rl = { .r_offset = SYMS_AT + 2 * sizeof(Elf64_Sym),
 				.r_info = ELF64_R_INFO(1, R_X86_64_64) };
-	const Elf64_Sym sym[2] = { ABS_SYM(ifunc),
-				   { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
-				     .st_shndx = 1 } };
+	const Elf64_Sym sym[2] = {
+		ABS_SYM(ifunc), { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC), .st_shndx = 1 }
+	};
 	const Elf64_Dyn more[] = { { .d_tag = DT_GNU_HASH, .d_un.d_ptr = TABLES_AT + 64 } };
 	/* One bucket from symbol 1, one bloom word; bucket 0: symbol 1; its chain ends at 2. */
 	const uint32_t hash[] = { 1, 1, 1, 0, 0, 0, 1, 0, 1 };
@@ -343,9 +364,9 @@ static void test_sandbox_image_relocation_rewrites_dynamic(void **state)
 		  .r_info = ELF64_R_INFO(1, R_X86_64_64) },
 		{ .r_offset = 0x40, .r_info = ELF64_R_INFO(2, R_X86_64_GLOB_DAT) },
 	};
-	const Elf64_Sym sym[2] = { ABS_SYM(other),
-				   { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
-				     .st_shndx = 1 } };
+	const Elf64_Sym sym[2] = {
+		ABS_SYM(other), { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC), .st_shndx = 1 }
+	};
 	const Elf64_Sym ifunc = { .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_GNU_IFUNC),
 				  .st_shndx = 1 };
 	struct image im;
@@ -376,8 +397,10 @@ static void test_sandbox_image_relocation_writes(void **state)
 		{ DYN_AT + 7 * sizeof(Elf64_Dyn), R_X86_64_64, "relocation that writes" },
 		{ DYN_AT + 8 * sizeof(Elf64_Dyn), R_X86_64_64, NULL },
 		{ TABLES_AT - 8, R_X86_64_GLOB_DAT, NULL },
-		{ TABLES_AT + sizeof(Elf64_Rela) - 1, R_X86_64_JUMP_SLOT, "relocation that writes" },
-		{ SYMS_AT + 2 * sizeof(Elf64_Sym) - 1, R_X86_64_DTPMOD64, "relocation that writes" },
+		{ TABLES_AT + sizeof(Elf64_Rela) - 1, R_X86_64_JUMP_SLOT,
+		  "relocation that writes" },
+		{ SYMS_AT + 2 * sizeof(Elf64_Sym) - 1, R_X86_64_DTPMOD64,
+		  "relocation that writes" },
 		{ SYMS_AT + 2 * sizeof(Elf64_Sym), R_X86_64_DTPMOD64, NULL },
 		{ TABLES_AT + 64 + 4, R_X86_64_TPOFF64, "relocation that writes" },
 		{ 0x40, R_X86_64_COPY, "copy relocation" },
@@ -428,10 +451,9 @@ static void test_sandbox_image_relocation_writes_lookup_tables(void **state)
 		const uint64_t sym_of = tables[i].tag == DT_VERSYM ? 2 : 1;
 
 		for (unsigned past = 0; past < 2; past++) {
-			const Elf64_Rela rl = {
-				.r_offset = TABLES_AT + 64 + tables[i].size - 1 + past,
-				.r_info = ELF64_R_INFO(sym_of, R_X86_64_GLOB_DAT)
-			};
+			const Elf64_Rela rl = { .r_offset =
+							TABLES_AT + 64 + tables[i].size - 1 + past,
+						.r_info = ELF64_R_INFO(sym_of, R_X86_64_GLOB_DAT) };
 			struct image im;
 
 			image_relocs(&im, &rl, 1, sym, 2, more, 1);

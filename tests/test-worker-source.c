@@ -48,15 +48,14 @@ static void refused(const char *s)
 		fail_msg("not refused: \"%s\" as \"%s\"", s, c);
 }
 
-static const char base[] =
-	"#include <cuda_fp16.h>\n"
-	"#define SCALE(x) ((x) * 2)\n"
-	"extern \"C\" __global__ void k(float *p, int n)\n"
-	"{\n"
-	"\tint i = threadIdx.x;\n"
-	"\tif (i < n)\n"
-	"\t\tp[i] = SCALE(p[i]) + 1.5e-3f;\n"
-	"}\n";
+static const char base[] = "#include <cuda_fp16.h>\n"
+			   "#define SCALE(x) ((x) * 2)\n"
+			   "extern \"C\" __global__ void k(float *p, int n)\n"
+			   "{\n"
+			   "\tint i = threadIdx.x;\n"
+			   "\tif (i < n)\n"
+			   "\t\tp[i] = SCALE(p[i]) + 1.5e-3f;\n"
+			   "}\n";
 
 /* Comments (anywhere, of the same lines), spacing within lines, trailing blank lines. */
 static void test_source_comments_and_spacing_are_alike(void **state)
@@ -112,7 +111,8 @@ static void test_source_refuses_what_it_cannot_read(void **state)
 {
 	refused("const char *s = R\"(/* not a comment */)\";\n");
 	refused("const char *s = u8R\"x(a)x\";\n");
-	refused("int x = a ?" "?/\n+ b;\n");
+	refused("int x = a ?"
+		"?/\n+ b;\n");
 	refused("%:include <a//b>\n");
 	refused("// comment \\\nint hidden;\n");
 	refused("/\\\n/ comment\n");

@@ -125,7 +125,8 @@ static uint64_t compile_once(struct nvrtc *nv, const char *src, const char *opt,
 	uint64_t t0 = now();
 
 	if (nv->create(&prog, src, "bench.cu", 0, NULL, NULL) != NVRTC_SUCCESS ||
-	    nv->compile(prog, 1, opts) != NVRTC_SUCCESS || nv->cubin_size(prog, ret_len) != NVRTC_SUCCESS)
+	    nv->compile(prog, 1, opts) != NVRTC_SUCCESS ||
+	    nv->cubin_size(prog, ret_len) != NVRTC_SUCCESS)
 		exit(1);
 	*ret = malloc(*ret_len);
 	if (!*ret || nv->cubin(prog, *ret) != NVRTC_SUCCESS)
@@ -355,14 +356,20 @@ static int do_threads(const char *cubin, unsigned t, unsigned n)
 /* A chain of len kernel nodes of f, instantiated. */
 static CUgraphExec chain(CUfunction f, unsigned len, CUgraphNode *nodes)
 {
-	CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
-				      .blockDimX = 1, .blockDimY = 1, .blockDimZ = 1 };
+	CUDA_KERNEL_NODE_PARAMS p = { .func = f,
+				      .gridDimX = 1,
+				      .gridDimY = 1,
+				      .gridDimZ = 1,
+				      .blockDimX = 1,
+				      .blockDimY = 1,
+				      .blockDimZ = 1 };
 	CUgraphExec exec;
 	CUgraph g;
 
 	CHECK(cu.cuGraphCreate(&g, 0));
 	for (unsigned i = 0; i < len; i++)
-		CHECK(cu.cuGraphAddKernelNode(&nodes[i], g, i ? &nodes[i - 1] : NULL, i ? 1 : 0, &p));
+		CHECK(cu.cuGraphAddKernelNode(&nodes[i], g, i ? &nodes[i - 1] : NULL, i ? 1 : 0,
+					      &p));
 	CHECK(cu.cuGraphInstantiateWithFlags(&exec, g, 0));
 	return exec;
 }
@@ -381,8 +388,12 @@ static int do_graph(const char *cubin, unsigned len, unsigned n)
 	f = load(cubin, "empty");
 	exec = chain(f, len, nodes);
 	for (unsigned round = 0; round < 2; round++) {
-		CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1,
-					      .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+		CUDA_KERNEL_NODE_PARAMS p = { .func = f,
+					      .gridDimX = 1,
+					      .gridDimY = 1,
+					      .gridDimZ = 1,
+					      .blockDimX = 1,
+					      .blockDimY = 1,
 					      .blockDimZ = 1 };
 		unsigned graphs = round ? n / len : 1000 / len + 1;
 
@@ -432,9 +443,14 @@ static uint64_t median_of(uint64_t *t, unsigned n)
 static int do_costs(const char *cubin)
 {
 	enum { N = 20000, RTT = 2000 };
-	static const char *const ends[] = { "sync",        "event_spin",        "event_sync",
-					    "word_spin",   "stream_spin",       "graph1_event_spin",
-					    "graph1_set_event_spin", "graph1_sync" };
+	static const char *const ends[] = { "sync",
+					    "event_spin",
+					    "event_sync",
+					    "word_spin",
+					    "stream_spin",
+					    "graph1_event_spin",
+					    "graph1_set_event_spin",
+					    "graph1_sync" };
 	static uint64_t t[RTT];
 	CUresult (*write64)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
 	CUresult (*host_alloc)(void **, size_t, unsigned);
@@ -478,8 +494,12 @@ static int do_costs(const char *cubin)
 	}
 	exec = chain(f, 64, nodes);
 	{
-		CUDA_KERNEL_NODE_PARAMS p = { .func = f, .gridDimX = 1, .gridDimY = 1,
-					      .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+		CUDA_KERNEL_NODE_PARAMS p = { .func = f,
+					      .gridDimX = 1,
+					      .gridDimY = 1,
+					      .gridDimZ = 1,
+					      .blockDimX = 1,
+					      .blockDimY = 1,
 					      .blockDimZ = 1 };
 		t0 = now();
 		for (unsigned i = 0; i < N; i++)
@@ -529,16 +549,20 @@ static int do_costs(const char *cubin)
 
 			if (how >= 5) {
 				if (how == 6) {
-					CUDA_KERNEL_NODE_PARAMS p = {
-						.func = f, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1,
-						.blockDimX = 1, .blockDimY = 1, .blockDimZ = 1
-					};
+					CUDA_KERNEL_NODE_PARAMS p = { .func = f,
+								      .gridDimX = 1,
+								      .gridDimY = 1,
+								      .gridDimZ = 1,
+								      .blockDimX = 1,
+								      .blockDimY = 1,
+								      .blockDimZ = 1 };
 
 					CHECK(cu.cuGraphExecKernelNodeSetParams(one, node1, &p));
 				}
 				CHECK(cu.cuGraphLaunch(one, stream));
 			} else {
-				CHECK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL, NULL));
+				CHECK(cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, stream, NULL,
+							NULL));
 			}
 			if (how == 0 || how == 7) {
 				CHECK(cu.cuStreamSynchronize(stream));
@@ -654,7 +678,8 @@ int main(int argc, char **argv)
 		return do_graph(argv[2], (unsigned)strtoul(argv[3], NULL, 10),
 				(unsigned)strtoul(argv[4], NULL, 10));
 	if (argc == 5 && strcmp(argv[1], "bw") == 0)
-		return do_bw(argv[2], strtoull(argv[3], NULL, 10), (unsigned)strtoul(argv[4], NULL, 10));
+		return do_bw(argv[2], strtoull(argv[3], NULL, 10),
+			     (unsigned)strtoul(argv[4], NULL, 10));
 	if (argc == 3 && strcmp(argv[1], "costs") == 0)
 		return do_costs(argv[2]);
 	if (argc == 3 && strcmp(argv[1], "startup") == 0)

@@ -17,10 +17,10 @@
  * run again only until that copy began), one after the other for the whole run; meanwhile
  * this process's kernel writes an illegal address FAULTS times, EVERY_MS apart, and each time
  * the worker dies and restarts (with gpuxd's back-off: 100 ms, then 200, 400; five deaths in
- * a minute would mark the device failed). Each innocent counts its requests that failed (the goal is none: requests
- * that had not begun run again on the restarted worker), checks that its float was added to
- * exactly once per request that succeeded (none ran twice), and records every round trip:
- * the extra latency of a restart is the worst of them against the median.
+ * a minute would mark the device failed). Each innocent counts its requests that failed (the goal
+ * is none: requests that had not begun run again on the restarted worker), checks that its float
+ * was added to exactly once per request that succeeded (none ran twice), and records every round
+ * trip: the extra latency of a restart is the worst of them against the median.
  */
 
 #define INNOCENTS 4u
@@ -29,29 +29,27 @@
 #define EVERY_MS 2000u
 #define LAT_MAX 200000u
 
-static const char kernels_cuda[] =
-	"extern \"C\" __global__ void inc(float *p)\n"
-	"{\n"
-	"	if (threadIdx.x == 0 && blockIdx.x == 0)\n"
-	"		p[0] += 1.0f;\n"
-	"}\n"
-	"extern \"C\" __global__ void crash(float *p)\n"
-	"{\n"
-	"	p[1ull << 40] = 1.0f;\n"
-	"}\n";
+static const char kernels_cuda[] = "extern \"C\" __global__ void inc(float *p)\n"
+				   "{\n"
+				   "	if (threadIdx.x == 0 && blockIdx.x == 0)\n"
+				   "		p[0] += 1.0f;\n"
+				   "}\n"
+				   "extern \"C\" __global__ void crash(float *p)\n"
+				   "{\n"
+				   "	p[1ull << 40] = 1.0f;\n"
+				   "}\n";
 
-static const char kernels_host[] =
-	"GPUX_HOST_PARAMS(inc, sizeof(float *));\n"
-	"GPUX_HOST_KERNEL(inc)\n"
-	"{\n"
-	"	GPUX_ARG(float *, 0)[0] += 1.0f;\n"
-	"}\n"
-	"GPUX_HOST_PARAMS(crash, sizeof(float *));\n"
-	"GPUX_HOST_KERNEL(crash)\n"
-	"{\n"
-	"	volatile float *p = GPUX_ARG(float *, 0);\n"
-	"	p[-(1L << 40)] = 1.0f;\n"
-	"}\n";
+static const char kernels_host[] = "GPUX_HOST_PARAMS(inc, sizeof(float *));\n"
+				   "GPUX_HOST_KERNEL(inc)\n"
+				   "{\n"
+				   "	GPUX_ARG(float *, 0)[0] += 1.0f;\n"
+				   "}\n"
+				   "GPUX_HOST_PARAMS(crash, sizeof(float *));\n"
+				   "GPUX_HOST_KERNEL(crash)\n"
+				   "{\n"
+				   "	volatile float *p = GPUX_ARG(float *, 0);\n"
+				   "	p[-(1L << 40)] = 1.0f;\n"
+				   "}\n";
 
 /* What each innocent tells the parent, in shared anonymous memory. */
 struct innocent {
@@ -65,11 +63,11 @@ static gpux_module *load(struct bench *b, gpux_ctx *c)
 	gpux_module *m = NULL;
 
 	if (b->cuda)
-		(void)gpux_module_load(c, GPUX_LANG_CUDA, kernels_cuda, sizeof(kernels_cuda) - 1, NULL,
-				       &m, NULL);
+		(void)gpux_module_load(c, GPUX_LANG_CUDA, kernels_cuda, sizeof(kernels_cuda) - 1,
+				       NULL, &m, NULL);
 	else
-		(void)gpux_module_load(c, GPUX_LANG_HOST, kernels_host, sizeof(kernels_host) - 1, NULL,
-				       &m, NULL);
+		(void)gpux_module_load(c, GPUX_LANG_HOST, kernels_host, sizeof(kernels_host) - 1,
+				       NULL, &m, NULL);
 	return m;
 }
 
@@ -221,8 +219,9 @@ int bench_fault(struct bench *b)
 		gpux_module_free(m);
 		gpux_disconnect(c);
 		if (!m) {
-			(void)fprintf(stderr, "gpux: bench: fault: no gpuxd of its own, or its kernels "
-					      "do not build\n");
+			(void)fprintf(stderr,
+				      "gpux: bench: fault: no gpuxd of its own, or its kernels "
+				      "do not build\n");
 			bench_daemon_stop(d);
 			(void)munmap(inn, bytes);
 			return -1;
@@ -240,8 +239,8 @@ int bench_fault(struct bench *b)
 	for (unsigned i = 0; i < INNOCENTS; i++) {
 		int st;
 
-		if (pids[i] > 0 && (waitpid(pids[i], &st, 0) != pids[i] || !WIFEXITED(st) ||
-				    WEXITSTATUS(st) != 0))
+		if (pids[i] > 0 &&
+		    (waitpid(pids[i], &st, 0) != pids[i] || !WIFEXITED(st) || WEXITSTATUS(st) != 0))
 			failed++;
 		ok += inn[i].ok;
 		failed += inn[i].failed;
@@ -251,8 +250,9 @@ int bench_fault(struct bench *b)
 	bench_daemon_stop(d);
 	lat = all ? malloc(all * sizeof(*lat)) : NULL;
 	if (!lat || faults == 0 || started < INNOCENTS) {
-		(void)fprintf(stderr, "gpux: bench: fault: %u faults, %u of %u innocents started, "
-				      "%llu results\n",
+		(void)fprintf(stderr,
+			      "gpux: bench: fault: %u faults, %u of %u innocents started, "
+			      "%llu results\n",
 			      faults, started, INNOCENTS, (unsigned long long)all);
 		free(lat);
 		(void)munmap(inn, bytes);
@@ -274,7 +274,8 @@ int bench_fault(struct bench *b)
 		  (double)wrong, wrong == 0);
 	bench_add(b, "  innocents' requests done", (double)ok, NAN, "", "", NAN, true);
 	bench_add(b, "  faults (each a restart)", (double)faults, NAN, "", "", NAN, true);
-	bench_add(b, "  of them, the faulting client told so", (double)told, NAN, "", "", NAN, true);
+	bench_add(b, "  of them, the faulting client told so", (double)told, NAN, "", "", NAN,
+		  true);
 	bench_add(b, "  worker restart, fault to ready", restart / 1e6, NAN, "ms", "", NAN, true);
 	bench_add(b, "  innocents' round trip, p50", p50 / 1e3, NAN, "us", "", NAN, true);
 	bench_add(b, "  innocents' round trip, p99", p99 / 1e3, NAN, "us", "", NAN, true);

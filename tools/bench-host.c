@@ -99,7 +99,11 @@ static uint64_t loop_ns(void *(*fn)(void *), unsigned threads, uint32_t total, c
 	unsigned started = 0;
 
 	for (unsigned t = 0; t < threads; t++) {
-		parts[t] = (struct part){ .a = a, .b = b, .c = c, .n = n, .ikj = ikj,
+		parts[t] = (struct part){ .a = a,
+					  .b = b,
+					  .c = c,
+					  .n = n,
+					  .ikj = ikj,
 					  .from = (uint32_t)((uint64_t)total * t / threads),
 					  .to = (uint32_t)((uint64_t)total * (t + 1) / threads) };
 		if (t + 1 == threads)
@@ -267,7 +271,8 @@ int bench_host(struct bench *b)
 out:
 	if (rc < 0)
 		(void)fprintf(stderr, "gpux: bench: host: %s\n",
-			      m ? "a launch failed, or its result is wrong" : "the kernels do not build");
+			      m ? "a launch failed, or its result is wrong"
+				: "the kernels do not build");
 	free(log);
 	gpux_buf_free(ref);
 	gpux_buf_free(c);

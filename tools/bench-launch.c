@@ -126,8 +126,10 @@ int bench_rtt(struct bench *b)
 			const char *key, *name;
 		} costs[] = {
 			{ "rtt_event_spin_p50_ns", "  in-process: launch, event, spin on it, p50" },
-			{ "rtt_word_spin_p50_ns", "  in-process: launch, stream writes a word, p50" },
-			{ "rtt_stream_spin_p50_ns", "  in-process: launch, spin on cuStreamQuery, p50" },
+			{ "rtt_word_spin_p50_ns",
+			  "  in-process: launch, stream writes a word, p50" },
+			{ "rtt_stream_spin_p50_ns",
+			  "  in-process: launch, spin on cuStreamQuery, p50" },
 			{ "launch_ns", "  in-process: cuLaunchKernel" },
 			{ "event_record_ns", "  in-process: cuEventRecord" },
 			{ "event_query_ns", "  in-process: cuEventQuery" },
@@ -139,9 +141,11 @@ int bench_rtt(struct bench *b)
 			  "  in-process: graph of 1 node, event, spin on it, p50" },
 			{ "rtt_graph1_set_event_spin_p50_ns",
 			  "  in-process: the same, its node set first, p50" },
-			{ "rtt_graph1_sync_p50_ns", "  in-process: graph of 1 node, synchronize, p50" },
+			{ "rtt_graph1_sync_p50_ns",
+			  "  in-process: graph of 1 node, synchronize, p50" },
 			{ "write_value_ns", "  in-process: cuStreamWriteValue64" },
-			{ "pool_alloc_free_ns", "  in-process: a 64 KiB temporary from the pool, freed" },
+			{ "pool_alloc_free_ns",
+			  "  in-process: a 64 KiB temporary from the pool, freed" },
 		};
 
 		for (unsigned i = 0; i < ARRAY_SIZE(costs); i++) {
@@ -157,7 +161,7 @@ int bench_rtt(struct bench *b)
 /* ---- many clients ---- */
 
 uint64_t bench_client_loop(struct bench *b, const char *kernel, bool scalar, unsigned window,
-			    uint32_t device, uint64_t from, uint64_t until)
+			   uint32_t device, uint64_t from, uint64_t until)
 {
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = device };
 	gpux_req **r = calloc(window, sizeof(*r));
@@ -218,8 +222,8 @@ static double clients_rate(struct bench *b, unsigned n, const char *kernel, bool
 		pid_t pid = fork();
 
 		if (pid == 0) {
-			uint32_t dev = device == DEVICE_IN_TURN ? i % gpux_device_count(b->ctx)
-								: device;
+			uint32_t dev =
+				device == DEVICE_IN_TURN ? i % gpux_device_count(b->ctx) : device;
 
 			cnt[i] = bench_client_loop(b, kernel, scalar, window, dev, from, until);
 			_exit(cnt[i] ? 0 : 1);
@@ -258,14 +262,16 @@ static void alternatives_measure(struct bench *b, struct alternatives *a)
 	if (bench_base_run(b, &kv, (const char *const[]){ "rate", b->cubin, "200000", NULL }) == 0)
 		a->thread1 = bench_kv_get(&kv, "launches_per_s");
 	for (unsigned i = 0; i < 3; i++)
-		if (bench_base_run(b, &kv, (const char *const[]){ "threads", b->cubin, nthreads[i],
-								  "400000", NULL }) == 0)
+		if (bench_base_run(b, &kv,
+				   (const char *const[]){ "threads", b->cubin, nthreads[i],
+							  "400000", NULL }) == 0)
 			a->threads[i] = bench_kv_get(&kv, "launches_per_s");
-	if (bench_base_run(b, &kv, (const char *const[]){ "graph", b->cubin, "64", "409600",
-							  NULL }) == 0)
+	if (bench_base_run(b, &kv,
+			   (const char *const[]){ "graph", b->cubin, "64", "409600", NULL }) == 0)
 		a->graph64 = bench_kv_get(&kv, "launches_per_s");
-	if (bench_cupy_run(b, &kv, (const char *const[]){ "--rates", b->quick ? "--quick" : NULL,
-							  NULL }) == 0)
+	if (bench_cupy_run(b, &kv,
+			   (const char *const[]){ "--rates", b->quick ? "--quick" : NULL, NULL }) ==
+	    0)
 		for (unsigned i = 0; i < 3; i++)
 			a->cupy[i] = bench_kv_get(&kv, nprocs[i]);
 	a->best = a->thread1;
@@ -398,8 +404,10 @@ static int clients_all_devices(struct bench *b, double secs)
 		bench_add(b, name, any / 1e3, named / 1e3, "k/s", ">= 0.95x", any / named,
 			  any >= 0.95 * named);
 		(void)snprintf(name, sizeof(name), "%u processes, GPUX_ANY vs all on one", n);
-		bench_add(b, name, any / 1e3, one / 1e3, "k/s", target, any / one, any >= want * one);
-		(void)snprintf(name, sizeof(name), "  %u processes, each naming one, vs all on one", n);
+		bench_add(b, name, any / 1e3, one / 1e3, "k/s", target, any / one,
+			  any >= want * one);
+		(void)snprintf(name, sizeof(name), "  %u processes, each naming one, vs all on one",
+			       n);
 		bench_add(b, name, named / 1e3, one / 1e3, "k/s", "", named / one, true);
 		if (counted) {
 			(void)snprintf(name, sizeof(name), "%u GPUX_ANY, device 0", n);
@@ -424,17 +432,19 @@ int bench_clients(struct bench *b)
 		return -1;
 	bench_add(b, "  in-process: 1 thread", NAN, alt.thread1 / 1e3, "k/s", "", NAN, true);
 	for (unsigned i = 0; i < 3; i++) {
-		(void)snprintf(name, sizeof(name), "  in-process: %u threads, a stream each", 4u << i);
+		(void)snprintf(name, sizeof(name), "  in-process: %u threads, a stream each",
+			       4u << i);
 		bench_add(b, name, NAN, alt.threads[i] / 1e3, "k/s", "", NAN, true);
 	}
-	bench_add(b, "  in-process: graphs of 64 nodes, 1 thread", NAN, alt.graph64 / 1e3, "k/s", "",
-		  NAN, true);
+	bench_add(b, "  in-process: graphs of 64 nodes, 1 thread", NAN, alt.graph64 / 1e3, "k/s",
+		  "", NAN, true);
 	for (unsigned i = 0; i < 3; i++) {
 		static const unsigned procs[] = { 4, 16, 32 };
 
 		if (isnan(alt.cupy[i]))
 			continue;
-		(void)snprintf(name, sizeof(name), "  CuPy: %u processes, a context each", procs[i]);
+		(void)snprintf(name, sizeof(name), "  CuPy: %u processes, a context each",
+			       procs[i]);
 		bench_add(b, name, NAN, alt.cupy[i] / 1e3, "k/s", "", NAN, true);
 	}
 	return 0;

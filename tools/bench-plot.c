@@ -59,8 +59,8 @@ struct chart {
 	unsigned ng;
 };
 
-static const char *const gpux_colors[] = { "#1f60c4", "#17a2b8", "#2e8b57", "#6f42c1",
-					   "#20c997", "#0d3b66" };
+static const char *const gpux_colors[] = { "#1f60c4", "#17a2b8", "#2e8b57",
+					   "#6f42c1", "#20c997", "#0d3b66" };
 #define GPUX_COLOR "#1f60c4"
 #define BASE_COLOR "#8e9aa0"
 
@@ -164,8 +164,10 @@ static void rate_row(struct chart *c, const struct result *r, bool targets)
 			(void)snprintf(label, sizeof(label), "target: %s", r->target);
 			hline_add(c, label, "#c0392b", k);
 		}
-	} else if (strncmp(name, "CuPy: ", 6) == 0 && (n = count_then(name + 6, " process", &rest))) {
-		series_add(series_get(c, "CuPy, a process and context each", "#e67e22"), n, r->base);
+	} else if (strncmp(name, "CuPy: ", 6) == 0 &&
+		   (n = count_then(name + 6, " process", &rest))) {
+		series_add(series_get(c, "CuPy, a process and context each", "#e67e22"), n,
+			   r->base);
 	} else if (strncmp(name, "in-process: ", 12) == 0) {
 		n = count_then(name + 12, " thread", &rest);
 		if (n) {
@@ -215,11 +217,12 @@ static void rtt_row(struct chart *c, const struct result *r)
 
 /* ---- the SVG ---- */
 
-static void text(FILE *f, double x, double y, const char *anchor, unsigned size,
-		 const char *color, const char *s)
+static void text(FILE *f, double x, double y, const char *anchor, unsigned size, const char *color,
+		 const char *s)
 {
-	(void)fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%u\" "
-			 "fill=\"%s\">",
+	(void)fprintf(f,
+		      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" font-size=\"%u\" "
+		      "fill=\"%s\">",
 		      x, y, anchor, size, color);
 	for (; *s; s++) {
 		if (*s == '&')
@@ -239,18 +242,21 @@ static void text(FILE *f, double x, double y, const char *anchor, unsigned size,
 static void frame(FILE *f, double x0, double y0, double w, double h, const char *title,
 		  const char *ylabel)
 {
-	(void)fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-			 "fill=\"none\" stroke=\"#444\"/>\n",
+	(void)fprintf(f,
+		      "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+		      "fill=\"none\" stroke=\"#444\"/>\n",
 		      x0, y0, w, h);
 	text(f, x0 + w / 2, y0 - 12, "middle", 15, "#222", title);
-	(void)fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\" "
-			 "fill=\"#444\" transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
+	(void)fprintf(f,
+		      "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-size=\"12\" "
+		      "fill=\"#444\" transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
 		      x0 - 46, y0 + h / 2, x0 - 46, y0 + h / 2, ylabel);
 }
 
 static void grid_line(FILE *f, double x0, double w, double y, const char *label)
 {
-	(void)fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+	(void)fprintf(f,
+		      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
 		      x0, y, x0 + w, y);
 	text(f, x0 - 6, y + 4, "end", 11, "#444", label);
 }
@@ -263,16 +269,18 @@ static double nice_step(double max, unsigned ticks)
 	return p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10);
 }
 
-static void legend_entry(FILE *f, double x, double y, const char *color, bool dashed,
-			 bool bar, const char *label)
+static void legend_entry(FILE *f, double x, double y, const char *color, bool dashed, bool bar,
+			 const char *label)
 {
 	if (bar)
-		(void)fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" "
-				 "fill=\"%s\"/>\n",
+		(void)fprintf(f,
+			      "<rect x=\"%.1f\" y=\"%.1f\" width=\"14\" height=\"10\" "
+			      "fill=\"%s\"/>\n",
 			      x, y - 9, color);
 	else
-		(void)fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-				 "stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+		(void)fprintf(f,
+			      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+			      "stroke=\"%s\" stroke-width=\"2\"%s/>\n",
 			      x, y - 4, x + 18, y - 4, color,
 			      dashed ? " stroke-dasharray=\"5,3\"" : "");
 	text(f, x + 24, y, "start", 11, "#222", label);
@@ -310,8 +318,9 @@ static void rates_panel(FILE *f, const struct chart *c, double x0, double y0, do
 	for (unsigned i = 0; i < c->nh; i++) {
 		double y = y0 + h - c->h[i].y / top * h;
 
-		(void)fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
-				 "stroke=\"%s\" stroke-dasharray=\"2,4\" stroke-width=\"1.5\"/>\n",
+		(void)fprintf(f,
+			      "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" "
+			      "stroke=\"%s\" stroke-dasharray=\"2,4\" stroke-width=\"1.5\"/>\n",
 			      x0, y, x0 + w, y, c->h[i].color);
 		text(f, x0 + w - 4, y - 4, "end", 10, c->h[i].color, c->h[i].label);
 	}
@@ -320,8 +329,9 @@ static void rates_panel(FILE *f, const struct chart *c, double x0, double y0, do
 
 		if (!s->n)
 			continue;
-		(void)fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s "
-				 "points=\"",
+		(void)fprintf(f,
+			      "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s "
+			      "points=\"",
 			      s->color, s->dashed ? " stroke-dasharray=\"5,3\"" : "");
 		for (unsigned k = 0; k < s->n; k++)
 			(void)fprintf(f, "%s%.1f,%.1f", k ? " " : "", x0 + log2(s->x[k]) / lx2 * w,
@@ -373,7 +383,9 @@ static void rtt_panel(FILE *f, const struct chart *c, double x0, double y0, doub
 	lo = pow(10, floor(log10(lo)));
 	hi = pow(10, ceil(log10(hi * 1.5)));
 	for (double v = lo; v <= hi * 1.0001; v *= 10)
-		for (unsigned m = 1; m < 10 && v * m <= hi * 1.0001; m = m == 1 ? 2 : m == 2 ? 5 : 10) {
+		for (unsigned m = 1; m < 10 && v * m <= hi * 1.0001; m = m == 1   ? 2
+									 : m == 2 ? 5
+										  : 10) {
 			(void)snprintf(num, sizeof(num), "%g", v * m);
 			grid_line(f, x0, w, y0 + h - log_y(v * m, lo, hi, h), num);
 		}
@@ -394,11 +406,13 @@ static void rtt_panel(FILE *f, const struct chart *c, double x0, double y0, doub
 				if (!(v[b] > 0) || !isfinite(v[b]))
 					continue;
 				bh = log_y(v[b], lo, hi, h);
-				(void)fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-						 "height=\"%.1f\" fill=\"%s\"/>\n",
+				(void)fprintf(f,
+					      "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+					      "height=\"%.1f\" fill=\"%s\"/>\n",
 					      x + b * bw, y0 + h - bh, bw * 0.92, bh,
 					      b ? BASE_COLOR : GPUX_COLOR);
-				(void)snprintf(num, sizeof(num), v[b] < 1000 ? "%.3g" : "%.0f", v[b]);
+				(void)snprintf(num, sizeof(num), v[b] < 1000 ? "%.3g" : "%.0f",
+					       v[b]);
 				text(f, x + b * bw + bw / 2, y0 + h - bh - 3, "middle", 9, "#222",
 				     num);
 			}
@@ -409,7 +423,8 @@ static void rtt_panel(FILE *f, const struct chart *c, double x0, double y0, doub
 		text(f, mid, y0 + h + 44, "middle", 10, "#666", lbl);
 	}
 	legend_entry(f, x0, y0 + h + 66, GPUX_COLOR, false, true, "gpux");
-	legend_entry(f, x0 + 80, y0 + h + 66, BASE_COLOR, false, true, "its baseline (named above)");
+	legend_entry(f, x0 + 80, y0 + h + 66, BASE_COLOR, false, true,
+		     "its baseline (named above)");
 }
 
 int bench_plot(const struct bench *b, const char *device, const char *path)
@@ -512,7 +527,8 @@ int bench_load(struct bench *b, const char *path, const char **ret_device, json_
 		return -1;
 	res = json_object_get(root, "results");
 	backend = json_string_value(json_object_get(root, "backend"));
-	if (!json_is_array(res) || !backend || !json_string_value(json_object_get(root, "device"))) {
+	if (!json_is_array(res) || !backend ||
+	    !json_string_value(json_object_get(root, "device"))) {
 		(void)fprintf(stderr, "gpux: bench: --from %s: not the JSON of gpux bench --json\n",
 			      path);
 		json_decref(root);
@@ -528,8 +544,9 @@ int bench_load(struct bench *b, const char *path, const char **ret_device, json_
 		struct result *r = &b->res[b->nres];
 
 		if (!name || !unit || !target) {
-			(void)fprintf(stderr, "gpux: bench: --from %s: result %zu lacks a scenario, "
-					      "unit or target\n",
+			(void)fprintf(stderr,
+				      "gpux: bench: --from %s: result %zu lacks a scenario, "
+				      "unit or target\n",
 				      path, i);
 			json_decref(root);
 			return -1;

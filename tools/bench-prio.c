@@ -220,19 +220,22 @@ int bench_prio(struct bench *b)
 		p99_lo = r.p99;
 		if (phase(b, n, true, secs, &r, &rate_hi) < 0)
 			goto out;
-		(void)snprintf(name, sizeof(name), "beside %u busy client%s: round trip p99, priority 2",
-			       n, n == 1 ? "" : "s");
+		(void)snprintf(name, sizeof(name),
+			       "beside %u busy client%s: round trip p99, priority 2", n,
+			       n == 1 ? "" : "s");
 		bench_add(b, name, r.p99 / 1e3, alone_hi.p99 / 1e3, "us", "<= 1.1x",
 			  r.p99 / alone_hi.p99, r.p99 <= 1.1 * alone_hi.p99);
 		(void)snprintf(name, sizeof(name), "  the same, p50");
 		bench_add(b, name, r.p50 / 1e3, alone_hi.p50 / 1e3, "us", "", r.p50 / alone_hi.p50,
 			  true);
 		(void)snprintf(name, sizeof(name), "  the same at priority 0, p99");
-		bench_add(b, name, p99_lo / 1e3, alone.p99 / 1e3, "us", "", p99_lo / alone.p99, true);
+		bench_add(b, name, p99_lo / 1e3, alone.p99 / 1e3, "us", "", p99_lo / alone.p99,
+			  true);
 		(void)snprintf(name, sizeof(name), "  the same at priority 0, p50");
-		bench_add(b, name, p50_lo / 1e3, alone.p50 / 1e3, "us", "", p50_lo / alone.p50, true);
-		(void)snprintf(name, sizeof(name), "beside %u busy client%s: their rate vs alone", n,
-			       n == 1 ? "" : "s");
+		bench_add(b, name, p50_lo / 1e3, alone.p50 / 1e3, "us", "", p50_lo / alone.p50,
+			  true);
+		(void)snprintf(name, sizeof(name), "beside %u busy client%s: their rate vs alone",
+			       n, n == 1 ? "" : "s");
 		bench_add(b, name, rate_hi / 1e3, rate_alone / 1e3, "k/s", ">= 0.8x",
 			  rate_hi / rate_alone, rate_hi >= 0.8 * rate_alone);
 		(void)snprintf(name, sizeof(name), "  the same beside priority 0");
@@ -341,15 +344,17 @@ int bench_shares(struct bench *b)
 	int rc = -1;
 
 	if (!b->cuda) {
-		(void)fprintf(stderr, "gpux bench: shares: the host back end has no compute shares\n");
+		(void)fprintf(stderr,
+			      "gpux bench: shares: the host back end has no compute shares\n");
 		return 0;
 	}
 	if (gpux_device_info(b->ctx, 0, &info) != GPUX_OK ||
 	    tool_status_query(b->sock, &st, devs) < 0 || st.ndevices == 0)
 		return -1;
 	if (!devs[0].stats.sched.share_sms)
-		(void)fprintf(stderr, "gpux bench: shares: none on this device (%s): the rows "
-				      "with a share run without\n",
+		(void)fprintf(stderr,
+			      "gpux bench: shares: none on this device (%s): the rows "
+			      "with a share run without\n",
 			      devs[0].stats.sched.share_note);
 	blocks = info.sm_count * BURN_BLOCKS_PER_SM;
 	/* How many iterations make a launch of BURN_NS on the whole device. */
@@ -391,8 +396,8 @@ int bench_shares(struct bench *b)
 		  r[2].p99 / alone.p99, true);
 	bench_add(b, "  and priority 2: round trip p50", r[2].p50 / 1e3, alone.p50 / 1e3, "us", "",
 		  r[2].p50 / alone.p50, true);
-	bench_add(b, "  the compute-bound client's launches, share vs none", rate[1], rate[0],
-		  "/s", "", rate[1] / rate[0], true);
+	bench_add(b, "  the compute-bound client's launches, share vs none", rate[1], rate[0], "/s",
+		  "", rate[1] / rate[0], true);
 	rc = 0;
 out:
 	free(alone.t);

@@ -92,7 +92,8 @@ static int spawn_kv(char *program, const char *const *args, bool quiet, struct k
 	for (;;) {
 		char spill[4096];
 		size_t room = sizeof(kv->out) - 1 - len;
-		ssize_t n = room ? read(p[0], kv->out + len, room) : read(p[0], spill, sizeof(spill));
+		ssize_t n =
+			room ? read(p[0], kv->out + len, room) : read(p[0], spill, sizeof(spill));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -338,8 +339,8 @@ static int s_bw(struct bench *b)
 	static const uint64_t sizes[] = { 4096, 65536, 1 << 20, 16 << 20, 256 << 20, 1ull << 30 };
 
 	if (!b->cuda)
-		bench_add(b, "IN / OUT + kernel: no copy on the host back end", NAN, NAN, "", "", NAN,
-			  true);
+		bench_add(b, "IN / OUT + kernel: no copy on the host back end", NAN, NAN, "", "",
+			  NAN, true);
 	for (unsigned i = 0; i < ARRAY_SIZE(sizes); i++) {
 		if (b->quick && sizes[i] == 1ull << 30)
 			continue;
@@ -382,7 +383,7 @@ static int s_cached(struct bench *b)
 			unc = bench_median(t, reps);
 	}
 	bench_add(b, "256 MiB input: cached vs uncached", cac / 1e6, unc / 1e6, "ms", "<= 5%",
-	    cac / unc, cac <= 0.05 * unc);
+		  cac / unc, cac <= 0.05 * unc);
 	/* What no cache saves: the kernel reading its 256 MiB on the device. */
 	for (unsigned i = 0; i < reps; i++) {
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_cached(in, 0, n * 4),
@@ -399,8 +400,8 @@ static int s_cached(struct bench *b)
 		gpux_req_free(r);
 		t[i] = tm.device_ns;
 	}
-	bench_add(b, "  of it the kernel, on the device", bench_median(t, reps) / 1e6, NAN, "ms", "", NAN,
-	    true);
+	bench_add(b, "  of it the kernel, on the device", bench_median(t, reps) / 1e6, NAN, "ms",
+		  "", NAN, true);
 	gpux_buf_free(out);
 	gpux_buf_free(in);
 	free(t);
@@ -596,7 +597,8 @@ static int s_gpus(struct bench *b)
 	for (int any = 0; any < 2; any++) {
 		gpux_req **r = calloc(m, sizeof(*r));
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(iters), gpux_arg_out(o, 0, 4) };
-		struct gpux_launch l = { .grid = { 132 * 8 }, .block = { 256 },
+		struct gpux_launch l = { .grid = { 132 * 8 },
+					 .block = { 256 },
 					 .device = any ? GPUX_ANY : 0 };
 		uint64_t t0;
 
@@ -612,8 +614,8 @@ static int s_gpus(struct bench *b)
 		t[any] = (double)(tool_now() - t0) / 1e9;
 		free(r);
 	}
-	bench_add(b, "independent compute, all GPUs vs one", (double)m / t[1], (double)m / t[0], "req/s",
-	    ">= 1.9x", t[0] / t[1], t[0] / t[1] >= 1.9);
+	bench_add(b, "independent compute, all GPUs vs one", (double)m / t[1], (double)m / t[0],
+		  "req/s", ">= 1.9x", t[0] / t[1], t[0] / t[1] >= 1.9);
 	gpux_buf_free(o);
 	return 0;
 }
@@ -658,8 +660,9 @@ static void print_table(FILE *f, const struct bench *b)
 			      ratio, r->target, verdict(b, r));
 	}
 	if (!b->cuda)
-		(void)fprintf(f, "\nThe host back end: the targets are for GPUs, and not judged here; "
-				 "no in-process baseline.\n");
+		(void)fprintf(f,
+			      "\nThe host back end: the targets are for GPUs, and not judged here; "
+			      "no in-process baseline.\n");
 }
 
 /*
@@ -683,11 +686,11 @@ static int print_json(const struct bench *b, const char *device)
 		(void)json_object_set_new(o, "gpux", tool_json_real(r->gpux));
 		(void)json_object_set_new(o, "baseline", tool_json_real(r->base));
 		(void)json_object_set_new(o, "unit", json_string(r->unit));
-		(void)json_object_set_new(o, "ratio", tool_json_real(ratio_shown(b, r) ? r->ratio
-										       : NAN));
+		(void)json_object_set_new(o, "ratio",
+					  tool_json_real(ratio_shown(b, r) ? r->ratio : NAN));
 		(void)json_object_set_new(o, "target", json_string(r->target));
-		(void)json_object_set_new(o, "met", judged(r) && b->cuda ? json_boolean(r->met)
-									 : json_null());
+		(void)json_object_set_new(
+			o, "met", judged(r) && b->cuda ? json_boolean(r->met) : json_null());
 		(void)json_array_append_new(arr, o);
 	}
 	(void)json_object_set_new(root, "results", arr);
@@ -724,14 +727,13 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		const char *name;
 		int (*fn)(struct bench *b);
 	} scenarios[] = {
-		{ "rtt", bench_rtt },	  { "bw", s_bw },	       { "fork", bench_fork },
-		{ "cached", s_cached },	  { "modules", s_modules },   { "clients", bench_clients },
-		{ "fair", bench_fair },	  { "gpus", s_gpus },	       { "host", bench_host },
-		{ "idle", bench_idle },
-		{ "fault", bench_fault },
-		{ "fresh", bench_fresh },
-		{ "prio", bench_prio },
-		{ "shares", bench_shares },
+		{ "rtt", bench_rtt },     { "bw", s_bw },
+		{ "fork", bench_fork },   { "cached", s_cached },
+		{ "modules", s_modules }, { "clients", bench_clients },
+		{ "fair", bench_fair },   { "gpus", s_gpus },
+		{ "host", bench_host },   { "idle", bench_idle },
+		{ "fault", bench_fault }, { "fresh", bench_fresh },
+		{ "prio", bench_prio },   { "shares", bench_shares },
 	};
 	char *log = NULL;
 	unsigned total = 0, done = 0;
@@ -745,9 +747,11 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		bool known = false;
 
 		for (unsigned i = 0; i < ARRAY_SIZE(scenarios); i++)
-			known |= strlen(scenarios[i].name) == n && strncmp(p, scenarios[i].name, n) == 0;
+			known |= strlen(scenarios[i].name) == n &&
+				 strncmp(p, scenarios[i].name, n) == 0;
 		if (!known) {
-			(void)fprintf(stderr, "gpux: bench: --only: no scenario \"%.*s\"\n", (int)n, p);
+			(void)fprintf(stderr, "gpux: bench: --only: no scenario \"%.*s\"\n", (int)n,
+				      p);
 			return -2;
 		}
 	}
@@ -767,13 +771,14 @@ static int run(struct bench *b, const char *sock, struct gpux_device_info *info,
 		struct kv kv;
 		const char *args[] = { "compile", b->cubin, NULL };
 		if (bench_base_run(b, &kv, args) < 0) {
-			(void)fprintf(stderr, "gpux: bench: the in-process baseline failed: none\n");
+			(void)fprintf(stderr,
+				      "gpux: bench: the in-process baseline failed: none\n");
 			b->base = false;
 		}
 	}
 	if (b->cuda)
-		c = gpux_module_load(b->ctx, GPUX_LANG_CUDA, bench_kernels, sizeof(bench_kernels) - 1,
-				     NULL, &b->m, &log);
+		c = gpux_module_load(b->ctx, GPUX_LANG_CUDA, bench_kernels,
+				     sizeof(bench_kernels) - 1, NULL, &b->m, &log);
 	else
 		c = gpux_module_load(b->ctx, GPUX_LANG_HOST, bench_kernels_host,
 				     sizeof(bench_kernels_host) - 1, NULL, &b->m, &log);
@@ -853,7 +858,8 @@ int tool_bench(int argc, char **argv)
 			only = optarg;
 	}
 	if (optind != argc)
-		tool_usage_error(TOOL_USAGE_BENCH, "bench: unexpected argument \"%s\"", argv[optind]);
+		tool_usage_error(TOOL_USAGE_BENCH, "bench: unexpected argument \"%s\"",
+				 argv[optind]);
 	if (from && (sock || only || b.quick))
 		tool_usage_error(TOOL_USAGE_BENCH,
 				 "bench: --from reads a saved run: no --socket, --only or --quick");
@@ -867,8 +873,10 @@ int tool_bench(int argc, char **argv)
 	if (tool_daemon_path(b.gpuxd, sizeof(b.gpuxd)) < 0) {
 		char why[sizeof(b.gpuxd) + 64];
 
-		(void)snprintf(why, sizeof(why), "no gpuxd at %s nor on the PATH (GPUX_DAEMON names "
-			       "it)", b.gpuxd);
+		(void)snprintf(why, sizeof(why),
+			       "no gpuxd at %s nor on the PATH (GPUX_DAEMON names "
+			       "it)",
+			       b.gpuxd);
 		return tool_fail("bench", why);
 	}
 	(void)snprintf(b.tmp, sizeof(b.tmp), "/tmp/gpux-bench-XXXXXX");

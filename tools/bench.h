@@ -36,9 +36,9 @@ struct bench {
 	bool cuda; /* the device runs CUDA */
 	bool base; /* and the in-process baseline runs beside it */
 	bool quick;
-	char dir[PATH_MAX];  /* where gpux is (and gpux-bench-base, in a build tree) */
+	char dir[PATH_MAX];        /* where gpux is (and gpux-bench-base, in a build tree) */
 	char gpuxd[PATH_MAX + 16]; /* the private daemons' program (tool_daemon_path()) */
-	char tmp[PATH_MAX];  /* scratch: the baseline's cubin, private daemons */
+	char tmp[PATH_MAX];        /* scratch: the baseline's cubin, private daemons */
 	char cubin[PATH_MAX + 16];
 	char sock[PATH_MAX]; /* the daemon's, for its counters */
 	struct result res[MAX_RESULTS];

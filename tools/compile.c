@@ -89,7 +89,8 @@ static int print_json(const char *file, uint32_t lang, gpux_status st, const cha
 		return tool_fail("json", "out of memory");
 	(void)json_object_set_new(o, "file", tool_json_text(file));
 	(void)json_object_set_new(o, "lang", json_string(lang_names[lang]));
-	(void)json_object_set_new(o, "status", json_string(st == GPUX_OK ? "ok" : gpux_strerror(st)));
+	(void)json_object_set_new(o, "status",
+				  json_string(st == GPUX_OK ? "ok" : gpux_strerror(st)));
 	(void)json_object_set_new(o, "log", tool_json_text(log ? log : ""));
 	if (info) {
 		(void)json_object_set_new(o, "key", json_string(key));
@@ -134,26 +135,29 @@ int tool_compile(int argc, char **argv)
 				if (strcmp(optarg, lang_names[lang]) == 0)
 					break;
 			if (lang > GPUX_LANG_HOST)
-				tool_usage_error(TOOL_USAGE_COMPILE,
-						 "compile: --lang: bad value \"%s\" (cuda, ptx, cubin "
-						 "or host)", optarg);
+				tool_usage_error(
+					TOOL_USAGE_COMPILE,
+					"compile: --lang: bad value \"%s\" (cuda, ptx, cubin "
+					"or host)",
+					optarg);
 		}
 	}
 	if (optind + 1 != argc)
-		tool_usage_error(TOOL_USAGE_COMPILE, "compile: %s", optind == argc ? "no FILE given"
-										   : "one FILE only");
+		tool_usage_error(TOOL_USAGE_COMPILE, "compile: %s",
+				 optind == argc ? "no FILE given" : "one FILE only");
 	file = argv[optind];
 	if (!lang)
 		lang = lang_of_name(file);
 	if (!lang)
 		tool_usage_error(TOOL_USAGE_COMPILE,
 				 "compile: %s: which language? (name it .cu, .ptx, .cubin or .c, "
-				 "or give --lang)", file);
+				 "or give --lang)",
+				 file);
 	r = read_file(file, &code, &len);
 	if (r < 0)
-		return tool_fail(file, r == -EINVAL ? "not a file with something in it"
-				 : r == -EFBIG ? "larger than 64 MiB"
-					       : strerror(-r));
+		return tool_fail(file, r == -EINVAL  ? "not a file with something in it"
+				       : r == -EFBIG ? "larger than 64 MiB"
+						     : strerror(-r));
 	st = gpux_connect(sock, &ctx);
 	if (st < 0) {
 		free(code);

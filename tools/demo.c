@@ -109,7 +109,9 @@ static int child(gpux_module *m, uint32_t ndev, uint64_t n, unsigned k, gpux_buf
 		return 1;
 	}
 	return check(gpux_buf_data(x), gpux_buf_data(y),
-		     (float *)gpux_buf_data(out) + (uint64_t)k * n, n, (float)(k + 1)) ? 1 : 0;
+		     (float *)gpux_buf_data(out) + (uint64_t)k * n, n, (float)(k + 1))
+		       ? 1
+		       : 0;
 }
 
 static double empty_round_trip_us(gpux_module *m, unsigned runs)
@@ -214,7 +216,8 @@ int tool_demo(int argc, char **argv)
 	if (st < 0)
 		return tool_fail("saxpy", gpux_strerror(st));
 	bad = check(gpux_buf_data(x), gpux_buf_data(y),
-		    (float *)gpux_buf_data(out) + (uint64_t)nchildren * n, n, (float)(nchildren + 1));
+		    (float *)gpux_buf_data(out) + (uint64_t)nchildren * n, n,
+		    (float)(nchildren + 1));
 	printf("  saxpy of %llu floats: %s, %.2f ms\n", (unsigned long long)n,
 	       bad ? "WRONG" : "correct", first_ms);
 	if (bad)

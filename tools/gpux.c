@@ -75,7 +75,7 @@ int tool_getopt(int argc, char **argv, const struct option *opts, const char *us
 }
 
 uint64_t tool_parse_u64(const char *cmd, const char *usage, const char *opt, const char *s,
-		   uint64_t min, uint64_t max)
+			uint64_t min, uint64_t max)
 {
 	char *end;
 	unsigned long long v;
@@ -139,8 +139,10 @@ static const struct {
 	{ "top", tool_top, TOOL_USAGE_TOP, "devices and clients, live" },
 	{ "compile", tool_compile, TOOL_USAGE_COMPILE, "compile a module through a worker" },
 	{ "demo", tool_demo, TOOL_USAGE_DEMO, "run a kernel from forked children, and check it" },
-	{ "bench", tool_bench, TOOL_USAGE_BENCH, "gpux against in-process CUDA, scenario by scenario" },
-	{ "soak", tool_soak, TOOL_USAGE_SOAK, "clients at work while workers and gpuxd are killed" },
+	{ "bench", tool_bench, TOOL_USAGE_BENCH,
+	  "gpux against in-process CUDA, scenario by scenario" },
+	{ "soak", tool_soak, TOOL_USAGE_SOAK,
+	  "clients at work while workers and gpuxd are killed" },
 	{ "version", NULL, "usage: gpux version\n", "gpux's version" },
 	{ "help", NULL, "usage: gpux help [COMMAND]\n", "this text, or a command's" },
 };

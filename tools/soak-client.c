@@ -80,8 +80,13 @@ static const char kernels[] =
 
 /* What a kernel's fault must say, by enum soak_fault. */
 static const char *const fault_says[SOAK_FAULT_N] = {
-	"Segmentation fault at address 0x", "Segmentation fault at address 0x",
-	"launch description", "fork()", "(exit)", "(exit_group)", "Aborted",
+	"Segmentation fault at address 0x",
+	"Segmentation fault at address 0x",
+	"launch description",
+	"fork()",
+	"(exit)",
+	"(exit_group)",
+	"Aborted",
 };
 
 /* A module of its own: which one is in its answer. */
@@ -93,7 +98,7 @@ struct client {
 	gpux_ctx *ctx;
 	gpux_module *m;
 	uint64_t rng;
-	unsigned depth; /* of forks */
+	unsigned depth;  /* of forks */
 	enum soak_op op; /* the operation running, for the count of wrong results */
 	unsigned target; /* the device whose death a fault or a hang took (soak_death_take()) */
 };
@@ -221,7 +226,9 @@ static int op_run(struct client *c)
 	/* Several requests on the default queue at once: y = a*x + j, the last one stays. */
 	for (uint32_t j = 0; j < (inout ? 1 : k); j++) {
 		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(a), GPUX_ARG_VALUE(j),
+			GPUX_ARG_VALUE(n),
+			GPUX_ARG_VALUE(a),
+			GPUX_ARG_VALUE(j),
 			inout ? gpux_arg_inout(x, 0, n * 4) : gpux_arg_in(x, 0, n * 4),
 			inout ? gpux_arg_inout(x, 0, n * 4) : gpux_arg_out(y, 0, n * 4),
 		};
@@ -329,7 +336,8 @@ static int op_frozen(struct client *c)
 	{
 		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_cached(x, 0, n * 4),
 					   gpux_arg_out(out, 0, 8) };
-		struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 },
+		struct gpux_launch l = { .grid = { 1, 1, 1 },
+					 .block = { 1, 1, 1 },
 					 .device = GPUX_ANY };
 
 		rc = gpux_submit(c->m, "sum", &l, args, 3, &r);
@@ -412,7 +420,8 @@ static int op_module(struct client *c)
 	}
 	{
 		struct gpux_arg a = gpux_arg_out(out, 0, 4);
-		struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 },
+		struct gpux_launch l = { .grid = { 1, 1, 1 },
+					 .block = { 1, 1, 1 },
 					 .device = GPUX_ANY };
 
 		rc = gpux_submit(m, "stamp", &l, &a, 1, &r);
@@ -481,8 +490,9 @@ out:
 /* A kernel past its deadline (300 ms of 30 s): GPUX_E_TIMEOUT, its worker killed. */
 static int op_hang(struct client *c)
 {
-	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = c->target,
-				 .timeout_ms = 300 };
+	struct gpux_launch l = {
+		.grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = c->target, .timeout_ms = 300
+	};
 	gpux_req *r;
 	gpux_status st;
 	int rc;
@@ -561,9 +571,9 @@ static int op_any(struct client *c, enum soak_op op)
  */
 static enum soak_op pick_op(struct client *c)
 {
-	static const enum soak_op weights[] = { SOAK_RUN,    SOAK_RUN,   SOAK_RUN,    SOAK_RUN,
-						SOAK_QUEUE,  SOAK_QUEUE, SOAK_FROZEN, SOAK_DBUF,
-						SOAK_DBUF,   SOAK_MODULE, SOAK_FORK,  SOAK_FAULT,
+	static const enum soak_op weights[] = { SOAK_RUN,   SOAK_RUN,    SOAK_RUN,    SOAK_RUN,
+						SOAK_QUEUE, SOAK_QUEUE,  SOAK_FROZEN, SOAK_DBUF,
+						SOAK_DBUF,  SOAK_MODULE, SOAK_FORK,   SOAK_FAULT,
 						SOAK_HANG };
 	enum soak_op op;
 

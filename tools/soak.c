@@ -32,9 +32,9 @@ extern char **environ;
 /* Memory allowed above the baseline at the end: malloc keeps what it was given. */
 #define RSS_SLACK_MIB 64u
 
-const char *const soak_op_names[SOAK_OP_N] = { "run",    "queue",  "frozen", "dbuf",
-					       "module", "fork",   "fault",  "hang" };
-const char *const soak_fault_names[SOAK_FAULT_N] = { "segv", "far", "launch", "fork",
+const char *const soak_op_names[SOAK_OP_N] = { "run",    "queue", "frozen", "dbuf",
+					       "module", "fork",  "fault",  "hang" };
+const char *const soak_fault_names[SOAK_FAULT_N] = { "segv", "far",        "launch", "fork",
 						     "exit", "exit_group", "abort" };
 
 struct soak {
@@ -86,9 +86,10 @@ static uint64_t rnd(struct soak *s)
 static int sup_start(struct soak *s)
 {
 	/* The sandbox on, whoever runs the soak: faulting kernels make forbidden calls. */
-	char *argv[] = { s->gpuxd, "--socket", s->b->sock, "--backend", "host", "--host-devices",
-			 "2", "--slots", "2", "--cache-ttl-ms", "2000", "--timeout-ms", "60000",
-			 "--host-sandbox", "on", NULL };
+	char *argv[] = { s->gpuxd, "--socket",       s->b->sock, "--backend",
+			 "host",   "--host-devices", "2",        "--slots",
+			 "2",      "--cache-ttl-ms", "2000",     "--timeout-ms",
+			 "60000",  "--host-sandbox", "on",       NULL };
 	posix_spawn_file_actions_t fa;
 	int r;
 
@@ -300,8 +301,8 @@ static void kill_something(struct soak *s)
 		s->next_sup_kill = now + (30000 + rnd(s) % 30000) * NSEC_PER_MSEC;
 		return;
 	}
-	if (status(s, &st, devs) < 0 || dev >= st.ndevices || !soak_death_take(s->b, dev,
-										 SOAK_DEATH_GAP_NS))
+	if (status(s, &st, devs) < 0 || dev >= st.ndevices ||
+	    !soak_death_take(s->b, dev, SOAK_DEATH_GAP_NS))
 		return;
 	{
 		const struct ipc_dev_status d = devs[dev];
@@ -425,8 +426,10 @@ static double parse_minutes(const char *v)
 	errno = 0;
 	m = strtod(v, &end);
 	if (errno || end == v || *end || !isfinite(m) || m <= 0 || m > 7 * 24 * 60)
-		tool_usage_error(TOOL_USAGE_SOAK, "soak: --minutes: bad value \"%s\" (above 0, "
-				 "a week at most)", v);
+		tool_usage_error(TOOL_USAGE_SOAK,
+				 "soak: --minutes: bad value \"%s\" (above 0, "
+				 "a week at most)",
+				 v);
 	return m;
 }
 
@@ -456,15 +459,18 @@ static void parse(int argc, char **argv, struct soak *s, double *ret_min, bool *
 		else if (c == 's')
 			s->seed = tool_parse_u64("soak", u, "--seed", optarg, 0, UINT64_MAX);
 		else if (c == 'w')
-			s->watchdog_ns = tool_parse_u64("soak", u, "--watchdog-s", optarg, 1,
-							24 * 3600) * NSEC_PER_SEC;
+			s->watchdog_ns =
+				tool_parse_u64("soak", u, "--watchdog-s", optarg, 1, 24 * 3600) *
+				NSEC_PER_SEC;
 		else if (c == 'k')
 			*ret_keep = true;
 		else if (c == 'r')
-			s->rss_slack_kib = tool_parse_u64("soak", u, "--rss-slack-mib", optarg, 0,
-							  1u << 20) * 1024;
+			s->rss_slack_kib =
+				tool_parse_u64("soak", u, "--rss-slack-mib", optarg, 0, 1u << 20) *
+				1024;
 		else if (parse_ops(optarg, &s->b->ops_mask) < 0)
-			tool_usage_error(u, "soak: --ops: bad value \"%s\" (a comma-separated list "
+			tool_usage_error(u,
+					 "soak: --ops: bad value \"%s\" (a comma-separated list "
 					 "of run, queue, frozen, dbuf, module, fork, fault, hang)",
 					 optarg);
 	}
@@ -514,8 +520,8 @@ static void summary(struct soak *s, double minutes)
 	for (unsigned i = 0; i < SOAK_FAULT_N; i++)
 		printf(" %s %llu %llu;", soak_fault_names[i], (unsigned long long)b->faults[i],
 		       (unsigned long long)b->faults_as_expected[i]);
-	printf("\nhanging kernels: %llu, ended GPUX_E_TIMEOUT: %llu\n", (unsigned long long)b->hangs,
-	       (unsigned long long)b->hangs_as_expected);
+	printf("\nhanging kernels: %llu, ended GPUX_E_TIMEOUT: %llu\n",
+	       (unsigned long long)b->hangs, (unsigned long long)b->hangs_as_expected);
 	if (atomic_load(&b->told))
 		printf("first problem: %s\n", b->first_problem);
 }
@@ -541,8 +547,10 @@ int tool_soak(int argc, char **argv)
 	if (tool_daemon_path(s.gpuxd, sizeof(s.gpuxd)) < 0) {
 		char why[sizeof(s.gpuxd) + 64];
 
-		(void)snprintf(why, sizeof(why), "no gpuxd at %s nor on the PATH (GPUX_DAEMON "
-			       "names it)", s.gpuxd);
+		(void)snprintf(why, sizeof(why),
+			       "no gpuxd at %s nor on the PATH (GPUX_DAEMON "
+			       "names it)",
+			       s.gpuxd);
 		return tool_fail("soak", why);
 	}
 	(void)snprintf(s.dir, sizeof(s.dir), "/tmp/gpux-soak-XXXXXX");

@@ -36,13 +36,13 @@ enum soak_op {
 
 /* How a faulting kernel of the soak faults. */
 enum soak_fault {
-	SOAK_FAULT_SEGV,    /* an illegal address */
-	SOAK_FAULT_FAR,     /* an address outside the address space (x86-64) */
-	SOAK_FAULT_LAUNCH,  /* a write to its launch description */
-	SOAK_FAULT_FORK,    /* fork() */
-	SOAK_FAULT_EXIT,    /* syscall(SYS_exit): the end of its thread */
+	SOAK_FAULT_SEGV,       /* an illegal address */
+	SOAK_FAULT_FAR,        /* an address outside the address space (x86-64) */
+	SOAK_FAULT_LAUNCH,     /* a write to its launch description */
+	SOAK_FAULT_FORK,       /* fork() */
+	SOAK_FAULT_EXIT,       /* syscall(SYS_exit): the end of its thread */
 	SOAK_FAULT_EXIT_GROUP, /* the end of its worker */
-	SOAK_FAULT_ABORT,   /* abort() */
+	SOAK_FAULT_ABORT,      /* abort() */
 	SOAK_FAULT_N
 };
 
@@ -62,13 +62,13 @@ struct soak_board {
 	unsigned ops_mask; /* 1 << enum soak_op: the operations to run (not 0) */
 	struct soak_slot slots[SOAK_CLIENTS_MAX];
 	atomic_uint_fast64_t ops[SOAK_OP_N];
-	atomic_uint_fast64_t max_ns[SOAK_OP_N]; /* the longest operation of each kind */
-	atomic_uint_fast64_t requests_ok;       /* requests whose results were checked */
+	atomic_uint_fast64_t max_ns[SOAK_OP_N];     /* the longest operation of each kind */
+	atomic_uint_fast64_t requests_ok;           /* requests whose results were checked */
 	atomic_uint_fast64_t status[SOAK_STATUS_N]; /* failed requests and calls, by status */
-	atomic_uint_fast64_t wrong[SOAK_OP_N];  /* results that were not right, by operation */
-	atomic_uint_fast64_t unexpected;        /* statuses no kill explains */
+	atomic_uint_fast64_t wrong[SOAK_OP_N];      /* results that were not right, by operation */
+	atomic_uint_fast64_t unexpected;            /* statuses no kill explains */
 	atomic_uint_fast64_t forks;
-	atomic_uint_fast64_t crashes;           /* clients or their children killed by a signal */
+	atomic_uint_fast64_t crashes; /* clients or their children killed by a signal */
 	/* When each device last died, or was made to (soak_death_take()); the run's quiet end,
 	 * in which nothing is. */
 	_Atomic uint64_t death_at[SOAK_DEVICES];
@@ -80,7 +80,7 @@ struct soak_board {
 	/* The long-lived client's own fds and memfd mappings after disconnecting, minus before. */
 	atomic_int client_fd_leak, client_memfd_leak;
 	atomic_bool client_checked;
-	atomic_bool told;                       /* the first problem has been described */
+	atomic_bool told; /* the first problem has been described */
 	char first_problem[512];
 };
 

@@ -55,9 +55,10 @@ static json_t *hist_json(const struct ipc_hist *h)
 		cum += h->count[b];
 		if (b + 1 < IPC_HIST_BUCKETS)
 			(void)json_array_append_new(
-				buckets, json_pack("{s:o,s:o}", "le_seconds",
-						   tool_json_real((double)ipc_hist_bounds_ns[b] / 1e9),
-						   "count", tool_json_u64(cum)));
+				buckets,
+				json_pack("{s:o,s:o}", "le_seconds",
+					  tool_json_real((double)ipc_hist_bounds_ns[b] / 1e9),
+					  "count", tool_json_u64(cum)));
 	}
 	(void)json_object_set_new(o, "count", tool_json_u64(cum));
 	(void)json_object_set_new(o, "sum_seconds", tool_json_real((double)h->sum_ns / 1e9));
@@ -107,13 +108,14 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 	/* clang-format off */
 #define C(f) { #f, offsetof(struct ipc_stats, f) }
 		/* clang-format on */
-		C(clients), C(inflight), C(requests_done), C(requests_failed), C(launches),
-		C(segments), C(segment_bytes), C(modules_loaded), C(module_mem_hits),
-		C(module_disk_hits), C(module_compiles), C(cache_hits), C(cache_misses),
-		C(cache_bytes), C(cache_entries), C(cache_evictions), C(dbuf_bytes), C(mem_free),
-		C(graph_launches), C(graph_requests), C(loop_sleeps), C(kicks_sent),
-		C(socket_msgs), C(blocking_waits), C(slot_waits), C(loop_waits), C(copyin_requests),
-		C(clients_active), C(clients_busy),
+		C(clients),         C(inflight),         C(requests_done),   C(requests_failed),
+		C(launches),        C(segments),         C(segment_bytes),   C(modules_loaded),
+		C(module_mem_hits), C(module_disk_hits), C(module_compiles), C(cache_hits),
+		C(cache_misses),    C(cache_bytes),      C(cache_entries),   C(cache_evictions),
+		C(dbuf_bytes),      C(mem_free),         C(graph_launches),  C(graph_requests),
+		C(loop_sleeps),     C(kicks_sent),       C(socket_msgs),     C(blocking_waits),
+		C(slot_waits),      C(loop_waits),       C(copyin_requests), C(clients_active),
+		C(clients_busy),
 #undef C
 	};
 
@@ -122,9 +124,8 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 	(void)json_object_set_new(o, "index", json_integer(i));
 	(void)json_object_set_new(o, "name", tool_json_text(d->info.name));
 	(void)json_object_set_new(o, "uuid", json_string(uuid));
-	(void)json_object_set_new(o, "backend", json_string(d->info.backend == GPUX_BACKEND_CUDA
-								     ? "cuda"
-								     : "host"));
+	(void)json_object_set_new(
+		o, "backend", json_string(d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host"));
 	(void)json_object_set_new(o, "state", json_string(state_name(d->state)));
 	(void)json_object_set_new(o, "pid", json_integer(d->pid));
 	(void)json_object_set_new(o, "generation", json_integer(d->generation));
@@ -176,7 +177,8 @@ static int print_json(const char *path, const struct ipc_status *st,
 	(void)json_object_set_new(root, "socket", tool_json_text(path));
 	(void)json_object_set_new(root, "version", tool_json_text(st->version));
 	(void)json_object_set_new(root, "stopping", json_boolean(st->flags & IPC_STATUS_STOPPING));
-	(void)json_object_set_new(root, "uptime_seconds", tool_json_real((double)st->uptime_ns / 1e9));
+	(void)json_object_set_new(root, "uptime_seconds",
+				  tool_json_real((double)st->uptime_ns / 1e9));
 	(void)json_object_set_new(root, "loop", tool_json_text(st->loop));
 	(void)json_object_set_new(root, "clients", json_integer(st->nclients));
 	(void)json_object_set_new(root, "clients_total", tool_json_u64(st->clients_total));
@@ -208,7 +210,8 @@ static void print_sched(const struct ipc_sched *s)
 		printf("     compute shares: none, shares are ignored: %s\n", s->share_note);
 }
 
-static void print_table(const char *path, const struct ipc_status *st, const struct ipc_dev_status *devs)
+static void print_table(const char *path, const struct ipc_status *st,
+			const struct ipc_dev_status *devs)
 {
 	printf("gpuxd %s on %s: up %.1f s, %s loop, %u client%s now (%llu in all, %llu "
 	       "refused), %u ready for forked children%s\n",
@@ -228,20 +231,24 @@ static void print_table(const char *path, const struct ipc_status *st, const str
 			       (unsigned long long)s->module_mem_hits,
 			       (unsigned long long)s->module_disk_hits,
 			       (unsigned long long)s->module_compiles);
-		printf("%-4u %-10s %-8u %-4u %-8u %-8llu %-8llu %-10llu %-8llu %-9u %-16s %s (%s)\n",
+		printf("%-4u %-10s %-8u %-4u %-8u %-8llu %-8llu %-10llu %-8llu %-9u %-16s %s "
+		       "(%s)\n",
 		       i, state_name(d.state), d.pid, d.generation, d.restarts,
 		       (unsigned long long)s->clients, (unsigned long long)s->inflight,
 		       (unsigned long long)s->requests_done, (unsigned long long)s->requests_failed,
 		       d.launch_rate, mods, d.info.name,
 		       d.info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
 		if (s->driver_version)
-			printf("     driver %s, CUDA %u.%u, NVRTC %u.%u\n", *s->driver ? s->driver : "?",
-			       s->driver_version / 1000, s->driver_version % 1000 / 10,
-			       s->nvrtc_version / 1000, s->nvrtc_version % 1000 / 10);
+			printf("     driver %s, CUDA %u.%u, NVRTC %u.%u\n",
+			       *s->driver ? s->driver : "?", s->driver_version / 1000,
+			       s->driver_version % 1000 / 10, s->nvrtc_version / 1000,
+			       s->nvrtc_version % 1000 / 10);
 		if (s->cache_hits || s->cache_misses || s->cache_bytes)
-			printf("     device cache: %llu hits, %llu misses, %llu entries, %llu bytes, "
+			printf("     device cache: %llu hits, %llu misses, %llu entries, %llu "
+			       "bytes, "
 			       "%llu evictions\n",
-			       (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses,
+			       (unsigned long long)s->cache_hits,
+			       (unsigned long long)s->cache_misses,
 			       (unsigned long long)s->cache_entries,
 			       (unsigned long long)s->cache_bytes,
 			       (unsigned long long)s->cache_evictions);
@@ -260,12 +267,9 @@ static void print_table(const char *path, const struct ipc_status *st, const str
 int tool_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
-		{ "socket", required_argument, NULL, 's' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "prometheus", no_argument, NULL, 'p' },
-		{ "per-user", no_argument, NULL, 'u' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+		{ "socket", required_argument, NULL, 's' }, { "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, 'p' },   { "per-user", no_argument, NULL, 'u' },
+		{ "help", no_argument, NULL, 'h' },         { NULL, 0, NULL, 0 },
 	};
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	struct ipc_status st;
@@ -285,7 +289,8 @@ int tool_status(int argc, char **argv)
 			prom = true;
 	}
 	if (optind != argc)
-		tool_usage_error(TOOL_USAGE_STATUS, "status: unexpected argument \"%s\"", argv[optind]);
+		tool_usage_error(TOOL_USAGE_STATUS, "status: unexpected argument \"%s\"",
+				 argv[optind]);
 	if (json && prom)
 		tool_usage_error(TOOL_USAGE_STATUS, "status: --json or --prometheus, not both");
 	if (per_user && !prom)
@@ -300,11 +305,14 @@ int tool_status(int argc, char **argv)
 		char what[IPC_SOCKET_PATH_MAX + 16];
 
 		(void)snprintf(what, sizeof(what), "connect %s", sock);
-		return tool_fail(what, fd == -ENOENT ? "no such socket: no gpuxd serves this path"
-			      : fd == -ECONNREFUSED ? "nobody listens there (its gpuxd is gone)"
-			      : fd == -EACCES ? "permission denied: the socket's mode or group keeps "
-						"this user out (gpuxd --allow-group)"
-			      : *why ? why : strerror(-fd));
+		return tool_fail(what,
+				 fd == -ENOENT         ? "no such socket: no gpuxd serves this path"
+				 : fd == -ECONNREFUSED ? "nobody listens there (its gpuxd is gone)"
+				 : fd == -EACCES
+					 ? "permission denied: the socket's mode or group keeps "
+					   "this user out (gpuxd --allow-group)"
+				 : *why ? why
+					: strerror(-fd));
 	}
 	r = ipc_admin_status(fd, STATUS_TIMEOUT_MS, &st, devs);
 	(void)close(fd);

@@ -16,60 +16,60 @@
 
 #define TOOL_USAGE_STATUS                                                                          \
 	"usage: gpux status [--socket PATH] [--json | --prometheus [--per-user]]\n"                \
-	"  --socket PATH   gpuxd's socket (default: $GPUX_SOCKET, the per-user one, the\n"      \
-	"                  system-wide one)\n"                                                   \
-	"  --json          one JSON document on stdout\n"                                        \
-	"  --prometheus    the metrics in Prometheus' text format (for node_exporter's\n"       \
-	"                  textfile collector)\n"                                               \
+	"  --socket PATH   gpuxd's socket (default: $GPUX_SOCKET, the per-user one, the\n"         \
+	"                  system-wide one)\n"                                                     \
+	"  --json          one JSON document on stdout\n"                                          \
+	"  --prometheus    the metrics in Prometheus' text format (for node_exporter's\n"          \
+	"                  textfile collector)\n"                                                  \
 	"  --per-user      and memory by user (uid labels)\n"
 #define TOOL_USAGE_COMPILE                                                                         \
-	"usage: gpux compile [--socket PATH] [--lang cuda|ptx|cubin|host] [--options OPTS]\n"    \
-	"                    [--json] FILE\n"                                                    \
-	"  Compile FILE through a worker (as gpux_module_load() does) and print the\n"           \
-	"  compiler's log, where the module came from and its cache key.\n"                      \
+	"usage: gpux compile [--socket PATH] [--lang cuda|ptx|cubin|host] [--options OPTS]\n"      \
+	"                    [--json] FILE\n"                                                      \
+	"  Compile FILE through a worker (as gpux_module_load() does) and print the\n"             \
+	"  compiler's log, where the module came from and its cache key.\n"                        \
 	"  --lang L        default: from FILE's name (.cu, .ptx, .cubin/.fatbin, .c)\n"            \
-	"  --options OPTS  compiler options, space-separated (NVRTC's -D, -U, -std=...)\n"       \
+	"  --options OPTS  compiler options, space-separated (NVRTC's -D, -U, -std=...)\n"         \
 	"  --json          one JSON document on stdout\n"
 #define TOOL_USAGE_DEMO                                                                            \
-	"usage: gpux demo [--socket PATH] [--children N] [--elements N]\n"                       \
-	"  --children N    forked children that run the kernel (1 to 256, default 8)\n"          \
+	"usage: gpux demo [--socket PATH] [--children N] [--elements N]\n"                         \
+	"  --children N    forked children that run the kernel (1 to 256, default 8)\n"            \
 	"  --elements N    elements of the vectors (default 1048576)\n"
 #define TOOL_USAGE_BENCH                                                                           \
-	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS] [--plot FILE]\n" \
-	"       gpux bench --from FILE [--json] [--plot FILE]\n"                                 \
-	"  --json          one JSON document on stdout (the table goes to stderr)\n"             \
-	"  --quick         fewer repetitions\n"                                                  \
-	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"  \
-	"                  idle fault (a neighbour's faults: what innocents lose; own gpuxd)\n" \
+	"usage: gpux bench [--socket PATH] [--json] [--quick] [--only SCENARIOS] [--plot FILE]\n"  \
+	"       gpux bench --from FILE [--json] [--plot FILE]\n"                                   \
+	"  --json          one JSON document on stdout (the table goes to stderr)\n"               \
+	"  --quick         fewer repetitions\n"                                                    \
+	"  --only LIST     comma-separated: rtt bw fork cached modules clients fair gpus host\n"   \
+	"                  idle fault (a neighbour's faults: what innocents lose; own gpuxd)\n"    \
 	"                  fresh prio shares\n"                                                    \
-	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"   \
-	"                  in-process CUDA) and the round trips' percentiles\n"                 \
+	"  --plot FILE     an SVG chart: launches/s against client processes (gpux, CuPy,\n"       \
+	"                  in-process CUDA) and the round trips' percentiles\n"                    \
 	"  --from FILE     a run saved by --json, instead of a new one (its table, --plot)\n"
 
 #define TOOL_USAGE_SOAK                                                                            \
-	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                               \
-	"                 [--watchdog-s S] [--rss-slack-mib N] [--keep]\n"                       \
-	"                 [--ops run,queue,frozen,dbuf,module,fork,fault,hang]\n"                \
-	"  Forked clients at work while workers and gpuxd are killed, and kernels fault or\n"   \
-	"  hang; checks every result.\n"                                                        \
-	"  --minutes N        how long (default 1; a fraction is fine)\n"                        \
-	"  --clients N        clients at once (1 to 64, default 6)\n"                           \
-	"  --seed N           of the random choices (default: the time)\n"                      \
-	"  --watchdog-s S     an operation longer than this is a hang (default 120)\n"          \
-	"  --rss-slack-mib N  growth of a worker's RSS that is no leak (default 64)\n"          \
-	"  --ops LIST         the kinds of operation the clients do (default all)\n"            \
+	"usage: gpux soak [--minutes N] [--clients N] [--seed N]\n"                                \
+	"                 [--watchdog-s S] [--rss-slack-mib N] [--keep]\n"                         \
+	"                 [--ops run,queue,frozen,dbuf,module,fork,fault,hang]\n"                  \
+	"  Forked clients at work while workers and gpuxd are killed, and kernels fault or\n"      \
+	"  hang; checks every result.\n"                                                           \
+	"  --minutes N        how long (default 1; a fraction is fine)\n"                          \
+	"  --clients N        clients at once (1 to 64, default 6)\n"                              \
+	"  --seed N           of the random choices (default: the time)\n"                         \
+	"  --watchdog-s S     an operation longer than this is a hang (default 120)\n"             \
+	"  --rss-slack-mib N  growth of a worker's RSS that is no leak (default 64)\n"             \
+	"  --ops LIST         the kinds of operation the clients do (default all)\n"               \
 	"  --keep             keep gpuxd's log and cache even when all went well\n"
 
 #define TOOL_USAGE_TOP                                                                             \
-	"usage: gpux top [--socket PATH] [--interval S] [--count N] [--batch | --json]\n"         \
-	"  gpuxd's devices and clients, refreshed: per device its state, clients, requests\n"    \
-	"  and launches per second, queue, memory and cache hits; per client its pid, user,\n"   \
-	"  command, requests per second, requests in flight, shared and device memory.\n"      \
-	"  On a terminal it redraws in place (q quits); else, or with --batch, it prints\n"     \
-	"  one plain frame per interval.\n"                                                      \
-	"  --interval S    seconds between frames (default 1, at least 0.1)\n"                  \
-	"  --count N       stop after N frames\n"                                                \
-	"  --batch         plain frames one after another, for a log or a script\n"            \
+	"usage: gpux top [--socket PATH] [--interval S] [--count N] [--batch | --json]\n"          \
+	"  gpuxd's devices and clients, refreshed: per device its state, clients, requests\n"      \
+	"  and launches per second, queue, memory and cache hits; per client its pid, user,\n"     \
+	"  command, requests per second, requests in flight, shared and device memory.\n"          \
+	"  On a terminal it redraws in place (q quits); else, or with --batch, it prints\n"        \
+	"  one plain frame per interval.\n"                                                        \
+	"  --interval S    seconds between frames (default 1, at least 0.1)\n"                     \
+	"  --count N       stop after N frames\n"                                                  \
+	"  --batch         plain frames one after another, for a log or a script\n"                \
 	"  --json          one JSON document of one frame, then exit\n"
 
 int tool_status(int argc, char **argv);

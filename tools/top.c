@@ -98,8 +98,8 @@ static int look_take(struct top *t, struct look *l, char *why, size_t why_len)
 			return 0;
 		}
 		t->fd = safe_close(t->fd);
-		(void)snprintf(why, why_len, "%s", r == -EAGAIN ? "gpuxd dropped the connection"
-								 : strerror(-r));
+		(void)snprintf(why, why_len, "%s",
+			       r == -EAGAIN ? "gpuxd dropped the connection" : strerror(-r));
 	}
 	return r;
 }
@@ -126,8 +126,8 @@ static bool same_worker(const struct top *t, uint32_t i)
 static double dev_requests_rate(const struct top *t, uint32_t i)
 {
 	const struct ipc_stats *s = &t->cur->devs[i].stats;
-	const struct ipc_stats *p = t->prev && i < t->prev->st.ndevices ? &t->prev->devs[i].stats
-									: s;
+	const struct ipc_stats *p =
+		t->prev && i < t->prev->st.ndevices ? &t->prev->devs[i].stats : s;
 
 	return rate(t, p->requests_done + p->requests_failed, s->requests_done + s->requests_failed,
 		    same_worker(t, i));
@@ -136,8 +136,8 @@ static double dev_requests_rate(const struct top *t, uint32_t i)
 static double dev_launch_rate(const struct top *t, uint32_t i)
 {
 	const struct ipc_stats *s = &t->cur->devs[i].stats;
-	const struct ipc_stats *p = t->prev && i < t->prev->st.ndevices ? &t->prev->devs[i].stats
-									: s;
+	const struct ipc_stats *p =
+		t->prev && i < t->prev->st.ndevices ? &t->prev->devs[i].stats : s;
 
 	return rate(t, p->launches, s->launches, same_worker(t, i));
 }
@@ -399,7 +399,8 @@ static int render_json(const struct top *t)
 				  tool_json_real((double)(t->cur->t_ns - t->prev->t_ns) / 1e9));
 	(void)json_object_set_new(root, "uptime_seconds",
 				  tool_json_real((double)l->st.uptime_ns / 1e9));
-	(void)json_object_set_new(root, "stopping", json_boolean(l->st.flags & IPC_STATUS_STOPPING));
+	(void)json_object_set_new(root, "stopping",
+				  json_boolean(l->st.flags & IPC_STATUS_STOPPING));
 	for (uint32_t i = 0; i < l->st.ndevices; i++) {
 		const struct ipc_dev_status *d = &l->devs[i];
 
@@ -428,10 +429,11 @@ static int render_json(const struct top *t)
 				  tool_json_u64(c->id), "pid", (json_int_t)c->pid, "uid",
 				  (json_int_t)c->uid, "user", tool_json_text(who), "command",
 				  tool_json_text(cmd), "requests_per_second",
-				  rate_json(client_rate(t, c)), "requests", tool_json_u64(c->requests),
-				  "inflight", (json_int_t)c->inflight, "shared_bytes",
-				  tool_json_u64(c->shared_bytes), "device_bytes",
-				  tool_json_u64(c->device_bytes), "devices", (json_int_t)c->channels));
+				  rate_json(client_rate(t, c)), "requests",
+				  tool_json_u64(c->requests), "inflight", (json_int_t)c->inflight,
+				  "shared_bytes", tool_json_u64(c->shared_bytes), "device_bytes",
+				  tool_json_u64(c->device_bytes), "devices",
+				  (json_int_t)c->channels));
 	}
 	if (l->have_clients) {
 		(void)json_object_set_new(root, "clients", clients);
@@ -523,9 +525,10 @@ int tool_top(int argc, char **argv)
 			t.interval = strtod(optarg, &end);
 			if (errno || end == optarg || *end || !(t.interval >= 0.1) ||
 			    t.interval > 3600)
-				tool_usage_error(TOOL_USAGE_TOP,
-						 "top: --interval: bad value \"%s\" (0.1 to 3600 s)",
-						 optarg);
+				tool_usage_error(
+					TOOL_USAGE_TOP,
+					"top: --interval: bad value \"%s\" (0.1 to 3600 s)",
+					optarg);
 		} else if (c == 'n') {
 			count = tool_parse_u64("top", TOOL_USAGE_TOP, "--count", optarg, 1,
 					       UINT32_MAX);
@@ -538,7 +541,8 @@ int tool_top(int argc, char **argv)
 	if (optind != argc)
 		tool_usage_error(TOOL_USAGE_TOP, "top: unexpected argument \"%s\"", argv[optind]);
 	if (t.json && (batch || count > 1))
-		tool_usage_error(TOOL_USAGE_TOP, "top: --json is one snapshot: no --batch or --count");
+		tool_usage_error(TOOL_USAGE_TOP,
+				 "top: --json is one snapshot: no --batch or --count");
 	if (t.json)
 		count = 1;
 	if (!t.sock) {

@@ -34,8 +34,8 @@ static void probe_print(const char *backend, const struct ipc_device_info *d)
 		if (*p == '\t' || *p == '\n')
 			*p = ' ';
 	printf("device\t%u\t%s\t%u\t%u\t%u\t%u\t%llu\t%s\t%s\n", d->index, backend, d->cc_major,
-	       d->cc_minor, d->sm_count, d->max_threads_per_block,
-	       (unsigned long long)d->mem_total, uuid, name);
+	       d->cc_minor, d->sm_count, d->max_threads_per_block, (unsigned long long)d->mem_total,
+	       uuid, name);
 }
 
 /*
@@ -59,7 +59,8 @@ static int probe(const char *backend)
 			return 0;
 		}
 		if (msg)
-			(void)fprintf(stderr, "gpux-worker: cuda: %s; using the host back end\n", msg);
+			(void)fprintf(stderr, "gpux-worker: cuda: %s; using the host back end\n",
+				      msg);
 		free(msg);
 		msg = NULL;
 #endif
@@ -73,7 +74,9 @@ static int probe(const char *backend)
 	r = be->probe(devs, IPC_DEVICES_MAX, &n, &msg);
 	if (r < 0 || n == 0) {
 		(void)fprintf(stderr, "gpux-worker: %s: %s\n", backend,
-			      msg ? msg : r < 0 ? ipc_status_text(r) : "no devices");
+			      msg     ? msg
+			      : r < 0 ? ipc_status_text(r)
+				      : "no devices");
 		free(msg);
 		return 1;
 	}
@@ -311,8 +314,8 @@ int main(int argc, char **argv)
 		struct sysinfo si;
 		uint64_t mem = sysinfo(&si) == 0 ? (uint64_t)si.totalram * si.mem_unit : 0;
 
-		w.opts.compile_memory = mem ? MIN(IPC_OPT_COMPILE_MEMORY_MAX, mem / 2)
-					    : IPC_OPT_COMPILE_MEMORY_MAX;
+		w.opts.compile_memory =
+			mem ? MIN(IPC_OPT_COMPILE_MEMORY_MAX, mem / 2) : IPC_OPT_COMPILE_MEMORY_MAX;
 	}
 	if (!w.opts.backend)
 		w.opts.backend = "host";

@@ -68,8 +68,8 @@ typedef enum gpux_status {
 	GPUX_E_DEVICE = -15,      /* the device refused the work; see the message */
 	GPUX_E_IO = -16,          /* a system call failed */
 	GPUX_E_VERSION = -17,     /* gpuxd speaks no protocol version this library knows */
-	GPUX_E_STOPPING = -18,    /* gpuxd is stopping: it finishes what it has, takes nothing new */
-	GPUX_E_DBUF_LOST = -19,   /* a device buffer was lost with its worker (it restarted) */
+	GPUX_E_STOPPING = -18,  /* gpuxd is stopping: it finishes what it has, takes nothing new */
+	GPUX_E_DBUF_LOST = -19, /* a device buffer was lost with its worker (it restarted) */
 } gpux_status;
 
 /* A short English text for a status code; never NULL. */
@@ -168,9 +168,9 @@ GPUX_EXPORT gpux_status gpux_fd(gpux_ctx *ctx, int *ret_fd);
 /*
  * Take in every completion that has arrived, and send what waited for room, without
  * blocking. gpux_fd() stops polling readable for what it took in, and for what other calls
- * took in before: look at every outstanding request after it. It never connects: when the connection to gpuxd is gone (its requests have ended
- * with GPUX_E_WORKER_LOST), it takes in nothing and returns GPUX_OK; the next call that
- * needs gpuxd connects again.
+ * took in before: look at every outstanding request after it. It never connects: when the
+ * connection to gpuxd is gone (its requests have ended with GPUX_E_WORKER_LOST), it takes in
+ * nothing and returns GPUX_OK; the next call that needs gpuxd connects again.
  */
 GPUX_EXPORT gpux_status gpux_process(gpux_ctx *ctx);
 
@@ -247,8 +247,8 @@ GPUX_EXPORT gpux_status gpux_buf_key(gpux_buf *buf, uint64_t offset, uint64_t si
 				     uint8_t ret_key[GPUX_KEY_SIZE]);
 GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
 					     uint64_t ret_filter[GPUX_AFFINITY_BITS / 64]);
-GPUX_EXPORT bool gpux_affinity_holds(const uint64_t filter[GPUX_AFFINITY_BITS / 64],
-				     uint32_t uid, const uint8_t key[GPUX_KEY_SIZE]);
+GPUX_EXPORT bool gpux_affinity_holds(const uint64_t filter[GPUX_AFFINITY_BITS / 64], uint32_t uid,
+				     const uint8_t key[GPUX_KEY_SIZE]);
 
 /* ---- device buffers ---- */
 
@@ -324,8 +324,8 @@ enum gpux_lang {
  * is the compiler's log (free() it); on success *ret_log is NULL or a warnings log.
  */
 GPUX_EXPORT gpux_status gpux_module_load(gpux_ctx *ctx, uint32_t lang, const void *code,
-					 size_t size, const char *options,
-					 gpux_module **ret_module, char **ret_log);
+					 size_t size, const char *options, gpux_module **ret_module,
+					 char **ret_log);
 
 /*
  * A header that a CUDA C++ module may #include by `name` ("util.cuh", "lib/vec.h"), as
@@ -419,7 +419,7 @@ struct gpux_kernel_attrs {
 	int32_t binary_version; /* the architecture of its binary: major * 10 + minor */
 	int32_t cache_mode_ca;  /* 1: global loads cached in L1 too (-Xptxas -dlcm=ca) */
 	int32_t preferred_shared_memory_carveout; /* percent; -1 also when none was set */
-	int32_t nparams;        /* parameters it declares */
+	int32_t nparams;                          /* parameters it declares */
 	int32_t reserved[5];
 };
 

@@ -47,8 +47,8 @@
  * runs as root (gpuxd --host-sandbox), kernels run under a seccomp filter: they may compute
  * on their arguments, allocate and free memory, read clocks and sleep; any other system call
  * (files, sockets, processes, signals, the end of its thread or process) is not made and
- * fails the request with GPUX_E_KERNEL_FAULT naming the call, as a crash does. There a module may have no
- * constructors, destructors or IFUNC resolvers (GPUX_E_INVAL at load): they would run
+ * fails the request with GPUX_E_KERNEL_FAULT naming the call, as a crash does. There a module may
+ * have no constructors, destructors or IFUNC resolvers (GPUX_E_INVAL at load): they would run
  * outside the filter.
  */
 
@@ -67,7 +67,7 @@ struct gpux_host_launch {
 typedef void gpux_host_kernel_fn(const struct gpux_host_launch *gpux, void *const *gpux_args);
 
 #define GPUX_HOST_KERNEL(name)                                                                     \
-	__attribute__((visibility("default"))) void name(const struct gpux_host_launch *gpux,       \
+	__attribute__((visibility("default"))) void name(const struct gpux_host_launch *gpux,      \
 							 void *const *gpux_args)
 
 #define GPUX_HOST_PARAMS(name, ...)                                                                \

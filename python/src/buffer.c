@@ -91,10 +91,8 @@ static PyObject *buffer_wrap(PyTypeObject *type, pyx_Context *ctx, gpux_buf *buf
 	pyx_Buffer *self = PyObject_GC_New(pyx_Buffer, type);
 
 	if (!self) {
-		Py_BEGIN_ALLOW_THREADS
-		gpux_buf_free(buf);
-		Py_END_ALLOW_THREADS
-		return NULL;
+		Py_BEGIN_ALLOW_THREADS gpux_buf_free(buf);
+		Py_END_ALLOW_THREADS return NULL;
 	}
 	self->weakrefs = NULL;
 	Py_INCREF((PyObject *)ctx);
@@ -143,11 +141,9 @@ static PyObject *buffer_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	ctx = pyx_context_arg(ctx_obj);
 	if (!ctx)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_buf_alloc(ctx->ctx, (size_t)size, &buf);
-	Py_END_ALLOW_THREADS
-	res = st < 0 ? pyx_raise_call(st, "cannot allocate a shared buffer")
-		     : buffer_wrap(type, ctx, buf);
+	Py_BEGIN_ALLOW_THREADS st = gpux_buf_alloc(ctx->ctx, (size_t)size, &buf);
+	Py_END_ALLOW_THREADS res = st < 0 ? pyx_raise_call(st, "cannot allocate a shared buffer")
+					  : buffer_wrap(type, ctx, buf);
 	Py_DECREF(ctx);
 	return res;
 }
@@ -167,8 +163,7 @@ static PyObject *buffer_import(PyObject *cls, PyObject *args)
 	ctx = pyx_context_arg(ctx_obj);
 	if (!ctx)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_buf_import(ctx->ctx, fd, &buf);
+	Py_BEGIN_ALLOW_THREADS st = gpux_buf_import(ctx->ctx, fd, &buf);
 	if (st == GPUX_OK) {
 		int sfd, seals;
 		uint64_t off;
@@ -179,9 +174,9 @@ static PyObject *buffer_import(PyObject *cls, PyObject *args)
 			frozen = seals >= 0 && (seals & F_SEAL_WRITE);
 		}
 	}
-	Py_END_ALLOW_THREADS
-	self = st < 0 ? (pyx_raise_call(st, "cannot import the shared buffer"), NULL)
-		      : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
+	Py_END_ALLOW_THREADS self =
+		st < 0 ? (pyx_raise_call(st, "cannot import the shared buffer"), NULL)
+		       : (pyx_Buffer *)buffer_wrap((PyTypeObject *)cls, ctx, buf);
 	Py_DECREF(ctx);
 	if (self) {
 		self->frozen = frozen;
@@ -200,8 +195,7 @@ static void buffer_dealloc(pyx_Buffer *self)
 		PyObject_ClearWeakRefs((PyObject *)self);
 	if (self->buf) {
 		range_remove(self);
-		Py_BEGIN_ALLOW_THREADS
-		gpux_buf_free(self->buf);
+		Py_BEGIN_ALLOW_THREADS gpux_buf_free(self->buf);
 		Py_END_ALLOW_THREADS
 	}
 	Py_XDECREF((PyObject *)self->ctx);
@@ -227,11 +221,8 @@ static PyObject *buffer_freeze(pyx_Buffer *self, PyObject *unused)
 
 	if (self->frozen)
 		Py_RETURN_NONE;
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_buf_freeze(self->buf);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, "cannot freeze the buffer");
+	Py_BEGIN_ALLOW_THREADS st = gpux_buf_freeze(self->buf);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, "cannot freeze the buffer");
 	self->frozen = true;
 	Py_RETURN_NONE;
 }
@@ -242,11 +233,8 @@ static PyObject *buffer_fd(pyx_Buffer *self, PyObject *unused)
 	gpux_status st;
 	int fd;
 
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_buf_fd(self->buf, &fd, &off);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, NULL);
+	Py_BEGIN_ALLOW_THREADS st = gpux_buf_fd(self->buf, &fd, &off);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, NULL);
 	self->exported = true;
 	return Py_BuildValue("(iK)", fd, (unsigned long long)off);
 }
@@ -259,12 +247,10 @@ static PyObject *buffer_key(pyx_Buffer *self, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "|KK", &off, &size))
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_buf_key(self->buf, off, size, key);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise(st, self->frozen ? "not within the buffer"
-						  : "only a frozen buffer has a content key");
+	Py_BEGIN_ALLOW_THREADS st = gpux_buf_key(self->buf, off, size, key);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise(
+		st,
+		self->frozen ? "not within the buffer" : "only a frozen buffer has a content key");
 	return PyBytes_FromStringAndSize((const char *)key, sizeof(key));
 }
 
@@ -368,25 +354,23 @@ static PyObject *dbuf_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	ctx = pyx_context_arg(ctx_obj);
 	if (!ctx)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(ctx);
 	st = gpux_dbuf_alloc_ex(ctx->ctx, device, (size_t)size, host ? GPUX_DBUF_HOST : 0, &dbuf,
 				&why);
 	pyx_blocking_leave(ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		Py_DECREF(ctx);
 		/* The worker's reason (the quota, the reserve) when it gave one. */
-		exc = why ? pyx_raise(st, why) : pyx_raise_call(st, "cannot allocate device memory");
+		exc = why ? pyx_raise(st, why)
+			  : pyx_raise_call(st, "cannot allocate device memory");
 		free(why);
 		return exc;
 	}
 	self = PyObject_GC_New(pyx_DeviceBuffer, type);
 	if (!self) {
-		Py_BEGIN_ALLOW_THREADS
-		gpux_dbuf_free(dbuf);
-		Py_END_ALLOW_THREADS
-		Py_DECREF(ctx);
+		Py_BEGIN_ALLOW_THREADS gpux_dbuf_free(dbuf);
+		Py_END_ALLOW_THREADS Py_DECREF(ctx);
 		return NULL;
 	}
 	self->ctx = ctx;
@@ -434,24 +418,24 @@ static PyObject *dbuf_global(PyObject *cls, PyObject *args)
 		PyErr_Format(PyExc_ValueError, "a variable's name has 1 to %u bytes", PYX_NAME_MAX);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(mod->ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(mod->ctx);
 	st = gpux_module_global(mod->module, name, device, &dbuf);
 	pyx_blocking_leave(mod->ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		char what[PYX_NAME_MAX + 64];
 
-		(void)snprintf(what, sizeof(what), st == GPUX_E_NOTFOUND ? "no variable \"%s\" in the "
-			       "module" : "variable \"%s\" of the module", name);
+		(void)snprintf(what, sizeof(what),
+			       st == GPUX_E_NOTFOUND ? "no variable \"%s\" in the "
+						       "module"
+						     : "variable \"%s\" of the module",
+			       name);
 		return pyx_raise_call(st, what);
 	}
 	self = PyObject_GC_New(pyx_DeviceBuffer, (PyTypeObject *)cls);
 	if (!self) {
-		Py_BEGIN_ALLOW_THREADS
-		gpux_dbuf_free(dbuf);
-		Py_END_ALLOW_THREADS
-		return NULL;
+		Py_BEGIN_ALLOW_THREADS gpux_dbuf_free(dbuf);
+		Py_END_ALLOW_THREADS return NULL;
 	}
 	Py_INCREF((PyObject *)mod->ctx);
 	self->ctx = mod->ctx;
@@ -470,10 +454,8 @@ static void dbuf_dealloc(pyx_DeviceBuffer *self)
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
 	PyObject_GC_UnTrack((PyObject *)self);
-	Py_BEGIN_ALLOW_THREADS
-	gpux_dbuf_free(self->dbuf);
-	Py_END_ALLOW_THREADS
-	Py_DECREF(self->ctx);
+	Py_BEGIN_ALLOW_THREADS gpux_dbuf_free(self->dbuf);
+	Py_END_ALLOW_THREADS Py_DECREF(self->ctx);
 	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
@@ -578,21 +560,18 @@ static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	ctx = pyx_context_arg(ctx_obj);
 	if (!ctx)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(ctx);
 	st = gpux_queue_open_ex(ctx->ctx, device, &opts, &q);
 	pyx_blocking_leave(ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		Py_DECREF(ctx);
 		return pyx_raise_call(st, "cannot open a queue");
 	}
 	self = PyObject_GC_New(pyx_Queue, type);
 	if (!self) {
-		Py_BEGIN_ALLOW_THREADS
-		gpux_queue_free(q);
-		Py_END_ALLOW_THREADS
-		Py_DECREF(ctx);
+		Py_BEGIN_ALLOW_THREADS gpux_queue_free(q);
+		Py_END_ALLOW_THREADS Py_DECREF(ctx);
 		return NULL;
 	}
 	self->ctx = ctx;
@@ -612,10 +591,8 @@ static void queue_dealloc(pyx_Queue *self)
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
 	PyObject_GC_UnTrack((PyObject *)self);
-	Py_BEGIN_ALLOW_THREADS
-	gpux_queue_free(self->queue);
-	Py_END_ALLOW_THREADS
-	Py_DECREF(self->ctx);
+	Py_BEGIN_ALLOW_THREADS gpux_queue_free(self->queue);
+	Py_END_ALLOW_THREADS Py_DECREF(self->ctx);
 	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }

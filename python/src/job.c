@@ -54,8 +54,7 @@ void pyx_jobs_wait(pyx_Context *ctx)
 {
 	if (atomic_load(&ctx->jobs) == 0)
 		return;
-	Py_BEGIN_ALLOW_THREADS
-	(void)pthread_mutex_lock(&jobs_lock);
+	Py_BEGIN_ALLOW_THREADS(void) pthread_mutex_lock(&jobs_lock);
 	while (atomic_load(&ctx->jobs) > 0)
 		(void)pthread_cond_wait(&jobs_cond, &jobs_lock);
 	(void)pthread_mutex_unlock(&jobs_lock);
@@ -103,10 +102,8 @@ int pyx_job_run(struct pyx_job *job)
 
 	job->done = job->abandoned = false;
 	if (!pyx_main_thread()) {
-		Py_BEGIN_ALLOW_THREADS
-		job->run(job);
-		Py_END_ALLOW_THREADS
-		return 0;
+		Py_BEGIN_ALLOW_THREADS job->run(job);
+		Py_END_ALLOW_THREADS return 0;
 	}
 	(void)pthread_mutex_init(&job->lock, NULL);
 	(void)pthread_condattr_init(&ca);
@@ -124,24 +121,20 @@ int pyx_job_run(struct pyx_job *job)
 		job_end_use(ctx);
 		(void)pthread_mutex_destroy(&job->lock);
 		(void)pthread_cond_destroy(&job->cond);
-		Py_BEGIN_ALLOW_THREADS
-		job->run(job);
-		Py_END_ALLOW_THREADS
-		return 0;
+		Py_BEGIN_ALLOW_THREADS job->run(job);
+		Py_END_ALLOW_THREADS return 0;
 	}
 	for (;;) {
 		struct timespec ts;
 
-		Py_BEGIN_ALLOW_THREADS
-		deadline_in(&ts, PYX_SIGNAL_SLICE_MS);
+		Py_BEGIN_ALLOW_THREADS deadline_in(&ts, PYX_SIGNAL_SLICE_MS);
 		(void)pthread_mutex_lock(&job->lock);
-		while (!job->done && pthread_cond_timedwait(&job->cond, &job->lock, &ts) != ETIMEDOUT)
+		while (!job->done &&
+		       pthread_cond_timedwait(&job->cond, &job->lock, &ts) != ETIMEDOUT)
 			;
 		done = job->done;
 		(void)pthread_mutex_unlock(&job->lock);
-		Py_END_ALLOW_THREADS
-		if (done)
-			break;
+		Py_END_ALLOW_THREADS if (done) break;
 		if (PyErr_CheckSignals() < 0) {
 			(void)pthread_mutex_lock(&job->lock);
 			done = job->done;
@@ -152,10 +145,8 @@ int pyx_job_run(struct pyx_job *job)
 			/* It ended meanwhile: let go of it here, and raise all the same. */
 			(void)pthread_mutex_destroy(&job->lock);
 			(void)pthread_cond_destroy(&job->cond);
-			Py_BEGIN_ALLOW_THREADS
-			job->discard(job);
-			Py_END_ALLOW_THREADS
-			job_end_use(ctx);
+			Py_BEGIN_ALLOW_THREADS job->discard(job);
+			Py_END_ALLOW_THREADS job_end_use(ctx);
 			return PYX_E_SIGNAL;
 		}
 	}

@@ -20,7 +20,7 @@ struct call {
  * timed=False); the common call, with two or three positional arguments, parses nothing. */
 static int call_parse(PyObject *args, PyObject *kw, struct call *c)
 {
-	static char *names[] = { "grid", "block", "args", "shared_mem", "queue",
+	static char *names[] = { "grid",   "block",   "args",  "shared_mem", "queue",
 				 "device", "timeout", "timed", NULL };
 	Py_ssize_t n = PyTuple_Size(args);
 
@@ -32,8 +32,8 @@ static int call_parse(PyObject *args, PyObject *kw, struct call *c)
 		return 0;
 	}
 	return PyArg_ParseTupleAndKeywords(args, kw, "OO|O$OOOOp", names, &c->grid, &c->block,
-					   &c->args, &c->shared, &c->queue, &c->device,
-					   &c->timeout, &c->timed)
+					   &c->args, &c->shared, &c->queue, &c->device, &c->timeout,
+					   &c->timed)
 		       ? 0
 		       : -1;
 }
@@ -103,11 +103,12 @@ static int pycuda_parse(PyObject *args, PyObject *kw, struct call *c)
 				return -1;
 			}
 		} else {
-			PyErr_Format(PyExc_TypeError,
-				     "unexpected keyword argument %R (PyCUDA's call takes block, grid, "
-				     "shared, stream, time_kernel; gpux's also queue, device, timeout, "
-				     "timed)",
-				     key);
+			PyErr_Format(
+				PyExc_TypeError,
+				"unexpected keyword argument %R (PyCUDA's call takes block, grid, "
+				"shared, stream, time_kernel; gpux's also queue, device, timeout, "
+				"timed)",
+				key);
 			return -1;
 		}
 	}
@@ -164,7 +165,8 @@ static int call_launch(pyx_Context *ctx, const struct call *c, struct gpux_launc
 	memset(l, 0, sizeof(*l));
 	l->device = GPUX_ANY;
 	l->grid[0] = l->grid[1] = l->grid[2] = 1; /* PyCUDA's grid may be left out */
-	if ((c->grid && dims(c->grid, l->grid, "grid") < 0) || dims(c->block, l->block, "block") < 0)
+	if ((c->grid && dims(c->grid, l->grid, "grid") < 0) ||
+	    dims(c->block, l->block, "block") < 0)
 		return -1;
 	if (c->shared && c->shared != Py_None) {
 		unsigned long v = PyLong_AsUnsignedLong(c->shared);
@@ -178,9 +180,9 @@ static int call_launch(pyx_Context *ctx, const struct call *c, struct gpux_launc
 		l->shared_bytes = (uint32_t)v;
 	}
 	if (c->queue && c->queue != Py_None) {
-		if (Py_TYPE(c->queue) != pyx_QueueType ||
-		    ((pyx_Queue *)c->queue)->ctx != ctx) {
-			PyErr_SetString(PyExc_TypeError, "queue: a gpux Queue of the kernel's context");
+		if (Py_TYPE(c->queue) != pyx_QueueType || ((pyx_Queue *)c->queue)->ctx != ctx) {
+			PyErr_SetString(PyExc_TypeError,
+					"queue: a gpux Queue of the kernel's context");
 			return -1;
 		}
 		l->queue = ((pyx_Queue *)c->queue)->queue;
@@ -238,8 +240,7 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 
 	if (ctx->orphans)
 		pyx_orphans_reap(ctx);
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(ctx);
 	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
 	if (st == GPUX_OK)
 		st = gpux_wait(r, PYX_SIGNAL_SLICE_MS);
@@ -252,18 +253,20 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 		r = NULL;
 	}
 	pyx_blocking_leave(ctx);
-	Py_END_ALLOW_THREADS
-	if (st == GPUX_E_AGAIN && r) {
+	Py_END_ALLOW_THREADS if (st == GPUX_E_AGAIN && r)
+	{
 		st = pyx_wait(ctx, r, -1);
 		if (st == PYX_E_SIGNAL) {
 			pyx_orphan_add(ctx, r, keep, v);
 			v->ntemps = 0;
 			return NULL;
 		}
-		Py_BEGIN_ALLOW_THREADS
-		if (st < 0) {
+		Py_BEGIN_ALLOW_THREADS if (st < 0)
+		{
 			why = gpux_req_message(r);
-		} else {
+		}
+		else
+		{
 			if (time_kernel)
 				(void)gpux_req_times(r, &times);
 			gpux_req_free(r);
@@ -279,8 +282,7 @@ static PyObject *run_sync(pyx_Kernel *k, const struct gpux_launch *l, struct pyx
 		Py_RETURN_NONE;
 	if (r) {
 		pyx_raise(st, why);
-		Py_BEGIN_ALLOW_THREADS
-		gpux_req_free(r);
+		Py_BEGIN_ALLOW_THREADS gpux_req_free(r);
 		Py_END_ALLOW_THREADS
 	} else if (st == GPUX_E_INVAL && !why && *own) {
 		pyx_raise(st, own);
@@ -299,12 +301,11 @@ static PyObject *submit(pyx_Kernel *k, const struct gpux_launch *l, PyObject *ke
 
 	if (ctx->orphans)
 		pyx_orphans_reap(ctx);
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(ctx);
 	st = gpux_submit(k->module->module, k->name, l, v->a, v->n, &r);
 	pyx_blocking_leave(ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		(void)pyx_temps_finish(v->temps, v->ntemps, st, NULL);
 		v->ntemps = 0;
 		return pyx_raise_call(st, NULL);
@@ -402,7 +403,7 @@ static PyObject *kernel_launch(pyx_Kernel *self, PyObject *args, PyObject *kw, b
 			return NULL;
 		if (c.time_kernel && !wait) {
 			PyErr_SetString(PyExc_TypeError, "time_kernel: for a call that waits (the "
-					"future's times say it otherwise)");
+							 "future's times say it otherwise)");
 			return NULL;
 		}
 	} else if (call_parse(args, kw, &c) < 0) {
@@ -465,8 +466,9 @@ static PyObject *kernel_prepare(pyx_Kernel *self, PyObject *args, PyObject *kw)
 			PyMem_Free(p->argv);
 			p->argv = NULL;
 			Py_DECREF(p);
-			PyErr_SetString(PyExc_ValueError,
-					"prepare() takes arrays in gpux memory only (gpux.asarray)");
+			PyErr_SetString(
+				PyExc_ValueError,
+				"prepare() takes arrays in gpux memory only (gpux.asarray)");
 			return NULL;
 		}
 	}
@@ -509,12 +511,11 @@ static PyObject *kernel_attributes(pyx_Kernel *self, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "|O", &device_obj) || pyx_device_arg(device_obj, &device) < 0)
 		return NULL;
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(self->module->ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(self->module->ctx);
 	st = gpux_kernel_attrs(self->module->module, self->name, device, &a);
 	pyx_blocking_leave(self->module->ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		char what[PYX_NAME_MAX + 64];
 
 		(void)snprintf(what, sizeof(what), "attributes of kernel \"%s\"", self->name);
@@ -691,7 +692,8 @@ static PyObject *dbuf_copy(PyObject *m, PyObject *args)
 		return NULL;
 	if (size == 0)
 		size = a.size;
-	if (size > a.size || off > gpux_dbuf_size(d->dbuf) || size > gpux_dbuf_size(d->dbuf) - off) {
+	if (size > a.size || off > gpux_dbuf_size(d->dbuf) ||
+	    size > gpux_dbuf_size(d->dbuf) - off) {
 		(void)pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL, NULL);
 		PyErr_SetString(PyExc_ValueError, "the copy is outside the array or device buffer");
 		return NULL;
@@ -701,13 +703,12 @@ static PyObject *dbuf_copy(PyObject *m, PyObject *args)
 		(void)pyx_temps_finish(v.temps, v.ntemps, GPUX_E_INVAL, NULL);
 		return NULL;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(d->ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(d->ctx);
 	st = to_device ? gpux_dbuf_write(d->dbuf, off, a.buf, a.offset, size, q, &r)
 		       : gpux_dbuf_read(a.buf, a.offset, d->dbuf, off, size, q, &r);
 	pyx_blocking_leave(d->ctx);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		(void)pyx_temps_finish(v.temps, v.ntemps, st, NULL);
 		Py_DECREF(keep);
 		return pyx_raise_call(st, NULL);

@@ -63,13 +63,12 @@ gpux_status pyx_temps_finish(struct pyx_temp *temps, unsigned n, gpux_status st,
 	}
 	if (!bufs)
 		return ret;
-	Py_BEGIN_ALLOW_THREADS
-	for (unsigned i = 0; i < n; i++) {
+	Py_BEGIN_ALLOW_THREADS for (unsigned i = 0; i < n; i++)
+	{
 		gpux_buf_free(temps[i].buf);
 		temps[i].buf = NULL;
 	}
-	Py_END_ALLOW_THREADS
-	return ret;
+	Py_END_ALLOW_THREADS return ret;
 }
 
 void pyx_temps_no_copy_back(struct pyx_temp *temps, unsigned n)
@@ -104,7 +103,8 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 	if (PyObject_GetBuffer(obj, &view, PyBUF_ANY_CONTIGUOUS) < 0) {
 		PyErr_Clear();
 		PyErr_Format(PyExc_TypeError,
-			     "argument %u: this object is neither a contiguous array nor a scalar", i);
+			     "argument %u: this object is neither a contiguous array nor a scalar",
+			     i);
 		return -1;
 	}
 	if (kind == 0)
@@ -138,10 +138,9 @@ int pyx_host_arg(pyx_Context *ctx, uint32_t i, PyObject *obj, uint32_t kind, uin
 		return arg_error(i, "Cached() needs a frozen array in gpux memory (gpux.freeze)");
 	}
 	t = &v->temps[v->ntemps];
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_buf_alloc(ctx->ctx, (size_t)view.len, &t->buf);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_BEGIN_ALLOW_THREADS st = gpux_buf_alloc(ctx->ctx, (size_t)view.len, &t->buf);
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		PyBuffer_Release(&view);
 		pyx_raise_call(st, "cannot allocate a temporary shared buffer");
 		return -1;
@@ -230,7 +229,8 @@ static int one_arg(pyx_Context *ctx, uint32_t i, PyObject *o, struct pyx_argv *v
 		if (Py_TYPE(w->obj) == pyx_DeviceBufferType) {
 			if (w->kind != GPUX_ARG_DBUF)
 				return arg_error(i, "a device buffer is passed as itself");
-			return dbuf_arg(ctx, i, (pyx_DeviceBuffer *)w->obj, w->offset, w->size, ret);
+			return dbuf_arg(ctx, i, (pyx_DeviceBuffer *)w->obj, w->offset, w->size,
+					ret);
 		}
 		if (w->kind == GPUX_ARG_DBUF)
 			return arg_error(i, "not a device buffer");
@@ -260,10 +260,11 @@ static int one_arg(pyx_Context *ctx, uint32_t i, PyObject *o, struct pyx_argv *v
 		if (Py_TYPE(a) != pyx_ArgType || ((pyx_Arg *)a)->kind != GPUX_ARG_DBUF ||
 		    Py_TYPE(((pyx_Arg *)a)->obj) != pyx_DeviceBufferType) {
 			Py_DECREF(a);
-			return arg_error(i, "a DeviceArray's _arg is not a range of a device buffer");
+			return arg_error(i,
+					 "a DeviceArray's _arg is not a range of a device buffer");
 		}
-		r = dbuf_arg(ctx, i, (pyx_DeviceBuffer *)((pyx_Arg *)a)->obj, ((pyx_Arg *)a)->offset,
-			     ((pyx_Arg *)a)->size, ret);
+		r = dbuf_arg(ctx, i, (pyx_DeviceBuffer *)((pyx_Arg *)a)->obj,
+			     ((pyx_Arg *)a)->offset, ((pyx_Arg *)a)->size, ret);
 		Py_DECREF(a);
 		return r;
 	}
@@ -346,7 +347,7 @@ static void argw_dealloc(pyx_Arg *self)
 }
 
 static const char *const kind_names[] = {
-	[GPUX_ARG_IN] = "In", [GPUX_ARG_OUT] = "Out", [GPUX_ARG_INOUT] = "InOut",
+	[GPUX_ARG_IN] = "In",         [GPUX_ARG_OUT] = "Out",    [GPUX_ARG_INOUT] = "InOut",
 	[GPUX_ARG_MAPPED] = "Mapped", [GPUX_ARG_DBUF] = "range",
 };
 
@@ -359,9 +360,9 @@ static PyObject *argw_repr(pyx_Arg *self)
 	PyObject *name, *r;
 
 	if (self->kind == GPUX_ARG_DBUF)
-		return PyUnicode_FromFormat("<gpux Arg: bytes %llu to %llu of %R>",
-					    (unsigned long long)self->offset,
-					    (unsigned long long)(self->offset + self->size), self->obj);
+		return PyUnicode_FromFormat(
+			"<gpux Arg: bytes %llu to %llu of %R>", (unsigned long long)self->offset,
+			(unsigned long long)(self->offset + self->size), self->obj);
 	/* The array's type, not its contents: a repr of a large array is long. */
 	name = PyType_GetName(Py_TYPE(self->obj));
 	if (!name)
@@ -570,7 +571,8 @@ static int names_get(PyObject *names, struct load_extra *x, uint64_t *size)
 		x->names[i] = PyUnicode_AsUTF8AndSize(o, &len);
 		if (!x->names[i])
 			return -1;
-		if (len == 0 || len > (Py_ssize_t)PYX_NAME_MAX || strlen(x->names[i]) != (size_t)len) {
+		if (len == 0 || len > (Py_ssize_t)PYX_NAME_MAX ||
+		    strlen(x->names[i]) != (size_t)len) {
 			inval("name_expressions[%zd]: 1 to %u bytes and no NUL: '%.64s'", i,
 			      PYX_NAME_MAX, x->names[i]);
 			return -1;
@@ -603,7 +605,8 @@ static int load_extra_get(PyObject *headers, PyObject *names, unsigned lang, siz
 		return -1;
 	if (size > PYX_CODE_MAX) {
 		inval("the code, headers and name expressions take %llu bytes, above the %u MiB a "
-		      "module may", (unsigned long long)size, PYX_CODE_MAX >> 20);
+		      "module may",
+		      (unsigned long long)size, PYX_CODE_MAX >> 20);
 		return -1;
 	}
 	return 0;
@@ -624,7 +627,7 @@ struct load_job {
 	gpux_module *m;
 	char *log;
 	char why[512]; /* gpux_connect_error() of the thread that loaded */
-	/* then the copies */
+		       /* then the copies */
 };
 
 static void load_run(struct pyx_job *job)
@@ -632,8 +635,7 @@ static void load_run(struct pyx_job *job)
 	struct load_job *l = (struct load_job *)job;
 
 	pyx_blocking_enter(job->ctx);
-	l->st = gpux_module_load_ex(job->ctx->ctx, l->lang, l->code, l->len, &l->o, &l->m,
-				    &l->log);
+	l->st = gpux_module_load_ex(job->ctx->ctx, l->lang, l->code, l->len, &l->o, &l->m, &l->log);
 	pyx_blocking_leave(job->ctx);
 	(void)snprintf(l->why, sizeof(l->why), "%s", l->st < 0 ? gpux_connect_error() : "");
 }
@@ -698,8 +700,9 @@ static struct load_job *load_job_new(uint32_t lang, const Py_buffer *code, const
 
 static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	static char *names[] = { "lang", "code", "options", "context", "headers",
-				 "name_expressions", NULL };
+	static char *names[] = { "lang",    "code",    "options",
+				 "context", "headers", "name_expressions",
+				 NULL };
 	PyObject *ctx_obj = NULL, *headers = NULL, *exprs = NULL;
 	struct load_extra x;
 	struct load_job *l;
@@ -761,10 +764,8 @@ static PyObject *module_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 			PyObject_GC_Del(self);
 			Py_DECREF(type);
 		}
-		Py_BEGIN_ALLOW_THREADS
-		gpux_module_free(m);
-		Py_END_ALLOW_THREADS
-		Py_DECREF(ctx);
+		Py_BEGIN_ALLOW_THREADS gpux_module_free(m);
+		Py_END_ALLOW_THREADS Py_DECREF(ctx);
 		return NULL;
 	}
 	self->ctx = ctx;
@@ -786,10 +787,8 @@ static void module_dealloc(pyx_Module *self)
 	PyTypeObject *type = Py_TYPE((PyObject *)self);
 
 	PyObject_GC_UnTrack((PyObject *)self);
-	Py_BEGIN_ALLOW_THREADS
-	gpux_module_free(self->module);
-	Py_END_ALLOW_THREADS
-	Py_DECREF(self->log);
+	Py_BEGIN_ALLOW_THREADS gpux_module_free(self->module);
+	Py_END_ALLOW_THREADS Py_DECREF(self->log);
 	Py_DECREF(self->ctx);
 	PyObject_GC_Del(self);
 	Py_DECREF(type);

@@ -203,10 +203,9 @@ static int set_default_queue(pyx_Context *self, const struct gpux_queue_opts *op
 {
 	gpux_status st;
 
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_set_default_queue(self->ctx, opts);
-	Py_END_ALLOW_THREADS
-	if (st < 0) {
+	Py_BEGIN_ALLOW_THREADS st = gpux_set_default_queue(self->ctx, opts);
+	Py_END_ALLOW_THREADS if (st < 0)
+	{
 		pyx_raise_call(st, "the default queue's options");
 		return -1;
 	}
@@ -249,10 +248,8 @@ static PyObject *context_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	free(c);
 	self = PyObject_GC_New(pyx_Context, type);
 	if (!self) {
-		Py_BEGIN_ALLOW_THREADS
-		gpux_disconnect(ctx);
-		Py_END_ALLOW_THREADS
-		return NULL;
+		Py_BEGIN_ALLOW_THREADS gpux_disconnect(ctx);
+		Py_END_ALLOW_THREADS return NULL;
 	}
 	self->weakrefs = NULL;
 	self->ctx = ctx;
@@ -294,11 +291,8 @@ static PyObject *context_priority_limits(pyx_Context *self, PyObject *unused)
 	int32_t max, def;
 	gpux_status st;
 
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_priority_limits(self->ctx, &max, &def);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, NULL);
+	Py_BEGIN_ALLOW_THREADS st = gpux_priority_limits(self->ctx, &max, &def);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, NULL);
 	return Py_BuildValue("(ii)", (int)max, (int)def);
 }
 
@@ -335,10 +329,8 @@ static void context_dealloc(pyx_Context *self)
 	/* Every object made from it holds a reference: none is left; a load given up on may
 	 * still run on a helper thread. */
 	pyx_jobs_wait(self);
-	Py_BEGIN_ALLOW_THREADS
-	gpux_disconnect(self->ctx);
-	Py_END_ALLOW_THREADS
-	PyObject_GC_Del(self);
+	Py_BEGIN_ALLOW_THREADS gpux_disconnect(self->ctx);
+	Py_END_ALLOW_THREADS PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
 
@@ -346,10 +338,8 @@ static PyObject *context_device_count(pyx_Context *self, PyObject *unused)
 {
 	uint32_t n;
 
-	Py_BEGIN_ALLOW_THREADS
-	n = gpux_device_count(self->ctx);
-	Py_END_ALLOW_THREADS
-	return PyLong_FromUnsignedLong(n);
+	Py_BEGIN_ALLOW_THREADS n = gpux_device_count(self->ctx);
+	Py_END_ALLOW_THREADS return PyLong_FromUnsignedLong(n);
 }
 
 static PyObject *context_device_info(pyx_Context *self, PyObject *arg)
@@ -363,21 +353,17 @@ static PyObject *context_device_info(pyx_Context *self, PyObject *arg)
 		return NULL;
 	if (dev >= UINT32_MAX)
 		return pyx_raise(GPUX_E_NODEV, "no such device");
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(self);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(self);
 	st = gpux_device_info(self->ctx, (uint32_t)dev, &info);
 	pyx_blocking_leave(self);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, NULL);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, NULL);
 	for (unsigned i = 0; i < 16; i++)
 		(void)snprintf(uuid + 2 * i, 3, "%02x", info.uuid[i]);
 	info.name[sizeof(info.name) - 1] = 0;
-	return Py_BuildValue("{s:I,s:I,s:I,s:(II),s:I,s:K,s:s,s:s}", "index", info.index,
-			     "backend", info.backend, "state", info.state, "compute_capability",
-			     info.cc_major, info.cc_minor, "multiprocessors", info.sm_count,
-			     "memory", (unsigned long long)info.mem_total, "uuid", uuid, "name",
-			     info.name);
+	return Py_BuildValue("{s:I,s:I,s:I,s:(II),s:I,s:K,s:s,s:s}", "index", info.index, "backend",
+			     info.backend, "state", info.state, "compute_capability", info.cc_major,
+			     info.cc_minor, "multiprocessors", info.sm_count, "memory",
+			     (unsigned long long)info.mem_total, "uuid", uuid, "name", info.name);
 }
 
 static PyObject *context_affinity(pyx_Context *self, PyObject *arg)
@@ -390,13 +376,10 @@ static PyObject *context_affinity(pyx_Context *self, PyObject *arg)
 		return NULL;
 	if (dev >= UINT32_MAX)
 		return pyx_raise(GPUX_E_NODEV, "no such device");
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(self);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(self);
 	st = gpux_device_affinity(self->ctx, (uint32_t)dev, filter);
 	pyx_blocking_leave(self);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, NULL);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, NULL);
 	return PyBytes_FromStringAndSize((const char *)filter, sizeof(filter));
 }
 
@@ -405,11 +388,8 @@ static PyObject *context_fd(pyx_Context *self, PyObject *unused)
 	gpux_status st;
 	int fd;
 
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_fd(self->ctx, &fd);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, NULL);
+	Py_BEGIN_ALLOW_THREADS st = gpux_fd(self->ctx, &fd);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, NULL);
 	return PyLong_FromLong(fd);
 }
 
@@ -419,13 +399,10 @@ static PyObject *context_process(pyx_Context *self, PyObject *unused)
 
 	if (self->orphans)
 		pyx_orphans_reap(self);
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(self);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(self);
 	st = gpux_process(self->ctx);
 	pyx_blocking_leave(self);
-	Py_END_ALLOW_THREADS
-	if (st < 0)
-		return pyx_raise_call(st, NULL);
+	Py_END_ALLOW_THREADS if (st < 0) return pyx_raise_call(st, NULL);
 	Py_RETURN_NONE;
 }
 
@@ -433,10 +410,8 @@ static PyObject *context_process(pyx_Context *self, PyObject *unused)
  * that it does not wake them again. Its errors fail the requests themselves. */
 static PyObject *context_take_in(pyx_Context *self, PyObject *unused)
 {
-	Py_BEGIN_ALLOW_THREADS
-	(void)gpux_process(self->ctx);
-	Py_END_ALLOW_THREADS
-	Py_RETURN_NONE;
+	Py_BEGIN_ALLOW_THREADS(void) gpux_process(self->ctx);
+	Py_END_ALLOW_THREADS Py_RETURN_NONE;
 }
 
 static PyObject *context_set_notify_fd(pyx_Context *self, PyObject *args)

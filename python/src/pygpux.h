@@ -16,15 +16,14 @@
 /* As the library's own limits (ipc/proto.h), which only the library checks. */
 #define PYX_ARGS_MAX 64u
 #define PYX_SCALAR_MAX 256u
-#define PYX_NAME_MAX 255u                 /* bytes of a kernel, name expression or header name */
+#define PYX_NAME_MAX 255u                  /* bytes of a kernel, name expression or header name */
 #define PYX_CODE_MAX (64u * 1024u * 1024u) /* code, headers and name expressions together */
 
 /* The eventfds a context tells of calls that take in: its watcher thread's, and its loop's. */
 #define PYX_NOTIFY_MAX 2
 
 typedef struct pyx_Context {
-	PyObject_HEAD
-	PyObject *weakrefs;
+	PyObject_HEAD PyObject *weakrefs;
 	gpux_ctx *ctx;
 	/* Threads in a call of this context that may take in completions (every call that
 	 * waits for gpuxd or a worker, wait(0) and process() too); the watchers are told when
@@ -42,8 +41,7 @@ typedef struct pyx_Context {
 } pyx_Context;
 
 typedef struct {
-	PyObject_HEAD
-	PyObject *weakrefs;
+	PyObject_HEAD PyObject *weakrefs;
 	pyx_Context *ctx;
 	gpux_buf *buf;
 	char *data;
@@ -53,29 +51,25 @@ typedef struct {
 } pyx_Buffer;
 
 typedef struct {
-	PyObject_HEAD
-	pyx_Context *ctx;
+	PyObject_HEAD pyx_Context *ctx;
 	gpux_dbuf *dbuf;
 } pyx_DeviceBuffer;
 
 typedef struct {
-	PyObject_HEAD
-	pyx_Context *ctx;
+	PyObject_HEAD pyx_Context *ctx;
 	gpux_queue *queue;
 	uint32_t device;
 } pyx_Queue;
 
 typedef struct {
-	PyObject_HEAD
-	pyx_Context *ctx;
+	PyObject_HEAD pyx_Context *ctx;
 	gpux_module *module;
 	PyObject *log; /* str: the compiler's warnings, or "" */
 	uint32_t lang; /* enum gpux_lang */
 } pyx_Module;
 
 typedef struct {
-	PyObject_HEAD
-	PyObject *weakrefs;
+	PyObject_HEAD PyObject *weakrefs;
 	pyx_Module *module;
 	char *name;
 	PyObject *name_obj;
@@ -85,8 +79,7 @@ typedef struct {
 
 /* An argument wrapper: In(x), Out(x), ..., or a device buffer's range. */
 typedef struct {
-	PyObject_HEAD
-	uint32_t kind; /* enum gpux_arg_kind */
+	PyObject_HEAD uint32_t kind; /* enum gpux_arg_kind */
 	uint32_t flags;
 	PyObject *obj;
 	uint64_t offset, size; /* a range of a device buffer; size 0: all of it */
@@ -118,22 +111,20 @@ struct pyx_argv {
 #define PYX_WHY_MAX 192
 
 typedef struct {
-	PyObject_HEAD
-	pyx_Context *ctx;
+	PyObject_HEAD pyx_Context *ctx;
 	gpux_req *req;
 	bool done;
 	gpux_status status;
-	PyObject *keep;           /* the arguments, until the request is finished */
+	PyObject *keep; /* the arguments, until the request is finished */
 	unsigned ntemps;
-	struct pyx_temp *temps;   /* heap, ntemps */
-	char why[PYX_WHY_MAX];    /* "" or, when the copy back failed, why (status INVAL) */
-	bool orphan;              /* in its context's orphans: its end is waited for when it goes */
+	struct pyx_temp *temps; /* heap, ntemps */
+	char why[PYX_WHY_MAX];  /* "" or, when the copy back failed, why (status INVAL) */
+	bool orphan;            /* in its context's orphans: its end is waited for when it goes */
 } pyx_Request;
 
 /* A launch with its arguments resolved once, for calling again and again. */
 typedef struct {
-	PyObject_HEAD
-	pyx_Kernel *kernel;
+	PyObject_HEAD pyx_Kernel *kernel;
 	PyObject *queue;
 	PyObject *args; /* tuple: the argument objects */
 	struct gpux_launch launch;
@@ -161,8 +152,8 @@ void pyx_blocking_leave(pyx_Context *ctx);
 /* A new reference to the context named (None or NULL: the process's default one). */
 pyx_Context *pyx_context_arg(PyObject *o);
 int pyx_add_type(PyObject *m, PyType_Spec *spec, PyTypeObject **ret);
-extern PyObject *pyx_np_generic;  /* numpy.generic, once the package told us */
-extern PyObject *pyx_future_type; /* gpux.Future(request, context) */
+extern PyObject *pyx_np_generic;        /* numpy.generic, once the package told us */
+extern PyObject *pyx_future_type;       /* gpux.Future(request, context) */
 extern PyObject *pyx_device_array_type; /* gpux.DeviceArray: an argument by its _arg */
 
 /* buffer.c */
@@ -203,8 +194,7 @@ int pyx_kernel_init_types(PyObject *m);
 /* request.c */
 int pyx_request_init_types(PyObject *m);
 /* A Request for a submitted req, keeping `keep` and taking argv's temporaries. */
-PyObject *pyx_request_new(pyx_Context *ctx, gpux_req *req, PyObject *keep,
-			  struct pyx_argv *argv);
+PyObject *pyx_request_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struct pyx_argv *argv);
 /* The same, as a gpux.Future (what submissions return). */
 PyObject *pyx_future_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struct pyx_argv *argv);
 /*

@@ -25,12 +25,11 @@ PyObject *pyx_request_new(pyx_Context *ctx, gpux_req *req, PyObject *keep, struc
 	}
 	if (!self || (v->ntemps && !self->temps)) {
 		/* The request must end before its temporaries go. */
-		Py_BEGIN_ALLOW_THREADS
-		pyx_blocking_enter(ctx);
+		Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(ctx);
 		gpux_req_free(req);
 		pyx_blocking_leave(ctx);
-		Py_END_ALLOW_THREADS
-		(void)pyx_temps_finish(v->temps, v->ntemps, GPUX_E_NOMEM, NULL);
+		Py_END_ALLOW_THREADS(void)
+			pyx_temps_finish(v->temps, v->ntemps, GPUX_E_NOMEM, NULL);
 		if (self) {
 			/* PyObject_GC_New took a reference to the type, as each object does. */
 			PyObject_GC_Del(self);
@@ -94,12 +93,10 @@ static void request_end(pyx_Request *self)
 
 	if (self->done)
 		return;
-	Py_BEGIN_ALLOW_THREADS
-	pyx_blocking_enter(self->ctx);
+	Py_BEGIN_ALLOW_THREADS pyx_blocking_enter(self->ctx);
 	st = gpux_wait(self->req, -1);
 	pyx_blocking_leave(self->ctx);
-	Py_END_ALLOW_THREADS
-	finished(self, st);
+	Py_END_ALLOW_THREADS finished(self, st);
 }
 
 static int request_traverse(pyx_Request *self, visitproc visit, void *arg)
@@ -179,10 +176,8 @@ static void request_dealloc(pyx_Request *self)
 	PyObject_GC_UnTrack((PyObject *)self);
 	if (!request_hand_over(self))
 		request_end(self);
-	Py_BEGIN_ALLOW_THREADS
-	gpux_req_free(self->req);
-	Py_END_ALLOW_THREADS
-	Py_DECREF(self->ctx);
+	Py_BEGIN_ALLOW_THREADS gpux_req_free(self->req);
+	Py_END_ALLOW_THREADS Py_DECREF(self->ctx);
 	PyObject_GC_Del(self);
 	Py_DECREF(type);
 }
@@ -204,11 +199,8 @@ int pyx_wait(pyx_Context *ctx, gpux_req *req, int64_t ms)
 
 		if (slices && (slice < 0 || slice > PYX_SIGNAL_SLICE_MS))
 			slice = PYX_SIGNAL_SLICE_MS;
-		Py_BEGIN_ALLOW_THREADS
-		st = slice == 0 ? gpux_test(req) : gpux_wait(req, slice);
-		Py_END_ALLOW_THREADS
-		if (st != GPUX_E_AGAIN || left == 0)
-			break;
+		Py_BEGIN_ALLOW_THREADS st = slice == 0 ? gpux_test(req) : gpux_wait(req, slice);
+		Py_END_ALLOW_THREADS if (st != GPUX_E_AGAIN || left == 0) break;
 		if (PyErr_CheckSignals() < 0) {
 			st = PYX_E_SIGNAL;
 			break;
@@ -247,12 +239,8 @@ static bool request_seen_done(pyx_Request *self)
 
 	if (self->done)
 		return true;
-	Py_BEGIN_ALLOW_THREADS
-	if (gpux_req_done(self->req))
-		st = gpux_test(self->req);
-	Py_END_ALLOW_THREADS
-	if (st == GPUX_E_AGAIN)
-		return false;
+	Py_BEGIN_ALLOW_THREADS if (gpux_req_done(self->req)) st = gpux_test(self->req);
+	Py_END_ALLOW_THREADS if (st == GPUX_E_AGAIN) return false;
 	finished(self, st);
 	return true;
 }
@@ -264,10 +252,8 @@ void pyx_orphans_reap(pyx_Context *ctx)
 
 	if (!list)
 		return;
-	Py_BEGIN_ALLOW_THREADS
-	(void)gpux_process(ctx->ctx);
-	Py_END_ALLOW_THREADS
-	n = PyList_Size(list);
+	Py_BEGIN_ALLOW_THREADS(void) gpux_process(ctx->ctx);
+	Py_END_ALLOW_THREADS n = PyList_Size(list);
 	for (Py_ssize_t i = n - 1; i >= 0; i--) {
 		PyObject *r = PyList_GetItem(list, i);
 
@@ -330,10 +316,8 @@ static const char *message(pyx_Request *self)
 
 	if (self->why[0])
 		return self->why;
-	Py_BEGIN_ALLOW_THREADS
-	m = gpux_req_message(self->req);
-	Py_END_ALLOW_THREADS
-	return m;
+	Py_BEGIN_ALLOW_THREADS m = gpux_req_message(self->req);
+	Py_END_ALLOW_THREADS return m;
 }
 
 /* check(): raise the request's error, if it failed. */
@@ -372,11 +356,8 @@ static PyObject *request_times(pyx_Request *self, void *unused)
 	struct gpux_times t;
 	gpux_status st;
 
-	Py_BEGIN_ALLOW_THREADS
-	st = gpux_req_times(self->req, &t);
-	Py_END_ALLOW_THREADS
-	if (st != GPUX_OK)
-		Py_RETURN_NONE;
+	Py_BEGIN_ALLOW_THREADS st = gpux_req_times(self->req, &t);
+	Py_END_ALLOW_THREADS if (st != GPUX_OK) Py_RETURN_NONE;
 	return Py_BuildValue("(KKK)", (unsigned long long)t.queue_ns, (unsigned long long)t.run_ns,
 			     (unsigned long long)t.device_ns);
 }

@@ -242,9 +242,13 @@ __attribute__((constructor)) static void sweep_open(void)
 __attribute__((destructor)) static void leak_check(void)
 {
 	static const char *const what[FAKE_OBJS] = {
-		[FAKE_STREAM] = "streams", [FAKE_EVENT] = "events", [FAKE_MODULE] = "modules",
-		[FAKE_MEM] = "device allocations", [FAKE_HOST_REG] = "host registrations",
-		[FAKE_GRAPH] = "graphs", [FAKE_GRAPH_EXEC] = "graph execs",
+		[FAKE_STREAM] = "streams",
+		[FAKE_EVENT] = "events",
+		[FAKE_MODULE] = "modules",
+		[FAKE_MEM] = "device allocations",
+		[FAKE_HOST_REG] = "host registrations",
+		[FAKE_GRAPH] = "graphs",
+		[FAKE_GRAPH_EXEC] = "graph execs",
 		[FAKE_GREEN] = "green contexts",
 	};
 	char text[256];
@@ -574,7 +578,8 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 	if (!w)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	(void)pthread_mutex_lock(&fake_lock);
-	*w = (struct fake_write){ .addr = (uint64_t *)(uintptr_t)addr, .value = value,
+	*w = (struct fake_write){ .addr = (uint64_t *)(uintptr_t)addr,
+				  .value = value,
 				  .at = st->ready_at };
 	writes_pending++;
 	(void)pthread_mutex_unlock(&fake_lock);
@@ -639,7 +644,8 @@ static CUresult f_event_sync(CUevent e)
 
 static CUresult f_elapsed(float *ms, CUevent a, CUevent b)
 {
-	const struct fake_event *x = (const struct fake_event *)a, *y = (const struct fake_event *)b;
+	const struct fake_event *x = (const struct fake_event *)a,
+				*y = (const struct fake_event *)b;
 
 	ENTER("cuEventElapsedTime");
 	/* As the driver does: events made without timing have none to give. */
@@ -860,7 +866,10 @@ static CUresult f_module_load(CUmodule *m, const void *image)
 	mod = calloc(1, sizeof(*mod));
 	if (!mod)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (memcmp(p, "\x7f" "ELF", 4) == 0) {
+	if (memcmp(p,
+		   "\x7f"
+		   "ELF",
+		   4) == 0) {
 		/* A cubin: its size is in its ELF header (section headers end it). */
 		uint64_t shoff;
 		uint16_t shentsize, shnum;
@@ -1088,7 +1097,8 @@ static struct fake_global *cubin_global(struct fake_mod *mod, const char *name)
 
 	memcpy(&h, mod->image, sizeof(h));
 	for (unsigned i = 0; i < h.e_shnum && symtab.sh_type != SHT_SYMTAB; i++)
-		memcpy(&symtab, mod->image + h.e_shoff + (size_t)i * sizeof(symtab), sizeof(symtab));
+		memcpy(&symtab, mod->image + h.e_shoff + (size_t)i * sizeof(symtab),
+		       sizeof(symtab));
 	if (symtab.sh_type != SHT_SYMTAB || mod->nglobals == 64 || strlen(name) >= sizeof(g->name))
 		return NULL;
 	memcpy(&strtab, mod->image + h.e_shoff + (size_t)symtab.sh_link * sizeof(strtab),
@@ -1101,7 +1111,8 @@ static struct fake_global *cubin_global(struct fake_mod *mod, const char *name)
 		    s.st_shndx >= h.e_shnum || s.st_size == 0 ||
 		    strcmp(mod->image + strtab.sh_offset + s.st_name, name) != 0)
 			continue;
-		memcpy(&sec, mod->image + h.e_shoff + (size_t)s.st_shndx * sizeof(sec), sizeof(sec));
+		memcpy(&sec, mod->image + h.e_shoff + (size_t)s.st_shndx * sizeof(sec),
+		       sizeof(sec));
 		g = &mod->globals[mod->nglobals];
 		g->p = calloc(1, s.st_size);
 		if (!g->p)
@@ -1172,8 +1183,10 @@ int fake_param_sizes(const struct fake_fn *fn, size_t *sizes)
 		int n;
 		size_t sizes[5];
 	} known[] = {
-		{ "saxpy", 5, { 8, 4, 8, 8, 8 } }, { "add1", 3, { 8, 8, 8 } },
-		{ "spin", 1, { 4 } },		     { "append", 2, { 4, 8 } },
+		{ "saxpy", 5, { 8, 4, 8, 8, 8 } },
+		{ "add1", 3, { 8, 8, 8 } },
+		{ "spin", 1, { 4 } },
+		{ "append", 2, { 4, 8 } },
 	};
 
 	if (fn->nparams >= 0) {

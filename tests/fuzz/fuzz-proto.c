@@ -123,7 +123,7 @@ static void check_submit(const struct ipc_msg *msg, const struct ipc_submit_msg 
 		}
 	}
 	check_same(
-	    ipc_encode_submit(out, sizeof(out), msg->hdr.id, &m->m, m->args, m->name, m->data));
+		ipc_encode_submit(out, sizeof(out), msg->hdr.id, &m->m, m->args, m->name, m->data));
 }
 
 static void check_done(const struct ipc_msg *msg, const struct ipc_done_msg *m)
@@ -146,7 +146,8 @@ static void check_status(const struct ipc_msg *msg, const struct ipc_status_msg 
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
 
 	CHECK(m->m.ndevices <= IPC_DEVICES_MAX && m->m.first + m->m.count <= m->m.ndevices);
-	CHECK(memchr(m->m.loop, 0, sizeof(m->m.loop)) && memchr(m->m.version, 0, sizeof(m->m.version)));
+	CHECK(memchr(m->m.loop, 0, sizeof(m->m.loop)) &&
+	      memchr(m->m.version, 0, sizeof(m->m.version)));
 	CHECK(within(msg, m->devs, (size_t)m->m.count * sizeof(devs[0])));
 	for (uint32_t i = 0; i < m->m.count; i++) {
 		ipc_status_dev(m, i, &devs[i]);
@@ -226,8 +227,8 @@ static void check_fields(const struct ipc_msg *msg, const union decoded *u)
 		break;
 	case IPC_KERNEL_ATTRS_REQ:
 	case IPC_GLOBAL_REQ: {
-		const struct ipc_sym_req *q = msg->hdr.type == IPC_GLOBAL_REQ ? &u->global_req
-									     : &u->kernel_attrs_req;
+		const struct ipc_sym_req *q =
+			msg->hdr.type == IPC_GLOBAL_REQ ? &u->global_req : &u->kernel_attrs_req;
 
 		CHECK(msg->hdr.id != 0 && q->flags == 0);
 		CHECK(q->name_len > 0 && q->name_len <= IPC_KERNEL_NAME_MAX);
@@ -237,7 +238,8 @@ static void check_fields(const struct ipc_msg *msg, const union decoded *u)
 	}
 	case IPC_KERNEL_ATTRS:
 		CHECK(msg->hdr.id != 0 && u->kernel_attrs.num_regs >= IPC_ATTR_UNKNOWN &&
-		      u->kernel_attrs.nparams <= (int32_t)IPC_ARGS_MAX && !u->kernel_attrs.reserved[4]);
+		      u->kernel_attrs.nparams <= (int32_t)IPC_ARGS_MAX &&
+		      !u->kernel_attrs.reserved[4]);
 		break;
 	case IPC_GLOBAL:
 		CHECK(msg->hdr.id != 0 && u->global.size > 0 &&

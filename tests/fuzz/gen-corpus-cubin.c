@@ -67,30 +67,49 @@ static void cubin_make(struct cubin *c, unsigned sm, unsigned abi)
 	h.e_shnum = 6;
 	h.e_shstrndx = 1;
 
-	sh[1] = (Elf64_Shdr){ .sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = off,
-			      .sh_size = sizeof(shstr) };
+	sh[1] = (Elf64_Shdr){
+		.sh_name = 1, .sh_type = SHT_STRTAB, .sh_offset = off, .sh_size = sizeof(shstr)
+	};
 	memcpy(c->b + off, shstr, sizeof(shstr));
 	off += sizeof(shstr);
-	sh[2] = (Elf64_Shdr){ .sh_name = 11, .sh_type = SHT_STRTAB, .sh_offset = off,
-			      .sh_size = sizeof(str) };
+	sh[2] = (Elf64_Shdr){
+		.sh_name = 11, .sh_type = SHT_STRTAB, .sh_offset = off, .sh_size = sizeof(str)
+	};
 	memcpy(c->b + off, str, sizeof(str));
 	off = (off + sizeof(str) + 7) & ~7ul;
-	sym[1] = (Elf64_Sym){ .st_name = 1, .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
-			      .st_other = 0x10, .st_shndx = 4, .st_size = 128 };
-	sym[2] = (Elf64_Sym){ .st_name = 11, .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
-			      .st_other = 0x10, .st_shndx = 5, .st_size = 128 };
-	sym[3] = (Elf64_Sym){ .st_name = 17, .st_info = ELF64_ST_INFO(STB_LOCAL, STT_FUNC),
+	sym[1] = (Elf64_Sym){ .st_name = 1,
+			      .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+			      .st_other = 0x10,
+			      .st_shndx = 4,
+			      .st_size = 128 };
+	sym[2] = (Elf64_Sym){ .st_name = 11,
+			      .st_info = ELF64_ST_INFO(STB_GLOBAL, STT_FUNC),
+			      .st_other = 0x10,
+			      .st_shndx = 5,
+			      .st_size = 128 };
+	sym[3] = (Elf64_Sym){ .st_name = 17,
+			      .st_info = ELF64_ST_INFO(STB_LOCAL, STT_FUNC),
 			      .st_shndx = 5 };
-	sh[3] = (Elf64_Shdr){ .sh_name = 19, .sh_type = SHT_SYMTAB, .sh_offset = off,
-			      .sh_size = sizeof(sym), .sh_link = 2, .sh_info = 1,
+	sh[3] = (Elf64_Shdr){ .sh_name = 19,
+			      .sh_type = SHT_SYMTAB,
+			      .sh_offset = off,
+			      .sh_size = sizeof(sym),
+			      .sh_link = 2,
+			      .sh_info = 1,
 			      .sh_entsize = sizeof(Elf64_Sym) };
 	memcpy(c->b + off, sym, sizeof(sym));
 	off += sizeof(sym);
 	off = (off + 127) & ~127ul;
-	sh[4] = (Elf64_Shdr){ .sh_name = 27, .sh_type = SHT_PROGBITS, .sh_offset = off,
-			      .sh_size = 128, .sh_flags = SHF_ALLOC | SHF_EXECINSTR };
-	sh[5] = (Elf64_Shdr){ .sh_name = 43, .sh_type = SHT_PROGBITS, .sh_offset = off + 128,
-			      .sh_size = 128, .sh_flags = SHF_ALLOC | SHF_EXECINSTR };
+	sh[4] = (Elf64_Shdr){ .sh_name = 27,
+			      .sh_type = SHT_PROGBITS,
+			      .sh_offset = off,
+			      .sh_size = 128,
+			      .sh_flags = SHF_ALLOC | SHF_EXECINSTR };
+	sh[5] = (Elf64_Shdr){ .sh_name = 43,
+			      .sh_type = SHT_PROGBITS,
+			      .sh_offset = off + 128,
+			      .sh_size = 128,
+			      .sh_flags = SHF_ALLOC | SHF_EXECINSTR };
 	off += 256;
 	h.e_shoff = off;
 	memcpy(c->b + off, sh, sizeof(sh));
@@ -175,19 +194,27 @@ int main(int argc, char **argv)
 	save("cubin-sm86-abi7", c86.b, c86.len);
 	save("cubin-sm80", c80.b, c80.len);
 	save("ptx", ptx, sizeof(ptx));
-	n = fatbin_make(fb, (struct entry[]){ { 2, 80, c80.b, c80.len, false },
-					      { 2, 90, c90.b, c90.len, false },
-					      { 1, 90, ptx, sizeof(ptx), false } }, 3);
+	n = fatbin_make(fb,
+			(struct entry[]){ { 2, 80, c80.b, c80.len, false },
+					  { 2, 90, c90.b, c90.len, false },
+					  { 1, 90, ptx, sizeof(ptx), false } },
+			3);
 	save("fatbin-sm80-sm90-ptx", fb, n);
-	n = fatbin_make(fb, (struct entry[]){ { 2, 90, "(compressed)", 12, true },
-					      { 1, 70, "(compressed)", 12, true } }, 2);
+	n = fatbin_make(fb,
+			(struct entry[]){ { 2, 90, "(compressed)", 12, true },
+					  { 1, 70, "(compressed)", 12, true } },
+			2);
 	save("fatbin-compressed", fb, n);
 	/* nvcc's default: the cubin as it is, its PTX compressed. */
-	n = fatbin_make(fb, (struct entry[]){ { 2, 90, c90.b, c90.len, false },
-					      { 1, 90, "(compressed)", 12, true } }, 2);
+	n = fatbin_make(fb,
+			(struct entry[]){ { 2, 90, c90.b, c90.len, false },
+					  { 1, 90, "(compressed)", 12, true } },
+			2);
 	save("fatbin-sm90-compressed-ptx", fb, n);
-	n = fatbin_make(fb, (struct entry[]){ { 2, 80, c80.b, c80.len, false },
-					      { 2, 86, "(compressed)", 12, true } }, 2);
+	n = fatbin_make(fb,
+			(struct entry[]){ { 2, 80, c80.b, c80.len, false },
+					  { 2, 86, "(compressed)", 12, true } },
+			2);
 	save("fatbin-sm80-compressed-sm86", fb, n);
 	n = fatbin_make(fb, (struct entry[]){ { 2, 80, c80.b, c80.len, false } }, 1);
 	save("fatbin-sm80-only", fb, n);
@@ -223,8 +250,8 @@ int main(int argc, char **argv)
 	save_patch("bad-cubin-symtab-entsize", &c90,
 		   shdr + 3 * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_entsize), &u64, 8);
 	/* The string table's last byte, its NUL, overwritten. */
-	save_patch("bad-cubin-strtab-unterminated", &c90, sizeof(h) + sizeof(shstr) + sizeof(str) - 1,
-		   "x", 1);
+	save_patch("bad-cubin-strtab-unterminated", &c90,
+		   sizeof(h) + sizeof(shstr) + sizeof(str) - 1, "x", 1);
 	/* The first kernel's name beyond the strings: no kernel, but nothing read either. */
 	{
 		Elf64_Shdr symtab;
@@ -232,8 +259,8 @@ int main(int argc, char **argv)
 		memcpy(&symtab, c90.b + shdr + 3 * sizeof(Elf64_Shdr), sizeof(symtab));
 		u32 = 5000;
 		save_patch("cubin-symbol-name-outside", &c90,
-			   symtab.sh_offset + sizeof(Elf64_Sym) + offsetof(Elf64_Sym, st_name), &u32,
-			   4);
+			   symtab.sh_offset + sizeof(Elf64_Sym) + offsetof(Elf64_Sym, st_name),
+			   &u32, 4);
 	}
 	save_patch("bad-cubin-section-name", &c90,
 		   shdr + 4 * sizeof(Elf64_Shdr) + offsetof(Elf64_Shdr, sh_name), &u32, 4);

@@ -139,7 +139,7 @@ int main(int argc, char **argv)
 	u64 = UINT64_MAX;
 	save_patch("bad-submit-buffer-wraps", "submit",
 		   sizeof(struct ipc_submit) + sizeof(struct ipc_arg) +
-		       offsetof(struct ipc_arg, offset),
+			   offsetof(struct ipc_arg, offset),
 		   &u64, 8);
 	/* A NUL inside the kernel name "saxpy". */
 	save_patch("bad-submit-name-nul", "submit", sizeof(struct ipc_submit) + 6 * 32 + 2, "", 1);
@@ -174,22 +174,24 @@ int main(int argc, char **argv)
 	/* The second device's name fills its 64 bytes with no NUL. */
 	s = sample("status");
 	memset(buf + sizeof(struct ipc_hdr) + sizeof(struct ipc_status) +
-		   sizeof(struct ipc_dev_status) + offsetof(struct ipc_device_info, name),
+		       sizeof(struct ipc_dev_status) + offsetof(struct ipc_device_info, name),
 	       'n', 64);
 	save("bad-status-name-unterminated", 0, buf, s.len);
 	/* Pages: one that starts past the end of the devices; a driver name with no NUL. */
 	u32 = 2;
-	save_patch("bad-status-page-past-end", "status", offsetof(struct ipc_status, first), &u32, 4);
+	save_patch("bad-status-page-past-end", "status", offsetof(struct ipc_status, first), &u32,
+		   4);
 	s = sample("status");
 	memset(buf + sizeof(struct ipc_hdr) + sizeof(struct ipc_status) +
-		   offsetof(struct ipc_dev_status, stats.driver),
+		       offsetof(struct ipc_dev_status, stats.driver),
 	       'd', sizeof(((struct ipc_stats *)0)->driver));
 	save("bad-status-driver-unterminated", 0, buf, s.len);
 	u32 = 2;
 	save_patch("bad-welcome-flag-unknown", "welcome", offsetof(struct ipc_welcome, flags), &u32,
 		   4);
 	u32 = IPC_MOD_MEMORY + 1;
-	save_patch("bad-mod-info-source", "mod-info", offsetof(struct ipc_mod_info, source), &u32, 4);
+	save_patch("bad-mod-info-source", "mod-info", offsetof(struct ipc_mod_info, source), &u32,
+		   4);
 	save_hdr("bad-drain-with-fd", "drain", fds_one);
 
 	/* Device buffers: a fd where none belongs, an empty buffer, copies that are wrong. */
@@ -218,7 +220,7 @@ int main(int argc, char **argv)
 	u32 = IPC_ARG_CACHED | (IPC_ARG_CACHED << 1);
 	save_patch("bad-submit-flag-unknown", "submit-dbuf-cached",
 		   sizeof(struct ipc_submit) + sizeof(struct ipc_arg) +
-		       offsetof(struct ipc_arg, flags),
+			   offsetof(struct ipc_arg, flags),
 		   &u32, 4);
 
 	/* gpux top's pages: a flag nobody knows; clients not by id; more than the total. */

@@ -16,8 +16,9 @@ int gpux_headers_use(gpux_ctx *ctx, gpux_module *m, gpux_buf *b, gpux_dbuf *d)
 	uint64_t n = 64;
 	float a = 2.0f;
 	struct gpux_arg args[8];
-	struct gpux_launch l = { { 1, 1, 1 }, { 64, 1, 1 }, 0, 0, GPUX_ANY, GPUX_LAUNCH_TIMED,
-				 NULL };
+	struct gpux_launch l = {
+		{ 1, 1, 1 }, { 64, 1, 1 }, 0, 0, GPUX_ANY, GPUX_LAUNCH_TIMED, NULL
+	};
 	struct gpux_device_info info;
 	struct gpux_times t;
 	gpux_req *r = NULL;

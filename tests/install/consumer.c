@@ -60,7 +60,8 @@ int main(void)
 	for (uint64_t i = 0; i < n; i++)
 		p[i] = (float)i;
 	{
-		struct gpux_arg args[] = { GPUX_ARG_VALUE(n), gpux_arg_mapped(x, 0, n * sizeof(float)) };
+		struct gpux_arg args[] = { GPUX_ARG_VALUE(n),
+					   gpux_arg_mapped(x, 0, n * sizeof(float)) };
 
 		st = gpux_run(m, "twice", &l, args, 2);
 	}

@@ -53,7 +53,7 @@
 #define PCH_HEAP_MAX (2048ull * 1024 * 1024)
 
 #define WARM_SOURCE                                                                                \
-	"template <typename T> __global__ void gpux_warm(T *p, int n) { if (n) *p = (T)n; }\n"      \
+	"template <typename T> __global__ void gpux_warm(T *p, int n) { if (n) *p = (T)n; }\n"     \
 	"template __global__ void gpux_warm<float>(float *, int);\n"
 
 struct helper {
@@ -62,9 +62,9 @@ struct helper {
 	char arch_opt[48];
 	struct wrk_toolkit tk;
 	char inc_opts[WRK_TOOLKIT_DIRS_MAX][PATH_MAX + 4];
-	char pch_dir[PATH_MAX];       /* "" without */
+	char pch_dir[PATH_MAX];      /* "" without */
 	char pch_opt[PATH_MAX + 16]; /* --pch-dir=... */
-	bool pch;                     /* precompiled headers are kept there */
+	bool pch;                    /* precompiled headers are kept there */
 	bool landlocked;
 	uint8_t buf[sizeof(struct cc_req) + IPC_OPTIONS_MAX + 1];
 };
@@ -84,8 +84,8 @@ static int reply(int fd, gpux_status status, const char *log, size_t log_len, ui
 	memcpy(buf, &rep, sizeof(rep));
 	if (rep.log_len)
 		memcpy(buf + sizeof(rep), log, rep.log_len);
-	return ipc_channel_send(fd, buf, sizeof(rep) + rep.log_len, &image_fd, image_fd >= 0 ? 1 : 0,
-				0);
+	return ipc_channel_send(fd, buf, sizeof(rep) + rep.log_len, &image_fd,
+				image_fd >= 0 ? 1 : 0, 0);
 }
 
 static int reply_text(int fd, gpux_status status, const char *text)
@@ -99,7 +99,8 @@ static unsigned split(char *opts, const char **argv, unsigned max)
 	unsigned n = 0;
 	char *save = NULL;
 
-	for (char *t = strtok_r(opts, " \t\n", &save); t && n < max; t = strtok_r(NULL, " \t\n", &save))
+	for (char *t = strtok_r(opts, " \t\n", &save); t && n < max;
+	     t = strtok_r(NULL, " \t\n", &save))
 		argv[n++] = t;
 	return n;
 }
@@ -352,8 +353,7 @@ static void pch_after(struct helper *h, nvrtcProgram prog)
 	pch_trim(h, false);
 }
 
-static void compile_one(struct helper *h, const struct cc_req *rq, const char *options,
-			int code_fd)
+static void compile_one(struct helper *h, const struct cc_req *rq, const char *options, int code_fd)
 {
 	_cleanup_(freep) uint8_t *blob = NULL;
 	_cleanup_(freep) char *opts = strndup(options, rq->options_len);
@@ -366,7 +366,8 @@ static void compile_one(struct helper *h, const struct cc_req *rq, const char *o
 	bool pch;
 	int rc;
 
-	rc = ipc_blob_read(code_fd, (size_t)rq->code_len + rq->extra_len, IPC_CODE_MAX, &blob, NULL);
+	rc = ipc_blob_read(code_fd, (size_t)rq->code_len + rq->extra_len, IPC_CODE_MAX, &blob,
+			   NULL);
 	if (rc < 0 || !opts) {
 		(void)reply_text(h->fd, GPUX_E_INVAL, "bad compile request");
 		return;

@@ -59,34 +59,74 @@ static int landlock(int abi, const char *const *dirs, unsigned ndirs, const char
 
 static const long plain[] = {
 	/* memory (mmap and mprotect are below: never executable) */
-	SYS_brk, SYS_munmap, SYS_mremap, SYS_madvise,
+	SYS_brk,
+	SYS_munmap,
+	SYS_mremap,
+	SYS_madvise,
 	/* files it already has, and what it may open (Landlock decides which); what a path
 	 * is (a C library or NVRTC other than the ones traced may ask it otherwise than
 	 * stat: it says no more than stat does) */
-	SYS_read, SYS_write, SYS_pread64, SYS_readv, SYS_writev, SYS_lseek, SYS_close,
-	SYS_fstat, SYS_newfstatat, SYS_statx, SYS_getcwd, SYS_readlinkat, SYS_faccessat,
+	SYS_read,
+	SYS_write,
+	SYS_pread64,
+	SYS_readv,
+	SYS_writev,
+	SYS_lseek,
+	SYS_close,
+	SYS_fstat,
+	SYS_newfstatat,
+	SYS_statx,
+	SYS_getcwd,
+	SYS_readlinkat,
+	SYS_faccessat,
 	SYS_getdents64,
 #ifdef SYS_faccessat2
 	SYS_faccessat2,
 #endif
 #ifdef SYS_stat
-	SYS_stat, SYS_lstat, SYS_readlink, SYS_access,
+	SYS_stat,
+	SYS_lstat,
+	SYS_readlink,
+	SYS_access,
 #endif
 	/* time, identity, limits of its own */
-	SYS_clock_gettime, SYS_clock_getres, SYS_clock_nanosleep, SYS_nanosleep, SYS_gettimeofday,
+	SYS_clock_gettime,
+	SYS_clock_getres,
+	SYS_clock_nanosleep,
+	SYS_nanosleep,
+	SYS_gettimeofday,
 #ifdef SYS_time
 	SYS_time,
 #endif
-	SYS_gettid, SYS_getpid, SYS_getppid, SYS_getuid, SYS_geteuid, SYS_getgid, SYS_getegid,
-	SYS_getrusage, SYS_times, SYS_sysinfo, SYS_uname, SYS_getrandom,
+	SYS_gettid,
+	SYS_getpid,
+	SYS_getppid,
+	SYS_getuid,
+	SYS_geteuid,
+	SYS_getgid,
+	SYS_getegid,
+	SYS_getrusage,
+	SYS_times,
+	SYS_sysinfo,
+	SYS_uname,
+	SYS_getrandom,
 #ifdef SYS_getrlimit
-	SYS_getrlimit, SYS_setrlimit,
+	SYS_getrlimit,
+	SYS_setrlimit,
 #endif
-	SYS_sched_yield, SYS_sched_getaffinity, SYS_sched_get_priority_min,
-	SYS_sched_get_priority_max, SYS_futex,
+	SYS_sched_yield,
+	SYS_sched_getaffinity,
+	SYS_sched_get_priority_min,
+	SYS_sched_get_priority_max,
+	SYS_futex,
 	/* signals to itself, and the way out (sanitizers' _exit looks at its signal stack) */
-	SYS_rt_sigreturn, SYS_rt_sigprocmask, SYS_rt_sigaction, SYS_sigaltstack,
-	SYS_restart_syscall, SYS_exit, SYS_exit_group,
+	SYS_rt_sigreturn,
+	SYS_rt_sigprocmask,
+	SYS_rt_sigaction,
+	SYS_sigaltstack,
+	SYS_restart_syscall,
+	SYS_exit,
+	SYS_exit_group,
 };
 
 /*
@@ -95,8 +135,8 @@ static const long plain[] = {
  */
 static int build(struct wrk_bpf *p, int channel_fd, bool files, bool writes_ok)
 {
-	static const uint32_t fcntl_cmds[] = { F_GETFD, F_SETFD, F_GETFL, F_DUPFD_CLOEXEC,
-					       F_ADD_SEALS, F_GET_SEALS };
+	static const uint32_t fcntl_cmds[] = { F_GETFD,         F_SETFD,     F_GETFL,
+					       F_DUPFD_CLOEXEC, F_ADD_SEALS, F_GET_SEALS };
 	const uint32_t writes = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND | __O_TMPFILE;
 	const uint32_t memfd_flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
 	const uint32_t self = 0, chan = (uint32_t)channel_fd;
@@ -108,9 +148,11 @@ static int build(struct wrk_bpf *p, int channel_fd, bool files, bool writes_ok)
 	if (files && writes_ok) {
 		/* NVRTC's precompiled headers: its heap's file and the headers' (unlinked). */
 		static const long rw[] = {
-			SYS_openat, SYS_unlinkat,
+			SYS_openat,
+			SYS_unlinkat,
 #ifdef SYS_open
-			SYS_open, SYS_unlink,
+			SYS_open,
+			SYS_unlink,
 #endif
 		};
 

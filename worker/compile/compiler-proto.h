@@ -34,7 +34,7 @@ enum cc_kind {
 
 struct cc_setup {
 	uint32_t magic;
-	uint32_t kind; /* CC_SETUP */
+	uint32_t kind;          /* CC_SETUP */
 	char arch[CC_ARCH_MAX]; /* "sm_90", NUL-terminated */
 	uint32_t ndirs;
 	uint32_t dirs_len; /* then ndirs NUL-terminated paths (and the PCH one), dirs_len bytes */

@@ -208,7 +208,7 @@ int wrk_compiler_spawn(struct wrk_compiler *c, char **ret_msg)
 {
 	char ppid[16], memory[24];
 	char *argv[] = { "gpux-worker", "--compiler", "--parent-pid", ppid, "--compile-memory",
-			 memory, NULL };
+			 memory,        NULL };
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t attr;
 	sigset_t none;
@@ -279,7 +279,8 @@ static int recv_reply(struct wrk_compiler *c, uint64_t deadline, bool want_image
 
 		if (now >= deadline)
 			return -ETIMEDOUT;
-		k = poll(&p, 1, (int)MIN((deadline - now) / NSEC_PER_MSEC + 1, (uint64_t)INT32_MAX));
+		k = poll(&p, 1,
+			 (int)MIN((deadline - now) / NSEC_PER_MSEC + 1, (uint64_t)INT32_MAX));
 		if (k < 0 && errno != EINTR)
 			return -errno;
 		if (k > 0)
@@ -382,7 +383,8 @@ static int image_check(const struct wrk_compiler *c, const uint8_t *image, size_
 		return -EBADMSG;
 	}
 	if (wrk_cubin_check(img.code, img.code_len, c->cc, &why) < 0) {
-		*ret_msg = wrk_strdup_printf("the compiler's cubin was refused: %s", why ? why : "");
+		*ret_msg =
+			wrk_strdup_printf("the compiler's cubin was refused: %s", why ? why : "");
 		free(why);
 		return -EBADMSG;
 	}
@@ -454,7 +456,8 @@ gpux_status wrk_compiler_build(struct wrk_compiler *c, const struct wrk_build *b
 		}
 		free(log);
 		*ret_log = wrk_strdup_printf("the compiler answered with a status no compile ends "
-					     "with (%d)", rep.status);
+					     "with (%d)",
+					     rep.status);
 		return GPUX_E_COMPILE;
 	}
 	r = ipc_blob_read(image_fd, 0, CC_IMAGE_MAX, &image, &len);

@@ -17,9 +17,9 @@ struct wrk_compiler {
 	uint64_t memory;     /* the helper's address space at most (RLIMIT_AS); 0: no limit */
 	uint64_t timeout_ns; /* a compile's time at most: then the helper is killed */
 	int fd;
-	bool greeted;    /* its hello has been read */
-	bool targeted;   /* cc, arch and tk are set */
-	unsigned cc;     /* the device's compute capability, major * 10 + minor */
+	bool greeted;  /* its hello has been read */
+	bool targeted; /* cc, arch and tk are set */
+	unsigned cc;   /* the device's compute capability, major * 10 + minor */
 	char arch[CC_ARCH_MAX];
 	struct wrk_toolkit tk;
 	char pch_dir[PATH_MAX]; /* the helper's precompiled headers, or "" */

@@ -100,14 +100,15 @@ static int elf_check(const uint8_t *p, size_t len, Elf64_Ehdr *ret, char **ret_m
 	    h.e_ident[EI_VERSION] != EV_CURRENT)
 		return FAIL(ret_msg, "not a 64-bit little-endian ELF file");
 	if (h.e_machine != EM_CUDA)
-		return FAIL(ret_msg, "an ELF file for machine %u, not CUDA (%u)", h.e_machine, EM_CUDA);
+		return FAIL(ret_msg, "an ELF file for machine %u, not CUDA (%u)", h.e_machine,
+			    EM_CUDA);
 	if (h.e_type != ET_EXEC)
 		return FAIL(ret_msg, "an ELF file of type %u, not a loadable cubin", h.e_type);
 	if (h.e_ehsize != sizeof(h) || h.e_shentsize != sizeof(Elf64_Shdr) ||
 	    (h.e_phnum && h.e_phentsize != sizeof(Elf64_Phdr)))
 		return FAIL(ret_msg, "ELF header sizes are wrong");
-	if (!range_ok(h.e_phoff, (uint64_t)h.e_phnum * sizeof(Elf64_Phdr), len) ||
-	    h.e_shnum == 0 || !range_ok(h.e_shoff, (uint64_t)h.e_shnum * sizeof(Elf64_Shdr), len) ||
+	if (!range_ok(h.e_phoff, (uint64_t)h.e_phnum * sizeof(Elf64_Phdr), len) || h.e_shnum == 0 ||
+	    !range_ok(h.e_shoff, (uint64_t)h.e_shnum * sizeof(Elf64_Shdr), len) ||
 	    h.e_shstrndx >= h.e_shnum)
 		return FAIL(ret_msg, "ELF program or section headers lie outside the file");
 	for (unsigned i = 0; i < h.e_phnum; i++) {
@@ -197,9 +198,10 @@ static int fat_compressed_check(bool exact_plain, bool exact_compressed,
 {
 	if (!compressed || (exact_plain && !exact_compressed))
 		return 0;
-	return FAIL(ret_msg, "fatbin: its %s_%u %s, which a device of sm_%u may run, is compressed; "
-			     "compressed code is not checked here: build the fatbin with "
-			     "nvcc --compress-mode=none (or --no-compress)",
+	return FAIL(ret_msg,
+		    "fatbin: its %s_%u %s, which a device of sm_%u may run, is compressed; "
+		    "compressed code is not checked here: build the fatbin with "
+		    "nvcc --compress-mode=none (or --no-compress)",
 		    compressed->kind == FATBIN_ELF ? "sm" : "compute", compressed->arch,
 		    compressed->kind == FATBIN_ELF ? "cubin" : "PTX", cc);
 }
@@ -216,8 +218,10 @@ static int fatbin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_ms
 	if (len < sizeof(h))
 		return FAIL(ret_msg, "fatbin: cut short");
 	memcpy(&h, p, sizeof(h));
-	if (h.version != 1 || h.header_size < sizeof(h) || !range_ok(h.header_size, h.fat_size, len))
-		return FAIL(ret_msg, "fatbin: its header is wrong (version %u, sizes %u + %llu of %zu)",
+	if (h.version != 1 || h.header_size < sizeof(h) ||
+	    !range_ok(h.header_size, h.fat_size, len))
+		return FAIL(ret_msg,
+			    "fatbin: its header is wrong (version %u, sizes %u + %llu of %zu)",
 			    h.version, h.header_size, (unsigned long long)h.fat_size, len);
 	end = h.header_size + h.fat_size;
 	for (off = h.header_size; off < end; n++) {
@@ -234,13 +238,14 @@ static int fatbin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_ms
 
 			r = elf_check(p + off + e.header_size, e.size, &eh, &why);
 			if (r < 0) {
-				(void)FAIL(ret_msg, "fatbin: sm_%u cubin: %s", e.arch, why ? why : "bad");
+				(void)FAIL(ret_msg, "fatbin: sm_%u cubin: %s", e.arch,
+					   why ? why : "bad");
 				free(why);
 				return r;
 			}
 			if (elf_sm(&eh) != e.arch)
-				return FAIL(ret_msg, "fatbin: an entry says sm_%u, its cubin sm_%u", e.arch,
-					    elf_sm(&eh));
+				return FAIL(ret_msg, "fatbin: an entry says sm_%u, its cubin sm_%u",
+					    e.arch, elf_sm(&eh));
 		}
 		if (e.kind == FATBIN_ELF || e.kind == FATBIN_PTX)
 			have_add(have, sizeof(have), &e);
@@ -258,9 +263,10 @@ static int fatbin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_ms
 		off += e.header_size + e.size;
 	}
 	if (!usable)
-		return FAIL(ret_msg, "fatbin: no code for sm_%u (it has: %s)", cc, *have ? have : "nothing");
-	return fat_compressed_check(exact_plain, exact_compressed, any_compressed ? &compressed : NULL,
-				    cc, ret_msg);
+		return FAIL(ret_msg, "fatbin: no code for sm_%u (it has: %s)", cc,
+			    *have ? have : "nothing");
+	return fat_compressed_check(exact_plain, exact_compressed,
+				    any_compressed ? &compressed : NULL, cc, ret_msg);
 }
 
 int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg)
@@ -284,8 +290,9 @@ int wrk_cubin_check(const uint8_t *p, size_t len, unsigned cc, char **ret_msg)
 		return r;
 	}
 	if (!sm_runs_on(elf_sm(&h), cc))
-		return FAIL(ret_msg, "cubin: made for sm_%u, which does not run on this device (sm_%u): "
-				     "a cubin runs on its own major version, at its minor or later",
+		return FAIL(ret_msg,
+			    "cubin: made for sm_%u, which does not run on this device (sm_%u): "
+			    "a cubin runs on its own major version, at its minor or later",
 			    elf_sm(&h), cc);
 	return 0;
 }
@@ -314,9 +321,9 @@ static int elf_entries(const uint8_t *p, size_t len, wrk_entry_fn *fn, void *use
 			int r;
 
 			memcpy(&sym, p + s.sh_offset + k * sizeof(sym), sizeof(sym));
-			if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || !(sym.st_other & STO_CUDA_ENTRY) ||
-			    sym.st_name == 0 || sym.st_name >= str.sh_size ||
-			    p[str.sh_offset + sym.st_name] == '\0')
+			if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC ||
+			    !(sym.st_other & STO_CUDA_ENTRY) || sym.st_name == 0 ||
+			    sym.st_name >= str.sh_size || p[str.sh_offset + sym.st_name] == '\0')
 				continue;
 			r = fn((const char *)p + str.sh_offset + sym.st_name, userdata);
 			if (r < 0)
@@ -338,9 +345,9 @@ static int ptx_entries(const char *ptx, wrk_entry_fn *fn, void *userdata)
 		if (s[0] != ' ' && s[0] != '\t')
 			continue;
 		s += strspn(s, " \t");
-		while (n < sizeof(name) - 1 && (s[n] == '_' || s[n] == '$' || s[n] == '%' ||
-						(s[n] >= '0' && s[n] <= '9') || (s[n] >= 'a' && s[n] <= 'z') ||
-						(s[n] >= 'A' && s[n] <= 'Z')))
+		while (n < sizeof(name) - 1 &&
+		       (s[n] == '_' || s[n] == '$' || s[n] == '%' || (s[n] >= '0' && s[n] <= '9') ||
+			(s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z')))
 			n++;
 		if (n == 0 || n == sizeof(name) - 1)
 			continue;
@@ -364,7 +371,8 @@ int wrk_code_entries(const uint8_t *p, size_t len, wrk_entry_fn *fn, void *userd
 		if (fh.magic == FATBIN_MAGIC) {
 			uint64_t end = fh.header_size + fh.fat_size;
 
-			if (fh.header_size < sizeof(fh) || !range_ok(fh.header_size, fh.fat_size, len))
+			if (fh.header_size < sizeof(fh) ||
+			    !range_ok(fh.header_size, fh.fat_size, len))
 				return -ENOENT;
 			for (uint64_t off = fh.header_size; off < end;) {
 				struct fat_entry e;
@@ -375,7 +383,8 @@ int wrk_code_entries(const uint8_t *p, size_t len, wrk_entry_fn *fn, void *userd
 					break;
 				}
 				if (e.kind == FATBIN_ELF && !(e.flags & FATBIN_COMPRESSED))
-					return elf_entries(p + off + e.header_size, e.size, fn, userdata);
+					return elf_entries(p + off + e.header_size, e.size, fn,
+							   userdata);
 				off += e.header_size + e.size;
 			}
 			return -ENOENT;

@@ -129,7 +129,8 @@ int wrk_knames_new(const struct wrk_cuimage *img, size_t max_bytes, struct wrk_k
 }
 
 int wrk_knames_new_list(const char *const *syms, unsigned nsyms, const char *pairs,
-			size_t pairs_len, uint32_t npairs, size_t max_bytes, struct wrk_knames **ret)
+			size_t pairs_len, uint32_t npairs, size_t max_bytes,
+			struct wrk_knames **ret)
 {
 	struct wrk_knames *k = calloc(1, sizeof(*k));
 	int r = 0;
@@ -306,8 +307,9 @@ static char *list(const struct wrk_knames *k, const char *prefix, const char *sp
 		return NULL;
 	for (unsigned i = 0; i < k->nentries; i++) {
 		const char *e = k->entries[i];
-		int kind = want ? MAX(prefix_kind(e, prefix, nested), prefix_kind(e, sprefix, false))
-				: 0;
+		int kind =
+			want ? MAX(prefix_kind(e, prefix, nested), prefix_kind(e, sprefix, false))
+			     : 0;
 
 		if (kind != want)
 			continue;
@@ -331,8 +333,10 @@ int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **
 	char *l;
 
 	if (!k->entries_known) {
-		*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (its kernels cannot be "
-					      "listed: ask for one by its exact symbol)", name);
+		*ret_msg =
+			wrk_strdup_printf("no kernel \"%s\" in the module (its kernels cannot be "
+					  "listed: ask for one by its exact symbol)",
+					  name);
 		return -ENOENT;
 	}
 	if (mangle_prefix(name, prefix, sizeof(prefix), sprefix, sizeof(sprefix), &nested) == 0) {
@@ -350,30 +354,33 @@ int wrk_knames_match(const struct wrk_knames *k, const char *name, const char **
 		}
 		if (funcs > 1) {
 			l = list(k, prefix, sprefix, nested, 1);
-			*ret_msg = wrk_strdup_printf("kernel name \"%s\" is ambiguous: it is %u kernels "
-						      "(%s); ask for one by its symbol", name, funcs,
-						      l ? l : "");
+			*ret_msg = wrk_strdup_printf(
+				"kernel name \"%s\" is ambiguous: it is %u kernels "
+				"(%s); ask for one by its symbol",
+				name, funcs, l ? l : "");
 			free(l);
 			return -ENOTUNIQ;
 		}
 		if (templates) {
 			l = list(k, prefix, sprefix, nested, 2);
 			*ret_msg = wrk_strdup_printf(
-				"no kernel \"%s\": it is a template; ask for an instance by its name "
-				"expression (such as \"%s<float>\"), listed when the module is loaded or "
-				"instantiated in its source, or by its symbol (%s)", name, name,
-				l ? l : "");
+				"no kernel \"%s\": it is a template; ask for an instance by its "
+				"name "
+				"expression (such as \"%s<float>\"), listed when the module is "
+				"loaded or "
+				"instantiated in its source, or by its symbol (%s)",
+				name, name, l ? l : "");
 			free(l);
 			return -ENOENT;
 		}
 	}
 	l = list(k, "", "", false, 0);
-	*ret_msg = wrk_strdup_printf("no kernel \"%s\" in the module (its kernels: %s)%s", name,
-				      l && *l ? l : "none",
-				      strchr(name, '<') ? "; a template's instance is found by a name "
-							  "expression listed when the module is "
-							  "loaded, or instantiated in its source"
-							: "");
+	*ret_msg = wrk_strdup_printf(
+		"no kernel \"%s\" in the module (its kernels: %s)%s", name, l && *l ? l : "none",
+		strchr(name, '<') ? "; a template's instance is found by a name "
+				    "expression listed when the module is "
+				    "loaded, or instantiated in its source"
+				  : "");
 	free(l);
 	return -ENOENT;
 }
@@ -496,7 +503,10 @@ static bool lex(struct lexer *l, struct tok *t)
 }
 
 struct scan {
-	struct { const char *s; size_t n; } globals[GLOBALS_MAX];
+	struct {
+		const char *s;
+		size_t n;
+	} globals[GLOBALS_MAX];
 	unsigned nglobals;
 	struct tok decl[DECL_TOKENS_MAX];
 };
@@ -566,8 +576,8 @@ static bool declarator(const struct scan *sc, unsigned n, bool global, const cha
 		if (!global && !is_global(sc, &d[i]))
 			return false;
 		/* Qualified: ns::name<...>. */
-		while (start >= 3 && tok_punct(&d[start - 1], ':') && tok_punct(&d[start - 2], ':') &&
-		       d[start - 3].kind == 'i')
+		while (start >= 3 && tok_punct(&d[start - 1], ':') &&
+		       tok_punct(&d[start - 2], ':') && d[start - 3].kind == 'i')
 			start -= 3;
 		*ret = d[start].s;
 		*ret_len = (size_t)(d[j].s + 1 - d[start].s);

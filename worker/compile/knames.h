@@ -29,7 +29,8 @@ int wrk_knames_new(const struct wrk_cuimage *img, size_t max_bytes, struct wrk_k
 /* The same, of a module whose kernels' symbols are listed (the host back end's CUDA C++):
  * npairs (expression, symbol) pairs of strings in pairs, pairs_len bytes. */
 int wrk_knames_new_list(const char *const *syms, unsigned nsyms, const char *pairs,
-			size_t pairs_len, uint32_t npairs, size_t max_bytes, struct wrk_knames **ret);
+			size_t pairs_len, uint32_t npairs, size_t max_bytes,
+			struct wrk_knames **ret);
 void wrk_knames_free(struct wrk_knames *k);
 
 /* The bytes k holds: its copies of names, and what points at them. */

@@ -30,8 +30,8 @@ struct wrk_limits {
 	uint32_t max_threads_per_block;
 	uint32_t max_block[3];
 	uint32_t max_grid[3];
-	uint32_t max_shared_per_block;        /* without opting in */
-	uint32_t max_shared_per_block_optin;  /* with a raised kernel attribute */
+	uint32_t max_shared_per_block;       /* without opting in */
+	uint32_t max_shared_per_block_optin; /* with a raised kernel attribute */
 };
 
 /*
@@ -52,7 +52,7 @@ struct wrk_build {
 	uint32_t lang;
 	const uint8_t *code;
 	size_t code_len;
-	const char *options; /* NUL-terminated, space-separated */
+	const char *options;  /* NUL-terminated, space-separated */
 	const uint8_t *extra; /* CUDA C++: headers and name expressions (ipc/proto.h), checked */
 	size_t extra_len;
 	uint32_t nheaders, nnames;
@@ -141,8 +141,8 @@ struct wrk_backend_ops {
 	gpux_status (*dev_alloc)(void *dev, uint64_t size, void **ret_ptr, char **ret_msg);
 	void (*dev_free)(void *dev, void *ptr);
 	/* Copy to device memory apart from any request; *ret_ready marks the end (NULL: done). */
-	gpux_status (*upload)(void *dev, void *dst, const void *src, uint64_t len,
-			      void **ret_ready, char **ret_msg);
+	gpux_status (*upload)(void *dev, void *dst, const void *src, uint64_t len, void **ret_ready,
+			      char **ret_msg);
 	/* Wait for an upload's end, and let its mark go. */
 	void (*ready_wait)(void *dev, void *ready);
 	void (*ready_free)(void *dev, void *ready);

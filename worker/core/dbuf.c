@@ -135,8 +135,9 @@ int wrk_dbuf_resolve(struct wrk *w, struct wrk_dbuf *d, gpux_status *ret_status,
 	d->ptr = host_ptr(w, d);
 	if (!d->ptr) {
 		*ret_status = GPUX_E_DEVICE;
-		*ret_msg = wrk_strdup_printf("the device cannot reach that device buffer's pages: %s",
-					     d->map->reg_error ? d->map->reg_error : "not registered");
+		*ret_msg =
+			wrk_strdup_printf("the device cannot reach that device buffer's pages: %s",
+					  d->map->reg_error ? d->map->reg_error : "not registered");
 		return -1;
 	}
 	w->reg.dbufs--;
@@ -270,12 +271,14 @@ int wrk_copy(struct wrk_client *c, const struct ipc_msg *msg)
 	dv->dbuf = ipc_map_get(&c->dbufs, m.dbuf_id);
 	if (!dv->dbuf || !range_ok(m.dbuf_offset, m.size, dv->dbuf->size)) {
 		dv->dbuf = NULL;
-		wrk_req_fail(r, GPUX_E_INVAL, strdup("no such device buffer, or a range outside it"));
+		wrk_req_fail(r, GPUX_E_INVAL,
+			     strdup("no such device buffer, or a range outside it"));
 		return 0;
 	}
 	if (to_dbuf && dv->dbuf->read_only) {
 		dv->dbuf = NULL;
-		wrk_req_fail(r, GPUX_E_INVAL, strdup("the module's variable is in read-only memory"));
+		wrk_req_fail(r, GPUX_E_INVAL,
+			     strdup("the module's variable is in read-only memory"));
 		return 0;
 	}
 	dv->dbuf->refs++;

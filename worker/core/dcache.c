@@ -169,22 +169,23 @@ gpux_status wrk_dev_room(struct wrk *w, uint64_t len, const char *what, char **r
 	uint64_t cap = total > reserve ? total - reserve : 0, room;
 
 	if (held > cap || len > cap - held) {
-		*ret_msg = wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
-					     "reserve: device buffers and cached inputs hold %llu "
-					     "of the device's %llu bytes, and %llu are kept for "
-					     "running requests (gpuxd --device-reserve)",
-					     what, (unsigned long long)len,
-					     (unsigned long long)held, (unsigned long long)total,
-					     (unsigned long long)reserve);
+		*ret_msg =
+			wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
+					  "reserve: device buffers and cached inputs hold %llu "
+					  "of the device's %llu bytes, and %llu are kept for "
+					  "running requests (gpuxd --device-reserve)",
+					  what, (unsigned long long)len, (unsigned long long)held,
+					  (unsigned long long)total, (unsigned long long)reserve);
 		return GPUX_E_NOMEM;
 	}
 	room = w->be->mem_room ? w->be->mem_room(w->dev) : UINT64_MAX;
 	if (room < reserve || len > room - reserve) {
-		*ret_msg = wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
-					     "reserve: %llu bytes of the device are free, and %llu "
-					     "are kept for running requests (gpuxd --device-reserve)",
-					     what, (unsigned long long)len, (unsigned long long)room,
-					     (unsigned long long)reserve);
+		*ret_msg =
+			wrk_strdup_printf("%s of %llu bytes would eat into the device-memory "
+					  "reserve: %llu bytes of the device are free, and %llu "
+					  "are kept for running requests (gpuxd --device-reserve)",
+					  what, (unsigned long long)len, (unsigned long long)room,
+					  (unsigned long long)reserve);
 		return GPUX_E_NOMEM;
 	}
 	return 0;

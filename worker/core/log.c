@@ -49,8 +49,10 @@ void wrk_log_client(struct wrk *w, uint32_t uid, const char *fmt, ...)
 	if (missed < 0)
 		return;
 	if (missed > 0)
-		wrk_log(w, "... and %lld more lines about clients, left out (of uid %u and others "
-			"sharing its limit)", (long long)missed, uid);
+		wrk_log(w,
+			"... and %lld more lines about clients, left out (of uid %u and others "
+			"sharing its limit)",
+			(long long)missed, uid);
 	va_start(ap, fmt);
 	vlog(w, fmt, ap);
 	va_end(ap);

@@ -84,7 +84,8 @@ void wrk_marks_stop(struct wrk *w)
 
 static uint32_t *page_of(const struct wrk_client *c)
 {
-	return (uint32_t *)((uint8_t *)c->w->marks.seg.addr + (size_t)c->marks_page * IPC_MARKS_PAGE);
+	return (uint32_t *)((uint8_t *)c->w->marks.seg.addr +
+			    (size_t)c->marks_page * IPC_MARKS_PAGE);
 }
 
 void wrk_marks_give(struct wrk_client *c)
@@ -133,8 +134,7 @@ void wrk_mark(struct wrk_req *r, uint32_t state)
 			 __ATOMIC_SEQ_CST);
 }
 
-bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr,
-		  uint32_t *ret_value)
+bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr, uint32_t *ret_value)
 {
 	const struct wrk_client *c = r->client;
 

@@ -88,18 +88,20 @@ static int disk_read(struct wrk *w, struct wrk_module *m, const char **ret_why)
 		return -EIO;
 	*ret_why = "its header is not this module's";
 	if (memcmp(h.magic, DISK_MAGIC, sizeof(h.magic)) != 0 || h.version != DISK_VERSION ||
-	    h.lang != m->lang || h.key_lo != m->key.lo || h.key_hi != m->key.hi ||
-	    h.len == 0 || h.len > DISK_IMAGE_MAX)
+	    h.lang != m->lang || h.key_lo != m->key.lo || h.key_hi != m->key.hi || h.len == 0 ||
+	    h.len > DISK_IMAGE_MAX)
 		return -EBADMSG;
 	if (h.len != (uint64_t)st.st_size - sizeof(h)) {
-		*ret_why = h.len > (uint64_t)st.st_size - sizeof(h) ? "it is truncated"
-								     : "it is longer than its header says";
+		*ret_why = h.len > (uint64_t)st.st_size - sizeof(h)
+				   ? "it is truncated"
+				   : "it is longer than its header says";
 		return -EBADMSG;
 	}
 	img = malloc(h.len);
 	if (!img)
 		return -ENOMEM;
-	if (pread(fd, img, h.len, sizeof(h)) != (ssize_t)h.len || XXH3_64bits(img, h.len) != h.checksum) {
+	if (pread(fd, img, h.len, sizeof(h)) != (ssize_t)h.len ||
+	    XXH3_64bits(img, h.len) != h.checksum) {
 		*ret_why = "its checksum does not match";
 		free(img);
 		return -EBADMSG;
@@ -162,8 +164,10 @@ static void job_run(struct wrk *w, struct wrk_module *m)
 	if (r < 0 && r != -ENOENT && r != -ENOMEM) {
 		_cleanup_(freep) char *path = disk_path(w, m->key, "");
 
-		wrk_log_client(w, m->creator->uid, "module cache: %s: %s; compiling the module "
-			       "again", path ? path : w->opts.cache_dir, why);
+		wrk_log_client(w, m->creator->uid,
+			       "module cache: %s: %s; compiling the module "
+			       "again",
+			       path ? path : w->opts.cache_dir, why);
 	}
 	if (r == 0) {
 		m->from_disk = true;
@@ -276,8 +280,9 @@ int wrk_modules_start(struct wrk *w)
 
 	w->disk_cache = w->opts.cache_dir && cache_dir_ok(w->opts.cache_dir);
 	if (!w->disk_cache)
-		wrk_log(w, "no usable module cache directory (%s): compiled modules are kept in "
-			   "memory only",
+		wrk_log(w,
+			"no usable module cache directory (%s): compiled modules are kept in "
+			"memory only",
 			w->opts.cache_dir ? w->opts.cache_dir : "none given");
 	r = pthread_create(&w->compiler, NULL, compiler_main, w);
 	if (r != 0)
@@ -613,7 +618,8 @@ int wrk_module_load(struct wrk_client *c, const struct ipc_msg *msg)
 	}
 	/* Code waiting for the compile thread is held in memory: cap it. */
 	all = (size_t)ml.m.code_len + ml.m.extra_len;
-	if (c->build_bytes + all > WRK_CLIENT_BUILD_BYTES || w->build_bytes + all > WRK_BUILD_BYTES) {
+	if (c->build_bytes + all > WRK_CLIENT_BUILD_BYTES ||
+	    w->build_bytes + all > WRK_BUILD_BYTES) {
 		module_refuse(c, id, ml.m.mod_id, GPUX_E_QUOTA,
 			      "too much code is waiting to be compiled");
 		return 0;
@@ -876,7 +882,8 @@ gpux_status wrk_options_check(const char *pattern, const char *options, char **r
 
 	if (!copy || regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) != 0)
 		return GPUX_E_NOMEM;
-	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0; t = strtok_r(NULL, " \t\n", &save)) {
+	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0;
+	     t = strtok_r(NULL, " \t\n", &save)) {
 		if (++n > WRK_OPTIONS_MAX) {
 			*ret_log = strdup("too many compiler options");
 			rc = GPUX_E_INVAL;

@@ -204,8 +204,9 @@ gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg)
 		}
 		for (unsigned i = 0; i < r->nargs; i++) {
 			uint32_t want = ki->param_size[i];
-			uint32_t got = r->args[i].kind == GPUX_ARG_SCALAR ? r->args[i].size
-									  : (uint32_t)sizeof(void *);
+			uint32_t got = r->args[i].kind == GPUX_ARG_SCALAR
+					       ? r->args[i].size
+					       : (uint32_t)sizeof(void *);
 			if (want != got) {
 				*ret_msg = wrk_strdup_printf("argument %u of kernel \"%s\" is %u "
 							     "bytes, %u given",
@@ -215,24 +216,24 @@ gpux_status wrk_req_check(struct wrk_req *r, char **ret_msg)
 		}
 	}
 	threads = (uint64_t)r->block[0] * r->block[1] * r->block[2];
-	if (threads > (ki->max_threads_per_block ? ki->max_threads_per_block
-						  : lim->max_threads_per_block)) {
-		*ret_msg = wrk_strdup_printf("block of %llu threads: kernel \"%s\" allows %u",
-					     (unsigned long long)threads, r->name,
-					     ki->max_threads_per_block ? ki->max_threads_per_block
-								       : lim->max_threads_per_block);
+	if (threads >
+	    (ki->max_threads_per_block ? ki->max_threads_per_block : lim->max_threads_per_block)) {
+		*ret_msg =
+			wrk_strdup_printf("block of %llu threads: kernel \"%s\" allows %u",
+					  (unsigned long long)threads, r->name,
+					  ki->max_threads_per_block ? ki->max_threads_per_block
+								    : lim->max_threads_per_block);
 		return GPUX_E_INVAL;
 	}
 	for (unsigned i = 0; i < 3; i++) {
 		if (r->block[i] > lim->max_block[i] || r->grid[i] > lim->max_grid[i]) {
-			*ret_msg = wrk_strdup_printf("grid %ux%ux%u / block %ux%ux%u exceeds the "
-						     "device's limits (grid %ux%ux%u, block "
-						     "%ux%ux%u)",
-						     r->grid[0], r->grid[1], r->grid[2], r->block[0],
-						     r->block[1], r->block[2], lim->max_grid[0],
-						     lim->max_grid[1], lim->max_grid[2],
-						     lim->max_block[0], lim->max_block[1],
-						     lim->max_block[2]);
+			*ret_msg = wrk_strdup_printf(
+				"grid %ux%ux%u / block %ux%ux%u exceeds the "
+				"device's limits (grid %ux%ux%u, block "
+				"%ux%ux%u)",
+				r->grid[0], r->grid[1], r->grid[2], r->block[0], r->block[1],
+				r->block[2], lim->max_grid[0], lim->max_grid[1], lim->max_grid[2],
+				lim->max_block[0], lim->max_block[1], lim->max_block[2]);
 			return GPUX_E_INVAL;
 		}
 	}
@@ -278,8 +279,10 @@ static gpux_status resolve_arg(struct wrk_client *c, struct wrk_req *r, unsigned
 		d->host = (uint8_t *)d->map->seg.addr + a->offset;
 		if (a->flags & GPUX_ARG_CACHED) {
 			if (!d->map->seg.frozen) {
-				*ret_msg = wrk_strdup_printf("argument %u: only a frozen buffer can be "
-							     "cached", i);
+				*ret_msg = wrk_strdup_printf(
+					"argument %u: only a frozen buffer can be "
+					"cached",
+					i);
 				return GPUX_E_INVAL;
 			}
 			d->centry = wrk_dcache_get(c, d->map, a->offset, a->size);
@@ -348,8 +351,10 @@ int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	if (!ref) {
 		/* A module refused for the client's cap was not kept: say so. */
 		if (ipc_map_size(&c->mods) >= WRK_CLIENT_MODS_MAX)
-			req_failf(r, GPUX_E_QUOTA, "no such module: this client has %u loaded, "
-						   "the most it may", WRK_CLIENT_MODS_MAX);
+			req_failf(r, GPUX_E_QUOTA,
+				  "no such module: this client has %u loaded, "
+				  "the most it may",
+				  WRK_CLIENT_MODS_MAX);
 		else
 			req_failf(r, GPUX_E_INVAL, "no such module");
 		return 0;

@@ -134,8 +134,8 @@ static void *registrar_main(void *arg)
 
 		(void)pthread_mutex_lock(&w->reg.lock);
 		m->reg_status = st;
-		m->reg_error = st < 0 ? (why ? why : strdup("the segment could not be registered"))
-				      : NULL;
+		m->reg_error =
+			st < 0 ? (why ? why : strdup("the segment could not be registered")) : NULL;
 		if (st >= 0)
 			free(why);
 		m->next_reg = w->reg.done;
@@ -440,19 +440,21 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 	 * charged to this worker's instead.
 	 */
 	if ((uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size)
-		return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
-				      strdup("the segment's memory is not allocated (posix_fallocate "
-					     "it before sending it)"));
+		return seg_bind_error(
+			c, m.seg_id, GPUX_E_INVAL,
+			strdup("the segment's memory is not allocated (posix_fallocate "
+			       "it before sending it)"));
 
-	if ((uint64_t)st.st_size > w->opts.quota_shared - MIN(c->shared_bytes,
-							      w->opts.quota_shared))
-		return seg_bind_error(c, m.seg_id, GPUX_E_QUOTA,
-				      wrk_strdup_printf("a segment of %lld bytes would pass the "
-							"client's shared-memory quota (%llu of %llu "
-							"bytes in use)",
-							(long long)st.st_size,
-							(unsigned long long)c->shared_bytes,
-							(unsigned long long)w->opts.quota_shared));
+	if ((uint64_t)st.st_size >
+	    w->opts.quota_shared - MIN(c->shared_bytes, w->opts.quota_shared))
+		return seg_bind_error(
+			c, m.seg_id, GPUX_E_QUOTA,
+			wrk_strdup_printf("a segment of %lld bytes would pass the "
+					  "client's shared-memory quota (%llu of %llu "
+					  "bytes in use)",
+					  (long long)st.st_size,
+					  (unsigned long long)c->shared_bytes,
+					  (unsigned long long)w->opts.quota_shared));
 
 	map = mapping_find(w, &st, c->uid, frozen);
 	if (map) {
@@ -460,21 +462,22 @@ int wrk_segment_add(struct wrk_client *c, const struct ipc_msg *msg)
 	} else {
 		uint64_t used = user_bytes(w, c->uid);
 
-		if ((uint64_t)st.st_size > w->opts.quota_shared_user -
-						   MIN(used, w->opts.quota_shared_user))
-			return seg_bind_error(c, m.seg_id, GPUX_E_QUOTA,
-					      wrk_strdup_printf("a segment of %lld bytes would pass "
-								"the user's shared-memory quota "
-								"(%llu of %llu bytes in use)",
-								(long long)st.st_size,
-								(unsigned long long)used,
-								(unsigned long long)
-									w->opts.quota_shared_user));
+		if ((uint64_t)st.st_size >
+		    w->opts.quota_shared_user - MIN(used, w->opts.quota_shared_user))
+			return seg_bind_error(
+				c, m.seg_id, GPUX_E_QUOTA,
+				wrk_strdup_printf("a segment of %lld bytes would pass "
+						  "the user's shared-memory quota "
+						  "(%llu of %llu bytes in use)",
+						  (long long)st.st_size, (unsigned long long)used,
+						  (unsigned long long)w->opts.quota_shared_user));
 		r = mapping_new(TAKE_FD(fd), &st, c->uid, frozen, &map);
 		if (r == -ENOMEM)
-			return seg_bind_error(c, m.seg_id, GPUX_E_NOMEM,
-					      wrk_strdup_printf("no memory to map a segment of %lld "
-								"bytes", (long long)st.st_size));
+			return seg_bind_error(
+				c, m.seg_id, GPUX_E_NOMEM,
+				wrk_strdup_printf("no memory to map a segment of %lld "
+						  "bytes",
+						  (long long)st.st_size));
 		if (r < 0)
 			return seg_bind_error(c, m.seg_id, GPUX_E_INVAL,
 					      wrk_strdup_printf("the segment cannot be mapped: %s",
@@ -555,8 +558,8 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 	if (!s && ipc_map_size(&c->segs) >= WRK_CLIENT_SEGS_MAX) {
 		/* Sent past the cap on segments, so not kept. */
 		*ret_msg = wrk_strdup_printf("argument %u: no such buffer: this client has %u "
-					     "segments attached, the most it may", arg,
-					     WRK_CLIENT_SEGS_MAX);
+					     "segments attached, the most it may",
+					     arg, WRK_CLIENT_SEGS_MAX);
 		*ret_status = GPUX_E_QUOTA;
 		return NULL;
 	}
@@ -566,7 +569,8 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 		return NULL;
 	}
 	if (!s->map) {
-		*ret_msg = wrk_strdup_printf("argument %u: %s", arg, s->error ? s->error : "unusable");
+		*ret_msg =
+			wrk_strdup_printf("argument %u: %s", arg, s->error ? s->error : "unusable");
 		*ret_status = s->status;
 		return NULL;
 	}
@@ -580,7 +584,8 @@ struct wrk_mapping *wrk_segment_range(struct wrk_client *c, uint64_t seg_id, uin
 		return NULL;
 	}
 	if (s->map->seg.frozen && write) {
-		*ret_msg = wrk_strdup_printf("argument %u: a frozen buffer can only be an input", arg);
+		*ret_msg =
+			wrk_strdup_printf("argument %u: a frozen buffer can only be an input", arg);
 		*ret_status = GPUX_E_INVAL;
 		return NULL;
 	}

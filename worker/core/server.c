@@ -131,8 +131,7 @@ static bool refuse_new_work(struct wrk_client *c, const struct ipc_msg *msg)
 		return false;
 	if (t == IPC_SUBMIT || t == IPC_COPY)
 		wrk_count_finished(w, GPUX_E_STOPPING);
-	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING,
-		  "it finishes what it has and takes no new work");
+	wrk_reply(c, msg->hdr.id, GPUX_E_STOPPING, "it finishes what it has and takes no new work");
 	return true;
 }
 
@@ -216,8 +215,7 @@ static unsigned ring_take(struct wrk_client *c, uint32_t seq_ok, bool all, unsig
 	uint32_t mark = c->rings ? ipc_ring_published(&c->up) : 0;
 	unsigned n = 0;
 
-	while (c->rings && !c->gone &&
-	       (all ? ipc_ring_before(&c->up, mark) : n < max)) {
+	while (c->rings && !c->gone && (all ? ipc_ring_before(&c->up, mark) : n < max)) {
 		struct ipc_msg msg;
 		int len = ipc_ring_get(&c->up, buf, sizeof(buf), seq_ok);
 

@@ -146,7 +146,8 @@ static void number(struct canon *c)
 		char ch = at(c, j), next = at(c, j + 1);
 
 		if (ident_char((unsigned char)ch) || ch == '.') {
-			j += ((ch | 0x20) == 'e' || (ch | 0x20) == 'p') && (next == '+' || next == '-')
+			j += ((ch | 0x20) == 'e' || (ch | 0x20) == 'p') &&
+					     (next == '+' || next == '-')
 				     ? 2
 				     : 1;
 		} else if (ch == '\'' && ident_char((unsigned char)next)) {
@@ -172,18 +173,18 @@ static int identifier(struct canon *c)
 
 	while (c->i + n < c->len && ident_char((unsigned char)s[n]))
 		n++;
-	if (at(c, c->i + n) == '"' && (word_is(s, n, "R") || word_is(s, n, "u8R") ||
-				       word_is(s, n, "uR") || word_is(s, n, "UR") ||
-				       word_is(s, n, "LR")))
+	if (at(c, c->i + n) == '"' &&
+	    (word_is(s, n, "R") || word_is(s, n, "u8R") || word_is(s, n, "uR") ||
+	     word_is(s, n, "UR") || word_is(s, n, "LR")))
 		return -EINVAL;
 	if (word_is(s, n, "__has_include") || word_is(s, n, "__has_include_next"))
 		return -EINVAL;
 	token_begins(c);
-	c->directive = c->directive == 1 && (word_is(s, n, "include") ||
-					     word_is(s, n, "include_next") ||
-					     word_is(s, n, "import"))
-			       ? 2
-			       : 0;
+	c->directive =
+		c->directive == 1 && (word_is(s, n, "include") || word_is(s, n, "include_next") ||
+				      word_is(s, n, "import"))
+			? 2
+			: 0;
 	copy(c, n);
 	return 0;
 }

@@ -45,7 +45,6 @@
 /* Modules nobody uses any more that stay loaded, most recently used first. */
 #define WRK_MODULES_IDLE_MAX 256u
 
-
 /* Content keys of ranges of a frozen mapping, computed once each. */
 #define WRK_MAPPING_KEYS 4u
 
@@ -66,8 +65,8 @@ struct wrk_mapping {
 	gpux_status reg_status;
 	char *reg_error;
 	struct wrk_mapping *next_reg; /* in the registrar's lists */
-	bool uncounted; /* no more in its user's quota, the stats, the map of files */
-	void *reg; /* the back end's registration */
+	bool uncounted;               /* no more in its user's quota, the stats, the map of files */
+	void *reg;                    /* the back end's registration */
 	/* map_register() done; until it is, tried again at each use (wrk_segment_range()) */
 	bool registered;
 	uint64_t dev_addr; /* where the device sees the registered pages (CUDA); 0: nowhere */
@@ -87,12 +86,12 @@ struct wrk_centry {
 	uint32_t uid;
 	uint64_t len;
 	struct ipc_key key;
-	void *ptr;                 /* device memory */
-	void *ready;               /* the back end's mark of its upload's end; NULL: done */
+	void *ptr;                  /* device memory */
+	void *ready;                /* the back end's mark of its upload's end; NULL: done */
 	struct wrk_mapping *source; /* held while the upload may still read it */
 	uint64_t last_use;
-	int ledger_row;            /* its user's in the ledger (ipc/ledger.h); -1: none */
-	struct wrk_centry *hnext;  /* in its hash chain */
+	int ledger_row;           /* its user's in the ledger (ipc/ledger.h); -1: none */
+	struct wrk_centry *hnext; /* in its hash chain */
 	struct wrk_centry *lru_prev, *lru_next;
 };
 
@@ -104,7 +103,7 @@ struct wrk_user {
 
 /* A client's device buffer. */
 struct wrk_dbuf {
-	int refs; /* the client's id, and each request using it */
+	int refs;            /* the client's id, and each request using it */
 	unsigned usage_slot; /* where its bytes are counted by user (wrk_usage_add()) */
 	int ledger_row;      /* its user's in the ledger (ipc/ledger.h); -1: none */
 	uint64_t size;
@@ -146,11 +145,11 @@ struct wrk_module {
 	uint32_t lang;
 	enum wrk_module_state state;
 	gpux_status status; /* MOD_FAILED: why */
-	char *log;   /* the compiler's log, or the load error */
+	char *log;          /* the compiler's log, or the load error */
 	void *handle;
 	struct wrk_kernel *kernels;
 	struct wrk_module *lru_prev, *lru_next; /* in the idle list while refs == 0 */
-	bool cached; /* in the worker's map by key */
+	bool cached;                            /* in the worker's map by key */
 	/* Job input while building. */
 	uint8_t *code; /* code_len bytes, then extra_len of headers and name expressions */
 	size_t code_len;
@@ -159,12 +158,13 @@ struct wrk_module {
 	char *options;
 	uint8_t *image;
 	size_t image_len;
-	uint64_t bytes; /* charged to each client holding it: its code, once built its image and names */
+	uint64_t bytes; /* charged to each client holding it: its code, once built its image and
+			   names */
 	bool from_disk;
-	uint64_t build_ns; /* compiling or reading it, and loading it */
-	struct wrk_client *creator;   /* whose MOD_LOAD started the build, until it ends */
-	struct wrk_module *next_done; /* in the job list, then in the finished list */
-	struct wrk_waiter *waiters;   /* MOD_LOAD replies owed when the build ends */
+	uint64_t build_ns;              /* compiling or reading it, and loading it */
+	struct wrk_client *creator;     /* whose MOD_LOAD started the build, until it ends */
+	struct wrk_module *next_done;   /* in the job list, then in the finished list */
+	struct wrk_waiter *waiters;     /* MOD_LOAD replies owed when the build ends */
 	struct wrk_question *questions; /* about its symbols, answered when the build ends */
 };
 
@@ -186,7 +186,7 @@ struct wrk_queue {
 	bool moving;     /* bound to another slot since: takes nothing until inslot is 0 */
 	struct wrk_req *pending_head, *pending_tail; /* not launched yet, in order */
 	struct wrk_client *client;
-	bool waiting;               /* in its slot's line of queues waiting for room */
+	bool waiting; /* in its slot's line of queues waiting for room */
 	struct wrk_queue *wait_next;
 	int refs;
 };
@@ -201,18 +201,18 @@ struct wrk_client {
 	/* The default queue's options, which it takes when it is made (QUEUE_CONFIG of queue 0). */
 	int dq_prio;
 	unsigned dq_share;
-	struct ipc_map segs;    /* id -> struct wrk_seg */
-	struct ipc_map mods;    /* id -> struct wrk_modref */
-	struct ipc_map queues;  /* id -> struct wrk_queue */
-	struct ipc_map dbufs;   /* id -> struct wrk_dbuf */
+	struct ipc_map segs;   /* id -> struct wrk_seg */
+	struct ipc_map mods;   /* id -> struct wrk_modref */
+	struct ipc_map queues; /* id -> struct wrk_queue */
+	struct ipc_map dbufs;  /* id -> struct wrk_dbuf */
 	uint64_t dbuf_bytes;
 	uint64_t shared_bytes; /* of the segments attached (each counts, shared or not) */
-	uint64_t build_bytes; /* code of this client's builds not done yet */
-	uint64_t mod_bytes;   /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
+	uint64_t build_bytes;  /* code of this client's builds not done yet */
+	uint64_t mod_bytes;    /* of the modules it holds (WRK_CLIENT_MOD_BYTES) */
 	unsigned inflight;
-	unsigned questions;   /* waiting for a module's build (worker/core/symbol.c) */
-	uint64_t requests;    /* ended, for gpux top */
-	unsigned row;         /* its row in w->client_table, plus one; 0: none */
+	unsigned questions; /* waiting for a module's build (worker/core/symbol.c) */
+	uint64_t requests;  /* ended, for gpux top */
+	unsigned row;       /* its row in w->client_table, plus one; 0: none */
 	bool gone;
 	bool spare; /* made ahead for a forked child, nobody's yet (not in nclients) */
 	/* gone, for the back end's threads: its requests not started yet must not start. */
@@ -222,11 +222,11 @@ struct wrk_client {
 	/* The shared rings beside the channel (ipc/ring.h); NULL: the socket only. */
 	struct ipc_rings *rings;
 	struct ipc_ring up, down;
-	bool rings_used;   /* the client has used them: it reads its ring too */
-	struct wrk_act act; /* its place among the clients whose rings the loop looks at */
-	bool ring_bad;     /* the client broke its ring: drop it */
-	uint32_t sock_in;  /* socket messages taken */
-	uint32_t sock_out; /* socket messages sent */
+	bool rings_used;     /* the client has used them: it reads its ring too */
+	struct wrk_act act;  /* its place among the clients whose rings the loop looks at */
+	bool ring_bad;       /* the client broke its ring: drop it */
+	uint32_t sock_in;    /* socket messages taken */
+	uint32_t sock_out;   /* socket messages sent */
 	uint32_t marks_page; /* its page of the marks (worker/core/marks.c); WRK_NO_MARKS */
 };
 
@@ -234,14 +234,14 @@ struct wrk_client {
 
 struct wrk_arg {
 	uint32_t kind;
-	uint32_t size;          /* scalars: bytes; buffers: see len */
+	uint32_t size; /* scalars: bytes; buffers: see len */
 	uint64_t len;
-	struct wrk_mapping *map; /* buffers */
-	uint64_t offset;         /* into the mapping, or the device buffer */
-	void *host;              /* map->seg.addr + offset, or the scalar's bytes */
-	void *dev;               /* back end: the kernel's pointer for a buffer argument */
+	struct wrk_mapping *map;   /* buffers */
+	uint64_t offset;           /* into the mapping, or the device buffer */
+	void *host;                /* map->seg.addr + offset, or the scalar's bytes */
+	void *dev;                 /* back end: the kernel's pointer for a buffer argument */
 	struct wrk_centry *centry; /* a cached IN: its device copy */
-	struct wrk_dbuf *dbuf;   /* DBUF */
+	struct wrk_dbuf *dbuf;     /* DBUF */
 };
 
 enum wrk_req_kind {
@@ -254,9 +254,9 @@ enum wrk_req_kind {
 
 struct wrk_req {
 	enum wrk_req_kind kind;
-	struct wrk_req *next;        /* in its queue's pending list, then its slot's list */
-	struct wrk_req *next_done;   /* in the completion list, or the free list */
-	struct wrk_req *next_soon;   /* in the list of requests about to end */
+	struct wrk_req *next;      /* in its queue's pending list, then its slot's list */
+	struct wrk_req *next_done; /* in the completion list, or the free list */
+	struct wrk_req *next_soon; /* in the list of requests about to end */
 	struct wrk *w;
 	struct wrk_client *client;
 	struct wrk_queue *queue;
@@ -315,9 +315,9 @@ struct wrk_slot {
 	struct wrk_req *head, *tail;
 	struct wrk_req *unlaunched; /* from here to tail: taken this round, not handed over yet */
 	unsigned nunlaunched;
-	unsigned inflight;          /* head..tail */
+	unsigned inflight;                       /* head..tail */
 	struct wrk_queue *wait_head, *wait_tail; /* queues with work waiting for room, in turn */
-	unsigned queues; /* bound to it, for choosing the least used */
+	unsigned queues;                         /* bound to it, for choosing the least used */
 };
 
 struct wrk {
@@ -330,12 +330,12 @@ struct wrk {
 	struct ipc_conn *control;
 	struct ipc_watch *done_watch;
 	struct ipc_watch *signal_watch;
-	int done_fd;   /* eventfd: completions and compile results are waiting */
+	int done_fd; /* eventfd: completions and compile results are waiting */
 	int signal_fd;
 	struct ipc_status_page *status;
 	struct ipc_client_table *client_table; /* gpux top's rows (ipc/status.h), or NULL */
-	struct ipc_ledger *ledger;          /* NULL: no per-user cap (no gpuxd gave one) */
-	struct ipc_ledger_caps ledger_caps; /* this worker's caps (wrk_user_caps()) */
+	struct ipc_ledger *ledger;             /* NULL: no per-user cap (no gpuxd gave one) */
+	struct ipc_ledger_caps ledger_caps;    /* this worker's caps (wrk_user_caps()) */
 	bool disk_cache; /* opts.cache_dir exists, is ours and closed to others */
 	bool stopping;
 	bool draining;     /* gpuxd stops: finish what is here, refuse new work */
@@ -344,14 +344,15 @@ struct wrk {
 
 	struct wrk_client *clients;
 	unsigned nclients;
-	unsigned nspares; /* clients made ahead for forked children, not in nclients */
+	unsigned nspares;         /* clients made ahead for forked children, not in nclients */
 	struct wrk_active active; /* the clients whose rings the loop looks at (active.h) */
 	unsigned clients_busy;    /* clients with requests in flight (the status page's busy) */
 	unsigned busy_cap;        /* what the page says of them at most: the CPUs */
-	struct ipc_map mappings; /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
-	struct ipc_map users;    /* uid -> struct wrk_user, while it has mappings */
-	struct ipc_map modules;  /* key.lo -> struct wrk_module */
-	struct ipc_map canon_keys; /* a code's key.lo -> its canonical form's (worker/core/module.c) */
+	struct ipc_map mappings;  /* st_ino ^ st_dev -> struct wrk_mapping, same uid only */
+	struct ipc_map users;     /* uid -> struct wrk_user, while it has mappings */
+	struct ipc_map modules;   /* key.lo -> struct wrk_module */
+	struct ipc_map
+		canon_keys; /* a code's key.lo -> its canonical form's (worker/core/module.c) */
 	uint64_t build_bytes;
 	struct wrk_module *idle_head, *idle_tail;
 	unsigned nidle;
@@ -382,13 +383,14 @@ struct wrk {
 	struct wrk_module *done_mods;
 	atomic_bool done_any; /* done_reqs or done_mods: what a spinning loop looks at */
 	struct wrk_req *done_urgent_reqs; /* those of slots of a priority above 0 */
-	atomic_bool done_urgent; /* done_urgent_reqs has some */
+	atomic_bool done_urgent;          /* done_urgent_reqs has some */
 	/* Called between chunks of completions that wrk_drain_done() answers at once: the
 	 * loop's urgent turn (worker/core/server.c); NULL: none. */
 	void (*between)(struct wrk *w);
-	atomic_uint_fast64_t blocking_waits; /* a waiter stopped spinning for a request's end and napped */
-	atomic_bool fatal;    /* a sticky device error: fail everything and exit */
-	uint64_t spin_ns;     /* ipc_spin_ns(): for the loop and the back end's threads */
+	atomic_uint_fast64_t
+		blocking_waits;  /* a waiter stopped spinning for a request's end and napped */
+	atomic_bool fatal;       /* a sticky device error: fail everything and exit */
+	uint64_t spin_ns;        /* ipc_spin_ns(): for the loop and the back end's threads */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
 	uint64_t awake_until;    /* a request should end by then: the loop stays awake */
 
@@ -433,7 +435,8 @@ gpux_status wrk_status_from_errno(int err, gpux_status otherwise);
 /* worker/core/log.c; w may be NULL */
 void wrk_log(struct wrk *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A line a client of user uid can cause: a few a second for each user (worker/core/log.c). */
-void wrk_log_client(struct wrk *w, uint32_t uid, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void wrk_log_client(struct wrk *w, uint32_t uid, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 char *wrk_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* worker/core/server.c */
@@ -603,8 +606,7 @@ void wrk_marks_put(struct wrk_client *c);
 void wrk_mark(struct wrk_req *r, uint32_t state);
 /* Where the device writes r's mark, and the word: for a write in stream order (CUDA). False
  * when r's client has no page or the marks are not registered with the device. */
-bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr,
-		  uint32_t *ret_value);
+bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr, uint32_t *ret_value);
 
 /* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);

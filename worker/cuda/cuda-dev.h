@@ -46,7 +46,7 @@ struct cuda_slot {
 	struct cuda_graph *graphs[CUDA_GRAPH_SIZES];
 	/* a request's copies in, by the copy-in kernel, then its kernel (loop thread) */
 	struct cuda_graph *graph_in;
-	CUdeviceptr scratch;  /* for its requests' copies, one request at a time (loop thread) */
+	CUdeviceptr scratch; /* for its requests' copies, one request at a time (loop thread) */
 	uint64_t scratch_len;
 };
 
@@ -105,9 +105,9 @@ struct cuda_dev {
 	CUstream aux; /* allocations and uploads that belong to no request */
 	pthread_mutex_t free_lock;
 	struct cuda_group *free_groups;
-	atomic_uint_fast64_t seq;       /* groups launched so far */
+	atomic_uint_fast64_t seq; /* groups launched so far */
 	pthread_mutex_t fault_lock;
-	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
+	uint64_t culprit;        /* the seq of the group a sticky error is blamed on; 0: none yet */
 	struct cuda_group *held; /* a lone group whose end the loop thread looks at */
 	uint64_t held_until;     /* when it goes to its waiter if not ended */
 	/*
@@ -118,7 +118,7 @@ struct cuda_dev {
 	 */
 	_Atomic uint64_t *ends;
 	CUdeviceptr ends_dev;
-	bool ends_refused; /* cuStreamWriteValue64 failed once: events only */
+	bool ends_refused;  /* cuStreamWriteValue64 failed once: events only */
 	bool marks_refused; /* cuStreamWriteValue32 failed once: copies back marked as enqueued */
 	/* The copy-in kernel, loaded by a thread of its own once the context is made. */
 	atomic_int copyin_state; /* COPYIN_*; copyin_fn is there once READY */

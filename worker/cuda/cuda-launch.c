@@ -520,10 +520,13 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 			if (a->centry) {
 				/* A cached input: wait for its upload, if that still runs. */
 				if (a->centry->ready) {
-					e = d->cu.cuStreamWaitEvent(st, (CUevent)a->centry->ready, 0);
+					e = d->cu.cuStreamWaitEvent(st, (CUevent)a->centry->ready,
+								    0);
 					if (e != CUDA_SUCCESS) {
-						*ret_msg = wrk_strdup_printf("argument %u: waiting for its "
-									     "upload", i);
+						*ret_msg = wrk_strdup_printf(
+							"argument %u: waiting for its "
+							"upload",
+							i);
 						return e;
 					}
 				}
@@ -536,9 +539,10 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 			} else {
 				e = pool_alloc(d, &p, a->len, st);
 				if (e != CUDA_SUCCESS) {
-					*ret_msg = wrk_strdup_printf("argument %u: %llu bytes of device "
-								     "memory", i,
-								     (unsigned long long)a->len);
+					*ret_msg = wrk_strdup_printf(
+						"argument %u: %llu bytes of device "
+						"memory",
+						i, (unsigned long long)a->len);
 					return e;
 				}
 				g->temp[g->ntemp++] = p;
@@ -553,7 +557,8 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 				in_bytes += a->len;
 				e = d->cu.cuMemcpyHtoDAsync(p, a->host, a->len, st);
 				if (e != CUDA_SUCCESS) {
-					*ret_msg = wrk_strdup_printf("argument %u: copy to the device", i);
+					*ret_msg = wrk_strdup_printf(
+						"argument %u: copy to the device", i);
 					return e;
 				}
 			}
@@ -564,7 +569,8 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 	}
 	/* A kernel's dynamic shared memory limit, raised once to what it was asked for. */
 	if (r->shared_bytes > DEFAULT_SHARED && r->shared_bytes > ki->shared_optin) {
-		e = d->cu.cuFuncSetAttribute(ki->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+		e = d->cu.cuFuncSetAttribute(ki->fn,
+					     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
 					     (int)r->shared_bytes);
 		if (e != CUDA_SUCCESS) {
 			*ret_msg = strdup("raising the kernel's dynamic shared memory");

@@ -86,7 +86,8 @@ bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 		r->error = wrk_strdup_printf("another request broke the device: %s",
 					     cu_err_name(&d->cu, e));
 	} else if (g->n > 1) {
-		/* Which node of a graph faulted, the device does not say; all were this client's. */
+		/* Which node of a graph faulted, the device does not say; all were this client's.
+		 */
 		r->status = st;
 		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s (one of %u kernels of this "
 					     "process launched together)",
@@ -165,13 +166,14 @@ static void group_free(struct cuda_dev *d, struct cuda_group *g)
  * is the rare way of an allocation that failed.
  */
 void cuda_group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r, CUresult e,
-			  const char *what)
+			const char *what)
 {
 	bool sticky;
 
 	free(r->error);
 	r->status = wrk_cu_err(e, &sticky);
-	r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what, cu_err_name(&d->cu, e));
+	r->error =
+		wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what, cu_err_name(&d->cu, e));
 	/* Its stream done, the slot's waiter hands over what it holds, then this one follows. */
 	if (!sticky && d->cu.cuStreamSynchronize(s->stream) == CUDA_SUCCESS)
 		while (atomic_load(&s->queued))
@@ -358,7 +360,8 @@ static bool group_result(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 
 		r->t_end = now;
 		if (e == CUDA_SUCCESS) {
-			if (r->timed && d->cu.cuEventElapsedTime(&ms, g->start, g->end) == CUDA_SUCCESS)
+			if (r->timed &&
+			    d->cu.cuEventElapsedTime(&ms, g->start, g->end) == CUDA_SUCCESS)
 				r->device_ns = (uint64_t)((double)ms * 1e6);
 		} else {
 			r->sticky |= cuda_group_fail(d, g, i, e, "running", true);

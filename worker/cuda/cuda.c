@@ -146,7 +146,7 @@ static gpux_status cuda_probe(struct ipc_device_info *ret, unsigned max, unsigne
 /* The slots' end words (cuda-dev.h): a page of host memory the device sees. Without it, or
  * cuStreamWriteValue64, ends are seen through events only. */
 #define ENDS_BYTES 4096u
-_Static_assert(WRK_SLOTS_MAX * CUDA_END_WORD_STRIDE * sizeof(uint64_t) <= ENDS_BYTES,
+_Static_assert(WRK_SLOTS_MAX *CUDA_END_WORD_STRIDE * sizeof(uint64_t) <= ENDS_BYTES,
 	       "every slot's end word in the page");
 
 static void ends_open(struct cuda_dev *d)
@@ -266,8 +266,9 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	/* Without Landlock the helper can read no header at all: then modules include none. */
 	if (wrk_compile_sandbox_landlock_abi() == 0) {
 		if (d->nvrtc_version)
-			wrk_log(w, "this kernel has no Landlock: CUDA C++ modules cannot include the "
-				   "toolkit's headers");
+			wrk_log(w,
+				"this kernel has no Landlock: CUDA C++ modules cannot include the "
+				"toolkit's headers");
 		d->tk.ndirs = 0;
 	}
 	wrk_compiler_pch_dir(&d->compiler, w->opts.cache_dir);
@@ -275,12 +276,18 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	wrk_driver_versions(w, (uint32_t)d->cu.version, d->nvrtc_version);
 	*ret_limits = (struct wrk_limits){
 		.max_threads_per_block = ret_info->max_threads_per_block,
-		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, &r),
-			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, &r),
-			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, &r) },
-		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, &r),
-			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, &r),
-			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, &r) },
+		.max_block = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+					      &r),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+					      &r),
+			       (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z,
+					      &r) },
+		.max_grid = { (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+					     &r),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+					     &r),
+			      (uint32_t)attr(&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z,
+					     &r) },
 		.max_shared_per_block = (uint32_t)attr(
 			&d->cu, d->dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, &r),
 		.max_shared_per_block_optin = (uint32_t)attr(
@@ -332,8 +339,8 @@ static uint64_t cuda_mem_room(void *dv)
 		return UINT64_MAX;
 	}
 	room = free_b;
-	if (d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-					&reserved) == CUDA_SUCCESS &&
+	if (d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) ==
+		    CUDA_SUCCESS &&
 	    d->cu.cuMemPoolGetAttribute(d->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) ==
 		    CUDA_SUCCESS &&
 	    reserved > used)
@@ -476,9 +483,10 @@ static gpux_status cuda_module_load(void *dv, const uint8_t *image, size_t len, 
 		free(m);
 		if (r != -E2BIG)
 			return GPUX_E_NOMEM;
-		*ret_msg = wrk_strdup_printf("the module's kernel names take more than the %llu MiB "
-					     "a client's modules may",
-					     WRK_CLIENT_MOD_BYTES / MiB);
+		*ret_msg =
+			wrk_strdup_printf("the module's kernel names take more than the %llu MiB "
+					  "a client's modules may",
+					  WRK_CLIENT_MOD_BYTES / MiB);
 		return GPUX_E_QUOTA;
 	}
 	e = d->cu.cuCtxSetCurrent(d->ctx);
@@ -561,7 +569,8 @@ static gpux_status cuda_kernel_get(void *dv, void *mod, const char *name,
 		if (r == CUDA_ERROR_INVALID_VALUE)
 			ret->nparams = n;
 	}
-	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn) == CUDA_SUCCESS)
+	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn) ==
+	    CUDA_SUCCESS)
 		ret->max_threads_per_block = (uint32_t)v;
 	if (d->cu.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn) == CUDA_SUCCESS)
 		ret->static_shared_bytes = (uint32_t)v;
@@ -575,7 +584,10 @@ static gpux_status cuda_kernel_get(void *dv, void *mod, const char *name,
 static gpux_status cuda_kernel_attrs(void *dv, void *mod, const struct wrk_kernel_info *k,
 				     struct ipc_kernel_attrs *ret, char **ret_msg)
 {
-#define ATTR_(a, field) { CU_FUNC_ATTRIBUTE_##a, offsetof(struct ipc_kernel_attrs, field), #a }
+#define ATTR_(a, field)                                                                            \
+	{                                                                                          \
+		CU_FUNC_ATTRIBUTE_##a, offsetof(struct ipc_kernel_attrs, field), #a                \
+	}
 	static const struct {
 		CUfunction_attribute a;
 		size_t offset;
@@ -636,7 +648,8 @@ static gpux_status cuda_global_get(void *dv, void *mod, const char *name, void *
 	if (r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_VALUE ||
 	    (r == CUDA_SUCCESS && size == 0)) {
 		*ret_msg = wrk_strdup_printf("no variable \"%s\" in the module (a __device__ or "
-					     "__constant__ one defined at namespace scope)", name);
+					     "__constant__ one defined at namespace scope)",
+					     name);
 		return GPUX_E_NOTFOUND;
 	}
 	if (r != CUDA_SUCCESS) {
@@ -678,8 +691,8 @@ static void cuda_dev_free(void *dv, void *ptr)
 	(void)d->cu.cuMemFreeAsync((CUdeviceptr)(uintptr_t)ptr, d->aux);
 }
 
-static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t len,
-			       void **ret_ready, char **ret_msg)
+static gpux_status cuda_upload(void *dv, void *dst, const void *src, uint64_t len, void **ret_ready,
+			       char **ret_msg)
 {
 	struct cuda_dev *d = dv;
 	CUevent ev = NULL;

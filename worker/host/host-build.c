@@ -33,9 +33,10 @@ const char wrk_host_options_re[] =
  * -save-temps=obj: the preprocessed source is a file in the build directory, which its
  * cage bounds (worker/host/host-cage.h), like every file the compiler writes.
  */
-static const char *const cc_fixed[] = { "-std=gnu11", "-O2", "-fPIC", "-shared",
-					"-fvisibility=hidden", "-nostartfiles", "-save-temps=obj",
-					"-o" };
+static const char *const cc_fixed[] = {
+	"-std=gnu11",          "-O2",           "-fPIC",           "-shared",
+	"-fvisibility=hidden", "-nostartfiles", "-save-temps=obj", "-o"
+};
 /* After the source: <math.h>'s functions (the worker itself has no libm to lend). */
 static const char *const cc_libs[] = { "-lm" };
 
@@ -65,8 +66,7 @@ void wrk_host_build_key(const char *cc, const char *cc_version, struct ipc_key_s
 }
 
 /* Split options at blanks into argv (at most WRK_OPTIONS_MAX), each one allowed. */
-static gpux_status options_split(const char *options, char **argv, unsigned *ret_n,
-				 char **ret_log)
+static gpux_status options_split(const char *options, char **argv, unsigned *ret_n, char **ret_log)
 {
 	_cleanup_(freep) char *copy = strdup(options);
 	char *save = NULL;
@@ -177,16 +177,16 @@ static const char *file_at_bound(const char *dir, uint64_t bound, const char *lo
 	return what;
 }
 
-gpux_status wrk_host_compile_failure(const struct wrk_host_cage *cg, const char *dir, int r,
-				     int st, const char *log, char **ret_log)
+gpux_status wrk_host_compile_failure(const struct wrk_host_cage *cg, const char *dir, int r, int st,
+				     const char *log, char **ret_log)
 {
 	const char *text = log ? log : "";
 	const char *bound = cg->file_max ? file_at_bound(dir, cg->file_max, text) : NULL;
 
 	if (r == -ETIMEDOUT) {
-		*ret_log = wrk_strdup_printf("the compiler ran past its %g s limit%s%s",
-					     (double)cg->timeout_ns / 1e9, *text ? ":\n" : "",
-					     text);
+		*ret_log =
+			wrk_strdup_printf("the compiler ran past its %g s limit%s%s",
+					  (double)cg->timeout_ns / 1e9, *text ? ":\n" : "", text);
 		return GPUX_E_COMPILE;
 	}
 	if (bound && strcmp(bound, "preprocessed") == 0) {
@@ -196,12 +196,13 @@ gpux_status wrk_host_compile_failure(const struct wrk_host_cage *cg, const char 
 	}
 	if (bound) {
 		*ret_log = wrk_strdup_printf("the compiled module takes more than the %llu MiB a "
-					     "client's modules may", WRK_CLIENT_MOD_BYTES / MiB);
+					     "client's modules may",
+					     WRK_CLIENT_MOD_BYTES / MiB);
 		return GPUX_E_QUOTA;
 	}
 	if (r == 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
-		*ret_log = wrk_strdup_printf("the compiler was killed%s%s", *text ? ":\n" : "",
-					     text);
+		*ret_log =
+			wrk_strdup_printf("the compiler was killed%s%s", *text ? ":\n" : "", text);
 		return GPUX_E_COMPILE;
 	}
 	if (cg->memory && (strstr(text, "out of memory") || strstr(text, "memory exhausted") ||
@@ -277,8 +278,8 @@ gpux_status wrk_host_build(const struct wrk_host_cage *cg, const char *cc,
 	}
 	(void)wrk_host_read_file(path, WRK_HOST_LOG_MAX, true, &log, &loglen);
 	if (r == -ENOENT || (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)) {
-		*ret_log = wrk_strdup_printf("no C compiler \"%s\" (set GPUX_HOST_CC or install gcc)",
-					     cc);
+		*ret_log = wrk_strdup_printf(
+			"no C compiler \"%s\" (set GPUX_HOST_CC or install gcc)", cc);
 		rc = GPUX_E_COMPILE;
 		goto out_rm;
 	}
@@ -290,7 +291,8 @@ gpux_status wrk_host_build(const struct wrk_host_cage *cg, const char *cc,
 	r = wrk_host_read_file(out, WRK_CLIENT_MOD_BYTES, false, ret_image, ret_len);
 	if (r == -EFBIG) {
 		*ret_log = wrk_strdup_printf("the compiled module takes more than the %llu MiB a "
-					     "client's modules may", WRK_CLIENT_MOD_BYTES / MiB);
+					     "client's modules may",
+					     WRK_CLIENT_MOD_BYTES / MiB);
 		rc = GPUX_E_QUOTA;
 		goto out_rm;
 	}

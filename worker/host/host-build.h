@@ -43,8 +43,8 @@ int wrk_host_run_compiler(const struct wrk_host_cage *cg, char **argv, const cha
  * preprocessed source's size, the module's, its memory), else the log. *ret_log to free; the
  * status.
  */
-gpux_status wrk_host_compile_failure(const struct wrk_host_cage *cg, const char *dir, int r,
-				     int st, const char *log, char **ret_log);
+gpux_status wrk_host_compile_failure(const struct wrk_host_cage *cg, const char *dir, int r, int st,
+				     const char *log, char **ret_log);
 
 /* The file at path, NUL-terminated: its first max bytes when `cut`, else all of it or -EFBIG
  * past max. */

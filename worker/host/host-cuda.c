@@ -41,12 +41,27 @@
 #define ENTRIES_FILE "<gpux kernel entries>"
 
 static const char *const common_args[] = {
-	"-x", "c++", "-std=gnu++17", "-O2", "-fPIC", "-fvisibility=hidden", "-fno-exceptions",
-	"-fno-rtti", "-fno-threadsafe-statics", "-fno-extern-tls-init",
-	"-fno-semantic-interposition", "-fno-ipa-icf", "-fno-builtin-printf", "-U_FORTIFY_SOURCE",
+	"-x",
+	"c++",
+	"-std=gnu++17",
+	"-O2",
+	"-fPIC",
+	"-fvisibility=hidden",
+	"-fno-exceptions",
+	"-fno-rtti",
+	"-fno-threadsafe-statics",
+	"-fno-extern-tls-init",
+	"-fno-semantic-interposition",
+	"-fno-ipa-icf",
+	"-fno-builtin-printf",
+	"-U_FORTIFY_SOURCE",
 };
 static const char *const link_args[] = {
-	"-shared", "-nostartfiles", "-nodefaultlibs", "-Wl,-z,defs", "-Wl,-Bsymbolic",
+	"-shared",
+	"-nostartfiles",
+	"-nodefaultlibs",
+	"-Wl,-z,defs",
+	"-Wl,-Bsymbolic",
 	"-Wl,-z,noexecstack",
 #if defined(__x86_64__)
 	"-mtls-dialect=gnu2", /* descriptors: __shared__ without a call to __tls_get_addr */
@@ -102,7 +117,8 @@ void wrk_host_cuda_key(const char *cxx, const char *cxx_version, struct ipc_key_
 	for (unsigned i = 0; i < ARRAY_SIZE(link_args); i++)
 		ipc_key_add(s, link_args[i], strlen(link_args[i]));
 	for (unsigned i = 0; i < ARRAY_SIZE(wrk_cuda_host_headers); i++) {
-		ipc_key_add(s, wrk_cuda_host_headers[i].name, strlen(wrk_cuda_host_headers[i].name));
+		ipc_key_add(s, wrk_cuda_host_headers[i].name,
+			    strlen(wrk_cuda_host_headers[i].name));
 		ipc_key_add(s, wrk_cuda_host_headers[i].text, wrk_cuda_host_headers[i].len);
 	}
 	for (unsigned i = 0; i < ARRAY_SIZE(toolkit_only); i++)
@@ -140,7 +156,8 @@ static gpux_status options_map(struct job *j, const char *options)
 
 	if (!copy)
 		return GPUX_E_NOMEM;
-	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0; t = strtok_r(NULL, " \t\n", &save)) {
+	for (char *t = strtok_r(copy, " \t\n", &save); t && rc == 0;
+	     t = strtok_r(NULL, " \t\n", &save)) {
 		unsigned i;
 
 		for (i = 0; i < ARRAY_SIZE(option_map); i++) {
@@ -303,20 +320,23 @@ static int files_write(struct job *j, const struct wrk_build *b)
 			return -ENOMEM;
 		if (!it.text) {
 			if (!expr_ok(name, it.name_len)) {
-				j->log = wrk_strdup_printf("name expression \"%s\": the host back end "
-							   "takes template arguments of names, "
-							   "numbers and operators only", name);
+				j->log = wrk_strdup_printf(
+					"name expression \"%s\": the host back end "
+					"takes template arguments of names, "
+					"numbers and operators only",
+					name);
 				return -EINVAL;
 			}
 			r = name_add(j, name, it.name_len);
 		} else {
 			r = file_put(src, name, it.text, it.text_len);
 			if (r == -EINVAL || r == -EEXIST)
-				j->log = wrk_strdup_printf("header \"%s\": %s", name,
-							   r == -EEXIST ? "given twice, or a folder "
-									  "of another header"
-									: "not a relative path of "
-									  "plain names here");
+				j->log =
+					wrk_strdup_printf("header \"%s\": %s", name,
+							  r == -EEXIST ? "given twice, or a folder "
+									 "of another header"
+								       : "not a relative path of "
+									 "plain names here");
 		}
 		if (r < 0)
 			return r;
@@ -357,7 +377,8 @@ static gpux_status compile(struct job *j, const char *const *args, const char *c
 	if (r == -ENOENT || (r == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)) {
 		free(j->log);
 		j->log = wrk_strdup_printf("no C++ compiler \"%s\" (set GPUX_HOST_CXX or install "
-					   "g++)", j->cxx);
+					   "g++)",
+					   j->cxx);
 		return GPUX_E_COMPILE;
 	}
 	if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -442,14 +463,19 @@ static char *entries(const struct job *j, unsigned nnames, const struct wrk_cusc
 		return NULL;
 	(void)fprintf(f, "\n#line 1 \"" ENTRIES_FILE "\"\n");
 	if (sc->nshared)
-		(void)fprintf(f, "extern \"C\" { __attribute__((aligned(64))) __thread unsigned char "
+		(void)fprintf(f,
+			      "extern \"C\" { __attribute__((aligned(64))) __thread unsigned char "
 			      "gpux_cu_dyn_shared[GPUX_CU_DYN_SHARED_MAX]; }\n");
 	for (unsigned i = 0; i < sc->nshared; i++)
-		(void)fprintf(f, "__asm__(\".globl %s\\n.hidden %s\\n.set %s, gpux_cu_dyn_shared\\n\");\n",
-			      sc->shared[i], sc->shared[i], sc->shared[i]);
+		(void)fprintf(
+			f,
+			"__asm__(\".globl %s\\n.hidden %s\\n.set %s, gpux_cu_dyn_shared\\n\");\n",
+			sc->shared[i], sc->shared[i], sc->shared[i]);
 	for (unsigned i = 0; i < nnames; i++, n++)
-		(void)fprintf(f, "static constexpr auto gpux_cu_k%u = ::gpux_cu::describe<&(%s)>(\"%s\");\n",
-			      n, j->names[i], j->names[i]);
+		(void)fprintf(
+			f,
+			"static constexpr auto gpux_cu_k%u = ::gpux_cu::describe<&(%s)>(\"%s\");\n",
+			n, j->names[i], j->names[i]);
 	for (unsigned i = 0; i < sc->nkernels; i++, n++) {
 		const struct wrk_cuscan_kernel *k = &sc->kernels[i];
 		unsigned close = scope_open(f, k->scope);
@@ -491,9 +517,10 @@ static char *entries(const struct job *j, unsigned nnames, const struct wrk_cusc
 	}
 	if (sc->nglobals)
 		(void)fprintf(f, " };\n");
-	(void)fprintf(f, "extern \"C\" __attribute__((visibility(\"default\"))) const gpux_cu_module "
-		      "gpux_cu_module_info = { GPUX_CU_ABI, %u, %u, gpux_cu_table, %u, %s };\n", n,
-		      nnames, sc->nglobals, sc->nglobals ? "gpux_cu_globals" : "nullptr");
+	(void)fprintf(f,
+		      "extern \"C\" __attribute__((visibility(\"default\"))) const gpux_cu_module "
+		      "gpux_cu_module_info = { GPUX_CU_ABI, %u, %u, gpux_cu_table, %u, %s };\n",
+		      n, nnames, sc->nglobals, sc->nglobals ? "gpux_cu_globals" : "nullptr");
 	if (fclose(f) != 0) {
 		free(s);
 		return NULL;
@@ -527,7 +554,8 @@ static gpux_status preprocess(struct job *j, struct wrk_cuscan *ret)
 	if (r < 0) {
 		free(j->log);
 		j->log = r == -EFBIG ? wrk_strdup_printf("the preprocessed source takes more than "
-							 "%u MiB", PP_MAX / (1024 * 1024))
+							 "%u MiB",
+							 PP_MAX / (1024 * 1024))
 				     : wrk_strdup_printf("reading the preprocessed source: %s",
 							 strerror(-r));
 		return r == -EFBIG ? GPUX_E_COMPILE : GPUX_E_IO;
@@ -621,8 +649,9 @@ gpux_status wrk_host_cuda_build(const struct wrk_host_cage *cg, const char *cxx,
 	if (r < 0) {
 		if (!j.log)
 			j.log = wrk_strdup_printf("writing the source: %s", strerror(-r));
-		rc = r == -ENOMEM ? GPUX_E_NOMEM : r == -EINVAL || r == -EEXIST ? GPUX_E_COMPILE
-										: GPUX_E_IO;
+		rc = r == -ENOMEM                   ? GPUX_E_NOMEM
+		     : r == -EINVAL || r == -EEXIST ? GPUX_E_COMPILE
+						    : GPUX_E_IO;
 		goto out;
 	}
 	/* Templates the source instantiates explicitly are kernels too, as on a GPU. */

@@ -15,12 +15,12 @@ void wrk_host_cuda_key(const char *cxx, const char *cxx_version, struct ipc_key_
 
 /*
  * Compile b (GPUX_LANG_CUDA, its headers and name expressions in b->extra) with cxx in cage
- * cg (worker/host/host-cage.h), in a fresh private directory (compile thread): the shared object's bytes in *ret_image (to
- * free), which exports `gpux_cu_module_info` (include/gpux/cuda-host/gpux_cuda_abi.h).
- * GPUX_E_COMPILE with the log (or with what the source uses that the host back end does not
- * have), GPUX_E_INVAL for options NVRTC would not take, GPUX_E_QUOTA for an object larger
- * than a client's modules may be, GPUX_E_NOMEM, GPUX_E_IO. *ret_log may hold warnings on
- * success.
+ * cg (worker/host/host-cage.h), in a fresh private directory (compile thread): the shared object's
+ * bytes in *ret_image (to free), which exports `gpux_cu_module_info`
+ * (include/gpux/cuda-host/gpux_cuda_abi.h). GPUX_E_COMPILE with the log (or with what the source
+ * uses that the host back end does not have), GPUX_E_INVAL for options NVRTC would not take,
+ * GPUX_E_QUOTA for an object larger than a client's modules may be, GPUX_E_NOMEM, GPUX_E_IO.
+ * *ret_log may hold warnings on success.
  */
 gpux_status wrk_host_cuda_build(const struct wrk_host_cage *cg, const char *cxx,
 				const struct wrk_build *b, uint8_t **ret_image, size_t *ret_len,

@@ -114,8 +114,10 @@ gpux_status host_cumod_new(const struct gpux_cu_module *mi, uintptr_t base, size
 
 		if (!entry_ok(e)) {
 			host_cumod_free(m);
-			*ret_msg = wrk_strdup_printf("a CUDA C++ module whose kernel %u this worker "
-						     "does not know", i);
+			*ret_msg =
+				wrk_strdup_printf("a CUDA C++ module whose kernel %u this worker "
+						  "does not know",
+						  i);
 			return GPUX_E_INVAL;
 		}
 		m->k[i] = e;
@@ -138,7 +140,8 @@ gpux_status host_cumod_new(const struct gpux_cu_module *mi, uintptr_t base, size
 		if (r != -E2BIG)
 			return GPUX_E_NOMEM;
 		*ret_msg = wrk_strdup_printf("the module's kernel names take more than the %zu MiB "
-					     "a client's modules may", max_bytes / (size_t)MiB);
+					     "a client's modules may",
+					     max_bytes / (size_t)MiB);
 		return GPUX_E_QUOTA;
 	}
 	m->bytes = wrk_knames_bytes(m->names) + 3 * (m->n + 1) * sizeof(void *);
@@ -212,6 +215,7 @@ gpux_status host_cumod_global(const struct host_cumod *m, const char *name, cons
 		return 0;
 	}
 	*ret_msg = wrk_strdup_printf("no variable \"%s\" in the module (a __device__ or "
-				     "__constant__ one defined at namespace scope)", name);
+				     "__constant__ one defined at namespace scope)",
+				     name);
 	return GPUX_E_NOTFOUND;
 }

@@ -38,9 +38,9 @@ const char *wrk_cuscan_library(const char *path, size_t len)
 struct tok {
 	const char *s;
 	size_t n;
-	char kind; /* 'i' identifier, 'n' number, 's' string or character, 'p' punctuation */
-	bool space;  /* blank before it */
-	bool user;   /* in a client's file, not a system header */
+	char kind;  /* 'i' identifier, 'n' number, 's' string or character, 'p' punctuation */
+	bool space; /* blank before it */
+	bool user;  /* in a client's file, not a system header */
 	unsigned line;
 };
 
@@ -51,7 +51,7 @@ struct lexer {
 	const char *file; /* the current file's name, as the line marker says it */
 	size_t file_len;
 	unsigned line;
-	const char *library; /* a system header of an unsupported library, first seen */
+	const char *library;  /* a system header of an unsupported library, first seen */
 	const char *user_dir; /* where the client's files are */
 	size_t user_dir_len;
 };
@@ -124,7 +124,8 @@ static void directive(struct lexer *l)
 		l->file = p;
 		l->file_len = (size_t)(q - p);
 		for (const char *f = q; f < e; f++)
-			system |= f[0] == ' ' && f + 1 < e && f[1] == '3' && (f + 2 == e || f[2] == ' ');
+			system |= f[0] == ' ' && f + 1 < e && f[1] == '3' &&
+				  (f + 2 == e || f[2] == ' ');
 		/* The client's by where it is: a system header's macros expanded in a client's
 		 * file are marked as of a system header. */
 		l->user = l->file_len >= l->user_dir_len &&
@@ -288,8 +289,9 @@ static bool at_namespace_scope(const struct scan *sc)
 
 static bool attribute_word(const struct tok *t)
 {
-	static const char *const words[] = { "__attribute__", "__declspec", "alignas", "decltype",
-					     "__align__", "noexcept", "throw", "__launch_bounds__" };
+	static const char *const words[] = { "__attribute__", "__declspec",       "alignas",
+					     "decltype",      "__align__",        "noexcept",
+					     "throw",         "__launch_bounds__" };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(words); i++)
 		if (tok_is(t, words[i]))
@@ -339,8 +341,8 @@ static int kernel_add(struct scan *sc, const struct tok *name, unsigned nname,
 	if (!k.scope || !k.name || !k.params)
 		goto err;
 	if ((o->nkernels & (o->nkernels - 1)) == 0) {
-		struct wrk_cuscan_kernel *ks = realloc(o->kernels, MAX(2u * o->nkernels, 8u) *
-								   sizeof(*ks));
+		struct wrk_cuscan_kernel *ks =
+			realloc(o->kernels, MAX(2u * o->nkernels, 8u) * sizeof(*ks));
 		if (!ks)
 			goto err;
 		o->kernels = ks;
@@ -396,7 +398,8 @@ static int kernel_decl(struct scan *sc, struct lexer l, bool c_linkage)
 		if (parens == 0 && tok_punct(t, ';'))
 			return 0;
 		if (parens == 0 && tok_punct(t, '{'))
-			return kernel_add(sc, &d[name_at], name_n, &d[open], close - open, c_linkage);
+			return kernel_add(sc, &d[name_at], name_n, &d[open], close - open,
+					  c_linkage);
 	}
 	return 0;
 }
@@ -485,9 +488,10 @@ static int shared_decl(struct scan *sc, struct lexer l)
 /* A word that cannot name a variable: the declaration's type, not its declarator. */
 static bool type_word(const struct tok *t)
 {
-	static const char *const words[] = { "int", "char", "short", "long", "float", "double",
-					     "bool", "void", "signed", "unsigned", "const",
-					     "volatile", "auto", "static", "inline", "constexpr",
+	static const char *const words[] = { "int",          "char",       "short",   "long",
+					     "float",        "double",     "bool",    "void",
+					     "signed",       "unsigned",   "const",   "volatile",
+					     "auto",         "static",     "inline",  "constexpr",
 					     "__restrict__", "__restrict", "restrict" };
 
 	for (unsigned i = 0; i < ARRAY_SIZE(words); i++)
@@ -499,9 +503,10 @@ static bool type_word(const struct tok *t)
 /* A word that makes the declaration one the reading leaves out. */
 static bool not_a_variable(const struct tok *t)
 {
-	static const char *const words[] = { "__gpux_shared__", "thread_local", "__thread",
-					     "typedef", "using", "operator", "struct", "class",
-					     "union", "enum", "friend", "template" };
+	static const char *const words[] = {
+		"__gpux_shared__", "thread_local", "__thread", "typedef", "using",  "operator",
+		"struct",          "class",        "union",    "enum",    "friend", "template"
+	};
 
 	for (unsigned i = 0; i < ARRAY_SIZE(words); i++)
 		if (tok_is(t, words[i]))
@@ -531,8 +536,8 @@ static int global_add(struct scan *sc, const struct tok *name)
 	if (!g.scope || !g.name)
 		goto err;
 	if ((o->nglobals & (o->nglobals - 1)) == 0) {
-		struct wrk_cuscan_global *gs = realloc(o->globals, MAX(2u * o->nglobals, 8u) *
-								      sizeof(*gs));
+		struct wrk_cuscan_global *gs =
+			realloc(o->globals, MAX(2u * o->nglobals, 8u) * sizeof(*gs));
 		if (!gs)
 			goto err;
 		o->globals = gs;
@@ -652,7 +657,10 @@ static bool namespace_decl(struct scan *sc, struct lexer *l)
 
 int wrk_cuscan_run(const char *text, size_t len, const char *user_dir, struct wrk_cuscan *ret)
 {
-	struct lexer l = { .p = text, .end = text + len, .line_start = true, .user_dir = user_dir,
+	struct lexer l = { .p = text,
+			   .end = text + len,
+			   .line_start = true,
+			   .user_dir = user_dir,
 			   .user_dir_len = strlen(user_dir) };
 	_cleanup_(freep) struct scan *sc = calloc(1, sizeof(*sc));
 	struct wrk_cuscan out = { 0 };
@@ -668,7 +676,8 @@ int wrk_cuscan_run(const char *text, size_t len, const char *user_dir, struct wr
 			r = unsupported(sc, &l, &t, "inline assembly (asm)");
 		else if (t.user && tok_punct(&t, '<') && tok_punct(&sc->prev, '<') &&
 			 tok_punct(&sc->prev2, '<') && !t.space && !sc->prev.space)
-			r = unsupported(sc, &l, &t, "a kernel launch in device code (<<<...>>>: "
+			r = unsupported(sc, &l, &t,
+					"a kernel launch in device code (<<<...>>>: "
 					"dynamic parallelism)");
 		else if (tok_is(&t, "__gpux_global__") && t.user && !sc->decl_template &&
 			 at_namespace_scope(sc))

@@ -19,9 +19,9 @@
  */
 
 struct wrk_cuscan_kernel {
-	char *scope;   /* enclosing namespaces, "::"-separated, an anonymous one empty ("a::::b") */
-	char *name;    /* as written at its definition ("f", or "x::f" out of line) */
-	char *params;  /* its parameters' tokens, default arguments left out */
+	char *scope;  /* enclosing namespaces, "::"-separated, an anonymous one empty ("a::::b") */
+	char *name;   /* as written at its definition ("f", or "x::f" out of line) */
+	char *params; /* its parameters' tokens, default arguments left out */
 	bool c_linkage; /* extern "C" */
 };
 

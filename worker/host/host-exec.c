@@ -26,7 +26,7 @@
 
 #define HELPERS_MAX 255u
 #define FAULT_STACK (64 * 1024)
-#define FIBERS_MAX 1024u /* the threads of a block */
+#define FIBERS_MAX 1024u  /* the threads of a block */
 #define GUARD (64 * 1024) /* below each fiber's stack: more than a frame skips */
 /* Fiber i's stack begins (i % 1024) cache lines below its area's top: areas are a multiple
  * of the caches' periods apart, and tops at one offset would all fall in the same sets
@@ -92,7 +92,7 @@ static __thread sigjmp_buf *fault_jmp;
 static __thread volatile sig_atomic_t fault_signo;
 static __thread void *fault_addr;
 static __thread bool fault_addr_wild; /* outside the address space: fault_addr decoded, or 0 */
-static __thread int fault_call; /* SIGSYS: the forbidden call */
+static __thread int fault_call;       /* SIGSYS: the forbidden call */
 static __thread unsigned fault_arch;
 static __thread const char *fault_what; /* no signal: what the kernel called (fork()) */
 static __thread bool sandboxed;
@@ -115,10 +115,10 @@ static __attribute__((noreturn)) void die(void)
 static void wild_address(void *ctx)
 {
 #if defined(__x86_64__)
-	static const int order[WRK_X86_REGS] = { REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP,
-						 REG_RBP, REG_RSI, REG_RDI, REG_R8,  REG_R9,
-						 REG_R10, REG_R11, REG_R12, REG_R13, REG_R14,
-						 REG_R15 };
+	static const int order[WRK_X86_REGS] = { REG_RAX, REG_RCX, REG_RDX, REG_RBX,
+						 REG_RSP, REG_RBP, REG_RSI, REG_RDI,
+						 REG_R8,  REG_R9,  REG_R10, REG_R11,
+						 REG_R12, REG_R13, REG_R14, REG_R15 };
 	const ucontext_t *uc = ctx;
 	uint64_t regs[WRK_X86_REGS], a;
 	uintptr_t pc = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
@@ -279,7 +279,8 @@ void host_exec_thread_begin(stack_t *ss)
 	if (me) {
 		void *rw = mmap(NULL, LAUNCH_PAGE, PROT_READ | PROT_WRITE,
 				MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		void *ro = rw == MAP_FAILED ? MAP_FAILED : mremap(rw, 0, LAUNCH_PAGE, MREMAP_MAYMOVE);
+		void *ro =
+			rw == MAP_FAILED ? MAP_FAILED : mremap(rw, 0, LAUNCH_PAGE, MREMAP_MAYMOVE);
 
 		me->launch = rw == MAP_FAILED ? NULL : rw;
 		me->launch_ro = ro == MAP_FAILED ? NULL : ro;
@@ -378,7 +379,8 @@ static void blocks_loop(struct host_exec *x, struct exec_job *j, struct gpux_hos
 			rc = ((gpux_cu_block_fn *)r->kernel->info.fn)(cl, r->params);
 			if (rc != 0) {
 				cl->error[sizeof(cl->error) - 1] = '\0';
-				job_fail(x, j, rc == GPUX_CU_REFUSED ? GPUX_E_INVAL : GPUX_E_KERNEL_FAULT,
+				job_fail(x, j,
+					 rc == GPUX_CU_REFUSED ? GPUX_E_INVAL : GPUX_E_KERNEL_FAULT,
 					 wrk_strdup_printf("kernel \"%s\": %s", r->name, cl->error),
 					 false);
 				return;
@@ -418,7 +420,8 @@ static char *fault_text(const struct wrk_req *r)
 
 	if (fault_what)
 		return wrk_strdup_printf("kernel \"%s\" called %s, which a host kernel may not: "
-					 "it would %s", r->name, fault_what,
+					 "it would %s",
+					 r->name, fault_what,
 					 strcmp(fault_what, "fork()") == 0
 						 ? "copy the worker and its clients' work"
 						 : "end the worker");
@@ -434,8 +437,8 @@ static char *fault_text(const struct wrk_req *r)
 					 r->name, in);
 	if (fault_addr_wild && !fault_addr)
 		return wrk_strdup_printf("kernel \"%s\": %s at an address outside the address "
-					 "space (which the processor does not report)", r->name,
-					 strsignal(fault_signo));
+					 "space (which the processor does not report)",
+					 r->name, strsignal(fault_signo));
 	return wrk_strdup_printf("kernel \"%s\": %s at address %p%s", r->name,
 				 strsignal(fault_signo), fault_addr,
 				 fault_addr_wild ? " (outside the address space)" : "");

@@ -43,7 +43,7 @@ struct host_dev {
 	const char *cc, *cxx;
 	char cc_version[256], cxx_version[256];
 	struct wrk_host_cage cage; /* the compilers' (worker/host/host-cage.h) */
-	struct host_exec *exec; /* the CPU threads of launches (worker/host/host-exec.c) */
+	struct host_exec *exec;    /* the CPU threads of launches (worker/host/host-exec.c) */
 	struct host_slot slots[WRK_SLOTS_MAX];
 	unsigned nslots;
 };
@@ -158,7 +158,7 @@ static gpux_status host_open(struct wrk *w, uint32_t device, void **ret_dev,
 	}
 	if (!d->cage.landlock_abi)
 		wrk_log(w, "no Landlock here: host compiles may read whatever this worker's user "
-			"may read");
+			   "may read");
 	r = host_exec_faults_install();
 	if (r < 0) {
 		wrk_host_cage_done(&d->cage);
@@ -258,7 +258,6 @@ static uint8_t *read_only_view(struct wrk_mapping *m)
 	m->reg = p;
 	return p;
 }
-
 
 static uint64_t host_mem_free(void *dv)
 {
@@ -401,7 +400,8 @@ static gpux_status host_module_load(void *dv, const uint8_t *image, size_t len, 
 	/* CUDA C++ (worker/host/host-cuda.c): kernels by the module's table, never a symbol. */
 	mi = own_symbol(hm, "gpux_cu_module_info", STT_OBJECT);
 	if (mi) {
-		gpux_status st = host_cumod_new(mi, hm->base, WRK_CLIENT_MOD_BYTES, &hm->cu, ret_msg);
+		gpux_status st =
+			host_cumod_new(mi, hm->base, WRK_CLIENT_MOD_BYTES, &hm->cu, ret_msg);
 
 		if (st != GPUX_OK) {
 			(void)dlclose(dl);
@@ -649,7 +649,8 @@ static void *slot_main(void *arg)
 		if (e < 0) {
 			r->status = GPUX_E_PERM;
 			r->error = wrk_strdup_printf("host kernels run in a sandbox here, which "
-						     "could not be set up: %s", strerror(-e));
+						     "could not be set up: %s",
+						     strerror(-e));
 			wrk_reqs_complete(&r, 1, false);
 			continue;
 		}
@@ -746,8 +747,8 @@ static void host_dev_free(void *dv, void *ptr)
 	free(ptr);
 }
 
-static gpux_status host_upload(void *dv, void *dst, const void *src, uint64_t len,
-			       void **ret_ready, char **ret_msg)
+static gpux_status host_upload(void *dv, void *dst, const void *src, uint64_t len, void **ret_ready,
+			       char **ret_msg)
 {
 	memcpy(dst, src, len);
 	*ret_ready = NULL;

@@ -130,8 +130,7 @@ static const char *tag_refused(const Elf64_Dyn *e)
 
 /* Read the dynamic array into *ret: 0, or -EINVAL with *why naming the tag refused (NULL:
  * the array cannot be read). */
-static int dyn_read(const struct view *v, const Elf64_Phdr *pd, struct dyn *ret,
-		    const char **why)
+static int dyn_read(const struct view *v, const Elf64_Phdr *pd, struct dyn *ret, const char **why)
 {
 	struct dyn d = { 0 };
 
@@ -495,8 +494,8 @@ static const char *needed_check(const struct view *v, const Elf64_Phdr *pd, cons
 	const uint8_t *strtab = NULL;
 
 	for (unsigned i = 0;; i++) {
-		const uint8_t *p = at(v, pd->p_vaddr + (uint64_t)i * sizeof(Elf64_Dyn),
-				      sizeof(Elf64_Dyn));
+		const uint8_t *p =
+			at(v, pd->p_vaddr + (uint64_t)i * sizeof(Elf64_Dyn), sizeof(Elf64_Dyn));
 		const char *name;
 		Elf64_Dyn e;
 
@@ -531,8 +530,8 @@ int wrk_sandbox_image_check(const uint8_t *image, size_t len, char **ret_msg)
 
 	if (len < sizeof(*eh) || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 ||
 	    eh->e_ident[EI_CLASS] != ELFCLASS64 || eh->e_type != ET_DYN ||
-	    eh->e_phentsize != sizeof(Elf64_Phdr) ||
-	    eh->e_phnum > PH_MAX || eh->e_phoff % _Alignof(Elf64_Phdr) ||
+	    eh->e_phentsize != sizeof(Elf64_Phdr) || eh->e_phnum > PH_MAX ||
+	    eh->e_phoff % _Alignof(Elf64_Phdr) ||
 	    !range_ok(eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr), len)) {
 		*ret_msg = strdup("the module is not a 64-bit shared object with program headers");
 		return -EINVAL;

@@ -21,11 +21,26 @@
  * exit_group() or thread exit is a fault like any other forbidden call.
  */
 static const long allowed[] = {
-	SYS_futex, SYS_sched_yield, SYS_nanosleep, SYS_clock_nanosleep, SYS_clock_gettime,
-	SYS_clock_getres, SYS_gettimeofday, SYS_getpid, SYS_gettid, SYS_getrandom, SYS_getcpu,
+	SYS_futex,
+	SYS_sched_yield,
+	SYS_nanosleep,
+	SYS_clock_nanosleep,
+	SYS_clock_gettime,
+	SYS_clock_getres,
+	SYS_gettimeofday,
+	SYS_getpid,
+	SYS_gettid,
+	SYS_getrandom,
+	SYS_getcpu,
 	SYS_sched_getaffinity, /* pthread_getattr_np(), which sanitizers call on siglongjmp() */
-	SYS_rt_sigreturn, SYS_sigaltstack, SYS_restart_syscall, SYS_brk, SYS_munmap, SYS_madvise,
-	SYS_mremap, SYS_mprotect,
+	SYS_rt_sigreturn,
+	SYS_sigaltstack,
+	SYS_restart_syscall,
+	SYS_brk,
+	SYS_munmap,
+	SYS_madvise,
+	SYS_mremap,
+	SYS_mprotect,
 #ifdef SYS_time
 	SYS_time,
 #endif
@@ -39,17 +54,32 @@ static const struct {
 #ifdef SYS_open
 	{ SYS_open, "open" },
 #endif
-	{ SYS_openat, "openat" }, { SYS_read, "read" }, { SYS_write, "write" },
-	{ SYS_close, "close" }, { SYS_socket, "socket" }, { SYS_connect, "connect" },
-	{ SYS_sendto, "sendto" }, { SYS_execve, "execve" }, { SYS_clone, "clone" },
+	{ SYS_openat, "openat" },
+	{ SYS_read, "read" },
+	{ SYS_write, "write" },
+	{ SYS_close, "close" },
+	{ SYS_socket, "socket" },
+	{ SYS_connect, "connect" },
+	{ SYS_sendto, "sendto" },
+	{ SYS_execve, "execve" },
+	{ SYS_clone, "clone" },
 #ifdef SYS_fork
 	{ SYS_fork, "fork" },
 #endif
-	{ SYS_kill, "kill" }, { SYS_tgkill, "tgkill" }, { SYS_ptrace, "ptrace" },
-	{ SYS_mmap, "mmap" }, { SYS_rt_sigaction, "rt_sigaction" }, { SYS_ioctl, "ioctl" },
-	{ SYS_prctl, "prctl" }, { SYS_setuid, "setuid" }, { SYS_io_uring_setup, "io_uring_setup" },
-	{ SYS_unlinkat, "unlinkat" }, { SYS_fstat, "fstat" }, { SYS_exit, "exit" },
-	{ SYS_exit_group, "exit_group" }, { SYS_clone3, "clone3" },
+	{ SYS_kill, "kill" },
+	{ SYS_tgkill, "tgkill" },
+	{ SYS_ptrace, "ptrace" },
+	{ SYS_mmap, "mmap" },
+	{ SYS_rt_sigaction, "rt_sigaction" },
+	{ SYS_ioctl, "ioctl" },
+	{ SYS_prctl, "prctl" },
+	{ SYS_setuid, "setuid" },
+	{ SYS_io_uring_setup, "io_uring_setup" },
+	{ SYS_unlinkat, "unlinkat" },
+	{ SYS_fstat, "fstat" },
+	{ SYS_exit, "exit" },
+	{ SYS_exit_group, "exit_group" },
+	{ SYS_clone3, "clone3" },
 #ifdef SYS_vfork
 	{ SYS_vfork, "vfork" },
 #endif
@@ -73,7 +103,8 @@ char *wrk_sandbox_fault_text(const char *kernel, int nr, unsigned arch)
 #ifdef WRK_BPF_ARCH
 	if (arch != WRK_BPF_ARCH)
 		return wrk_strdup_printf("kernel \"%s\": system call %d of another architecture "
-					 "(%#x): %s", kernel, nr, arch, why);
+					 "(%#x): %s",
+					 kernel, nr, arch, why);
 #endif
 	if ((unsigned)nr & WRK_BPF_X32_BIT)
 		return wrk_strdup_printf("kernel \"%s\": x32 system call %#x: %s", kernel,

@@ -48,9 +48,7 @@
  * writes pages still being registered, "copy-while-registering PID BYTES"),
  * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
  * entry point and call), GPUX_FAKE_CUDA_PRIORITIES="least,greatest" (the streams' priorities,
- * "0,-5"), GPUX_FAKE_CUDA_NO_GREEN=1 (a driver without green contexts: no such entry points),
- * GPUX_FAKE_CUDA_FAULT_NOTICE_MS (a fault stops the device at once, writing no more words,
- * and the driver's calls fail that much later: 0).
+ * "0,-5"), GPUX_FAKE_CUDA_NO_GREEN=1 (a driver without green contexts: no such entry points).
  */
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -69,11 +67,6 @@ static bool refuse_spin;
 static unsigned writes_pending;
 /* How long a kernel the fake does not know keeps its stream busy. */
 static uint64_t kernel_ns = 5000;
-/* A fault stops the device at once (fake_dead: no word is written from then on), and the
- * driver's calls fail fault_notice_ns later (fake_sticky), as a real one learns of it late. */
-static uint64_t fault_notice_ns;
-static bool fake_dead;
-static uint64_t fault_at; /* when it stopped: an event due after that never comes */
 static bool initialized;
 /* The sweep's file, mapped; NULL without one. */
 static struct fake_sweep *sweep;
@@ -291,8 +284,6 @@ static CUresult f_init(unsigned flags)
 			mem_total = strtoull(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_KERNEL_NS")))
 			kernel_ns = strtoull(e, NULL, 10);
-		if ((e = getenv("GPUX_FAKE_CUDA_FAULT_NOTICE_MS")))
-			fault_notice_ns = strtoull(e, NULL, 10) * 1000000ull;
 		refuse_spin = getenv("GPUX_FAKE_CUDA_REFUSE_SPIN") != NULL;
 		if ((e = getenv("GPUX_FAKE_CUDA_REGISTER_MS")))
 			register_ms = (unsigned)strtoul(e, NULL, 10);
@@ -552,8 +543,7 @@ static CUresult f_event_record(CUevent e, CUstream s)
 }
 
 /* A word a stream writes once it is through its work (cuStreamWriteValue64), unless a fault
- * came first: by a thread of its own, as the device writes it with nobody asking (on an idle
- * stream, at once). */
+ * came first: by a thread of its own, as the device writes it with nobody asking. */
 struct fake_write {
 	uint64_t *addr, value, at;
 };
@@ -567,7 +557,7 @@ static void *write_later(void *arg)
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 	(void)pthread_mutex_lock(&fake_lock);
-	if (fake_sticky == CUDA_SUCCESS && !fake_dead)
+	if (fake_sticky == CUDA_SUCCESS)
 		__atomic_store_n(w->addr, w->value, __ATOMIC_RELEASE);
 	writes_pending--;
 	(void)pthread_mutex_unlock(&fake_lock);
@@ -584,16 +574,6 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 	int e;
 
 	ENTER("cuStreamWriteValue64");
-	/* An idle stream gets there at once, before anything enqueued after it (a kernel that
-	 * faults, say): written now. */
-	(void)pthread_mutex_lock(&fake_lock);
-	if (st->ready_at <= now_ns()) {
-		if (!fake_dead)
-			__atomic_store_n((uint64_t *)(uintptr_t)addr, value, __ATOMIC_RELEASE);
-		(void)pthread_mutex_unlock(&fake_lock);
-		return CUDA_SUCCESS;
-	}
-	(void)pthread_mutex_unlock(&fake_lock);
 	w = malloc(sizeof(*w));
 	if (!w)
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -623,17 +603,8 @@ static CUresult f_write_value(CUstream s, CUdeviceptr addr, cuuint64_t value, un
 static CUresult f_write_value32(CUstream s, CUdeviceptr addr, cuuint32_t value, unsigned flags)
 {
 	ENTER("cuStreamWriteValue32");
-	(void)pthread_mutex_lock(&fake_lock);
-	if (!fake_dead)
-		__atomic_store_n((uint32_t *)(uintptr_t)addr, value, __ATOMIC_SEQ_CST);
-	(void)pthread_mutex_unlock(&fake_lock);
+	__atomic_store_n((uint32_t *)(uintptr_t)addr, value, __ATOMIC_SEQ_CST);
 	return CUDA_SUCCESS;
-}
-
-/* Lock held: whether ev has come by now. */
-static bool event_done(const struct fake_event *ev, uint64_t now)
-{
-	return now >= ev->at && (!fake_dead || ev->at < fault_at);
 }
 
 static CUresult f_event_query(CUevent e)
@@ -643,7 +614,7 @@ static CUresult f_event_query(CUevent e)
 
 	ENTER("cuEventQuery");
 	(void)pthread_mutex_lock(&fake_lock);
-	ready = event_done(ev, now_ns());
+	ready = now_ns() >= ev->at;
 	(void)pthread_mutex_unlock(&fake_lock);
 	return ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -657,16 +628,14 @@ static CUresult f_event_sync(CUevent e)
 		return CUDA_ERROR_NOT_PERMITTED;
 	for (;;) {
 		uint64_t now = now_ns(), at;
-		bool done;
 
 		(void)pthread_mutex_lock(&fake_lock);
 		at = ev->at;
-		done = event_done(ev, now);
 		(void)pthread_mutex_unlock(&fake_lock);
-		if (done)
+		if (now >= at)
 			break;
 		/* A fault elsewhere breaks this wait too, as on a real device: look every ms. */
-		(void)usleep((useconds_t)MIN((at > now ? at - now : 0) / 1000 + 1, 1000));
+		(void)usleep((useconds_t)MIN((at - now) / 1000 + 1, 1000));
 		if (fake_sticky_get() != CUDA_SUCCESS)
 			return fake_sticky_get();
 	}
@@ -1234,47 +1203,11 @@ int fake_param_sizes(const struct fake_fn *fn, size_t *sizes)
 
 #define P(type, i) (*(type *)params[(i)])
 
-static void *notice(void *arg)
-{
-	struct timespec ts = { .tv_sec = (time_t)(fault_notice_ns / 1000000000u),
-			       .tv_nsec = (long)(fault_notice_ns % 1000000000u) };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-	(void)pthread_mutex_lock(&fake_lock);
-	fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
-	(void)pthread_mutex_unlock(&fake_lock);
-	return arg;
-}
-
-/* The driver's calls fail from fault_notice_ns on (else at once). */
-static void fault_notice_later(void)
-{
-	pthread_attr_t attr;
-	pthread_t t;
-
-	(void)pthread_attr_init(&attr);
-	(void)pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, notice, NULL) != 0) {
-		(void)pthread_mutex_lock(&fake_lock);
-		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
-		(void)pthread_mutex_unlock(&fake_lock);
-	}
-	(void)pthread_attr_destroy(&attr);
-}
-
 CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fake_stream *st,
 			 void **params)
 {
 	uint64_t busy = kernel_ns, now = now_ns();
-	bool dead;
 
-	/* A device stopped by a fault runs nothing more, before the driver says so. */
-	(void)pthread_mutex_lock(&fake_lock);
-	dead = fake_dead;
-	(void)pthread_mutex_unlock(&fake_lock);
-	if (dead)
-		return CUDA_SUCCESS;
 	if (strcmp(fn->name, "saxpy") == 0) {
 		uint64_t n = P(uint64_t, 0);
 		float a = P(float, 1);
@@ -1314,17 +1247,10 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 			memcpy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, len);
 		}
 	} else if (strcmp(fn->name, "fault") == 0) {
-		/* Reported later, as a real fault is: at the next synchronisation, or (with
-		 * GPUX_FAKE_CUDA_FAULT_NOTICE_MS) once the driver has noticed. */
+		/* Reported later, as a real fault is: at the next synchronisation. */
 		(void)pthread_mutex_lock(&fake_lock);
-		if (!fake_dead)
-			fault_at = now;
-		fake_dead = true;
-		if (!fault_notice_ns)
-			fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
 		(void)pthread_mutex_unlock(&fake_lock);
-		if (fault_notice_ns)
-			fault_notice_later();
 	}
 	(void)pthread_mutex_lock(&fake_lock);
 	st->ready_at = (st->ready_at > now ? st->ready_at : now) + busy;

@@ -85,10 +85,8 @@ struct cuda_green {
 	unsigned sms;   /* the SMs it got */
 };
 
-/* 64-bit words from one slot's end word to the next (struct cuda_dev): a cache line each,
- * the end word first, then the start word. */
+/* 64-bit words from one slot's end word to the next (struct cuda_dev): a cache line each. */
 #define CUDA_END_WORD_STRIDE 8u
-#define CUDA_START_WORD 1u
 
 struct cuda_dev {
 	struct wrk *w;
@@ -117,9 +115,6 @@ struct cuda_dev {
 	 * which the slot's stream writes a group's seq once it is through (cuStreamWriteValue64),
 	 * where the loop thread will hold the group: it reads the word instead of asking the
 	 * driver (cuEventQuery, 1.5 µs a look). NULL: ends are seen through events only.
-	 * After it in the same line, the slot's start word: the seq of the last group the
-	 * stream reached, where groups of other slots were in flight as it was launched, for
-	 * the blame of a sticky error (cuda-slot.c).
 	 */
 	_Atomic uint64_t *ends;
 	CUdeviceptr ends_dev;
@@ -158,7 +153,6 @@ struct cuda_group {
 	CUevent fin;        /* end or done: what the waiter waits for */
 	uint64_t copy_ns;   /* how long its copies take at least: the waiter sleeps through that */
 	bool word;          /* its stream writes seq to its slot's end word after its event */
-	bool start_word;    /* ... and to its start word before its work (cuda_start_word()) */
 	unsigned ntemp;
 	CUdeviceptr temp[IPC_ARGS_MAX];
 };

@@ -660,27 +660,6 @@ static bool end_word(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group 
 	return false;
 }
 
-/*
- * Whether g, about to be launched while groups are in flight (on any slot), has its stream
- * write its seq to the slot's start word before its work: should the device break, only a
- * group the stream reached can have broken it, and a neighbour's launched after the fault,
- * before the host heard of it, is not blamed (cuda-slot.c). A group launched with nothing
- * else in flight needs none: it is the only one that ran. It costs the loop about 0.9 µs
- * (cuStreamWriteValue64), a graph of up to CUDA_GRAPH_MAX requests once.
- */
-static bool start_word(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g)
-{
-	CUdeviceptr word =
-		d->ends_dev + (g->slot * CUDA_END_WORD_STRIDE + CUDA_START_WORD) * sizeof(uint64_t);
-	bool busy = false;
-
-	if (!d->ends || d->ends_refused)
-		return false;
-	for (unsigned i = 0; i < d->nslots && !busy; i++)
-		busy = atomic_load(&d->slots[i].queued) > 0;
-	return busy && d->cu.cuStreamWriteValue64(s->stream, word, g->seq, 0) == CUDA_SUCCESS;
-}
-
 static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r)
 {
 	struct cuda_group *g;
@@ -698,7 +677,6 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
 	g->fin = r->timed ? g->end : g->done;
 	g->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
-	g->start_word = start_word(d, s, g);
 	e = r->timed ? d->cu.cuEventRecord(g->start, s->stream) : CUDA_SUCCESS;
 	if (e != CUDA_SUCCESS) {
 		what = strdup("cuEventRecord");
@@ -763,7 +741,6 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
 	g->fin = g->done;
 	g->word = false;
-	g->start_word = start_word(d, s, g);
 	for (unsigned i = 0; i < n; i++)
 		mark_launch(reqs[i]);
 	e = d->cu.cuGraphLaunch(gr->exec, s->stream);

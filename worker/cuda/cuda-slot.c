@@ -33,29 +33,14 @@
 #define NAP_LONG_NOSPIN_NS (1000 * NSEC_PER_USEC)
 #define WAITER_TIMER_SLACK_NS 1000ul
 
-/* Whether g, not seen to end, may have run: its stream reached it (its start word says so,
- * where it has one), or it is its slot's first (one without a start word had nothing else in
- * flight as it was launched, or only earlier groups of its slot, which end before it runs). */
-static bool group_reached(const struct cuda_dev *d, const struct cuda_slot *s,
-			  const struct cuda_group *g)
-{
-	if (g->start_word)
-		return atomic_load(&d->ends[g->slot * CUDA_END_WORD_STRIDE + CUDA_START_WORD]) >=
-		       g->seq;
-	return g == s->head;
-}
-
 /*
  * Which group a sticky error is blamed on, decided once: every stream sees the error at about
  * the same time, so the first to see it tells nothing. A slot's groups run in order, so what
- * broke the device is a group that ran: on each slot, the last one its stream reached, of
- * those not seen to end (for a waiter, the one it waited for is still on its slot's list),
- * and `mine` when its work was launched (a group whose launch itself was refused ran
- * nothing). A neighbour's group launched after the fault, before the host heard of it, was
- * never reached: its start word says so (cuda-launch.c). Of those, the one launched last is
- * taken; with one slot busy that is exact, to the group (a graph holds one client's
- * requests); with several, a group running beside the culprit that was launched after it is
- * blamed instead. Nothing ran: `mine`.
+ * broke the device is a group that ran: each slot's oldest not ended (for a waiter, the one
+ * it waited for is still its slot's first), and `mine` when its work was launched (a group
+ * whose launch itself was refused ran nothing). Of those, the one launched last is taken; with
+ * one slot (or one slot busy) that is exact, to the group: a graph holds one client's
+ * requests. Nothing ran: `mine`.
  */
 static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {
@@ -63,8 +48,7 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
-		uint64_t ran =
-			mine_ran && group_reached(d, &d->slots[mine->slot], mine) ? mine->seq : 0;
+		uint64_t ran = mine_ran ? mine->seq : 0;
 
 		for (unsigned i = 0; i < d->nslots; i++) {
 			struct cuda_slot *s = &d->slots[i];
@@ -73,9 +57,8 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 			while (atomic_load(&s->looking))
 				cpu_relax();
 			(void)pthread_mutex_lock(&s->lock);
-			for (const struct cuda_group *g = s->head; g; g = g->next)
-				if (group_reached(d, s, g))
-					ran = MAX(ran, g->seq);
+			if (s->head)
+				ran = MAX(ran, s->head->seq);
 			(void)pthread_mutex_unlock(&s->lock);
 		}
 		d->culprit = ran ? ran : mine->seq;

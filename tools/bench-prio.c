@@ -138,6 +138,31 @@ static void busy_kill(struct busy *s)
 }
 
 /*
+ * The busy processes of s started: the round trips beside them from their start to their end
+ * (on the queue of the highest priority with `prio`), and their rate in *ret_rate. On a
+ * failure they are killed.
+ */
+static int beside(struct bench *b, struct busy *s, bool prio, struct rtt *r, double *ret_rate)
+{
+	gpux_queue *q = NULL;
+
+	if (prio && !(q = prio_queue(b))) {
+		busy_kill(s);
+		return -1;
+	}
+	while (tool_now() < s->from)
+		(void)usleep(1000);
+	if (rtt_until(b, q, s->until, r) < 0) {
+		gpux_queue_free(q);
+		busy_kill(s);
+		return -1;
+	}
+	gpux_queue_free(q);
+	*ret_rate = busy_end(s);
+	return isnan(*ret_rate) ? -1 : 0;
+}
+
+/*
  * One phase: n busy processes, and the round trips beside them from their start to their
  * end (on the queue of the highest priority with `prio`). Their rate in *ret_rate.
  */
@@ -145,26 +170,12 @@ static int phase(struct bench *b, unsigned n, bool prio, double secs, struct rtt
 		 double *ret_rate)
 {
 	struct busy s;
-	gpux_queue *q = NULL;
 
 	if (busy_start(b, &s, n, n == 1 ? BUSY_ONE_WINDOW : BUSY_WINDOW, secs) < 0) {
 		busy_kill(&s);
 		return -1;
 	}
-	if (prio && !(q = prio_queue(b))) {
-		busy_kill(&s);
-		return -1;
-	}
-	while (tool_now() < s.from)
-		(void)usleep(1000);
-	if (rtt_until(b, q, s.until, r) < 0) {
-		gpux_queue_free(q);
-		busy_kill(&s);
-		return -1;
-	}
-	gpux_queue_free(q);
-	*ret_rate = busy_end(&s);
-	return isnan(*ret_rate) ? -1 : 0;
+	return beside(b, &s, prio, r, ret_rate);
 }
 
 /* The busy processes alone: their rate. */
@@ -299,7 +310,6 @@ static int burn_phase(struct bench *b, bool share, bool prio, uint64_t iters, ui
 		      double secs, struct rtt *r, double *ret_rate)
 {
 	struct busy s = { .n = 0 };
-	gpux_queue *q = NULL;
 	pid_t pid;
 
 	s.from = tool_now() + 300 * NSEC_PER_MSEC;
@@ -315,20 +325,11 @@ static int burn_phase(struct bench *b, bool share, bool prio, uint64_t iters, ui
 	}
 	if (pid > 0)
 		s.pids[s.n++] = pid;
-	if (pid < 0 || (prio && !(q = prio_queue(b)))) {
+	if (pid < 0) {
 		busy_kill(&s);
 		return -1;
 	}
-	while (tool_now() < s.from)
-		(void)usleep(1000);
-	if (rtt_until(b, q, s.until, r) < 0) {
-		gpux_queue_free(q);
-		busy_kill(&s);
-		return -1;
-	}
-	gpux_queue_free(q);
-	*ret_rate = busy_end(&s);
-	return isnan(*ret_rate) ? -1 : 0;
+	return beside(b, &s, prio, r, ret_rate);
 }
 
 int bench_shares(struct bench *b)

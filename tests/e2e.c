@@ -468,6 +468,40 @@ struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q)
 	return l;
 }
 
+gpux_status test_saxpy(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint64_t n, uint64_t *seed)
+{
+	gpux_buf *x, *y, *out;
+	float a = 3.0f;
+	gpux_status st;
+
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, seed);
+	test_fill_random(gpux_buf_data(y), n, seed);
+	{
+		struct gpux_arg args[] = {
+			GPUX_ARG_VALUE(n),           GPUX_ARG_VALUE(a),
+			gpux_arg_in(x, 0, n * 4),    gpux_arg_in(y, 0, n * 4),
+			gpux_arg_out(out, 0, n * 4),
+		};
+		struct gpux_launch l = test_launch_1d(n, device, NULL);
+
+		st = gpux_run(m, "saxpy", &l, args, ARRAY_SIZE(args));
+	}
+	if (st == GPUX_OK) {
+		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y),
+			    *po = gpux_buf_data(out);
+
+		for (uint64_t i = 0; i < n; i++)
+			assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
+	}
+	gpux_buf_free(out);
+	gpux_buf_free(y);
+	gpux_buf_free(x);
+	return st;
+}
+
 struct test_env *test_env_open(const char *const *args)
 {
 	struct test_env *e = calloc(1, sizeof(*e));

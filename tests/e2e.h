@@ -116,6 +116,12 @@ void test_fill_random(float *p, size_t n, uint64_t *seed);
 /* A launch of one thread per element, 128 threads per block, on a device or queue. */
 struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q);
 
+/*
+ * m's "saxpy" (n, a, x, y, out) over n random floats on a device, x and y IN, out OUT: its
+ * status, the result checked (asserts) when it is GPUX_OK.
+ */
+gpux_status test_saxpy(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint64_t n, uint64_t *seed);
+
 /* ---- a client that speaks the protocol itself, as a hostile one could ---- */
 
 /* A SOCK_SEQPACKET socket connected to the daemon's; asserts. */

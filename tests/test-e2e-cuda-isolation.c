@@ -25,41 +25,6 @@ static gpux_module *load_ptx(gpux_ctx *ctx)
 	return m;
 }
 
-/* saxpy over n floats, x and y IN, out OUT; its status, the result checked when OK. */
-static gpux_status saxpy(gpux_ctx *ctx, gpux_module *m, uint64_t n, uint64_t *seed)
-{
-	gpux_buf *x, *y, *out;
-	float a = 3.0f;
-	gpux_status st;
-
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
-	test_fill_random(gpux_buf_data(x), n, seed);
-	test_fill_random(gpux_buf_data(y), n, seed);
-	{
-		struct gpux_arg args[] = {
-			GPUX_ARG_VALUE(n),           GPUX_ARG_VALUE(a),
-			gpux_arg_in(x, 0, n * 4),    gpux_arg_in(y, 0, n * 4),
-			gpux_arg_out(out, 0, n * 4),
-		};
-		struct gpux_launch l = test_launch_1d(n, 0, NULL);
-
-		st = gpux_run(m, "saxpy", &l, args, ARRAY_SIZE(args));
-	}
-	if (st == GPUX_OK) {
-		const float *px = gpux_buf_data(x), *py = gpux_buf_data(y),
-			    *po = gpux_buf_data(out);
-
-		for (uint64_t i = 0; i < n; i++)
-			assert_float_equal(po[i], a * px[i] + py[i], 1e-6);
-	}
-	gpux_buf_free(out);
-	gpux_buf_free(y);
-	gpux_buf_free(x);
-	return st;
-}
-
 /*
  * A device of 128 MiB filled with device buffers (the quota raised past it): the allocation
  * that would eat the reserve (a sixteenth of the device by default: 8 MiB) is refused with a
@@ -91,8 +56,8 @@ static void test_cuda_isolation_reserve_kept(void **state)
 	free(msg);
 	/* At least 8 MiB stay: 30 buffers of 4 MiB at most. */
 	assert_true(n >= 20 && n <= 30);
-	assert_int_equal(saxpy(ctx, m, 1000, &seed), GPUX_OK);
-	assert_int_equal(saxpy(ctx, m, 100000, &seed), GPUX_OK);
+	assert_int_equal(test_saxpy(ctx, m, 0, 1000, &seed), GPUX_OK);
+	assert_int_equal(test_saxpy(ctx, m, 0, 100000, &seed), GPUX_OK);
 	/* Nor does the device cache take it: a cached input goes uncached, and runs. */
 	{
 		struct ipc_status st;

@@ -89,12 +89,37 @@ static void test_e2e_host_compile_past_its_time_says_so(void **state)
 	free(dir);
 }
 
+/*
+ * A library preloaded into gpuxd and its workers (a sanitizer's runtime, say) is not the
+ * compiler's: one that cannot be loaded, which the dynamic loader names on stderr in every
+ * process it is given to, is not named in a compile's log.
+ */
+static void test_e2e_host_compile_without_the_daemons_preload(void **state)
+{
+	struct test_daemon *d = *state;
+	gpux_ctx *ctx;
+	char *log;
+
+	assert_int_equal(setenv("LD_PRELOAD", "/nonexistent/gpux-test-preload.so", 1), 0);
+	test_daemon_start(d, NULL);
+	assert_int_equal(unsetenv("LD_PRELOAD"), 0);
+	ctx = test_connect(d);
+	assert_int_equal(load(ctx, "GPUX_HOST_KERNEL(k) { not C }\n", &log), GPUX_E_COMPILE);
+	if (!log || strstr(log, "gpux-test-preload") || strstr(log, "LD_PRELOAD"))
+		fail_msg("the compiler had the daemon's LD_PRELOAD: %s", log ? log : "(no log)");
+	if (!strstr(log, "not"))
+		fail_msg("the log is not the compiler's: %s", log);
+	free(log);
+	gpux_disconnect(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		TEST_WITH_ENV(test_e2e_host_compile_reads_nothing_outside_its_toolchain),
 		TEST_WITH_ENV(test_e2e_host_compile_of_an_endless_include_fails),
 		TEST_WITH_DAEMON(test_e2e_host_compile_past_its_time_says_so),
+		TEST_WITH_DAEMON(test_e2e_host_compile_without_the_daemons_preload),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -206,8 +206,13 @@ static int ruleset_make(const struct wrk_host_cage *cg, const char *dir, int *re
 	return 0;
 }
 
-/* The environment, with TMPDIR set to dir (the compiler's temporary files go there): the
- * array and its last string are to free (env_free()), the rest are environ's. */
+/*
+ * The environment, with TMPDIR set to dir (the compiler's temporary files go there) and
+ * without LD_PRELOAD or LD_AUDIT: a library preloaded into gpuxd and its workers (a
+ * sanitizer's runtime, whose shadow memory the cage's address-space limit refuses) is theirs,
+ * not the compiler's. The array and its last string are to free (env_free()), the rest are
+ * environ's.
+ */
 static char **env_make(const char *dir)
 {
 	size_t n = 0, k = 0;
@@ -219,7 +224,9 @@ static char **env_make(const char *dir)
 	if (!env)
 		return NULL;
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(environ[i], "TMPDIR=", 7) != 0)
+		if (strncmp(environ[i], "TMPDIR=", 7) != 0 &&
+		    strncmp(environ[i], "LD_PRELOAD=", 11) != 0 &&
+		    strncmp(environ[i], "LD_AUDIT=", 9) != 0)
 			env[k++] = environ[i];
 	env[k] = wrk_strdup_printf("TMPDIR=%s", dir);
 	if (!env[k]) {

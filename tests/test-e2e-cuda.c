@@ -295,8 +295,11 @@ static void sticky_case(struct test_daemon *d, const char *fail, const char *ker
 		lq.queue = q;
 		assert_int_equal(gpux_submit(om, "spin", &lq, &spin, 1, &victim), GPUX_OK);
 		/* Running before the bad one is launched (two clients' rings: either may come
-		 * first). */
+		 * first). The status counts it once taken, and the loop launches what it took at
+		 * the end of its round, where the bad one, taken in the same round, could come
+		 * first: the victim's stream stays busy for 2 s, so a moment more makes sure. */
 		test_wait_stats(d, 0, inflight_one, NULL);
+		(void)usleep(100 * 1000);
 		l.shared_bytes = shared;
 		assert_int_equal(
 			gpux_submit(m, kernel, &l, &quick, strcmp(kernel, "fault") ? 1 : 0, &bad),

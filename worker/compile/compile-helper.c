@@ -473,11 +473,13 @@ static int setup(struct helper *h)
 	return 0;
 }
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
+/* Built with AddressSanitizer or ThreadSanitizer, whose shadow memory takes terabytes of
+ * address space: no limit on it there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define UNDER_SANITIZER 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define UNDER_SANITIZER 1
 #endif
 #endif
 
@@ -492,7 +494,7 @@ static int limits(uint64_t memory)
 	struct __user_cap_data_struct caps[2] = { { 0 } };
 	struct rlimit none = { 0, 0 };
 
-#ifndef UNDER_ASAN
+#ifndef UNDER_SANITIZER
 	struct rlimit as = { memory, memory };
 
 	if (memory && setrlimit(RLIMIT_AS, &as) < 0)

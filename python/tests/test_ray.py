@@ -6,6 +6,12 @@ import sys
 import numpy as np
 import pytest
 
+# The sanitizer builds' suite preloads the sanitizer's runtime into Python, and so into the
+# raylet and every process Ray starts: Ray's cluster then started, or hung, as it pleased.
+if "libasan" in os.environ.get("LD_PRELOAD", ""):
+    pytest.skip("Ray's processes would get the sanitizer's runtime preloaded",
+                allow_module_level=True)
+
 ray = pytest.importorskip(
     "ray", reason="Ray is not installed here (pip install ray; tools/install-deps installs it "
     "where pip may install into this Python)")

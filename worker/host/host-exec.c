@@ -628,11 +628,17 @@ void host_exec_free(struct host_exec *x)
 			(void)pthread_cond_wait(&x->left, &x->lock);
 	(void)pthread_mutex_unlock(&x->lock);
 	/* A caged helper parks for good: it goes with the process. */
-	for (unsigned i = 0; i < x->nhelpers; i++)
-		if (x->helpers[i].caged)
+	for (unsigned i = 0; i < x->nhelpers; i++) {
+		bool caged;
+
+		(void)pthread_mutex_lock(&x->lock);
+		caged = x->helpers[i].caged;
+		(void)pthread_mutex_unlock(&x->lock);
+		if (caged)
 			(void)pthread_detach(x->helpers[i].thread);
 		else
 			(void)pthread_join(x->helpers[i].thread, NULL);
+	}
 	(void)pthread_mutex_destroy(&x->lock);
 	(void)pthread_cond_destroy(&x->wake);
 	(void)pthread_cond_destroy(&x->left);

@@ -37,6 +37,13 @@ void ipc_hist_add(struct ipc_hist *h, uint64_t ns)
 
 static const char *const state_names[] = { "starting", "ready", "restarting", "failed" };
 
+const char *ipc_device_state_name(uint32_t state)
+{
+	if (state < IPC_DEVICE_STARTING || state > IPC_DEVICE_FAILED)
+		return "?";
+	return state_names[state - IPC_DEVICE_STARTING];
+}
+
 /* A label value with \, " and newlines escaped, as the format asks. */
 static void put_label(FILE *f, const char *name, const char *value)
 {

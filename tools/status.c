@@ -19,22 +19,6 @@
 
 #define STATUS_TIMEOUT_MS 5000
 
-static const char *state_name(uint32_t st)
-{
-	switch (st) {
-	case GPUX_DEVICE_STARTING:
-		return "starting";
-	case GPUX_DEVICE_READY:
-		return "ready";
-	case GPUX_DEVICE_RESTARTING:
-		return "restarting";
-	case GPUX_DEVICE_FAILED:
-		return "failed";
-	default:
-		return "?";
-	}
-}
-
 int tool_status_query(const char *path, struct ipc_status *ret, struct ipc_dev_status *devs)
 {
 	int fd = ipc_admin_connect(path, STATUS_TIMEOUT_MS, NULL, 0), r;
@@ -126,7 +110,7 @@ static json_t *dev_json(uint32_t i, const struct ipc_dev_status *d)
 	(void)json_object_set_new(o, "uuid", json_string(uuid));
 	(void)json_object_set_new(
 		o, "backend", json_string(d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host"));
-	(void)json_object_set_new(o, "state", json_string(state_name(d->state)));
+	(void)json_object_set_new(o, "state", json_string(ipc_device_state_name(d->state)));
 	(void)json_object_set_new(o, "pid", json_integer(d->pid));
 	(void)json_object_set_new(o, "generation", json_integer(d->generation));
 	(void)json_object_set_new(o, "restarts", json_integer(d->restarts));
@@ -233,7 +217,7 @@ static void print_table(const char *path, const struct ipc_status *st,
 			       (unsigned long long)s->module_compiles);
 		printf("%-4u %-10s %-8u %-4u %-8u %-8llu %-8llu %-10llu %-8llu %-9u %-16s %s "
 		       "(%s)\n",
-		       i, state_name(d.state), d.pid, d.generation, d.restarts,
+		       i, ipc_device_state_name(d.state), d.pid, d.generation, d.restarts,
 		       (unsigned long long)s->clients, (unsigned long long)s->inflight,
 		       (unsigned long long)s->requests_done, (unsigned long long)s->requests_failed,
 		       d.launch_rate, mods, d.info.name,

@@ -18,6 +18,7 @@
 #include "admin.h"
 #include "json.h"
 #include "macro.h"
+#include "metrics.h"
 #include "path.h"
 #include "proto.h"
 #include "tools.h"
@@ -172,22 +173,6 @@ static double client_rate(const struct top *t, const struct ipc_client_info *c)
 	return rate(t, p->clients[lo].requests, c->requests, true);
 }
 
-static const char *state_name(uint32_t st)
-{
-	switch (st) {
-	case GPUX_DEVICE_STARTING:
-		return "starting";
-	case GPUX_DEVICE_READY:
-		return "ready";
-	case GPUX_DEVICE_RESTARTING:
-		return "restarting";
-	case GPUX_DEVICE_FAILED:
-		return "failed";
-	default:
-		return "?";
-	}
-}
-
 /* The process's command name (/proc/PID/comm), or "?" when it cannot be read. */
 static void command(uint32_t pid, char *buf, size_t len)
 {
@@ -337,8 +322,8 @@ static void render_text(struct top *t)
 		else
 			(void)snprintf(hit, sizeof(hit), "%.1f%%", 100 * cache_hit(&d->stats));
 		(void)line(t, &nl, "%-3u %-10s %7llu %9s %9s %6llu %21s %6s  %s (%s)", i,
-			   state_name(d->state), (unsigned long long)d->stats.clients, r1, r2,
-			   (unsigned long long)d->stats.inflight, mem, hit, d->info.name,
+			   ipc_device_state_name(d->state), (unsigned long long)d->stats.clients,
+			   r1, r2, (unsigned long long)d->stats.inflight, mem, hit, d->info.name,
 			   d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host");
 	}
 	(void)line(t, &nl, "%s", "");
@@ -405,17 +390,17 @@ static int render_json(const struct top *t)
 		const struct ipc_dev_status *d = &l->devs[i];
 
 		(void)json_array_append_new(
-			devs,
-			json_pack("{s:i,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "index", (int)i,
-				  "name", tool_json_text(d->info.name), "backend",
-				  d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host", "state",
-				  state_name(d->state), "clients", tool_json_u64(d->stats.clients),
-				  "requests_per_second", rate_json(dev_requests_rate(t, i)),
-				  "launches_per_second", rate_json(dev_launch_rate(t, i)), "queue",
-				  tool_json_u64(d->stats.inflight), "memory_total",
-				  tool_json_u64(d->info.mem_total), "memory_free",
-				  tool_json_u64(d->stats.mem_free), "cache_hit_ratio",
-				  tool_json_real(cache_hit(&d->stats))));
+			devs, json_pack("{s:i,s:o,s:s,s:s,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "index",
+					(int)i, "name", tool_json_text(d->info.name), "backend",
+					d->info.backend == GPUX_BACKEND_CUDA ? "cuda" : "host",
+					"state", ipc_device_state_name(d->state), "clients",
+					tool_json_u64(d->stats.clients), "requests_per_second",
+					rate_json(dev_requests_rate(t, i)), "launches_per_second",
+					rate_json(dev_launch_rate(t, i)), "queue",
+					tool_json_u64(d->stats.inflight), "memory_total",
+					tool_json_u64(d->info.mem_total), "memory_free",
+					tool_json_u64(d->stats.mem_free), "cache_hit_ratio",
+					tool_json_real(cache_hit(&d->stats))));
 	}
 	(void)json_object_set_new(root, "devices", devs);
 	for (size_t k = 0; l->have_clients && k < l->nclients; k++) {

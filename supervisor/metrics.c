@@ -24,7 +24,6 @@
 #define GPUX_LIBEXECDIR "/usr/local/libexec"
 #endif
 
-extern char **environ;
 
 /*
  * Whoever can reach the port can talk to the server behind it: a flood of connections must
@@ -202,8 +201,6 @@ static int spawn(struct sup *s)
 			 s->opts.metrics_per_user ? "--per-user" : NULL,
 			 NULL };
 	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, deflt;
 	pid_t pid;
 	int r;
 
@@ -213,21 +210,10 @@ static int spawn(struct sup *s)
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	(void)posix_spawn_file_actions_adddup2(&fa, s->metrics_fd, 3);
 	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 4);
-	(void)posix_spawnattr_init(&attr);
-	sigemptyset(&none);
-	sigemptyset(&deflt);
-	sigaddset(&deflt, SIGPIPE);
-	sigaddset(&deflt, SIGTERM);
-	sigaddset(&deflt, SIGINT);
-	sigaddset(&deflt, SIGHUP);
-	(void)posix_spawnattr_setsigmask(&attr, &none);
-	(void)posix_spawnattr_setsigdefault(&attr, &deflt);
-	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	r = posix_spawn(&pid, s->metrics_program, &fa, &attr, argv, environ);
+	r = sup_spawn(&pid, s->metrics_program, &fa, argv);
 	(void)posix_spawn_file_actions_destroy(&fa);
-	(void)posix_spawnattr_destroy(&attr);
-	if (r != 0)
-		return -r;
+	if (r < 0)
+		return r;
 	s->metrics_pid = pid;
 	s->metrics_started_ns = mono_ns();
 	s->metrics_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);

@@ -2,6 +2,7 @@
 /* supervisor/sup.h: gpuxd's objects: workers it supervises, clients it serves. */
 #pragma once
 
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -361,6 +362,13 @@ uint32_t sup_public_state(const struct sup_worker *w);
  * A client given a channel to a worker that dies then had its first requests lost.
  */
 bool sup_worker_serving(const struct sup_worker *w);
+/*
+ * Start the program at path with argv and the file actions fa, gpuxd's environment, every
+ * signal unblocked and those gpuxd handles (SIGPIPE, SIGTERM, SIGINT, SIGHUP) back to their
+ * defaults. 0 with *ret_pid, or -errno.
+ */
+int sup_spawn(pid_t *ret_pid, const char *path, const posix_spawn_file_actions_t *fa,
+	      char *const *argv);
 
 /* supervisor/spares.c */
 struct sup_spare;

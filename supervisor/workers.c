@@ -77,6 +77,28 @@ static bool worker_dying(const struct sup_worker *w)
 	return w->killed_deadline || (w->status && ipc_status_fault_get(w->status, &f));
 }
 
+int sup_spawn(pid_t *ret_pid, const char *path, const posix_spawn_file_actions_t *fa,
+	      char *const *argv)
+{
+	posix_spawnattr_t attr;
+	sigset_t none, deflt;
+	int r;
+
+	(void)posix_spawnattr_init(&attr);
+	sigemptyset(&none);
+	sigemptyset(&deflt);
+	sigaddset(&deflt, SIGPIPE);
+	sigaddset(&deflt, SIGTERM);
+	sigaddset(&deflt, SIGINT);
+	sigaddset(&deflt, SIGHUP);
+	(void)posix_spawnattr_setsigmask(&attr, &none);
+	(void)posix_spawnattr_setsigdefault(&attr, &deflt);
+	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+	r = posix_spawn(ret_pid, path, fa, &attr, argv, environ);
+	(void)posix_spawnattr_destroy(&attr);
+	return -r;
+}
+
 bool sup_worker_serving(const struct sup_worker *w)
 {
 	return w->state == W_READY && w->control && !worker_dying(w);
@@ -437,8 +459,6 @@ static int spawn(struct sup_worker *w)
 	struct sup *s = w->s;
 	struct sup_argv argv;
 	posix_spawn_file_actions_t fa;
-	posix_spawnattr_t attr;
-	sigset_t none, deflt;
 	_cleanup_(closep) int ctl_child = -1, status_child = -1, ctl = -1, log_child = -1;
 	_cleanup_(closep) int clients_child = -1, ledger_child = -1;
 	int pair[2], logp[2], r;
@@ -504,23 +524,12 @@ static int spawn(struct sup_worker *w)
 	/* And nothing else: not an fd gpuxd was started with and keeps open without
 	 * close-on-exec (who started it may leak fds), which the worker would hand on. */
 	(void)posix_spawn_file_actions_addclosefrom_np(&fa, 7);
-	(void)posix_spawnattr_init(&attr);
-	sigemptyset(&none);
-	sigemptyset(&deflt);
-	sigaddset(&deflt, SIGPIPE);
-	sigaddset(&deflt, SIGTERM);
-	sigaddset(&deflt, SIGINT);
-	sigaddset(&deflt, SIGHUP);
-	(void)posix_spawnattr_setsigmask(&attr, &none);
-	(void)posix_spawnattr_setsigdefault(&attr, &deflt);
-	(void)posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-	r = posix_spawn(&pid, s->opts.worker_path, &fa, &attr, argv.v, environ);
+	r = sup_spawn(&pid, s->opts.worker_path, &fa, argv.v);
 	(void)posix_spawn_file_actions_destroy(&fa);
-	(void)posix_spawnattr_destroy(&attr);
-	if (r != 0) {
+	if (r < 0) {
 		sup_logp(LOG_ERR, "device %u: cannot spawn %s: %s", w->index, s->opts.worker_path,
-			 strerror(r));
-		return -r;
+			 strerror(-r));
+		return r;
 	}
 	w->pid = pid;
 	w->killed_deadline = false;

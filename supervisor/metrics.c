@@ -24,7 +24,6 @@
 #define GPUX_LIBEXECDIR "/usr/local/libexec"
 #endif
 
-
 /*
  * Whoever can reach the port can talk to the server behind it: a flood of connections must
  * neither stall gpuxd's loop nor take its fds. So gpuxd binds the port (a bad address stops

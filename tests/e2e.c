@@ -468,6 +468,30 @@ struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q)
 	return l;
 }
 
+uint32_t test_add1_cached(struct test_env *e, gpux_buf *in, uint64_t n, uint32_t dev)
+{
+	struct gpux_launch l = test_launch_1d(n, dev, NULL);
+	struct gpux_arg args[3];
+	gpux_buf *out;
+	gpux_req *r;
+	uint32_t got;
+
+	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	memset(gpux_buf_data(out), 0xff, n * 4);
+	args[0] = GPUX_ARG_VALUE(n);
+	args[1] = gpux_arg_cached(in, 0, n * 4);
+	args[2] = gpux_arg_out(out, 0, n * 4);
+	assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_OK);
+	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+	got = gpux_req_device(r);
+	gpux_req_free(r);
+	for (uint64_t i = 0; i < n; i++)
+		assert_float_equal(((float *)gpux_buf_data(out))[i],
+				   ((float *)gpux_buf_data(in))[i] + 1, 0);
+	gpux_buf_free(out);
+	return got;
+}
+
 gpux_status test_saxpy(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint64_t n, uint64_t *seed)
 {
 	gpux_buf *x, *y, *out;

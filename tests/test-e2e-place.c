@@ -109,31 +109,6 @@ static void test_place_processes_spread(void **state)
 	gpux_buf_free(res);
 }
 
-/* out = in + 1 with `in` a cached input, on dev; checks the result and returns the device. */
-static uint32_t add1_cached(struct test_env *e, gpux_buf *in, uint64_t n, uint32_t dev)
-{
-	struct gpux_launch l = test_launch_1d(n, dev, NULL);
-	struct gpux_arg args[3];
-	gpux_buf *out;
-	gpux_req *r;
-	uint32_t got;
-
-	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
-	memset(gpux_buf_data(out), 0xff, n * 4);
-	args[0] = GPUX_ARG_VALUE(n);
-	args[1] = gpux_arg_cached(in, 0, n * 4);
-	args[2] = gpux_arg_out(out, 0, n * 4);
-	assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_OK);
-	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
-	got = gpux_req_device(r);
-	gpux_req_free(r);
-	for (uint64_t i = 0; i < n; i++)
-		assert_float_equal(((float *)gpux_buf_data(out))[i],
-				   ((float *)gpux_buf_data(in))[i] + 1, 0);
-	gpux_buf_free(out);
-	return got;
-}
-
 /* An input cached on the device that is not the connection's home draws the launches that
  * use it there; the connection's other launches stay at home. */
 static void test_place_cached_input_outweighs_home(void **state)
@@ -147,9 +122,9 @@ static void test_place_cached_input_outweighs_home(void **state)
 	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &b), GPUX_OK);
 	test_fill_random(gpux_buf_data(b), n, &seed);
 	assert_int_equal(gpux_buf_freeze(b), GPUX_OK);
-	assert_int_equal(add1_cached(e, b, n, away), away);
+	assert_int_equal(test_add1_cached(e, b, n, away), away);
 	for (int i = 0; i < 6; i++) {
-		assert_int_equal(add1_cached(e, b, n, GPUX_ANY), away);
+		assert_int_equal(test_add1_cached(e, b, n, GPUX_ANY), away);
 		assert_int_equal(any_device(e->m, 2), home);
 	}
 	gpux_buf_free(b);

@@ -119,22 +119,37 @@ def check_process(fams, pid, fds):
     assert fams["process_max_fds"].samples[0].value >= 1024
 
 
-def wait_ready(sock):
-    for _ in range(2000):
-        if subprocess.run([CLI, "status", "--socket", sock], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.01)
+def start_daemon(tmp, sock, *extra):
+    """gpuxd on a free port, once its socket answers: (process, port). A port found free can
+    be taken by another program's connection before gpuxd binds it; then another is tried."""
+    log_path = os.path.join(tmp, "gpuxd.log")
+    for _ in range(10):
+        port = free_port()
+        with open(log_path, "w") as log:
+            d = subprocess.Popen([DAEMON, "--socket", sock, "--backend", "host", "--cache-dir",
+                                  os.path.join(tmp, "cache"), "--metrics", f"127.0.0.1:{port}",
+                                  *extra], stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 60
+        while d.poll() is None and time.monotonic() < deadline:
+            if subprocess.run([CLI, "status", "--socket", sock],
+                              capture_output=True).returncode == 0:
+                return d, port
+            time.sleep(0.01)
+        if d.poll() is None:
+            d.kill()
+        d.wait()
+        with open(log_path) as log:
+            text = log.read()
+        if "Address already in use" not in text:
+            raise AssertionError(f"gpuxd did not start (exit {d.returncode}):\n{text}")
+    raise AssertionError("no free port for gpuxd's metrics")
 
 
 def main():
     tmp = tempfile.mkdtemp(prefix="gpux-prom-")
     sock = os.path.join(tmp, "gpuxd.sock")
-    port = free_port()
-    d = subprocess.Popen([DAEMON, "--socket", sock, "--backend", "host", "--cache-dir",
-                          os.path.join(tmp, "cache"), "--metrics", f"127.0.0.1:{port}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    d, port = start_daemon(tmp, sock)
     try:
-        wait_ready(sock)
         # Some requests, and their memory, from a client.
         subprocess.run([CLI, "demo", "--socket", sock, "--children", "2", "--elements", "4096"],
                        check=True, capture_output=True)
@@ -157,12 +172,8 @@ def main():
         d.terminate()
         d.wait(timeout=30)
     # --metrics-per-user: the endpoint labels memory by user.
-    d = subprocess.Popen([DAEMON, "--socket", sock, "--backend", "host", "--cache-dir",
-                          os.path.join(tmp, "cache"), "--metrics", f"127.0.0.1:{port}",
-                          "--metrics-per-user"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    d, port = start_daemon(tmp, sock, "--metrics-per-user")
     try:
-        wait_ready(sock)
         subprocess.run([CLI, "demo", "--socket", sock, "--children", "2", "--elements", "4096"],
                        check=True, capture_output=True)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()

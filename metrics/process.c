@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* metrics/process.c: the process_* metrics of a process (gpuxd's), from /proc. */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +7,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "proc.h"
 #include "mx.h"
 
 /* The whole of a small /proc file, NUL-terminated: its length or -errno. */
@@ -34,23 +34,6 @@ static unsigned long long boot_time(void)
 		return 0;
 	p = strstr(buf, "\nbtime ");
 	return p ? strtoull(p + 7, NULL, 10) : 0;
-}
-
-static int open_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	DIR *d;
-	int n = 0;
-
-	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -errno;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	(void)closedir(d);
-	return n;
 }
 
 /* The soft limit of open files ("Max open files" of /proc/PID/limits), or 0 if unlimited. */
@@ -87,14 +70,12 @@ int mx_process_write(FILE *f, pid_t pid)
 	int fds;
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	if (read_small(path, buf, sizeof(buf)) < 0)
-		return -errno;
-	/* After the command's name, which may hold blanks and parentheses: fields 3 (the state)
-	 * on, blank-separated; utime and stime are 14 and 15, starttime 22, vsize 23, rss 24. */
-	p = strrchr(buf, ')');
+	/* Fields 3 (the state) on: utime and stime are 14 and 15, starttime 22, vsize 23, rss
+	 * 24. */
+	p = proc_stat_fields(path, buf, sizeof(buf));
 	if (!p || ticks <= 0 || page <= 0)
 		return -EIO;
-	for (char *save = NULL, *t = strtok_r((char *)p + 1, " ", &save); t && field <= 24;
+	for (char *save = NULL, *t = strtok_r((char *)p, " ", &save); t && field <= 24;
 	     t = strtok_r(NULL, " ", &save), field++) {
 		unsigned long long v = strtoull(t, NULL, 10);
 
@@ -122,7 +103,7 @@ int mx_process_write(FILE *f, pid_t pid)
 		one(f, "process_start_time_seconds", "gauge",
 		    "When gpuxd started, in seconds since the Unix epoch.",
 		    (double)boot + (double)start / (double)ticks);
-	fds = open_fds(pid);
+	fds = proc_fd_count(pid);
 	if (fds >= 0)
 		one(f, "process_open_fds", "gauge", "gpuxd's open file descriptors.", fds);
 	fdmax = max_fds(pid);

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* supervisor/spares.c: connections made ahead for the children of clients that fork. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "channel.h"
 #include "macro.h"
+#include "proc.h"
 #include "sup.h"
 
 /*
@@ -45,24 +45,12 @@ struct sup_pool {
 static pid_t parent_of(pid_t pid)
 {
 	char path[64], buf[512];
-	const char *p;
-	ssize_t n;
-	int fd;
+	const char *f;
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	(void)close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* "pid (comm) state ppid ...": comm may hold anything, ')' included. */
-	p = strrchr(buf, ')');
-	if (!p || strlen(p) < 5)
-		return 0;
-	return (pid_t)strtol(p + 4, NULL, 10);
+	f = proc_stat_fields(path, buf, sizeof(buf));
+	/* "state ppid ...". */
+	return f && f[0] && f[1] == ' ' ? (pid_t)strtol(f + 2, NULL, 10) : 0;
 }
 
 void sup_spare_free(struct sup *s, struct sup_spare *sp)

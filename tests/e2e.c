@@ -287,7 +287,7 @@ pid_t test_daemon_pid_at(const char *sock)
 	(void)snprintf(p.sock, sizeof(p.sock), "%s", sock);
 	assert_int_equal(test_daemon_status(&p, &st, devs), 0);
 	(void)snprintf(path, sizeof(path), "/proc/%u/stat", devs[0].pid);
-	fields = test_proc_stat(path, buf, sizeof(buf));
+	fields = proc_stat_fields(path, buf, sizeof(buf));
 	assert_non_null(fields);
 	assert_int_equal(sscanf(fields, "%*c %d", &ppid), 1);
 	return ppid;
@@ -333,7 +333,7 @@ pid_t test_compiler_of(pid_t worker)
 		if (e->d_name[0] < '1' || e->d_name[0] > '9')
 			continue;
 		(void)snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		fields = test_proc_stat(path, buf, sizeof(buf));
+		fields = proc_stat_fields(path, buf, sizeof(buf));
 		if (!fields || sscanf(fields, "%*c %d", &ppid) != 1 || ppid != worker)
 			continue;
 		(void)snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);

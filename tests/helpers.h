@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "loop.h"
+#include "proc.h"
 #include "proto.h"
 
 /* ---- file descriptors ---- */
@@ -22,12 +23,6 @@ int test_fd_count(void);
 
 /* The number of fds open in process pid (this user's, or any as root). Asserts. */
 int test_fd_count_of(pid_t pid);
-
-/*
- * A process's or thread's /proc stat file at path, read into buf: its fields after the
- * command, from the state on ("S 1 ..."), or NULL when it cannot be read (it is gone).
- */
-const char *test_proc_stat(const char *path, char *buf, size_t size);
 
 /*
  * Fail the running test, at the caller's line, when the number of open fds is not `before`

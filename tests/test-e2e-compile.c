@@ -636,7 +636,7 @@ static long cpu_ticks(pid_t pid)
 	const char *fields;
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	fields = test_proc_stat(path, buf, sizeof(buf));
+	fields = proc_stat_fields(path, buf, sizeof(buf));
 	if (!fields)
 		return -1;
 	if (sscanf(fields, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime) !=
@@ -653,7 +653,7 @@ static void wait_dead(pid_t pid)
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	for (int i = 0; i < 1000; i++) {
-		fields = test_proc_stat(path, buf, sizeof(buf));
+		fields = proc_stat_fields(path, buf, sizeof(buf));
 		if (!fields || fields[0] == 'Z' || fields[0] == 'X')
 			return;
 		(void)usleep(10000);

@@ -278,21 +278,17 @@ static pid_t metrics_pid(pid_t gpuxd)
 
 	assert_non_null(d);
 	while (!found && (ent = readdir(d))) {
-		char path[300], buf[512], *p;
-		FILE *f;
+		char path[300], buf[512];
+		const char *f;
 		int ppid;
 
 		if (ent->d_name[0] < '0' || ent->d_name[0] > '9')
 			continue;
 		(void)snprintf(path, sizeof(path), "/proc/%s/stat", ent->d_name);
-		f = fopen(path, "re");
-		if (!f)
-			continue;
-		if (fgets(buf, sizeof(buf), f) && strstr(buf, "(gpux-metrics)") &&
-		    (p = strrchr(buf, ')')) && sscanf(p + 1, " %*c %d", &ppid) == 1 &&
+		f = proc_stat_fields(path, buf, sizeof(buf));
+		if (f && strstr(buf, "(gpux-metrics)") && sscanf(f, "%*c %d", &ppid) == 1 &&
 		    ppid == gpuxd)
 			found = atoi(ent->d_name);
-		(void)fclose(f);
 	}
 	(void)closedir(d);
 	return found;

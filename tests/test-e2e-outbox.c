@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-outbox.c: a worker that stops reading its channel holds no caller of the library. */
-#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -192,7 +191,7 @@ static bool thread_sleeps(pid_t tid)
 	const char *fields;
 
 	(void)snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
-	fields = test_proc_stat(path, buf, sizeof(buf));
+	fields = proc_stat_fields(path, buf, sizeof(buf));
 	assert_non_null(fields);
 	return fields[0] == 'S';
 }
@@ -289,21 +288,6 @@ static gpux_status copy_frozen(void *arg, uint32_t i, gpux_req **ret_req)
 			       NULL, ret_req);
 }
 
-/* The fds this process has open now. */
-static unsigned fds_open(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	const struct dirent *de;
-	unsigned n = 0;
-
-	assert_non_null(dir);
-	while ((de = readdir(dir)))
-		if (de->d_name[0] != '.')
-			n++;
-	(void)closedir(dir);
-	return n - 1; /* the directory's own */
-}
-
 #define FROZEN_COPIES 1000u
 /* Fds this process may open beyond those it has: well above what the outbox may hold, well
  * below what a stopped worker's requests would leave in it. */
@@ -336,7 +320,7 @@ static void test_outbox_fds_are_capped(void **state)
 	}
 	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
 	lim = old;
-	lim.rlim_cur = fds_open() + FD_ROOM;
+	lim.rlim_cur = (rlim_t)test_fd_count() + FD_ROOM;
 	assert_true(lim.rlim_cur <= old.rlim_cur);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
 	issue_while_stopped(e, &it);

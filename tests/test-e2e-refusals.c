@@ -416,17 +416,12 @@ static void test_e2e_refusals_silent_end_with_live_worker_recovers(void **state)
 /* Whether process pid is stopped (its state in /proc/PID/stat is T). */
 static bool stopped(pid_t pid)
 {
-	char path[64], buf[512], *p;
-	FILE *f;
-	bool r = false;
+	char path[64], buf[512];
+	const char *f;
 
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "re");
-	if (f && fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
-		r = p[1] == ' ' && p[2] == 'T';
-	if (f)
-		(void)fclose(f);
-	return r;
+	f = proc_stat_fields(path, buf, sizeof(buf));
+	return f && *f == 'T';
 }
 
 /* Resumes a stopped gpuxd RESUME_AFTER_MS after the test says go on `go`, or after

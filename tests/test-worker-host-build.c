@@ -215,10 +215,10 @@ static void test_host_build_past_its_time_says_so(void **state)
 	child = strstr(log, "child ");
 	assert_non_null(child);
 	(void)snprintf(path, sizeof(path), "/proc/%d/stat", atoi(child + 6));
-	for (int i = 0; i < 200 && (st = test_proc_stat(path, stat, sizeof(stat))) && *st != 'Z';
+	for (int i = 0; i < 200 && (st = proc_stat_fields(path, stat, sizeof(stat))) && *st != 'Z';
 	     i++)
 		(void)usleep(10000);
-	st = test_proc_stat(path, stat, sizeof(stat));
+	st = proc_stat_fields(path, stat, sizeof(stat));
 	if (st && *st != 'Z')
 		fail_msg("the compiler's child lives on: %s", st);
 	free(log);

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* tools/soak-client.c: gpux soak's client processes: random operations, every result checked. */
-#include <dirent.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "proc.h"
 #include "soak.h"
 #include "tools.h"
 
@@ -592,23 +592,6 @@ static enum soak_op pick_op(struct client *c)
 	}
 }
 
-int soak_count_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *e;
-	DIR *d;
-	int n = 0;
-
-	(void)snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	(void)closedir(d);
-	return n - (pid == getpid()); /* opendir's own */
-}
-
 int soak_count_memfds(pid_t pid, const char *except)
 {
 	char path[64], line[512];
@@ -671,7 +654,7 @@ int soak_client(struct soak_board *b, unsigned slot, uint64_t seed, unsigned bud
 {
 	struct soak_slot *s = &b->slots[slot];
 	struct client c = { .b = b, .rng = seed };
-	int fds = soak_count_fds(getpid()), memfds = soak_count_memfds(getpid(), NULL);
+	int fds = proc_fd_count(getpid()), memfds = soak_count_memfds(getpid(), NULL);
 
 	for (unsigned done = 0; !atomic_load(&b->stop) && (budget == 0 || done < budget); done++) {
 		enum soak_op op = pick_op(&c);
@@ -696,7 +679,7 @@ int soak_client(struct soak_board *b, unsigned slot, uint64_t seed, unsigned bud
 	gpux_module_free(c.m);
 	gpux_disconnect(c.ctx);
 	if (long_lived) {
-		atomic_store(&b->client_fd_leak, soak_count_fds(getpid()) - fds);
+		atomic_store(&b->client_fd_leak, proc_fd_count(getpid()) - fds);
 		atomic_store(&b->client_memfd_leak, soak_count_memfds(getpid(), NULL) - memfds);
 		atomic_store(&b->client_checked, true);
 	}

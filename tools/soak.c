@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "macro.h"
+#include "proc.h"
 #include "proto.h"
 #include "soak.h"
 #include "tools.h"
@@ -165,7 +166,7 @@ static bool snapshot(struct soak *s, struct snapshot *ret)
 	for (unsigned i = 0; i <= DEVICES; i++) {
 		ret->fds[i] = INT_MAX;
 		for (unsigned k = 0; k < 10; k++, (void)usleep(TICK_US))
-			ret->fds[i] = MIN(ret->fds[i], soak_count_fds(ret->pid[i]));
+			ret->fds[i] = MIN(ret->fds[i], proc_fd_count(ret->pid[i]));
 		/* A loaded host module keeps its memfd: counted apart, against modules_loaded. */
 		ret->memfds[i] = soak_count_memfds(ret->pid[i], "gpux-host-module");
 		ret->rss[i] = soak_rss_kib(ret->pid[i]);

@@ -100,8 +100,8 @@ bool soak_death_take(struct soak_board *b, unsigned dev, uint64_t gap);
 
 extern const char *const soak_fault_names[SOAK_FAULT_N];
 
-/* Count open fds and memfd mappings of a process (-1 when it cannot be read). */
-int soak_count_fds(pid_t pid);
+/* Count memfd mappings of a process (-1 when it cannot be read); its open fds:
+ * proc_fd_count(). */
 int soak_count_memfds(pid_t pid, const char *except);
 /* VmRSS in KiB, or 0. */
 uint64_t soak_rss_kib(pid_t pid);

@@ -458,6 +458,11 @@ void wrk_device_broken(struct wrk *w)
 		(void)write(w->done_fd, &one, sizeof(one));
 }
 
+void wrk_fault_unknown(struct wrk *w)
+{
+	(void)ipc_status_fault_set(w->status, 0, 0, IPC_FAULT_UNKNOWN);
+}
+
 /* A request ended: off its slot, counted. */
 static void req_end(struct wrk *w, struct wrk_req *r)
 {

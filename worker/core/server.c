@@ -439,7 +439,13 @@ static void take_done(struct wrk *w)
 {
 	wrk_drain_done(w);
 	if (w->fatal && !w->stopping) {
-		wrk_log(w, "sticky device error: failing what is in flight and exiting");
+		struct ipc_fault f;
+
+		wrk_log(w, "sticky device error: failing what is in flight and exiting%s",
+			ipc_status_fault_get(w->status, &f) == IPC_FAULT_UNKNOWN
+				? " (several requests that may have caused it ran: none is blamed, "
+				  "their clients send them again to run alone)"
+				: "");
 		w->stopping = true;
 		w->exit_code = WRK_EXIT_FAULT;
 		wrk_fail_all(w, GPUX_E_WORKER_LOST, "the worker hit a sticky device error");

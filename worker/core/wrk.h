@@ -510,6 +510,12 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
  */
 void wrk_device_broken(struct wrk *w);
 /*
+ * Any thread: a back end met a sticky error while several requests that may have caused it
+ * ran, and blames none (each ends GPUX_E_WORKER_LOST): the status page says a kernel broke the
+ * device, which one is not known (IPC_FAULT_UNKNOWN). Before the requests complete.
+ */
+void wrk_fault_unknown(struct wrk *w);
+/*
  * Any thread: r, long running, should end within tens of µs. The loop and r's client are
  * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that
  * its end costs no wake-up (two of them cost a 256 MiB copy 3 to 5 % of its rate). Before

@@ -19,21 +19,25 @@
  * reached the device; LAUNCHED, it was handed to the device and may have run, but its results
  * were not copied back; STARTED, it began to change our memory (in place, or by copying its
  * results back) or it ended. The worker's status page says why it died (ipc/status.h): a
- * kernel fault blamed on one request, or a deadline. So:
+ * kernel fault blamed on one request, a kernel fault blamed on none (several that may have
+ * caused it were running), or a deadline. So:
  *
  * - our own request was the culprit: it fails with KERNEL_FAULT (or TIMEOUT), and none of
  *   our others on that worker run again (the faulting client's queue is not replayed);
  * - STARTED: GPUX_E_WORKER_LOST, as before (a mapped argument, a device buffer, anything
  *   the host back end began: host kernels work on our pages in place);
  * - LAUNCHED: runs again only when the page names another's request as the culprit (never
- *   the culprit itself, which is LAUNCHED too);
- * - nothing: runs again.
+ *   the culprit itself, which is LAUNCHED too), or names none: then it is a suspect, and is
+ *   sent with IPC_SUBMIT_ALONE from then on, so that the next worker runs it with nothing
+ *   else on the device, where a fault it makes is blamed on it;
+ * - nothing: runs again, as it was sent (it never reached the device: no suspect).
  *
- * Only SUBMITs and COPYs are sent again, as they were sent (kept with the request; the
- * objects they name are synced to the new channel first), at most CLI_REPLAY_MAX times each,
- * in the order they were first sent: a request bound to a device waits for its successor,
- * and later requests to that device wait behind it (cli_replay_blocks()); a GPUX_ANY one goes
- * to whichever device is ready. The new id holds a free word of the new channel's marks.
+ * Only SUBMITs and COPYs are sent again, as they were sent (kept with the request, a
+ * suspect's with the flag added; the objects they name are synced to the new channel first),
+ * at most CLI_REPLAY_MAX times each, in the order they were first sent: a request bound to a
+ * device waits for its successor, and later requests to that device wait behind it
+ * (cli_replay_blocks()); a GPUX_ANY one goes to whichever device is ready. The new id holds a
+ * free word of the new channel's marks.
  */
 
 /* ---- the channel's page ---- */
@@ -176,6 +180,22 @@ static void pend(gpux_ctx *ctx, struct gpux_req *r)
 
 #define lost(r, status, text) (cli_req_finish((r), (status), (text), strlen(text), NULL), false)
 
+/* Ask the next workers to run r (a SUBMIT kept as it was sent) with nothing else in flight. */
+static void wire_alone(struct gpux_req *r)
+{
+	struct ipc_submit m;
+	struct ipc_hdr h;
+
+	if (r->wire_len < sizeof(h) + sizeof(m))
+		return;
+	memcpy(&h, r->wire, sizeof(h));
+	if (h.type != IPC_SUBMIT)
+		return;
+	memcpy(&m, r->wire + sizeof(h), sizeof(m));
+	m.flags |= IPC_SUBMIT_ALONE;
+	memcpy(r->wire + sizeof(h), &m, sizeof(m));
+}
+
 bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 {
 	struct cli_dev *d = &ctx->devs[r->device];
@@ -184,7 +204,8 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 
 	if (d->status)
 		(void)ipc_status_fault_get(d->status, &f);
-	if (f.cause && f.client_id == ctx->client_id) {
+	if ((f.cause == IPC_FAULT_KERNEL || f.cause == IPC_FAULT_DEADLINE) &&
+	    f.client_id == ctx->client_id) {
 		if (r->id == f.req_id && f.cause == IPC_FAULT_KERNEL)
 			return lost(
 				r, GPUX_E_KERNEL_FAULT,
@@ -207,6 +228,8 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 	if (r->replays >= CLI_REPLAY_MAX)
 		return lost(r, GPUX_E_WORKER_LOST,
 			    "the worker died again: the request was run again too often");
+	if (word == IPC_MARK(r->id, IPC_MARK_LAUNCHED) && f.cause == IPC_FAULT_UNKNOWN)
+		wire_alone(r);
 	cli_req_word_drop(ctx, r);
 	r->lost_ns = mono_ns();
 	pend(ctx, r);

@@ -29,7 +29,9 @@
  *    and in ipc_stats what metrics need: requests by status, latency and queue histograms,
  *    memory by user, versions. Later, as types and fields a peer of this version without them
  *    never sends: IPC_QUEUE_CONFIG (a worker without it refuses it as any unknown type), the
- *    priority policy in ATTACH and WELCOME (their reserved space, 0 before), ipc_stats' sched.
+ *    priority policy in ATTACH and WELCOME (their reserved space, 0 before), ipc_stats' sched;
+ *    IPC_SUBMIT_ALONE, which a library sends only after a worker's status page said
+ *    IPC_FAULT_UNKNOWN, which only a worker that takes the flag writes.
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
@@ -87,6 +89,10 @@ enum { IPC_STATUS_COUNT = 0 IPC_STATUSES(IPC_COUNT_) };
 
 #define IPC_ARG_CACHED 0x1u   /* ipc_arg.flags: an IN argument whose bytes the worker may keep */
 #define IPC_LAUNCH_TIMED 0x1u /* ipc_submit.flags: measure the device's own time */
+/* ipc_submit.flags: run with nothing else in flight on the device. The library sends it only
+ * with a request that may have broken the last worker's device (client/replay.c); a worker
+ * honours it IPC_MARKS_PER_CLIENT times per channel, then ignores it (worker/core/queue.c). */
+#define IPC_SUBMIT_ALONE 0x2u
 
 /* Queues' priorities: IPC_PRIO_MIN (background) to IPC_PRIO_MAX (latency-critical), 0 by
  * default; a worker keeps one level of each. Compute shares: percent of the device's SMs. */

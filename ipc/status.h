@@ -40,16 +40,21 @@ _Static_assert(sizeof(struct ipc_launch_limits) == 32, "status page ABI");
 
 /*
  * Why a worker is about to die, written once before it does: by the worker as it gives up
- * after a kernel broke its device (the request blamed), or by gpuxd as it kills it for a
- * request past its deadline. Clients read it after the death, to tell whose requests may run
- * again (client/replay.c); gpuxd hands no new channel to a worker that has one.
+ * after a kernel broke its device (the request blamed, or none: several were running and the
+ * device does not say which), or by gpuxd as it kills it for a request past its deadline.
+ * Clients read it after the death, to tell whose requests may run again (client/replay.c);
+ * gpuxd hands no new channel to a worker that has one.
  */
-#define IPC_FAULT_KERNEL 1u           /* a kernel faulted: the worker exits */
-#define IPC_FAULT_DEADLINE 2u         /* a request ran past its deadline: gpuxd kills the worker */
+#define IPC_FAULT_KERNEL 1u   /* a kernel faulted: the worker exits */
+#define IPC_FAULT_DEADLINE 2u /* a request ran past its deadline: gpuxd kills the worker */
+/* A kernel faulted while several requests that may have been it ran: none is blamed (client_id
+ * and req_id 0), and they run again, each alone (IPC_SUBMIT_ALONE). A reader that does not
+ * know the value takes it for a death of unknown cause, which runs none of them again. */
+#define IPC_FAULT_UNKNOWN 3u
 #define IPC_FAULT_WRITING 0x80000000u /* being written: not to be read yet */
 
 struct ipc_fault {
-	uint64_t client_id; /* gpuxd's id of the culprit's client */
+	uint64_t client_id; /* gpuxd's id of the culprit's client; 0: IPC_FAULT_UNKNOWN */
 	uint32_t req_id;    /* the culprit (of a CUDA graph: its first request) */
 	uint32_t cause;     /* IPC_FAULT_*; 0: none */
 };
@@ -154,7 +159,7 @@ static inline uint32_t ipc_status_fault_get(const struct ipc_status_page *p, str
 {
 	uint32_t cause = __atomic_load_n(&p->fault.cause, __ATOMIC_ACQUIRE);
 
-	if (cause != IPC_FAULT_KERNEL && cause != IPC_FAULT_DEADLINE)
+	if (cause != IPC_FAULT_KERNEL && cause != IPC_FAULT_DEADLINE && cause != IPC_FAULT_UNKNOWN)
 		return 0;
 	ret->client_id = __atomic_load_n(&p->fault.client_id, __ATOMIC_RELAXED);
 	ret->req_id = __atomic_load_n(&p->fault.req_id, __ATOMIC_RELAXED);

@@ -124,7 +124,8 @@ struct saxpy_req {
  * stream's copies as they are enqueued, and the device's mark says so: STARTED), so they fail
  * GPUX_E_WORKER_LOST, as does one with a mapped argument; those that waited in the worker's
  * queue (past the slot's 256) run again, in order, with the right results. A's fails with
- * GPUX_E_KERNEL_FAULT.
+ * GPUX_E_KERNEL_FAULT: B's spin and A's kernel both ran when the device broke, so the first
+ * worker blames neither; both run again alone, and A's breaks the next worker by itself.
  */
 static void test_cuda_isolation_marks_decide_replay(void **state)
 {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,12 +13,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "channel.h"
 #include "e2e.h"
 #include "helpers.h"
 
 /*
  * $GPUX_CUDA_LIB is the fake driver (tests/fake-cuda): device memory is host memory and it
- * carries out saxpy, add1, spin and fault by name; GPUX_FAKE_CUDA_* make it fail on demand.
+ * carries out saxpy, add1, spin, fault and slowfault by name; GPUX_FAKE_CUDA_* make it fail on
+ * demand.
  * CUDA C++ goes through the real NVRTC (in the sandboxed compiler) when there is one.
  */
 
@@ -29,7 +32,8 @@ static const char ptx[] =
 	".visible .entry add1(.param .u64 add1_param_0, .param .u64 add1_param_1,\n"
 	"\t.param .u64 add1_param_2)\n{\n\tret;\n}\n"
 	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
-	".visible .entry fault()\n{\n\tret;\n}\n";
+	".visible .entry fault()\n{\n\tret;\n}\n"
+	".visible .entry slowfault(.param .u32 slowfault_param_0)\n{\n\tret;\n}\n";
 
 static const char cuda_src[] =
 	"extern \"C\" __global__ void saxpy(unsigned long long n, float a, const float *x,\n"
@@ -259,12 +263,15 @@ static bool inflight_one(const struct ipc_dev_status *s, void *arg)
 /*
  * A sticky error while a co-tenant's request runs on another stream. `refused`: the error is
  * the driver refusing the bad request's launch, so the bad one ran nothing and what was
- * running is blamed; else the bad kernel ran and broke the device. `shared`: the bad launch's
- * dynamic shared memory. The one blamed fails with KERNEL_FAULT; the other one, of another
- * client, had not begun to copy anything back: it runs again on the next worker and succeeds
- * (client/replay.c). The injected failure happens in the first worker only. `either`: the
- * failure is the Nth call of something both requests make, whose order the test does not
- * hold: one of them is blamed, the other runs again.
+ * running, the one suspect, is blamed; else the bad kernel ran and broke the device, both are
+ * suspects, and none is blamed on that worker: both run again, each alone, and the bad one
+ * breaks the next worker by itself. `shared`: the bad launch's dynamic shared memory. The one
+ * blamed fails with KERNEL_FAULT; the other one, of another client, had not begun to copy
+ * anything back: it runs again on the next worker and succeeds (client/replay.c). The injected
+ * failure happens in the first worker only. `either`: the failure is the Nth call of something
+ * both requests make, whose order the test does not hold: the bad one's, the co-tenant
+ * running, has two suspects, and both run again and succeed (the failure was injected once);
+ * the co-tenant's, the bad one ended by then, is blamed on it.
  */
 static void sticky_case(struct test_daemon *d, const char *fail, const char *kernel,
 			uint32_t shared, bool refused, bool either)
@@ -305,11 +312,11 @@ static void sticky_case(struct test_daemon *d, const char *fail, const char *ker
 			GPUX_OK);
 		l.shared_bytes = 0;
 		if (either) {
-			gpux_status b = gpux_wait(bad, 10000), v = gpux_wait(victim, 10000);
+			gpux_status v = gpux_wait(victim, 10000);
 
-			assert_true((b == GPUX_E_KERNEL_FAULT && v == GPUX_OK) ||
-				    (b == GPUX_OK && v == GPUX_E_KERNEL_FAULT));
-			blamed = b == GPUX_E_KERNEL_FAULT ? bad : victim;
+			assert_int_equal(gpux_wait(bad, 10000), GPUX_OK);
+			assert_true(v == GPUX_OK || v == GPUX_E_KERNEL_FAULT);
+			blamed = v == GPUX_OK ? NULL : victim;
 		} else {
 			assert_int_equal(gpux_wait(bad, 10000),
 					 refused ? GPUX_OK : GPUX_E_KERNEL_FAULT);
@@ -317,7 +324,7 @@ static void sticky_case(struct test_daemon *d, const char *fail, const char *ker
 					 refused ? GPUX_E_KERNEL_FAULT : GPUX_OK);
 			blamed = refused ? victim : bad;
 		}
-		assert_non_null(strstr(gpux_req_message(blamed), "CUDA_ERROR_"));
+		assert_true(!blamed || strstr(gpux_req_message(blamed), "CUDA_ERROR_"));
 		gpux_req_free(bad);
 		gpux_req_free(victim);
 		gpux_queue_free(q);
@@ -604,12 +611,246 @@ static void test_cuda_fake_injected_kernel_launch_failure(void **state)
 }
 
 /* The event after a request refused with a sticky error: the request was launched, so it ran
- * and is blamed; it ends at once (its end cannot be waited for), the other after it. The
- * second event recorded is the bad one's or, now and then (seen on 2 CPUs), the co-tenant's:
- * either way the one whose event failed is blamed and the other runs again. */
+ * and is a suspect; it ends at once (its end cannot be waited for), the other after it. The
+ * second event recorded is the bad one's (the co-tenant running too: nobody is blamed, both
+ * run again) or, now and then (seen on 2 CPUs), the co-tenant's, with the bad one ended (it
+ * alone is blamed). */
 static void test_cuda_fake_injected_event_failure(void **state)
 {
 	sticky_case(*state, "cuEventRecord:2:719", "spin", 0, false, true);
+}
+
+/*
+ * A kernel that faults late (slowfault: its stream busy for 300 ms, then the context broken)
+ * while a co-tenant's kernels, launched after it on other streams, still run. Taking the group
+ * launched last blamed the co-tenant (as on an H200 under load); now each stream's running
+ * group is a suspect and none is blamed: both clients send theirs again to run alone, where the
+ * faulting one breaks the next worker by itself and is told so, and every one of the
+ * co-tenant's requests ends GPUX_OK. Both clients work afterwards.
+ */
+static void test_cuda_fake_late_fault_blamed_on_its_kernel(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "4", NULL };
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t fault_ms = 300, long_ms = 1000, zero = 0, gen;
+	struct gpux_arg a_fault = GPUX_ARG_VALUE(fault_ms), a_long = GPUX_ARG_VALUE(long_ms);
+	struct gpux_arg a_zero = GPUX_ARG_VALUE(zero);
+	gpux_req *bad, *theirs[2][3];
+	gpux_queue *qa, *qb[2];
+	gpux_module *ma, *mb;
+	gpux_ctx *a, *b;
+
+	test_daemon_start(d, args);
+	gen = generation(d);
+	a = test_connect(d);
+	b = test_connect(d);
+	ma = load_ptx(a);
+	mb = load_ptx(b);
+	/* Three queues, three of the four streams (a queue takes the least used). */
+	assert_int_equal(gpux_queue_open(a, 0, &qa), GPUX_OK);
+	assert_int_equal(gpux_queue_open(b, 0, &qb[0]), GPUX_OK);
+	assert_int_equal(gpux_queue_open(b, 0, &qb[1]), GPUX_OK);
+	l.queue = qa;
+	assert_int_equal(gpux_submit(ma, "slowfault", &l, &a_fault, 1, &bad), GPUX_OK);
+	/* In flight before the co-tenant's come: theirs are launched after it, and run when it
+	 * breaks the device. */
+	test_wait_stats(d, 0, inflight_one, NULL);
+	for (unsigned k = 0; k < 2; k++) {
+		l.queue = qb[k];
+		assert_int_equal(gpux_submit(mb, "spin", &l, &a_long, 1, &theirs[k][0]), GPUX_OK);
+		assert_int_equal(gpux_submit(mb, "spin", &l, &a_zero, 1, &theirs[k][1]), GPUX_OK);
+		assert_int_equal(gpux_submit(mb, "spin", &l, &a_zero, 1, &theirs[k][2]), GPUX_OK);
+	}
+	assert_int_equal(gpux_wait(bad, 20000), GPUX_E_KERNEL_FAULT);
+	assert_non_null(strstr(gpux_req_message(bad), "CUDA_ERROR_ILLEGAL_ADDRESS"));
+	for (unsigned k = 0; k < 2; k++)
+		for (unsigned i = 0; i < 3; i++) {
+			gpux_status st = gpux_wait(theirs[k][i], 20000);
+
+			if (st != GPUX_OK)
+				fail_msg("the co-tenant's request %u of queue %u: %s: %s", i, k,
+					 gpux_strerror(st), gpux_req_message(theirs[k][i]));
+			gpux_req_free(theirs[k][i]);
+		}
+	gpux_req_free(bad);
+	test_wait_generation(d, 0, gen);
+	l.queue = qa;
+	assert_int_equal(gpux_run(ma, "spin", &l, &a_zero, 1), GPUX_OK);
+	l.queue = qb[0];
+	assert_int_equal(gpux_run(mb, "spin", &l, &a_zero, 1), GPUX_OK);
+	gpux_queue_free(qa);
+	gpux_queue_free(qb[0]);
+	gpux_queue_free(qb[1]);
+	gpux_module_free(ma);
+	gpux_module_free(mb);
+	gpux_disconnect(b);
+	gpux_disconnect(a);
+	test_daemon_stop(d);
+}
+
+/* A client that speaks the protocol itself (as a hostile one could): its channel, with the
+ * test's PTX loaded as module 7. */
+struct raw_client {
+	int sup, chan;
+};
+
+static void raw_open(const struct test_daemon *d, struct raw_client *ret)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_mod_load ml = { .mod_id = 7, .lang = GPUX_LANG_PTX, .code_len = sizeof(ptx) };
+	int n;
+
+	ret->chan = test_raw_channel(d, &ret->sup);
+	n = ipc_encode_mod_load(buf, sizeof(buf), 1, &ml, "", ptx);
+	assert_true(n > 0);
+	assert_int_equal(test_raw_call(ret->chan, buf, (size_t)n, NULL, 0), GPUX_OK);
+}
+
+static void raw_close(struct raw_client *c)
+{
+	(void)close(c->chan);
+	(void)close(c->sup);
+}
+
+/* Request `id`: spin(ms) on the default queue, flagged to run alone; sent, not waited for. */
+static void raw_spin_alone(const struct raw_client *c, uint32_t id, uint32_t ms)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+	struct ipc_arg arg = { .kind = GPUX_ARG_SCALAR, .size = sizeof(ms) };
+	struct ipc_submit s = { .mod_id = 7,
+				.nargs = 1,
+				.grid = { 1, 1, 1 },
+				.block = { 1, 1, 1 },
+				.flags = IPC_SUBMIT_ALONE,
+				.data_len = sizeof(ms) };
+	int n = ipc_encode_submit(buf, sizeof(buf), id, &s, &arg, "spin", &ms);
+
+	assert_true(n > 0);
+	assert_int_equal(ipc_channel_send(c->chan, buf, (size_t)n, NULL, 0, 0), 0);
+}
+
+/* The status of the DONE of request `id`, which must come within timeout_ms. */
+static gpux_status raw_done(const struct raw_client *c, uint32_t id, int timeout_ms)
+{
+	static uint8_t buf[IPC_MSG_MAX];
+
+	for (;;) {
+		struct pollfd p = { .fd = c->chan, .events = POLLIN };
+		struct ipc_done_msg done;
+		struct ipc_msg m;
+
+		if (poll(&p, 1, timeout_ms) != 1)
+			fail_msg("no answer to request %u within %d ms", id, timeout_ms);
+		assert_int_equal(ipc_channel_recv_msg(c->chan, buf, sizeof(buf), &m, 0), 1);
+		ipc_msg_close_fds(&m);
+		if (m.hdr.type != IPC_DONE || m.hdr.id != id)
+			continue;
+		assert_int_equal(ipc_decode_done(&m, &done), 0);
+		return done.m.status;
+	}
+}
+
+static bool inflight_two(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.inflight == 2;
+}
+
+/*
+ * A request flagged to run alone (as the library sends one that may have broken the last
+ * worker's device) waits for what is in flight to end, and nothing starts beside it: another
+ * client's spin runs on one stream, the flagged one comes (on a second), then that client's
+ * short spin on a third. The fake's streams end as their kernels would: the short one ends
+ * after the flagged one was answered, which was after the long one ended; side by side, the
+ * short one would end first.
+ */
+static void test_cuda_fake_alone_runs_alone(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "4", NULL };
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t long_ms = 1000, zero = 0;
+	struct gpux_arg a_long = GPUX_ARG_VALUE(long_ms), a_zero = GPUX_ARG_VALUE(zero);
+	struct raw_client raw;
+	gpux_req *first, *late;
+	gpux_queue *q[2];
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	test_daemon_start(d, args);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_queue_open(ctx, 0, &q[0]), GPUX_OK);
+	assert_int_equal(gpux_queue_open(ctx, 0, &q[1]), GPUX_OK);
+	raw_open(d, &raw);
+	l.queue = q[0];
+	assert_int_equal(gpux_submit(m, "spin", &l, &a_long, 1, &first), GPUX_OK);
+	test_wait_stats(d, 0, inflight_one, NULL);
+	raw_spin_alone(&raw, 2, 200);
+	test_wait_stats(d, 0, inflight_two, NULL);
+	l.queue = q[1];
+	assert_int_equal(gpux_submit(m, "spin", &l, &a_zero, 1, &late), GPUX_OK);
+	assert_int_equal(gpux_wait(late, 10000), GPUX_OK);
+	assert_int_equal(raw_done(&raw, 2, 0), GPUX_OK);
+	assert_int_equal(gpux_test(first), GPUX_OK);
+	gpux_req_free(first);
+	gpux_req_free(late);
+	raw_close(&raw);
+	gpux_queue_free(q[0]);
+	gpux_queue_free(q[1]);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+}
+
+/*
+ * Running alone holds everybody up: a channel has IPC_MARKS_PER_CLIENT of its requests run
+ * alone, and its flag is ignored after. The last one honoured waits for another client's spin
+ * to end; the next one runs beside another.
+ */
+static void test_cuda_fake_alone_capped(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "4", NULL };
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t long_ms = 500, id = 2;
+	struct gpux_arg a_long = GPUX_ARG_VALUE(long_ms);
+	struct raw_client raw;
+	gpux_req *other;
+	gpux_queue *q;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	test_daemon_start(d, args);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_queue_open(ctx, 0, &q), GPUX_OK);
+	l.queue = q;
+	raw_open(d, &raw);
+	for (; id < 1 + IPC_MARKS_PER_CLIENT; id++) {
+		raw_spin_alone(&raw, id, 0);
+		assert_int_equal(raw_done(&raw, id, 10000), GPUX_OK);
+	}
+	/* The last one honoured. */
+	assert_int_equal(gpux_submit(m, "spin", &l, &a_long, 1, &other), GPUX_OK);
+	test_wait_stats(d, 0, inflight_one, NULL);
+	raw_spin_alone(&raw, id, 0);
+	assert_int_equal(raw_done(&raw, id++, 10000), GPUX_OK);
+	assert_int_equal(gpux_test(other), GPUX_OK);
+	gpux_req_free(other);
+	/* One past them. */
+	assert_int_equal(gpux_submit(m, "spin", &l, &a_long, 1, &other), GPUX_OK);
+	test_wait_stats(d, 0, inflight_one, NULL);
+	raw_spin_alone(&raw, id, 0);
+	assert_int_equal(raw_done(&raw, id, 10000), GPUX_OK);
+	assert_int_equal(gpux_test(other), GPUX_E_AGAIN);
+	assert_int_equal(gpux_wait(other, 10000), GPUX_OK);
+	gpux_req_free(other);
+	raw_close(&raw);
+	gpux_queue_free(q);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
 }
 
 static uint64_t stat_of(const struct test_daemon *d, size_t off);
@@ -1032,6 +1273,9 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_kernel_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),
+		TEST_WITH_DAEMON(test_cuda_fake_late_fault_blamed_on_its_kernel),
+		TEST_WITH_DAEMON(test_cuda_fake_alone_runs_alone),
+		TEST_WITH_DAEMON(test_cuda_fake_alone_capped),
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),
 		TEST_WITH_DAEMON(test_cuda_fake_user_cap_counts_cached_inputs),
 		TEST_WITH_DAEMON(test_cuda_nvrtc_compile_and_disk_cache),

@@ -132,11 +132,13 @@ static void test_proto_submit_rejects_bad_launch(void **state)
 		c.m.block[d] = 0;
 		assert_int_equal(submit_decode(&c), -EBADMSG);
 	}
-	/* IPC_LAUNCH_TIMED is the only flag. */
+	/* IPC_LAUNCH_TIMED and IPC_SUBMIT_ALONE are the only flags. */
 	submit_init(&c);
 	c.m.flags = IPC_LAUNCH_TIMED;
 	assert_int_equal(submit_decode(&c), 0);
-	c.m.flags = IPC_LAUNCH_TIMED << 1;
+	c.m.flags = IPC_LAUNCH_TIMED | IPC_SUBMIT_ALONE;
+	assert_int_equal(submit_decode(&c), 0);
+	c.m.flags = IPC_SUBMIT_ALONE << 1;
 	assert_int_equal(submit_decode(&c), -EBADMSG);
 	c.m.flags = UINT32_MAX;
 	assert_int_equal(submit_decode(&c), -EBADMSG);

@@ -26,6 +26,10 @@
  *   saxpy(u64 n, f32 a, f32 *x, f32 *y, f32 *out)   add1(u64 n, f32 *in, f32 *out)
  *   append(u32 v, u32 *log): log[1 + log[0]++] = v (the order kernels ran in)
  *   spin(u32 ms)   fault()   (an illegal address: the context is broken from then on)
+ *   slowfault(u32 ms): keeps its stream busy for ms, then the context is broken (an illegal
+ *   address, reported from then on by every call of the context, event queries and
+ *   synchronisations among them), each time it runs: a kernel's own bug, not a failure
+ *   injected once (GPUX_FAKE_CUDA_FAIL)
  *   where(u32 *out): out[0] = the stream's priority, out[1] = the SMs its kernels run on
  *
  * Parameters come from PTX (".entry name(.param .u64 ...)") or from a cubin's .nv.info.<name>
@@ -65,6 +69,8 @@ static int ndevices = 1;
 static bool refuse_spin;
 /* Words streams are still to write (f_write_value()). */
 static unsigned writes_pending;
+/* When a slowfault launched breaks the context (CLOCK_MONOTONIC ns); 0: none launched. */
+static uint64_t fault_at;
 /* How long a kernel the fake does not know keeps its stream busy. */
 static uint64_t kernel_ns = 5000;
 static bool initialized;
@@ -128,6 +134,13 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A slowfault's time has come: the context is broken from now on. Under fake_lock. */
+static void late_fault(void)
+{
+	if (fault_at && fake_sticky == CUDA_SUCCESS && now_ns() >= fault_at)
+		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
+}
+
 static bool is_sticky(CUresult r)
 {
 	return r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED ||
@@ -166,6 +179,7 @@ CUresult fake_enter(const char *fn, bool ctx)
 	CUresult r = CUDA_SUCCESS;
 
 	(void)pthread_mutex_lock(&fake_lock);
+	late_fault();
 	if (sweep_hit(fn)) {
 		r = (CUresult)sweep->fail_code;
 		if (is_sticky(r))
@@ -192,6 +206,7 @@ CUresult fake_sticky_get(void)
 	CUresult r;
 
 	(void)pthread_mutex_lock(&fake_lock);
+	late_fault();
 	r = fake_sticky;
 	(void)pthread_mutex_unlock(&fake_lock);
 	return r;
@@ -557,6 +572,7 @@ static void *write_later(void *arg)
 	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 		;
 	(void)pthread_mutex_lock(&fake_lock);
+	late_fault();
 	if (fake_sticky == CUDA_SUCCESS)
 		__atomic_store_n(w->addr, w->value, __ATOMIC_RELEASE);
 	writes_pending--;
@@ -1207,6 +1223,7 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 			 void **params)
 {
 	uint64_t busy = kernel_ns, now = now_ns();
+	bool late = false;
 
 	if (strcmp(fn->name, "saxpy") == 0) {
 		uint64_t n = P(uint64_t, 0);
@@ -1226,6 +1243,9 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 		log[1 + log[0]++] = P(uint32_t, 0);
 	} else if (strcmp(fn->name, "spin") == 0) {
 		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
+	} else if (strcmp(fn->name, "slowfault") == 0) {
+		busy = (uint64_t)P(uint32_t, 0) * 1000000ull;
+		late = true;
 	} else if (strcmp(fn->name, "where") == 0) {
 		uint32_t *out = P(uint32_t *, 0);
 
@@ -1254,6 +1274,9 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 	}
 	(void)pthread_mutex_lock(&fake_lock);
 	st->ready_at = (st->ready_at > now ? st->ready_at : now) + busy;
+	/* It breaks the context as its stream gets through it. */
+	if (late && (!fault_at || st->ready_at < fault_at))
+		fault_at = st->ready_at;
 	(void)pthread_mutex_unlock(&fake_lock);
 	return CUDA_SUCCESS;
 }

@@ -25,6 +25,14 @@
  * priority first, and those above 0 at once, request by request: latency-critical work is
  * never held back to be batched. A queue that changes class waits until what it has in its
  * old slot has ended, so that its order holds.
+ *
+ * A request flagged to run alone (IPC_SUBMIT_ALONE: one that may have broken the last worker's
+ * device, sent again by its client) runs with nothing else in flight, so that a fault it makes
+ * has one suspect (worker/cuda/cuda-slot.c). Once it is its queue's first and could start, its
+ * queue is held (w->alone_next) and no queue moves anything into a slot until every slot is
+ * empty; then it goes to the back end as a batch of its own (w->alone), and nothing else
+ * starts until it has ended. The gate is here, before any back end, so that each sees only a
+ * batch of one, and the way of requests without the flag costs one test more.
  */
 
 /* How much of a failed build's log each request that needed it gets. */
@@ -390,6 +398,78 @@ int wrk_queue_config(struct wrk_client *c, const struct ipc_msg *msg)
 	return 0;
 }
 
+/* ---- requests that run alone ---- */
+
+bool wrk_slots_busy(const struct wrk *w)
+{
+	for (unsigned i = 0; i < w->nslots; i++)
+		if (w->slots[i].inflight)
+			return true;
+	return false;
+}
+
+/* The held queue is kept, with its client (which the queue names), until it is let go: its
+ * client may go meanwhile. */
+static void alone_hold(struct wrk *w, struct wrk_queue *q)
+{
+	w->alone_next = q;
+	q->refs++;
+	q->client->refs++;
+}
+
+static void alone_let_go(struct wrk *w)
+{
+	struct wrk_queue *q = w->alone_next;
+	struct wrk_client *c = q->client;
+
+	w->alone_next = NULL;
+	wrk_queue_unref(q);
+	wrk_client_unref(c);
+}
+
+/*
+ * Whether r, q's first, may move into its slot while a request runs alone, waits to, or is r:
+ * r waits for the slots to empty, its queue held (then nobody else's starts); every other
+ * waits for the one that runs alone to end, or the held queue's to start.
+ */
+static bool alone_gate(struct wrk *w, struct wrk_queue *q, const struct wrk_req *r)
+{
+	if (w->alone || (w->alone_next && w->alone_next != q))
+		return false;
+	if (r->alone && wrk_slots_busy(w)) {
+		if (!w->alone_next)
+			alone_hold(w, q);
+		return false;
+	}
+	/* The slots are empty for it: q is let go (r, its first, still holds it). */
+	if (w->alone_next)
+		alone_let_go(w);
+	return true;
+}
+
+/*
+ * r has ended while a request runs alone or waits to: if it was that one, the others may
+ * start; once the slots are empty, the held queue goes first. Queues refused meanwhile are
+ * kicked again, as after a build.
+ */
+static void alone_end(struct wrk *w, const struct wrk_req *r)
+{
+	struct wrk_queue *q = w->alone_next;
+
+	if (w->alone == r)
+		w->alone = NULL;
+	if (w->alone || (q && wrk_slots_busy(w)))
+		return;
+	if (q) {
+		wrk_queue_kick(q);
+		/* It had nothing left to start (closed, its client gone): nobody waits. */
+		if (w->alone_next == q && !q->pending_head)
+			alone_let_go(w);
+	}
+	if (!w->alone && !w->alone_next)
+		wrk_kick_all(w);
+}
+
 /* ---- slots ---- */
 
 /* What the slot runs now, with its deadline, for gpuxd (ipc/status.h). */
@@ -461,6 +541,8 @@ void wrk_slot_end(struct wrk *w, struct wrk_req *r)
 		r->queue->moving = false;
 		wrk_queue_kick(r->queue);
 	}
+	if (_unlikely_(w->alone || w->alone_next))
+		alone_end(w, r);
 }
 
 /* Hand what moved into the slot since the last time to the back end, as one batch. */
@@ -483,6 +565,7 @@ enum take_stop {
 	TAKE_EMPTY,    /* nothing left */
 	TAKE_BUILDING, /* the next one waits for its module */
 	TAKE_FULL,     /* the slot has no room, or the turn is over */
+	TAKE_HELD,     /* a request runs alone, or waits to: kicked once it may (alone_end()) */
 };
 
 /* Move up to `max` of the queue's requests into its slot, failing those that cannot run. */
@@ -506,6 +589,8 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 		segs = wrk_req_segments_ready(r, &rc, &msg);
 		if (segs == 0)
 			return TAKE_BUILDING;
+		if (_unlikely_(r->alone || w->alone || w->alone_next) && !alone_gate(w, q, r))
+			return TAKE_HELD;
 		if (n == max || s->inflight >= WRK_SLOT_DEPTH)
 			return TAKE_FULL;
 		q->pending_head = r->next;
@@ -531,6 +616,12 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 		}
 		r->slot = q->slot;
 		slot_push(w, r);
+		if (_unlikely_(r->alone)) {
+			/* A batch of its own, and nothing after it until it ends. */
+			w->alone = r;
+			slot_hand_over(w, q->slot);
+			return TAKE_HELD;
+		}
 		/* A round of many clients takes a while: a full batch need not wait for its end,
 		 * and latency-critical work waits for nothing; while such work is at hand, other
 		 * batches are smaller, so that the loop is back for it sooner. */

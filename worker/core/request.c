@@ -344,6 +344,13 @@ int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 	memcpy(r->block, s.m.block, sizeof(r->block));
 	r->shared_bytes = s.m.shared_bytes;
 	r->timed = s.m.flags & GPUX_LAUNCH_TIMED;
+	/* Running alone holds everybody else up: granted as often as an honest client asks,
+	 * sending again what it had in flight (fewer than IPC_MARKS_PER_CLIENT requests) after
+	 * a fault whose culprit is not known, then ignored. */
+	if ((s.m.flags & IPC_SUBMIT_ALONE) && c->alone < IPC_MARKS_PER_CLIENT) {
+		r->alone = true;
+		c->alone++;
+	}
 	if (s.m.timeout_ms)
 		r->timeout_ms = MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms);
 	memcpy(r->name, s.name, strlen(s.name) + 1);
@@ -449,6 +456,11 @@ void wrk_device_broken(struct wrk *w)
 	(void)pthread_mutex_unlock(&w->done_lock);
 	if (!ipc_loop_spinning(w->loop))
 		(void)write(w->done_fd, &one, sizeof(one));
+}
+
+void wrk_fault_unknown(struct wrk *w)
+{
+	(void)ipc_status_fault_set(w->status, 0, 0, IPC_FAULT_UNKNOWN);
 }
 
 /* A request ended: off its slot, counted. */

@@ -439,7 +439,13 @@ static void take_done(struct wrk *w)
 {
 	wrk_drain_done(w);
 	if (w->fatal && !w->stopping) {
-		wrk_log(w, "sticky device error: failing what is in flight and exiting");
+		struct ipc_fault f;
+
+		wrk_log(w, "sticky device error: failing what is in flight and exiting%s",
+			ipc_status_fault_get(w->status, &f) == IPC_FAULT_UNKNOWN
+				? " (several requests that may have caused it ran: none is blamed, "
+				  "their clients send them again to run alone)"
+				: "");
 		w->stopping = true;
 		w->exit_code = WRK_EXIT_FAULT;
 		wrk_fail_all(w, GPUX_E_WORKER_LOST, "the worker hit a sticky device error");
@@ -649,16 +655,6 @@ static bool anything_queued(struct wrk *w)
 	return false;
 }
 
-/* Whether the back end still holds requests, which it will end (after a fault, with its
- * error: what a request that ran is told). */
-static bool slots_busy(const struct wrk *w)
-{
-	for (unsigned i = 0; i < w->nslots; i++)
-		if (w->slots[i].inflight)
-			return true;
-	return false;
-}
-
 void wrk_server_stop(struct wrk *w)
 {
 	uint64_t until = mono_ns() + FLUSH_NS;
@@ -668,8 +664,9 @@ void wrk_server_stop(struct wrk *w)
 	if (w->dev && w->be->poll)
 		(void)w->be->poll(w->dev, true);
 	/* Send the answers already made, and those the back end is about to make (a fault's
-	 * report among them), before the channels go. */
-	while ((anything_queued(w) || slots_busy(w)) && mono_ns() < until)
+	 * report among them: it ends what its slots hold, after a fault with its error, which is
+	 * what a request that ran is told), before the channels go. */
+	while ((anything_queued(w) || wrk_slots_busy(w)) && mono_ns() < until)
 		(void)ipc_loop_iterate(w->loop, (int64_t)(until - mono_ns()));
 	while (w->clients)
 		wrk_client_drop(w->clients);

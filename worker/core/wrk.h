@@ -228,6 +228,7 @@ struct wrk_client {
 	uint32_t sock_in;    /* socket messages taken */
 	uint32_t sock_out;   /* socket messages sent */
 	uint32_t marks_page; /* its page of the marks (worker/core/marks.c); WRK_NO_MARKS */
+	unsigned alone;      /* its requests that run alone, IPC_MARKS_PER_CLIENT at most */
 };
 
 #define WRK_NO_MARKS UINT32_MAX
@@ -273,6 +274,7 @@ struct wrk_req {
 	char *error;
 	bool launched; /* the back end queued all of its work (its waits for uploads too) */
 	bool timed;    /* GPUX_LAUNCH_TIMED: measure device_ns */
+	bool alone;    /* IPC_SUBMIT_ALONE, honoured: nothing else in flight while it runs */
 	bool sticky;   /* the back end broke its device enqueueing it */
 	void *backend; /* the back end's per-request state */
 	uint8_t *data; /* scalar bytes: data_inline, or allocated */
@@ -365,6 +367,10 @@ struct wrk {
 	bool class_refused;        /* a slot of another class could not be made: logged */
 	struct wrk_req *free_reqs; /* ended requests kept for reuse */
 	unsigned nfree_reqs;
+	/* A request that runs alone (worker/core/queue.c): held, its queue's first waiting for
+	 * the slots to empty; running, nothing else starts until it ends. */
+	struct wrk_queue *alone_next;
+	struct wrk_req *alone;
 
 	/* The marks of requests' points of no return (worker/core/marks.c): the memfd, mapped
 	 * and registered, and which of its pages clients hold. */
@@ -504,6 +510,12 @@ void wrk_reqs_complete(struct wrk_req *const *reqs, unsigned n, bool fatal);
  */
 void wrk_device_broken(struct wrk *w);
 /*
+ * Any thread: a back end met a sticky error while several requests that may have caused it
+ * ran, and blames none (each ends GPUX_E_WORKER_LOST): the status page says a kernel broke the
+ * device, which one is not known (IPC_FAULT_UNKNOWN). Before the requests complete.
+ */
+void wrk_fault_unknown(struct wrk *w);
+/*
  * Any thread: r, long running, should end within tens of µs. The loop and r's client are
  * woken now and keep looking for a while (WRK_SOON_NS, the client its spin time), so that
  * its end costs no wake-up (two of them cost a 256 MiB copy 3 to 5 % of its rate). Before
@@ -550,6 +562,8 @@ void wrk_slot_flush(struct wrk *w, unsigned slot);
 void wrk_slot_end(struct wrk *w, struct wrk_req *r);
 /* Fail every request not yet started (a fatal error, or stopping). */
 void wrk_fail_all(struct wrk *w, gpux_status status, const char *why);
+/* Whether any slot holds a request, handed to the back end or about to be. */
+bool wrk_slots_busy(const struct wrk *w);
 
 /* worker/core/module.c */
 int wrk_modules_start(struct wrk *w);

@@ -33,14 +33,32 @@
 #define NAP_LONG_NOSPIN_NS (1000 * NSEC_PER_USEC)
 #define WAITER_TIMER_SLACK_NS 1000ul
 
+/* d->culprit when several groups may have broken the device. */
+#define CULPRIT_UNKNOWN UINT64_MAX
+
+/* Whether any of a group's work was handed to the device (a request cancelled, or whose launch
+ * was refused, ran nothing). Read where its launch is known to be over: under its slot's lock
+ * once pushed, or by the thread that launched it. */
+static bool group_ran(const struct cuda_group *g)
+{
+	for (unsigned i = 0; i < g->n; i++)
+		if (g->reqs[i]->launched)
+			return true;
+	return false;
+}
+
 /*
  * Which group a sticky error is blamed on, decided once: every stream sees the error at about
  * the same time, so the first to see it tells nothing. A slot's groups run in order, so what
- * broke the device is a group that ran: each slot's oldest not ended (for a waiter, the one
- * it waited for is still its slot's first), and `mine` when its work was launched (a group
- * whose launch itself was refused ran nothing). Of those, the one launched last is taken; with
- * one slot (or one slot busy) that is exact, to the group: a graph holds one client's
- * requests. Nothing ran: `mine`.
+ * broke the device is a group that ran: the suspects are each slot's oldest not ended (for a
+ * waiter, the one it waited for is still its slot's first) and `mine`, those whose work was
+ * launched. With one suspect the blame is exact, to the group: a graph holds one client's
+ * requests. With several the device does not say which (on an H200 under load a kernel that
+ * faulted at once was followed by neighbours' launches before the error reached the host, and
+ * taking the one launched last blamed an innocent in each of three faults): nobody is blamed
+ * (CULPRIT_UNKNOWN), the status page says so, and their clients send them again, each to run
+ * alone (IPC_SUBMIT_ALONE, worker/core/queue.c), where a fault has one suspect. None (nothing
+ * ran): `mine`.
  */
 static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {
@@ -48,20 +66,31 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
-		uint64_t ran = mine_ran ? mine->seq : 0;
+		bool mine_in = mine_ran && group_ran(mine);
+		uint64_t ran = mine_in ? mine->seq : 0;
+		unsigned suspects = mine_in;
 
 		for (unsigned i = 0; i < d->nslots; i++) {
 			struct cuda_slot *s = &d->slots[i];
+			const struct cuda_group *g;
 
 			/* A group its waiter has just seen end is no culprit: wait for it to go. */
 			while (atomic_load(&s->looking))
 				cpu_relax();
 			(void)pthread_mutex_lock(&s->lock);
-			if (s->head)
-				ran = MAX(ran, s->head->seq);
+			g = s->head;
+			if (g && g != mine && group_ran(g)) {
+				suspects++;
+				ran = MAX(ran, g->seq);
+			}
 			(void)pthread_mutex_unlock(&s->lock);
 		}
-		d->culprit = ran ? ran : mine->seq;
+		if (suspects > 1) {
+			d->culprit = CULPRIT_UNKNOWN;
+			wrk_fault_unknown(d->w);
+		} else {
+			d->culprit = ran ? ran : mine->seq;
+		}
 	}
 	c = d->culprit;
 	(void)pthread_mutex_unlock(&d->fault_lock);
@@ -79,11 +108,14 @@ bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 	struct wrk_req *r = g->reqs[i];
 	bool sticky;
 	gpux_status st = wrk_cu_err(e, &sticky);
+	uint64_t c;
 
 	free(r->error);
-	if (sticky && culprit(d, g, ran) != g->seq) {
+	if (sticky && (c = culprit(d, g, ran)) != g->seq) {
 		r->status = GPUX_E_WORKER_LOST;
-		r->error = wrk_strdup_printf("another request broke the device: %s",
+		r->error = wrk_strdup_printf("%s broke the device: %s",
+					     c == CULPRIT_UNKNOWN ? "one of the requests running"
+								  : "another request",
 					     cu_err_name(&d->cu, e));
 	} else if (g->n > 1) {
 		/* Which node of a graph faulted, the device does not say; all were this client's.

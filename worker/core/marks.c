@@ -130,8 +130,12 @@ void wrk_mark(struct wrk_req *r, uint32_t state)
 
 	if (!c || c->marks_page == NO_PAGE)
 		return;
+	/* Before what the request does next (a fence orders this store before later ones; no
+	 * full barrier at every request): a client reads the page once the worker is gone, and
+	 * its death orders every store the worker made before whatever the client reads. */
 	__atomic_store_n(&page_of(c)[r->id % IPC_MARKS_PER_CLIENT], IPC_MARK(r->id, state),
-			 __ATOMIC_SEQ_CST);
+			 __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
 bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr, uint32_t *ret_value)

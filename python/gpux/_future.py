@@ -71,23 +71,26 @@ class Future(cf.Future):
 
     def __init__(self, request: _gpux.Request, context: _gpux.Context) -> None:
         # concurrent.futures.Future's state, but its Condition (a microsecond and more to
-        # make) only once something waits through it: result() here waits on the request.
+        # make) and its list of callbacks only once something waits through it or adds one:
+        # result() here waits on the request. Every container made here is one more object
+        # for Python's cycle collector to look at, each time it runs, while the future lives:
+        # with 50,000 futures in flight it took a third of the time of their submits.
         self._state = _RUNNING
         self._result = None
         self._exception: Optional[BaseException] = None
-        self._done_callbacks: list = []
         self._request = request
         self._context = context
         self._watched = False
         self._completing = False
 
     def __getattr__(self, name: str) -> Any:
-        if name in ("_condition", "_waiters"):
+        if name in ("_condition", "_waiters", "_done_callbacks"):
             with _lazy_lock:
                 d = self.__dict__
                 if "_condition" not in d:
                     d["_waiters"] = _Waiters(self)
                     d["_condition"] = threading.Condition()
+                    d["_done_callbacks"] = []
                 return d[name]
         raise AttributeError(name)
 

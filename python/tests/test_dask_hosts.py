@@ -4,6 +4,7 @@
 # different hosts to each other (GPUX_HOST_ID), forked by their nannies. Cache affinity
 # across the cluster; arrays by memory within a host and by value between hosts; thousands of
 # small kernel tasks through the kill -9 of one host's gpuxd, which Dask's retries absorb.
+import faulthandler
 import os
 import time
 
@@ -21,6 +22,11 @@ from conftest import ADD1_KERNEL, start_gpuxd, stop_gpuxd  # noqa: E402
 HOSTS = ("a", "b")
 N = 64  # elements per task
 T = 120  # seconds that any wait may take before it is a failure, not a hang
+
+# This module has hung, rarely, on 2 loaded CPUs with no output at all (before its first test
+# ended: the cluster's start?), until meson's timeout killed it. Before that timeout, a hang
+# fails with where each of the process's threads waits.
+faulthandler.dump_traceback_later(240, exit=True)
 
 
 def _wait(what, cond, timeout=60):

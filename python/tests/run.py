@@ -14,7 +14,9 @@ def main() -> int:
         print(f"skipped: {e} (tools/install-deps installs it)")
         return 77
     # pytest's 5 (no tests ran) is a failure here, as every other non-zero code.
-    return int(pytest.main([sys.argv[1], "-q", "-p", "no:cacheprovider", "-rs"] + sys.argv[2:]))
+    # A test that hangs says where every thread waits, before meson's timeout kills it.
+    return int(pytest.main([sys.argv[1], "-q", "-p", "no:cacheprovider", "-rs", "-o",
+                            "faulthandler_timeout=200"] + sys.argv[2:]))
 
 
 # Spawned children (multiprocessing, Dask) import this file again as their main module.

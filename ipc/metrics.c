@@ -158,7 +158,7 @@ static void device_state(FILE *f, const struct ipc_status *st, const struct ipc_
 	for (uint32_t i = 0; i < st->ndevices; i++)
 		for (uint32_t s = IPC_DEVICE_STARTING; s <= IPC_DEVICE_FAILED; s++)
 			(void)fprintf(f, "gpux_device_state{device=\"%u\",state=\"%s\"} %d\n", i,
-				      state_names[s - IPC_DEVICE_STARTING], devs[i].state == s);
+				      ipc_device_state_name(s), devs[i].state == s);
 }
 
 static void requests(FILE *f, const struct ipc_status *st, const struct ipc_dev_status *devs)

@@ -468,7 +468,7 @@ struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q)
 	return l;
 }
 
-uint32_t test_add1_cached(struct test_env *e, gpux_buf *in, uint64_t n, uint32_t dev)
+uint32_t test_add1_cached(gpux_ctx *ctx, gpux_module *m, gpux_buf *in, uint64_t n, uint32_t dev)
 {
 	struct gpux_launch l = test_launch_1d(n, dev, NULL);
 	struct gpux_arg args[3];
@@ -476,12 +476,12 @@ uint32_t test_add1_cached(struct test_env *e, gpux_buf *in, uint64_t n, uint32_t
 	gpux_req *r;
 	uint32_t got;
 
-	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &out), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
 	memset(gpux_buf_data(out), 0xff, n * 4);
 	args[0] = GPUX_ARG_VALUE(n);
 	args[1] = gpux_arg_cached(in, 0, n * 4);
 	args[2] = gpux_arg_out(out, 0, n * 4);
-	assert_int_equal(gpux_submit(e->m, "add1", &l, args, 3, &r), GPUX_OK);
+	assert_int_equal(gpux_submit(m, "add1", &l, args, 3, &r), GPUX_OK);
 	assert_int_equal(gpux_wait(r, -1), GPUX_OK);
 	got = gpux_req_device(r);
 	gpux_req_free(r);

@@ -116,14 +116,13 @@ void test_fill_random(float *p, size_t n, uint64_t *seed);
 /* A launch of one thread per element, 128 threads per block, on a device or queue. */
 struct gpux_launch test_launch_1d(uint64_t n, uint32_t device, gpux_queue *q);
 
+/* out = in + 1 (m's "add1": n, in, out) with `in` a cached input, on dev (GPUX_ANY too): the
+ * result checked (asserts), the device it ran on returned. */
+uint32_t test_add1_cached(gpux_ctx *ctx, gpux_module *m, gpux_buf *in, uint64_t n, uint32_t dev);
 /*
  * m's "saxpy" (n, a, x, y, out) over n random floats on a device, x and y IN, out OUT: its
  * status, the result checked (asserts) when it is GPUX_OK.
  */
-/* out = in + 1 ("add1" of the host kernels) with `in` a cached input, on dev (GPUX_ANY too):
- * the result checked (asserts), the device it ran on returned. */
-uint32_t test_add1_cached(struct test_env *e, gpux_buf *in, uint64_t n, uint32_t dev);
-
 gpux_status test_saxpy(gpux_ctx *ctx, gpux_module *m, uint32_t device, uint64_t n, uint64_t *seed);
 
 /* ---- a client that speaks the protocol itself, as a hostile one could ---- */

@@ -856,26 +856,6 @@ static void test_cuda_fake_alone_capped(void **state)
 static uint64_t stat_of(const struct test_daemon *d, size_t off);
 #define STAT(d, field) stat_of((d), offsetof(struct ipc_stats, field))
 
-/* add1 with a cached input: the first request uploads it (apart from its stream), later ones
- * and other buffers with the same bytes use the device copy. */
-static void run_cached_add1(gpux_ctx *ctx, gpux_module *m, gpux_buf *in, uint64_t n)
-{
-	gpux_buf *out;
-	struct gpux_arg args[3];
-	struct gpux_launch l = test_launch_1d(n, 0, NULL);
-
-	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
-	memset(gpux_buf_data(out), 0xff, n * 4);
-	args[0] = GPUX_ARG_VALUE(n);
-	args[1] = gpux_arg_cached(in, 0, n * 4);
-	args[2] = gpux_arg_out(out, 0, n * 4);
-	assert_int_equal(gpux_run(m, "add1", &l, args, 3), GPUX_OK);
-	for (uint64_t i = 0; i < n; i++)
-		assert_float_equal(((float *)gpux_buf_data(out))[i],
-				   ((float *)gpux_buf_data(in))[i] + 1, 0);
-	gpux_buf_free(out);
-}
-
 static gpux_buf *frozen(gpux_ctx *ctx, uint64_t n, uint64_t seed)
 {
 	gpux_buf *b;
@@ -904,9 +884,11 @@ static void test_cuda_fake_cache_and_dbufs(void **state)
 	m = load_ptx(ctx);
 	a = frozen(ctx, n, 11);
 	b = frozen(ctx, n, 11);
-	run_cached_add1(ctx, m, a, n);
-	run_cached_add1(ctx, m, a, n);
-	run_cached_add1(ctx, m, b, n);
+	/* The first request uploads a (apart from its stream), later ones and b, the same
+	 * bytes, use the device copy. */
+	(void)test_add1_cached(ctx, m, a, n, 0);
+	(void)test_add1_cached(ctx, m, a, n, 0);
+	(void)test_add1_cached(ctx, m, b, n, 0);
 	assert_int_equal(STAT(d, cache_misses), 1);
 	assert_int_equal(STAT(d, cache_hits), 2);
 
@@ -1038,11 +1020,11 @@ static void test_cuda_fake_user_cap_counts_cached_inputs(void **state)
 		/* 90 MiB held: 16 more are past 100, so not cached. */
 		if (gpux_dbuf_alloc(c, 0, 90u << 20, &db) != GPUX_OK)
 			_exit(11);
-		run_cached_add1(c, om, in, n);
+		(void)test_add1_cached(c, om, in, n, 0);
 		if (STAT(d, cache_bytes) != 0 || STAT(d, cache_misses) != 1)
 			_exit(12);
 		gpux_dbuf_free(db);
-		run_cached_add1(c, om, in, n);
+		(void)test_add1_cached(c, om, in, n, 0);
 		if (STAT(d, cache_bytes) != n * 4)
 			_exit(13);
 		/* 16 cached and idle, 90 more: the entry gives way. */

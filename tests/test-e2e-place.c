@@ -122,9 +122,9 @@ static void test_place_cached_input_outweighs_home(void **state)
 	assert_int_equal(gpux_buf_alloc(e->ctx, n * 4, &b), GPUX_OK);
 	test_fill_random(gpux_buf_data(b), n, &seed);
 	assert_int_equal(gpux_buf_freeze(b), GPUX_OK);
-	assert_int_equal(test_add1_cached(e, b, n, away), away);
+	assert_int_equal(test_add1_cached(e->ctx, e->m, b, n, away), away);
 	for (int i = 0; i < 6; i++) {
-		assert_int_equal(test_add1_cached(e, b, n, GPUX_ANY), away);
+		assert_int_equal(test_add1_cached(e->ctx, e->m, b, n, GPUX_ANY), away);
 		assert_int_equal(any_device(e->m, 2), home);
 	}
 	gpux_buf_free(b);

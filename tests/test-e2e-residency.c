@@ -184,7 +184,7 @@ static void test_residency_freeze_from_many_threads(void **state)
 		assert_ptr_equal(gpux_buf_data(b), p);
 		assert_memory_equal(p, want, n * 4);
 		assert_int_equal(frozen_fds(), fds0 + 1);
-		(void)test_add1_cached(e, b, n, 0);
+		(void)test_add1_cached(e->ctx, e->m, b, n, 0);
 		gpux_buf_free(b);
 		assert_int_equal(frozen_fds(), fds0);
 		free(want);
@@ -262,11 +262,11 @@ static void test_residency_cache_hit_after_freeze(void **state)
 	struct ipc_dev_status before = dev_status(e, 0), after;
 	gpux_buf *a = frozen(e, n, 1), *same = frozen(e, n, 1), *other = frozen(e, n, 2);
 
-	(void)test_add1_cached(e, a, n, 0);
-	(void)test_add1_cached(e, a, n, 0);
+	(void)test_add1_cached(e->ctx, e->m, a, n, 0);
+	(void)test_add1_cached(e->ctx, e->m, a, n, 0);
 	/* Another buffer with the same bytes is the same entry: content addressing. */
-	(void)test_add1_cached(e, same, n, 0);
-	(void)test_add1_cached(e, other, n, 0);
+	(void)test_add1_cached(e->ctx, e->m, same, n, 0);
+	(void)test_add1_cached(e->ctx, e->m, other, n, 0);
 	after = dev_status(e, 0);
 	assert_int_equal(after.stats.cache_misses - before.stats.cache_misses, 2);
 	assert_int_equal(after.stats.cache_hits - before.stats.cache_hits, 2);
@@ -286,14 +286,14 @@ static void test_residency_eviction_under_budget(void **state)
 
 	for (int i = 0; i < 4; i++) {
 		b[i] = frozen(e, n, 100 + (uint64_t)i);
-		(void)test_add1_cached(e, b[i], n, 1);
+		(void)test_add1_cached(e->ctx, e->m, b[i], n, 1);
 	}
 	after = dev_status(e, 1);
 	assert_true(after.stats.cache_evictions > before.stats.cache_evictions);
 	assert_true(after.stats.cache_bytes <= 3 << 20);
 	/* The first one was evicted: a miss; the last one is still there: a hit. */
 	before = after;
-	(void)test_add1_cached(e, b[3], n, 1);
+	(void)test_add1_cached(e->ctx, e->m, b[3], n, 1);
 	after = dev_status(e, 1);
 	assert_int_equal(after.stats.cache_hits, before.stats.cache_hits + 1);
 	for (int i = 0; i < 4; i++)
@@ -310,7 +310,7 @@ static void test_residency_ttl_expiry(void **state)
 	struct test_env *e = *state;
 	gpux_buf *b = frozen(e, 1000, 5);
 
-	(void)test_add1_cached(e, b, 1000, 0);
+	(void)test_add1_cached(e->ctx, e->m, b, 1000, 0);
 	assert_true(dev_status(e, 0).stats.cache_entries >= 1);
 	test_wait_stats(&e->d, 0, cache_empty, NULL);
 	gpux_buf_free(b);
@@ -492,11 +492,11 @@ static void test_residency_any_follows_affinity(void **state)
 	struct test_env *e = *state;
 	const uint64_t n = 50000;
 	gpux_buf *b = frozen(e, n, 77);
-	uint32_t first = test_add1_cached(e, b, n, GPUX_ANY);
+	uint32_t first = test_add1_cached(e->ctx, e->m, b, n, GPUX_ANY);
 
 	/* Wherever its bytes were cached first, there it goes again. */
 	for (int i = 0; i < 6; i++)
-		assert_int_equal(test_add1_cached(e, b, n, GPUX_ANY), first);
+		assert_int_equal(test_add1_cached(e->ctx, e->m, b, n, GPUX_ANY), first);
 	gpux_buf_free(b);
 }
 
@@ -535,7 +535,7 @@ static void test_residency_keys_and_filters_say_where_bytes_are(void **state)
 
 	/* Cached on device 1 only: its filter holds the key, for this user. */
 	assert_int_equal(gpux_buf_key(b, 0, 0, kb), GPUX_OK);
-	(void)test_add1_cached(e, b, n, 1);
+	(void)test_add1_cached(e->ctx, e->m, b, n, 1);
 	assert_int_equal(gpux_device_affinity(e->ctx, 0, f0), GPUX_OK);
 	assert_int_equal(gpux_device_affinity(e->ctx, 1, f1), GPUX_OK);
 	assert_true(gpux_affinity_holds(f1, uid, kb));

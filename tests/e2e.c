@@ -642,22 +642,20 @@ void test_send_seg(int chan, uint64_t id, uint64_t size, uint32_t flags, int fd)
 	assert_int_equal(ipc_channel_send(chan, buf, (size_t)n, &fd, 1, 0), 0);
 }
 
-int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap)
+int test_raw_done(int chan, uint32_t id, int timeout_ms, char *text, size_t cap)
 {
 	static uint8_t buf[IPC_MSG_MAX];
-	struct ipc_hdr h;
 
-	memcpy(&h, msg, sizeof(h));
-	assert_int_equal(ipc_channel_send(chan, msg, n, NULL, 0, 0), 0);
 	for (;;) {
 		struct pollfd p = { .fd = chan, .events = POLLIN };
 		struct ipc_done_msg d;
 		struct ipc_msg m;
 
-		assert_int_equal(poll(&p, 1, 10000), 1);
+		if (poll(&p, 1, timeout_ms) != 1)
+			fail_msg("no answer to request %u within %d ms", id, timeout_ms);
 		assert_int_equal(ipc_channel_recv_msg(chan, buf, sizeof(buf), &m, 0), 1);
 		ipc_msg_close_fds(&m);
-		if (m.hdr.type != IPC_DONE || m.hdr.id != h.id)
+		if (m.hdr.type != IPC_DONE || m.hdr.id != id)
 			continue;
 		assert_int_equal(ipc_decode_done(&m, &d), 0);
 		if (cap) {
@@ -667,6 +665,15 @@ int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap)
 		}
 		return d.m.status;
 	}
+}
+
+int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap)
+{
+	struct ipc_hdr h;
+
+	memcpy(&h, msg, sizeof(h));
+	assert_int_equal(ipc_channel_send(chan, msg, n, NULL, 0, 0), 0);
+	return test_raw_done(chan, h.id, 10000, text, cap);
 }
 
 unsigned test_gpu_count(void)

@@ -158,8 +158,12 @@ int test_daemon_teardown(void **state);
 void test_send_seg(int chan, uint64_t id, uint64_t size, uint32_t flags, int fd);
 
 /*
- * Send n bytes of a message on a raw channel and receive the DONE that answers it (waiting at
- * most 10 s): its status, and its text (NUL-terminated, cut to fit) in text[cap]. Asserts
- * that a DONE with the message's id came.
+ * Receive on a raw channel the DONE of request id, what comes before it dropped: its status,
+ * and its text (NUL-terminated, cut to fit) in text[cap]. Fails the test when nothing came
+ * for timeout_ms.
  */
+int test_raw_done(int chan, uint32_t id, int timeout_ms, char *text, size_t cap);
+
+/* Send n bytes of a message on a raw channel and receive the DONE that answers it (waiting at
+ * most 10 s): test_raw_done()'s answer. */
 int test_raw_call(int chan, const void *msg, size_t n, char *text, size_t cap);

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -730,27 +729,6 @@ static void raw_spin_alone(const struct raw_client *c, uint32_t id, uint32_t ms)
 	assert_int_equal(ipc_channel_send(c->chan, buf, (size_t)n, NULL, 0, 0), 0);
 }
 
-/* The status of the DONE of request `id`, which must come within timeout_ms. */
-static gpux_status raw_done(const struct raw_client *c, uint32_t id, int timeout_ms)
-{
-	static uint8_t buf[IPC_MSG_MAX];
-
-	for (;;) {
-		struct pollfd p = { .fd = c->chan, .events = POLLIN };
-		struct ipc_done_msg done;
-		struct ipc_msg m;
-
-		if (poll(&p, 1, timeout_ms) != 1)
-			fail_msg("no answer to request %u within %d ms", id, timeout_ms);
-		assert_int_equal(ipc_channel_recv_msg(c->chan, buf, sizeof(buf), &m, 0), 1);
-		ipc_msg_close_fds(&m);
-		if (m.hdr.type != IPC_DONE || m.hdr.id != id)
-			continue;
-		assert_int_equal(ipc_decode_done(&m, &done), 0);
-		return done.m.status;
-	}
-}
-
 static bool inflight_two(const struct ipc_dev_status *s, void *arg)
 {
 	return s->stats.inflight == 2;
@@ -791,7 +769,7 @@ static void test_cuda_fake_alone_runs_alone(void **state)
 	l.queue = q[1];
 	assert_int_equal(gpux_submit(m, "spin", &l, &a_zero, 1, &late), GPUX_OK);
 	assert_int_equal(gpux_wait(late, 10000), GPUX_OK);
-	assert_int_equal(raw_done(&raw, 2, 0), GPUX_OK);
+	assert_int_equal(test_raw_done(raw.chan, 2, 0, NULL, 0), GPUX_OK);
 	assert_int_equal(gpux_test(first), GPUX_OK);
 	gpux_req_free(first);
 	gpux_req_free(late);
@@ -829,20 +807,20 @@ static void test_cuda_fake_alone_capped(void **state)
 	raw_open(d, &raw);
 	for (; id < 1 + IPC_MARKS_PER_CLIENT; id++) {
 		raw_spin_alone(&raw, id, 0);
-		assert_int_equal(raw_done(&raw, id, 10000), GPUX_OK);
+		assert_int_equal(test_raw_done(raw.chan, id, 10000, NULL, 0), GPUX_OK);
 	}
 	/* The last one honoured. */
 	assert_int_equal(gpux_submit(m, "spin", &l, &a_long, 1, &other), GPUX_OK);
 	test_wait_stats(d, 0, inflight_one, NULL);
 	raw_spin_alone(&raw, id, 0);
-	assert_int_equal(raw_done(&raw, id++, 10000), GPUX_OK);
+	assert_int_equal(test_raw_done(raw.chan, id++, 10000, NULL, 0), GPUX_OK);
 	assert_int_equal(gpux_test(other), GPUX_OK);
 	gpux_req_free(other);
 	/* One past them. */
 	assert_int_equal(gpux_submit(m, "spin", &l, &a_long, 1, &other), GPUX_OK);
 	test_wait_stats(d, 0, inflight_one, NULL);
 	raw_spin_alone(&raw, id, 0);
-	assert_int_equal(raw_done(&raw, id, 10000), GPUX_OK);
+	assert_int_equal(test_raw_done(raw.chan, id, 10000, NULL, 0), GPUX_OK);
 	assert_int_equal(gpux_test(other), GPUX_E_AGAIN);
 	assert_int_equal(gpux_wait(other, 10000), GPUX_OK);
 	gpux_req_free(other);

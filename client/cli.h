@@ -202,8 +202,9 @@ struct cli_dev {
 	struct ipc_status_page *status;
 	struct ipc_launch_limits limits; /* from the status page; zeros: not known */
 	unsigned inflight;
-	uint64_t any_load,
-		any_load_ns;     /* the worker's count in flight, when read (pick_device()) */
+	/* 8 times the worker's count in flight, averaged over its reads, and when last read
+	 * (pick_device()). */
+	uint64_t any_load8, any_load_ns;
 	struct cli_rings *rings; /* NULL until the worker offers them, or without */
 	uint32_t sock_in;        /* messages taken from the channel's socket */
 	uint32_t sock_out;       /* messages sent on it */

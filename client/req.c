@@ -226,22 +226,28 @@ GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
  * Each connection has a home device, its id (gpuxd counts connections) modulo the devices,
  * so that processes that connect one after another are spread over the devices as if each
  * named one in turn. The home keeps a launch unless another device holds more of the
- * launch's cached inputs, or has less to do by more than ANY_KEEP_MIN requests (a count read
- * just before a completion was counted may be that much behind) and by more than a quarter
- * of the home's work where this process makes at least half of it, half where others do:
- * one process with much to do spreads it, while among many each keeps its home (theirs
- * spread the work already, and a launch elsewhere breaks the runs below). Where the home is
- * not ready, the device of the last GPUX_ANY launch keeps it so. So a process's launches
- * reach a worker in runs, which it launches as graphs of several (a graph holds one client's
- * requests), where choosing afresh each time scattered them; and processes that all began on
- * one device and kept the device of their last launch could stay there (a program with 64
- * in flight per process saw device 1 get a fifth of the work on two H200s). A
- * worker's count is read again only after ANY_LOAD_AGE_NS: the worker rewrites it at every
- * completion, so a read at every launch costs a cache miss on both sides. Measured on two
- * H200s, 16 processes over both devices: 1.38 M launches/s with the choice afresh at every
- * launch and every count read, 1.69-1.76 M/s with the last device kept and fewer reads,
- * 1.70-2.04 M/s with each process on one device; with homes 1.37-1.52 M/s against 1.70-1.84
- * named, still short of them (docs/PERFORMANCE-LOG.md).
+ * launch's cached inputs, or has less to do by more than ANY_KEEP_MIN requests and by more
+ * than a quarter of the home's work where this process makes at least half of it, three
+ * quarters where others do: one process with much to do spreads it, while among many each
+ * keeps its home unless the other device is nearly idle (theirs spread the work already, and
+ * a launch elsewhere breaks the runs below). Where the home is not ready, the device of the
+ * last GPUX_ANY launch keeps it so. So a process's launches reach a worker in runs, which it
+ * launches as graphs of several (a graph holds one client's requests), where choosing afresh
+ * each time scattered them; and processes that all began on one device and kept the device
+ * of their last launch could stay there (a program with 64 in flight per process saw device 1
+ * get a fifth of the work on two H200s).
+ *
+ * A worker's count misses the requests still on its rings, and falls near zero each time the
+ * worker ends a batch, before it takes the next: read as it is, it made two equally busy
+ * devices look twice as busy as each other often enough that processes moved (two H200s, 16
+ * to 64 processes: their graphs held 11-14 requests against 16-23 named, and the rate was
+ * 0.65-0.86 of theirs). So what a launch compares is the average of the reads, each weighing
+ * an eighth (about a millisecond); and a worker's count is read again only after
+ * ANY_LOAD_AGE_NS: the worker rewrites it at every completion, so a read at every launch
+ * costs a cache miss on both sides. Measured on two H200s, 16 processes over both devices:
+ * 1.38 M launches/s with the choice afresh at every launch and every count read, 1.69-1.76
+ * M/s with the last device kept and fewer reads, 1.70-2.04 M/s with each process on one
+ * device (docs/PERFORMANCE-LOG.md).
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
 #define ANY_KEEP_MIN 2u
@@ -273,11 +279,15 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 			continue;
 		if (d->status) {
 			if (now - d->any_load_ns >= ANY_LOAD_AGE_NS) {
-				d->any_load = __atomic_load_n(&d->status->stats.inflight,
-							      __ATOMIC_RELAXED);
+				uint64_t seen = __atomic_load_n(&d->status->stats.inflight,
+								__ATOMIC_RELAXED);
+
+				d->any_load8 = d->any_load_ns
+						       ? d->any_load8 - d->any_load8 / 8 + seen
+						       : 8 * seen;
 				d->any_load_ns = now;
 			}
-			load = MAX(load, d->any_load);
+			load = MAX(load, d->any_load8 / 8);
 		}
 		aff = d->status ? affinity(ctx, d->status, args, nargs) : 0;
 		score = load + AFFINITY_WEIGHT * (IPC_ARGS_MAX - aff);
@@ -296,7 +306,8 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 	ctx->rr++;
 	/* Kept, but never against more of the launch's cached inputs elsewhere. */
 	if (last_score != UINT64_MAX && best_aff <= last_aff &&
-	    best_score + MAX(last_load / (2 * last_own >= last_load ? 4 : 2), ANY_KEEP_MIN) >=
+	    best_score + MAX(2 * last_own >= last_load ? last_load / 4 : last_load - last_load / 4,
+			     ANY_KEEP_MIN) >=
 		    last_score)
 		best = keep;
 	if (best != UINT32_MAX) {

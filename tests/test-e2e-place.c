@@ -109,6 +109,81 @@ static void test_place_processes_spread(void **state)
 	gpux_buf_free(res);
 }
 
+/* "wait_flag" on device's default queue of m's connection: held until the flag in flags
+ * (the first int) is set. */
+static gpux_req *held(gpux_module *m, uint32_t device, gpux_buf *flags)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = device };
+	struct gpux_arg a[] = { gpux_arg_inout(flags, 0, 4), gpux_arg_inout(flags, 4, 4) };
+	gpux_req *r;
+
+	assert_int_equal(gpux_submit(m, "wait_flag", &l, a, 2, &r), GPUX_OK);
+	return r;
+}
+
+/*
+ * A connection that makes little of the work keeps its home while the other device is busy
+ * too, though less (its worker's count 6 against 16: read as they came, such counts sent
+ * launches away); once the other device has nothing to do, its launches go there.
+ */
+static void test_place_home_kept_beside_busy_neighbours(void **state)
+{
+	struct test_env *e = *state;
+	enum { AT_HOME = 16, AWAY = 6, LAUNCHES = 30 };
+	gpux_ctx *a = test_connect(&e->d), *b = test_connect(&e->d);
+	gpux_module *ma = test_load_host_kernels(a), *mb = test_load_host_kernels(b);
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = GPUX_ANY };
+	uint32_t home = any_device(ma, 3), away = 1 - home;
+	gpux_req *rh[AT_HOME], *ra[AWAY];
+	gpux_buf *fh, *fa;
+	bool moved = false;
+
+	assert_int_equal(gpux_buf_alloc(b, 8, &fh), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, 8, &fa), GPUX_OK);
+	memset(gpux_buf_data(fh), 0, 8);
+	memset(gpux_buf_data(fa), 0, 8);
+	for (unsigned i = 0; i < AT_HOME; i++)
+		rh[i] = held(mb, home, fh);
+	for (unsigned i = 0; i < AWAY; i++)
+		ra[i] = held(mb, away, fa);
+	for (int i = 0; i < 1000 && (((volatile int *)gpux_buf_data(fh))[1] != -1 ||
+				     ((volatile int *)gpux_buf_data(fa))[1] != -1);
+	     i++)
+		(void)usleep(5000);
+	for (unsigned i = 0; i < LAUNCHES; i++) {
+		assert_int_equal(any_device(ma, 1), home);
+		(void)usleep(200);
+	}
+	/* The other device's work ends: the launches follow within a few of the counts' reads
+	 * (each at least 100 us apart). */
+	((volatile int *)gpux_buf_data(fa))[0] = 1;
+	for (unsigned i = 0; i < AWAY; i++) {
+		assert_int_equal(gpux_wait(ra[i], -1), GPUX_OK);
+		gpux_req_free(ra[i]);
+	}
+	for (unsigned i = 0; i < 1000 && !moved; i++) {
+		gpux_req *r;
+
+		assert_int_equal(gpux_submit(ma, "empty", &l, NULL, 0, &r), GPUX_OK);
+		assert_int_equal(gpux_wait(r, -1), GPUX_OK);
+		moved = gpux_req_device(r) == away;
+		gpux_req_free(r);
+		(void)usleep(200);
+	}
+	assert_true(moved);
+	((volatile int *)gpux_buf_data(fh))[0] = 1;
+	for (unsigned i = 0; i < AT_HOME; i++) {
+		assert_int_equal(gpux_wait(rh[i], -1), GPUX_OK);
+		gpux_req_free(rh[i]);
+	}
+	gpux_buf_free(fh);
+	gpux_buf_free(fa);
+	gpux_module_free(ma);
+	gpux_module_free(mb);
+	gpux_disconnect(a);
+	gpux_disconnect(b);
+}
+
 /* An input cached on the device that is not the connection's home draws the launches that
  * use it there; the connection's other launches stay at home. */
 static void test_place_cached_input_outweighs_home(void **state)
@@ -180,6 +255,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_place_connections_take_devices_in_turn),
 		cmocka_unit_test(test_place_processes_spread),
+		cmocka_unit_test(test_place_home_kept_beside_busy_neighbours),
 		cmocka_unit_test(test_place_cached_input_outweighs_home),
 		cmocka_unit_test(test_place_queue_keeps_order_while_any_spills),
 	};

@@ -24,6 +24,9 @@
  *
  * - our own request was the culprit: it fails with KERNEL_FAULT (or TIMEOUT), and none of
  *   our others on that worker run again (the faulting client's queue is not replayed);
+ * - DONE: it ended well, its results in our memory (the device wrote DONE after its copies
+ *   back, or the worker when it saw it end, and died before its answer reached us): GPUX_OK,
+ *   whoever's fault it was, unless it is itself the culprit;
  * - STARTED: GPUX_E_WORKER_LOST, as before (a mapped argument, a device buffer, anything
  *   the host back end began: host kernels work on our pages in place);
  * - LAUNCHED: runs again only when the page names another's request as the culprit (never
@@ -200,12 +203,20 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 {
 	struct cli_dev *d = &ctx->devs[r->device];
 	struct ipc_fault f = { 0 };
+	bool culprit_ours;
 	uint32_t word;
 
 	if (d->status)
 		(void)ipc_status_fault_get(d->status, &f);
-	if ((f.cause == IPC_FAULT_KERNEL || f.cause == IPC_FAULT_DEADLINE) &&
-	    f.client_id == ctx->client_id) {
+	culprit_ours = (f.cause == IPC_FAULT_KERNEL || f.cause == IPC_FAULT_DEADLINE) &&
+		       f.client_id == ctx->client_id;
+	if (r->marked && d->marks && !(culprit_ours && r->id == f.req_id) &&
+	    __atomic_load_n(&d->marks[r->id % IPC_MARKS_PER_CLIENT], __ATOMIC_ACQUIRE) ==
+		    IPC_MARK(r->id, IPC_MARK_DONE)) {
+		cli_req_finish(r, GPUX_OK, NULL, 0, NULL);
+		return false;
+	}
+	if (culprit_ours) {
 		if (r->id == f.req_id && f.cause == IPC_FAULT_KERNEL)
 			return lost(
 				r, GPUX_E_KERNEL_FAULT,

@@ -411,6 +411,7 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 		       struct gpux_req *r)
 {
 	gpux_ctx *ctx = m->ctx;
+	const struct ipc_status_page *page = ctx->devs[device].status;
 	struct ipc_arg wire[IPC_ARGS_MAX];
 	uint8_t data[IPC_ARGS_MAX * 16];
 	uint8_t *big = NULL;
@@ -427,6 +428,9 @@ static int send_submit(gpux_module *m, const char *kernel, const struct gpux_lau
 	};
 	int n, rc;
 
+	/* A worker that writes DONE marks is told that we read them (client/replay.c). */
+	if (page && (__atomic_load_n(&page->features, __ATOMIC_RELAXED) & IPC_STATUS_MARK_DONE))
+		s.flags |= IPC_SUBMIT_MARK_DONE;
 	for (unsigned i = 0; i < 3; i++) {
 		s.grid[i] = l->grid[i] ? l->grid[i] : 1;
 		s.block[i] = l->block[i] ? l->block[i] : 1;

@@ -488,7 +488,7 @@ static const char *submit_refusal(const struct ipc_msg *msg, struct ipc_submit *
 		return "not a submit message, or shorter than its fixed part";
 	if (msg->nfds != 0)
 		return "fds with a submit message";
-	if (m->flags & ~(uint32_t)(IPC_LAUNCH_TIMED | IPC_SUBMIT_ALONE))
+	if (m->flags & ~(uint32_t)(IPC_LAUNCH_TIMED | IPC_SUBMIT_ALONE | IPC_SUBMIT_MARK_DONE))
 		return "unknown launch flags";
 	if (m->nargs > IPC_ARGS_MAX)
 		return "more than 64 arguments";

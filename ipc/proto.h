@@ -31,7 +31,8 @@
  *    never sends: IPC_QUEUE_CONFIG (a worker without it refuses it as any unknown type), the
  *    priority policy in ATTACH and WELCOME (their reserved space, 0 before), ipc_stats' sched;
  *    IPC_SUBMIT_ALONE, which a library sends only after a worker's status page said
- *    IPC_FAULT_UNKNOWN, which only a worker that takes the flag writes.
+ *    IPC_FAULT_UNKNOWN, which only a worker that takes the flag writes; IPC_SUBMIT_MARK_DONE,
+ *    sent only where the status page's `features` say IPC_STATUS_MARK_DONE (0 before).
  * The header, IPC_HELLO and IPC_DONE keep their layout and numbers in every version, so a
  * hello is parsed whatever version its header says, and a peer with no version in common is
  * refused with a DONE in its own version, which it can read.
@@ -93,6 +94,10 @@ enum { IPC_STATUS_COUNT = 0 IPC_STATUSES(IPC_COUNT_) };
  * with a request that may have broken the last worker's device (client/replay.c); a worker
  * honours it IPC_MARKS_PER_CLIENT times per channel, then ignores it (worker/core/queue.c). */
 #define IPC_SUBMIT_ALONE 0x2u
+/* ipc_submit.flags: the library reads IPC_MARK_DONE in the request's mark. It sends it only to a
+ * worker whose status page says IPC_STATUS_MARK_DONE; to others, and to libraries that do not
+ * send it, a request that ended well is STARTED, as before. */
+#define IPC_SUBMIT_MARK_DONE 0x4u
 
 /* Queues' priorities: IPC_PRIO_MIN (background) to IPC_PRIO_MAX (latency-critical), 0 by
  * default; a worker keeps one level of each. Compute shares: percent of the device's SMs. */
@@ -413,8 +418,11 @@ _Static_assert(sizeof(struct ipc_rings_offer) == 8, "wire ABI");
 /* Handed to the device (CUDA), which may have run it, but nothing copied back yet. */
 #define IPC_MARK_LAUNCHED 1u
 /* Past its point of no return: it began to change the client's memory (a host kernel, a
- * mapped or in-place argument, the copy of its results back), or it ended. */
+ * mapped or in-place argument, the copy of its results back), or it ended in error. */
 #define IPC_MARK_STARTED 2u
+/* Ended well: its results are all in the client's memory (written by the device after its
+ * copies back, in stream order, or by the worker when it ended GPUX_OK). */
+#define IPC_MARK_DONE 3u
 #define IPC_MARK(id, state) (((id)&IPC_MARK_ID_MASK) | ((uint32_t)(state) << IPC_MARK_STATE_SHIFT))
 /* Pages in a worker's marks memfd (16 MiB): one per client with requests, that many at once. */
 #define IPC_MARKS_PAGES 4096u

@@ -78,7 +78,12 @@ struct ipc_status_page {
 	 * client spins). */
 	uint32_t busy;
 	struct ipc_fault fault; /* outside the sequence count: ipc_status_fault_*() */
+	uint32_t features;      /* IPC_STATUS_*, set once before the worker is ready; 0 before */
+	uint32_t reserved_features;
 };
+
+/* The worker writes IPC_MARK_DONE for requests sent with IPC_SUBMIT_MARK_DONE. */
+#define IPC_STATUS_MARK_DONE 0x1u
 
 #define IPC_STATUS_PAGE_SIZE 8192u
 _Static_assert(sizeof(struct ipc_status_page) <= IPC_STATUS_PAGE_SIZE, "status page");

@@ -32,7 +32,9 @@ static const char ptx[] =
 	"\t.param .u64 add1_param_2)\n{\n\tret;\n}\n"
 	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
 	".visible .entry fault()\n{\n\tret;\n}\n"
-	".visible .entry slowfault(.param .u32 slowfault_param_0)\n{\n\tret;\n}\n";
+	".visible .entry slowfault(.param .u32 slowfault_param_0)\n{\n\tret;\n}\n"
+	".visible .entry append(.param .u32 append_param_0, .param .u64 append_param_1)\n"
+	"{\n\tret;\n}\n";
 
 static const char cuda_src[] =
 	"extern \"C\" __global__ void saxpy(unsigned long long n, float a, const float *x,\n"
@@ -257,6 +259,11 @@ static void test_cuda_fake_out_of_memory_is_not_fatal(void **state)
 static bool inflight_one(const struct ipc_dev_status *s, void *arg)
 {
 	return s->stats.inflight == 1;
+}
+
+static bool inflight_two(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.inflight == 2;
 }
 
 /*
@@ -688,6 +695,100 @@ static void test_cuda_fake_late_fault_blamed_on_its_kernel(void **state)
 	test_daemon_stop(d);
 }
 
+/*
+ * A co-tenant's request that ran to its end on the device (its stream wrote DONE after its
+ * copies back) but whose end the worker had not seen when a neighbour's kernel broke the
+ * device is no suspect: the faulting kernel is the only one, blamed at once (one restart;
+ * nothing runs again alone, which would break a second worker), and the co-tenant's request
+ * ends GPUX_OK with its results, taken as the device left them. Kernels keep their streams
+ * busy for 2 s (GPUX_FAKE_CUDA_KERNEL_NS), so the co-tenant's has not ended when the
+ * neighbour's breaks the device at 300 ms; the fake carries out its copies at once. Its
+ * append to an INOUT log, on a stream of its own, is not run again either: the log holds one
+ * entry.
+ */
+static void test_cuda_fake_done_request_no_suspect(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "4", NULL };
+	enum { N = 256 };
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t fault_ms = 300, gen;
+	uint64_t seed = 11, n = N;
+	float two = 2.0f;
+	struct gpux_arg a_fault = GPUX_ARG_VALUE(fault_ms);
+	uint32_t seven = 7;
+	gpux_buf *x, *y, *out, *log;
+	gpux_req *bad, *theirs, *appended;
+	gpux_status st;
+	gpux_queue *qa, *qb, *qb2;
+	gpux_module *ma, *mb;
+	gpux_ctx *a, *b;
+
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_KERNEL_NS", "2000000000", 1), 0);
+	test_daemon_start(d, args);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_KERNEL_NS"), 0);
+	gen = generation(d);
+	a = test_connect(d);
+	b = test_connect(d);
+	ma = load_ptx(a);
+	mb = load_ptx(b);
+	assert_int_equal(gpux_queue_open(a, 0, &qa), GPUX_OK);
+	assert_int_equal(gpux_queue_open(b, 0, &qb), GPUX_OK);
+	assert_int_equal(gpux_queue_open(b, 0, &qb2), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, 64, &log), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, N * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, N * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(b, N * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), N, &seed);
+	test_fill_random(gpux_buf_data(y), N, &seed);
+	{
+		struct gpux_launch lb = test_launch_1d(N, 0, qb);
+		struct gpux_arg sa[] = { GPUX_ARG_VALUE(n), GPUX_ARG_VALUE(two),
+					 gpux_arg_in(x, 0, N * 4), gpux_arg_in(y, 0, N * 4),
+					 gpux_arg_out(out, 0, N * 4) };
+
+		assert_int_equal(gpux_submit(mb, "saxpy", &lb, sa, 5, &theirs), GPUX_OK);
+	}
+	test_wait_stats(d, 0, inflight_one, NULL);
+	{
+		struct gpux_launch lb = { .grid = { 1 }, .block = { 1 }, .queue = qb2 };
+		struct gpux_arg aa[] = { GPUX_ARG_VALUE(seven), gpux_arg_inout(log, 0, 64) };
+
+		memset(gpux_buf_data(log), 0, 64);
+		assert_int_equal(gpux_submit(mb, "append", &lb, aa, 2, &appended), GPUX_OK);
+	}
+	test_wait_stats(d, 0, inflight_two, NULL);
+	l.queue = qa;
+	assert_int_equal(gpux_submit(ma, "slowfault", &l, &a_fault, 1, &bad), GPUX_OK);
+	assert_int_equal(gpux_wait(bad, 20000), GPUX_E_KERNEL_FAULT);
+	st = gpux_wait(theirs, 20000);
+	if (st != GPUX_OK)
+		fail_msg("the co-tenant's request: %s: %s", gpux_strerror(st),
+			 gpux_req_message(theirs));
+	check_saxpy(x, y, out, N, two);
+	/* Once: its INOUT log, which a second run would have appended to again. */
+	assert_int_equal(gpux_wait(appended, 20000), GPUX_OK);
+	assert_int_equal(((const uint32_t *)gpux_buf_data(log))[0], 1);
+	assert_int_equal(((const uint32_t *)gpux_buf_data(log))[1], seven);
+	test_wait_generation(d, 0, gen);
+	assert_int_equal(generation(d), gen + 1);
+	gpux_req_free(bad);
+	gpux_req_free(theirs);
+	gpux_req_free(appended);
+	gpux_buf_free(log);
+	gpux_buf_free(x);
+	gpux_buf_free(y);
+	gpux_buf_free(out);
+	gpux_queue_free(qa);
+	gpux_queue_free(qb);
+	gpux_queue_free(qb2);
+	gpux_module_free(ma);
+	gpux_module_free(mb);
+	gpux_disconnect(b);
+	gpux_disconnect(a);
+	test_daemon_stop(d);
+}
+
 /* A client that speaks the protocol itself (as a hostile one could): its channel, with the
  * test's PTX loaded as module 7. */
 struct raw_client {
@@ -727,11 +828,6 @@ static void raw_spin_alone(const struct raw_client *c, uint32_t id, uint32_t ms)
 
 	assert_true(n > 0);
 	assert_int_equal(ipc_channel_send(c->chan, buf, (size_t)n, NULL, 0, 0), 0);
-}
-
-static bool inflight_two(const struct ipc_dev_status *s, void *arg)
-{
-	return s->stats.inflight == 2;
 }
 
 /*
@@ -1234,6 +1330,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_injected_kernel_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_late_fault_blamed_on_its_kernel),
+		TEST_WITH_DAEMON(test_cuda_fake_done_request_no_suspect),
 		TEST_WITH_DAEMON(test_cuda_fake_alone_runs_alone),
 		TEST_WITH_DAEMON(test_cuda_fake_alone_capped),
 		TEST_WITH_DAEMON(test_cuda_fake_cache_and_dbufs),

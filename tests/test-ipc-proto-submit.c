@@ -132,13 +132,13 @@ static void test_proto_submit_rejects_bad_launch(void **state)
 		c.m.block[d] = 0;
 		assert_int_equal(submit_decode(&c), -EBADMSG);
 	}
-	/* IPC_LAUNCH_TIMED and IPC_SUBMIT_ALONE are the only flags. */
+	/* IPC_LAUNCH_TIMED, IPC_SUBMIT_ALONE and IPC_SUBMIT_MARK_DONE are the only flags. */
 	submit_init(&c);
 	c.m.flags = IPC_LAUNCH_TIMED;
 	assert_int_equal(submit_decode(&c), 0);
-	c.m.flags = IPC_LAUNCH_TIMED | IPC_SUBMIT_ALONE;
+	c.m.flags = IPC_LAUNCH_TIMED | IPC_SUBMIT_ALONE | IPC_SUBMIT_MARK_DONE;
 	assert_int_equal(submit_decode(&c), 0);
-	c.m.flags = IPC_SUBMIT_ALONE << 1;
+	c.m.flags = IPC_SUBMIT_MARK_DONE << 1;
 	assert_int_equal(submit_decode(&c), -EBADMSG);
 	c.m.flags = UINT32_MAX;
 	assert_int_equal(submit_decode(&c), -EBADMSG);

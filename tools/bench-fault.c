@@ -54,6 +54,7 @@ static const char kernels_host[] = "GPUX_HOST_PARAMS(inc, sizeof(float *));\n"
 /* What each innocent tells the parent, in shared anonymous memory. */
 struct innocent {
 	uint64_t ok, failed, wrong;
+	char why[160]; /* the first failure: its status and message */
 	unsigned nlat;
 	uint64_t lat[LAT_MAX];
 };
@@ -110,10 +111,14 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 			gpux_status st = gpux_wait(r[k], -1);
 			uint64_t now = tool_now();
 
-			if (st == GPUX_OK)
+			if (st == GPUX_OK) {
 				me->ok++;
-			else
-				me->failed++;
+			} else if (me->failed++ == 0) {
+				const char *text = gpux_req_message(r[k]);
+
+				(void)snprintf(me->why, sizeof(me->why), "%s: %s",
+					       gpux_strerror(st), text ? text : "");
+			}
 			if (me->nlat < LAT_MAX)
 				me->lat[me->nlat++] = now - t0[k];
 			gpux_req_free(r[k]);
@@ -169,6 +174,11 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 		t0 = tool_now();
 		st = gpux_run(m, "crash", &l, &a, 1);
 		*ret_told += st == GPUX_E_KERNEL_FAULT;
+		if (st == GPUX_E_WORKER_LOST)
+			(void)fprintf(stderr,
+				      "gpux: bench: fault: fault %u: the faulting client was told "
+				      "%s\n",
+				      k + 1, gpux_strerror(st));
 		if (st != GPUX_E_KERNEL_FAULT && st != GPUX_E_WORKER_LOST) {
 			(void)fprintf(stderr, "gpux: bench: fault: the faulting kernel ended %s\n",
 				      gpux_strerror(st));
@@ -244,6 +254,10 @@ int bench_fault(struct bench *b)
 			failed++;
 		ok += inn[i].ok;
 		failed += inn[i].failed;
+		if (inn[i].failed)
+			(void)fprintf(stderr,
+				      "gpux: bench: fault: innocent %u lost %llu, the first %s\n",
+				      i, (unsigned long long)inn[i].failed, inn[i].why);
 		wrong += inn[i].wrong;
 		all += inn[i].nlat;
 	}

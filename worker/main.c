@@ -253,6 +253,7 @@ static int worker_init(struct wrk *w)
 		.max_grid = { w->limits.max_grid[0], w->limits.max_grid[1], w->limits.max_grid[2] },
 		.max_shared_per_block = w->limits.max_shared_per_block_optin,
 	};
+	w->status->features = IPC_STATUS_MARK_DONE;
 	w->status->ready = 1;
 	ipc_status_write_end(w->status);
 	wrk_status_publish(w);

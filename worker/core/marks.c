@@ -24,7 +24,11 @@
  *   whose kernel ran but whose results were not copied may run again; one that works on
  *   memory in place (a mapped argument, a device buffer kept in host memory, a copy) is
  *   STARTED as it is enqueued;
- * - every request that ends is STARTED, whatever it did: its answer may go with the worker.
+ * - for a client that reads it (IPC_SUBMIT_MARK_DONE), the stream writes DONE after the copies
+ *   back: a request whose results are all in its client's memory when the device breaks
+ *   ended well, though the worker did not see it end; and culprit() does not suspect it;
+ * - every request that ends is STARTED, whatever it did (its answer may go with the worker),
+ *   or DONE where it ended well, for such a client.
  *
  * The pages are one memfd per worker (IPC_MARKS_PAGES of IPC_MARKS_PAGE bytes: 16 MiB),
  * mapped writable by the worker alone: sealed F_SEAL_FUTURE_WRITE before a client sees it, so
@@ -124,18 +128,34 @@ void wrk_marks_put(struct wrk_client *c)
 	c->marks_page = NO_PAGE;
 }
 
+/* DONE only for a client that reads it (IPC_SUBMIT_MARK_DONE): to others it is STARTED. */
+static uint32_t state_for(const struct wrk_req *r, uint32_t state)
+{
+	return state == IPC_MARK_DONE && !r->mark_done ? IPC_MARK_STARTED : state;
+}
+
 void wrk_mark(struct wrk_req *r, uint32_t state)
 {
 	const struct wrk_client *c = r->client;
 
 	if (!c || c->marks_page == NO_PAGE)
 		return;
+	state = state_for(r, state);
 	/* Before what the request does next (a fence orders this store before later ones; no
 	 * full barrier at every request): a client reads the page once the worker is gone, and
 	 * its death orders every store the worker made before whatever the client reads. */
 	__atomic_store_n(&page_of(c)[r->id % IPC_MARKS_PER_CLIENT], IPC_MARK(r->id, state),
 			 __ATOMIC_RELAXED);
 	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+bool wrk_mark_done(const struct wrk_req *r)
+{
+	const struct wrk_client *c = r->client;
+
+	return c && r->mark_done && c->marks_page != NO_PAGE &&
+	       __atomic_load_n(&page_of(c)[r->id % IPC_MARKS_PER_CLIENT], __ATOMIC_ACQUIRE) ==
+		       IPC_MARK(r->id, IPC_MARK_DONE);
 }
 
 bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr, uint32_t *ret_value)
@@ -146,6 +166,6 @@ bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr, u
 		return false;
 	*ret_addr = c->w->marks.dev_addr + (uint64_t)c->marks_page * IPC_MARKS_PAGE +
 		    (uint64_t)(r->id % IPC_MARKS_PER_CLIENT) * sizeof(uint32_t);
-	*ret_value = IPC_MARK(r->id, state);
+	*ret_value = IPC_MARK(r->id, state_for(r, state));
 	return true;
 }

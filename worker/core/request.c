@@ -351,6 +351,7 @@ int wrk_submit(struct wrk_client *c, const struct ipc_msg *msg)
 		r->alone = true;
 		c->alone++;
 	}
+	r->mark_done = s.m.flags & IPC_SUBMIT_MARK_DONE;
 	if (s.m.timeout_ms)
 		r->timeout_ms = MIN((uint64_t)s.m.timeout_ms, w->opts.max_timeout_ms);
 	memcpy(r->name, s.name, strlen(s.name) + 1);
@@ -471,10 +472,11 @@ static void req_end(struct wrk *w, struct wrk_req *r)
 	if (r->status == GPUX_E_KERNEL_FAULT && atomic_load(&w->fatal))
 		(void)ipc_status_fault_set(w->status, r->client ? r->client->id : 0, r->id,
 					   IPC_FAULT_KERNEL);
-	/* Ended: whatever it did, it does not run again should its answer be lost. (What the
-	 * worker lost, it leaves as the back end marked it: see send_done().) */
+	/* Ended: whatever it did, it does not run again should its answer be lost; one that
+	 * ended well is DONE, its results in place. (What the worker lost, it leaves as the back
+	 * end marked it: see send_done().) */
 	if (r->status != GPUX_E_WORKER_LOST)
-		wrk_mark(r, IPC_MARK_STARTED);
+		wrk_mark(r, r->status == GPUX_OK ? IPC_MARK_DONE : IPC_MARK_STARTED);
 	wrk_slot_end(w, r);
 	if (r->t_start > r->t_end)
 		r->t_start = r->t_end;

@@ -272,12 +272,13 @@ struct wrk_req {
 	uint64_t device_ns;
 	gpux_status status;
 	char *error;
-	bool launched; /* the back end queued all of its work (its waits for uploads too) */
-	bool timed;    /* GPUX_LAUNCH_TIMED: measure device_ns */
-	bool alone;    /* IPC_SUBMIT_ALONE, honoured: nothing else in flight while it runs */
-	bool sticky;   /* the back end broke its device enqueueing it */
-	void *backend; /* the back end's per-request state */
-	uint8_t *data; /* scalar bytes: data_inline, or allocated */
+	bool launched;  /* the back end queued all of its work (its waits for uploads too) */
+	bool timed;     /* GPUX_LAUNCH_TIMED: measure device_ns */
+	bool alone;     /* IPC_SUBMIT_ALONE, honoured: nothing else in flight while it runs */
+	bool mark_done; /* IPC_SUBMIT_MARK_DONE: its client reads IPC_MARK_DONE */
+	bool sticky;    /* the back end broke its device enqueueing it */
+	void *backend;  /* the back end's per-request state */
+	uint8_t *data;  /* scalar bytes: data_inline, or allocated */
 	unsigned nargs;
 	/* Only the first nargs of these are set: a request is reused without clearing them. */
 	struct wrk_arg args[IPC_ARGS_MAX];
@@ -621,6 +622,8 @@ void wrk_mark(struct wrk_req *r, uint32_t state);
 /* Where the device writes r's mark, and the word: for a write in stream order (CUDA). False
  * when r's client has no page or the marks are not registered with the device. */
 bool wrk_mark_dev(const struct wrk_req *r, uint32_t state, uint64_t *ret_addr, uint32_t *ret_value);
+/* Whether r's mark says DONE (written by the device after its copies back, or at its end). */
+bool wrk_mark_done(const struct wrk_req *r);
 
 /* worker/core/dbuf.c */
 int wrk_dbuf_msg(struct wrk_client *c, const struct ipc_msg *msg);

@@ -130,12 +130,15 @@ static void mark_launch(struct wrk_req *r)
 }
 
 /*
- * Before a request's copies back, in stream order: its STARTED mark, written by the device
- * when the stream gets there (a fault before leaves the request LAUNCHED: it may run again).
- * Where the device will not write it (no cuStreamWriteValue32, or it refused once: logged),
- * marked now, as the copies are enqueued. A sticky error is returned: the device is gone.
+ * Around a request's copies back, in stream order: before them its STARTED mark, written by
+ * the device when the stream gets there (a fault before leaves the request LAUNCHED: it may
+ * run again); after them DONE, for a client that reads it (a fault after leaves the request
+ * ended well: its results are in its client's memory, where they stay). Where the device will
+ * not write them (no cuStreamWriteValue32, or it refused once: logged), STARTED is marked
+ * now, as the copies are enqueued, and DONE when the request is seen to end. A sticky error
+ * is returned: the device is gone.
  */
-static CUresult mark_copies_back(struct cuda_dev *d, struct wrk_req *r, CUstream st)
+static CUresult mark_copies(struct cuda_dev *d, struct wrk_req *r, CUstream st, uint32_t state)
 {
 	_cleanup_(freep) char *msg = NULL;
 	uint64_t addr;
@@ -144,8 +147,9 @@ static CUresult mark_copies_back(struct cuda_dev *d, struct wrk_req *r, CUstream
 	CUresult e;
 
 	if (!d->cu.cuStreamWriteValue32 || d->marks_refused ||
-	    !wrk_mark_dev(r, IPC_MARK_STARTED, &addr, &value)) {
-		wrk_mark(r, IPC_MARK_STARTED);
+	    !wrk_mark_dev(r, state, &addr, &value)) {
+		if (state == IPC_MARK_STARTED)
+			wrk_mark(r, IPC_MARK_STARTED);
 		return CUDA_SUCCESS;
 	}
 	e = d->cu.cuStreamWriteValue32(st, (CUdeviceptr)addr, value, 0);
@@ -158,7 +162,8 @@ static CUresult mark_copies_back(struct cuda_dev *d, struct wrk_req *r, CUstream
 	wrk_log(d->w, "%s: copies back are marked as they are enqueued",
 		msg ? msg : "out of memory");
 	d->marks_refused = true;
-	wrk_mark(r, IPC_MARK_STARTED);
+	if (state == IPC_MARK_STARTED)
+		wrk_mark(r, IPC_MARK_STARTED);
 	return CUDA_SUCCESS;
 }
 
@@ -499,6 +504,7 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 	CUfunction copier = s->green ? NULL : copyin_wanted(d, r, scratch);
 	struct copyin c;
 	uint64_t used = 0, in_bytes = 0;
+	bool back = false;
 	CUresult e;
 
 	/* Unused ranges zero: the node's parameters are compared as bytes (node_same()). */
@@ -589,14 +595,14 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 			return e;
 		}
 	}
-	for (unsigned i = 0, first = 1; i < r->nargs; i++) {
+	for (unsigned i = 0; i < r->nargs; i++) {
 		struct wrk_arg *a = &r->args[i];
 
 		if ((a->kind != GPUX_ARG_OUT && a->kind != GPUX_ARG_INOUT) || a->centry)
 			continue;
-		if (first) {
-			first = 0;
-			e = mark_copies_back(d, r, st);
+		if (!back) {
+			back = true;
+			e = mark_copies(d, r, st, IPC_MARK_STARTED);
 			if (e != CUDA_SUCCESS) {
 				*ret_msg = strdup("marking the copies back");
 				return e;
@@ -605,6 +611,13 @@ static CUresult enqueue(struct cuda_dev *d, struct wrk_req *r, struct cuda_group
 		e = d->cu.cuMemcpyDtoHAsync(a->host, (CUdeviceptr)(uintptr_t)a->dev, a->len, st);
 		if (e != CUDA_SUCCESS) {
 			*ret_msg = wrk_strdup_printf("argument %u: copy from the device", i);
+			return e;
+		}
+	}
+	if (back && r->mark_done) {
+		e = mark_copies(d, r, st, IPC_MARK_DONE);
+		if (e != CUDA_SUCCESS) {
+			*ret_msg = strdup("marking the copies back");
 			return e;
 		}
 	}

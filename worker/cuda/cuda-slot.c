@@ -47,18 +47,31 @@ static bool group_ran(const struct cuda_group *g)
 	return false;
 }
 
+/* Whether a group may have broken the device: it ran, and not every one of its requests was
+ * seen through to its end by the device (the DONE its stream writes after the copies back). */
+static bool group_suspect(const struct cuda_group *g)
+{
+	if (!group_ran(g))
+		return false;
+	for (unsigned i = 0; i < g->n; i++)
+		if (!wrk_mark_done(g->reqs[i]))
+			return true;
+	return false;
+}
+
 /*
  * Which group a sticky error is blamed on, decided once: every stream sees the error at about
  * the same time, so the first to see it tells nothing. A slot's groups run in order, so what
  * broke the device is a group that ran: the suspects are each slot's oldest not ended (for a
  * waiter, the one it waited for is still its slot's first) and `mine`, those whose work was
- * launched. With one suspect the blame is exact, to the group: a graph holds one client's
- * requests. With several the device does not say which (on an H200 under load a kernel that
- * faulted at once was followed by neighbours' launches before the error reached the host, and
- * taking the one launched last blamed an innocent in each of three faults): nobody is blamed
- * (CULPRIT_UNKNOWN), the status page says so, and their clients send them again, each to run
- * alone (IPC_SUBMIT_ALONE, worker/core/queue.c), where a fault has one suspect. None (nothing
- * ran): `mine`.
+ * launched and did not end on the device (a request's stream writes DONE after its copies
+ * back, for a client that reads it: that one ran to its end). With one suspect the blame is exact,
+ * to the group: a graph holds one client's requests. With several the device does not say which (on
+ * an H200 under load a kernel that faulted at once was followed by neighbours' launches before the
+ * error reached the host, and taking the one launched last blamed an innocent in each of three
+ * faults): nobody is blamed (CULPRIT_UNKNOWN), the status page says so, and their clients send them
+ * again, each to run alone (IPC_SUBMIT_ALONE, worker/core/queue.c), where a fault has one suspect.
+ * None: `mine` when nothing ran (its launch met the error), else not known either.
  */
 static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {
@@ -66,7 +79,7 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
-		bool mine_in = mine_ran && group_ran(mine);
+		bool mine_in = mine_ran && group_suspect(mine);
 		uint64_t ran = mine_in ? mine->seq : 0;
 		unsigned suspects = mine_in;
 
@@ -79,13 +92,14 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 				cpu_relax();
 			(void)pthread_mutex_lock(&s->lock);
 			g = s->head;
-			if (g && g != mine && group_ran(g)) {
+			if (g && g != mine && group_suspect(g)) {
 				suspects++;
 				ran = MAX(ran, g->seq);
 			}
 			(void)pthread_mutex_unlock(&s->lock);
 		}
-		if (suspects > 1) {
+		/* Several, or none where `mine` ran to its end: not known. */
+		if (suspects > 1 || (!suspects && mine_ran && group_ran(mine))) {
 			d->culprit = CULPRIT_UNKNOWN;
 			wrk_fault_unknown(d->w);
 		} else {

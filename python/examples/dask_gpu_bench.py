@@ -41,7 +41,6 @@ extern "C" __global__ void saxpy(unsigned long n, float a, const float *x, float
 		y[i] = a * x[i] + y[i];
 }
 """
-_kernels: dict = {}
 
 
 def _expected(i: int) -> float:
@@ -50,9 +49,8 @@ def _expected(i: int) -> float:
 
 
 def gpux_task(i: int) -> float:
-    k = _kernels.get(("gpux", os.getpid()))
-    if k is None:
-        k = _kernels[("gpux", os.getpid())] = gpux.RawKernel(CUDA, "saxpy")
+    # Loaded once per process: identical RawKernels share their module, as CuPy's do.
+    k = gpux.RawKernel(CUDA, "saxpy")
     x = gpux.asarray(np.arange(ELEMENTS, dtype=np.float32) + i)
     y = gpux.ones(ELEMENTS, np.float32)
     k(((ELEMENTS + 255) // 256,), (256,), (np.uint64(ELEMENTS), np.float32(2), x, y))
@@ -62,9 +60,7 @@ def gpux_task(i: int) -> float:
 def cupy_task(i: int) -> float:
     import cupy
 
-    k = _kernels.get(("cupy", os.getpid()))
-    if k is None:
-        k = _kernels[("cupy", os.getpid())] = cupy.RawKernel(CUDA, "saxpy")
+    k = cupy.RawKernel(CUDA, "saxpy")
     x = cupy.arange(ELEMENTS, dtype=cupy.float32) + i
     y = cupy.ones(ELEMENTS, dtype=cupy.float32)
     k(((ELEMENTS + 255) // 256,), (256,), (np.uint64(ELEMENTS), np.float32(2), x, y))

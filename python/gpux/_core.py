@@ -130,9 +130,12 @@ def _set_default_context(ctx: Optional[_gpux.Context]) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _default_lock
-    # A thread of the parent making the default context is not here to let go of the lock.
+    global _default_lock, _raw_lock
+    # A thread of the parent making the default context (or loading a RawKernel's module)
+    # is not here to let go of the lock.
     _default_lock = threading.Lock()
+    _raw_lock = threading.Lock()
+    _raw_loading.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -663,6 +666,29 @@ import copyreg  # noqa: E402
 copyreg.pickle(_gpux.Kernel, _reduce_kernel)
 
 
+# RawKernel's modules, by what was loaded and where: each held as long as a kernel of it is.
+_raw_lock = threading.Lock()
+_raw_modules: "weakref.WeakValueDictionary[tuple, Module]" = weakref.WeakValueDictionary()
+_raw_loading: dict[tuple, threading.Lock] = {}
+
+
+def _raw_key(ctx: _gpux.Context, lang_id: int, code: Union[str, bytes],
+             options: Union[str, Sequence[str], None],
+             headers: Optional[Mapping[str, Union[str, bytes]]],
+             exprs: Optional[Sequence[str]]) -> Optional[tuple]:
+    """What makes two RawKernels' modules the same; None where the arguments are not plain
+    (Module then says what is wrong with them)."""
+    try:
+        raw = code.encode() if isinstance(code, str) else bytes(code)
+        opts = options if options is None or isinstance(options, str) else " ".join(options)
+        hdrs = tuple(sorted(headers.items())) if headers is not None else None
+        key = (id(ctx), lang_id, raw, opts, hdrs, tuple(exprs) if exprs else None)
+        hash(key)
+    except (TypeError, AttributeError, UnicodeError):
+        return None
+    return key
+
+
 def RawKernel(code: Union[str, bytes], name: str,
               options: Union[str, Sequence[str], None] = None,
               lang: Union[str, int, None] = None, *,
@@ -671,11 +697,39 @@ def RawKernel(code: Union[str, bytes], name: str,
     """As CuPy's RawKernel: the kernel ``name`` of ``code``; call it as
     ``k(grid, block, args, shared_mem=0)``. ``headers`` as for Module. A template
     instance's name (``"fill<float>"``) is listed as the module's name expression, so that
-    the template needs no explicit instantiation in the source."""
+    the template needs no explicit instantiation in the source.
+
+    As CuPy's, RawKernels of the same code, options, headers and context share one loaded
+    module (and so its ``__device__`` variables), which is unloaded once none of them is
+    left: a RawKernel made in a function called again and again (a Dask task, a request
+    handler) costs one load. Module loads afresh each time."""
     lang_id = _lang(lang, code)
     exprs = [name] if lang_id == LANG_CUDA and "<" in name else None
-    return Module(code, lang_id, options, headers=headers, name_expressions=exprs,
-                  context=context).get_function(name)
+    ctx = context if context is not None else get_context()
+    key = _raw_key(ctx, lang_id, code, options, headers, exprs)
+    if key is None:
+        return Module(code, lang_id, options, headers=headers, name_expressions=exprs,
+                      context=ctx).get_function(name)
+    with _raw_lock:
+        m = _raw_modules.get(key)
+        loading = _raw_loading.setdefault(key, threading.Lock()) if m is None else None
+    if loading is not None:
+        # One thread loads it; the others racing for the same module wait for its result.
+        with loading:
+            with _raw_lock:
+                m = _raw_modules.get(key)
+            if m is None:
+                try:
+                    m = Module(code, lang_id, options, headers=headers,
+                               name_expressions=exprs, context=ctx)
+                    with _raw_lock:
+                        _raw_modules[key] = m
+                finally:
+                    with _raw_lock:
+                        if _raw_loading.get(key) is loading:
+                            del _raw_loading[key]
+    assert m is not None
+    return m.get_function(name)
 
 
 def RawModule(code: Union[str, bytes], options: Union[str, Sequence[str], None] = None, *,

@@ -8,6 +8,7 @@ import pickle
 import re
 import subprocess
 import sys
+import threading
 import time
 import weakref
 
@@ -288,6 +289,38 @@ def test_a_kernel_keeps_its_module_for_pickling():
     del front
     assert r() is None
 
+
+
+def test_raw_kernels_of_the_same_code_share_one_module():
+    # As CuPy's: more than a client's 1024 modules, all kept, load once.
+    kernels = [gpux.RawKernel(EMPTY_HOST, "k", lang="host") for _ in range(2000)]
+    assert all(k.module is kernels[0].module for k in kernels)
+    kernels[-1](1, 1, (np.uint32(0),))
+    other = EMPTY_HOST + "/* another source */\n"
+    assert gpux.RawKernel(other, "k", lang="host").module is not kernels[0].module
+    assert gpux.RawKernel(HOST_TWO, "a", lang="host").module is not kernels[0].module
+    assert gpux.Module(EMPTY_HOST, "host") is not kernels[0].module
+    # Held as long as a kernel of it is, no longer.
+    del kernels
+    gc.collect()
+    assert not [k for k in gpux._core._raw_modules.keys() if EMPTY_HOST.encode() in k]
+
+
+def test_raw_kernel_loaded_once_by_racing_threads():
+    code = EMPTY_HOST + "/* threads */\n"
+    got: list = []
+    start = threading.Barrier(16)
+
+    def load():
+        start.wait()
+        got.append(gpux.RawKernel(code, "k", lang="host"))
+
+    threads = [threading.Thread(target=load) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 16 and all(k.module is got[0].module for k in got)
 
 def test_connect_error_says_where_and_why(tmp_path):
     sock = str(tmp_path / "gpuxd.sock")

@@ -166,11 +166,11 @@ struct gpux_req {
 	/* Sent again after its worker died (client/replay.c): a SUBMIT or COPY. */
 	bool word; /* holds word id % IPC_MARKS_PER_CLIENT of channel word_gen's marks */
 	uint64_t word_gen;
-	bool marked;     /* ... since before it was sent: the word is its own */
-	bool any;        /* GPUX_ANY: it may go to another device */
-	bool pending;    /* lost with its worker, in ctx->pending until it is sent again */
-	uint8_t replays; /* how often it was sent again */
-	uint8_t *wire;   /* the message as sent, kept to send again; NULL: never sent again */
+	bool marked;       /* ... since before it was sent: the word is its own */
+	bool any;          /* GPUX_ANY: it may go to another device */
+	bool pending;      /* lost with its worker, in ctx->pending until it is sent again */
+	uint8_t suspected; /* how often it was a suspect of a fault (client/replay.c) */
+	uint8_t *wire;     /* the message as sent, kept to send again; NULL: never sent again */
 	uint32_t wire_len;
 	uint64_t seq;     /* the context's send order, kept when it is sent again */
 	uint64_t lost_ns; /* when its worker died (pending) */

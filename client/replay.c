@@ -37,9 +37,12 @@
  *
  * Only SUBMITs and COPYs are sent again, as they were sent (kept with the request, a
  * suspect's with the flag added; the objects they name are synced to the new channel first),
- * at most CLI_REPLAY_MAX times each, in the order they were first sent: a request bound to a
- * device waits for its successor, and later requests to that device wait behind it
- * (cli_replay_blocks()); a GPUX_ANY one goes to whichever device is ready. The new id holds a
+ * in the order they were first sent: a suspect of a fault whose culprit is not known at most
+ * CLI_REPLAY_MAX times, others each time their worker dies (under
+ * a neighbour that faults again, each of whose faults may take two workers, an innocent's
+ * request waiting behind the suspects that run alone was lost after two deaths). A request
+ * bound to a device waits for its successor, and later requests to that device wait behind
+ * it (cli_replay_blocks()); a GPUX_ANY one goes to whichever device is ready. The new id holds a
  * free word of the new channel's marks.
  */
 
@@ -236,11 +239,14 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 	if (word == IPC_MARK(r->id, IPC_MARK_LAUNCHED) && !f.cause)
 		return lost(r, GPUX_E_WORKER_LOST,
 			    "the worker died while the request ran, of a cause not known");
-	if (r->replays >= CLI_REPLAY_MAX)
-		return lost(r, GPUX_E_WORKER_LOST,
-			    "the worker died again: the request was run again too often");
-	if (word == IPC_MARK(r->id, IPC_MARK_LAUNCHED) && f.cause == IPC_FAULT_UNKNOWN)
+	/* A suspect runs again a few times; one that never reached the device, or that ran
+	 * beside a known culprit, as often as a neighbour's fault takes its worker. */
+	if (word == IPC_MARK(r->id, IPC_MARK_LAUNCHED) && f.cause == IPC_FAULT_UNKNOWN) {
+		if (r->suspected++ >= CLI_REPLAY_MAX)
+			return lost(r, GPUX_E_WORKER_LOST,
+				    "the worker died again: the request was run again too often");
 		wire_alone(r);
+	}
 	cli_req_word_drop(ctx, r);
 	r->lost_ns = mono_ns();
 	pend(ctx, r);
@@ -423,7 +429,6 @@ static int resend(gpux_ctx *ctx, struct gpux_req *r, uint32_t device)
 		return rc;
 	}
 	r->chan_gen = d->chan_gen;
-	r->replays++;
 	d->inflight++;
 	return 0;
 }

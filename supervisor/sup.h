@@ -21,6 +21,9 @@
 /* Five deaths within a minute mark a device failed (as s6 and systemd throttle). */
 #define SUP_DEATHS_MAX 5u
 #define SUP_DEATH_WINDOW_NS (60ULL * 1000000000ULL)
+/* Deaths of a kernel fault blamed on one client's request are no strike against the device,
+ * up to this many within the window: past them, whatever runs there seems to fault. */
+#define SUP_BLAMED_MAX 20u
 #define SUP_BACKOFF_MIN_NS (100ULL * 1000000ULL)
 #define SUP_BACKOFF_MAX_NS (5ULL * 1000000000ULL)
 /* A failed device is tried once more after this long. */
@@ -154,6 +157,8 @@ struct sup_worker {
 	uint32_t restarts;
 	uint64_t deaths[SUP_DEATHS_MAX];
 	unsigned ndeaths;
+	uint64_t blamed[SUP_BLAMED_MAX]; /* the last deaths of a fault blamed on a request */
+	unsigned nblamed;
 	bool killed_deadline;
 	int last_exit; /* wait status of the last death */
 	/* Its stderr, a pipe whose lines go to gpuxd's log (an NVRTC helper shares it). */

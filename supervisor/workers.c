@@ -577,6 +577,29 @@ static unsigned record_death(struct sup_worker *w, uint64_t now)
 	return recent_deaths(w, now);
 }
 
+/*
+ * Whether the worker died of a kernel fault its status page blames on one client's request:
+ * the device is whole, only that request failed (a neighbour's innocent requests run again),
+ * so the death is no strike against the device, up to SUP_BLAMED_MAX such deaths within the
+ * window (a device that fails whatever runs on it blames each client in turn). Otherwise a
+ * client whose kernel faults five times in a minute, by bug or on purpose, had its device
+ * marked failed for everybody.
+ */
+static bool blamed_death(struct sup_worker *w, uint64_t now)
+{
+	struct ipc_fault f;
+	unsigned recent = 0;
+
+	if (!w->status || ipc_status_fault_get(w->status, &f) != IPC_FAULT_KERNEL || !f.client_id)
+		return false;
+	for (unsigned i = 0; i < MIN(w->nblamed, SUP_BLAMED_MAX); i++)
+		recent += now - w->blamed[i] <= SUP_DEATH_WINDOW_NS;
+	if (recent >= SUP_BLAMED_MAX)
+		return false;
+	w->blamed[w->nblamed++ % SUP_BLAMED_MAX] = now;
+	return true;
+}
+
 static void worker_drain(struct sup_worker *w)
 {
 	struct ipc_hdr drain = { .magic = IPC_MAGIC, .version = IPC_VERSION, .type = IPC_DRAIN };
@@ -626,9 +649,11 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 			(int)w->pid, w->generation);
 		break;
 	case A_DIED: {
-		/* A worker killed for a client's deadline did nothing wrong: no strike. */
-		unsigned recent =
-			w->killed_deadline ? sup_worker_recent_deaths(w) : record_death(w, now);
+		/* A worker killed for a client's deadline did nothing wrong, nor did the device of
+		 * one that died of a client's kernel fault: no strike. */
+		unsigned recent = w->killed_deadline || blamed_death(w, now)
+					  ? sup_worker_recent_deaths(w)
+					  : record_death(w, now);
 
 		if (w->s->stopping) {
 			/* Nothing is started again while gpuxd stops. */

@@ -339,6 +339,37 @@ static void test_e2e_dead_client_queued_work_never_runs(void **state)
 	gpux_buf_free(b);
 }
 
+/*
+ * Kernel faults blamed on a client's request are no strike against the device: more of them
+ * than the five deaths in a minute that mark a device failed leave it serving everybody,
+ * its count of recent deaths as it was.
+ */
+static void test_e2e_blamed_faults_do_not_fail_the_device(void **state)
+{
+	struct test_env *e = *state;
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 0 };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	uint32_t strikes;
+	gpux_buf *b;
+
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	strikes = devs[0].deaths_recent;
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	for (unsigned i = 0; i < 6; i++) {
+		uint32_t gen = generation(e, 0);
+		struct gpux_arg arg = gpux_arg_inout(b, 0, 64);
+
+		assert_int_equal(gpux_run(e->m, "crash", &l, &arg, 1), GPUX_E_KERNEL_FAULT);
+		test_wait_generation(&e->d, 0, gen);
+	}
+	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+	assert_int_equal(devs[0].state, GPUX_DEVICE_READY);
+	assert_int_equal(devs[0].deaths_recent, strikes);
+	run_ok(e, 0);
+	gpux_buf_free(b);
+}
+
 static bool is_down_or_new(const struct ipc_dev_status *s, void *arg)
 {
 	return s->state == GPUX_DEVICE_FAILED ||
@@ -394,6 +425,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_deadline_of_a_gone_client_is_logged),
 		cmocka_unit_test(test_e2e_client_killed_mid_request_is_reclaimed),
 		cmocka_unit_test(test_e2e_dead_client_queued_work_never_runs),
+		cmocka_unit_test(test_e2e_blamed_faults_do_not_fail_the_device),
 		cmocka_unit_test(test_e2e_device_failed_after_repeated_deaths),
 	};
 

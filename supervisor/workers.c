@@ -393,7 +393,22 @@ static void reap(struct sup_worker *w)
 	ipc_conn_free(w->control);
 	w->control = NULL;
 	if (w->state != W_STOPPING) {
-		if (WIFEXITED(st))
+		struct ipc_fault f;
+		uint32_t cause = w->status ? ipc_status_fault_get(w->status, &f) : 0;
+
+		if (WIFEXITED(st) && cause == IPC_FAULT_KERNEL)
+			sup_logp(LOG_WARNING,
+				 "device %u: worker %d exited with status %d: a kernel fault of "
+				 "client %llu's request %u",
+				 w->index, (int)w->pid, WEXITSTATUS(st),
+				 (unsigned long long)f.client_id, f.req_id);
+		else if (WIFEXITED(st) && cause == IPC_FAULT_UNKNOWN)
+			sup_logp(LOG_WARNING,
+				 "device %u: worker %d exited with status %d: a kernel fault, one "
+				 "of "
+				 "several requests' (they run again, each alone)",
+				 w->index, (int)w->pid, WEXITSTATUS(st));
+		else if (WIFEXITED(st))
 			sup_logp(LOG_WARNING, "device %u: worker %d exited with status %d",
 				 w->index, (int)w->pid, WEXITSTATUS(st));
 		else if (WIFSIGNALED(st))

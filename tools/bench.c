@@ -413,18 +413,16 @@ static int s_cached(struct bench *b)
 /* Their log goes to $GPUX_BENCH_DAEMON_LOG (appended) where it is set, else nowhere. */
 pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache)
 {
-	char *argv[] = { b->gpuxd, "--socket", (char *)sock, "--cache-dir", (char *)cache, NULL };
 	const char *log = getenv("GPUX_BENCH_DAEMON_LOG");
+	char *argv[] = { b->gpuxd,      "--socket",    (char *)sock,
+			 "--cache-dir", (char *)cache, log && *log ? "--log-file" : NULL,
+			 (char *)log,   NULL };
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 
 	(void)posix_spawn_file_actions_init(&fa);
 	(void)posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-	if (log && *log)
-		(void)posix_spawn_file_actions_addopen(
-			&fa, 2, log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	else
-		(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+	(void)posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
 	if (posix_spawn(&pid, b->gpuxd, &fa, NULL, argv, environ) != 0)
 		pid = -1;
 	(void)posix_spawn_file_actions_destroy(&fa);

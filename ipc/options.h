@@ -71,6 +71,8 @@
 	  .help = "be the worker's NVRTC helper, on fd 3")                                         \
 	W(sandbox, "sandbox", .kind = IPC_OPT_FLAG,                                                \
 	  .help = "run host kernels under a seccomp filter")                                       \
+	W(restart, "restart", .kind = IPC_OPT_FLAG,                                                \
+	  .help = "another worker served the device before: ready before the compiler is warm")    \
 	D(socket_path, "socket", .kind = IPC_OPT_TEXT, .arg = "PATH",                              \
 	  .help = "listen here (default $XDG_RUNTIME_DIR/gpux/gpuxd.sock,\n"                       \
 		  "else /tmp/gpux-UID/gpuxd.sock)")                                                \
@@ -225,6 +227,7 @@ struct ipc_worker_opts {
 	bool probe;       /* list the devices and exit */
 	bool compiler;    /* be the compile helper */
 	bool sandbox;     /* host kernels run under a seccomp filter (worker/sandbox.c) */
+	bool restart;     /* another worker served the device before (worker/cuda/cuda.c) */
 	const char *cache_dir;
 	uint64_t timeout_ms;         /* default request deadline */
 	uint64_t max_timeout_ms;     /* the longest a client may ask for */

@@ -286,6 +286,8 @@ int sup_worker_argv(const struct sup *s, const struct sup_worker *w, struct sup_
 		wo.ledger_fd = 6;
 		wo.parent_pid = getpid();
 		wo.sandbox = s->opts.host_sandbox;
+		/* Clients wait for a restarted worker, not for its first compile. */
+		wo.restart = w->generation > 0;
 #define SUP_PASS_ON_(field, ...) wo.field = s->opts.field;
 		IPC_OPTIONS(IPC_OPT_NONE_, IPC_OPT_NONE_, SUP_PASS_ON_, IPC_OPT_NONE_)
 	} else {

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* tests/test-e2e-faults.c: dying workers, faulting kernels, deadlines, dying clients. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -342,7 +343,8 @@ static void test_e2e_dead_client_queued_work_never_runs(void **state)
 /*
  * Kernel faults blamed on a client's request are no strike against the device: more of them
  * than the five deaths in a minute that mark a device failed leave it serving everybody,
- * its count of recent deaths as it was.
+ * its count of recent deaths as it was. The workers after the first are told they follow
+ * another (--restart: ready before the compiler is warm).
  */
 static void test_e2e_blamed_faults_do_not_fail_the_device(void **state)
 {
@@ -368,6 +370,21 @@ static void test_e2e_blamed_faults_do_not_fail_the_device(void **state)
 	assert_int_equal(devs[0].deaths_recent, strikes);
 	run_ok(e, 0);
 	gpux_buf_free(b);
+	/* A worker that follows another is ready before its compiler is warm. */
+	{
+		char path[64], cmd[4096];
+		ssize_t len;
+		int fd;
+
+		(void)snprintf(path, sizeof(path), "/proc/%d/cmdline",
+			       (int)test_worker_pid(&e->d, 0));
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		assert_true(fd >= 0);
+		len = read(fd, cmd, sizeof(cmd) - 1);
+		(void)close(fd);
+		assert_true(len > 0);
+		assert_true(memmem(cmd, (size_t)len, "--restart", 10) != NULL);
+	}
 }
 
 static bool is_down_or_new(const struct ipc_dev_status *s, void *arg)

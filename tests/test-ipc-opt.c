@@ -39,6 +39,7 @@ static void assert_opts_equal(const struct ipc_worker_opts *a, const struct ipc_
 	assert_int_equal(a->probe, b->probe);
 	assert_int_equal(a->compiler, b->compiler);
 	assert_int_equal(a->sandbox, b->sandbox);
+	assert_int_equal(a->restart, b->restart);
 	if (a->cache_dir || b->cache_dir)
 		assert_string_equal(a->cache_dir, b->cache_dir);
 	assert_int_equal(a->timeout_ms, b->timeout_ms);
@@ -157,6 +158,7 @@ static struct ipc_worker_opts every_option(void)
 		.probe = true,
 		.compiler = true,
 		.sandbox = true,
+		.restart = true,
 		.cache_dir = "/a/cache/dir",
 		.timeout_ms = IPC_OPT_MS_MAX,
 		.max_timeout_ms = 1,

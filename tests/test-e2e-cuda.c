@@ -616,6 +616,52 @@ static void test_cuda_fake_injected_kernel_launch_failure(void **state)
 	sticky_case(*state, "cuLaunchKernel:1:719", "spin", 64 * 1024, true, false);
 }
 
+/*
+ * A kernel's lookup meeting a sticky error (the driver's third lookup fails: after the
+ * worker's own copy-in kernel and spin, saxpy's): nothing of the request ran, so it is not
+ * told it faulted; lost with the worker, it runs again on the next (the failure is injected
+ * in the first only) and succeeds.
+ */
+static void test_cuda_fake_injected_lookup_failure(void **state)
+{
+	struct test_daemon *d = *state;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t zero = 0, gen;
+	uint64_t n = 256, seed = 3;
+	struct gpux_arg quick = GPUX_ARG_VALUE(zero);
+	char *once = test_mkdtemp(), path[300];
+	gpux_buf *x, *y, *out;
+	gpux_module *m;
+	gpux_ctx *ctx;
+
+	(void)snprintf(path, sizeof(path), "%s/failed", once);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL_ONCE", path, 1), 0);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", "cuModuleGetFunction:3:719", 1), 0);
+	start(d);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL_ONCE"), 0);
+	gen = generation(d);
+	ctx = test_connect(d);
+	m = load_ptx(ctx);
+	assert_int_equal(gpux_run(m, "spin", &l, &quick, 1), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &y), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, n * 4, &out), GPUX_OK);
+	test_fill_random(gpux_buf_data(x), n, &seed);
+	test_fill_random(gpux_buf_data(y), n, &seed);
+	assert_int_equal(saxpy(m, x, y, out, n, 2.0f, GPUX_ARG_OUT), GPUX_OK);
+	check_saxpy(x, y, out, n, 2.0f);
+	assert_true(generation(d) > gen);
+	gpux_buf_free(x);
+	gpux_buf_free(y);
+	gpux_buf_free(out);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	test_daemon_stop(d);
+	test_rmtree(once);
+	free(once);
+}
+
 /* The event after a request refused with a sticky error: the request was launched, so it ran
  * and is a suspect; it ends at once (its end cannot be waited for), the other after it. The
  * second event recorded is the bad one's (the co-tenant running too: nobody is blamed, both
@@ -1328,6 +1374,7 @@ int main(void)
 		TEST_WITH_DAEMON(test_cuda_fake_fault_restarts_worker),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_launch_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_kernel_launch_failure),
+		TEST_WITH_DAEMON(test_cuda_fake_injected_lookup_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_injected_event_failure),
 		TEST_WITH_DAEMON(test_cuda_fake_late_fault_blamed_on_its_kernel),
 		TEST_WITH_DAEMON(test_cuda_fake_done_request_no_suspect),

@@ -29,15 +29,19 @@ char *cuda_msg(struct cuda_dev *d, const char *what, CUresult r)
 }
 
 /* A failure's status. A sticky error broke the context, whichever call met it: the worker
- * goes and is restarted. */
+ * goes and is restarted. None of the calls here runs a kernel, so such an error is another
+ * request's doing: the one that met it is lost with the worker (not answered: its client
+ * sends it again, client/replay.c), never told it faulted (on two H200s an innocent's kernel
+ * lookup met a neighbour's illegal address, and the innocent was told KERNEL_FAULT). */
 static gpux_status cuda_status(struct cuda_dev *d, CUresult r)
 {
 	bool sticky;
 	gpux_status st = wrk_cu_err(r, &sticky);
 
-	if (sticky)
-		wrk_device_broken(d->w);
-	return st;
+	if (!sticky)
+		return st;
+	wrk_device_broken(d->w);
+	return GPUX_E_WORKER_LOST;
 }
 
 /* ---- probe and open ---- */
@@ -306,8 +310,7 @@ static gpux_status cuda_open(struct wrk *w, uint32_t device, void **ret_dev,
 	/* The device is ready once its compiler is too (NVRTC's load and first compile take
 	 * longer than the driver's start on a fresh machine): a client's first compile finds
 	 * it warm. Not a restarted worker's: its clients' requests, run again, wait for it, and
-	 * their modules are in the caches (on two H200s the warm-up was 0.5 of the 1.1 s from a
-	 * fault to the next worker's readiness). */
+	 * their modules are in the caches. */
 	if (!w->opts.restart)
 		wrk_compiler_wait_warm(&d->compiler, mono_ns() + COMPILER_WARM_WAIT_NS);
 	*ret_dev = d;

@@ -297,9 +297,10 @@ static void test_graphs_refused_node_falls_back(void **state)
 
 /*
  * Two clients wait behind a full slot; the driver refuses the second graph launched with a
- * sticky error. The blame goes to a group that ran (or, if none, the refused one); which kernel
- * of a graph faulted the device does not say, so a graph holds one client's requests only:
- * GPUX_E_KERNEL_FAULT goes to one client; the other's requests that were handed to the device
+ * sticky error. The blame goes to a group that ran (or, if none, the refused one; if several,
+ * none); which kernel of a graph faulted the device does not say, so a graph holds one client's
+ * requests only: GPUX_E_KERNEL_FAULT goes to one client at most; the other's requests that were
+ * handed to the device
  * (their log is mapped: in place) see GPUX_E_WORKER_LOST, and those not yet run again on the
  * next worker.
  */
@@ -364,7 +365,9 @@ static void test_graphs_fault_stays_with_one_client(void **state)
 		faults[0] += gpux_wait(fill[i], -1) == GPUX_E_KERNEL_FAULT;
 		gpux_req_free(fill[i]);
 	}
-	assert_true(faults[0] + faults[1] > 0);
+	/* One client is blamed, or nobody: when several groups that ran may have broken the
+	 * device, none is blamed, each runs again alone, and (the failure injected once) all
+	 * succeed. */
 	assert_true(faults[0] == 0 || faults[1] == 0);
 	for (int k = 0; k < 2; k++) {
 		gpux_buf_free(log[k]);

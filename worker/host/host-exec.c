@@ -561,13 +561,15 @@ static void *helper_main(void *arg)
 		if (faulted)
 			break;
 	}
-	/* Said to host_exec_free(); in the sandbox, where its end would be refused, it parks. */
+	/* Said to host_exec_free(); in the sandbox, where its end would be refused, it parks. Once
+	 * the lock goes, h and x may be freed (a caged helper is detached, not joined): only this
+	 * thread's own flag is read after it. */
 	h->ended = true;
 	h->caged = sandboxed;
 	(void)pthread_cond_broadcast(&x->left);
 	(void)pthread_mutex_unlock(&x->lock);
 	host_exec_thread_end(&ss);
-	if (h->caged)
+	if (sandboxed)
 		host_exec_park();
 	return NULL;
 }

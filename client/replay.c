@@ -206,16 +206,18 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 {
 	struct cli_dev *d = &ctx->devs[r->device];
 	struct ipc_fault f = { 0 };
+	/* Its word, when it holds one of this page (0: none). */
+	uint32_t word =
+		r->marked && d->marks
+			? __atomic_load_n(&d->marks[r->id % IPC_MARKS_PER_CLIENT], __ATOMIC_ACQUIRE)
+			: 0;
 	bool culprit_ours;
-	uint32_t word;
 
 	if (d->status)
 		(void)ipc_status_fault_get(d->status, &f);
 	culprit_ours = (f.cause == IPC_FAULT_KERNEL || f.cause == IPC_FAULT_DEADLINE) &&
 		       f.client_id == ctx->client_id;
-	if (r->marked && d->marks && !(culprit_ours && r->id == f.req_id) &&
-	    __atomic_load_n(&d->marks[r->id % IPC_MARKS_PER_CLIENT], __ATOMIC_ACQUIRE) ==
-		    IPC_MARK(r->id, IPC_MARK_DONE)) {
+	if (word == IPC_MARK(r->id, IPC_MARK_DONE) && !(culprit_ours && r->id == f.req_id)) {
 		cli_req_finish(r, GPUX_OK, NULL, 0, NULL);
 		return false;
 	}
@@ -231,7 +233,6 @@ bool cli_req_lost(gpux_ctx *ctx, struct gpux_req *r)
 	}
 	if (!r->wire || !r->marked || !d->marks || !ctx->connected)
 		return lost(r, GPUX_E_WORKER_LOST, "the worker running the request died");
-	word = __atomic_load_n(&d->marks[r->id % IPC_MARKS_PER_CLIENT], __ATOMIC_ACQUIRE);
 	if (word == IPC_MARK(r->id, IPC_MARK_STARTED))
 		return lost(r, GPUX_E_WORKER_LOST,
 			    "the worker died after the request began to change memory in place or "

@@ -404,9 +404,8 @@ static void reap(struct sup_worker *w)
 				 (unsigned long long)f.client_id, f.req_id);
 		else if (WIFEXITED(st) && cause == IPC_FAULT_UNKNOWN)
 			sup_logp(LOG_WARNING,
-				 "device %u: worker %d exited with status %d: a kernel fault, one "
-				 "of "
-				 "several requests' (they run again, each alone)",
+				 "device %u: worker %d exited with status %d: a kernel fault, "
+				 "one of several requests' (they run again, each alone)",
 				 w->index, (int)w->pid, WEXITSTATUS(st));
 		else if (WIFEXITED(st))
 			sup_logp(LOG_WARNING, "device %u: worker %d exited with status %d",
@@ -569,15 +568,20 @@ static int spawn(struct sup_worker *w)
 	return 0;
 }
 
-/* Deaths within the window before `now`. */
-static unsigned recent_deaths(const struct sup_worker *w, uint64_t now)
+/* Of the last n times (a ring of `max`), those within the window before `now`. */
+static unsigned within_window(const uint64_t *times, unsigned n, unsigned max, uint64_t now)
 {
 	unsigned recent = 0;
 
-	for (unsigned i = 0; i < MIN(w->ndeaths, SUP_DEATHS_MAX); i++)
-		if (now - w->deaths[i] <= SUP_DEATH_WINDOW_NS)
-			recent++;
+	for (unsigned i = 0; i < MIN(n, max); i++)
+		recent += now - times[i] <= SUP_DEATH_WINDOW_NS;
 	return recent;
+}
+
+/* Deaths within the window before `now`. */
+static unsigned recent_deaths(const struct sup_worker *w, uint64_t now)
+{
+	return within_window(w->deaths, w->ndeaths, SUP_DEATHS_MAX, now);
 }
 
 unsigned sup_worker_recent_deaths(const struct sup_worker *w)
@@ -603,13 +607,9 @@ static unsigned record_death(struct sup_worker *w, uint64_t now)
 static bool blamed_death(struct sup_worker *w, uint64_t now)
 {
 	struct ipc_fault f;
-	unsigned recent = 0;
 
-	if (!w->status || ipc_status_fault_get(w->status, &f) != IPC_FAULT_KERNEL || !f.client_id)
-		return false;
-	for (unsigned i = 0; i < MIN(w->nblamed, SUP_BLAMED_MAX); i++)
-		recent += now - w->blamed[i] <= SUP_DEATH_WINDOW_NS;
-	if (recent >= SUP_BLAMED_MAX)
+	if (!w->status || ipc_status_fault_get(w->status, &f) != IPC_FAULT_KERNEL || !f.client_id ||
+	    within_window(w->blamed, w->nblamed, SUP_BLAMED_MAX, now) >= SUP_BLAMED_MAX)
 		return false;
 	w->blamed[w->nblamed++ % SUP_BLAMED_MAX] = now;
 	return true;

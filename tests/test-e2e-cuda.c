@@ -266,6 +266,21 @@ static bool inflight_two(const struct ipc_dev_status *s, void *arg)
 	return s->stats.inflight == 2;
 }
 
+/* Start d's gpuxd with the driver's call `fail` (GPUX_FAKE_CUDA_FAIL's form; NULL: none)
+ * failing in its first worker only (a file in `once` says it did). */
+static void start_failing_once(struct test_daemon *d, const char *fail, const char *once)
+{
+	char path[300];
+
+	(void)snprintf(path, sizeof(path), "%s/failed", once);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL_ONCE", path, 1), 0);
+	if (fail)
+		assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", fail, 1), 0);
+	start(d);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL_ONCE"), 0);
+}
+
 /*
  * A sticky error while a co-tenant's request runs on another stream. `refused`: the error is
  * the driver refusing the bad request's launch, so the bad one ran nothing and what was
@@ -286,17 +301,11 @@ static void sticky_case(struct test_daemon *d, const char *fail, const char *ker
 	gpux_module *m, *om;
 	gpux_req *bad, *victim, *blamed;
 	uint32_t gen, ms = 2000, zero = 0;
-	char *once = test_mkdtemp(), path[300];
+	char *once = test_mkdtemp();
 	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 } };
 	struct gpux_arg spin = GPUX_ARG_VALUE(ms), quick = GPUX_ARG_VALUE(zero);
 
-	(void)snprintf(path, sizeof(path), "%s/failed", once);
-	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL_ONCE", path, 1), 0);
-	if (fail)
-		assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", fail, 1), 0);
-	start(d);
-	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
-	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL_ONCE"), 0);
+	start_failing_once(d, fail, once);
 	gen = generation(d);
 	ctx = test_connect(d);
 	other = test_connect(d);
@@ -629,17 +638,12 @@ static void test_cuda_fake_injected_lookup_failure(void **state)
 	uint32_t zero = 0, gen;
 	uint64_t n = 256, seed = 3;
 	struct gpux_arg quick = GPUX_ARG_VALUE(zero);
-	char *once = test_mkdtemp(), path[300];
+	char *once = test_mkdtemp();
 	gpux_buf *x, *y, *out;
 	gpux_module *m;
 	gpux_ctx *ctx;
 
-	(void)snprintf(path, sizeof(path), "%s/failed", once);
-	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL_ONCE", path, 1), 0);
-	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAIL", "cuModuleGetFunction:3:719", 1), 0);
-	start(d);
-	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL"), 0);
-	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAIL_ONCE"), 0);
+	start_failing_once(d, "cuModuleGetFunction:3:719", once);
 	gen = generation(d);
 	ctx = test_connect(d);
 	m = load_ptx(ctx);

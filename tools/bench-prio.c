@@ -40,7 +40,56 @@ struct rtt {
 	uint64_t *t;
 	unsigned n;
 	double p50, p99;
+	/* Where the slowest 1% went, on average (µs): in the worker's queue, run by the worker
+	 * (launch to the end seen), and the rest (to the worker and back). */
+	double slow_queue, slow_run, slow_rest;
+	/* Each round trip's queue and run time, as the worker told them. */
+	uint64_t *queue, *run;
 };
+
+/* The slowest 1%'s average split (each kept round trip's times in r->t, not yet sorted). */
+static void rtt_split(struct rtt *r)
+{
+	uint64_t q = 0, run = 0, rest = 0, cut, *sorted = malloc(r->n * sizeof(*sorted));
+	unsigned n = 0;
+
+	r->slow_queue = r->slow_run = r->slow_rest = NAN;
+	if (!sorted || r->n == 0) {
+		free(sorted);
+		return;
+	}
+	memcpy(sorted, r->t, r->n * sizeof(*sorted));
+	cut = (uint64_t)bench_pct(sorted, r->n, 99);
+	free(sorted);
+	for (unsigned i = 0; i < r->n; i++) {
+		if (r->t[i] < cut)
+			continue;
+		q += r->queue[i];
+		run += r->run[i];
+		rest += r->t[i] - MIN(r->t[i], r->queue[i] + r->run[i]);
+		n++;
+	}
+	r->slow_queue = (double)q / n / 1e3;
+	r->slow_run = (double)run / n / 1e3;
+	r->slow_rest = (double)rest / n / 1e3;
+}
+
+static bool rtt_new(struct rtt *r)
+{
+	*r = (struct rtt){
+		.t = calloc(RTT_MAX, sizeof(*r->t)),
+		.queue = calloc(RTT_MAX, sizeof(*r->queue)),
+		.run = calloc(RTT_MAX, sizeof(*r->run)),
+	};
+	return r->t && r->queue && r->run;
+}
+
+static void rtt_free(struct rtt *r)
+{
+	free(r->t);
+	free(r->queue);
+	free(r->run);
+}
 
 /* Round trips of `empty` on q (NULL: the default queue) from now until `until`, after
  * RTT_WARM not kept: their p50 and p99. 0 or -1. */
@@ -50,15 +99,29 @@ static int rtt_until(struct bench *b, gpux_queue *q, uint64_t until, struct rtt 
 
 	r->n = 0;
 	for (unsigned i = 0;; i++) {
-		uint64_t t0 = tool_now();
+		uint64_t t0 = tool_now(), t1;
+		struct gpux_times tm;
+		gpux_req *req;
+		gpux_status st = gpux_submit(b->m, "empty", &l, NULL, 0, &req);
 
-		if (gpux_run(b->m, "empty", &l, NULL, 0) != GPUX_OK)
+		if (st == GPUX_OK) {
+			st = gpux_wait(req, -1);
+			t1 = tool_now();
+			if (st == GPUX_OK)
+				st = gpux_req_times(req, &tm);
+			gpux_req_free(req);
+		}
+		if (st != GPUX_OK)
 			return -1;
-		if (i >= RTT_WARM && r->n < RTT_MAX)
-			r->t[r->n++] = tool_now() - t0;
+		if (i >= RTT_WARM && r->n < RTT_MAX) {
+			r->queue[r->n] = tm.queue_ns;
+			r->run[r->n] = tm.run_ns;
+			r->t[r->n++] = t1 - t0;
+		}
 		if (i >= RTT_WARM && tool_now() >= until)
 			break;
 	}
+	rtt_split(r);
 	r->p50 = bench_median(r->t, r->n);
 	r->p99 = bench_pct(r->t, r->n, 99);
 	return 0;
@@ -196,15 +259,13 @@ int bench_prio(struct bench *b)
 	const unsigned *counts = b->cuda ? gpu_counts : host_counts;
 	unsigned ncounts = b->cuda ? ARRAY_SIZE(gpu_counts) : ARRAY_SIZE(host_counts);
 	double secs = b->quick ? 1.0 : 3.0;
-	struct rtt alone = { 0 }, alone_hi, r;
+	struct rtt alone, alone_hi, r;
 	char name[96];
 	gpux_queue *q;
 	int rc = -1;
+	bool made = rtt_new(&alone) & rtt_new(&alone_hi) & rtt_new(&r);
 
-	alone.t = calloc(RTT_MAX, sizeof(*alone.t));
-	r.t = calloc(RTT_MAX, sizeof(*r.t));
-	alone_hi.t = calloc(RTT_MAX, sizeof(*alone_hi.t));
-	if (!alone.t || !r.t || !alone_hi.t)
+	if (!made)
 		goto out;
 	if (rtt_until(b, NULL, tool_now() + (uint64_t)(secs * 1e9), &alone) < 0 ||
 	    !(q = prio_queue(b)))
@@ -239,6 +300,12 @@ int bench_prio(struct bench *b)
 		(void)snprintf(name, sizeof(name), "  the same, p50");
 		bench_add(b, name, r.p50 / 1e3, alone_hi.p50 / 1e3, "us", "", r.p50 / alone_hi.p50,
 			  true);
+		bench_add(b, "  its slowest 1%: in the worker's queue", r.slow_queue,
+			  alone_hi.slow_queue, "us", "", r.slow_queue / alone_hi.slow_queue, true);
+		bench_add(b, "  its slowest 1%: run (launch to its end seen)", r.slow_run,
+			  alone_hi.slow_run, "us", "", r.slow_run / alone_hi.slow_run, true);
+		bench_add(b, "  its slowest 1%: to the worker and back", r.slow_rest,
+			  alone_hi.slow_rest, "us", "", r.slow_rest / alone_hi.slow_rest, true);
 		(void)snprintf(name, sizeof(name), "  the same at priority 0, p99");
 		bench_add(b, name, p99_lo / 1e3, alone.p99 / 1e3, "us", "", p99_lo / alone.p99,
 			  true);
@@ -255,9 +322,9 @@ int bench_prio(struct bench *b)
 	}
 	rc = 0;
 out:
-	free(alone.t);
-	free(alone_hi.t);
-	free(r.t);
+	rtt_free(&alone);
+	rtt_free(&alone_hi);
+	rtt_free(&r);
 	return rc;
 }
 
@@ -337,12 +404,13 @@ int bench_shares(struct bench *b)
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
 	struct gpux_device_info info;
 	double secs = b->quick ? 1.0 : 3.0, rate[3];
-	struct rtt alone = { 0 }, r[3];
+	struct rtt alone, r[3];
 	struct ipc_status st;
 	uint64_t iters = 100000, t0, ns;
 	uint32_t blocks;
 	gpux_buf *out;
 	int rc = -1;
+	bool made;
 
 	if (!b->cuda) {
 		(void)fprintf(stderr,
@@ -375,10 +443,10 @@ int bench_shares(struct bench *b)
 	}
 	gpux_buf_free(out);
 	iters = MAX(1000u, (uint64_t)((double)iters * (double)BURN_NS / (double)MAX(ns, 1u)));
-	alone.t = calloc(RTT_MAX, sizeof(*alone.t));
+	made = rtt_new(&alone);
 	for (unsigned i = 0; i < 3; i++)
-		r[i].t = calloc(RTT_MAX, sizeof(*r[i].t));
-	if (!alone.t || !r[0].t || !r[1].t || !r[2].t)
+		made &= rtt_new(&r[i]);
+	if (!made)
 		goto out;
 	if (rtt_until(b, NULL, tool_now() + (uint64_t)(secs * 1e9), &alone) < 0 ||
 	    burn_phase(b, false, false, iters, blocks, secs, &r[0], &rate[0]) < 0 ||
@@ -401,8 +469,8 @@ int bench_shares(struct bench *b)
 		  "", rate[1] / rate[0], true);
 	rc = 0;
 out:
-	free(alone.t);
+	rtt_free(&alone);
 	for (unsigned i = 0; i < 3; i++)
-		free(r[i].t);
+		rtt_free(&r[i]);
 	return rc;
 }

@@ -14,7 +14,8 @@
  */
 
 static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
-			  ".visible .entry where(.param .u64 where_param_0)\n{\n\tret;\n}\n";
+			  ".visible .entry where(.param .u64 where_param_0)\n{\n\tret;\n}\n"
+			  ".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n";
 
 #define FAKE_SMS 132u
 
@@ -91,6 +92,57 @@ static void where(struct env *e, gpux_queue *q, int32_t *ret_prio, uint32_t *ret
  * Each priority's queues run on a stream of the CUDA priority it maps to: 0 and -1 the least
  * (the default), 1 between, 2 the greatest; gpux status says which each level got.
  */
+/* The requests a slot takes while a queue of priority 2 is or is not open in the same
+ * client (the client is then latency-critical, active as it sends): behind a kernel of 300
+ * ms, 100 more on the default queue. Returns how many times a queue waited in line for room
+ * in its slot. */
+static uint64_t waits_behind_a_long_kernel(bool urgent)
+{
+	enum { N = 100 };
+	static const uint32_t ms = 300;
+	struct env *e = env_open();
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	struct gpux_arg spin = GPUX_ARG_VALUE(ms), out = gpux_arg_mapped(e->out, 0, 8);
+	gpux_queue *q = urgent ? queue(e, 2, 0) : NULL;
+	gpux_req *r[N + 1];
+	uint64_t waits;
+	int32_t prio;
+	uint32_t sms;
+
+	/* The client's priority queue is at its worker, and the client active there. */
+	where(e, q, &prio, &sms);
+	assert_int_equal(gpux_submit(e->m, "spin", &l, &spin, 1, &r[0]), GPUX_OK);
+	for (unsigned i = 1; i <= N; i++)
+		assert_int_equal(gpux_submit(e->m, "where", &l, &out, 1, &r[i]), GPUX_OK);
+	for (unsigned i = 0; i <= N; i++) {
+		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
+		gpux_req_free(r[i]);
+	}
+	{
+		struct ipc_status st;
+		static struct ipc_dev_status devs[IPC_DEVICES_MAX];
+
+		assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
+		waits = devs[0].stats.slot_waits;
+	}
+	gpux_queue_free(q);
+	env_close(e);
+	return waits;
+}
+
+/*
+ * A stream of priority 0 holds at most WRK_SLOT_DEPTH_BESIDE_URGENT (32) requests while a
+ * latency-critical client is active, so that the loop's launches never wait for a deep queue
+ * on the device while such a client waits for the loop; 256 otherwise. Behind a long kernel,
+ * 100 requests wait in line only beside latency-critical work.
+ */
+static void test_cuda_sched_shallow_beside_urgent(void **state)
+{
+	(void)state;
+	assert_int_equal(waits_behind_a_long_kernel(false), 0);
+	assert_true(waits_behind_a_long_kernel(true) >= 1);
+}
+
 static void test_cuda_sched_stream_priorities(void **state)
 {
 	static const struct {
@@ -282,6 +334,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_sched_green_contexts),
 		cmocka_unit_test(test_cuda_sched_shares_leave_room_for_priorities),
 		cmocka_unit_test(test_cuda_sched_no_green_contexts),
+		cmocka_unit_test(test_cuda_sched_shallow_beside_urgent),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

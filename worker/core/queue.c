@@ -13,10 +13,11 @@
  * A client's queue keeps its requests in order until they can start; each queue is bound to
  * a slot (a stream of the device), whose requests run in the order they were handed over.
  * A request moves from its queue to its slot when its module is built and the slot has room
- * (WRK_SLOT_DEPTH); once a slot is full, queues with more work wait in a line and are let in
- * by turns of WRK_QUEUE_TURN requests as room comes back. What moved into the slots during
- * a round of the loop is handed to the back end at the end of the round, one batch per slot,
- * which it may launch as one (a CUDA graph).
+ * (WRK_SLOT_DEPTH, or WRK_SLOT_DEPTH_BESIDE_URGENT for slots of priority 0 and below while a
+ * latency-critical client is active); once a slot is full, queues with more work wait in a
+ * line and are let in by turns of WRK_QUEUE_TURN requests as room comes back. What moved
+ * into the slots during a round of the loop is handed to the back end at the end of the
+ * round, one batch per slot, which it may launch as one (a CUDA graph).
  *
  * Priorities and compute shares: a queue of a priority other than 0, or with a share, is bound
  * to a slot of its own class (priority, share), made when first needed (a stream of that CUDA
@@ -37,6 +38,15 @@
 
 /* How much of a failed build's log each request that needed it gets. */
 #define FAILED_LOG_MAX 2048
+
+/* Requests in flight that slot s may hold now: fewer while a latency-critical client is
+ * active, from the moment it joins the active set (not the round's start). */
+static unsigned slot_depth(const struct wrk *w, const struct wrk_slot *s)
+{
+	return s->prio <= 0 && wrk_active_above(&w->active, wrk_prio_level(0))
+		       ? WRK_SLOT_DEPTH_BESIDE_URGENT
+		       : WRK_SLOT_DEPTH;
+}
 
 /* ---- slots of a priority and share ---- */
 
@@ -591,7 +601,7 @@ static enum take_stop queue_take(struct wrk_queue *q, unsigned max)
 			return TAKE_BUILDING;
 		if (_unlikely_(r->alone || w->alone || w->alone_next) && !alone_gate(w, q, r))
 			return TAKE_HELD;
-		if (n == max || s->inflight >= WRK_SLOT_DEPTH)
+		if (n == max || s->inflight >= slot_depth(w, s))
 			return TAKE_FULL;
 		q->pending_head = r->next;
 		if (!q->pending_head)
@@ -681,7 +691,7 @@ void wrk_kick_all(struct wrk *w)
 /* Turns for the queues in line while the slot has room; one with more to do goes to the back. */
 static void slot_serve(struct wrk *w, struct wrk_slot *s)
 {
-	while (s->wait_head && s->inflight < WRK_SLOT_DEPTH) {
+	while (s->wait_head && s->inflight < slot_depth(w, s)) {
 		struct wrk_queue *q = s->wait_head;
 
 		s->wait_head = q->wait_next;

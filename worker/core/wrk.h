@@ -294,6 +294,14 @@ struct wrk_req {
  * kernels between two rounds of the worker's loop.
  */
 #define WRK_SLOT_DEPTH 256u
+/*
+ * The same for slots of priority 0 and below while a latency-critical client is active. The
+ * deeper a stream's queue on the device, the longer the loop's launches on it may block (on an
+ * H200 beside 64 busy clients, 0.5-4 ms at the 99.9th percentile), and a latency-critical
+ * request waits for the loop that is in them: with 256, such a client's round trip had p99
+ * 160-280 µs beside one busy client; with 32, 30-77 µs (bench prio, two H200s).
+ */
+#define WRK_SLOT_DEPTH_BESIDE_URGENT 32u
 /* Requests a waiting queue may put in its slot per turn while others wait too. */
 #define WRK_QUEUE_TURN 16u
 /* A slot's batch is handed over when it has this many, before the round of the loop ends

@@ -47,7 +47,10 @@
  * GPUX_FAKE_CUDA_REFUSE_SPIN=1 (cuEventSynchronize
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
  * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel),
- * GPUX_FAKE_CUDA_REGISTER_MS (how long cuMemHostRegister takes: 0), GPUX_FAKE_CUDA_LOG (a file
+ * GPUX_FAKE_CUDA_REGISTER_MS (how long cuMemHostRegister takes: 0),
+ * GPUX_FAKE_CUDA_COPY_BACK_MS (how long cuMemcpyDtoHAsync takes: 0; the fake carries out a
+ * copy as it is enqueued, so a slow one holds its caller, and a fault meanwhile, a slowfault's
+ * on another stream, fails it before it lands: a copy back cut short), GPUX_FAKE_CUDA_LOG (a file
  * that gets a line per registration, "register PID BYTES", and one per copy that reads or
  * writes pages still being registered, "copy-while-registering PID BYTES"),
  * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
@@ -92,6 +95,7 @@ static struct {
 	size_t len;
 } registering[REGISTERING_MAX];
 static unsigned register_ms;
+static unsigned copy_back_ms;
 
 /* A line in $GPUX_FAKE_CUDA_LOG, if it names one: "what PID BYTES". */
 static void log_line(const char *what, size_t bytes)
@@ -302,6 +306,8 @@ static CUresult f_init(unsigned flags)
 		refuse_spin = getenv("GPUX_FAKE_CUDA_REFUSE_SPIN") != NULL;
 		if ((e = getenv("GPUX_FAKE_CUDA_REGISTER_MS")))
 			register_ms = (unsigned)strtoul(e, NULL, 10);
+		if ((e = getenv("GPUX_FAKE_CUDA_COPY_BACK_MS")))
+			copy_back_ms = (unsigned)strtoul(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_INIT_MS")))
 			(void)usleep((useconds_t)strtoul(e, NULL, 10) * 1000);
 		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
@@ -758,7 +764,15 @@ static CUresult f_htod(CUdeviceptr d, const void *h, size_t n, CUstream s)
 
 static CUresult f_dtoh(void *h, CUdeviceptr d, size_t n, CUstream s)
 {
+	CUresult r;
+
 	ENTER("cuMemcpyDtoHAsync");
+	if (copy_back_ms) {
+		(void)usleep(copy_back_ms * 1000);
+		r = fake_sticky_get();
+		if (r != CUDA_SUCCESS)
+			return r;
+	}
 	host_touch(h, n);
 	memcpy(h, (void *)(uintptr_t)d, n);
 	return CUDA_SUCCESS;

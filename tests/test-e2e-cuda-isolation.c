@@ -7,14 +7,17 @@
 #include "e2e.h"
 #include "helpers.h"
 
-/* The fake carries out saxpy by name (tests/fake-cuda). */
+/* The fake carries these out by name (tests/fake-cuda). */
 static const char ptx[] =
 	".version 8.0\n.target sm_90\n.address_size 64\n"
 	".visible .entry saxpy(.param .u64 saxpy_param_0, .param .f32 saxpy_param_1,\n"
 	"\t.param .u64 saxpy_param_2, .param .u64 saxpy_param_3, .param .u64 saxpy_param_4)\n"
 	"{\n\tret;\n}\n"
+	".visible .entry append(.param .u32 append_param_0, .param .u64 append_param_1)\n"
+	"{\n\tret;\n}\n"
 	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
-	".visible .entry fault()\n{\n\tret;\n}\n";
+	".visible .entry fault()\n{\n\tret;\n}\n"
+	".visible .entry slowfault(.param .u32 slowfault_param_0)\n{\n\tret;\n}\n";
 
 static gpux_module *load_ptx(gpux_ctx *ctx)
 {
@@ -230,11 +233,113 @@ static void test_cuda_isolation_marks_decide_replay(void **state)
 	test_daemon_stop(&d);
 }
 
+/* `kernel` on q with arguments a; sent, not waited for. */
+static gpux_req *submit(gpux_module *m, gpux_queue *q, const char *kernel, struct gpux_arg *a,
+			unsigned n)
+{
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .queue = q };
+	gpux_req *r;
+
+	assert_int_equal(gpux_submit(m, kernel, &l, a, n, &r), GPUX_OK);
+	return r;
+}
+
+/* append(v) to log, INOUT: its results are copied back. */
+static gpux_req *append(gpux_module *m, gpux_queue *q, gpux_buf *log, uint32_t v)
+{
+	struct gpux_arg a[] = { GPUX_ARG_VALUE(v), gpux_arg_inout(log, 0, 64) };
+
+	return submit(m, q, "append", a, 2);
+}
+
+/* How many entries a log's copy in the client's memory holds. */
+static uint32_t log_len(gpux_buf *log)
+{
+	return __atomic_load_n((const uint32_t *)gpux_buf_data(log), __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Copies back as a neighbour's kernel breaks the device (the fake's copies from the device take
+ * 2 s here, and one that a fault overtakes fails before it lands; its kernels keep their
+ * streams busy for 5 s, so the worker sees none of B's end). B's first append, whose copy back
+ * ended before A's slowfault broke the device at 1 s, is DONE: it ends GPUX_OK, its entry in
+ * its log once. B's second, whose copy back had begun when the device broke and never landed,
+ * is STARTED, not DONE: it ends GPUX_E_WORKER_LOST (its results are not all there) and never
+ * runs again, on the next worker either.
+ */
+static void test_cuda_isolation_copy_back_cut_short_is_lost(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "4", NULL };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct test_daemon d;
+	gpux_ctx *a, *b;
+	gpux_module *ma, *mb;
+	gpux_queue *qa, *qb[2];
+	gpux_buf *log[2];
+	gpux_req *bad, *done, *cut;
+	uint32_t fault_ms = 1000, zero = 0;
+	struct gpux_arg a_fault = GPUX_ARG_VALUE(fault_ms), a_zero = GPUX_ARG_VALUE(zero);
+
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_COPY_BACK_MS", "2000", 1), 0);
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_KERNEL_NS", "5000000000", 1), 0);
+	test_daemon_start(&d, args);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_COPY_BACK_MS"), 0);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_KERNEL_NS"), 0);
+	assert_int_equal(test_daemon_status(&d, &st, devs), 0);
+	a = test_connect(&d);
+	b = test_connect(&d);
+	ma = load_ptx(a);
+	mb = load_ptx(b);
+	/* Three queues, three of the four streams (a queue takes the least used). */
+	assert_int_equal(gpux_queue_open(a, 0, &qa), GPUX_OK);
+	assert_int_equal(gpux_queue_open(b, 0, &qb[0]), GPUX_OK);
+	assert_int_equal(gpux_queue_open(b, 0, &qb[1]), GPUX_OK);
+	for (unsigned i = 0; i < 2; i++) {
+		assert_int_equal(gpux_buf_alloc(b, 64, &log[i]), GPUX_OK);
+		memset(gpux_buf_data(log[i]), 0, 64);
+	}
+	done = append(mb, qb[0], log[0], 7);
+	/* Its copy back landed (DONE is marked just after it, in stream order). */
+	for (int tries = 0; log_len(log[0]) == 0; tries++) {
+		assert_true(tries < 20000);
+		(void)usleep(1000);
+	}
+	bad = submit(ma, qa, "slowfault", &a_fault, 1);
+	test_wait_stats(&d, 0, holds, &(struct holding){ a, 2 });
+	cut = append(mb, qb[1], log[1], 8);
+	assert_int_equal(gpux_wait(bad, 20000), GPUX_E_KERNEL_FAULT);
+	assert_int_equal(gpux_wait(done, 20000), GPUX_OK);
+	assert_int_equal(gpux_wait(cut, 20000), GPUX_E_WORKER_LOST);
+	test_wait_generation(&d, 0, devs[0].generation);
+	gpux_req_free(cut);
+	cut = submit(mb, qb[1], "spin", &a_zero, 1);
+	assert_int_equal(gpux_wait(cut, 20000), GPUX_OK);
+	/* Each ran once: the first's entry came back, nothing of the second did. */
+	assert_int_equal(log_len(log[0]), 1);
+	assert_int_equal(((const uint32_t *)gpux_buf_data(log[0]))[1], 7);
+	assert_int_equal(log_len(log[1]), 0);
+	gpux_req_free(bad);
+	gpux_req_free(done);
+	gpux_req_free(cut);
+	gpux_buf_free(log[0]);
+	gpux_buf_free(log[1]);
+	gpux_queue_free(qa);
+	gpux_queue_free(qb[0]);
+	gpux_queue_free(qb[1]);
+	gpux_module_free(ma);
+	gpux_module_free(mb);
+	gpux_disconnect(a);
+	gpux_disconnect(b);
+	test_daemon_stop(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cuda_isolation_reserve_kept),
 		cmocka_unit_test(test_cuda_isolation_marks_decide_replay),
+		cmocka_unit_test(test_cuda_isolation_copy_back_cut_short_is_lost),
 	};
 
 	return cmocka_run_group_tests_name("e2e-cuda-isolation", tests, NULL, NULL);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "e2e.h"
 #include "helpers.h"
 
@@ -83,6 +84,30 @@ static void test_e2e_worker_killed_mid_request(void **state)
 	assert_int_equal(gpux_wait(r[0], 10000), GPUX_OK);
 	gpux_req_free(r[0]);
 	gpux_queue_free(q);
+}
+
+/* r's mark, as its client reads it after its worker's death (client/replay.c). */
+static uint32_t mark_of(gpux_req *r)
+{
+	const struct cli_dev *d = &r->ctx->devs[r->device];
+
+	assert_non_null(d->marks);
+	return __atomic_load_n(&d->marks[r->id % IPC_MARKS_PER_CLIENT], __ATOMIC_ACQUIRE);
+}
+
+/*
+ * The host back end marks a request STARTED before it runs it (its kernels work in place), and
+ * DONE as it ends GPUX_OK: should the answer go with the worker, its client takes it as done
+ * rather than lost.
+ */
+static void test_e2e_ok_end_marked_done(void **state)
+{
+	struct test_env *e = *state;
+	gpux_req *r = spin(e, 0, NULL, 1, 0);
+
+	assert_int_equal(gpux_wait(r, 10000), GPUX_OK);
+	assert_int_equal(mark_of(r), IPC_MARK(r->id, IPC_MARK_DONE));
+	gpux_req_free(r);
 }
 
 static void test_e2e_kernel_fault_restarts_worker(void **state)
@@ -436,6 +461,7 @@ static void test_e2e_device_failed_after_repeated_deaths(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_e2e_ok_end_marked_done),
 		cmocka_unit_test(test_e2e_worker_killed_mid_request),
 		cmocka_unit_test(test_e2e_kernel_fault_restarts_worker),
 		cmocka_unit_test(test_e2e_deadline_passed_gives_timeout),

@@ -20,7 +20,8 @@
  * a minute would mark the device failed). Each innocent counts its requests that failed (the goal
  * is none: requests that had not begun run again on the restarted worker), checks that its float
  * was added to exactly once per request that succeeded (none ran twice), and records every round
- * trip: the extra latency of a restart is the worst of them against the median.
+ * trip: the extra latency of a restart is the worst of them against the median. Why requests
+ * failed, and what the faulting client was told of each fault, goes to stderr after the run.
  */
 
 #define INNOCENTS 4u
@@ -51,13 +52,51 @@ static const char kernels_host[] = "GPUX_HOST_PARAMS(inc, sizeof(float *));\n"
 				   "	p[-(1L << 40)] = 1.0f;\n"
 				   "}\n";
 
+/* The statuses a failure is counted under; the last stands for all others. */
+static const struct {
+	gpux_status st;
+	const char *name;
+} whys[] = {
+	{ GPUX_E_WORKER_LOST, "GPUX_E_WORKER_LOST" },
+	{ GPUX_E_KERNEL_FAULT, "GPUX_E_KERNEL_FAULT" },
+	{ GPUX_E_TIMEOUT, "GPUX_E_TIMEOUT" },
+	{ GPUX_OK, "other" },
+};
+#define WHYS ARRAY_SIZE(whys)
+
+static unsigned why_of(gpux_status st)
+{
+	unsigned i;
+
+	for (i = 0; i < WHYS - 1 && whys[i].st != st; i++)
+		;
+	return i;
+}
+
 /* What each innocent tells the parent, in shared anonymous memory. */
 struct innocent {
 	uint64_t ok, failed, wrong;
-	char why[160]; /* the first failure: its status and message */
+	uint64_t why[WHYS];   /* failures by status (whys[]) */
+	gpux_status first_st; /* the first failure's, and its message */
+	char first[256];
 	unsigned nlat;
 	uint64_t lat[LAT_MAX];
 };
+
+/* What the faulting client was told of one fault: its request's status and message. */
+struct told {
+	gpux_status st;
+	char text[256];
+};
+
+static void innocent_failed(struct innocent *me, gpux_status st, const char *text)
+{
+	me->why[why_of(st)]++;
+	if (me->failed++ == 0) {
+		me->first_st = st;
+		(void)snprintf(me->first, sizeof(me->first), "%s", text ? text : "");
+	}
+}
 
 static gpux_module *load(struct bench *b, gpux_ctx *c)
 {
@@ -97,6 +136,7 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .device = 0 };
 	gpux_req *r[WINDOW] = { NULL };
 	uint64_t t0[WINDOW];
+	gpux_status st;
 	gpux_buf *buf;
 	float *p;
 
@@ -108,17 +148,14 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 		struct gpux_arg a = gpux_arg_inout(buf, 0, 4096);
 
 		if (r[k]) {
-			gpux_status st = gpux_wait(r[k], -1);
-			uint64_t now = tool_now();
+			uint64_t now;
 
-			if (st == GPUX_OK) {
+			st = gpux_wait(r[k], -1);
+			now = tool_now();
+			if (st == GPUX_OK)
 				me->ok++;
-			} else if (me->failed++ == 0) {
-				const char *text = gpux_req_message(r[k]);
-
-				(void)snprintf(me->why, sizeof(me->why), "%s: %s",
-					       gpux_strerror(st), text ? text : "");
-			}
+			else
+				innocent_failed(me, st, gpux_req_message(r[k]));
 			if (me->nlat < LAT_MAX)
 				me->lat[me->nlat++] = now - t0[k];
 			gpux_req_free(r[k]);
@@ -127,15 +164,20 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 		if (tool_now() >= until)
 			break;
 		t0[k] = tool_now();
-		if (gpux_submit(m, "inc", &l, &a, 1, &r[k]) != GPUX_OK) {
-			me->failed++;
+		st = gpux_submit(m, "inc", &l, &a, 1, &r[k]);
+		if (st != GPUX_OK) {
+			innocent_failed(me, st, "not sent");
 			r[k] = NULL;
 			(void)usleep(1000);
 		}
 	}
 	for (unsigned k = 0; k < WINDOW; k++)
 		if (r[k]) {
-			me->ok += gpux_wait(r[k], -1) == GPUX_OK;
+			st = gpux_wait(r[k], -1);
+			if (st == GPUX_OK)
+				me->ok++;
+			else
+				innocent_failed(me, st, gpux_req_message(r[k]));
 			gpux_req_free(r[k]);
 		}
 	/* Once per request that succeeded, never twice (a float counts exactly to 2^24). */
@@ -144,12 +186,13 @@ static void innocent_run(struct bench *b, const char *sock, uint64_t until, stru
 }
 
 /*
- * n faults, `every` apart from `from` on: how many, how many of them the faulting client was
- * told were its kernel's (GPUX_E_KERNEL_FAULT; else the worker died with its request in
- * flight beside others', GPUX_E_WORKER_LOST), and their restarts' mean time (ns).
+ * n faults, `every` apart from `from` on: how many, what the faulting client was told of each
+ * (ret_told[k]: GPUX_E_KERNEL_FAULT, its kernel's; else the worker died with its request in
+ * flight beside others', GPUX_E_WORKER_LOST, and the message says why), and their restarts'
+ * mean time (ns).
  */
 static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, unsigned n,
-			      uint64_t every, unsigned *ret_told, double *ret_restart_ns)
+			      uint64_t every, struct told *ret_told, double *ret_restart_ns)
 {
 	gpux_ctx *c = connect_ready(sock);
 	gpux_module *m = c ? load(b, c) : NULL;
@@ -158,6 +201,7 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 	unsigned faults = 0;
 	gpux_status st;
 	gpux_buf *buf;
+	gpux_req *r;
 
 	if (!m || gpux_buf_alloc(c, 64, &buf) != GPUX_OK) {
 		(void)fprintf(stderr, "gpux: bench: fault: the faulting client could not start\n");
@@ -172,13 +216,14 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 		while (tool_now() < at)
 			(void)usleep(1000);
 		t0 = tool_now();
-		st = gpux_run(m, "crash", &l, &a, 1);
-		*ret_told += st == GPUX_E_KERNEL_FAULT;
-		if (st == GPUX_E_WORKER_LOST)
-			(void)fprintf(stderr,
-				      "gpux: bench: fault: fault %u: the faulting client was told "
-				      "%s\n",
-				      k + 1, gpux_strerror(st));
+		st = gpux_submit(m, "crash", &l, &a, 1, &r);
+		if (st == GPUX_OK) {
+			st = gpux_wait(r, -1);
+			(void)snprintf(ret_told[k].text, sizeof(ret_told[k].text), "%s",
+				       gpux_req_message(r));
+			gpux_req_free(r);
+		}
+		ret_told[k].st = st;
 		if (st != GPUX_E_KERNEL_FAULT && st != GPUX_E_WORKER_LOST) {
 			(void)fprintf(stderr, "gpux: bench: fault: the faulting kernel ended %s\n",
 				      gpux_strerror(st));
@@ -214,6 +259,7 @@ int bench_fault(struct bench *b)
 	pid_t pids[INNOCENTS], d;
 	double restart = NAN, p50, p99, worst;
 	unsigned faults, told = 0, started = 0, n = b->quick ? 2 : FAULTS;
+	struct told said[FAULTS] = { 0 };
 
 	(void)snprintf(sock, sizeof(sock), "%s/f.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/fcache", b->tmp);
@@ -245,7 +291,7 @@ int bench_fault(struct bench *b)
 			innocent_run(b, sock, until, &inn[i]);
 		started += pids[i] > 0;
 	}
-	faults = neighbour_run(b, sock, from, n, every, &told, &restart);
+	faults = neighbour_run(b, sock, from, n, every, said, &restart);
 	for (unsigned i = 0; i < INNOCENTS; i++) {
 		int st;
 
@@ -254,14 +300,29 @@ int bench_fault(struct bench *b)
 			failed++;
 		ok += inn[i].ok;
 		failed += inn[i].failed;
-		if (inn[i].failed)
-			(void)fprintf(stderr,
-				      "gpux: bench: fault: innocent %u lost %llu, the first %s\n",
-				      i, (unsigned long long)inn[i].failed, inn[i].why);
 		wrong += inn[i].wrong;
 		all += inn[i].nlat;
 	}
 	bench_daemon_stop(d);
+	for (unsigned k = 0; k < faults; k++) {
+		told += said[k].st == GPUX_E_KERNEL_FAULT;
+		(void)fprintf(stderr,
+			      "gpux: bench: fault: fault %u: the faulting client was told %s: %s\n",
+			      k + 1, gpux_strerror(said[k].st), said[k].text);
+	}
+	for (unsigned i = 0; i < INNOCENTS; i++) {
+		const struct innocent *in = &inn[i];
+
+		if (!in->failed)
+			continue;
+		(void)fprintf(stderr, "gpux: bench: fault: innocent %u lost %llu (", i + 1,
+			      (unsigned long long)in->failed);
+		for (unsigned w = 0; w < WHYS; w++)
+			(void)fprintf(stderr, "%s%s %llu", w ? ", " : "", whys[w].name,
+				      (unsigned long long)in->why[w]);
+		(void)fprintf(stderr, "), the first %s: %s\n", gpux_strerror(in->first_st),
+			      in->first);
+	}
 	lat = all ? malloc(all * sizeof(*lat)) : NULL;
 	if (!lat || faults == 0 || started < INNOCENTS) {
 		(void)fprintf(stderr,

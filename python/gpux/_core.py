@@ -131,8 +131,8 @@ def _set_default_context(ctx: Optional[_gpux.Context]) -> None:
 
 def _after_fork_in_child() -> None:
     global _default_lock, _raw_lock
-    # A thread of the parent making the default context (or loading a RawKernel's module)
-    # is not here to let go of the lock.
+    # A thread of the parent making the default context (or loading a RawKernel's or a
+    # RawModule's module) is not here to let go of the lock.
     _default_lock = threading.Lock()
     _raw_lock = threading.Lock()
     _raw_loading.clear()
@@ -501,6 +501,14 @@ def _guess_lang(code: Union[str, bytes]) -> Lang:
     return LANG_CUDA
 
 
+def _code_bytes(lang: Lang, code: Union[str, bytes]) -> bytes:
+    """The code as a Module loads (and pickles) it: bytes, PTX ending in a NUL."""
+    raw = code.encode() if isinstance(code, str) else bytes(code)
+    if lang == LANG_PTX and not raw.endswith(b"\0"):
+        raw += b"\0"
+    return raw
+
+
 def _lang(lang: Union[str, int, None], code: Union[str, bytes]) -> Lang:
     if lang is None:
         return _guess_lang(code)
@@ -547,9 +555,7 @@ class Module:
         #: SourceModule's do.
         self.pycuda = bool(pycuda)
         self.lang = _lang(lang, code)
-        raw = code.encode() if isinstance(code, str) else bytes(code)
-        if self.lang == LANG_PTX and not raw.endswith(b"\0"):
-            raw += b"\0"
+        raw = _code_bytes(self.lang, code)
         if options is not None and not isinstance(options, str):
             options = " ".join(options)
         self.code = raw
@@ -666,7 +672,8 @@ import copyreg  # noqa: E402
 copyreg.pickle(_gpux.Kernel, _reduce_kernel)
 
 
-# RawKernel's modules, by what was loaded and where: each held as long as a kernel of it is.
+# RawKernel's and RawModule's modules, by what was loaded and where: each held as long as a
+# kernel of it (or the Module) is.
 _raw_lock = threading.Lock()
 _raw_modules: "weakref.WeakValueDictionary[tuple, Module]" = weakref.WeakValueDictionary()
 _raw_loading: dict[tuple, threading.Lock] = {}
@@ -676,10 +683,10 @@ def _raw_key(ctx: _gpux.Context, lang_id: int, code: Union[str, bytes],
              options: Union[str, Sequence[str], None],
              headers: Optional[Mapping[str, Union[str, bytes]]],
              exprs: Optional[Sequence[str]]) -> Optional[tuple]:
-    """What makes two RawKernels' modules the same; None where the arguments are not plain
-    (Module then says what is wrong with them)."""
+    """What makes two RawKernels' or RawModules' modules the same; None where the arguments
+    are not plain (Module then says what is wrong with them)."""
     try:
-        raw = code.encode() if isinstance(code, str) else bytes(code)
+        raw = _code_bytes(Lang(lang_id), code)
         opts = options if options is None or isinstance(options, str) else " ".join(options)
         hdrs = tuple(sorted(headers.items())) if headers is not None else None
         key = (id(ctx), lang_id, raw, opts, hdrs, tuple(exprs) if exprs else None)
@@ -689,27 +696,17 @@ def _raw_key(ctx: _gpux.Context, lang_id: int, code: Union[str, bytes],
     return key
 
 
-def RawKernel(code: Union[str, bytes], name: str,
-              options: Union[str, Sequence[str], None] = None,
-              lang: Union[str, int, None] = None, *,
-              headers: Optional[Mapping[str, Union[str, bytes]]] = None,
-              context: Optional[_gpux.Context] = None) -> _gpux.Kernel:
-    """As CuPy's RawKernel: the kernel ``name`` of ``code``; call it as
-    ``k(grid, block, args, shared_mem=0)``. ``headers`` as for Module. A template
-    instance's name (``"fill<float>"``) is listed as the module's name expression, so that
-    the template needs no explicit instantiation in the source.
-
-    As CuPy's, RawKernels of the same code, options, headers and context share one loaded
-    module (and so its ``__device__`` variables), which is unloaded once none of them is
-    left: a RawKernel made in a function called again and again (a Dask task, a request
-    handler) costs one load. Module loads afresh each time."""
-    lang_id = _lang(lang, code)
-    exprs = [name] if lang_id == LANG_CUDA and "<" in name else None
+def _raw_module(code: Union[str, bytes], lang_id: Lang,
+                options: Union[str, Sequence[str], None],
+                headers: Optional[Mapping[str, Union[str, bytes]]],
+                exprs: Optional[Sequence[str]], context: Optional[_gpux.Context]) -> Module:
+    """The Module that identical RawKernel and RawModule calls in this process share while
+    one of them holds it, loaded by the first (others racing for it wait for its result)."""
     ctx = context if context is not None else get_context()
     key = _raw_key(ctx, lang_id, code, options, headers, exprs)
     if key is None:
         return Module(code, lang_id, options, headers=headers, name_expressions=exprs,
-                      context=ctx).get_function(name)
+                      context=ctx)
     with _raw_lock:
         m = _raw_modules.get(key)
         loading = _raw_loading.setdefault(key, threading.Lock()) if m is None else None
@@ -729,7 +726,26 @@ def RawKernel(code: Union[str, bytes], name: str,
                         if _raw_loading.get(key) is loading:
                             del _raw_loading[key]
     assert m is not None
-    return m.get_function(name)
+    return m
+
+
+def RawKernel(code: Union[str, bytes], name: str,
+              options: Union[str, Sequence[str], None] = None,
+              lang: Union[str, int, None] = None, *,
+              headers: Optional[Mapping[str, Union[str, bytes]]] = None,
+              context: Optional[_gpux.Context] = None) -> _gpux.Kernel:
+    """As CuPy's RawKernel: the kernel ``name`` of ``code``; call it as
+    ``k(grid, block, args, shared_mem=0)``. ``headers`` as for Module. A template
+    instance's name (``"fill<float>"``) is listed as the module's name expression, so that
+    the template needs no explicit instantiation in the source.
+
+    As CuPy's, RawKernels of the same code, options, headers and context share one loaded
+    module (and so its ``__device__`` variables), which is unloaded once none of them is
+    left: a RawKernel made in a function called again and again (a Dask task, a request
+    handler) costs one load. Module loads afresh each time."""
+    lang_id = _lang(lang, code)
+    exprs = [name] if lang_id == LANG_CUDA and "<" in name else None
+    return _raw_module(code, lang_id, options, headers, exprs, context).get_function(name)
 
 
 def RawModule(code: Union[str, bytes], options: Union[str, Sequence[str], None] = None, *,
@@ -739,9 +755,9 @@ def RawModule(code: Union[str, bytes], options: Union[str, Sequence[str], None] 
     """As CuPy's RawModule: CUDA C++ ``code``, with the template instances that
     ``name_expressions`` lists (``["fill<float>"]``) compiled; ``get_function(expr)`` gives
     one by the same expression. ``headers`` as for Module (CuPy reads ``-I`` directories;
-    gpux takes the headers' texts by name instead)."""
-    return Module(code, LANG_CUDA, options, headers=headers,
-                  name_expressions=name_expressions, context=context)
+    gpux takes the headers' texts by name instead). As RawKernel's, identical calls share
+    one Module while any of them holds it, ``__device__`` variables included."""
+    return _raw_module(code, LANG_CUDA, options, headers, name_expressions, context)
 
 
 def SourceModule(source: str, options: Union[str, Sequence[str], None] = None, *,

@@ -322,6 +322,101 @@ def test_raw_kernel_loaded_once_by_racing_threads():
         t.join()
     assert len(got) == 16 and all(k.module is got[0].module for k in got)
 
+
+# Host C code of its own per test below: what one test's kernels hold is not another's.
+def _empty_host(tag):
+    return EMPTY_HOST + f"/* {tag} */\n"
+
+
+def test_identical_raw_kernels_share_one_module_however_spelled():
+    code = _empty_host("spelled")
+    a = gpux.RawKernel(code, "k", lang="host")
+    assert gpux.RawKernel(code.encode(), "k", None, gpux.LANG_HOST).module is a.module
+    assert gpux.RawKernel(code, "k", lang="host", context=gpux.get_context()) is a
+    two = gpux.RawKernel(HOST_TWO + "/* spelled */", "a", lang="host")
+    assert gpux.RawKernel(HOST_TWO + "/* spelled */", "b", lang="host").module is two.module
+    a(1, 1, (np.uint32(0),))
+    # PTX is loaded with a NUL at its end: with or without one, it is one module.
+    from gpux import _core
+
+    ctx = gpux.get_context()
+    assert (_core._raw_key(ctx, gpux.LANG_PTX, ".entry k()", None, None, None)
+            == _core._raw_key(ctx, gpux.LANG_PTX, b".entry k()\0", None, None, None))
+
+
+def test_raw_kernels_that_differ_load_modules_of_their_own():
+    code = _empty_host("differ")
+    a = gpux.RawKernel(code, "k", lang="host")
+    others = [gpux.RawKernel(code, "k", "-DX=1", lang="host"),
+              gpux.RawKernel(code, "k", ["-DX=1", "-O2"], lang="host"),
+              gpux.RawKernel(code + "\n", "k", lang="host"),
+              gpux.RawKernel(code, "k", lang="host", context=gpux.Context())]
+    assert len({id(k.module) for k in [a] + others}) == 5
+    assert gpux.RawKernel(code, "k", "-DX=1 -O2", lang="host").module is others[1].module
+    # CUDA C++ (on the host back end, built by the host's C++ compiler): the headers count,
+    # not their order.
+    src = '#include "v.cuh"\n#include "w.cuh"\n__global__ void f(float *y) { y[0] = V + W; }\n'
+    h1 = {"v.cuh": "#define V 1\n", "w.cuh": "#define W 0\n"}
+    k1 = gpux.RawKernel(src, "f", headers=h1)
+    k2 = gpux.RawKernel(src, "f", headers={"v.cuh": "#define V 2\n", "w.cuh": "#define W 0\n"})
+    assert k2.module is not k1.module
+    assert gpux.RawKernel(src, "f", headers=dict(reversed(h1.items()))).module is k1.module
+    y = gpux.zeros(1, np.float32)
+    k2(1, 1, (y,))
+    assert y[0] == 2
+
+
+def test_identical_raw_modules_share_one_module():
+    src = "template <typename T> __global__ void fill(T *p, T v) { p[0] = v; }\n"
+    m = gpux.RawModule(src, name_expressions=["fill<float>"])
+    assert gpux.RawModule(src, name_expressions=("fill<float>",)) is m
+    assert gpux.RawModule(src, "-DX=1", name_expressions=["fill<float>"]) is not m
+    # A RawKernel of the same code and template instance is of it too.
+    assert gpux.RawKernel(src, "fill<float>").owner is m
+    y = gpux.zeros(1, np.float32)
+    m.get_function("fill<float>")(1, 1, (y, np.float32(3)))
+    assert y[0] == 3
+    # Held by no one: gone, and loaded again by the next call.
+    r = weakref.ref(m)
+    del m
+    gc.collect()
+    assert r() is None
+    assert gpux.RawModule(src, name_expressions=["fill<float>"]) is not None
+
+
+def test_raw_kernel_whose_first_load_fails_is_tried_by_each_waiting_thread(monkeypatch):
+    from gpux import _core, _gpux
+
+    real = _gpux.Module
+    loads = []
+
+    def failing(*args, **kw):
+        # Every thread is in RawKernel before the first load ends.
+        loads.append(args)
+        time.sleep(0.2)
+        raise gpux.CompileError(-10, "a compile error")
+
+    code = _empty_host("fails")
+    start = threading.Barrier(4)
+    errors = []
+
+    def load():
+        start.wait()
+        try:
+            gpux.RawKernel(code, "k", lang="host")
+        except gpux.CompileError as e:
+            errors.append(e)
+
+    monkeypatch.setattr(_gpux, "Module", failing)
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 4 and len(errors) == 4 and not _core._raw_loading
+    monkeypatch.setattr(_gpux, "Module", real)
+    gpux.RawKernel(code, "k", lang="host")(1, 1, (np.uint32(0),))
+
 def test_connect_error_says_where_and_why(tmp_path):
     sock = str(tmp_path / "gpuxd.sock")
     with pytest.raises(gpux.ConnectError) as e:

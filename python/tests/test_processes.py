@@ -20,6 +20,7 @@ import pytest
 import gpux
 
 N = 4096
+EMPTY_HOST = "GPUX_HOST_PARAMS(k, 4);\nGPUX_HOST_KERNEL(k) { (void)gpux_args; }\n"
 # Inherited by forked children; what spawned ones get is passed to them.
 _inherited = {}
 
@@ -101,7 +102,7 @@ def test_forked_child_waits_for_no_lock_of_the_parents_threads():
     from gpux import _core, _share
 
     a = gpux.asarray(np.arange(10))
-    locks = [_core._default_lock, _share._lock, _share._sharer_lock]
+    locks = [_core._default_lock, _core._raw_lock, _share._lock, _share._sharer_lock]
     for lock in locks:
         lock.acquire()
     try:
@@ -113,12 +114,54 @@ def test_forked_child_waits_for_no_lock_of_the_parents_threads():
                 _core._default = None
                 assert gpux.get_context() is not None
                 assert pickle.loads(pickle.dumps(a)).tolist() == list(range(10))
+                gpux.RawKernel(EMPTY_HOST, "k", lang="host")(1, 1, (np.uint32(0),))
                 code = 0
             finally:
                 os._exit(code)
     finally:
         for lock in locks:
             lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_forked_child_uses_the_parents_raw_kernels_and_loads_what_it_was_loading(
+        monkeypatch):
+    """RawKernels the parent holds are the child's too, and work there; one that a thread of
+    the parent was loading at fork() is not the child's to wait for: it loads its own."""
+    from gpux import _gpux
+
+    kept = gpux.RawKernel(EMPTY_HOST + "/* kept */", "k", lang="host")
+    kept(1, 1, (np.uint32(0),))
+    real = _gpux.Module
+    loading, release = threading.Event(), threading.Event()
+
+    def held(*args, **kw):
+        loading.set()
+        release.wait(30)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(_gpux, "Module", held)
+    code = EMPTY_HOST + "/* loading at fork */"
+    t = threading.Thread(target=gpux.RawKernel, args=(code, "k"), kwargs={"lang": "host"})
+    t.start()
+    try:
+        assert loading.wait(30)
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.alarm(20)
+                _gpux.Module = real
+                assert gpux.RawKernel(EMPTY_HOST + "/* kept */", "k", lang="host") is kept
+                kept(1, 1, (np.uint32(0),))
+                gpux.RawKernel(code, "k", lang="host")(1, 1, (np.uint32(0),))
+                status = 0
+            finally:
+                os._exit(status)
+    finally:
+        release.set()
+        t.join()
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
 

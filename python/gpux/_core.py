@@ -554,6 +554,9 @@ class Module:
         #: Whether its kernels also take PyCUDA's call (``f(*args, block=..., grid=...)``):
         #: SourceModule's do.
         self.pycuda = bool(pycuda)
+        #: Whether RawKernel or RawModule loaded it (_raw_module): it pickles as one of
+        #: theirs, shared where it is unpickled.
+        self._raw = False
         self.lang = _lang(lang, code)
         raw = _code_bytes(self.lang, code)
         if options is not None and not isinstance(options, str):
@@ -636,6 +639,9 @@ class Module:
         return DeviceArray(shape, dt, buffer=buf)
 
     def __reduce__(self):
+        if self._raw:
+            return (_load_raw_module, (self.code, int(self.lang), self.options,
+                                       self.headers, self.name_expressions))
         return (_load_module, (self.code, int(self.lang), self.options, self.headers,
                                self.name_expressions, self.pycuda))
 
@@ -719,6 +725,7 @@ def _raw_module(code: Union[str, bytes], lang_id: Lang,
                 try:
                     m = Module(code, lang_id, options, headers=headers,
                                name_expressions=exprs, context=ctx)
+                    m._raw = True
                     with _raw_lock:
                         _raw_modules[key] = m
                 finally:
@@ -727,6 +734,13 @@ def _raw_module(code: Union[str, bytes], lang_id: Lang,
                             del _raw_loading[key]
     assert m is not None
     return m
+
+
+def _load_raw_module(code: bytes, lang: int, options: Optional[str],
+                     headers: Optional[dict[str, Union[str, bytes]]] = None,
+                     name_expressions: Optional[tuple[str, ...]] = None) -> Module:
+    # Unpickled (a task's argument, many times over): the one this process shares.
+    return _raw_module(code, Lang(lang), options, headers, name_expressions, None)
 
 
 def RawKernel(code: Union[str, bytes], name: str,
@@ -742,7 +756,8 @@ def RawKernel(code: Union[str, bytes], name: str,
     As CuPy's, RawKernels of the same code, options, headers and context share one loaded
     module (and so its ``__device__`` variables), which is unloaded once none of them is
     left: a RawKernel made in a function called again and again (a Dask task, a request
-    handler) costs one load. Module loads afresh each time."""
+    handler) costs one load. What a process unpickles of one is that module too. Module
+    loads afresh each time."""
     lang_id = _lang(lang, code)
     exprs = [name] if lang_id == LANG_CUDA and "<" in name else None
     return _raw_module(code, lang_id, options, headers, exprs, context).get_function(name)

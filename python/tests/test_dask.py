@@ -10,6 +10,7 @@ distributed = pytest.importorskip("distributed")
 
 import gpux  # noqa: E402
 import gpux.dask  # noqa: E402,F401
+from conftest import ADD1_KERNEL  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import dask_gpu_bench  # noqa: E402
@@ -60,6 +61,27 @@ def _roundtrip(a, context):
 
     header, frames = serialize(a, serializers=["dask"], context=context)
     return sum(memoryview(f).nbytes for f in frames), deserialize(header, frames)
+
+
+def _modules_held(kernel):
+    """Keep the task's kernel's module on its worker; how many different ones it holds."""
+    held = distributed.get_worker().__dict__.setdefault("_test_gpux_modules", [])
+    held.append(kernel.module)
+    return len({id(m) for m in held})
+
+
+def _forget_modules(dask_worker):
+    dask_worker.__dict__.pop("_test_gpux_modules", None)
+
+
+def test_a_raw_kernel_sent_to_tasks_is_one_module_per_worker(client):
+    # Each task unpickles a kernel of its own; of one RawKernel, they are one module there.
+    k = gpux.RawKernel(ADD1_KERNEL, "add1", lang="host")
+    try:
+        got = client.gather(client.map(_modules_held, [k] * 40, pure=False))
+        assert set(got) == {1}
+    finally:
+        client.run(_forget_modules)
 
 
 def test_serialization_by_memory_only_to_a_worker_of_this_host():

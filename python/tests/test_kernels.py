@@ -344,6 +344,21 @@ def test_identical_raw_kernels_share_one_module_however_spelled():
             == _core._raw_key(ctx, gpux.LANG_PTX, b".entry k()\0", None, None, None))
 
 
+def test_a_pickled_raw_kernel_is_unpickled_as_the_shared_one():
+    code = _empty_host("pickled")
+    a = gpux.RawKernel(code, "k", lang="host")
+    # In this process, the same kernel; a Module is still one of its own.
+    assert pickle.loads(pickle.dumps(a)) is a
+    m = gpux.Module(code, "host")
+    assert pickle.loads(pickle.dumps(m)) is not m
+    # Unpickled many times where none is held yet: one module.
+    data = pickle.dumps(gpux.RawKernel(_empty_host("pickled once"), "k", lang="host"))
+    gc.collect()
+    copies = [pickle.loads(data) for _ in range(20)]
+    assert all(k.module is copies[0].module for k in copies)
+    copies[-1](1, 1, (np.uint32(0),))
+
+
 def test_raw_kernels_that_differ_load_modules_of_their_own():
     code = _empty_host("differ")
     a = gpux.RawKernel(code, "k", lang="host")
@@ -373,6 +388,7 @@ def test_identical_raw_modules_share_one_module():
     assert gpux.RawModule(src, "-DX=1", name_expressions=["fill<float>"]) is not m
     # A RawKernel of the same code and template instance is of it too.
     assert gpux.RawKernel(src, "fill<float>").owner is m
+    assert pickle.loads(pickle.dumps(m)) is m
     y = gpux.zeros(1, np.float32)
     m.get_function("fill<float>")(1, 1, (y, np.float32(3)))
     assert y[0] == 3

@@ -27,10 +27,6 @@ extern "C" __global__ void saxpy(unsigned long n, float a, const float *x, float
 """
 
 
-def module() -> gpux.Module:
-    return gpux.Module(CUDA, "cuda")
-
-
 def saxpy_chunk(kernel, a, x, y):
     """A task: y = a * x + y on one chunk, in place; returns the worker's pid."""
     import os
@@ -41,7 +37,8 @@ def saxpy_chunk(kernel, a, x, y):
 
 
 def run(client: Client, n: int = 1 << 20, chunks: int = 8) -> np.ndarray:
-    kernel = module().get_function("saxpy")
+    # Pickled into each task: as a RawKernel, the tasks on one worker share its module.
+    kernel = gpux.RawKernel(CUDA, "saxpy")
     x = gpux.asarray(np.arange(n, dtype=np.float32))
     y = gpux.ones(n, np.float32)
     step = n // chunks

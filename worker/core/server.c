@@ -441,6 +441,10 @@ static void take_done(struct wrk *w)
 	if (w->fatal && !w->stopping) {
 		struct ipc_fault f;
 
+		/* The drain's answers may have let a request start that met the error at once
+		 * (one run alone, after the one before it ended): its end, and its blame, first.
+		 * Nothing starts once the device is broken, so this drain starts nothing. */
+		wrk_drain_done(w);
 		wrk_log(w, "sticky device error: failing what is in flight and exiting%s",
 			ipc_status_fault_get(w->status, &f) == IPC_FAULT_UNKNOWN
 				? " (several requests that may have caused it ran: none is blamed, "

@@ -233,6 +233,56 @@ static void test_cuda_isolation_marks_decide_replay(void **state)
 	test_daemon_stop(&d);
 }
 
+/*
+ * One client's spin and its faulting kernel, each on a queue (and stream) of its own: both ran
+ * when the device broke, so the first worker blames neither, and the client sends both again,
+ * each alone, in their order. The spin runs and ends well; the faulting kernel starts as the
+ * spin's end is answered, and breaks the next worker at once (the fake's fault): it is told
+ * GPUX_E_KERNEL_FAULT, not lost with its worker as of a cause not known.
+ */
+static void test_cuda_isolation_alone_after_alone_is_blamed(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "2", NULL };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct test_daemon d;
+	uint32_t ms = 300;
+	struct gpux_arg a = GPUX_ARG_VALUE(ms);
+	gpux_queue *q[2];
+	gpux_module *m;
+	gpux_req *spin, *bad;
+	gpux_ctx *c;
+
+	(void)state;
+	test_daemon_start(&d, args);
+	c = test_connect(&d);
+	m = load_ptx(c);
+	assert_int_equal(test_daemon_status(&d, &st, devs), 0);
+	for (unsigned i = 0; i < 2; i++)
+		assert_int_equal(gpux_queue_open(c, 0, &q[i]), GPUX_OK);
+	assert_int_equal(
+		gpux_submit(m, "spin",
+			    &(struct gpux_launch){ .grid = { 1 }, .block = { 1 }, .queue = q[0] },
+			    &a, 1, &spin),
+		GPUX_OK);
+	assert_int_equal(
+		gpux_submit(m, "fault",
+			    &(struct gpux_launch){ .grid = { 1 }, .block = { 1 }, .queue = q[1] },
+			    NULL, 0, &bad),
+		GPUX_OK);
+	assert_int_equal(gpux_wait(spin, 10000), GPUX_OK);
+	if (gpux_wait(bad, 10000) != GPUX_E_KERNEL_FAULT)
+		fail_msg("the faulting kernel: %s", gpux_req_message(bad));
+	test_wait_generation(&d, 0, devs[0].generation + 1);
+	gpux_req_free(spin);
+	gpux_req_free(bad);
+	for (unsigned i = 0; i < 2; i++)
+		gpux_queue_free(q[i]);
+	gpux_module_free(m);
+	gpux_disconnect(c);
+	test_daemon_stop(&d);
+}
+
 /* `kernel` on q with arguments a; sent, not waited for. */
 static gpux_req *submit(gpux_module *m, gpux_queue *q, const char *kernel, struct gpux_arg *a,
 			unsigned n)
@@ -339,6 +389,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cuda_isolation_reserve_kept),
 		cmocka_unit_test(test_cuda_isolation_marks_decide_replay),
+		cmocka_unit_test(test_cuda_isolation_alone_after_alone_is_blamed),
 		cmocka_unit_test(test_cuda_isolation_copy_back_cut_short_is_lost),
 	};
 

@@ -297,9 +297,10 @@ struct wrk_req {
 /*
  * The same for slots of priority 0 and below while a latency-critical client is active. The
  * deeper a stream's queue on the device, the longer the loop's launches on it may block (on an
- * H200 beside 64 busy clients, 0.5-4 ms at the 99.9th percentile), and a latency-critical
+ * H200 beside 64 busy clients, 0.1-4 ms at the 99.9th percentile), and a latency-critical
  * request waits for the loop that is in them: with 256, such a client's round trip had p99
- * 160-280 µs beside one busy client; with 32, 30-77 µs (bench prio, two H200s).
+ * 160 µs beside one busy client and 1317 beside 64; with 32, 30 and 395 (bench prio, two
+ * H200s, one machine; 30-109 and 395-698 over four runs).
  */
 #define WRK_SLOT_DEPTH_BESIDE_URGENT 32u
 /* Requests a waiting queue may put in its slot per turn while others wait too. */

@@ -15,12 +15,17 @@
 
 /*
  * The loop thread hands each slot the requests it took in a round, in order. Runs of plain
- * kernel launches of one client (arguments that need no copy, no timing) go to the device as
- * one CUDA graph: a chain of 2, 4, ... 64 kernel nodes, made once per slot and size, whose
- * nodes are given each request's kernel and parameters before the graph is launched (a node
- * given the same as last time is left alone). In-process on an H200, one thread launching such
- * graphs with every node's parameters set started 1.24 M kernels/s; launching them one by one,
- * 0.23 M/s. Any other request (copies in and out, timing events) is enqueued on its own.
+ * kernel launches (arguments that need no copy, no timing), whichever clients they are of, go
+ * to the device as one CUDA graph: a chain of 2, 4, ... 64 kernel nodes, made once per slot
+ * and size, whose nodes are given each request's kernel and parameters before the graph is
+ * launched (a node given the same as last time is left alone). In-process on an H200, one
+ * thread launching such graphs with every node's parameters set started 1.24 M kernels/s;
+ * launching them one by one, 0.23 M/s. A graph takes several clients' requests as the slot's
+ * queues took turns: with hundreds of clients, each with a few requests in flight, graphs of
+ * one client's would hold a few each. Which node of a graph broke the device the driver does
+ * not say: a fault in a graph of several clients is blamed on none of them, and their
+ * requests run again, each alone (worker/cuda/cuda-slot.c). Any other request (copies in and
+ * out, timing events) is enqueued on its own.
  * Each graph, or request on its own, is a group that ends with one event, which the slot's
  * waiter waits for (worker/cuda/cuda-slot.c).
  */
@@ -729,6 +734,7 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	struct cuda_graph *gr;
 	struct cuda_group *g;
 	CUresult e = CUDA_SUCCESS;
+	bool sticky;
 
 	for (unsigned i = 0; i < n; i++)
 		args_direct(reqs[i]);
@@ -757,14 +763,20 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	for (unsigned i = 0; i < n; i++)
 		mark_launch(reqs[i]);
 	e = d->cu.cuGraphLaunch(gr->exec, s->stream);
-	if (e == CUDA_SUCCESS) {
+	if (e != CUDA_SUCCESS) {
+		(void)wrk_cu_err(e, &sticky);
+		if (!sticky) {
+			/* Nothing ran: each on its own, where the device says which it refuses. */
+			cuda_group_put(d, g);
+			goto one_by_one;
+		}
+		for (unsigned i = 0; i < n; i++)
+			reqs[i]->sticky = cuda_group_fail(d, g, i, e, "graph launch", false);
+	} else {
 		d->w->stats.graph_launches++;
 		d->w->stats.graph_requests += n;
 		for (unsigned i = 0; i < n; i++)
 			reqs[i]->launched = true;
-	} else {
-		for (unsigned i = 0; i < n; i++)
-			reqs[i]->sticky = cuda_group_fail(d, g, i, e, "graph launch", false);
 	}
 	e = d->cu.cuEventRecord(g->fin, s->stream);
 	if (e != CUDA_SUCCESS)
@@ -777,7 +789,7 @@ one_by_one:
 		launch_one(d, s, reqs[i]);
 }
 
-/* A run of graphable requests of one client: graphs of 64, 32, ... 2, and one on its own. */
+/* A run of graphable requests: graphs of 64, 32, ... 2, and one on its own. */
 static void launch_run(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *const *reqs,
 		       unsigned n)
 {
@@ -806,8 +818,7 @@ void cuda_launch(void *dv, unsigned slot, struct wrk_req *first, unsigned n)
 		bool g = !s->green && graphable(r) && !wrk_req_cancelled(r);
 
 		next = r->next;
-		/* A graph holds one client's requests only: a fault in it is that client's. */
-		if (nrun && (!g || nrun == CUDA_GRAPH_MAX || r->client != run[0]->client)) {
+		if (nrun && (!g || nrun == CUDA_GRAPH_MAX)) {
 			launch_run(d, s, run, nrun);
 			nrun = 0;
 		}

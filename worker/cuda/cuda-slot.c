@@ -47,6 +47,15 @@ static bool group_ran(const struct cuda_group *g)
 	return false;
 }
 
+/* Whether a group holds requests of more than one client (a graph's may). */
+static bool group_shared(const struct cuda_group *g)
+{
+	for (unsigned i = 1; i < g->n; i++)
+		if (g->reqs[i]->client != g->reqs[0]->client)
+			return true;
+	return false;
+}
+
 /* Whether a group may have broken the device: it ran, and not every one of its requests was
  * seen through to its end by the device (the DONE its stream writes after the copies back). */
 static bool group_suspect(const struct cuda_group *g)
@@ -65,8 +74,10 @@ static bool group_suspect(const struct cuda_group *g)
  * broke the device is a group that ran: the suspects are each slot's oldest not ended (for a
  * waiter, the one it waited for is still its slot's first) and `mine`, those whose work was
  * launched and did not end on the device (a request's stream writes DONE after its copies
- * back, for a client that reads it: that one ran to its end). With one suspect the blame is exact,
- * to the group: a graph holds one client's requests. With several the device does not say which (on
+ * back, for a client that reads it: that one ran to its end). With one suspect of one client the
+ * blame is exact, to the group. A group of several clients' requests (a graph) counts as two
+ * suspects: which of its nodes faulted the device does not say. With several the device does not
+ * say which (on
  * an H200 under load a kernel that faulted at once was followed by neighbours' launches before the
  * error reached the host, and taking the one launched last blamed an innocent in each of three
  * faults): nobody is blamed (CULPRIT_UNKNOWN), the status page says so, and their clients send them
@@ -82,7 +93,7 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 	if (!d->culprit) {
 		bool mine_in = mine && mine_ran && group_suspect(mine);
 		uint64_t ran = mine_in ? mine->seq : 0;
-		unsigned suspects = mine_in;
+		unsigned suspects = mine_in ? 1u + group_shared(mine) : 0;
 
 		for (unsigned i = 0; i < d->nslots; i++) {
 			struct cuda_slot *s = &d->slots[i];
@@ -94,13 +105,15 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 			(void)pthread_mutex_lock(&s->lock);
 			g = s->head;
 			if (g && (!mine || g != mine) && group_suspect(g)) {
-				suspects++;
+				suspects += 1u + group_shared(g);
 				ran = MAX(ran, g->seq);
 			}
 			(void)pthread_mutex_unlock(&s->lock);
 		}
-		/* Several, or none where `mine` ran to its end: not known. */
-		if (suspects > 1 || (!suspects && mine && mine_ran && group_ran(mine))) {
+		/* Several, or none where `mine` ran to its end: not known; so too a refused launch
+		 * of several clients' requests that ran nothing. */
+		if (suspects > 1 || (!suspects && mine && mine_ran && group_ran(mine)) ||
+		    (!suspects && mine && group_shared(mine))) {
 			d->culprit = CULPRIT_UNKNOWN;
 			wrk_fault_unknown(d->w);
 		} else if (ran || mine) {
@@ -160,12 +173,12 @@ bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 								  : "another request",
 					     cu_err_name(&d->cu, e));
 	} else if (g->n > 1) {
-		/* Which node of a graph faulted, the device does not say; all were this client's.
-		 */
+		/* Which node of a graph failed, the device does not say. */
 		r->status = st;
-		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s (one of %u kernels of this "
-					     "process launched together)",
-					     r->name, what, cu_err_name(&d->cu, e), g->n);
+		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s (one of %u kernels%s launched "
+					     "together)",
+					     r->name, what, cu_err_name(&d->cu, e), g->n,
+					     group_shared(g) ? "" : " of this process");
 	} else {
 		r->status = st;
 		r->error = wrk_strdup_printf("kernel \"%s\": %s: %s", r->name, what,

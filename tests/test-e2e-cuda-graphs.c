@@ -22,7 +22,8 @@ static const char ptx[] =
 	"{\n\tret;\n}\n"
 	".visible .entry spin(.param .u32 spin_param_0)\n{\n\tret;\n}\n"
 	".visible .entry add1(.param .u64 add1_param_0, .param .u64 add1_param_1,\n"
-	"\t.param .u64 add1_param_2)\n{\n\tret;\n}\n";
+	"\t.param .u64 add1_param_2)\n{\n\tret;\n}\n"
+	".visible .entry slowfault(.param .u32 slowfault_param_0)\n{\n\tret;\n}\n";
 
 /* A failure injected; with `once` (a new directory, which holds its mark), in the first worker
  * only. */
@@ -296,13 +297,139 @@ static void test_graphs_refused_node_falls_back(void **state)
 }
 
 /*
+ * Two clients wait behind a full slot; as room comes back their queues take turns of
+ * WRK_QUEUE_TURN (16) requests into the slot, and what a round moved in goes to the device as
+ * graphs that hold both clients' requests: more than 16 requests each. Each client's log holds
+ * what it appended, in order.
+ */
+static void test_graphs_hold_several_clients(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 200 };
+	static gpux_req *r[2][N], *fill[SLOT_DEPTH];
+	struct ipc_stats s;
+	gpux_ctx *ctx[2];
+	gpux_module *m[2];
+	gpux_buf *log[2];
+	gpux_req *spin;
+
+	start(d, NULL, NULL);
+	for (int k = 0; k < 2; k++) {
+		ctx[k] = test_connect(d);
+		m[k] = load_ptx(ctx[k]);
+		log[k] = new_log(ctx[k], N);
+	}
+	/* A spin, then its slot filled with launches that no graph takes (more dynamic shared
+	 * memory than every kernel may have). */
+	for (uint32_t i = 0; i <= SLOT_DEPTH; i++) {
+		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .shared_bytes = 64 * 1024 };
+		uint32_t ms = i == 0 ? 300 : 0;
+		struct gpux_arg a = GPUX_ARG_VALUE(ms);
+
+		assert_int_equal(gpux_submit(m[0], "spin", &l, &a, 1, i ? &fill[i - 1] : &spin),
+				 GPUX_OK);
+	}
+	for (uint32_t i = 0; i < N; i++)
+		for (int k = 0; k < 2; k++)
+			submit_append(m[k], i + 1000u * (uint32_t)k, log[k], &r[k][i]);
+	assert_int_equal(gpux_wait(spin, -1), GPUX_OK);
+	gpux_req_free(spin);
+	for (uint32_t i = 0; i < SLOT_DEPTH; i++) {
+		assert_int_equal(gpux_wait(fill[i], -1), GPUX_OK);
+		gpux_req_free(fill[i]);
+	}
+	for (uint32_t i = 0; i < N; i++)
+		for (int k = 0; k < 2; k++) {
+			assert_int_equal(gpux_wait(r[k][i], -1), GPUX_OK);
+			gpux_req_free(r[k][i]);
+		}
+	for (int k = 0; k < 2; k++) {
+		const uint32_t *p = gpux_buf_data(log[k]);
+
+		assert_int_equal(p[0], N);
+		for (uint32_t i = 0; i < N; i++)
+			assert_int_equal(p[1 + i], i + 1000u * (uint32_t)k);
+	}
+	/* Graphs of one client's turn would hold 16 at most. */
+	s = stats(d);
+	if (s.graph_launches == 0 || s.graph_requests <= 16 * s.graph_launches)
+		fail_msg("%llu requests in %llu graphs", (unsigned long long)s.graph_requests,
+			 (unsigned long long)s.graph_launches);
+	for (int k = 0; k < 2; k++) {
+		gpux_buf_free(log[k]);
+		gpux_module_free(m[k]);
+		gpux_disconnect(ctx[k]);
+	}
+	test_daemon_stop(d);
+}
+
+/*
+ * The same, and one of client A's launches faults the device, 50 ms into its run (the fake's
+ * slowfault): which node of a graph did, the device does not say, so a graph of two clients
+ * is blamed on neither; their requests run again, each alone, and A's breaks the next worker
+ * by itself. A's faulting request fails GPUX_E_KERNEL_FAULT; every request of B's ends
+ * GPUX_OK; A's others end GPUX_OK, GPUX_E_WORKER_LOST where they were in flight when its own
+ * request broke the worker, or GPUX_E_KERNEL_FAULT where they were in a graph of A's alone
+ * with it.
+ */
+static void test_graphs_of_two_clients_fault_blames_one(void **state)
+{
+	struct test_daemon *d = *state;
+	enum { N = 40, BAD = 25 };
+	static gpux_req *r[2][N];
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint32_t ms = 50;
+	struct gpux_arg late = GPUX_ARG_VALUE(ms);
+	gpux_ctx *ctx[2];
+	gpux_module *m[2];
+	gpux_req *spin;
+
+	start(d, NULL, NULL);
+	for (int k = 0; k < 2; k++) {
+		ctx[k] = test_connect(d);
+		m[k] = load_ptx(ctx[k]);
+	}
+	submit_spin(m[0], 300, &spin);
+	for (uint32_t i = 0; i < N; i++)
+		for (int k = 0; k < 2; k++) {
+			if (k == 0 && i == BAD)
+				assert_int_equal(
+					gpux_submit(m[0], "slowfault", &l, &late, 1, &r[0][i]),
+					GPUX_OK);
+			else
+				submit_spin(m[k], 0, &r[k][i]);
+		}
+	assert_int_equal(gpux_wait(spin, 10000), GPUX_OK);
+	gpux_req_free(spin);
+	for (uint32_t i = 0; i < N; i++)
+		for (int k = 0; k < 2; k++) {
+			gpux_status want = k == 0 && i == BAD ? GPUX_E_KERNEL_FAULT : GPUX_OK;
+			gpux_status st = gpux_wait(r[k][i], 10000);
+
+			if (k == 0 && i != BAD && st == GPUX_E_WORKER_LOST)
+				assert_non_null(
+					strstr(gpux_req_message(r[k][i]), "this connection"));
+			else if (k == 0 && i != BAD && st == GPUX_E_KERNEL_FAULT)
+				assert_non_null(
+					strstr(gpux_req_message(r[k][i]), "of this process"));
+			else if (st != want)
+				fail_msg("client %d, request %u: %s: %s", k, i, gpux_strerror(st),
+					 gpux_req_message(r[k][i]));
+			gpux_req_free(r[k][i]);
+		}
+	for (int k = 0; k < 2; k++) {
+		gpux_module_free(m[k]);
+		gpux_disconnect(ctx[k]);
+	}
+	test_daemon_stop(d);
+}
+
+/*
  * Two clients wait behind a full slot; the driver refuses the second graph launched with a
- * sticky error. The blame goes to a group that ran (or, if none, the refused one; if several,
- * none); which kernel of a graph faulted the device does not say, so a graph holds one client's
- * requests only: GPUX_E_KERNEL_FAULT goes to one client at most; the other's requests that were
- * handed to the device
- * (their log is mapped: in place) see GPUX_E_WORKER_LOST, and those not yet run again on the
- * next worker.
+ * sticky error. The blame goes to a group of one client that ran (or, if none, the refused one
+ * when it is of one client; if several, or a graph of both, none): GPUX_E_KERNEL_FAULT goes to
+ * one client at most; the other's requests that were handed to the device (their log is
+ * mapped: in place) see GPUX_E_WORKER_LOST, and those not yet run again on the next worker.
  */
 static void test_graphs_fault_stays_with_one_client(void **state)
 {
@@ -387,6 +514,8 @@ int main(void)
 		TEST_WITH_DAEMON(test_copies_in_by_kernel),
 		TEST_WITH_DAEMON(test_graphs_refused_node_falls_back),
 		TEST_WITH_DAEMON(test_graphs_fault_stays_with_one_client),
+		TEST_WITH_DAEMON(test_graphs_hold_several_clients),
+		TEST_WITH_DAEMON(test_graphs_of_two_clients_fault_blames_one),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -263,8 +263,11 @@ int bench_prio(struct bench *b)
 	char name[96];
 	gpux_queue *q;
 	int rc = -1;
-	bool made = rtt_new(&alone) & rtt_new(&alone_hi) & rtt_new(&r);
+	bool made = rtt_new(&alone);
 
+	/* Each made, whatever the others: rtt_free() takes them all. */
+	made = rtt_new(&alone_hi) && made;
+	made = rtt_new(&r) && made;
 	if (!made)
 		goto out;
 	if (rtt_until(b, NULL, tool_now() + (uint64_t)(secs * 1e9), &alone) < 0 ||
@@ -445,7 +448,7 @@ int bench_shares(struct bench *b)
 	iters = MAX(1000u, (uint64_t)((double)iters * (double)BURN_NS / (double)MAX(ns, 1u)));
 	made = rtt_new(&alone);
 	for (unsigned i = 0; i < 3; i++)
-		made &= rtt_new(&r[i]);
+		made = rtt_new(&r[i]) && made;
 	if (!made)
 		goto out;
 	if (rtt_until(b, NULL, tool_now() + (uint64_t)(secs * 1e9), &alone) < 0 ||

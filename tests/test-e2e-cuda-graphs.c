@@ -89,6 +89,22 @@ static void submit_append(gpux_module *m, uint32_t v, gpux_buf *log, gpux_req **
 }
 
 /*
+ * A spin of 300 ms, then its slot filled with launches that no graph takes (more dynamic shared
+ * memory than every kernel may have: cuLaunchKernel), SLOT_DEPTH of them in fill.
+ */
+static void fill_slot(gpux_module *m, gpux_req **ret_spin, gpux_req **fill)
+{
+	for (uint32_t i = 0; i <= SLOT_DEPTH; i++) {
+		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .shared_bytes = 64 * 1024 };
+		uint32_t ms = i == 0 ? 300 : 0;
+		struct gpux_arg a = GPUX_ARG_VALUE(ms);
+
+		assert_int_equal(gpux_submit(m, "spin", &l, &a, 1, i ? &fill[i - 1] : ret_spin),
+				 GPUX_OK);
+	}
+}
+
+/*
  * Launches one at a time, each a graph of one node: the node set anew when the value, the log
  * or the kernel changes, and left as it is when the launch is the same. Every log holds what was
  * appended, in order, and none of it counts as a graph of several.
@@ -319,16 +335,7 @@ static void test_graphs_hold_several_clients(void **state)
 		m[k] = load_ptx(ctx[k]);
 		log[k] = new_log(ctx[k], N);
 	}
-	/* A spin, then its slot filled with launches that no graph takes (more dynamic shared
-	 * memory than every kernel may have). */
-	for (uint32_t i = 0; i <= SLOT_DEPTH; i++) {
-		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .shared_bytes = 64 * 1024 };
-		uint32_t ms = i == 0 ? 300 : 0;
-		struct gpux_arg a = GPUX_ARG_VALUE(ms);
-
-		assert_int_equal(gpux_submit(m[0], "spin", &l, &a, 1, i ? &fill[i - 1] : &spin),
-				 GPUX_OK);
-	}
+	fill_slot(m[0], &spin, fill);
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++)
 			submit_append(m[k], i + 1000u * (uint32_t)k, log[k], &r[k][i]);
@@ -450,16 +457,7 @@ static void test_graphs_fault_stays_with_one_client(void **state)
 		m[k] = load_ptx(ctx[k]);
 		log[k] = new_log(ctx[k], N);
 	}
-	/* A spin, then its slot filled, with launches that no graph takes (more dynamic shared
-	 * memory than every kernel may have): cuLaunchKernel. */
-	for (uint32_t i = 0; i <= SLOT_DEPTH; i++) {
-		struct gpux_launch l = { .grid = { 1 }, .block = { 1 }, .shared_bytes = 64 * 1024 };
-		uint32_t ms = i == 0 ? 300 : 0;
-		struct gpux_arg a = GPUX_ARG_VALUE(ms);
-
-		assert_int_equal(gpux_submit(m[0], "spin", &l, &a, 1, i ? &fill[i - 1] : &spin),
-				 GPUX_OK);
-	}
+	fill_slot(m[0], &spin, fill);
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++)
 			submit_append(m[k], i, log[k], &r[k][i]);

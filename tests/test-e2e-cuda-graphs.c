@@ -370,33 +370,48 @@ static void test_graphs_hold_several_clients(void **state)
 	test_daemon_stop(d);
 }
 
+/* How one of client A's requests may end when A's kernel broke the device: GPUX_OK,
+ * GPUX_E_WORKER_LOST where it was in flight when A's own request broke the worker, or
+ * GPUX_E_KERNEL_FAULT where it was blamed with it (in a graph of A's alone, or as the group
+ * the stream had not yet been seen to pass). Returns whether it was blamed. */
+static bool a_ended(gpux_req *r, gpux_status st)
+{
+	const char *msg = gpux_req_message(r);
+
+	if (st == GPUX_E_WORKER_LOST && strstr(msg, "this connection"))
+		return false;
+	if (st != GPUX_OK && st != GPUX_E_KERNEL_FAULT)
+		fail_msg("client A: %s: %s", gpux_strerror(st), msg);
+	return st == GPUX_E_KERNEL_FAULT;
+}
+
 /*
- * The same, and one of client A's launches faults the device, 50 ms into its run (the fake's
- * slowfault): which node of a graph did, the device does not say, so a graph of two clients
- * is blamed on neither; their requests run again, each alone, and A's breaks the next worker
- * by itself. A's faulting request fails GPUX_E_KERNEL_FAULT; every request of B's ends
- * GPUX_OK; A's others end GPUX_OK, GPUX_E_WORKER_LOST where they were in flight when its own
- * request broke the worker, or GPUX_E_KERNEL_FAULT where they were in a graph of A's alone
- * with it.
+ * The same, and one of client A's launches faults the device, 200 ms into its run (the
+ * fake's slowfault): which node of a graph did, the device does not say, so a graph of two
+ * clients is blamed on neither; their requests run again, each alone, and A's breaks the next
+ * worker by itself. Every request of B's ends GPUX_OK; A is told its kernel faulted (its
+ * slowfault, or, where the worker had not yet seen the groups ahead of it end, one of those,
+ * all A's: the blame stays with A); A's others end as a_ended() allows.
  */
 static void test_graphs_of_two_clients_fault_blames_one(void **state)
 {
 	struct test_daemon *d = *state;
 	enum { N = 40, BAD = 25 };
-	static gpux_req *r[2][N];
+	static gpux_req *r[2][N], *fill[SLOT_DEPTH];
 	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
-	uint32_t ms = 50;
+	uint32_t ms = 200;
 	struct gpux_arg late = GPUX_ARG_VALUE(ms);
 	gpux_ctx *ctx[2];
 	gpux_module *m[2];
 	gpux_req *spin;
+	bool told;
 
 	start(d, NULL, NULL);
 	for (int k = 0; k < 2; k++) {
 		ctx[k] = test_connect(d);
 		m[k] = load_ptx(ctx[k]);
 	}
-	submit_spin(m[0], 300, &spin);
+	fill_slot(m[0], &spin, fill);
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++) {
 			if (k == 0 && i == BAD)
@@ -406,24 +421,24 @@ static void test_graphs_of_two_clients_fault_blames_one(void **state)
 			else
 				submit_spin(m[k], 0, &r[k][i]);
 		}
-	assert_int_equal(gpux_wait(spin, 10000), GPUX_OK);
+	told = a_ended(spin, gpux_wait(spin, 10000));
 	gpux_req_free(spin);
+	for (uint32_t i = 0; i < SLOT_DEPTH; i++) {
+		told |= a_ended(fill[i], gpux_wait(fill[i], 10000));
+		gpux_req_free(fill[i]);
+	}
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++) {
-			gpux_status want = k == 0 && i == BAD ? GPUX_E_KERNEL_FAULT : GPUX_OK;
 			gpux_status st = gpux_wait(r[k][i], 10000);
 
-			if (k == 0 && i != BAD && st == GPUX_E_WORKER_LOST)
-				assert_non_null(
-					strstr(gpux_req_message(r[k][i]), "this connection"));
-			else if (k == 0 && i != BAD && st == GPUX_E_KERNEL_FAULT)
-				assert_non_null(
-					strstr(gpux_req_message(r[k][i]), "of this process"));
-			else if (st != want)
-				fail_msg("client %d, request %u: %s: %s", k, i, gpux_strerror(st),
+			if (k == 0)
+				told |= a_ended(r[k][i], st) && i == BAD;
+			else if (st != GPUX_OK)
+				fail_msg("client B, request %u: %s: %s", i, gpux_strerror(st),
 					 gpux_req_message(r[k][i]));
 			gpux_req_free(r[k][i]);
 		}
+	assert_true(told);
 	for (int k = 0; k < 2; k++) {
 		gpux_module_free(m[k]);
 		gpux_disconnect(ctx[k]);

@@ -183,8 +183,6 @@ void cuda_slots_close(struct cuda_dev *d);
 /* A group from the free list, or a new one with its events; NULL, and *err says why. */
 struct cuda_group *cuda_group_get(struct cuda_dev *d, CUresult *err);
 void cuda_group_put(struct cuda_dev *d, struct cuda_group *g);
-/* A sticky error met outside any request: the culprit in flight blamed, the worker to go. */
-void cuda_device_broken(struct cuda_dev *d);
 /* Hand a launched group to its slot's waiter. */
 void cuda_group_push(struct cuda_slot *s, struct cuda_group *g);
 /* Whether cuda_group_launched() will hold g, launched now (loop thread). */

@@ -82,8 +82,7 @@ static bool group_suspect(const struct cuda_group *g)
  * error reached the host, and taking the one launched last blamed an innocent in each of three
  * faults): nobody is blamed (CULPRIT_UNKNOWN), the status page says so, and their clients send them
  * again, each to run alone (IPC_SUBMIT_ALONE, worker/core/queue.c), where a fault has one suspect.
- * None: `mine` when nothing ran (its launch met the error), else not known either; without
- * `mine` (an error met outside any request), nobody.
+ * None: `mine` when nothing ran (its launch met the error), else not known either.
  */
 static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {
@@ -91,7 +90,7 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
-		bool mine_in = mine && mine_ran && group_suspect(mine);
+		bool mine_in = mine_ran && group_suspect(mine);
 		uint64_t ran = mine_in ? mine->seq : 0;
 		unsigned suspects = mine_in ? 1u + group_shared(mine) : 0;
 
@@ -104,7 +103,7 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 				cpu_relax();
 			(void)pthread_mutex_lock(&s->lock);
 			g = s->head;
-			if (g && (!mine || g != mine) && group_suspect(g)) {
+			if (g && g != mine && group_suspect(g)) {
 				suspects += 1u + group_shared(g);
 				ran = MAX(ran, g->seq);
 			}
@@ -112,44 +111,17 @@ static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool 
 		}
 		/* Several, or none where `mine` ran to its end: not known; so too a refused launch
 		 * of several clients' requests that ran nothing. */
-		if (suspects > 1 || (!suspects && mine && mine_ran && group_ran(mine)) ||
-		    (!suspects && mine && group_shared(mine))) {
+		if (suspects > 1 || (!suspects && mine_ran && group_ran(mine)) ||
+		    (!suspects && group_shared(mine))) {
 			d->culprit = CULPRIT_UNKNOWN;
 			wrk_fault_unknown(d->w);
-		} else if (ran || mine) {
+		} else {
 			d->culprit = ran ? ran : mine->seq;
 		}
 	}
 	c = d->culprit;
 	(void)pthread_mutex_unlock(&d->fault_lock);
 	return c;
-}
-
-/*
- * A sticky error met outside any request's launch or end (a module's load, a kernel's lookup,
- * a stream made): a request's kernel broke the device. It is blamed here as a waiter would
- * blame it, before the worker goes: else the request that broke the device, still in flight,
- * would be lost with the worker of a cause not known, and its client never told.
- */
-void cuda_device_broken(struct cuda_dev *d)
-{
-	uint64_t c = culprit(d, NULL, false);
-
-	for (unsigned i = 0; c && c != CULPRIT_UNKNOWN && i < d->nslots; i++) {
-		struct cuda_slot *s = &d->slots[i];
-		const struct cuda_group *g;
-
-		(void)pthread_mutex_lock(&s->lock);
-		g = s->head;
-		if (g && g->seq == c) {
-			const struct wrk_req *r = g->reqs[0];
-
-			(void)ipc_status_fault_set(d->w->status, r->client ? r->client->id : 0,
-						   r->id, IPC_FAULT_KERNEL);
-		}
-		(void)pthread_mutex_unlock(&s->lock);
-	}
-	wrk_device_broken(d->w);
 }
 
 /*
@@ -676,7 +648,7 @@ gpux_status cuda_slot_open(void *dv, unsigned slot, struct wrk_stream *st, char 
 		gpux_status rc = wrk_cu_err(r, &sticky);
 
 		if (sticky)
-			cuda_device_broken(d);
+			wrk_device_broken(d->w);
 		*ret_msg = cuda_msg(d, "a green context", r);
 		return rc == GPUX_E_NOMEM ? rc : GPUX_E_DEVICE;
 	}

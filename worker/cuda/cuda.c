@@ -40,7 +40,7 @@ static gpux_status cuda_status(struct cuda_dev *d, CUresult r)
 
 	if (!sticky)
 		return st;
-	cuda_device_broken(d);
+	wrk_device_broken(d->w);
 	return GPUX_E_WORKER_LOST;
 }
 

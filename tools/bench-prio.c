@@ -47,20 +47,20 @@ struct rtt {
 	uint64_t *queue, *run;
 };
 
-/* The slowest 1%'s average split (each kept round trip's times in r->t, not yet sorted). */
-static void rtt_split(struct rtt *r)
+/* The kept round trips' p50 and p99, and the slowest 1%'s average split (r->t stays in the
+ * order of r->queue and r->run). 0 or -1. */
+static int rtt_stats(struct rtt *r)
 {
 	uint64_t q = 0, run = 0, rest = 0, cut, *sorted = malloc(r->n * sizeof(*sorted));
 	unsigned n = 0;
 
-	r->slow_queue = r->slow_run = r->slow_rest = NAN;
-	if (!sorted || r->n == 0) {
-		free(sorted);
-		return;
-	}
+	if (!sorted)
+		return -1;
 	memcpy(sorted, r->t, r->n * sizeof(*sorted));
-	cut = (uint64_t)bench_pct(sorted, r->n, 99);
+	r->p50 = bench_median(sorted, r->n);
+	r->p99 = bench_pct(sorted, r->n, 99);
 	free(sorted);
+	cut = (uint64_t)r->p99;
 	for (unsigned i = 0; i < r->n; i++) {
 		if (r->t[i] < cut)
 			continue;
@@ -72,6 +72,7 @@ static void rtt_split(struct rtt *r)
 	r->slow_queue = (double)q / n / 1e3;
 	r->slow_run = (double)run / n / 1e3;
 	r->slow_rest = (double)rest / n / 1e3;
+	return 0;
 }
 
 static bool rtt_new(struct rtt *r)
@@ -121,10 +122,7 @@ static int rtt_until(struct bench *b, gpux_queue *q, uint64_t until, struct rtt 
 		if (i >= RTT_WARM && tool_now() >= until)
 			break;
 	}
-	rtt_split(r);
-	r->p50 = bench_median(r->t, r->n);
-	r->p99 = bench_pct(r->t, r->n, 99);
-	return 0;
+	return rtt_stats(r);
 }
 
 static gpux_queue *prio_queue(struct bench *b)

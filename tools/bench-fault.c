@@ -52,32 +52,11 @@ static const char kernels_host[] = "GPUX_HOST_PARAMS(inc, sizeof(float *));\n"
 				   "	p[-(1L << 40)] = 1.0f;\n"
 				   "}\n";
 
-/* The statuses a failure is counted under; the last stands for all others. */
-static const struct {
-	gpux_status st;
-	const char *name;
-} whys[] = {
-	{ GPUX_E_WORKER_LOST, "GPUX_E_WORKER_LOST" },
-	{ GPUX_E_KERNEL_FAULT, "GPUX_E_KERNEL_FAULT" },
-	{ GPUX_E_TIMEOUT, "GPUX_E_TIMEOUT" },
-	{ GPUX_OK, "other" },
-};
-#define WHYS ARRAY_SIZE(whys)
-
-static unsigned why_of(gpux_status st)
-{
-	unsigned i;
-
-	for (i = 0; i < WHYS - 1 && whys[i].st != st; i++)
-		;
-	return i;
-}
-
 /* What each innocent tells the parent, in shared anonymous memory. */
 struct innocent {
 	uint64_t ok, failed, wrong;
-	uint64_t why[WHYS];   /* failures by status (whys[]) */
-	gpux_status first_st; /* the first failure's, and its message */
+	uint64_t why[IPC_STATUS_CODES]; /* failures by status: why[-status] */
+	gpux_status first_st;           /* the first failure's, and its message */
 	char first[256];
 	unsigned nlat;
 	uint64_t lat[LAT_MAX];
@@ -91,7 +70,7 @@ struct told {
 
 static void innocent_failed(struct innocent *me, gpux_status st, const char *text)
 {
-	me->why[why_of(st)]++;
+	me->why[MIN((unsigned)-st, IPC_STATUS_CODES - 1)]++;
 	if (me->failed++ == 0) {
 		me->first_st = st;
 		(void)snprintf(me->first, sizeof(me->first), "%s", text ? text : "");
@@ -317,9 +296,11 @@ int bench_fault(struct bench *b)
 			continue;
 		(void)fprintf(stderr, "gpux: bench: fault: innocent %u lost %llu (", i + 1,
 			      (unsigned long long)in->failed);
-		for (unsigned w = 0; w < WHYS; w++)
-			(void)fprintf(stderr, "%s%s %llu", w ? ", " : "", whys[w].name,
-				      (unsigned long long)in->why[w]);
+		for (unsigned w = 1, k = 0; w < IPC_STATUS_CODES; w++)
+			if (in->why[w])
+				(void)fprintf(stderr, "%s%s: %llu", k++ ? ", " : "",
+					      gpux_strerror(-(gpux_status)w),
+					      (unsigned long long)in->why[w]);
 		(void)fprintf(stderr, "), the first %s: %s\n", gpux_strerror(in->first_st),
 			      in->first);
 	}

@@ -50,13 +50,18 @@ static void env_close(struct env *e)
 	free(e);
 }
 
-static struct ipc_sched sched_now(const struct env *e)
+static struct ipc_stats stats_now(const struct env *e)
 {
 	struct ipc_status st;
 	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
 
 	assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
-	return devs[0].stats.sched;
+	return devs[0].stats;
+}
+
+static struct ipc_sched sched_now(const struct env *e)
+{
+	return stats_now(e).sched;
 }
 
 /* A queue of these options (priority given unless NO_PRIO). */
@@ -88,10 +93,6 @@ static void where(struct env *e, gpux_queue *q, int32_t *ret_prio, uint32_t *ret
 	*ret_sms = p[1];
 }
 
-/*
- * Each priority's queues run on a stream of the CUDA priority it maps to: 0 and -1 the least
- * (the default), 1 between, 2 the greatest; gpux status says which each level got.
- */
 /* The requests a slot takes while a queue of priority 2 is or is not open in the same
  * client (the client is then latency-critical, active as it sends): behind a kernel of 300
  * ms, 100 more on the default queue. Returns how many times a queue waited in line for room
@@ -118,13 +119,7 @@ static uint64_t waits_behind_a_long_kernel(bool urgent)
 		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
 		gpux_req_free(r[i]);
 	}
-	{
-		struct ipc_status st;
-		static struct ipc_dev_status devs[IPC_DEVICES_MAX];
-
-		assert_int_equal(test_daemon_status(&e->d, &st, devs), 0);
-		waits = devs[0].stats.slot_waits;
-	}
+	waits = stats_now(e).slot_waits;
 	gpux_queue_free(q);
 	env_close(e);
 	return waits;
@@ -143,6 +138,10 @@ static void test_cuda_sched_shallow_beside_urgent(void **state)
 	assert_true(waits_behind_a_long_kernel(true) >= 1);
 }
 
+/*
+ * Each priority's queues run on a stream of the CUDA priority it maps to: 0 and -1 the least
+ * (the default), 1 between, 2 the greatest; gpux status says which each level got.
+ */
 static void test_cuda_sched_stream_priorities(void **state)
 {
 	static const struct {

@@ -88,6 +88,15 @@ static void submit_append(gpux_module *m, uint32_t v, gpux_buf *log, gpux_req **
 	assert_int_equal(gpux_submit(m, "append", &l, args, 2, ret), GPUX_OK);
 }
 
+/* Two clients of d, each with the module loaded. */
+static void two_clients(struct test_daemon *d, gpux_ctx **ctx, gpux_module **m)
+{
+	for (int k = 0; k < 2; k++) {
+		ctx[k] = test_connect(d);
+		m[k] = load_ptx(ctx[k]);
+	}
+}
+
 /*
  * A spin of 300 ms, then its slot filled with launches that no graph takes (more dynamic shared
  * memory than every kernel may have: cuLaunchKernel), SLOT_DEPTH of them in fill.
@@ -330,11 +339,9 @@ static void test_graphs_hold_several_clients(void **state)
 	gpux_req *spin;
 
 	start(d, NULL, NULL);
-	for (int k = 0; k < 2; k++) {
-		ctx[k] = test_connect(d);
-		m[k] = load_ptx(ctx[k]);
+	two_clients(d, ctx, m);
+	for (int k = 0; k < 2; k++)
 		log[k] = new_log(ctx[k], N);
-	}
 	fill_slot(m[0], &spin, fill);
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++)
@@ -408,10 +415,7 @@ static void test_graphs_of_two_clients_fault_blames_one(void **state)
 	bool told;
 
 	start(d, NULL, NULL);
-	for (int k = 0; k < 2; k++) {
-		ctx[k] = test_connect(d);
-		m[k] = load_ptx(ctx[k]);
-	}
+	two_clients(d, ctx, m);
 	fill_slot(m[0], &spin, fill);
 	for (uint32_t i = 0; i < N; i++)
 		for (int k = 0; k < 2; k++) {

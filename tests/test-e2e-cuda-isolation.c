@@ -236,9 +236,10 @@ static void test_cuda_isolation_marks_decide_replay(void **state)
 /*
  * One client's spin and its faulting kernel, each on a queue (and stream) of its own: both ran
  * when the device broke, so the first worker blames neither, and the client sends both again,
- * each alone, in their order. The spin runs and ends well; the faulting kernel starts as the
- * spin's end is answered, and breaks the next worker at once (the fake's fault): it is told
- * GPUX_E_KERNEL_FAULT, not lost with its worker as of a cause not known.
+ * each alone, in their order. The spin runs and ends well; the faulting kernel, started once
+ * the spin's end is answered (perhaps within the drain of that answer), breaks the next worker
+ * at once (the fake's fault): it is told GPUX_E_KERNEL_FAULT, not lost with its worker as of a
+ * cause not known.
  */
 static void test_cuda_isolation_alone_after_alone_is_blamed(void **state)
 {

@@ -74,15 +74,15 @@ static bool group_suspect(const struct cuda_group *g)
  * broke the device is a group that ran: the suspects are each slot's oldest not ended (for a
  * waiter, the one it waited for is still its slot's first) and `mine`, those whose work was
  * launched and did not end on the device (a request's stream writes DONE after its copies
- * back, for a client that reads it: that one ran to its end). With one suspect of one client the
- * blame is exact, to the group. A group of several clients' requests (a graph) counts as two
- * suspects: which of its nodes faulted the device does not say. With several the device does not
- * say which (on
- * an H200 under load a kernel that faulted at once was followed by neighbours' launches before the
- * error reached the host, and taking the one launched last blamed an innocent in each of three
- * faults): nobody is blamed (CULPRIT_UNKNOWN), the status page says so, and their clients send them
- * again, each to run alone (IPC_SUBMIT_ALONE, worker/core/queue.c), where a fault has one suspect.
- * None: `mine` when nothing ran (its launch met the error), else not known either.
+ * back, for a client that reads it: that one ran to its end). With one suspect of one client
+ * the blame is exact, to the group. A group of several clients' requests (a graph) counts as
+ * two suspects: which of its nodes faulted the device does not say. With several the device
+ * does not say which (on an H200 under load a kernel that faulted at once was followed by
+ * neighbours' launches before the error reached the host, and taking the one launched last
+ * blamed an innocent in each of three faults): nobody is blamed (CULPRIT_UNKNOWN), the status
+ * page says so, and their clients send them again, each to run alone (IPC_SUBMIT_ALONE,
+ * worker/core/queue.c), where a fault has one suspect. None: `mine` when nothing ran (its
+ * launch met the error), else not known either.
  */
 static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {

@@ -43,6 +43,12 @@ uint64_t ipc_spin_ns(void)
 	return spin_ns;
 }
 
+uint64_t ipc_spin_urgent_ns(void)
+{
+	(void)pthread_once(&spin_once, spin_init);
+	return spin_asked || spin_ns == 0 ? spin_ns : MAX(spin_ns, (uint64_t)IPC_SPIN_URGENT_NS);
+}
+
 bool ipc_spin_fits(uint64_t spinners)
 {
 	(void)pthread_once(&spin_once, spin_init);

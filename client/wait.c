@@ -71,7 +71,8 @@ static bool spin_fits(const gpux_ctx *ctx)
 
 /*
  * Wait for something to take in, for up to ms (-1: no limit). For the first ipc_spin_ns() of
- * it (not past the deadline) look without sleeping: at the rings, which then tell the
+ * it (ipc_spin_urgent_ns() in a process with latency-critical queues; not past the
+ * deadline) look without sleeping: at the rings, which then tell the
  * workers that no kick is needed, and now and then at the fds; then sleep in epoll. Called
  * and returns with the lock held, which it drops meanwhile. Returns epoll's count (0 when
  * only a ring has news, *ret_ring then set), or -1 with errno.
@@ -79,16 +80,16 @@ static bool spin_fits(const gpux_ctx *ctx)
 static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, uint64_t deadline,
 		       const struct gpux_req *mine, bool *ret_ring)
 {
-	uint64_t until = mono_ns() + ipc_spin_ns();
+	/* A process with latency-critical queues spins for their answers whatever the load,
+	 * and for longer. */
+	uint64_t spin = ctx->urgent ? ipc_spin_urgent_ns() : spin_fits(ctx) ? ipc_spin_ns() : 0;
+	uint64_t until = spin ? mono_ns() + spin : 0;
 	struct spin_set s = { 0 };
 	bool taken = false;
 	int n = 0;
 
 	if (deadline && deadline < until)
 		until = deadline;
-	/* A process with latency-critical queues spins for their answers whatever the load. */
-	if (ipc_spin_ns() == 0 || (!ctx->urgent && !spin_fits(ctx)))
-		until = 0;
 	for (uint32_t i = 0; i < ctx->ndevices && until > 0; i++) {
 		struct cli_rings *r = ctx->devs[i].rings;
 

@@ -305,6 +305,28 @@ static void test_active_without_a_ring(void **state)
 	assert_false(a.on);
 }
 
+/* A latency-critical client stays in the set through a pause that sends one of the default
+ * level away (a kick would cost it most of its round trip). */
+static void test_active_urgent_stays_longer(void **state)
+{
+	struct wrk_active s = { .polling = true };
+	struct wrk_act dflt = { .level = WRK_ACTIVE_LEVEL_DEFAULT };
+	struct wrk_act urgent = { .level = IPC_PRIO_LEVELS - 1 };
+
+	(void)state;
+	assert_true(WRK_ACTIVE_IDLE_URGENT_NS > WRK_ACTIVE_IDLE_NS);
+	wrk_active_join(&s, &dflt, 100);
+	wrk_active_join(&s, &urgent, 100);
+	assert_false(wrk_active_settle(&s, &dflt, false, 100 + WRK_ACTIVE_IDLE_NS));
+	assert_true(wrk_active_settle(&s, &urgent, false, 100 + WRK_ACTIVE_IDLE_NS));
+	assert_true(wrk_active_settle(&s, &urgent, false, 100 + WRK_ACTIVE_IDLE_URGENT_NS - 1));
+	assert_true(urgent.on);
+	assert_int_equal(s.nlevel[IPC_PRIO_LEVELS - 1], 1);
+	assert_false(wrk_active_settle(&s, &urgent, false, 100 + WRK_ACTIVE_IDLE_URGENT_NS));
+	assert_false(urgent.on);
+	assert_int_equal(s.n, 0);
+}
+
 #define ACTIVE_TEST(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
 
 int main(void)
@@ -313,6 +335,7 @@ int main(void)
 		ACTIVE_TEST(test_active_every_handoff_state),
 		cmocka_unit_test(test_active_set_holds_the_active_in_order),
 		cmocka_unit_test(test_active_without_a_ring),
+		cmocka_unit_test(test_active_urgent_stays_longer),
 	};
 
 	return cmocka_run_group_tests_name("worker-active", tests, NULL, NULL);

@@ -354,6 +354,7 @@ int main(int argc, char **argv)
 		w.opts.cache_dir = cache;
 	}
 	w.spin_ns = ipc_spin_ns();
+	w.spin_urgent_ns = ipc_spin_urgent_ns();
 	(void)pthread_mutex_init(&w.done_lock, NULL);
 	(void)pthread_mutex_init(&w.job_lock, NULL);
 	(void)pthread_cond_init(&w.job_cond, NULL);

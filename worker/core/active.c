@@ -88,7 +88,8 @@ bool wrk_active_settle(struct wrk_active *s, struct wrk_act *a, bool found, uint
 		a->seen_ns = now;
 		return true;
 	}
-	if (now - a->seen_ns < WRK_ACTIVE_IDLE_NS)
+	if (now - a->seen_ns <
+	    (a->level > WRK_ACTIVE_LEVEL_DEFAULT ? WRK_ACTIVE_IDLE_URGENT_NS : WRK_ACTIVE_IDLE_NS))
 		return true;
 	return wrk_active_rest(s, a, now);
 }

@@ -15,11 +15,12 @@
  * clients that have some, never to those connected. A client joins the set whenever
  * something passes between it and the worker (a socket message, a record on its ring, an
  * answer the worker sends it: it will likely answer back), and leaves it after
- * WRK_ACTIVE_IDLE_NS without any. While the loop spins, an active client's ring has its
- * `polling` word up, so the client puts records there without a kick; an idle client's word
- * is down, so its first record after the pause comes with a kick (ipc/ring.h), which makes
- * it active again. Leaving follows the ring's hand-off: the word goes down, then the ring is
- * looked at once more, and a record published meanwhile keeps the client in the set.
+ * WRK_ACTIVE_IDLE_NS without any (WRK_ACTIVE_IDLE_URGENT_NS above the default priority).
+ * While the loop spins, an active client's ring has its `polling` word up, so the client puts
+ * records there without a kick; an idle client's word is down, so its first record after the
+ * pause comes with a kick (ipc/ring.h), which makes it active again. Leaving follows the
+ * ring's hand-off: the word goes down, then the ring is looked at once more, and a record
+ * published meanwhile keeps the client in the set.
  *
  * The words are each client's own, in the area only it and the worker share: a client can
  * write its word, and at worst misses its own kicks. Nothing of one client's can make the
@@ -35,6 +36,11 @@
  * (a system call at each end) in looks at an empty ring, with the time a client woken by an
  * answer takes to be scheduled and send its next request on many busy CPUs. */
 #define WRK_ACTIVE_IDLE_NS (200 * NSEC_PER_USEC)
+/* The same for a client of a level above the default one: a kick costs such a client most of
+ * its round trip on a busy machine, and such clients are few. */
+#define WRK_ACTIVE_IDLE_URGENT_NS (5 * NSEC_PER_MSEC)
+/* The default priority's level (worker/core/wrk.h: wrk_prio_level(0)). */
+#define WRK_ACTIVE_LEVEL_DEFAULT ((unsigned)(0 - IPC_PRIO_MIN))
 
 /* A client's place in the set (embedded in struct wrk_client). */
 struct wrk_act {
@@ -86,8 +92,9 @@ void wrk_active_sync(struct wrk_active *s, struct wrk_act *a);
 
 /*
  * After the loop looked at a's ring at `now` (`found`: it took something): a stays while
- * something passed within WRK_ACTIVE_IDLE_NS; else its word goes down and the ring is looked
- * at once more, and it leaves unless a record waits. Returns whether a is still in the set.
+ * something passed within WRK_ACTIVE_IDLE_NS (WRK_ACTIVE_IDLE_URGENT_NS above the default
+ * priority); else its word goes down and the ring is looked at once more, and it leaves
+ * unless a record waits. Returns whether a is still in the set.
  */
 bool wrk_active_settle(struct wrk_active *s, struct wrk_act *a, bool found, uint64_t now);
 

@@ -573,13 +573,13 @@ void wrk_drain_done(struct wrk *w)
 	status_publish(w, false);
 }
 
-void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued)
+void wrk_spin_for_work(uint64_t spin_ns, atomic_uint *queued)
 {
 	uint64_t until;
 
-	if (!w->spin_ns)
+	if (!spin_ns)
 		return;
-	until = mono_ns() + w->spin_ns;
+	until = mono_ns() + spin_ns;
 	while (!atomic_load_explicit(queued, memory_order_relaxed) && mono_ns() < until)
 		cpu_relax();
 }

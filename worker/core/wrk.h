@@ -407,6 +407,7 @@ struct wrk {
 		blocking_waits;  /* a waiter stopped spinning for a request's end and napped */
 	atomic_bool fatal;       /* a sticky device error: fail everything and exit */
 	uint64_t spin_ns;        /* ipc_spin_ns(): for the loop and the back end's threads */
+	uint64_t spin_urgent_ns; /* ipc_spin_urgent_ns(): the threads of latency-critical slots */
 	uint64_t mem_checked_ns; /* when stats.mem_free was last asked of the back end */
 	uint64_t awake_until;    /* a request should end by then: the loop stays awake */
 
@@ -492,10 +493,11 @@ void wrk_drain_urgent(struct wrk *w);
 void wrk_reqs_free_cache(struct wrk *w);
 
 /*
- * For a back end's thread about to sleep on its queue: look for up to w->spin_ns for
- * *queued (kept beside the queue, under its lock) to become non-zero. Lock not held.
+ * For a back end's thread about to sleep on its queue: look for up to spin_ns (the worker's
+ * spin_ns, or spin_urgent_ns for a slot above priority 0) for *queued (kept beside the queue,
+ * under its lock) to become non-zero. Lock not held.
  */
-void wrk_spin_for_work(const struct wrk *w, atomic_uint *queued);
+void wrk_spin_for_work(uint64_t spin_ns, atomic_uint *queued);
 void wrk_client_unref(struct wrk_client *c);
 
 /*

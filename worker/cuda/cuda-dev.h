@@ -29,7 +29,8 @@ struct cuda_graph;
 struct cuda_slot {
 	struct cuda_dev *d;
 	CUstream stream;
-	bool green; /* a green context's stream (a compute share): no graphs (cuda-launch.c) */
+	bool green;  /* a green context's stream (a compute share): no graphs (cuda-launch.c) */
+	bool urgent; /* of a priority above 0: its waiter spins longer (ipc_spin_urgent_ns()) */
 	pthread_t waiter;
 	bool started;
 	pthread_mutex_t lock;

@@ -623,7 +623,7 @@ static void *slot_main(void *arg)
 		(void)pthread_mutex_lock(&s->lock);
 		if (!s->head && !s->stop) {
 			(void)pthread_mutex_unlock(&s->lock);
-			wrk_spin_for_work(s->dev->w, &s->queued);
+			wrk_spin_for_work(s->dev->w->spin_ns, &s->queued);
 			(void)pthread_mutex_lock(&s->lock);
 		}
 		while (!s->head && !s->stop)

@@ -295,12 +295,12 @@ struct wrk_req {
  */
 #define WRK_SLOT_DEPTH 256u
 /*
- * The same for slots of priority 0 and below while a latency-critical client is active. The
- * deeper a stream's queue on the device, the longer the loop's launches on it may block (on an
- * H200 beside 64 busy clients, 0.1-4 ms at the 99.9th percentile), and a latency-critical
- * request waits for the loop that is in them: with 256, such a client's round trip had p99
- * 160 µs beside one busy client and 1317 beside 64; with 32, 30 and 395 (bench prio, two
- * H200s, one machine; 30-109 and 395-698 over four runs).
+ * The same for slots of priority 0 and below while a latency-critical client is active: less
+ * of the busy clients' work between the loop's urgent turns. With 256, such a client's round
+ * trip had p99 160 µs beside one busy client and 1317 beside 64; with 32, 30 and 395 (bench
+ * prio, two H200s, one machine; 30-109 and 395-698 over four runs). Not because the driver
+ * blocks launches onto a long queue: on an H200 with 1024 kernels queued on each of 8
+ * streams, a launch took 18 µs at the 99.9th percentile.
  */
 #define WRK_SLOT_DEPTH_BESIDE_URGENT 32u
 /* Requests a waiting queue may put in its slot per turn while others wait too. */

@@ -71,11 +71,11 @@ static bool spin_fits(const gpux_ctx *ctx)
 
 /*
  * Wait for something to take in, for up to ms (-1: no limit). For the first ipc_spin_ns() of
- * it (ipc_spin_urgent_ns() in a process with latency-critical queues; not past the
- * deadline) look without sleeping: at the rings, which then tell the
- * workers that no kick is needed, and now and then at the fds; then sleep in epoll. Called
- * and returns with the lock held, which it drops meanwhile. Returns epoll's count (0 when
- * only a ring has news, *ret_ring then set), or -1 with errno.
+ * it (ipc_spin_urgent_ns() in a process with latency-critical queues; not past the deadline)
+ * look without sleeping: at the rings, which then tell the workers that no kick is needed,
+ * and now and then at the fds; then sleep in epoll. Called and returns with the lock held,
+ * which it drops meanwhile. Returns epoll's count (0 when only a ring has news, *ret_ring
+ * then set), or -1 with errno.
  */
 static int wait_events(gpux_ctx *ctx, struct epoll_event *ev, int nev, int ms, uint64_t deadline,
 		       const struct gpux_req *mine, bool *ret_ring)

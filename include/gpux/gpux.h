@@ -474,10 +474,11 @@ GPUX_EXPORT gpux_status gpux_queue_open(gpux_ctx *ctx, uint32_t device, gpux_que
  * Priorities above 0 are for latency-critical work of a few requests at a time: their
  * requests are launched one by one, never held back to be batched, and a process with such
  * a queue looks for its answers for up to 2 ms before it sleeps ($GPUX_SPIN_US where set),
- * however busy the machine is: a CPU spent on the few latency-critical waits. A queue's priority is 0 unless said otherwise, or what gpuxd
- * gives the user by default; the highest a user may ask for is gpuxd's to say (gpuxd
- * --priority: by default 0 for other users, every priority for gpuxd's own user and root):
- * gpux_priority_limits(). -1 is below everything else: background work.
+ * however busy the machine is: a CPU spent on the few latency-critical waits. A queue's
+ * priority is 0 unless said otherwise, or what gpuxd gives the user by default; the highest a
+ * user may ask for is gpuxd's to say (gpuxd --priority: by default 0 for other users, every
+ * priority for gpuxd's own user and root): gpux_priority_limits(). -1 is below everything
+ * else: background work.
  */
 #define GPUX_PRIORITY_MIN (-1) /* background: after everything else */
 #define GPUX_PRIORITY_MAX 2    /* latency-critical */

@@ -310,7 +310,7 @@ static void test_active_without_a_ring(void **state)
 static void test_active_urgent_stays_longer(void **state)
 {
 	struct wrk_active s = { .polling = true };
-	struct wrk_act dflt = { .level = WRK_ACTIVE_LEVEL_DEFAULT };
+	struct wrk_act dflt = { .level = wrk_prio_level(0) };
 	struct wrk_act urgent = { .level = IPC_PRIO_LEVELS - 1 };
 
 	(void)state;

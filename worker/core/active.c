@@ -89,7 +89,7 @@ bool wrk_active_settle(struct wrk_active *s, struct wrk_act *a, bool found, uint
 		return true;
 	}
 	if (now - a->seen_ns <
-	    (a->level > WRK_ACTIVE_LEVEL_DEFAULT ? WRK_ACTIVE_IDLE_URGENT_NS : WRK_ACTIVE_IDLE_NS))
+	    (a->level > wrk_prio_level(0) ? WRK_ACTIVE_IDLE_URGENT_NS : WRK_ACTIVE_IDLE_NS))
 		return true;
 	return wrk_active_rest(s, a, now);
 }

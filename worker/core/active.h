@@ -39,8 +39,12 @@
 /* The same for a client of a level above the default one: a kick costs such a client most of
  * its round trip on a busy machine, and such clients are few. */
 #define WRK_ACTIVE_IDLE_URGENT_NS (5 * NSEC_PER_MSEC)
-/* The default priority's level (worker/core/wrk.h: wrk_prio_level(0)). */
-#define WRK_ACTIVE_LEVEL_DEFAULT ((unsigned)(0 - IPC_PRIO_MIN))
+
+/* A priority's level: 0 for IPC_PRIO_MIN, up to IPC_PRIO_LEVELS - 1. */
+static inline unsigned wrk_prio_level(int prio)
+{
+	return (unsigned)(prio - IPC_PRIO_MIN);
+}
 
 /* A client's place in the set (embedded in struct wrk_client). */
 struct wrk_act {

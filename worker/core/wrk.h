@@ -546,11 +546,6 @@ int wrk_slots_open(struct wrk *w);
  */
 void wrk_sched_device(struct wrk *w, int32_t least, int32_t greatest, unsigned share_sms,
 		      unsigned unit, unsigned min, const char *note);
-/* A priority's level: 0 for IPC_PRIO_MIN, up to IPC_PRIO_LEVELS - 1. */
-static inline unsigned wrk_prio_level(int prio)
-{
-	return (unsigned)(prio - IPC_PRIO_MIN);
-}
 int wrk_queue_msg(struct wrk_client *c, const struct ipc_msg *msg);
 /* QUEUE_CONFIG: a queue's priority and share. */
 int wrk_queue_config(struct wrk_client *c, const struct ipc_msg *msg);

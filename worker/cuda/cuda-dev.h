@@ -29,8 +29,9 @@ struct cuda_graph;
 struct cuda_slot {
 	struct cuda_dev *d;
 	CUstream stream;
-	bool green;  /* a green context's stream (a compute share): no graphs (cuda-launch.c) */
-	bool urgent; /* of a priority above 0: its waiter spins longer (ipc_spin_urgent_ns()) */
+	bool green; /* a green context's stream (a compute share): no graphs (cuda-launch.c) */
+	/* How long its waiter spins: the worker's spin_ns, spin_urgent_ns above priority 0 */
+	uint64_t spin_ns;
 	pthread_t waiter;
 	bool started;
 	pthread_mutex_t lock;

@@ -357,17 +357,16 @@ static CUresult look(struct cuda_dev *d, const struct cuda_group *g, CUevent ev)
  * Wait for a group's event. A group with copies longer than a spin naps through most of them,
  * then looks closely from shortly before they should end (a nap may end late), for a spin and
  * an eighth of their time, as copies can be that much slower than COPY_BYTES_PER_NS; any
- * other looks briefly (the round trip of short kernels; on a slot above priority 0, for a
- * latency-critical spin); then it naps between looks. It never
- * calls cuEventSynchronize: on an event made without CU_EVENT_BLOCKING_SYNC that spins for as
- * long as the kernel runs, and the flag costs every launch. Looks are paced: each query takes
- * a lock of the driver's that the launching thread needs (measured on an H200: a thread
- * querying without pause costs launches 23% of their rate).
+ * other looks briefly (the round trip of short kernels; its slot's spin, a latency-critical
+ * one above priority 0); then it naps between looks. It never calls cuEventSynchronize: on an
+ * event made without CU_EVENT_BLOCKING_SYNC that spins for as long as the kernel runs, and the
+ * flag costs every launch. Looks are paced: each query takes a lock of the driver's that the
+ * launching thread needs (measured on an H200: a thread querying without pause costs launches
+ * 23% of their rate).
  */
 static CUresult wait_event(struct cuda_dev *d, struct cuda_group *g)
 {
-	uint64_t spin = d->slots[g->slot].urgent ? d->w->spin_urgent_ns : d->w->spin_ns;
-	uint64_t now = mono_ns(), until = now + spin;
+	uint64_t spin = d->slots[g->slot].spin_ns, now = mono_ns(), until = now + spin;
 	CUevent ev = g->fin;
 	CUresult r;
 
@@ -460,8 +459,7 @@ static void *waiter_main(void *arg)
 		(void)pthread_mutex_lock(&s->lock);
 		if (!s->head && !s->stop) {
 			(void)pthread_mutex_unlock(&s->lock);
-			wrk_spin_for_work(s->urgent ? d->w->spin_urgent_ns : d->w->spin_ns,
-					  &s->queued);
+			wrk_spin_for_work(s->spin_ns, &s->queued);
 			(void)pthread_mutex_lock(&s->lock);
 		}
 		while (!s->head && !s->stop)
@@ -670,7 +668,7 @@ gpux_status cuda_slot_open(void *dv, unsigned slot, struct wrk_stream *st, char 
 		st->dev_prio = got;
 	st->sms = g ? g->sms : 0;
 	s->green = g != NULL;
-	s->urgent = st->prio > 0;
+	s->spin_ns = st->prio > 0 ? d->w->spin_urgent_ns : d->w->spin_ns;
 	s->d = d;
 	(void)pthread_mutex_init(&s->lock, NULL);
 	(void)pthread_cond_init(&s->cond, NULL);

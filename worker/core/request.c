@@ -497,6 +497,14 @@ static void req_reply(struct wrk_req *r)
  * (w->between). */
 #define ENDS_BETWEEN 32u
 
+/* One request more taken off its slot or answered (*n of them so far): with `between`, the
+ * loop's urgent turn every ENDS_BETWEEN. */
+static void end_turn(struct wrk *w, bool between, unsigned *n)
+{
+	if (between && w->between && ++*n % ENDS_BETWEEN == 0)
+		w->between(w);
+}
+
 /*
  * Requests that ended, newest first (as wrk_reqs_complete() lists them): off their slots,
  * counted and published before they are answered (a client that asks for the status after
@@ -518,8 +526,7 @@ static void reqs_finish(struct wrk *w, struct wrk_req *reqs, bool between)
 	}
 	for (struct wrk_req *r = rev; r; r = r->next_done) {
 		req_end(w, r);
-		if (between && w->between && ++n % ENDS_BETWEEN == 0)
-			w->between(w);
+		end_turn(w, between, &n);
 	}
 	if (rev)
 		status_publish(w, false);
@@ -528,8 +535,7 @@ static void reqs_finish(struct wrk *w, struct wrk_req *reqs, bool between)
 
 		rev = r->next_done;
 		req_reply(r);
-		if (between && w->between && ++n % ENDS_BETWEEN == 0)
-			w->between(w);
+		end_turn(w, between, &n);
 	}
 }
 

@@ -36,6 +36,9 @@ def spin_mark():
 
 
 def _sigint_in(seconds):
+    # Started inside the `pytest.raises` block it interrupts: on a loaded machine the main
+    # thread may take longer than `seconds` to reach the call, and the SIGINT still lands in
+    # the block, never before it.
     t = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
     t.start()
     return t
@@ -54,8 +57,8 @@ def test_ctrl_c_interrupts_a_kernel_call_which_goes_on_as_an_orphan(spin_mark):
     shared = gpux.zeros(16, np.uint8)
     for out in (plain, shared):
         t0 = time.monotonic()
-        timer = _sigint_in(0.1)
         with pytest.raises(KeyboardInterrupt):
+            timer = _sigint_in(0.1)
             spin_mark(1, 1, (np.uint32(SPIN_MS), out), device=0)
         timer.join()
         # Long before the kernel's end (SPIN_MS): the call did not wait for it.
@@ -80,8 +83,8 @@ def test_ctrl_c_interrupts_result_and_the_future_stays_usable(spin_mark):
     out = gpux.zeros(16, np.uint8)
     fut = spin_mark.submit(1, 1, (np.uint32(SPIN_MS), out), device=1)
     t0 = time.monotonic()
-    timer = _sigint_in(0.1)
     with pytest.raises(KeyboardInterrupt):
+        timer = _sigint_in(0.1)
         fut.result()
     timer.join()
     assert time.monotonic() - t0 < SPIN_MS / 1000 * 0.7
@@ -106,8 +109,8 @@ def test_ctrl_c_interrupts_a_module_load():
     src = f"/* {random.random()} */\n" + "".join(
         f"GPUX_HOST_KERNEL(k{i}) {{ volatile int x = {i}; (void)x; }}\n" for i in range(2000))
     t0 = time.monotonic()
-    timer = _sigint_in(0.02)
     with pytest.raises(KeyboardInterrupt):
+        timer = _sigint_in(0.02)
         gpux.Module(src, "host")
     timer.join()
     interrupted = time.monotonic() - t0

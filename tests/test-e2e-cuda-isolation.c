@@ -239,7 +239,9 @@ static void test_cuda_isolation_marks_decide_replay(void **state)
  * each alone, in their order. The spin runs and ends well; the faulting kernel, started once
  * the spin's end is answered (perhaps within the drain of that answer), breaks the next worker
  * at once (the fake's fault): it is told GPUX_E_KERNEL_FAULT, not lost with its worker as of a
- * cause not known.
+ * cause not known. The fault's launch returns only 100 ms after it broke the device, as from a
+ * loop thread descheduled there: the spin's waiter sees the error before the faulting kernel
+ * is on its slot, and must not blame the spin alone.
  */
 static void test_cuda_isolation_alone_after_alone_is_blamed(void **state)
 {
@@ -255,7 +257,9 @@ static void test_cuda_isolation_alone_after_alone_is_blamed(void **state)
 	gpux_ctx *c;
 
 	(void)state;
+	assert_int_equal(setenv("GPUX_FAKE_CUDA_FAULT_HOLD_MS", "100", 1), 0);
 	test_daemon_start(&d, args);
+	assert_int_equal(unsetenv("GPUX_FAKE_CUDA_FAULT_HOLD_MS"), 0);
 	c = test_connect(&d);
 	m = load_ptx(c);
 	assert_int_equal(test_daemon_status(&d, &st, devs), 0);

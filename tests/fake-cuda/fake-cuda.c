@@ -48,11 +48,12 @@
  * of an event made without CU_EVENT_BLOCKING_SYNC, which a real driver busy-waits through,
  * fails with CUDA_ERROR_NOT_PERMITTED: a waiter must never burn a CPU for a long kernel),
  * GPUX_FAKE_CUDA_REGISTER_MS (how long cuMemHostRegister takes: 0),
- * GPUX_FAKE_CUDA_COPY_BACK_MS (how long cuMemcpyDtoHAsync takes: 0; the fake carries out a
- * copy as it is enqueued, so a slow one holds its caller, and a fault meanwhile, a slowfault's
- * on another stream, fails it before it lands: a copy back cut short), GPUX_FAKE_CUDA_LOG (a file
- * that gets a line per registration, "register PID BYTES", and one per copy that reads or
- * writes pages still being registered, "copy-while-registering PID BYTES"),
+ * GPUX_FAKE_CUDA_FAULT_HOLD_MS (how long a fault()'s launch takes to return once the context
+ * is broken: 0), GPUX_FAKE_CUDA_COPY_BACK_MS (how long cuMemcpyDtoHAsync takes: 0; the fake carries
+ * out a copy as it is enqueued, so a slow one holds its caller, and a fault meanwhile, a
+ * slowfault's on another stream, fails it before it lands: a copy back cut short),
+ * GPUX_FAKE_CUDA_LOG (a file that gets a line per registration, "register PID BYTES", and one per
+ * copy that reads or writes pages still being registered, "copy-while-registering PID BYTES"),
  * GPUX_FAKE_CUDA_SWEEP=file (fake-sweep.h: calls counted and one failed, for a sweep over every
  * entry point and call), GPUX_FAKE_CUDA_PRIORITIES="least,greatest" (the streams' priorities,
  * "0,-5"), GPUX_FAKE_CUDA_NO_GREEN=1 (a driver without green contexts: no such entry points).
@@ -96,6 +97,7 @@ static struct {
 } registering[REGISTERING_MAX];
 static unsigned register_ms;
 static unsigned copy_back_ms;
+static unsigned fault_hold_ms;
 
 /* A line in $GPUX_FAKE_CUDA_LOG, if it names one: "what PID BYTES". */
 static void log_line(const char *what, size_t bytes)
@@ -308,6 +310,8 @@ static CUresult f_init(unsigned flags)
 			register_ms = (unsigned)strtoul(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_COPY_BACK_MS")))
 			copy_back_ms = (unsigned)strtoul(e, NULL, 10);
+		if ((e = getenv("GPUX_FAKE_CUDA_FAULT_HOLD_MS")))
+			fault_hold_ms = (unsigned)strtoul(e, NULL, 10);
 		if ((e = getenv("GPUX_FAKE_CUDA_INIT_MS")))
 			(void)usleep((useconds_t)strtoul(e, NULL, 10) * 1000);
 		if ((e = getenv("GPUX_FAKE_CUDA_FAIL"))) {
@@ -1285,6 +1289,9 @@ CUresult fake_run_kernel(struct fake_fn *fn, unsigned gx, unsigned bx, struct fa
 		(void)pthread_mutex_lock(&fake_lock);
 		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
 		(void)pthread_mutex_unlock(&fake_lock);
+		/* Its caller, descheduled say, does not get back before others see the fault. */
+		if (fault_hold_ms)
+			(void)usleep(fault_hold_ms * 1000);
 	}
 	(void)pthread_mutex_lock(&fake_lock);
 	st->ready_at = (st->ready_at > now ? st->ready_at : now) + busy;

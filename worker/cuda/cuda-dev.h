@@ -109,7 +109,11 @@ struct cuda_dev {
 	struct cuda_group *free_groups;
 	atomic_uint_fast64_t seq; /* groups launched so far */
 	pthread_mutex_t fault_lock;
-	uint64_t culprit;        /* the seq of the group a sticky error is blamed on; 0: none yet */
+	uint64_t culprit; /* the seq of the group a sticky error is blamed on; 0: none yet */
+	/* Odd while the loop thread launches a group that is not yet its slot's (nor held), and
+	 * that group: cuda_launch_begin(), culprit() waits for it. */
+	atomic_uint_fast64_t launch_turn;
+	_Atomic(const struct cuda_group *) launching;
 	struct cuda_group *held; /* a lone group whose end the loop thread looks at */
 	uint64_t held_until;     /* when it goes to its waiter if not ended */
 	/*
@@ -189,7 +193,15 @@ void cuda_group_put(struct cuda_dev *d, struct cuda_group *g);
 void cuda_group_push(struct cuda_slot *s, struct cuda_group *g);
 /* Whether cuda_group_launched() will hold g, launched now (loop thread). */
 bool cuda_group_will_hold(const struct cuda_dev *d, const struct cuda_group *g);
-/* A group launched: held by the loop thread when nothing else is in flight, else pushed. */
+/*
+ * The loop thread is about to launch g's work (begin) or g is its slot's, held, or ended
+ * (end). In between, g is on no slot for culprit() to see, yet its fault may already reach
+ * another group's waiter: culprit() waits for the end.
+ */
+void cuda_launch_begin(struct cuda_dev *d, const struct cuda_group *g);
+void cuda_launch_end(struct cuda_dev *d);
+/* A group launched: held by the loop thread when nothing else is in flight, else pushed; the
+ * launch's end (cuda_launch_end()). */
 void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g);
 /* The held group, if any, to its waiter (loop thread). */
 void cuda_held_release(struct cuda_dev *d);
@@ -206,5 +218,5 @@ bool cuda_group_fail(struct cuda_dev *d, struct cuda_group *g, unsigned i, CUres
 void cuda_group_abandon(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *r, CUresult e,
 			const char *what);
 /* A group whose event could not be recorded (e): its requests end now, once its stream is done
- * if e left the context working, else with e. */
+ * if e left the context working, else with e; the launch's end (cuda_launch_end()). */
 void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e);

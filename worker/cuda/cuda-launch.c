@@ -695,6 +695,7 @@ static void launch_one(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req *
 	g->seq = atomic_fetch_add(&d->seq, 1) + 1;
 	g->fin = r->timed ? g->end : g->done;
 	g->copy_ns = copy_bytes(r) / COPY_BYTES_PER_NS;
+	cuda_launch_begin(d, g);
 	e = r->timed ? d->cu.cuEventRecord(g->start, s->stream) : CUDA_SUCCESS;
 	if (e != CUDA_SUCCESS) {
 		what = strdup("cuEventRecord");
@@ -762,11 +763,13 @@ static void launch_graph(struct cuda_dev *d, struct cuda_slot *s, struct wrk_req
 	g->word = false;
 	for (unsigned i = 0; i < n; i++)
 		mark_launch(reqs[i]);
+	cuda_launch_begin(d, g);
 	e = d->cu.cuGraphLaunch(gr->exec, s->stream);
 	if (e != CUDA_SUCCESS) {
 		(void)wrk_cu_err(e, &sticky);
 		if (!sticky) {
 			/* Nothing ran: each on its own, where the device says which it refuses. */
+			cuda_launch_end(d);
 			cuda_group_put(d, g);
 			goto one_by_one;
 		}

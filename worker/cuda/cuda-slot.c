@@ -86,8 +86,18 @@ static bool group_suspect(const struct cuda_group *g)
  */
 static uint64_t culprit(struct cuda_dev *d, const struct cuda_group *mine, bool mine_ran)
 {
+	uint64_t turn = atomic_load(&d->launch_turn);
 	uint64_t c;
 
+	/*
+	 * A group the loop thread is launching may have broken the device (a fault as its
+	 * kernel starts, seen first by a waiter looking at an older group's end): once it is on
+	 * its slot, it is a suspect too. Not when the loop thread asks about that group itself;
+	 * and before the lock, which the loop thread may need before it gets there.
+	 */
+	if ((turn & 1) && atomic_load(&d->launching) != mine)
+		while (atomic_load(&d->launch_turn) == turn)
+			cpu_relax();
 	(void)pthread_mutex_lock(&d->fault_lock);
 	if (!d->culprit) {
 		bool mine_in = mine_ran && group_suspect(mine);
@@ -265,6 +275,8 @@ void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 
 	(void)wrk_cu_err(e, &sticky);
 	if (!sticky && (e = d->cu.cuStreamSynchronize(s->stream)) == CUDA_SUCCESS) {
+		/* Before the wait for the slot's waiter, which may be waiting for this end. */
+		cuda_launch_end(d);
 		while (atomic_load(&s->queued))
 			(void)usleep(50);
 		group_complete(d, g, group_result(d, g, CUDA_SUCCESS));
@@ -275,6 +287,7 @@ void cuda_group_end_now(struct cuda_dev *d, struct cuda_group *g, CUresult e)
 			fatal |= cuda_group_fail(d, g, i, e, "cuEventRecord", g->reqs[i]->launched);
 		else
 			fatal |= g->reqs[i]->sticky;
+	cuda_launch_end(d);
 	group_complete(d, g, fatal);
 }
 
@@ -313,14 +326,27 @@ bool cuda_group_will_hold(const struct cuda_dev *d, const struct cuda_group *g)
 	return idle;
 }
 
+void cuda_launch_begin(struct cuda_dev *d, const struct cuda_group *g)
+{
+	atomic_store(&d->launching, g);
+	atomic_fetch_add(&d->launch_turn, 1);
+}
+
+void cuda_launch_end(struct cuda_dev *d)
+{
+	atomic_fetch_add(&d->launch_turn, 1);
+	atomic_store(&d->launching, NULL);
+}
+
 void cuda_group_launched(struct cuda_dev *d, struct cuda_slot *s, struct cuda_group *g)
 {
 	if (!cuda_group_will_hold(d, g)) {
 		cuda_group_push(s, g);
-		return;
+	} else {
+		d->held = g;
+		d->held_until = mono_ns() + d->w->spin_ns;
 	}
-	d->held = g;
-	d->held_until = mono_ns() + d->w->spin_ns;
+	cuda_launch_end(d);
 }
 
 void cuda_held_release(struct cuda_dev *d)

@@ -63,12 +63,16 @@ static int seg_room(const gpux_ctx *ctx, uint64_t size)
 	return 0;
 }
 
+static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device);
+
 /*
  * Lock held: a new segment of this process joins the context's list, and goes to every
  * device's worker at once: a worker registers it with its device as it arrives, off its
  * loop (0.4 ms a MiB on a GPU), so that it is done, or under way, by the first request that
- * uses it, on whichever device that runs. (Not connected yet, or a channel down: it goes
- * with that first request, as after a restart.)
+ * uses it, on whichever device that runs. (Not connected yet, a channel down, or a worker
+ * that has not read what it was sent: it goes with that first request, as after a restart,
+ * which waits for room first. The calls that make segments do not wait: a copy of the fd
+ * queued in the outbox for each would let a worker that reads slowly hold them all.)
  */
 static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
 {
@@ -81,7 +85,7 @@ static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
 		return;
 	for (uint32_t i = 0; i < ctx->ndevices; i++)
 		if (ctx->devs[i].chan_fd >= 0)
-			(void)cli_seg_sync(ctx, s, i);
+			seg_offer(ctx, s, i);
 }
 
 static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **ret)
@@ -153,6 +157,20 @@ int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 	if (r == 0)
 		s->sent[device] = ctx->devs[device].chan_gen;
 	return r;
+}
+
+/* Lock held: send the segment to device's worker if its socket takes it now (cli_send_now()). */
+static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
+{
+	struct ipc_seg_add a = {
+		.seg_id = s->id,
+		.size = s->size,
+		.flags = s->frozen ? IPC_SEG_FROZEN : 0,
+	};
+	int n = ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
+
+	if (n > 0 && cli_send_now(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1) == 0)
+		s->sent[device] = ctx->devs[device].chan_gen;
 }
 
 static int arena_alloc(gpux_ctx *ctx, uint64_t size, struct cli_seg **ret_seg, uint64_t *ret_off)

@@ -461,6 +461,31 @@ static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len
 	return r;
 }
 
+int cli_send_now(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
+		 unsigned nfds)
+{
+	struct cli_dev *d = &ctx->devs[device];
+	int r;
+
+	if (d->chan_fd < 0)
+		return -EPIPE;
+	r = chan_flush(ctx, device);
+	if (r < 0)
+		return r;
+	/* Nothing is queued: behind what waits, or for a full socket, it is not sent at all. */
+	if (d->out.head)
+		return -EAGAIN;
+	r = ipc_channel_send(d->chan_fd, msg, len, fds, nfds, MSG_DONTWAIT);
+	if (r == -EPIPE || r == -ECONNRESET) {
+		chan_drain(ctx, device);
+		dev_close_channel(ctx, device);
+		return -EPIPE;
+	}
+	if (r == 0)
+		d->sock_out++;
+	return r;
+}
+
 static bool has_room(gpux_ctx *ctx, void *arg)
 {
 	const struct cli_dev *d = &ctx->devs[(uintptr_t)arg];

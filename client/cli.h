@@ -346,6 +346,14 @@ bool cli_rings_take_all(gpux_ctx *ctx);
 int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 	     unsigned nfds);
 /*
+ * Lock held: cli_send() of a message that may as well go later (a segment offered ahead of
+ * its first use): sent only when the socket takes it at once with nothing waiting before it,
+ * else -EAGAIN and nothing queued. So a call that does not wait for room (cli_room_wait())
+ * never adds to the outbox, nor its fds.
+ */
+int cli_send_now(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
+		 unsigned nfds);
+/*
  * Lock held: wait, the lock dropped meanwhile, until device's channel has room for a request
  * (fewer than CLI_INFLIGHT_MAX in flight, its outbox below CLI_OUTBOX_WAIT bytes and
  * CLI_OUTBOX_FDS_WAIT fds) or is gone. Every call that a caller can repeat without end waits

@@ -197,24 +197,37 @@ static bool thread_sleeps(pid_t tid)
 }
 
 /*
- * With device 0's worker stopped, make the issuer's calls until they have all returned or
- * the thread sleeps, waiting for room (nothing else can wake it while the worker reads
- * nothing); then let the worker go on. Every call must have succeeded, none having ended
- * the channel, and every request must end well.
+ * With device 0's worker stopped (it may be already), make the issuer's calls until they have
+ * all returned or the thread sleeps, waiting for room (nothing else can wake it while the
+ * worker reads nothing); then let the worker go on. Every call must have succeeded, none
+ * having ended the channel, and every request must end well. An issuer that neither sleeps
+ * after a call nor finishes within PATIENCE_S (its first call waiting, say) fails the test,
+ * once the worker went on and the thread returned, rather than hang it.
  */
 static void issue_while_stopped(struct test_env *e, struct issuer *it)
 {
 	pid_t worker = test_worker_pid(&e->d, 0);
+	uint64_t deadline = mono_ns() + PATIENCE_S * NSEC_PER_SEC;
+	uint32_t late = UINT32_MAX; /* calls made when the patience ran out */
 
 	it->reqs = calloc(it->n, sizeof(*it->reqs));
 	assert_non_null(it->reqs);
 	assert_int_equal(kill(worker, SIGSTOP), 0);
 	assert_int_equal(pthread_create(&it->thread, NULL, issuer_main, it), 0);
 	while (!atomic_load(&it->done) &&
-	       !(atomic_load(&it->issued) > 0 && thread_sleeps(atomic_load(&it->tid))))
+	       !(atomic_load(&it->issued) > 0 && thread_sleeps(atomic_load(&it->tid)))) {
+		if (mono_ns() >= deadline) {
+			late = atomic_load(&it->issued);
+			break;
+		}
 		(void)usleep(1000);
+	}
 	assert_int_equal(kill(worker, SIGCONT), 0);
 	assert_int_equal(pthread_join(it->thread, NULL), 0);
+	if (late != UINT32_MAX)
+		fail_msg("with the worker stopped, the issuer made %u of %u calls in %d s, then "
+			 "neither slept nor finished",
+			 late, it->n, PATIENCE_S);
 	assert_int_equal(it->failed, GPUX_OK);
 	assert_int_equal(atomic_load(&it->issued), it->n);
 	for (uint32_t i = 0; i < it->n; i++) {
@@ -296,7 +309,10 @@ static gpux_status copy_frozen(void *arg, uint32_t i, gpux_req **ret_req)
 /*
  * Requests that each send a new segment, with its fd, while the worker is stopped: the
  * outbox holds copies of their fds, but not without bound. With few fds to spare the calls
- * wait for room rather than fail for lack of fds, and all run once the worker goes on.
+ * wait for room rather than fail for lack of fds, and all run once the worker goes on. The
+ * worker stops before the buffers are frozen: each new segment is offered to it as it is
+ * made, and only while its socket takes it (freezing waits for no room), so the requests
+ * carry the segments that did not fit.
  */
 static void test_outbox_fds_are_capped(void **state)
 {
@@ -313,6 +329,7 @@ static void test_outbox_fds_are_capped(void **state)
 	assert_int_equal(gpux_dbuf_alloc(e->ctx, 0, FROZEN_COPIES * sizeof(uint32_t), &c.dbuf),
 			 GPUX_OK);
 	assert_int_equal(gpux_buf_alloc(e->ctx, FROZEN_COPIES * sizeof(uint32_t), &back), GPUX_OK);
+	assert_int_equal(kill(test_worker_pid(&e->d, 0), SIGSTOP), 0);
 	for (uint32_t i = 0; i < FROZEN_COPIES; i++) {
 		assert_int_equal(gpux_buf_alloc(e->ctx, sizeof(uint32_t), &c.frozen[i]), GPUX_OK);
 		*(uint32_t *)gpux_buf_data(c.frozen[i]) = i * 7 + 1;

@@ -138,19 +138,26 @@ static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
 	free(s);
 }
 
-/* Lock held: the device's worker has the segment on the current channel. */
-int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
+/* Lock held: the segment's SEG_ADD in ctx->sbuf; its length, or -errno. */
+static int seg_add_encode(gpux_ctx *ctx, const struct cli_seg *s)
 {
 	struct ipc_seg_add a = {
 		.seg_id = s->id,
 		.size = s->size,
 		.flags = s->frozen ? IPC_SEG_FROZEN : 0,
 	};
+
+	return ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
+}
+
+/* Lock held: the device's worker has the segment on the current channel. */
+int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
+{
 	int n, r;
 
 	if (s->sent[device] == ctx->devs[device].chan_gen)
 		return 0;
-	n = ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
+	n = seg_add_encode(ctx, s);
 	if (n < 0)
 		return n;
 	r = cli_send(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1);
@@ -162,12 +169,7 @@ int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 /* Lock held: send the segment to device's worker if its socket takes it now (cli_send_now()). */
 static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 {
-	struct ipc_seg_add a = {
-		.seg_id = s->id,
-		.size = s->size,
-		.flags = s->frozen ? IPC_SEG_FROZEN : 0,
-	};
-	int n = ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
+	int n = seg_add_encode(ctx, s);
 
 	if (n > 0 && cli_send_now(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1) == 0)
 		s->sent[device] = ctx->devs[device].chan_gen;

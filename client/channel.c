@@ -437,10 +437,10 @@ static int chan_queue(gpux_ctx *ctx, uint32_t i, const void *msg, size_t len, co
 	return r;
 }
 
-/* Lock held: send on the device's channel, or queue (cli_send()); -EPIPE when its worker is
- * gone (channel closed). */
+/* Lock held: send on the device's channel, or (`queue`) queue (cli_send()), else -EAGAIN;
+ * -EPIPE when its worker is gone (channel closed). */
 static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
-		     unsigned nfds)
+		     unsigned nfds, bool queue)
 {
 	struct cli_dev *d = &ctx->devs[device];
 	int r = chan_flush(ctx, device);
@@ -449,7 +449,7 @@ static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len
 		return r;
 	/* Behind messages that still wait, this one waits too: the worker takes them in order. */
 	r = d->out.head ? -EAGAIN : ipc_channel_send(d->chan_fd, msg, len, fds, nfds, MSG_DONTWAIT);
-	if (r == -EAGAIN)
+	if (r == -EAGAIN && queue)
 		r = chan_queue(ctx, device, msg, len, fds, nfds);
 	if (r == -EPIPE || r == -ECONNRESET) {
 		chan_drain(ctx, device);
@@ -464,26 +464,9 @@ static int chan_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len
 int cli_send_now(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const int *fds,
 		 unsigned nfds)
 {
-	struct cli_dev *d = &ctx->devs[device];
-	int r;
-
-	if (d->chan_fd < 0)
+	if (ctx->devs[device].chan_fd < 0)
 		return -EPIPE;
-	r = chan_flush(ctx, device);
-	if (r < 0)
-		return r;
-	/* Nothing is queued: behind what waits, or for a full socket, it is not sent at all. */
-	if (d->out.head)
-		return -EAGAIN;
-	r = ipc_channel_send(d->chan_fd, msg, len, fds, nfds, MSG_DONTWAIT);
-	if (r == -EPIPE || r == -ECONNRESET) {
-		chan_drain(ctx, device);
-		dev_close_channel(ctx, device);
-		return -EPIPE;
-	}
-	if (r == 0)
-		d->sock_out++;
-	return r;
+	return chan_send(ctx, device, msg, len, fds, nfds, false);
 }
 
 static bool has_room(gpux_ctx *ctx, void *arg)
@@ -528,10 +511,10 @@ int cli_send(gpux_ctx *ctx, uint32_t device, const void *msg, size_t len, const 
 
 		/* The message is on its way: only a worker that is gone makes it fail. */
 		if (r == 1 &&
-		    chan_send(ctx, device, &ipc_kick, sizeof(ipc_kick), NULL, 0) == -EPIPE)
+		    chan_send(ctx, device, &ipc_kick, sizeof(ipc_kick), NULL, 0, true) == -EPIPE)
 			return -EPIPE;
 		if (r >= 0)
 			return 0;
 	}
-	return chan_send(ctx, device, msg, len, fds, nfds);
+	return chan_send(ctx, device, msg, len, fds, nfds, true);
 }

@@ -450,10 +450,13 @@ static void start_spinning(struct test_daemon *d, const char *spin_us)
  * word a stream is to write at a group's end, or the page of words: the loop then sees ends
  * through events, and the worker says so.
  */
+#define LONE_TRIES 64u
+
 static void lone_requests_end_in_the_loop(struct test_daemon *d, const char *fail)
 {
 	gpux_buf *x, *y, *out;
 	uint64_t before;
+	unsigned n;
 	gpux_module *m;
 	gpux_ctx *ctx;
 
@@ -471,14 +474,15 @@ static void lone_requests_end_in_the_loop(struct test_daemon *d, const char *fai
 		((float *)gpux_buf_data(y))[i] = 1;
 	}
 	before = loop_waits(d);
-	for (int i = 0; i < 4; i++) {
+	/* Every one, unless the machine stopped the loop for the whole spin (10 ms), which a
+	 * loaded machine running sanitized builds does now and then: until one is seen. */
+	for (n = 0; n < LONE_TRIES && loop_waits(d) == before; n++) {
 		memset(gpux_buf_data(out), 0, 64 * 4);
 		assert_int_equal(saxpy(m, x, y, out, 64, 2.0f, GPUX_ARG_OUT), GPUX_OK);
 		check_saxpy(x, y, out, 64, 2.0f);
 	}
-	/* Every one, unless the machine stopped the loop for the whole spin (10 ms). */
 	assert_true(loop_waits(d) > before);
-	assert_true(loop_waits(d) <= before + 4);
+	assert_true(loop_waits(d) <= before + n);
 	if (fail) {
 		static const char said[] = "ends are seen through events only";
 		size_t len;

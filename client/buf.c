@@ -63,7 +63,26 @@ static int seg_room(const gpux_ctx *ctx, uint64_t size)
 	return 0;
 }
 
-static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device);
+/* Lock held: the segment's SEG_ADD in ctx->sbuf; its length, or -errno. */
+static int seg_add_encode(gpux_ctx *ctx, const struct cli_seg *s)
+{
+	struct ipc_seg_add a = {
+		.seg_id = s->id,
+		.size = s->size,
+		.flags = s->frozen ? IPC_SEG_FROZEN : 0,
+	};
+
+	return ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
+}
+
+/* Lock held: send the segment to device's worker if its socket takes it now (cli_send_now()). */
+static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
+{
+	int n = seg_add_encode(ctx, s);
+
+	if (n > 0 && cli_send_now(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1) == 0)
+		s->sent[device] = ctx->devs[device].chan_gen;
+}
 
 /*
  * Lock held: a new segment of this process joins the context's list, and goes to every
@@ -138,18 +157,6 @@ static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
 	free(s);
 }
 
-/* Lock held: the segment's SEG_ADD in ctx->sbuf; its length, or -errno. */
-static int seg_add_encode(gpux_ctx *ctx, const struct cli_seg *s)
-{
-	struct ipc_seg_add a = {
-		.seg_id = s->id,
-		.size = s->size,
-		.flags = s->frozen ? IPC_SEG_FROZEN : 0,
-	};
-
-	return ipc_encode_seg_add(ctx->sbuf, IPC_MSG_MAX, 0, &a);
-}
-
 /* Lock held: the device's worker has the segment on the current channel. */
 int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 {
@@ -164,15 +171,6 @@ int cli_seg_sync(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 	if (r == 0)
 		s->sent[device] = ctx->devs[device].chan_gen;
 	return r;
-}
-
-/* Lock held: send the segment to device's worker if its socket takes it now (cli_send_now()). */
-static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
-{
-	int n = seg_add_encode(ctx, s);
-
-	if (n > 0 && cli_send_now(ctx, device, ctx->sbuf, (size_t)n, &s->fd, 1) == 0)
-		s->sent[device] = ctx->devs[device].chan_gen;
 }
 
 static int arena_alloc(gpux_ctx *ctx, uint64_t size, struct cli_seg **ret_seg, uint64_t *ret_off)

@@ -88,6 +88,11 @@
 	  .max = IPC_DEVICES_MAX, .help = "host back end: serve N devices (default 1)")            \
 	D(worker_path, "worker", .kind = IPC_OPT_TEXT, .arg = "PATH",                              \
 	  .help = "the gpux-worker program")                                                       \
+	D(standby, "standby", .kind = IPC_OPT_FLAG,                                                \
+	  .help = "keep a second worker per device started, which takes\n"                         \
+		  "over at once when a worker dies (of a client's kernel\n"                       \
+		  "fault, say): its CUDA context holds device memory\n"                           \
+		  "(524 MiB on an H200)")                                                          \
 	DW(cache_dir, "cache-dir", .kind = IPC_OPT_TEXT, .arg = "DIR",                             \
 	   .help = "compiled modules (default $GPUX_CACHE_DIR, else\n"                             \
 		   "$XDG_CACHE_HOME/gpux)")                                                        \

@@ -31,8 +31,7 @@ static void drain_tick(struct ipc_timer *t, void *userdata)
 			 (unsigned long long)s->opts.drain_ms, (unsigned long long)inflight,
 			 inflight == 1 ? "" : "s");
 	}
-	for (unsigned i = 0; i < s->nworkers; i++)
-		sup_worker_event(&s->workers[i], E_STOP);
+	sup_workers_stop(s);
 	if (sup_workers_all_down(s))
 		ipc_loop_exit(s->loop, SUP_EXIT_OK);
 }

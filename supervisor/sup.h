@@ -114,6 +114,7 @@ struct sup_opts {
 	unsigned admin_clients;
 	uint64_t hello_timeout_ms;      /* to say hello */
 	uint64_t busy_hello_timeout_ms; /* the same under pressure */
+	bool standby;                   /* a worker started ahead per device */
 	const char *metrics;            /* --metrics ADDR, or NULL */
 	bool metrics_per_user;          /* uid labels on memory */
 	int log_level;                  /* a syslog priority */
@@ -161,6 +162,12 @@ struct sup_worker {
 	unsigned nblamed;
 	bool killed_deadline;
 	int last_exit; /* wait status of the last death */
+	/* A worker handled as gone while its process exits (supervisor/workers.c exiting()). */
+	pid_t exiting_pid;
+	int exiting_pidfd;
+	struct ipc_watch *exiting_watch;
+	uint64_t spawned_ns; /* when the worker now starting (or started) was spawned */
+	uint64_t died_ns;    /* when the last one was reaped (0: none died) */
 	/* Its stderr, a pipe whose lines go to gpuxd's log (an NVRTC helper shares it). */
 	int log_fd;
 	struct ipc_watch *log_watch;
@@ -171,6 +178,10 @@ struct sup_worker {
 	uint64_t rate_launches;
 	uint64_t rate_since_ns;
 	uint32_t launch_rate;
+	/* --standby: the worker started ahead for this device, which takes over at once when
+	 * this one dies (NULL without it, and in that standby itself). */
+	struct sup_worker *standby;
+	bool is_standby;
 };
 
 struct sup_client {
@@ -218,6 +229,7 @@ struct sup {
 	struct ipc_listener *listener;
 	struct sup_worker workers[IPC_DEVICES_MAX];
 	unsigned nworkers;
+	struct sup_worker standbys[IPC_DEVICES_MAX]; /* --standby: one per worker */
 	/* Device memory by user, which every worker writes (ipc/ledger.h); made at the first
 	 * spawn. */
 	struct ipc_ledger *ledger;
@@ -350,6 +362,8 @@ void sup_worker_reap_if_dead(struct sup_worker *w);
 void sup_workers_tell_processes(struct sup *s);
 unsigned sup_worker_recent_deaths(const struct sup_worker *w);
 bool sup_workers_all_down(const struct sup *s);
+/* E_STOP to every worker and standby. */
+void sup_workers_stop(struct sup *s);
 uint64_t sup_workers_inflight(const struct sup *s);
 /* Tell every worker to finish what it has and take nothing new. */
 void sup_workers_drain(struct sup *s);

@@ -282,7 +282,8 @@ int sup_workers_probe(struct sup *s)
 					  .status_fd = -1,
 					  .status_ro_fd = -1,
 					  .clients_fd = -1,
-					  .log_fd = -1 };
+					  .log_fd = -1,
+					  .exiting_pidfd = -1 };
 		if (parse_probe_line(line, w) < 0) {
 			sup_logp(LOG_ERR, "device probe: unreadable line");
 			return -EINVAL;
@@ -377,13 +378,45 @@ static void on_log_pipe(struct ipc_watch *watch, int fd, uint32_t revents, void 
 	sup_worker_log_read(userdata);
 }
 
-static void reap(struct sup_worker *w)
+/* Why a worker that died or is dying went, logged: st its wait status, or NULL (exiting). */
+static void log_death(const struct sup_worker *w, const int *st)
 {
-	int st;
+	struct ipc_fault f = { 0 };
+	uint32_t cause = w->status ? ipc_status_fault_get(w->status, &f) : 0;
+	char how[64];
 
-	if (waitpid(w->pid, &st, WNOHANG) != w->pid)
-		return;
-	w->last_exit = st;
+	if (!st)
+		(void)snprintf(how, sizeof(how), "is exiting");
+	else if (WIFSIGNALED(*st))
+		(void)snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(*st));
+	else
+		(void)snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(*st));
+	if (w->is_standby)
+		sup_logp(LOG_WARNING, "device %u: standby worker %d %s", w->index, (int)w->pid,
+			 how);
+	else if ((!st || WIFEXITED(*st)) && cause == IPC_FAULT_KERNEL)
+		sup_logp(LOG_WARNING,
+			 "device %u: worker %d %s: a kernel fault of client %llu's request %u",
+			 w->index, (int)w->pid, how, (unsigned long long)f.client_id, f.req_id);
+	else if ((!st || WIFEXITED(*st)) && cause == IPC_FAULT_UNKNOWN)
+		sup_logp(LOG_WARNING,
+			 "device %u: worker %d %s: a kernel fault, one of several requests' (they "
+			 "run again, each alone)",
+			 w->index, (int)w->pid, how);
+	else if (!st && cause == IPC_FAULT_DEADLINE)
+		sup_logp(LOG_WARNING, "device %u: worker %d %s: killed for client %llu's deadline",
+			 w->index, (int)w->pid, how, (unsigned long long)f.client_id);
+	else
+		sup_logp(LOG_WARNING, "device %u: worker %d %s", w->index, (int)w->pid, how);
+}
+
+/*
+ * The worker is gone: its process was reaped (*st its wait status), or, st NULL, it is
+ * exiting (exiting()). What follows a death follows.
+ */
+static void gone(struct sup_worker *w, const int *st)
+{
+	w->died_ns = mono_ns();
 	/* Its last words (a sanitizer's report, say) are in the pipe by now; what one round
 	 * does not take, the pipe's watch does. */
 	sup_worker_log_read(w);
@@ -392,31 +425,11 @@ static void reap(struct sup_worker *w)
 	w->pidfd = safe_close(w->pidfd);
 	ipc_conn_free(w->control);
 	w->control = NULL;
-	if (w->state != W_STOPPING) {
-		struct ipc_fault f;
-		uint32_t cause = w->status ? ipc_status_fault_get(w->status, &f) : 0;
-
-		if (WIFEXITED(st) && cause == IPC_FAULT_KERNEL)
-			sup_logp(LOG_WARNING,
-				 "device %u: worker %d exited with status %d: a kernel fault of "
-				 "client %llu's request %u",
-				 w->index, (int)w->pid, WEXITSTATUS(st),
-				 (unsigned long long)f.client_id, f.req_id);
-		else if (WIFEXITED(st) && cause == IPC_FAULT_UNKNOWN)
-			sup_logp(LOG_WARNING,
-				 "device %u: worker %d exited with status %d: a kernel fault, "
-				 "one of several requests' (they run again, each alone)",
-				 w->index, (int)w->pid, WEXITSTATUS(st));
-		else if (WIFEXITED(st))
-			sup_logp(LOG_WARNING, "device %u: worker %d exited with status %d",
-				 w->index, (int)w->pid, WEXITSTATUS(st));
-		else if (WIFSIGNALED(st))
-			sup_logp(LOG_WARNING, "device %u: worker %d killed by signal %d", w->index,
-				 (int)w->pid, WTERMSIG(st));
-	}
+	if (w->state != W_STOPPING)
+		log_death(w, st);
 	w->pid = 0;
-	/* What it held of the device went with it. */
-	if (w->s->ledger)
+	/* What it held of the device went with it (a standby held nothing). */
+	if (w->s->ledger && !w->is_standby)
 		ipc_ledger_forget_device(w->s->ledger, w->index);
 	/* Clients look here before they send: a ring gives no EPIPE. */
 	if (w->status)
@@ -424,9 +437,87 @@ static void reap(struct sup_worker *w)
 	sup_worker_event(w, E_DIED);
 }
 
+static void reap(struct sup_worker *w)
+{
+	int st;
+
+	if (waitpid(w->pid, &st, WNOHANG) != w->pid)
+		return;
+	w->last_exit = st;
+	gone(w, &st);
+}
+
 static void on_pidfd(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
 {
 	reap(userdata);
+}
+
+/* Reap a worker whose death nothing else would tell: it was killed, and is waited for. */
+static void reap_blocking(struct sup_worker *w)
+{
+	int st;
+
+	if (waitpid(w->pid, &st, 0) != w->pid)
+		return;
+	w->last_exit = st;
+	gone(w, &st);
+}
+
+/* A worker handled as gone while it exited (exiting()) has exited. */
+static void on_exited(struct ipc_watch *watch, int fd, uint32_t revents, void *userdata)
+{
+	struct sup_worker *w = userdata;
+	struct sup *s = w->s;
+	int st;
+
+	if (waitpid(w->exiting_pid, &st, WNOHANG) != w->exiting_pid)
+		return;
+	w->last_exit = st;
+	if (WIFSIGNALED(st))
+		sup_logp(LOG_INFO, "device %u: worker %d, gone, killed by signal %d", w->index,
+			 (int)w->exiting_pid, WTERMSIG(st));
+	else
+		sup_logp(LOG_INFO, "device %u: worker %d, gone, exited with status %d", w->index,
+			 (int)w->exiting_pid, WEXITSTATUS(st));
+	ipc_watch_free(w->exiting_watch);
+	w->exiting_watch = NULL;
+	w->exiting_pidfd = safe_close(w->exiting_pidfd);
+	w->exiting_pid = 0;
+	if (s->stopping && sup_workers_all_down(s))
+		ipc_loop_exit(s->loop, SUP_EXIT_OK);
+}
+
+/*
+ * A worker whose page says why it dies (a kernel fault, a deadline) closed its control
+ * socket: it is exiting, which takes a while on a GPU (the driver tears its context down:
+ * about 0.3 s on an H200). Its death is handled now and its process reaped on the side
+ * (on_exited()), so that the standby, or the next worker, serves that much sooner. false:
+ * not such a worker (or one is exiting already), it goes the usual way.
+ */
+static bool exiting(struct sup_worker *w)
+{
+	struct ipc_fault f;
+	int pidfd = w->pidfd;
+
+	if (w->pid <= 0 || w->state == W_STOPPING || w->is_standby || w->exiting_pid > 0 ||
+	    !w->status || !ipc_status_fault_get(w->status, &f))
+		return false;
+	/* One watch per fd. */
+	ipc_watch_free(w->pid_watch);
+	w->pid_watch = NULL;
+	if (ipc_watch_new(w->s->loop, pidfd, POLLIN, on_exited, w, &w->exiting_watch) < 0) {
+		if (ipc_watch_new(w->s->loop, pidfd, POLLIN, on_pidfd, w, &w->pid_watch) < 0) {
+			/* Nothing would tell its death: waited for here. */
+			(void)kill(w->pid, SIGKILL);
+			reap_blocking(w);
+		}
+		return false;
+	}
+	w->exiting_pid = w->pid;
+	w->exiting_pidfd = pidfd;
+	w->pidfd = -1;
+	gone(w, NULL);
+	return true;
 }
 
 void sup_worker_reap_if_dead(struct sup_worker *w)
@@ -454,9 +545,12 @@ static void on_worker_close(struct ipc_conn *c, int error, void *userdata)
 {
 	struct sup_worker *w = userdata;
 
-	/* Its death comes through the pidfd; a worker that only closed its socket is of no use. */
+	/* Its death comes through the pidfd (or, exiting after a fault, now); a worker that only
+	 * closed its socket is of no use. */
 	ipc_conn_free(w->control);
 	w->control = NULL;
+	if (exiting(w))
+		return;
 	if (w->pid > 0 && w->state != W_STOPPING)
 		(void)kill(w->pid, SIGKILL);
 }
@@ -606,9 +700,10 @@ static unsigned record_death(struct sup_worker *w, uint64_t now)
  */
 static bool blamed_death(struct sup_worker *w, uint64_t now)
 {
-	struct ipc_fault f;
+	struct ipc_fault f = { 0 };
+	uint32_t cause = w->status ? ipc_status_fault_get(w->status, &f) : 0;
 
-	if (!w->status || ipc_status_fault_get(w->status, &f) != IPC_FAULT_KERNEL || !f.client_id ||
+	if (!((cause == IPC_FAULT_KERNEL && f.client_id) || cause == IPC_FAULT_UNKNOWN) ||
 	    within_window(w->blamed, w->nblamed, SUP_BLAMED_MAX, now) >= SUP_BLAMED_MAX)
 		return false;
 	w->blamed[w->nblamed++ % SUP_BLAMED_MAX] = now;
@@ -621,6 +716,141 @@ static void worker_drain(struct sup_worker *w)
 
 	if (w->control)
 		(void)ipc_conn_send(w->control, &drain, sizeof(drain), NULL, 0);
+}
+
+/*
+ * A worker said READY, or its device's standby took over (`took_over`): its page sealed, the
+ * count of processes in, its generation counted, and the device's next standby started. A
+ * standby itself only waits: its page is sealed once it serves. false: the page could not be
+ * sealed, and the worker is being killed.
+ */
+static bool became_ready(struct sup_worker *w, uint64_t now, bool took_over)
+{
+	unsigned long long started = (now - w->spawned_ns) / NSEC_PER_MSEC;
+	int r;
+
+	ipc_timer_arm(w->timer, 0);
+	if (w->is_standby) {
+		sup_log("device %u: standby worker %d ready: started in %llu ms", w->index,
+			(int)w->pid, started);
+		return true;
+	}
+	r = status_page_seal(w);
+	if (r < 0) {
+		sup_logp(LOG_ERR, "device %u: cannot seal the status page: %s", w->index,
+			 strerror(-r));
+		w->state = W_READY;
+		sup_worker_event(w, E_TIMER);
+		return false;
+	}
+	/* The worker cleared its page as it started: the count goes in now, through the
+	 * mapping made before the seal. */
+	sup_workers_tell_processes(w->s);
+	w->generation++;
+	if (took_over)
+		sup_log("device %u: %s ready (worker %d, generation %u): the standby took over "
+			"%llu ms after the last one exited",
+			w->index, w->info.name, (int)w->pid, w->generation,
+			(unsigned long long)((now - w->died_ns) / NSEC_PER_MSEC));
+	else if (w->died_ns)
+		sup_log("device %u: %s ready (worker %d, generation %u): started in %llu ms, "
+			"%llu ms after the last one exited",
+			w->index, w->info.name, (int)w->pid, w->generation, started,
+			(unsigned long long)((now - w->died_ns) / NSEC_PER_MSEC));
+	else
+		sup_log("device %u: %s ready (worker %d, generation %u): started in %llu ms",
+			w->index, w->info.name, (int)w->pid, w->generation, started);
+	/* The standby starts once its worker is ready, not beside it: both would start slower. */
+	if (w->standby && w->standby->state == W_DOWN && !w->s->stopping)
+		sup_worker_event(w->standby, E_START);
+	return true;
+}
+
+/* A standby that cannot take over goes: killed, waited for, its page and fds closed. */
+static void standby_drop(struct sup_worker *sb)
+{
+	if (sb->pid > 0) {
+		(void)kill(sb->pid, SIGKILL);
+		(void)waitpid(sb->pid, NULL, 0);
+	}
+	sb->pid = 0;
+	ipc_watch_free(sb->pid_watch);
+	sb->pid_watch = NULL;
+	sb->pidfd = safe_close(sb->pidfd);
+	ipc_conn_free(sb->control);
+	sb->control = NULL;
+	if (sb->log_fd >= 0)
+		log_pipe_close(sb);
+	status_page_drop(sb);
+	sb->state = W_DOWN;
+	ipc_timer_arm(sb->timer, 0);
+}
+
+/*
+ * The device's standby, ready, becomes its worker: its process, page, control socket and
+ * log pipe move to w, which is ready at once (the next standby starts then). false: there is
+ * none ready, or it could not be moved (then it is gone, and w starts a worker of its own).
+ */
+static bool standby_take(struct sup_worker *w)
+{
+	struct sup_worker *sb = w->standby;
+	struct ipc_loop *loop = w->s->loop;
+	int r;
+
+	if (!sb || sb->state != W_READY || !sb->control || sb->pid <= 0 || worker_dying(sb) ||
+	    w->s->stopping)
+		return false;
+	/* One watch per fd: the standby's go before w's are made. */
+	ipc_watch_free(sb->pid_watch);
+	sb->pid_watch = NULL;
+	r = ipc_watch_new(loop, sb->pidfd, POLLIN, on_pidfd, w, &w->pid_watch);
+	if (r < 0) {
+		sup_logp(LOG_ERR, "device %u: the standby cannot take over: %s", w->index,
+			 strerror(-r));
+		standby_drop(sb);
+		return false;
+	}
+	w->pid = sb->pid;
+	w->pidfd = sb->pidfd;
+	sb->pid = 0;
+	sb->pidfd = -1;
+	ipc_conn_free(w->control);
+	w->control = sb->control;
+	sb->control = NULL;
+	ipc_conn_set_userdata(w->control, w);
+	status_page_drop(w);
+	w->status = sb->status;
+	w->status_fd = sb->status_fd;
+	w->status_ro_fd = sb->status_ro_fd;
+	w->clients = sb->clients;
+	w->clients_fd = sb->clients_fd;
+	sb->status = NULL;
+	sb->clients = NULL;
+	sb->status_fd = sb->status_ro_fd = sb->clients_fd = -1;
+	/* The last worker's pipe may still be held by a child of its: one more round. */
+	if (w->log_fd >= 0) {
+		sup_worker_log_read(w);
+		log_pipe_close(w);
+	}
+	ipc_watch_free(sb->log_watch);
+	sb->log_watch = NULL;
+	w->log_fd = sb->log_fd;
+	sb->log_fd = -1;
+	memcpy(w->log_line, sb->log_line, sb->log_len);
+	w->log_len = sb->log_len;
+	w->log_cut = sb->log_cut;
+	sb->log_len = 0;
+	sb->log_cut = false;
+	if (w->log_fd >= 0 &&
+	    ipc_watch_new(loop, w->log_fd, POLLIN, on_log_pipe, w, &w->log_watch) < 0)
+		log_pipe_close(w);
+	w->info = sb->info;
+	w->info.index = w->index;
+	w->spawned_ns = sb->spawned_ns;
+	w->killed_deadline = false;
+	sb->state = W_DOWN;
+	ipc_timer_arm(sb->timer, 0);
+	return true;
 }
 
 void sup_worker_event(struct sup_worker *w, enum sup_event ev)
@@ -639,6 +869,13 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 	case A_SPAWN:
 		if (old != W_DOWN)
 			w->restarts++;
+		if (standby_take(w)) {
+			w->state = W_READY;
+			if (!became_ready(w, now, true))
+				return;
+			break;
+		}
+		w->spawned_ns = now;
 		ipc_timer_arm(w->timer, now + SUP_START_TIMEOUT_NS);
 		if (spawn(w) < 0) {
 			/* As good as a death at birth. */
@@ -648,27 +885,16 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 		}
 		break;
 	case A_READY:
-		ipc_timer_arm(w->timer, 0);
-		if (status_page_seal(w) < 0) {
-			sup_logp(LOG_ERR, "device %u: cannot seal the status page: %s", w->index,
-				 strerror(errno));
-			w->state = W_READY;
-			sup_worker_event(w, E_TIMER);
+		if (!became_ready(w, now, false))
 			return;
-		}
-		/* The worker cleared its page as it started: the count goes in now, through the
-		 * mapping made before the seal. */
-		sup_workers_tell_processes(w->s);
-		w->generation++;
-		sup_log("device %u: %s ready (worker %d, generation %u)", w->index, w->info.name,
-			(int)w->pid, w->generation);
 		break;
 	case A_DIED: {
 		/* A worker killed for a client's deadline did nothing wrong, nor did the device of
-		 * one that died of a client's kernel fault: no strike. */
-		unsigned recent = w->killed_deadline || blamed_death(w, now)
-					  ? sup_worker_recent_deaths(w)
-					  : record_death(w, now);
+		 * one that died of a client's kernel fault: no strike, and no wait before the next
+		 * (the clients' requests wait for it, and a client that faults again and again
+		 * keeps its neighbours from the device the longer the wait). */
+		bool strike = !w->killed_deadline && !blamed_death(w, now);
+		unsigned recent = strike ? record_death(w, now) : sup_worker_recent_deaths(w);
 
 		if (w->s->stopping) {
 			/* Nothing is started again while gpuxd stops. */
@@ -676,9 +902,11 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 			ipc_timer_arm(w->timer, 0);
 		} else if (recent >= SUP_DEATHS_MAX) {
 			w->state = W_FAILED;
-			sup_logp(LOG_ERR, "device %u: %u deaths within a minute: marked failed",
-				 w->index, recent);
+			sup_logp(LOG_ERR, "device %u: %s%u deaths within a minute: marked failed",
+				 w->index, w->is_standby ? "standby worker: " : "", recent);
 			ipc_timer_arm(w->timer, now + SUP_FAILED_RETRY_NS);
+		} else if (!strike) {
+			ipc_timer_arm(w->timer, now);
 		} else {
 			uint64_t delay = SUP_BACKOFF_MIN_NS << (recent > 0 ? recent - 1 : 0);
 			ipc_timer_arm(w->timer, now + MIN(delay, SUP_BACKOFF_MAX_NS));
@@ -695,12 +923,13 @@ void sup_worker_event(struct sup_worker *w, enum sup_event ev)
 			(void)kill(w->pid, SIGKILL);
 		break;
 	}
-	if (w->state != old || t.action == A_READY)
+	/* A standby has no clients until it takes over. */
+	if (!w->is_standby && (w->state != old || t.action == A_READY))
 		sup_clients_device_changed(w->s, w);
 	/* A worker that came back (from a crash) while gpuxd drains drains as well. Told after
 	 * its clients' channels, which it then keeps: their new work is refused with
 	 * GPUX_E_STOPPING, as on any other worker, rather than their channels. */
-	if (t.action == A_READY && w->s->stopping)
+	if (t.action == A_READY && w->s->stopping && !w->is_standby)
 		worker_drain(w);
 	if (w->s->stopping && sup_workers_all_down(w->s))
 		ipc_loop_exit(w->s->loop, SUP_EXIT_OK);
@@ -802,6 +1031,25 @@ int sup_workers_start(struct sup *s)
 		r = ipc_timer_new(s->loop, on_worker_timer, &s->workers[i], &s->workers[i].timer);
 		if (r < 0)
 			return r;
+		if (!s->opts.standby)
+			continue;
+		/* Started once its worker is ready (became_ready()). */
+		s->standbys[i] = (struct sup_worker){ .s = s,
+						      .index = i,
+						      .info = s->workers[i].info,
+						      .pidfd = -1,
+						      .status_fd = -1,
+						      .status_ro_fd = -1,
+						      .clients_fd = -1,
+						      .log_fd = -1,
+						      .exiting_pidfd = -1,
+						      .is_standby = true };
+		memcpy(s->standbys[i].backend, s->workers[i].backend,
+		       sizeof(s->workers[i].backend));
+		r = ipc_timer_new(s->loop, on_worker_timer, &s->standbys[i], &s->standbys[i].timer);
+		if (r < 0)
+			return r;
+		s->workers[i].standby = &s->standbys[i];
 	}
 	for (unsigned i = 0; i < s->nworkers; i++)
 		sup_worker_event(&s->workers[i], E_START);
@@ -811,9 +1059,19 @@ int sup_workers_start(struct sup *s)
 bool sup_workers_all_down(const struct sup *s)
 {
 	for (unsigned i = 0; i < s->nworkers; i++)
-		if (s->workers[i].pid > 0)
+		if (s->workers[i].pid > 0 || s->workers[i].exiting_pid > 0 ||
+		    (s->workers[i].standby && s->workers[i].standby->pid > 0))
 			return false;
 	return true;
+}
+
+void sup_workers_stop(struct sup *s)
+{
+	for (unsigned i = 0; i < s->nworkers; i++) {
+		sup_worker_event(&s->workers[i], E_STOP);
+		if (s->workers[i].standby)
+			sup_worker_event(s->workers[i].standby, E_STOP);
+	}
 }
 
 uint64_t sup_workers_inflight(const struct sup *s)
@@ -845,24 +1103,35 @@ bool sup_workers_drained(const struct sup *s)
 	return true;
 }
 
+static void worker_free(struct sup_worker *w)
+{
+	if (w->pid > 0) {
+		(void)kill(w->pid, SIGKILL);
+		(void)waitpid(w->pid, NULL, 0);
+	}
+	if (w->exiting_pid > 0) {
+		(void)kill(w->exiting_pid, SIGKILL);
+		(void)waitpid(w->exiting_pid, NULL, 0);
+	}
+	ipc_watch_free(w->exiting_watch);
+	(void)safe_close(w->exiting_pidfd);
+	ipc_watch_free(w->pid_watch);
+	ipc_conn_free(w->control);
+	ipc_timer_free(w->timer);
+	(void)safe_close(w->pidfd);
+	status_page_drop(w);
+	if (w->log_fd >= 0) {
+		sup_worker_log_read(w);
+		log_pipe_close(w);
+	}
+}
+
 void sup_workers_free(struct sup *s)
 {
 	for (unsigned i = 0; i < s->nworkers; i++) {
-		struct sup_worker *w = &s->workers[i];
-
-		if (w->pid > 0) {
-			(void)kill(w->pid, SIGKILL);
-			(void)waitpid(w->pid, NULL, 0);
-		}
-		ipc_watch_free(w->pid_watch);
-		ipc_conn_free(w->control);
-		ipc_timer_free(w->timer);
-		(void)safe_close(w->pidfd);
-		status_page_drop(w);
-		if (w->log_fd >= 0) {
-			sup_worker_log_read(w);
-			log_pipe_close(w);
-		}
+		if (s->workers[i].standby)
+			worker_free(s->workers[i].standby);
+		worker_free(&s->workers[i]);
 	}
 	ipc_timer_free(s->deadline_timer);
 	if (s->ledger) {

@@ -458,6 +458,90 @@ static void test_e2e_device_failed_after_repeated_deaths(void **state)
 	}
 }
 
+/*
+ * The pid of the nth standby of device 0 that gpuxd said was ready (1: the first), waited for.
+ * Its log line: "device 0: standby worker PID ready: ...".
+ */
+static pid_t standby_pid(const struct test_env *e, unsigned nth)
+{
+	static const char tag[] = "device 0: standby worker ";
+	uint64_t until = mono_ns() + 30 * NSEC_PER_SEC;
+
+	do {
+		char line[4096];
+		unsigned seen = 0;
+		FILE *f = fopen(e->d.log, "re");
+
+		while (f && fgets(line, sizeof(line), f)) {
+			const char *p = strstr(line, tag);
+			char *end;
+			long pid;
+
+			if (!p)
+				continue;
+			pid = strtol(p + sizeof(tag) - 1, &end, 10);
+			if (pid > 0 && strncmp(end, " ready", 6) == 0 && ++seen == nth) {
+				(void)fclose(f);
+				return (pid_t)pid;
+			}
+		}
+		if (f)
+			(void)fclose(f);
+		(void)usleep(10000);
+	} while (mono_ns() < until);
+	fail_msg("no standby number %u in the log", nth);
+	return -1;
+}
+
+/* A client's kernel fault on device 0, and the device serving again. */
+static void fault_and_wait(struct test_env *e, gpux_buf *b)
+{
+	struct gpux_launch l = { .grid = { 1, 1, 1 }, .block = { 1, 1, 1 }, .device = 0 };
+	struct gpux_arg arg = gpux_arg_inout(b, 0, 64);
+	uint32_t gen = generation(e, 0);
+
+	assert_int_equal(gpux_run(e->m, "crash", &l, &arg, 1), GPUX_E_KERNEL_FAULT);
+	test_wait_generation(&e->d, 0, gen);
+	run_ok(e, 0);
+}
+
+/*
+ * With --standby, a worker that dies of a client's kernel fault is followed by the device's
+ * standby, started before: the device serves again with the standby's process, and the next
+ * standby starts, to take over at the next death. One that dies while it waits is started
+ * again, the device untouched. gpuxd stops them all with itself.
+ */
+static void test_e2e_standby_takes_over(void **state)
+{
+	const char *const args[] = { "--standby", NULL };
+	struct test_env *e = test_env_open(args);
+	pid_t worker = test_worker_pid(&e->d, 0), sb = standby_pid(e, 1), sb2, sb3, sb4;
+	gpux_buf *b;
+
+	assert_true(sb > 0 && sb != worker);
+	assert_int_equal(gpux_buf_alloc(e->ctx, 64, &b), GPUX_OK);
+	fault_and_wait(e, b);
+	assert_int_equal(test_worker_pid(&e->d, 0), sb);
+	assert_true(test_log_wait(&e->d, "the standby took over"));
+
+	sb2 = standby_pid(e, 2);
+	assert_true(sb2 != sb && sb2 != worker);
+	fault_and_wait(e, b);
+	assert_int_equal(test_worker_pid(&e->d, 0), sb2);
+
+	/* The third, killed as it waits: a fourth comes, and the device serves on. */
+	sb3 = standby_pid(e, 3);
+	assert_int_equal(kill(sb3, SIGKILL), 0);
+	sb4 = standby_pid(e, 4);
+	assert_true(sb4 != sb3);
+	assert_int_equal(test_worker_pid(&e->d, 0), sb2);
+	run_ok(e, 0);
+	gpux_buf_free(b);
+	test_env_close(e);
+	assert_int_equal(kill(sb2, 0), -1);
+	assert_int_equal(kill(sb4, 0), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +554,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_dead_client_queued_work_never_runs),
 		cmocka_unit_test(test_e2e_blamed_faults_do_not_fail_the_device),
 		cmocka_unit_test(test_e2e_device_failed_after_repeated_deaths),
+		cmocka_unit_test(test_e2e_standby_takes_over),
 	};
 
 	return cmocka_run_group_tests(tests, setup, test_env_teardown);

@@ -21,12 +21,15 @@
 /*
  * The worker gpuxd spawns here is this program again (see main): it says READY on its control
  * socket, as a worker does, and waits for a signal. $GPUX_TEST_WORKER, when it is spawned,
- * makes it "silent" (no READY), "ignore-term" (only SIGKILL ends it) or "exit-on-drain"
- * (it exits when gpuxd sends IPC_DRAIN).
+ * makes it "silent" (no READY), "ignore-term" (only SIGKILL ends it), "exit-on-drain"
+ * (it exits when gpuxd sends IPC_DRAIN) or "fault-slowly" (FAKE_EXIT_MS).
  */
 #define FAKE_WORKER "/proc/self/exe"
 #define FAKE_ENV "GPUX_TEST_WORKER"
 #define FAKE_DRAINED 3 /* "exit-on-drain": its exit status once told to drain */
+/* "fault-slowly": on SIGUSR1 its page says a kernel faulted, it closes its control socket, and
+ * exits (status 3) this long after, as a worker whose context the driver tears down. */
+#define FAKE_EXIT_MS 1000
 
 /* clang-format off */
 static const char *const state_names[W_STATE_N] = {
@@ -65,7 +68,8 @@ static int setup(void **state)
 				     .status_fd = -1,
 				     .status_ro_fd = -1,
 				     .clients_fd = -1,
-				     .log_fd = -1 };
+				     .log_fd = -1,
+				     .exiting_pidfd = -1 };
 	(void)snprintf(f->w->backend, sizeof(f->w->backend), "host");
 	/* What sup_workers_start() makes, without starting the worker. */
 	assert_int_equal(ipc_timer_new(f->s.loop, on_timer, f->w, &f->w->timer), 0);
@@ -119,6 +123,24 @@ static void wait_ready(struct fixture *f)
 	while (f->w->state == W_STARTING && mono_ns() < until)
 		assert_true(ipc_loop_iterate(f->s.loop, 10 * (int64_t)NSEC_PER_MSEC) >= 0);
 	assert_int_equal(f->w->state, W_READY);
+}
+
+/*
+ * Run the loop until a death that is no strike has been seen and the worker started again,
+ * with no pause between the two.
+ */
+static void wait_restarted(struct fixture *f)
+{
+	uint64_t until = mono_ns() + WAIT_NS, died = f->w->died_ns;
+	uint32_t restarts = f->w->restarts;
+
+	while (f->w->restarts == restarts && mono_ns() < until)
+		assert_true(ipc_loop_iterate(f->s.loop, 10 * (int64_t)NSEC_PER_MSEC) >= 0);
+	assert_int_equal(f->w->restarts, restarts + 1);
+	assert_int_not_equal(f->w->died_ns, died);
+	assert_int_equal(f->w->state, W_STARTING);
+	assert_true(f->w->spawned_ns - f->w->died_ns < SUP_BACKOFF_MIN_NS);
+	assert_int_equal(sup_worker_recent_deaths(f->w), 0);
 }
 
 /* Kill the worker's process and wait for gpuxd to see the death. */
@@ -364,15 +386,69 @@ static void test_workers_deadline_kill_is_no_strike(void **state)
 	w->killed_deadline = true;
 	sup_worker_event(w, E_TIMER);
 	assert_int_equal(w->state, W_READY);
-	wait_reaped(f);
+	wait_restarted(f);
 	assert_true(WIFSIGNALED(w->last_exit) && WTERMSIG(w->last_exit) == SIGKILL);
-	assert_int_equal(w->state, W_BACKOFF);
-	assert_int_equal(sup_worker_recent_deaths(w), 0);
-	/* The next start clears the mark: a later death counts again. */
-	sup_worker_event(w, E_TIMER);
+	/* The next start cleared the mark: a later death counts again. */
 	assert_false(w->killed_deadline);
+	wait_ready(f);
 	kill_worker(f);
 	assert_int_equal(sup_worker_recent_deaths(w), 1);
+}
+
+/*
+ * A worker that died of a kernel fault, blamed on one client's request or on none of several
+ * (its page says which), is started again at once, and the death is no strike; one that died
+ * of anything else waits as any death does.
+ */
+static void test_workers_kernel_fault_restarts_at_once(void **state)
+{
+	struct fixture *f = *state;
+	struct sup_worker *w = f->w;
+	uint64_t before, after;
+
+	start_ready(f);
+	assert_true(ipc_status_fault_set(w->status, 7, 1, IPC_FAULT_KERNEL));
+	assert_int_equal(kill(w->pid, SIGKILL), 0);
+	wait_restarted(f);
+	wait_ready(f);
+	assert_true(ipc_status_fault_set(w->status, 0, 0, IPC_FAULT_UNKNOWN));
+	assert_int_equal(kill(w->pid, SIGKILL), 0);
+	wait_restarted(f);
+	wait_ready(f);
+	before = mono_ns();
+	kill_worker(f);
+	after = mono_ns();
+	assert_int_equal(w->state, W_BACKOFF);
+	assert_int_equal(sup_worker_recent_deaths(w), 1);
+	assert_timer_in(w, before, after, SUP_BACKOFF_MIN_NS);
+}
+
+/*
+ * A worker whose page says why it dies, and which closed its control socket, is gone at once,
+ * its process (slow to exit, as the driver tears its context down) reaped after: the next
+ * worker does not wait for it.
+ */
+static void test_workers_exiting_worker_is_followed_at_once(void **state)
+{
+	struct fixture *f = *state;
+	struct sup_worker *w = f->w;
+	uint64_t until = mono_ns() + WAIT_NS;
+	pid_t old;
+
+	assert_int_equal(setenv(FAKE_ENV, "fault-slowly", 1), 0);
+	start_ready(f);
+	old = w->pid;
+	assert_int_equal(kill(old, SIGUSR1), 0);
+	wait_restarted(f);
+	assert_int_equal(w->exiting_pid, old);
+	assert_int_equal(kill(old, 0), 0);
+	assert_true(w->pid > 0 && w->pid != old);
+	while (w->exiting_pid && mono_ns() < until)
+		assert_true(ipc_loop_iterate(f->s.loop, 10 * (int64_t)NSEC_PER_MSEC) >= 0);
+	assert_int_equal(w->exiting_pid, 0);
+	assert_true(WIFEXITED(w->last_exit) && WEXITSTATUS(w->last_exit) == 3);
+	assert_int_equal(w->exiting_pidfd, -1);
+	wait_ready(f);
 }
 
 static void test_workers_stop_terms(void **state)
@@ -535,6 +611,7 @@ static int fake_worker(int argc, char **argv)
 	static uint8_t buf[IPC_MSG_MAX];
 	const char *how = getenv(FAKE_ENV);
 	struct ipc_ready ready = { .info = { .backend = GPUX_BACKEND_HOST, .name = "fake" } };
+	struct ipc_status_page *page = NULL;
 	int n;
 
 	/* Its status page cleared as it starts, as gpux-worker's is. */
@@ -546,13 +623,33 @@ static int fake_worker(int argc, char **argv)
 			if (p == MAP_FAILED)
 				return 1;
 			memset(p, 0, sizeof(struct ipc_status_page));
+			page = p;
 		}
 	if (how && strcmp(how, "ignore-term") == 0)
 		(void)signal(SIGTERM, SIG_IGN);
+	if (how && strcmp(how, "fault-slowly") == 0) {
+		sigset_t usr1;
+
+		sigemptyset(&usr1);
+		sigaddset(&usr1, SIGUSR1);
+		(void)sigprocmask(SIG_BLOCK, &usr1, NULL);
+	}
 	if (!how || strcmp(how, "silent") != 0) {
 		n = ipc_encode(buf, sizeof(buf), IPC_READY, 0, 0, &ready, sizeof(ready), NULL, 0);
 		if (n < 0 || ipc_channel_send(3, buf, (size_t)n, NULL, 0, 0) < 0)
 			return 1;
+	}
+	if (how && strcmp(how, "fault-slowly") == 0) {
+		sigset_t usr1;
+		int sig;
+
+		sigemptyset(&usr1);
+		sigaddset(&usr1, SIGUSR1);
+		(void)sigwait(&usr1, &sig);
+		(void)ipc_status_fault_set(page, 9, 1, IPC_FAULT_KERNEL);
+		(void)close(3);
+		(void)usleep(FAKE_EXIT_MS * 1000);
+		return 3;
 	}
 	while (how && strcmp(how, "exit-on-drain") == 0) {
 		struct ipc_msg msg;
@@ -580,6 +677,8 @@ int main(int argc, char **argv)
 		FIXTURE_TEST(test_workers_five_deaths_in_a_minute_fail),
 		FIXTURE_TEST(test_workers_old_deaths_do_not_count),
 		FIXTURE_TEST(test_workers_deadline_kill_is_no_strike),
+		FIXTURE_TEST(test_workers_kernel_fault_restarts_at_once),
+		FIXTURE_TEST(test_workers_exiting_worker_is_followed_at_once),
 		FIXTURE_TEST(test_workers_stop_terms),
 		FIXTURE_TEST(test_workers_stop_kills_after_grace),
 		FIXTURE_TEST(test_workers_spawn_failure_is_a_death),

@@ -16,8 +16,10 @@
  * its default queue (an INOUT increment of one float: results copied back, so the request can
  * run again only until that copy began), one after the other for the whole run; meanwhile
  * this process's kernel writes an illegal address FAULTS times, EVERY_MS apart, and each time
- * the worker dies and restarts (with gpuxd's back-off: 100 ms, then 200, 400; five deaths in
- * a minute would mark the device failed). Each innocent counts its requests that failed (the goal
+ * the worker dies and is started again (at once for a fault blamed on this process's request;
+ * after gpuxd's back-off, 100 ms and more, for one blamed on nobody). Then the same with
+ * gpuxd's --standby, the faults 1.5 times as far apart: each time the device's standby takes
+ * over, and the next one starts. Each innocent counts its requests that failed (the goal
  * is none: requests that had not begun run again on the restarted worker), checks that its float
  * was added to exactly once per request that succeeded (none ran twice), and records every round
  * trip: the extra latency of a restart is the worst of them against the median. Why requests
@@ -228,10 +230,15 @@ static unsigned neighbour_run(struct bench *b, const char *sock, uint64_t from, 
 	return faults;
 }
 
-int bench_fault(struct bench *b)
+/*
+ * One run: a private gpuxd (with --standby where `standby`: its standbys take over, and are
+ * given time to start before the first fault and between faults), the innocents and the
+ * faults; its rows named after `name`.
+ */
+static int fault_run(struct bench *b, bool standby, const char *name)
 {
-	char sock[PATH_MAX + 16], cache[PATH_MAX + 16];
-	uint64_t from, until, every = EVERY_MS * 1000000ull, all = 0;
+	char sock[PATH_MAX + 16], cache[PATH_MAX + 16], row[96];
+	uint64_t from, until, every = (standby ? 3 : 2) * EVERY_MS * 1000000ull / 2, all = 0;
 	uint64_t ok = 0, failed = 0, wrong = 0, *lat;
 	size_t bytes = INNOCENTS * sizeof(struct innocent);
 	struct innocent *inn;
@@ -245,7 +252,7 @@ int bench_fault(struct bench *b)
 	inn = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (inn == MAP_FAILED)
 		return -1;
-	d = bench_daemon_start(b, sock, cache);
+	d = bench_daemon_start(b, sock, cache, standby ? "--standby" : NULL);
 	/* The daemon up and the kernels built before the clocks start. */
 	{
 		gpux_ctx *c = connect_ready(sock);
@@ -262,7 +269,8 @@ int bench_fault(struct bench *b)
 			return -1;
 		}
 	}
-	from = tool_now() + 500 * 1000000ull;
+	/* A standby starts once its worker is ready, and takes as long. */
+	from = tool_now() + (standby ? 3000 : 500) * 1000000ull;
 	until = from + n * every;
 	for (unsigned i = 0; i < INNOCENTS; i++) {
 		pids[i] = fork();
@@ -324,20 +332,37 @@ int bench_fault(struct bench *b)
 	worst = (double)lat[all - 1]; /* sorted by bench_pct() */
 	/* Requests that had begun on the host back end are lost by design (its kernels work in
 	 * place): the goal of none lost is a GPU's. */
-	bench_add(b, "neighbour faults: innocents' requests lost", (double)failed, NAN, "",
-		  b->cuda ? "0" : "", (double)failed, failed == 0);
-	bench_add(b, "  innocents' results wrong (ran twice)", (double)wrong, NAN, "", "0",
-		  (double)wrong, wrong == 0);
-	bench_add(b, "  innocents' requests done", (double)ok, NAN, "", "", NAN, true);
-	bench_add(b, "  faults (each a restart)", (double)faults, NAN, "", "", NAN, true);
-	bench_add(b, "  of them, the faulting client told so", (double)told, NAN, "", "", NAN,
-		  true);
-	bench_add(b, "  worker restart, fault to ready", restart / 1e6, NAN, "ms", "", NAN, true);
-	bench_add(b, "  innocents' round trip, p50", p50 / 1e3, NAN, "us", "", NAN, true);
-	bench_add(b, "  innocents' round trip, p99", p99 / 1e3, NAN, "us", "", NAN, true);
-	bench_add(b, "  innocents' worst round trip (a restart's delay)", worst / 1e6, NAN, "ms",
-		  "", NAN, true);
+	(void)snprintf(row, sizeof(row), "%s: innocents' requests lost", name);
+	bench_add(b, row, (double)failed, NAN, "", b->cuda ? "0" : "", (double)failed, failed == 0);
+#define ROW(what) (void)snprintf(row, sizeof(row), "  %s%s", standby ? "--standby: " : "", what)
+	ROW("innocents' results wrong (ran twice)");
+	bench_add(b, row, (double)wrong, NAN, "", "0", (double)wrong, wrong == 0);
+	ROW("innocents' requests done");
+	bench_add(b, row, (double)ok, NAN, "", "", NAN, true);
+	ROW("faults (each a restart)");
+	bench_add(b, row, (double)faults, NAN, "", "", NAN, true);
+	ROW("of them, the faulting client told so");
+	bench_add(b, row, (double)told, NAN, "", "", NAN, true);
+	ROW("worker restart, fault to ready");
+	bench_add(b, row, restart / 1e6, NAN, "ms", "", NAN, true);
+	ROW("innocents' round trip, p50");
+	bench_add(b, row, p50 / 1e3, NAN, "us", "", NAN, true);
+	ROW("innocents' round trip, p99");
+	bench_add(b, row, p99 / 1e3, NAN, "us", "", NAN, true);
+	ROW("innocents' worst round trip (a restart's delay)");
+	bench_add(b, row, worst / 1e6, NAN, "ms", "", NAN, true);
+#undef ROW
 	free(lat);
 	(void)munmap(inn, bytes);
 	return 0;
+}
+
+/* Without standbys, then with them (a standby takes over where a worker would start). */
+int bench_fault(struct bench *b)
+{
+	int r = fault_run(b, false, "neighbour faults");
+
+	if (fault_run(b, true, "neighbour faults, --standby") < 0)
+		r = -1;
+	return r;
 }

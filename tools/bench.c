@@ -411,12 +411,18 @@ static int s_cached(struct bench *b)
 /* ---- private daemons, for the module caches ---- */
 
 /* Their log goes to $GPUX_BENCH_DAEMON_LOG (appended) where it is set, else nowhere. */
-pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache)
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache, const char *opt)
 {
 	const char *log = getenv("GPUX_BENCH_DAEMON_LOG");
-	char *argv[] = { b->gpuxd,      "--socket",    (char *)sock,
-			 "--cache-dir", (char *)cache, log && *log ? "--log-file" : NULL,
-			 (char *)log,   NULL };
+	char *argv[9] = { b->gpuxd, "--socket", (char *)sock, "--cache-dir", (char *)cache };
+	unsigned n = 5;
+
+	if (opt)
+		argv[n++] = (char *)opt;
+	if (log && *log) {
+		argv[n++] = "--log-file";
+		argv[n++] = (char *)log;
+	}
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 
@@ -544,7 +550,7 @@ static int s_modules(struct bench *b)
 	(void)snprintf(sock, sizeof(sock), "%s/m.sock", b->tmp);
 	(void)snprintf(cache, sizeof(cache), "%s/mcache", b->tmp);
 	(void)snprintf(jit_cubin, sizeof(jit_cubin), "%s/jit.cubin", b->tmp);
-	pid = bench_daemon_start(b, sock, cache);
+	pid = bench_daemon_start(b, sock, cache, NULL);
 	cold = load_ms(b, sock, "/* bench */");
 	mem = load_ms(b, sock, "/* bench */");
 	for (unsigned i = 0; i < 3; i++) {
@@ -558,7 +564,7 @@ static int s_modules(struct bench *b)
 	if (b->cuda)
 		header_pairs(b, sock);
 	bench_daemon_stop(pid);
-	pid = bench_daemon_start(b, sock, cache);
+	pid = bench_daemon_start(b, sock, cache, NULL);
 	disk = load_ms(b, sock, "/* bench */");
 	bench_daemon_stop(pid);
 	if (bench_base_run(b, &kv, args) == 0) {

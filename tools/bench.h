@@ -76,8 +76,9 @@ int bench_fresh(struct bench *b);
 /* tools/bench-host.c: CUDA C++ on the host back end against plain C loops. */
 int bench_host(struct bench *b);
 
-/* A private gpuxd on sock with its module cache in `cache` (tools/bench.c), stopped. */
-pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache);
+/* A private gpuxd on sock with its module cache in `cache` and one more option `opt` (or
+ * NULL) (tools/bench.c), stopped. */
+pid_t bench_daemon_start(struct bench *b, const char *sock, const char *cache, const char *opt);
 void bench_daemon_stop(pid_t pid);
 
 /* tools/bench-fault.c */

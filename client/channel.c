@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* client/channel.c: the channels to gpuxd and the workers: what arrives, in order, and sending. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +324,33 @@ static void chan_drain(gpux_ctx *ctx, uint32_t i)
 	}
 	if (d->chan_fd >= 0 && ring_take(ctx, i, d->sock_in) < 0)
 		dev_close_channel(ctx, i);
+}
+
+/*
+ * A request sent without a word of the channel's marks never runs again after its worker's
+ * death. The worker offers the page as the channel is attached, before gpuxd hands the
+ * channel over or just after: it may wait unread in the socket (a process that saw a
+ * restarted worker's channel come and read nothing since) or be on its way.
+ */
+void cli_marks_wait(gpux_ctx *ctx, uint32_t i)
+{
+	struct cli_dev *d = &ctx->devs[i];
+	uint64_t until = mono_ns() + CLI_MARKS_WAIT_NS;
+
+	if (d->marks || d->chan_fd < 0 || d->marks_waited == d->chan_gen)
+		return;
+	d->marks_waited = d->chan_gen;
+	chan_drain(ctx, i);
+	while (!d->marks && d->chan_fd >= 0 && d->status &&
+	       (__atomic_load_n(&d->status->features, __ATOMIC_RELAXED) & IPC_STATUS_MARKS)) {
+		struct pollfd p = { .fd = d->chan_fd, .events = POLLIN };
+		uint64_t now = mono_ns();
+
+		if (now >= until ||
+		    poll(&p, 1, (int)((until - now + NSEC_PER_MSEC - 1) / NSEC_PER_MSEC)) <= 0)
+			break;
+		chan_drain(ctx, i);
+	}
 }
 
 /* Take in everything that has arrived, gpuxd's news first (a deadline kill comes before

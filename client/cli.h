@@ -39,6 +39,9 @@
 #define CLI_RESEND_MAX 3u
 /* How often a wish for a channel that gpuxd's full socket refused is sent again. */
 #define CLI_CHANNEL_RETRY_NS (10ULL * 1000000ULL)
+/* How long a request waits for its channel's page of marks, which the worker offers as the
+ * channel is attached (cli_marks_wait()). */
+#define CLI_MARKS_WAIT_NS (50ULL * 1000000ULL)
 /* How long connecting may take, an autospawned gpuxd's start included. */
 #define CLI_CONNECT_NS (30ULL * 1000000000ULL)
 /* Buffers up to this size share arena segments; larger ones get a segment each. */
@@ -214,6 +217,7 @@ struct cli_dev {
 	void *marks_map;
 	size_t marks_len;
 	uint64_t marks_used[IPC_MARKS_PER_CLIENT / 64]; /* words held by requests in flight */
+	uint64_t marks_waited; /* chan_gen whose page was waited for (cli_marks_wait()) */
 	bool want_channel;     /* it ended, the worker may live: ask gpuxd for a new one */
 	struct cli_outbox out; /* what its socket could not take yet, in order */
 	bool out_armed;        /* epoll watches the channel for room (EPOLLOUT) */
@@ -335,6 +339,12 @@ void cli_dev_forget_parent(struct cli_dev *d);
 /* Lock held: gpuxd's news of a device (a DEVICE message), with its channel or without. */
 void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg);
 void cli_pump(gpux_ctx *ctx);
+/*
+ * Device i's channel has not given its page of marks: read the channel until it does,
+ * CLI_MARKS_WAIT_NS at most, once per channel (where the worker's page says it has marks).
+ * Lock held.
+ */
+void cli_marks_wait(gpux_ctx *ctx, uint32_t i);
 void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n);
 bool cli_rings_take_all(gpux_ctx *ctx);
 /*

@@ -116,6 +116,7 @@ int cli_req_word_take(gpux_ctx *ctx, struct gpux_req *r, uint32_t device)
 
 	cli_req_word_drop(ctx, r);
 	r->marked = false;
+	cli_marks_wait(ctx, device);
 	if (!d->marks)
 		return 0;
 	/* Fewer than IPC_MARKS_PER_CLIENT requests are in flight (CLI_INFLIGHT_MAX): one of

@@ -84,6 +84,9 @@ struct ipc_status_page {
 
 /* The worker writes IPC_MARK_DONE for requests sent with IPC_SUBMIT_MARK_DONE. */
 #define IPC_STATUS_MARK_DONE 0x1u
+/* The worker has marks: each client is offered a page of them (IPC_MARKS) on its channel
+ * as it is attached, before anything else the worker sends there but its rings. */
+#define IPC_STATUS_MARKS 0x2u
 
 #define IPC_STATUS_PAGE_SIZE 8192u
 _Static_assert(sizeof(struct ipc_status_page) <= IPC_STATUS_PAGE_SIZE, "status page");

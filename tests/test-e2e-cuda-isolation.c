@@ -2,7 +2,9 @@
 /* tests/test-e2e-cuda-isolation.c: the CUDA back end's reserve and its marks for replay, on the fake libcuda. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "e2e.h"
 #include "helpers.h"
@@ -288,6 +290,88 @@ static void test_cuda_isolation_alone_after_alone_is_blamed(void **state)
 	test_daemon_stop(&d);
 }
 
+static bool running(const struct ipc_dev_status *s, void *arg)
+{
+	return s->stats.inflight >= *(const uint64_t *)arg;
+}
+
+/*
+ * A request sent on a new channel before the worker's page of marks has come (a forked
+ * child's first, while its worker is slow to attach it: stopped here, and let go 20 ms after
+ * the child connected) holds a word of that page all the same: the library waits for the page.
+ * So when a neighbour's fault breaks the device while it runs, blaming nobody, it runs again
+ * (alone) and ends well, rather than being lost with its worker.
+ */
+static void test_cuda_isolation_first_request_on_a_new_channel_runs_again(void **state)
+{
+	static const char *const args[] = { "--backend", "cuda", "--slots", "2", NULL };
+	struct ipc_status st;
+	struct ipc_dev_status devs[IPC_DEVICES_MAX];
+	struct test_daemon d;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	uint64_t until, one = 1;
+	gpux_ctx *a, *bad;
+	gpux_module *ma, *mb;
+	gpux_queue *q;
+	gpux_req *fault;
+	uint32_t before;
+	pid_t worker, child;
+	int go[2];
+
+	(void)state;
+	test_daemon_start(&d, args);
+	a = test_connect(&d);
+	bad = test_connect(&d);
+	ma = load_ptx(a);
+	mb = load_ptx(bad);
+	assert_int_equal(gpux_queue_open(bad, 0, &q), GPUX_OK);
+	assert_int_equal(pipe(go), 0);
+	worker = test_worker_pid(&d, 0);
+	assert_int_equal(test_daemon_status(&d, &st, devs), 0);
+	before = st.nclients;
+	assert_int_equal(kill(worker, SIGSTOP), 0);
+	child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		uint32_t ms = 300;
+		struct gpux_arg sa = GPUX_ARG_VALUE(ms);
+		gpux_req *spin;
+
+		if (gpux_submit(ma, "spin", &l, &sa, 1, &spin) != GPUX_OK)
+			_exit(10);
+		if (write(go[1], "s", 1) != 1)
+			_exit(11);
+		_exit(gpux_wait(spin, 10000) == GPUX_OK ? 0 : 12);
+	}
+	(void)close(go[1]);
+	until = mono_ns() + 10 * NSEC_PER_SEC;
+	do {
+		(void)usleep(1000);
+		assert_int_equal(test_daemon_status(&d, &st, devs), 0);
+	} while (st.nclients <= before && mono_ns() < until);
+	assert_true(st.nclients > before);
+	(void)usleep(20 * 1000);
+	assert_int_equal(kill(worker, SIGCONT), 0);
+	{
+		char c;
+
+		assert_int_equal(read(go[0], &c, 1), 1);
+	}
+	(void)close(go[0]);
+	test_wait_stats(&d, 0, running, &one);
+	l.queue = q;
+	assert_int_equal(gpux_submit(mb, "fault", &l, NULL, 0, &fault), GPUX_OK);
+	assert_child_ok(child);
+	assert_int_equal(gpux_wait(fault, 10000), GPUX_E_KERNEL_FAULT);
+	gpux_req_free(fault);
+	gpux_queue_free(q);
+	gpux_module_free(ma);
+	gpux_module_free(mb);
+	gpux_disconnect(a);
+	gpux_disconnect(bad);
+	test_daemon_stop(&d);
+}
+
 /* `kernel` on q with arguments a; sent, not waited for. */
 static gpux_req *submit(gpux_module *m, gpux_queue *q, const char *kernel, struct gpux_arg *a,
 			unsigned n)
@@ -395,6 +479,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_isolation_reserve_kept),
 		cmocka_unit_test(test_cuda_isolation_marks_decide_replay),
 		cmocka_unit_test(test_cuda_isolation_alone_after_alone_is_blamed),
+		cmocka_unit_test(test_cuda_isolation_first_request_on_a_new_channel_runs_again),
 		cmocka_unit_test(test_cuda_isolation_copy_back_cut_short_is_lost),
 	};
 

@@ -165,6 +165,7 @@ static int map_client_table(struct wrk *w)
 
 static int worker_init(struct wrk *w)
 {
+	bool marks;
 	char *msg = NULL;
 	gpux_status st;
 	int r;
@@ -226,6 +227,7 @@ static int worker_init(struct wrk *w)
 	r = wrk_marks_start(w);
 	if (r < 0)
 		wrk_log(w, "marks: %s: requests will not run again after a fault", strerror(-r));
+	marks = r == 0;
 	r = wrk_modules_start(w);
 	if (r < 0) {
 		wrk_log(w, "compile thread: %s", strerror(-r));
@@ -253,7 +255,7 @@ static int worker_init(struct wrk *w)
 		.max_grid = { w->limits.max_grid[0], w->limits.max_grid[1], w->limits.max_grid[2] },
 		.max_shared_per_block = w->limits.max_shared_per_block_optin,
 	};
-	w->status->features = IPC_STATUS_MARK_DONE;
+	w->status->features = IPC_STATUS_MARK_DONE | (marks ? IPC_STATUS_MARKS : 0);
 	w->status->ready = 1;
 	ipc_status_write_end(w->status);
 	wrk_status_publish(w);

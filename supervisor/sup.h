@@ -26,6 +26,8 @@
 #define SUP_BLAMED_MAX 20u
 #define SUP_BACKOFF_MIN_NS (100ULL * 1000000ULL)
 #define SUP_BACKOFF_MAX_NS (5ULL * 1000000000ULL)
+/* --standby: a device's standby starts this long after its worker became ready. */
+#define SUP_STANDBY_DELAY_NS (1000ULL * 1000000ULL)
 /* A failed device is tried once more after this long. */
 #define SUP_FAILED_RETRY_NS (300ULL * 1000000000ULL)
 /* A worker must say READY within this (CUDA start-up takes about 0.3 s). */

@@ -760,9 +760,16 @@ static bool became_ready(struct sup_worker *w, uint64_t now, bool took_over)
 	else
 		sup_log("device %u: %s ready (worker %d, generation %u): started in %llu ms",
 			w->index, w->info.name, (int)w->pid, w->generation, started);
-	/* The standby starts once its worker is ready, not beside it: both would start slower. */
-	if (w->standby && w->standby->state == W_DOWN && !w->s->stopping)
-		sup_worker_event(w->standby, E_START);
+	/*
+	 * The standby starts a while after its worker is ready, not beside it: both would start
+	 * slower, and a fault that costs two deaths (several suspects, then the culprit alone)
+	 * has the second worker start alone. A standby still to start waits again.
+	 */
+	if (w->standby && !w->s->stopping &&
+	    (w->standby->state == W_DOWN || w->standby->state == W_BACKOFF)) {
+		w->standby->state = W_BACKOFF;
+		ipc_timer_arm(w->standby->timer, now + SUP_STANDBY_DELAY_NS);
+	}
 	return true;
 }
 

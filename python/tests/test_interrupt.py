@@ -20,14 +20,18 @@ GPUX_HOST_KERNEL(spin_mark)
 {
 	uint32_t ms = GPUX_ARG(uint32_t, 0);
 	char *out = GPUX_ARG(char *, 1);
-	struct timespec a, b;
+	struct timespec a, b, nap = { 0, 1000000 };
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	do clock_gettime(CLOCK_MONOTONIC, &b);
-	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < ms * 1000000ll);
+	do {
+		nanosleep(&nap, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+	} while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < ms * 1000000ll);
 	out[0] = 1;
 }
 """
-SPIN_MS = 1500
+# Long enough that a call interrupted 0.1 s in returns well before the kernel's end, on a
+# machine whose CPUs other tests share; the kernel sleeps, so that it takes none of them.
+SPIN_MS = 3000
 
 
 @pytest.fixture(scope="module")

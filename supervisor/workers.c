@@ -773,22 +773,31 @@ static bool became_ready(struct sup_worker *w, uint64_t now, bool took_over)
 	return true;
 }
 
-/* A standby that cannot take over goes: killed, waited for, its page and fds closed. */
+/* w's process goes, whatever it was doing: killed and waited for, its page and fds closed, its
+ * last lines logged. */
+static void process_drop(struct sup_worker *w)
+{
+	if (w->pid > 0) {
+		(void)kill(w->pid, SIGKILL);
+		(void)waitpid(w->pid, NULL, 0);
+	}
+	w->pid = 0;
+	ipc_watch_free(w->pid_watch);
+	w->pid_watch = NULL;
+	w->pidfd = safe_close(w->pidfd);
+	ipc_conn_free(w->control);
+	w->control = NULL;
+	if (w->log_fd >= 0) {
+		sup_worker_log_read(w);
+		log_pipe_close(w);
+	}
+	status_page_drop(w);
+}
+
+/* A standby that cannot take over goes. */
 static void standby_drop(struct sup_worker *sb)
 {
-	if (sb->pid > 0) {
-		(void)kill(sb->pid, SIGKILL);
-		(void)waitpid(sb->pid, NULL, 0);
-	}
-	sb->pid = 0;
-	ipc_watch_free(sb->pid_watch);
-	sb->pid_watch = NULL;
-	sb->pidfd = safe_close(sb->pidfd);
-	ipc_conn_free(sb->control);
-	sb->control = NULL;
-	if (sb->log_fd >= 0)
-		log_pipe_close(sb);
-	status_page_drop(sb);
+	process_drop(sb);
 	sb->state = W_DOWN;
 	ipc_timer_arm(sb->timer, 0);
 }
@@ -1112,25 +1121,14 @@ bool sup_workers_drained(const struct sup *s)
 
 static void worker_free(struct sup_worker *w)
 {
-	if (w->pid > 0) {
-		(void)kill(w->pid, SIGKILL);
-		(void)waitpid(w->pid, NULL, 0);
-	}
+	process_drop(w);
 	if (w->exiting_pid > 0) {
 		(void)kill(w->exiting_pid, SIGKILL);
 		(void)waitpid(w->exiting_pid, NULL, 0);
 	}
 	ipc_watch_free(w->exiting_watch);
 	(void)safe_close(w->exiting_pidfd);
-	ipc_watch_free(w->pid_watch);
-	ipc_conn_free(w->control);
 	ipc_timer_free(w->timer);
-	(void)safe_close(w->pidfd);
-	status_page_drop(w);
-	if (w->log_fd >= 0) {
-		sup_worker_log_read(w);
-		log_pipe_close(w);
-	}
 }
 
 void sup_workers_free(struct sup *s)

@@ -2,6 +2,7 @@
 /* tests/test-e2e-cuda-sched.c: stream priorities and green contexts asked of a (fake) driver. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "e2e.h"
 #include "helpers.h"
@@ -325,6 +326,43 @@ static void test_cuda_sched_no_green_contexts(void **state)
 	env_close(e);
 }
 
+/*
+ * A latency-critical client's requests on a queue of its of priority 0. The loop takes such a
+ * client's records between the batches of lower slots (an urgent turn), so a request may come
+ * into a slot whose batch went already this round; it goes the next round, which may be the
+ * one before the loop sleeps, where nothing else was found: the loop must watch what it
+ * launched there, not sleep beside it. Sent at every pause from 0 to 80 µs after the last
+ * answer (the loop spins 50 µs after its last work), each must end.
+ */
+static void test_cuda_sched_urgent_client_on_a_lower_queue(void **state)
+{
+	enum { N = 8000 };
+	struct env *e;
+	gpux_queue *q;
+	struct gpux_launch l = { .grid = { 1 }, .block = { 1 } };
+	struct gpux_arg out;
+
+	(void)state;
+	e = env_open();
+	q = queue(e, 2, 0);
+	out = gpux_arg_mapped(e->out, 0, 8);
+	for (unsigned i = 0; i < N; i++) {
+		struct timespec pause = { .tv_nsec = (long)(i % 81) * 1000 };
+		gpux_req *r = NULL;
+		gpux_status st;
+
+		(void)nanosleep(&pause, NULL);
+		assert_int_equal(gpux_submit(e->m, "where", &l, &out, 1, &r), GPUX_OK);
+		st = gpux_wait(r, 5000);
+		if (st != GPUX_OK)
+			fail_msg("request %u, sent %u us after the last answer: %s", i, i % 81,
+				 st == GPUX_E_AGAIN ? "no answer within 5 s" : gpux_strerror(st));
+		gpux_req_free(r);
+	}
+	gpux_queue_free(q);
+	env_close(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -334,6 +372,7 @@ int main(void)
 		cmocka_unit_test(test_cuda_sched_shares_leave_room_for_priorities),
 		cmocka_unit_test(test_cuda_sched_no_green_contexts),
 		cmocka_unit_test(test_cuda_sched_shallow_beside_urgent),
+		cmocka_unit_test(test_cuda_sched_urgent_client_on_a_lower_queue),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -133,7 +133,8 @@ struct wrk_backend_ops {
 	/*
 	 * After each round of the loop (`sleeping`: before it sleeps), for work the back end
 	 * lets the loop thread watch itself; NULL: none. Returns whether the loop should stay
-	 * awake for it.
+	 * awake for it. A round that launched anything does not sleep after it, so work launched
+	 * after this call is looked at next round.
 	 */
 	bool (*poll)(void *dev, bool sleeping);
 

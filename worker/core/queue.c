@@ -555,18 +555,20 @@ void wrk_slot_end(struct wrk *w, struct wrk_req *r)
 		alone_end(w, r);
 }
 
-/* Hand what moved into the slot since the last time to the back end, as one batch. */
-static void slot_hand_over(struct wrk *w, unsigned slot)
+/* Hand what moved into the slot since the last time to the back end, as one batch; false
+ * when there was nothing. */
+static bool slot_hand_over(struct wrk *w, unsigned slot)
 {
 	struct wrk_slot *s = &w->slots[slot];
 	struct wrk_req *first = s->unlaunched;
 	unsigned n = s->nunlaunched;
 
 	if (!n)
-		return;
+		return false;
 	s->unlaunched = NULL;
 	s->nunlaunched = 0;
 	w->be->launch(w->dev, slot, first, n);
+	return true;
 }
 
 /* ---- from queue to slot ---- */
@@ -705,10 +707,10 @@ static void slot_serve(struct wrk *w, struct wrk_slot *s)
 	}
 }
 
-void wrk_slot_flush(struct wrk *w, unsigned slot)
+bool wrk_slot_flush(struct wrk *w, unsigned slot)
 {
 	slot_serve(w, &w->slots[slot]);
-	slot_hand_over(w, slot);
+	return slot_hand_over(w, slot);
 }
 
 void wrk_slots_flush_above(struct wrk *w, int prio)

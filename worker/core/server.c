@@ -561,16 +561,27 @@ static bool take_active(struct wrk *w, bool sleeping, uint64_t now)
 	return found;
 }
 
-/* What this round moved into the slots starts now, one batch per slot, the highest priority
- * first, with an urgent turn of the levels above after each batch. */
-static void flush_slots(struct wrk *w)
+/*
+ * What this round moved into the slots starts now, one batch per slot, the highest priority
+ * first, with an urgent turn of the levels above after each batch. Returns whether a batch
+ * went, or is left: an urgent turn takes a latency-critical client's records, which may be for
+ * one of its queues of a lower priority, whose slot's batch went already. Either way the loop
+ * does not sleep now: the back end may hold a lone group for the loop to watch
+ * (wrk_backend_ops.poll), and what is left goes next round.
+ */
+static bool flush_slots(struct wrk *w)
 {
+	bool any = false;
+
 	for (int p = IPC_PRIO_MAX; p >= IPC_PRIO_MIN; p--)
 		for (unsigned i = 0; i < w->nslots; i++)
 			if (w->slots[i].prio == p) {
-				wrk_slot_flush(w, i);
+				any |= wrk_slot_flush(w, i);
 				urgent_turn(w, wrk_prio_level(p));
 			}
+	for (unsigned i = 0; i < w->nslots && !any; i++)
+		any = w->slots[i].nunlaunched > 0;
+	return any;
 }
 
 /*
@@ -591,7 +602,7 @@ static bool poll_work(void *userdata, bool sleeping)
 		take_done(w);
 		found = true;
 	}
-	flush_slots(w);
+	found |= flush_slots(w);
 	/* Requests that came or were refused this round show at once (gpux status, draining). */
 	if (w->status_dirty || w->stats.clients_active != w->active.n) {
 		w->status_dirty = false;

@@ -562,8 +562,8 @@ void wrk_kick_all(struct wrk *w);
 void wrk_slots_flush(struct wrk *w);
 /* The same for the slots of a priority above `prio` only. */
 void wrk_slots_flush_above(struct wrk *w, int prio);
-/* The same for one slot. */
-void wrk_slot_flush(struct wrk *w, unsigned slot);
+/* The same for one slot; false when it had nothing to hand over. */
+bool wrk_slot_flush(struct wrk *w, unsigned slot);
 /* A request handed to a slot has ended: take it off (the slot's first, but after a fault) and
  * publish what the slot runs now; waiting queues are let in when the round's batches go. */
 void wrk_slot_end(struct wrk *w, struct wrk_req *r);

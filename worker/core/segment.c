@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 
 #include "channel.h"
 #include "macro.h"
@@ -243,6 +244,10 @@ int wrk_segments_start(struct wrk *w)
 	(void)pthread_cond_init(&w->reg.cond, NULL);
 	if (!w->be->register_off_loop)
 		return 0;
+	r = wrk_populate_start(&w->reg.populate,
+			       MIN(WRK_POPULATE_HELPERS, MAX(1u, (unsigned)get_nprocs() / 4)));
+	if (r < 0)
+		return r;
 	w->reg.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->reg.fd < 0)
 		return -errno;
@@ -278,6 +283,8 @@ void wrk_segments_stop(struct wrk *w)
 		w->reg.jobs_tail = NULL;
 		registrar_take(w);
 	}
+	if (w->be->register_off_loop)
+		wrk_populate_stop(&w->reg.populate);
 	ipc_watch_free(w->reg.watch);
 	w->reg.watch = NULL;
 	w->reg.fd = safe_close(w->reg.fd);

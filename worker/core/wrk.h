@@ -16,6 +16,7 @@
 #include "loop.h"
 #include "map.h"
 #include "options.h"
+#include "populate.h"
 #include "proto.h"
 #include "ring.h"
 #include "segment.h"
@@ -424,6 +425,7 @@ struct wrk {
 		unsigned failed;  /* live mappings whose registration failed */
 		unsigned dbufs;   /* host-kept device buffers made while theirs was registering,
 				   * with no device address yet */
+		struct wrk_populate populate; /* its helpers (worker/core/populate.h) */
 	} reg;
 
 	/* The compile thread. */

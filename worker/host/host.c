@@ -212,8 +212,9 @@ static gpux_status host_slot_open(void *dv, unsigned slot, struct wrk_stream *st
 /*
  * ---- segments: plain memory needs no registration ----
  * but its pages are faulted into this process's mapping ahead (off the loop, as a GPU's
- * registration is), so that a fresh buffer's first kernel does not fault them in one by
- * one. A kernel too old for MADV_POPULATE_READ (5.14) leaves them to the kernels.
+ * registration is, by several threads: worker/core/populate.c), so that a fresh buffer's
+ * first kernel does not fault them in one by one. A kernel too old for MADV_POPULATE_READ
+ * (5.14) leaves them to the kernels.
  *
  * Kernels work on the client's pages in place, so an IN argument (read-only, as on a GPU,
  * where a write would go to the device's copy) is handed to the kernel in a read-only view
@@ -223,13 +224,11 @@ static gpux_status host_slot_open(void *dv, unsigned slot, struct wrk_stream *st
  * changing the client's input without a word.
  */
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-
 static gpux_status host_map_register(void *dv, struct wrk_mapping *m, char **ret_msg)
 {
-	(void)madvise(m->seg.addr, m->seg.size, MADV_POPULATE_READ);
+	struct host_dev *d = dv;
+
+	wrk_populate(&d->w->reg.populate, m->seg.addr, m->seg.size, false);
 	return 0;
 }
 

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* worker/core/populate.c: a segment's pages faulted in by several threads at once, before it is registered. */
-#include <errno.h>
 #include <sys/mman.h>
 
 #include "macro.h"

@@ -244,8 +244,8 @@ int wrk_segments_start(struct wrk *w)
 	(void)pthread_cond_init(&w->reg.cond, NULL);
 	if (!w->be->register_off_loop)
 		return 0;
-	r = wrk_populate_start(&w->reg.populate,
-			       MIN(WRK_POPULATE_HELPERS, MAX(1u, (unsigned)get_nprocs() / 4)));
+	/* A quarter of the CPUs, one at least (at most WRK_POPULATE_HELPERS). */
+	r = wrk_populate_start(&w->reg.populate, MAX(1u, (unsigned)get_nprocs() / 4));
 	if (r < 0)
 		return r;
 	w->reg.fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -147,6 +147,41 @@ static void late_fault(void)
 		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
 }
 
+/* Whether the device is through the work up to *at (an event's time, a stream's): judged
+ * under fake_lock with the fault, so work that ends as a slowfault breaks the context is never
+ * seen done (the clock read before late_fault(): past *at, it is past the fault too). */
+static CUresult reached(const uint64_t *at)
+{
+	CUresult r;
+	uint64_t now;
+
+	(void)pthread_mutex_lock(&fake_lock);
+	now = now_ns();
+	late_fault();
+	r = fake_sticky != CUDA_SUCCESS ? fake_sticky
+	    : now >= *at                ? CUDA_SUCCESS
+					: CUDA_ERROR_NOT_READY;
+	(void)pthread_mutex_unlock(&fake_lock);
+	return r;
+}
+
+/* Waits until the device is through the work up to *at; a fault elsewhere breaks the wait
+ * too, as on a real device: looked at every ms. */
+static CUresult wait_reached(const uint64_t *at)
+{
+	CUresult r;
+
+	while ((r = reached(at)) == CUDA_ERROR_NOT_READY) {
+		uint64_t left, now = now_ns();
+
+		(void)pthread_mutex_lock(&fake_lock);
+		left = *at > now ? *at - now : 0;
+		(void)pthread_mutex_unlock(&fake_lock);
+		(void)usleep((useconds_t)MIN(left / 1000 + 1, 1000));
+	}
+	return r;
+}
+
 static bool is_sticky(CUresult r)
 {
 	return r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED ||
@@ -504,15 +539,9 @@ static CUresult f_stream_destroy(CUstream s)
 static CUresult f_stream_sync(CUstream s)
 {
 	struct fake_stream *st = (struct fake_stream *)s;
-	uint64_t now = now_ns(), at;
 
 	ENTER("cuStreamSynchronize");
-	(void)pthread_mutex_lock(&fake_lock);
-	at = st->ready_at;
-	(void)pthread_mutex_unlock(&fake_lock);
-	if (at > now)
-		(void)usleep((useconds_t)((at - now) / 1000 + 1));
-	return CUDA_SUCCESS;
+	return wait_reached(&st->ready_at);
 }
 
 /* Work queued later on s starts after the event: s is busy until then at least. */
@@ -636,13 +665,9 @@ static CUresult f_write_value32(CUstream s, CUdeviceptr addr, cuuint32_t value, 
 static CUresult f_event_query(CUevent e)
 {
 	struct fake_event *ev = (struct fake_event *)e;
-	bool ready;
 
 	ENTER("cuEventQuery");
-	(void)pthread_mutex_lock(&fake_lock);
-	ready = now_ns() >= ev->at;
-	(void)pthread_mutex_unlock(&fake_lock);
-	return ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	return reached(&ev->at);
 }
 
 static CUresult f_event_sync(CUevent e)
@@ -652,20 +677,7 @@ static CUresult f_event_sync(CUevent e)
 	ENTER("cuEventSynchronize");
 	if (refuse_spin && !(ev->flags & CU_EVENT_BLOCKING_SYNC))
 		return CUDA_ERROR_NOT_PERMITTED;
-	for (;;) {
-		uint64_t now = now_ns(), at;
-
-		(void)pthread_mutex_lock(&fake_lock);
-		at = ev->at;
-		(void)pthread_mutex_unlock(&fake_lock);
-		if (now >= at)
-			break;
-		/* A fault elsewhere breaks this wait too, as on a real device: look every ms. */
-		(void)usleep((useconds_t)MIN((at - now) / 1000 + 1, 1000));
-		if (fake_sticky_get() != CUDA_SUCCESS)
-			return fake_sticky_get();
-	}
-	return CUDA_SUCCESS;
+	return wait_reached(&ev->at);
 }
 
 static CUresult f_elapsed(float *ms, CUevent a, CUevent b)

@@ -48,21 +48,6 @@ static int pages_find(const struct cli_seg *s, unsigned n)
 	return -1;
 }
 
-/*
- * Lock held: -EDQUOT when one segment more, of `size` bytes, would pass CLI_SEGMENTS_MAX or
- * gpuxd's cap on this client's shared memory (--quota-shared). Checked before a memfd is
- * made, so that a request for too much touches no memory: posix_fallocate() of it would
- * charge the pages to this process's memory cgroup, whose OOM killer may pick anyone in it
- * (a private gpuxd and its workers among them). The workers check the same cap again.
- */
-static int seg_room(const gpux_ctx *ctx, uint64_t size)
-{
-	if (ctx->nsegs >= CLI_SEGMENTS_MAX ||
-	    size > ctx->quota_shared - MIN(ctx->shared_bytes, ctx->quota_shared))
-		return -EDQUOT;
-	return 0;
-}
-
 /* Lock held: the segment's SEG_ADD in ctx->sbuf; its length, or -errno. */
 static int seg_add_encode(gpux_ctx *ctx, const struct cli_seg *s)
 {
@@ -84,6 +69,17 @@ static void seg_offer(gpux_ctx *ctx, struct cli_seg *s, uint32_t device)
 		s->sent[device] = ctx->devs[device].chan_gen;
 }
 
+/* Lock held: send the segment to every device's worker that has not got it on its current
+ * channel, if its socket takes it now. */
+static void seg_offer_all(gpux_ctx *ctx, struct cli_seg *s)
+{
+	if (!ctx->connected || ctx->fork_gen != cli_fork_gen)
+		return;
+	for (uint32_t i = 0; i < ctx->ndevices; i++)
+		if (ctx->devs[i].chan_fd >= 0 && s->sent[i] != ctx->devs[i].chan_gen)
+			seg_offer(ctx, s, i);
+}
+
 /*
  * Lock held: a new segment of this process joins the context's list, and goes to every
  * device's worker at once: a worker registers it with its device as it arrives, off its
@@ -100,11 +96,118 @@ static void seg_link(gpux_ctx *ctx, struct cli_seg *s)
 	LIST_PREPEND(ctx->segs, s);
 	ctx->nsegs++;
 	ctx->shared_bytes += s->size;
-	if (!ctx->connected || ctx->fork_gen != cli_fork_gen)
-		return;
+	seg_offer_all(ctx, s);
+}
+
+/*
+ * Freed buffers' segments: a segment of a buffer's own, or an arena whose last buffer went,
+ * is kept, mapped and registered at the workers, for this process's next buffer of a like
+ * size, which then costs no registration (0.4 ms a MiB on a GPU): CLI_KEEP_BYTES in
+ * CLI_KEEP_MAX segments at most, the oldest let go first, all of them before a segment is
+ * refused for gpuxd's cap on shared memory, and at gpux_buf_trim(). Only a segment this
+ * process made and never handed out (gpux_buf_fd()) is kept: no other process holds its
+ * file. A child lets its parent's kept ones go (cli_kept_forget()).
+ */
+static void kept_unlink(gpux_ctx *ctx, struct cli_seg *s)
+{
+	ctx->kept_bytes -= s->size;
+	ctx->nkept--;
+	s->kept = 0;
+}
+
+/*
+ * Lock held. Tell the workers that have it (on this process's channels) to let it go.
+ * `mapped`: its pages are still mapped (not replaced by another mapping at that address).
+ */
+static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
+{
+	struct ipc_seg_drop d = { .seg_id = s->id };
+
+	if (s->kept)
+		kept_unlink(ctx, s);
 	for (uint32_t i = 0; i < ctx->ndevices; i++)
-		if (ctx->devs[i].chan_fd >= 0)
-			seg_offer(ctx, s, i);
+		cli_send_drop(ctx, i, s->sent[i], IPC_SEG_DROP, &d, sizeof(d));
+	LIST_REMOVE(ctx->segs, s);
+	ctx->nsegs--;
+	ctx->shared_bytes -= s->size;
+	if (mapped)
+		(void)munmap(s->addr, s->size);
+	(void)close(s->fd);
+	free(s);
+}
+
+/* Lock held: let the oldest kept segment go; false when none is kept. */
+static bool kept_drop_oldest(gpux_ctx *ctx)
+{
+	struct cli_seg *old = NULL;
+
+	for (struct cli_seg *s = ctx->segs; s; s = s->next)
+		if (s->kept && (!old || s->kept < old->kept))
+			old = s;
+	if (old)
+		seg_free(ctx, old, true);
+	return old;
+}
+
+/* Lock held: keep s, whose last buffer went (above); false: it is not to be kept. */
+static bool seg_keep(gpux_ctx *ctx, struct cli_seg *s)
+{
+	if (!s->reusable || s->owner != cli_fork_gen || s->size > CLI_KEEP_BYTES)
+		return false;
+	while (ctx->kept_bytes + s->size > CLI_KEEP_BYTES || ctx->nkept >= CLI_KEEP_MAX)
+		(void)kept_drop_oldest(ctx);
+	s->kept = ++ctx->keep_seq;
+	ctx->kept_bytes += s->size;
+	ctx->nkept++;
+	return true;
+}
+
+/*
+ * Lock held: the kept segment of a buffer's own that best fits a buffer of len bytes (page
+ * aligned), at most twice as large, taken back: its first len bytes zeroed (past them, what
+ * this process's freed buffer left), offered again to workers on a new channel. NULL: none.
+ */
+static struct cli_seg *kept_take(gpux_ctx *ctx, uint64_t len)
+{
+	struct cli_seg *best = NULL;
+
+	for (struct cli_seg *s = ctx->segs; s; s = s->next)
+		if (s->kept && !s->arena && s->size >= len && s->size / 2 <= len &&
+		    (!best || s->size < best->size))
+			best = s;
+	if (!best)
+		return NULL;
+	kept_unlink(ctx, best);
+	memset(best->addr, 0, len);
+	seg_offer_all(ctx, best);
+	return best;
+}
+
+void cli_kept_forget(gpux_ctx *ctx)
+{
+	struct cli_seg *next;
+
+	for (struct cli_seg *s = ctx->segs; s; s = next) {
+		next = s->next;
+		if (s->kept)
+			seg_free(ctx, s, true);
+	}
+}
+
+/*
+ * Lock held: -EDQUOT when one segment more, of `size` bytes, would pass CLI_SEGMENTS_MAX or
+ * gpuxd's cap on this client's shared memory (--quota-shared). Checked before a memfd is
+ * made, so that a request for too much touches no memory: posix_fallocate() of it would
+ * charge the pages to this process's memory cgroup, whose OOM killer may pick anyone in it
+ * (a private gpuxd and its workers among them). The workers check the same cap again.
+ */
+static int seg_room(gpux_ctx *ctx, uint64_t size)
+{
+	while (ctx->nsegs >= CLI_SEGMENTS_MAX ||
+	       size > ctx->quota_shared - MIN(ctx->shared_bytes, ctx->quota_shared))
+		if (!kept_drop_oldest(ctx))
+			return -EDQUOT;
+	return 0;
 }
 
 static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **ret)
@@ -133,28 +236,10 @@ static int seg_new(gpux_ctx *ctx, uint64_t size, bool arena, struct cli_seg **re
 	s->addr = addr;
 	s->size = size;
 	s->arena = arena;
+	s->reusable = true;
 	seg_link(ctx, s);
 	*ret = s;
 	return 0;
-}
-
-/*
- * Lock held. Tell the workers that have it (on this process's channels) to let it go.
- * `mapped`: its pages are still mapped (not replaced by another mapping at that address).
- */
-static void seg_free(gpux_ctx *ctx, struct cli_seg *s, bool mapped)
-{
-	struct ipc_seg_drop d = { .seg_id = s->id };
-
-	for (uint32_t i = 0; i < ctx->ndevices; i++)
-		cli_send_drop(ctx, i, s->sent[i], IPC_SEG_DROP, &d, sizeof(d));
-	LIST_REMOVE(ctx->segs, s);
-	ctx->nsegs--;
-	ctx->shared_bytes -= s->size;
-	if (mapped)
-		(void)munmap(s->addr, s->size);
-	(void)close(s->fd);
-	free(s);
 }
 
 /* Lock held: the device's worker has the segment on the current channel. */
@@ -188,6 +273,8 @@ static int arena_alloc(gpux_ctx *ctx, uint64_t size, struct cli_seg **ret_seg, u
 			return r;
 		first = 0;
 	}
+	if (s->kept)
+		kept_unlink(ctx, s);
 	pages_mark(s, (unsigned)first, pages, true);
 	s->nbufs++;
 	/* Fresh memfd pages are zero; reused ones are not. */
@@ -211,6 +298,8 @@ GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **re
 	cli_after_fork(ctx);
 	if (size <= CLI_ARENA_BUF_MAX)
 		r = arena_alloc(ctx, size, &b->seg, &b->offset);
+	else if ((b->seg = kept_take(ctx, ALIGN_UP((uint64_t)size, (uint64_t)CLI_PAGE))))
+		r = 0;
 	else
 		r = seg_new(ctx, ALIGN_UP((uint64_t)size, (uint64_t)CLI_PAGE), false, &b->seg);
 	if (r < 0) {
@@ -255,6 +344,8 @@ GPUX_EXPORT gpux_status gpux_buf_fd(gpux_buf *b, int *ret_fd, uint64_t *ret_offs
 	}
 	*ret_fd = b->seg->fd;
 	*ret_offset = b->offset;
+	/* Another process may hold its file from now on: its pages go with it when freed. */
+	b->seg->reusable = false;
 	(void)pthread_mutex_unlock(&ctx->lock);
 	return GPUX_OK;
 }
@@ -326,7 +417,7 @@ static void arena_put(gpux_ctx *ctx, struct cli_seg *a, uint64_t offset, uint64_
 {
 	pages_mark(a, (unsigned)(offset / CLI_PAGE), (unsigned)((size + CLI_PAGE - 1) / CLI_PAGE),
 		   false);
-	if (--a->nbufs == 0)
+	if (--a->nbufs == 0 && !seg_keep(ctx, a))
 		seg_free(ctx, a, true);
 }
 
@@ -347,7 +438,7 @@ static void buf_free(gpux_ctx *ctx, gpux_buf *b, bool retire)
 		arena_put(ctx, b->arena, b->arena_offset, p == MAP_FAILED ? 0 : b->size);
 	} else if (s->arena) {
 		arena_put(ctx, s, b->offset, b->size);
-	} else {
+	} else if (!seg_keep(ctx, s)) {
 		seg_free(ctx, s, true);
 	}
 	if (retire)
@@ -368,6 +459,17 @@ GPUX_EXPORT void gpux_buf_free(gpux_buf *b)
 	/* Again under the lock: another thread may have freed it meanwhile. */
 	if (cli_alive(b, CLI_BUF_MAGIC))
 		buf_free(ctx, b, true);
+	(void)pthread_mutex_unlock(&ctx->lock);
+}
+
+GPUX_EXPORT void gpux_buf_trim(gpux_ctx *ctx)
+{
+	if (!ctx)
+		return;
+	(void)pthread_mutex_lock(&ctx->lock);
+	cli_after_fork(ctx);
+	while (kept_drop_oldest(ctx))
+		;
 	(void)pthread_mutex_unlock(&ctx->lock);
 }
 

@@ -49,6 +49,10 @@
 #define CLI_ARENA_BUF_MAX (256u * 1024u)
 #define CLI_PAGE 4096u
 #define CLI_SEGMENTS_MAX 4096u
+/* Freed buffers' segments a process keeps, registered at the workers, for its next buffers
+ * (client/buf.c, seg_keep()): at most this many bytes, and this many segments. */
+#define CLI_KEEP_BYTES (64u * 1024u * 1024u)
+#define CLI_KEEP_MAX 16u
 
 /*
  * Every handle starts with its type's magic (client/handle.c); a freed one says DEAD and
@@ -81,6 +85,8 @@ struct cli_seg {
 	bool frozen;
 	uint64_t owner; /* cli_fork_gen of the process that made it */
 	unsigned nbufs;
+	bool reusable; /* made by this library for its buffers, its fd never handed out */
+	uint64_t kept; /* freed and kept for a next buffer: when (ctx->keep_seq); 0: not */
 	uint64_t used_pages[CLI_ARENA_SIZE / CLI_PAGE / 64]; /* arena: pages in use */
 	uint64_t sent[IPC_DEVICES_MAX]; /* the channel (chan_gen) that has it, per device */
 	struct cli_range_key keys[CLI_SEG_KEYS]; /* frozen */
@@ -274,8 +280,11 @@ struct gpux_ctx {
 	unsigned nkilled;
 	struct cli_seg *segs;
 	unsigned nsegs;
-	struct cli_seg *freezing;      /* frozen copies being made without the lock */
-	uint64_t shared_bytes;         /* of all segs */
+	struct cli_seg *freezing; /* frozen copies being made without the lock */
+	uint64_t shared_bytes;    /* of all segs */
+	uint64_t kept_bytes;      /* of the segs kept (seg_keep()) */
+	unsigned nkept;
+	uint64_t keep_seq;
 	uint64_t quota_shared;         /* gpuxd's cap on shared_bytes, from its welcome */
 	int8_t prio_max, prio_default; /* gpuxd's priority policy for us, from its welcome */
 	struct cli_qopts dq;           /* the default queues' options (gpux_set_default_queue()) */
@@ -436,6 +445,8 @@ void cli_bufs_free_all(gpux_ctx *ctx);
 /* Lock held: free a buffer the library made for itself (a device buffer's host memory). */
 void cli_buf_free(gpux_ctx *ctx, gpux_buf *b);
 void cli_frozen_forget(gpux_ctx *ctx);
+/* After fork(), in the child: the parent's kept segments (client/buf.c) are not this process's. */
+void cli_kept_forget(gpux_ctx *ctx);
 
 /* client/dbuf.c */
 void cli_dbufs_free_all(gpux_ctx *ctx);

@@ -95,6 +95,7 @@ static void forget_parent(gpux_ctx *ctx)
 		cli_dev_forget_parent(&ctx->devs[i]);
 	cli_disconnect(ctx);
 	cli_frozen_forget(ctx);
+	cli_kept_forget(ctx);
 	ctx->reader = false;
 	ctx->nkilled = 0;
 	(void)pthread_cond_destroy(&ctx->cond);

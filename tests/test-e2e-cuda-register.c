@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* tests/test-e2e-cuda-register.c: a buffer is registered as it is made, on every device, once; launches wait for it. */
+/* tests/test-e2e-cuda-register.c: a buffer is registered as it is made, on every device, once; launches wait for it; freed memory is kept for the next. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,7 +253,8 @@ static void test_register_failure_fails_its_requests(void **state)
 
 /*
  * A buffer freed while it is being registered counts no more against its user's quota: the
- * next one, which would not fit beside it, is not refused for its memory.
+ * next one, which would not fit beside it (nor in its memory, kept for a next buffer: the
+ * library lets that go first), is not refused for its memory.
  */
 static void test_register_freed_while_registering(void **state)
 {
@@ -276,7 +277,7 @@ static void test_register_freed_while_registering(void **state)
 	m = load(ctx);
 	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
 	gpux_buf_free(x);
-	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, Y_BYTES, &x), GPUX_OK);
 	p = gpux_buf_data(x);
 	p[0] = 41.0f;
 	a[0] = GPUX_ARG_VALUE(n);
@@ -327,6 +328,159 @@ static void test_register_host_dbuf_waits(void **state)
 	gpux_disconnect(ctx);
 }
 
+/* Waits until the workers have registered `bytes` n times in all; asserts no more than n. */
+static void wait_registered(const struct env *e, size_t bytes, unsigned n)
+{
+	unsigned pids;
+
+	for (int i = 0; i < 1000 && registered(e, bytes, &pids) < n; i++)
+		(void)usleep(10000);
+	assert_int_equal(registered(e, bytes, &pids), n);
+}
+
+/* Whether the buffer's bytes are all `v`. */
+static bool all_bytes(gpux_buf *b, uint8_t v)
+{
+	const uint8_t *p = gpux_buf_data(b);
+
+	for (size_t i = 0; i < gpux_buf_size(b); i++)
+		if (p[i] != v)
+			return false;
+	return true;
+}
+
+/*
+ * A freed buffer's memory is kept for the next one of a like size (up to twice as large),
+ * which the workers then need not register: it comes zeroed and works on both devices. A
+ * buffer alive beside it, one too large or too small for it, one whose file was handed out,
+ * and one after gpux_buf_trim() are registered as new. Arenas (small buffers) likewise.
+ */
+static void test_register_freed_memory_kept(void **state)
+{
+	struct env *e = *state;
+	gpux_ctx *ctx = test_connect(&e->d);
+	gpux_module *m = load(ctx);
+	gpux_buf *x, *x2, *y, *small;
+	uint64_t seed = 11, off;
+	int fd;
+
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, Y_BYTES, &y), GPUX_OK);
+	wait_registered(e, X_BYTES, 2);
+	memset(gpux_buf_data(x), 0x5a, X_BYTES);
+	gpux_buf_free(x);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_true(all_bytes(x, 0));
+	test_fill_random(gpux_buf_data(x), X_BYTES / 4, &seed);
+	for (uint32_t dev = 0; dev < 2; dev++)
+		assert_int_equal(add1(m, dev, x, y), GPUX_OK);
+	/* A second one alive beside it is new. */
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x2), GPUX_OK);
+	wait_registered(e, X_BYTES, 4);
+	gpux_buf_free(x2);
+	gpux_buf_free(x);
+	/* Half the size takes one of them; a third of it does not. */
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES / 2, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES / 3, &x2), GPUX_OK);
+	assert_true(all_bytes(x, 0));
+	wait_registered(e, X_BYTES / 3, 2);
+	assert_int_equal(registered(e, X_BYTES / 2, &(unsigned){ 0 }), 0);
+	gpux_buf_free(x2);
+	gpux_buf_free(x);
+	/* Handed out: another process may hold its file, so it goes. */
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_fd(x, &fd, &off), GPUX_OK);
+	gpux_buf_free(x);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x2), GPUX_OK);
+	wait_registered(e, X_BYTES, 6);
+	gpux_buf_free(x2);
+	gpux_buf_free(x);
+	gpux_buf_trim(ctx);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	wait_registered(e, X_BYTES, 8);
+	gpux_buf_free(x);
+	/* An arena whose last buffer went is kept too. */
+	assert_int_equal(gpux_buf_alloc(ctx, 4096, &small), GPUX_OK);
+	wait_registered(e, 4u << 20, 2);
+	memset(gpux_buf_data(small), 0x77, 4096);
+	gpux_buf_free(small);
+	assert_int_equal(gpux_buf_alloc(ctx, 4096, &small), GPUX_OK);
+	assert_true(all_bytes(small, 0));
+	gpux_buf_free(small);
+	gpux_buf_free(y);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+	assert_int_equal(registered(e, 4u << 20, &(unsigned){ 0 }), 2);
+}
+
+/*
+ * What is kept is capped: 64 MiB, 16 segments; past either the oldest goes. Made again, 8
+ * buffers of 9 MiB register one anew (7 were kept), 17 of 300 KiB one (16 were).
+ */
+static void test_register_kept_capped(void **state)
+{
+	static const size_t sizes[] = { 9u << 20, 300u << 10 };
+	static const unsigned counts[] = { 8, 17 };
+	struct env *e = *state;
+	gpux_ctx *ctx = test_connect(&e->d);
+	gpux_buf *b[17];
+
+	for (unsigned k = 0; k < 2; k++) {
+		for (unsigned i = 0; i < counts[k]; i++)
+			assert_int_equal(gpux_buf_alloc(ctx, sizes[k], &b[i]), GPUX_OK);
+		for (unsigned i = 0; i < counts[k]; i++)
+			gpux_buf_free(b[i]);
+		for (unsigned i = 0; i < counts[k]; i++)
+			assert_int_equal(gpux_buf_alloc(ctx, sizes[k], &b[i]), GPUX_OK);
+		wait_registered(e, sizes[k], 2 * (counts[k] + 1));
+		for (unsigned i = 0; i < counts[k]; i++)
+			gpux_buf_free(b[i]);
+		gpux_buf_trim(ctx);
+	}
+	gpux_disconnect(ctx);
+}
+
+/*
+ * A forked child does not take its parent's kept memory (the parent may take it back any
+ * time): its buffer is registered as new, and what it writes there, the parent's next buffer
+ * does not see.
+ */
+static void test_register_kept_not_a_childs(void **state)
+{
+	struct env *e = *state;
+	gpux_ctx *ctx = test_connect(&e->d);
+	gpux_module *m = load(ctx);
+	gpux_buf *x, *y;
+	pid_t pid;
+
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_int_equal(gpux_buf_alloc(ctx, Y_BYTES, &y), GPUX_OK);
+	wait_registered(e, X_BYTES, 2);
+	gpux_buf_free(x);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		uint64_t seed = 13;
+		bool ok = gpux_buf_alloc(ctx, X_BYTES, &x) == GPUX_OK && all_bytes(x, 0);
+
+		if (ok) {
+			test_fill_random(gpux_buf_data(x), X_BYTES / 4, &seed);
+			ok = add1(m, 0, x, y) == GPUX_OK;
+		}
+		_exit(ok ? 0 : 1);
+	}
+	assert_child_ok(pid);
+	wait_registered(e, X_BYTES, 3);
+	assert_int_equal(gpux_buf_alloc(ctx, X_BYTES, &x), GPUX_OK);
+	assert_true(all_bytes(x, 0));
+	assert_int_equal(registered(e, X_BYTES, &(unsigned){ 0 }), 3);
+	gpux_buf_free(x);
+	gpux_buf_free(y);
+	gpux_module_free(m);
+	gpux_disconnect(ctx);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -338,6 +492,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_register_freed_while_registering, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_register_host_dbuf_waits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_register_freed_memory_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_register_kept_capped, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_register_kept_not_a_childs, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -191,9 +191,18 @@ GPUX_EXPORT void *gpux_buf_data(gpux_buf *buf);
 
 GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *buf);
 
-/* Free a buffer. Requests still using it must be finished first. NULL is accepted; a
- * handle freed already is ignored (see above). */
+/*
+ * Free a buffer. Requests still using it must be finished first. NULL is accepted; a handle
+ * freed already is ignored (see above). Its memory is kept, still registered with the
+ * devices, for this process's next buffer of a like size (at most twice as large), which
+ * then is ready for the device at once: up to 64 MiB in 16 segments, the oldest let go
+ * first, all of it before a new buffer would be refused for gpuxd --quota-shared. Memory
+ * whose file was handed out (gpux_buf_fd()) is not kept, nor a child's parent's.
+ */
 GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
+
+/* Let go of the memory of freed buffers that gpux_buf_free() keeps. NULL is accepted. */
+GPUX_EXPORT void gpux_buf_trim(gpux_ctx *ctx);
 
 /*
  * Freeze a buffer: its bytes can never change again, in this process or any other (its

@@ -25,13 +25,14 @@ static bool page_used(const struct cli_seg *s, unsigned p)
 	return s->used_pages[p / 64] & (1ull << (p % 64));
 }
 
+/* Pages given back stay taken where a child may use them (cli_segs_forked()). */
 static void pages_mark(struct cli_seg *s, unsigned first, unsigned n, bool used)
 {
 	for (unsigned p = first; p < first + n; p++) {
 		if (used)
 			s->used_pages[p / 64] |= 1ull << (p % 64);
 		else
-			s->used_pages[p / 64] &= ~(1ull << (p % 64));
+			s->used_pages[p / 64] &= ~(1ull << (p % 64)) | s->forked_pages[p / 64];
 	}
 }
 
@@ -181,6 +182,24 @@ static struct cli_seg *kept_take(gpux_ctx *ctx, uint64_t len)
 	memset(best->addr, 0, len);
 	seg_offer_all(ctx, best);
 	return best;
+}
+
+/*
+ * A child forked now may use the buffers alive in it (they are usable by children forked
+ * later): their memory is never handed out again here, where a new buffer would be zeroed
+ * and written under the child. A segment of a buffer's own is not kept once freed; an
+ * arena's pages in use stay taken when their buffers are freed. Kept segments hold no buffer.
+ */
+void cli_segs_forked(gpux_ctx *ctx)
+{
+	for (struct cli_seg *s = ctx->segs; s; s = s->next) {
+		if (s->kept)
+			continue;
+		if (!s->arena)
+			s->reusable = false;
+		for (unsigned i = 0; i < ARRAY_SIZE(s->used_pages); i++)
+			s->forked_pages[i] |= s->used_pages[i];
+	}
 }
 
 void cli_kept_forget(gpux_ctx *ctx)

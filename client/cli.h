@@ -88,6 +88,8 @@ struct cli_seg {
 	bool reusable; /* made by this library for its buffers, its fd never handed out */
 	uint64_t kept; /* freed and kept for a next buffer: when (ctx->keep_seq); 0: not */
 	uint64_t used_pages[CLI_ARENA_SIZE / CLI_PAGE / 64]; /* arena: pages in use */
+	/* Arena: pages in use at a fork(), never handed out again (a child may use them). */
+	uint64_t forked_pages[CLI_ARENA_SIZE / CLI_PAGE / 64];
 	uint64_t sent[IPC_DEVICES_MAX]; /* the channel (chan_gen) that has it, per device */
 	struct cli_range_key keys[CLI_SEG_KEYS]; /* frozen */
 	unsigned nkeys;
@@ -447,6 +449,8 @@ void cli_buf_free(gpux_ctx *ctx, gpux_buf *b);
 void cli_frozen_forget(gpux_ctx *ctx);
 /* After fork(), in the child: the parent's kept segments (client/buf.c) are not this process's. */
 void cli_kept_forget(gpux_ctx *ctx);
+/* After fork(), in the parent (lock held): what its buffers hold now a child may use too. */
+void cli_segs_forked(gpux_ctx *ctx);
 
 /* client/dbuf.c */
 void cli_dbufs_free_all(gpux_ctx *ctx);

@@ -29,8 +29,10 @@ static void atfork_prepare(void)
 
 static void atfork_parent(void)
 {
-	for (gpux_ctx *c = all_ctx; c; c = c->next)
+	for (gpux_ctx *c = all_ctx; c; c = c->next) {
+		cli_segs_forked(c);
 		(void)pthread_mutex_unlock(&c->lock);
+	}
 	(void)pthread_mutex_unlock(&all_lock);
 }
 

@@ -184,6 +184,51 @@ static void test_e2e_fork_parent_request_message_in_child(void **state)
 	gpux_req_free(r);
 }
 
+/*
+ * Buffers alive at a fork() may be used by the child after the parent has freed them: the
+ * parent's new buffers never take their memory (a small one's arena pages, a large one's
+ * segment), so the zeroes and bytes it writes there do not reach the child's. The child checks
+ * its bytes after the parent has freed and made buffers of the same sizes and written them.
+ */
+static void test_e2e_fork_freed_memory_not_under_a_child(void **state)
+{
+	static const size_t sizes[] = { 4096, 1u << 20 };
+	struct test_env *e = *state;
+	gpux_buf *b[2], *again[2];
+	int go[2];
+	pid_t pid;
+	char c = 0;
+
+	for (unsigned i = 0; i < 2; i++) {
+		assert_int_equal(gpux_buf_alloc(e->ctx, sizes[i], &b[i]), GPUX_OK);
+		memset(gpux_buf_data(b[i]), 0x3c, sizes[i]);
+	}
+	assert_int_equal(pipe(go), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		(void)close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(50);
+		for (unsigned i = 0; i < 2; i++)
+			for (size_t k = 0; k < sizes[i]; k++)
+				if (((const uint8_t *)gpux_buf_data(b[i]))[k] != 0x3c)
+					_exit(51 + (int)i);
+		_exit(0);
+	}
+	(void)close(go[0]);
+	for (unsigned i = 0; i < 2; i++) {
+		gpux_buf_free(b[i]);
+		assert_int_equal(gpux_buf_alloc(e->ctx, sizes[i], &again[i]), GPUX_OK);
+		memset(gpux_buf_data(again[i]), 0x55, sizes[i]);
+	}
+	assert_int_equal(write(go[1], &c, 1), 1);
+	(void)close(go[1]);
+	assert_child_ok(pid);
+	for (unsigned i = 0; i < 2; i++)
+		gpux_buf_free(again[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -191,6 +236,7 @@ int main(void)
 		cmocka_unit_test(test_e2e_fork_parent_requests_stay_the_parents),
 		cmocka_unit_test(test_e2e_fork_parent_request_polled_in_child),
 		cmocka_unit_test(test_e2e_fork_parent_request_message_in_child),
+		cmocka_unit_test(test_e2e_fork_freed_memory_not_under_a_child),
 	};
 
 	return cmocka_run_group_tests(tests, test_env_setup_two_devices, test_env_teardown);

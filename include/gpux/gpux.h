@@ -197,7 +197,9 @@ GPUX_EXPORT size_t gpux_buf_size(const gpux_buf *buf);
  * devices, for this process's next buffer of a like size (at most twice as large), which
  * then is ready for the device at once: up to 64 MiB in 16 segments, the oldest let go
  * first, all of it before a new buffer would be refused for gpuxd --quota-shared. Memory
- * whose file was handed out (gpux_buf_fd()) is not kept, nor a child's parent's.
+ * whose file was handed out (gpux_buf_fd()) is not kept, nor a child's parent's. A buffer
+ * alive at a fork() may be used by the child after it is freed here: its memory is never
+ * given to another buffer of this process.
  */
 GPUX_EXPORT void gpux_buf_free(gpux_buf *buf);
 

@@ -138,13 +138,17 @@ class MemoryPool:
                 self._used = self._free_bytes = self._nfree = 0
 
     def free_all_blocks(self) -> None:
-        """Free the blocks the pool keeps (those in use come back later)."""
+        """Free the blocks the pool keeps (those in use come back later), and the memory
+        libgpuxclient keeps of freed buffers."""
         self._check_pid()
         with self._lock:
             self._free.clear()
             self._sizes.clear()
             self._free_bytes = 0
             self._nfree = 0
+        ctx = self._context or _core._default
+        if ctx is not None:
+            ctx.trim()
 
     def used_bytes(self) -> int:
         """Bytes of the blocks arrays use now."""

@@ -393,6 +393,12 @@ static PyObject *context_fd(pyx_Context *self, PyObject *unused)
 	return PyLong_FromLong(fd);
 }
 
+static PyObject *context_trim(pyx_Context *self, PyObject *unused)
+{
+	Py_BEGIN_ALLOW_THREADS gpux_buf_trim(self->ctx);
+	Py_END_ALLOW_THREADS Py_RETURN_NONE;
+}
+
 static PyObject *context_process(pyx_Context *self, PyObject *unused)
 {
 	gpux_status st;
@@ -460,6 +466,9 @@ static PyMethodDef context_methods[] = {
 	  "Owned by the context; another one after fork()." },
 	{ "process", (PyCFunction)context_process, METH_NOARGS,
 	  "process(): take in every completion that has arrived, without blocking." },
+	{ "trim", (PyCFunction)context_trim, METH_NOARGS,
+	  "trim(): let go of the memory of freed buffers that libgpuxclient keeps, registered "
+	  "with the devices, for the next ones (up to 64 MiB)." },
 	{ "set_default_queue", (PyCFunction)(void (*)(void))context_set_default_queue,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "set_default_queue(priority=None, share=0): the default queues' priority (-1 to 2; "

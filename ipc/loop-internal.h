@@ -153,6 +153,7 @@ struct ipc_loop {
 	/* io_uring */
 	struct io_uring ring;
 	bool ring_ready;
+	bool sqpoll_wanted, sqpoll;               /* IPC_LOOP_SQPOLL asked, granted */
 	unsigned inflight;                        /* operations submitted and not completed */
 	struct uring_op *waiting, **waiting_tail; /* for an entry, oldest first */
 

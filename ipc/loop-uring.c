@@ -26,25 +26,32 @@ static int uring_init(struct ipc_loop *l)
 	struct io_uring_probe *probe;
 	int r;
 
-	/* A plain ring: it runs on every kernel since 5.6 that has the operations below. Note
-	 * that a process killed with operations in flight may keep their sockets alive in its
-	 * ring for seconds after its death (seen on Linux 6.18): peers must not count on
-	 * seeing the end of such a socket promptly. */
-	r = io_uring_queue_init_params(RING_ENTRIES, &l->ring, &p);
+	/* A plain ring: it runs on every kernel since 5.6 that has the operations below (with
+	 * IPC_LOOP_SQPOLL, one whose submissions a kernel thread takes, where the kernel
+	 * grants it: unprivileged since 5.11). Note that a process killed with operations in
+	 * flight may keep their sockets alive in its ring for seconds after its death (seen on
+	 * Linux 6.18): peers must not count on seeing the end of such a socket promptly. */
+	if (l->sqpoll_wanted) {
+		struct io_uring_params sq = { .flags = IORING_SETUP_SQPOLL,
+					      .sq_thread_idle = IPC_LOOP_SQPOLL_IDLE_MS };
+
+		l->sqpoll = io_uring_queue_init_params(RING_ENTRIES, &l->ring, &sq) == 0;
+	}
+	r = l->sqpoll ? 0 : io_uring_queue_init_params(RING_ENTRIES, &l->ring, &p);
 	if (r < 0)
 		return r;
 
 	probe = io_uring_get_probe_ring(&l->ring);
-	if (!probe) {
-		io_uring_queue_exit(&l->ring);
-		return -EINVAL;
-	}
-	for (unsigned i = 0; i < ARRAY_SIZE(needed_ops); i++)
+	for (unsigned i = 0; probe && i < ARRAY_SIZE(needed_ops); i++)
 		if (!io_uring_opcode_supported(probe, (int)needed_ops[i])) {
 			io_uring_free_probe(probe);
-			io_uring_queue_exit(&l->ring);
-			return -EINVAL;
+			probe = NULL;
 		}
+	if (!probe) {
+		io_uring_queue_exit(&l->ring);
+		l->sqpoll = false;
+		return -EINVAL;
+	}
 	io_uring_free_probe(probe);
 	l->waiting = NULL;
 	l->waiting_tail = &l->waiting;

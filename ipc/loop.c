@@ -25,6 +25,11 @@ static int loop_open(struct ipc_loop *l, const struct ipc_loop_ops *ops)
 
 int ipc_loop_new(enum ipc_loop_kind kind, struct ipc_loop **ret)
 {
+	return ipc_loop_new_ex(kind, 0, ret);
+}
+
+int ipc_loop_new_ex(enum ipc_loop_kind kind, unsigned flags, struct ipc_loop **ret)
+{
 	struct ipc_loop *l;
 	int r;
 
@@ -44,6 +49,7 @@ int ipc_loop_new(enum ipc_loop_kind kind, struct ipc_loop **ret)
 		return -ENOMEM;
 	l->epfd = -1;
 	l->closing_tail = &l->closing;
+	l->sqpoll_wanted = flags & IPC_LOOP_SQPOLL;
 
 	if (kind == IPC_LOOP_EPOLL)
 		r = loop_open(l, &ipc_loop_epoll_ops);
@@ -131,6 +137,11 @@ void ipc_loop_free(struct ipc_loop *l)
 const char *ipc_loop_name(const struct ipc_loop *l)
 {
 	return l->ops->name;
+}
+
+bool ipc_loop_sqpoll(const struct ipc_loop *l)
+{
+	return l->sqpoll;
 }
 
 int ipc_loop_fallback(const struct ipc_loop *l)

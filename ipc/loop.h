@@ -36,10 +36,22 @@ enum ipc_loop_kind {
  * operation gpux uses; ipc_loop_fallback() then says why.
  */
 int ipc_loop_new(enum ipc_loop_kind kind, struct ipc_loop **ret);
+/*
+ * ipc_loop_new() with flags. IPC_LOOP_SQPOLL: with io_uring, a kernel thread of the process
+ * takes the loop's submissions (sends to peers, above all) off its thread, spinning while they
+ * come and sleeping after IPC_LOOP_SQPOLL_IDLE_MS without; a kernel that refuses it gets a
+ * plain ring (ipc_loop_sqpoll() says which).
+ */
+#define IPC_LOOP_SQPOLL 0x1u
+#define IPC_LOOP_SQPOLL_IDLE_MS 2u
+int ipc_loop_new_ex(enum ipc_loop_kind kind, unsigned flags, struct ipc_loop **ret);
 void ipc_loop_free(struct ipc_loop *l);
 
 /* "io_uring" or "epoll". */
 const char *ipc_loop_name(const struct ipc_loop *l);
+
+/* Whether a kernel thread takes the loop's submissions (IPC_LOOP_SQPOLL, granted). */
+bool ipc_loop_sqpoll(const struct ipc_loop *l);
 
 /* The -errno that made AUTO fall back to epoll, or 0. */
 int ipc_loop_fallback(const struct ipc_loop *l);

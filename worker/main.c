@@ -164,20 +164,19 @@ static int map_client_table(struct wrk *w)
 }
 
 /*
- * Whether the loop asks for a kernel thread to take its io_uring submissions: on a machine of
- * WRK_SQPOLL_CPUS or more (that thread spins while they come, a CPU more while the worker is
- * busy), unless $GPUX_SQPOLL says (0: never, anything else: always). What it takes off the
- * loop's thread is above all the kicks that wake clients asleep: with 16 client processes
- * each keeping 32 launches in flight on an H200, 64 µs of every round of the loop, in which
- * it neither took a latency-critical client's record nor answered one.
+ * Whether the loop asks for a kernel thread to take its io_uring submissions: when
+ * $GPUX_SQPOLL says so (anything but 0). What it takes off the loop's thread is above all the
+ * kicks that wake sleeping clients: with 16 client processes each keeping 32 launches in
+ * flight on an H200, 64 µs of every round of the loop, in which it neither took a
+ * latency-critical client's record nor answered one. Not by default: the thread spins for
+ * IPC_LOOP_SQPOLL_IDLE_MS after each submission, so a client that sleeps between requests a
+ * few ms apart keeps a CPU busy (0.9 of one at 3 ms apart on the host back end).
  */
 static unsigned loop_flags(void)
 {
 	const char *e = getenv("GPUX_SQPOLL");
 
-	if (e && *e)
-		return strcmp(e, "0") == 0 ? 0 : IPC_LOOP_SQPOLL;
-	return get_nprocs() >= WRK_SQPOLL_CPUS ? IPC_LOOP_SQPOLL : 0;
+	return e && *e && strcmp(e, "0") != 0 ? IPC_LOOP_SQPOLL : 0;
 }
 
 static int worker_init(struct wrk *w)

@@ -311,8 +311,6 @@ struct wrk_req {
  * is active (a graph of 64 kernels takes the loop 35-50 µs to launch on an H200). */
 #define WRK_BATCH_MAX 64u
 #define WRK_BATCH_URGENT 16u
-/* CPUs a machine has for its workers' loops to ask for io_uring's SQPOLL (worker/main.c). */
-#define WRK_SQPOLL_CPUS 8
 
 /*
  * Slots beyond the default ones (--slots, priority 0 and no share) are made as queues of

@@ -147,10 +147,11 @@ static void late_fault(void)
 		fake_sticky = CUDA_ERROR_ILLEGAL_ADDRESS;
 }
 
-/* Whether the device is through the work up to *at (an event's time, a stream's): judged
- * under fake_lock with the fault, so work that ends as a slowfault breaks the context is never
- * seen done (the clock read before late_fault(): past *at, it is past the fault too). */
-static CUresult reached(const uint64_t *at)
+/* Whether the device is through the work up to *at (an event's time, a stream's), and if not
+ * how long it has left (*ret_left, ns): judged under fake_lock with the fault, so work that
+ * ends as a slowfault breaks the context is never seen done (the clock read before
+ * late_fault(): past *at, it is past the fault too). */
+static CUresult reached(const uint64_t *at, uint64_t *ret_left)
 {
 	CUresult r;
 	uint64_t now;
@@ -161,6 +162,7 @@ static CUresult reached(const uint64_t *at)
 	r = fake_sticky != CUDA_SUCCESS ? fake_sticky
 	    : now >= *at                ? CUDA_SUCCESS
 					: CUDA_ERROR_NOT_READY;
+	*ret_left = *at > now ? *at - now : 0;
 	(void)pthread_mutex_unlock(&fake_lock);
 	return r;
 }
@@ -169,16 +171,11 @@ static CUresult reached(const uint64_t *at)
  * too, as on a real device: looked at every ms. */
 static CUresult wait_reached(const uint64_t *at)
 {
+	uint64_t left;
 	CUresult r;
 
-	while ((r = reached(at)) == CUDA_ERROR_NOT_READY) {
-		uint64_t left, now = now_ns();
-
-		(void)pthread_mutex_lock(&fake_lock);
-		left = *at > now ? *at - now : 0;
-		(void)pthread_mutex_unlock(&fake_lock);
+	while ((r = reached(at, &left)) == CUDA_ERROR_NOT_READY)
 		(void)usleep((useconds_t)MIN(left / 1000 + 1, 1000));
-	}
 	return r;
 }
 
@@ -665,9 +662,10 @@ static CUresult f_write_value32(CUstream s, CUdeviceptr addr, cuuint32_t value, 
 static CUresult f_event_query(CUevent e)
 {
 	struct fake_event *ev = (struct fake_event *)e;
+	uint64_t left;
 
 	ENTER("cuEventQuery");
-	return reached(&ev->at);
+	return reached(&ev->at, &left);
 }
 
 static CUresult f_event_sync(CUevent e)

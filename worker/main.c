@@ -184,6 +184,7 @@ static int worker_init(struct wrk *w)
 	bool marks;
 	char *msg = NULL;
 	gpux_status st;
+	unsigned flags;
 	int r;
 
 	w->be = wrk_backend_find(w->opts.backend);
@@ -218,7 +219,8 @@ static int worker_init(struct wrk *w)
 		wrk_log(w, "control socket: %s", strerror(-r));
 		return r;
 	}
-	r = ipc_loop_new_ex(IPC_LOOP_AUTO, loop_flags(), &w->loop);
+	flags = loop_flags();
+	r = ipc_loop_new_ex(IPC_LOOP_AUTO, flags, &w->loop);
 	if (r < 0) {
 		wrk_log(w, "event loop: %s", strerror(-r));
 		return r;
@@ -226,7 +228,7 @@ static int worker_init(struct wrk *w)
 	if (ipc_loop_fallback(w->loop))
 		wrk_log(w, "io_uring refused (%s): using epoll",
 			strerror(-ipc_loop_fallback(w->loop)));
-	else if ((loop_flags() & IPC_LOOP_SQPOLL) && !ipc_loop_sqpoll(w->loop))
+	else if ((flags & IPC_LOOP_SQPOLL) && !ipc_loop_sqpoll(w->loop))
 		wrk_log(w, "io_uring: the kernel refused a thread to take the loop's submissions");
 
 	st = w->be->open(w, w->opts.device, &w->dev, &w->info, &w->limits, &msg);

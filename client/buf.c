@@ -306,10 +306,12 @@ static int arena_alloc(gpux_ctx *ctx, uint64_t size, struct cli_seg **ret_seg, u
 GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **ret_buf)
 {
 	gpux_buf *b;
+	uint64_t len;
 	int r;
 
 	if (!ctx || !ret_buf || size == 0 || size > (uint64_t)INT64_MAX - CLI_PAGE)
 		return GPUX_E_INVAL;
+	len = ALIGN_UP((uint64_t)size, (uint64_t)CLI_PAGE);
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return GPUX_E_NOMEM;
@@ -317,10 +319,10 @@ GPUX_EXPORT gpux_status gpux_buf_alloc(gpux_ctx *ctx, size_t size, gpux_buf **re
 	cli_after_fork(ctx);
 	if (size <= CLI_ARENA_BUF_MAX)
 		r = arena_alloc(ctx, size, &b->seg, &b->offset);
-	else if ((b->seg = kept_take(ctx, ALIGN_UP((uint64_t)size, (uint64_t)CLI_PAGE))))
+	else if ((b->seg = kept_take(ctx, len)))
 		r = 0;
 	else
-		r = seg_new(ctx, ALIGN_UP((uint64_t)size, (uint64_t)CLI_PAGE), false, &b->seg);
+		r = seg_new(ctx, len, false, &b->seg);
 	if (r < 0) {
 		(void)pthread_mutex_unlock(&ctx->lock);
 		free(b);

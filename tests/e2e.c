@@ -103,6 +103,28 @@ const char test_host_kernels[] =
 	"	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < us * "
 	"1000ll);\n"
 	"}\n"
+	/* Busy for us microseconds, then logs when it ended (CLOCK_MONOTONIC, ns) after the
+	 * log's count: when each of a queue's requests ran, for a test of who ran before whom. */
+	"GPUX_HOST_PARAMS(spin_us_log, 4, sizeof(uint64_t *));\n"
+	"GPUX_HOST_KERNEL(spin_us_log)\n"
+	"{\n"
+	"	uint32_t us = GPUX_ARG(uint32_t, 0);\n"
+	"	uint64_t *log = GPUX_ARG(uint64_t *, 1);\n"
+	"	struct timespec a, b;\n"
+	"	clock_gettime(CLOCK_MONOTONIC, &a);\n"
+	"	do clock_gettime(CLOCK_MONOTONIC, &b);\n"
+	"	while ((b.tv_sec - a.tv_sec) * 1000000000 + (b.tv_nsec - a.tv_nsec) < us * "
+	"1000ll);\n"
+	"	log[1 + log[0]++] = (uint64_t)b.tv_sec * 1000000000 + (uint64_t)b.tv_nsec;\n"
+	"}\n"
+	/* Writes when it ran (CLOCK_MONOTONIC, ns). */
+	"GPUX_HOST_PARAMS(stamp, sizeof(uint64_t *));\n"
+	"GPUX_HOST_KERNEL(stamp)\n"
+	"{\n"
+	"	struct timespec t;\n"
+	"	clock_gettime(CLOCK_MONOTONIC, &t);\n"
+	"	*GPUX_ARG(uint64_t *, 0) = (uint64_t)t.tv_sec * 1000000000 + (uint64_t)t.tv_nsec;\n"
+	"}\n"
 	/* An illegal address, as a faulting GPU kernel has. */
 	"GPUX_HOST_PARAMS(crash, sizeof(float *));\n"
 	"GPUX_HOST_KERNEL(crash)\n"

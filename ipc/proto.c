@@ -81,7 +81,8 @@ static bool ok_state(uint32_t state)
 
 static bool ok_hello(const struct ipc_hello *m, const struct ipc_msg *msg)
 {
-	return m->min_version <= m->max_version && !(m->flags & ~IPC_HELLO_ADMIN);
+	return m->min_version <= m->max_version &&
+	       !(m->flags & ~(IPC_HELLO_ADMIN | IPC_HELLO_KITS));
 }
 
 /* A priority policy: a default no higher than the highest, both levels of the protocol. */
@@ -110,7 +111,17 @@ static bool ok_attach(const struct ipc_attach *m, const struct ipc_msg *msg)
 
 static bool ok_adopt(const struct ipc_adopt *m, const struct ipc_msg *msg)
 {
+	return m->client_id != 0 && !(m->flags & ~IPC_ADOPT_REFUSED);
+}
+
+static bool ok_kit(const struct ipc_kit *m, const struct ipc_msg *msg)
+{
 	return m->client_id != 0;
+}
+
+static bool ok_claim(const struct ipc_claim *m, const struct ipc_msg *msg)
+{
+	return m->flags == 0 && m->reserved == 0;
 }
 
 static bool ok_ready(const struct ipc_ready *m, const struct ipc_msg *msg)

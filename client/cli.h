@@ -237,10 +237,15 @@ struct cli_dev {
 /* Kits held at once for the next forked children (gpuxd sends no more: SUP_CLIENT_KITS). */
 #define CLI_KITS_MAX 8u
 
-/* A connection to gpuxd made ahead for a forked child: its socket and whose it may be. */
+/*
+ * A connection to gpuxd made ahead for a forked child: its socket (which the socket's inode
+ * tells from whatever a child that closed its fds opened under that number since) and whose
+ * it may be.
+ */
 struct cli_kit {
 	int fd;
 	uint32_t uid, gid;
+	uint64_t dev, ino;
 };
 
 struct gpux_ctx {
@@ -354,6 +359,8 @@ int cli_connect(gpux_ctx *ctx);
  * round trip to gpuxd. < 0 when it cannot serve (the kit let go): connect as any process.
  */
 int cli_connect_kit(gpux_ctx *ctx);
+/* Lock held: let go of the kit a fork handed this process, unused (where still ours). */
+void cli_kit_forget(gpux_ctx *ctx);
 /* Lock held: a KIT from gpuxd, kept for the next fork. */
 void cli_kit_msg(gpux_ctx *ctx, struct ipc_msg *msg);
 /* Lock held: let go of the kits whose gpuxd end closed (gpuxd let them go, or went). */

@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -297,14 +298,39 @@ static void kit_close(struct cli_kit *k)
 	k->fd = safe_close(k->fd);
 }
 
+/* Whether k's fd is still its socket: a child may have closed it and opened another file
+ * under its number before it first called gpux (a daemon closing what it inherited). */
+static bool kit_ours(const struct cli_kit *k)
+{
+	struct stat st;
+
+	return k->fd >= 0 && fstat(k->fd, &st) == 0 && (uint64_t)st.st_dev == k->dev &&
+	       (uint64_t)st.st_ino == k->ino;
+}
+
+/* Let go of the kit a fork handed this process: close it only where it is still ours. */
+static void kit_forget(struct cli_kit *k)
+{
+	if (kit_ours(k))
+		kit_close(k);
+	k->fd = -1;
+}
+
 void cli_kit_msg(gpux_ctx *ctx, struct ipc_msg *msg)
 {
 	struct ipc_kit m;
 	struct cli_kit k;
+	struct stat st;
 
 	if (ipc_decode_kit(msg, &m) < 0)
 		return;
 	k = (struct cli_kit){ .fd = ipc_msg_take_fd(msg, 0), .uid = m.uid, .gid = m.gid };
+	if (fstat(k.fd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+		kit_close(&k);
+		return;
+	}
+	k.dev = (uint64_t)st.st_dev;
+	k.ino = (uint64_t)st.st_ino;
 	cli_kits_prune(ctx);
 	if (ctx->nkits < CLI_KITS_MAX)
 		ctx->kits[ctx->nkits++] = k;
@@ -335,7 +361,7 @@ void cli_kits_prune(gpux_ctx *ctx)
 void cli_kits_forked_child(gpux_ctx *ctx)
 {
 	/* One the parent took at its own fork, unused: the parent's still. */
-	kit_close(&ctx->kit);
+	kit_forget(&ctx->kit);
 	if (!ctx->nkits)
 		return;
 	ctx->kit = ctx->kits[0];
@@ -370,6 +396,11 @@ static int connect_end(gpux_ctx *ctx, int r)
 	return r;
 }
 
+void cli_kit_forget(gpux_ctx *ctx)
+{
+	kit_forget(&ctx->kit);
+}
+
 int cli_connect_kit(gpux_ctx *ctx)
 {
 	struct cli_kit k = ctx->kit;
@@ -377,6 +408,8 @@ int cli_connect_kit(gpux_ctx *ctx)
 	int pair[2], n, r;
 
 	ctx->kit.fd = -1;
+	if (!kit_ours(&k))
+		return -EBADF;
 	/* Made for the parent's identity: a child that changed its own connects as itself. */
 	if (k.uid != geteuid() || k.gid != getegid()) {
 		kit_close(&k);

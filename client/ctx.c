@@ -314,7 +314,7 @@ static void ctx_free(gpux_ctx *ctx)
 	ctx->wake_fd = safe_close(ctx->wake_fd);
 	ctx->pub_epfd = safe_close(ctx->pub_epfd);
 	ctx->news_fd = safe_close(ctx->news_fd);
-	ctx->kit.fd = safe_close(ctx->kit.fd);
+	cli_kit_forget(ctx);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	(void)pthread_mutex_destroy(&ctx->lock);
 	(void)pthread_cond_destroy(&ctx->cond);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -608,6 +609,78 @@ static void test_e2e_kits_one_child_each(void **state)
 	test_env_still_serves(e);
 }
 
+/*
+ * In a child: close every socket (the kit's, if the fork handed one: nothing else of the
+ * parent's is left), open sockets of its own under those numbers, then run a kernel. 0 when
+ * it had a socket to close, 1 when it had none; its own sockets must come out untouched:
+ * nothing sent on them, still open.
+ */
+static int closes_sockets_then_runs(struct test_env *e)
+{
+	char path[300], target[64];
+	int closed[8], n = 0, sv[8][2];
+	struct stat st[8];
+	struct dirent *de;
+	DIR *dir = opendir("/proc/self/fd");
+
+	if (!dir)
+		return 10;
+	while ((de = readdir(dir)) && n < 8) {
+		int fd = atoi(de->d_name);
+		ssize_t len;
+
+		(void)snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+		len = readlink(path, target, sizeof(target) - 1);
+		if (len > 0 && fd != dirfd(dir) && strncmp(target, "socket:", 7) == 0)
+			closed[n++] = fd;
+	}
+	(void)closedir(dir);
+	for (int i = 0; i < n; i++)
+		(void)close(closed[i]);
+	/* Each under the number of one closed. */
+	for (int i = 0; i < n; i++) {
+		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv[i]) < 0 ||
+		    dup3(sv[i][0], closed[i], O_CLOEXEC) != closed[i] || close(sv[i][0]) < 0 ||
+		    fstat(closed[i], &st[i]) < 0)
+			return 11;
+		sv[i][0] = closed[i];
+	}
+	if (test_spin_run(e->m, 0, 0) != GPUX_OK)
+		return 12;
+	for (int i = 0; i < n; i++) {
+		struct pollfd p = { .fd = sv[i][1], .events = POLLIN };
+		struct stat now;
+
+		if (fstat(sv[i][0], &now) < 0 || now.st_ino != st[i].st_ino || poll(&p, 1, 0) != 0)
+			return 13;
+	}
+	return n > 0 ? 0 : 1;
+}
+
+/* A child that closed the kit's socket and opened one of its own under its number before its
+ * first call: the library does not take that one for the kit (nothing sent on it, not
+ * closed), and connects as any process. */
+static void test_e2e_kits_not_mistaken(void **state)
+{
+	struct test_env *e = *state;
+	int st = 1;
+
+	for (int k = 0; k < 200 && st == 1; k++) {
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(closes_sockets_then_runs(e));
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFEXITED(st));
+		st = WEXITSTATUS(st);
+		if (st == 1)
+			(void)usleep(10000);
+	}
+	assert_int_equal(st, 0);
+	test_env_still_serves(e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -621,6 +694,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_e2e_kits_claimed_by_the_child, test_env_setup,
 						test_env_teardown),
 		cmocka_unit_test_setup_teardown(test_e2e_kits_one_child_each, test_env_setup,
+						test_env_teardown),
+		cmocka_unit_test_setup_teardown(test_e2e_kits_not_mistaken, test_env_setup,
 						test_env_teardown),
 	};
 

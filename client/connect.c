@@ -282,7 +282,7 @@ static int hello(gpux_ctx *ctx, uint64_t deadline)
 {
 	struct ipc_hello h = { .min_version = IPC_VERSION_MIN,
 			       .max_version = IPC_VERSION,
-			       .flags = takes_kits() ? IPC_HELLO_KITS : 0 };
+			       .caps = takes_kits() ? IPC_HELLO_CAP_KITS : 0 };
 	int n = ipc_encode_hello(ctx->sbuf, IPC_MSG_MAX, 1, &h);
 
 	/* A refusal may be waiting already, and the socket closed behind it: read it anyway.

@@ -81,8 +81,7 @@ static bool ok_state(uint32_t state)
 
 static bool ok_hello(const struct ipc_hello *m, const struct ipc_msg *msg)
 {
-	return m->min_version <= m->max_version &&
-	       !(m->flags & ~(IPC_HELLO_ADMIN | IPC_HELLO_KITS));
+	return m->min_version <= m->max_version && !(m->flags & ~IPC_HELLO_ADMIN);
 }
 
 /* A priority policy: a default no higher than the highest, both levels of the protocol. */

@@ -122,13 +122,15 @@ struct ipc_device_info {
 _Static_assert(sizeof(struct ipc_device_info) == 112, "wire ABI");
 
 #define IPC_HELLO_ADMIN 0x1u /* status queries only: no channels */
-#define IPC_HELLO_KITS 0x2u  /* takes KITs for its forked children (supervisor/kits.c) */
+
+/* What a client can take, which a gpuxd may ignore (one from before it does: 0 then). */
+#define IPC_HELLO_CAP_KITS 0x1u /* KITs for its forked children (supervisor/clients.c) */
 
 struct ipc_hello {
 	uint32_t min_version;
 	uint32_t max_version;
-	uint32_t flags;
-	uint32_t reserved;
+	uint32_t flags; /* IPC_HELLO_*: a gpuxd that does not know one refuses the hello */
+	uint32_t caps;  /* IPC_HELLO_CAP_*: unknown ones are ignored */
 };
 _Static_assert(sizeof(struct ipc_hello) == 16, "wire ABI");
 

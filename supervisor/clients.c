@@ -517,7 +517,7 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	}
 	c->hello_done = true;
 	c->admin = h.flags & IPC_HELLO_ADMIN;
-	c->takes_kits = !c->admin && (h.flags & IPC_HELLO_KITS);
+	c->takes_kits = !c->admin && (h.caps & IPC_HELLO_CAP_KITS);
 	c->version = version;
 	ipc_timer_arm(c->hello_timer, 0);
 	r = welcome(c, msg->hdr.id, spare);

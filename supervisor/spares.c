@@ -23,7 +23,7 @@
  * with its parent's last connection; its spares go when a worker changes (its channels would
  * lead to a worker gone, or lack one that came) and are made again.
  *
- * Kits go further: the same pool's connections that take them (IPC_HELLO_KITS) are each sent
+ * Kits go further: the same pool's connections that take them (IPC_HELLO_CAP_KITS) are each sent
  * as many spares as the pool wants (SUP_CLIENT_KITS at most), each with a connection to gpuxd
  * of its own, which the parent holds for its next fork: the child needs no round trip to
  * gpuxd at all (supervisor/clients.c). A kit that comes back unclaimed (its last holder

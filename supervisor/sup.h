@@ -213,7 +213,7 @@ struct sup_client {
 	uint64_t chan_last_ns[IPC_DEVICES_MAX];
 	struct ipc_timer *chan_timer;
 	uint32_t version; /* the protocol's, as agreed at hello */
-	/* Kits (supervisor/clients.c). A client that takes them (IPC_HELLO_KITS) and how many
+	/* Kits (supervisor/clients.c). A client that takes them (IPC_HELLO_CAP_KITS) and how many
 	 * made for it are open and unclaimed; a kit itself until claimed (`kit`): the id and pid
 	 * of the client it was made for, and the workers it has a spare's channel to. */
 	bool takes_kits;

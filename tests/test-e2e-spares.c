@@ -37,13 +37,13 @@ static uint64_t raw_welcome(int sup)
 	return wel.client_id;
 }
 
-/* A hello with these flags (a child's, as the library says it, takes kits), and the client
- * id from the welcome. Asserts; the connection stays open in *ret_sup. */
-static uint64_t raw_hello_flags(const struct test_daemon *d, uint32_t flags, int *ret_sup)
+/* A hello saying it can take caps (the library's takes kits), and the client id from the
+ * welcome. Asserts; the connection stays open in *ret_sup. */
+static uint64_t raw_hello_caps(const struct test_daemon *d, uint32_t caps, int *ret_sup)
 {
 	struct ipc_hello h = { .min_version = IPC_VERSION_MIN,
 			       .max_version = IPC_VERSION,
-			       .flags = flags };
+			       .caps = caps };
 	int sup = test_raw_connect(d), n;
 
 	n = ipc_encode_hello(buf, sizeof(buf), 1, &h);
@@ -54,7 +54,7 @@ static uint64_t raw_hello_flags(const struct test_daemon *d, uint32_t flags, int
 
 static uint64_t raw_hello(const struct test_daemon *d, int *ret_sup)
 {
-	return raw_hello_flags(d, 0, ret_sup);
+	return raw_hello_caps(d, 0, ret_sup);
 }
 
 static unsigned spares_now(const struct test_daemon *d)
@@ -430,7 +430,7 @@ static void test_e2e_kits_claimed_by_the_child(void **state)
 	char c;
 
 	assert_true(ids != MAP_FAILED);
-	(void)raw_hello_flags(&e->d, IPC_HELLO_KITS, &parent);
+	(void)raw_hello_caps(&e->d, IPC_HELLO_CAP_KITS, &parent);
 	/* A forked child of this process used gpuxd: its connections get kits. */
 	hellos(&e->d, ids, 1);
 	kit = raw_kit(parent, &kit_id);

@@ -355,8 +355,9 @@ void cli_channels_request(gpux_ctx *ctx);
  */
 int cli_connect(gpux_ctx *ctx);
 /*
- * Lock held, in a forked child: connect with the kit taken at the fork (ctx->kit), without a
- * round trip to gpuxd. < 0 when it cannot serve (the kit let go): connect as any process.
+ * Lock held, in a forked child: connect with the kit taken at the fork (ctx->kit): a claim and
+ * gpuxd's devices on the kit's socket, no connect() nor hello. < 0 when it cannot serve (the
+ * kit let go, or the claim refused): connect as any process.
  */
 int cli_connect_kit(gpux_ctx *ctx);
 /* Lock held: let go of the kit a fork handed this process, unused (where still ours). */

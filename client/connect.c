@@ -218,7 +218,22 @@ static int recv_until(gpux_ctx *ctx, struct ipc_msg *msg, uint64_t deadline)
 	}
 }
 
-/* gpuxd's answer to a hello (or what waits in a kit): the welcome, or a refusal. */
+/* Refused (msg is a DONE): gpuxd's status (this user, no version in common, too many clients,
+ * stopping, a kit's claim), and why. */
+static int refused(gpux_ctx *ctx, struct ipc_msg *msg)
+{
+	struct ipc_done_msg d;
+	int r = cli_connect_fail(-EPROTO, "%s: gpuxd's answer makes no sense", ctx->path);
+
+	if (ipc_decode_done(msg, &d) == 0 && d.m.status < 0)
+		r = cli_connect_fail(cli_errno_from_status(d.m.status),
+				     "%s: gpuxd refused this process (uid %u): %.*s", ctx->path,
+				     (unsigned)geteuid(), (int)d.m.text_len, d.text);
+	ipc_msg_close_fds(msg);
+	return r;
+}
+
+/* gpuxd's answer to a hello (or to a kit's claim): the welcome and the devices, or a refusal. */
 static int welcome(gpux_ctx *ctx, uint64_t deadline)
 {
 	struct ipc_welcome wel;
@@ -230,20 +245,8 @@ static int welcome(gpux_ctx *ctx, uint64_t deadline)
 	if (r < 0)
 		return cli_connect_fail(-ECONNREFUSED, "%s: gpuxd did not answer: %s", ctx->path,
 					strerror(-r));
-	if (msg.hdr.type == IPC_DONE) {
-		struct ipc_done_msg d;
-
-		/* Refused: gpuxd's status (this user, no version in common, too many clients,
-		 * stopping), and why. */
-		r = cli_connect_fail(-EPROTO, "%s: gpuxd's answer makes no sense", ctx->path);
-		if (ipc_decode_done(&msg, &d) == 0 && d.m.status < 0)
-			r = cli_connect_fail(cli_errno_from_status(d.m.status),
-					     "%s: gpuxd refused this process (uid %u): %.*s",
-					     ctx->path, (unsigned)geteuid(), (int)d.m.text_len,
-					     d.text);
-		ipc_msg_close_fds(&msg);
-		return r;
-	}
+	if (msg.hdr.type == IPC_DONE)
+		return refused(ctx, &msg);
 	r = ipc_decode_welcome(&msg, &wel);
 	ipc_msg_close_fds(&msg);
 	if (r < 0 || wel.ndevices == 0)
@@ -263,6 +266,9 @@ static int welcome(gpux_ctx *ctx, uint64_t deadline)
 			return cli_connect_fail(-ECONNREFUSED,
 						"%s: gpuxd did not finish its welcome: %s",
 						ctx->path, strerror(-r));
+		/* A kit's claim refused: its welcome came before the claim was checked. */
+		if (msg.hdr.type == IPC_DONE)
+			return refused(ctx, &msg);
 		if (msg.hdr.type == IPC_DEVICE)
 			cli_device_msg(ctx, &msg);
 		ipc_msg_close_fds(&msg);
@@ -404,7 +410,7 @@ void cli_kit_forget(gpux_ctx *ctx)
 int cli_connect_kit(gpux_ctx *ctx)
 {
 	struct cli_kit k = ctx->kit;
-	struct ipc_claim m = { 0 };
+	struct ipc_claim m = { .caps = takes_kits() ? IPC_HELLO_CAP_KITS : 0 };
 	int pair[2], n, r;
 
 	ctx->kit.fd = -1;
@@ -415,7 +421,8 @@ int cli_connect_kit(gpux_ctx *ctx)
 		kit_close(&k);
 		return -EPERM;
 	}
-	/* Who this process is, for gpuxd: the kernel keeps the maker of a socketpair. */
+	/* Who this process is, for gpuxd: the kernel keeps the maker of a socketpair. gpuxd
+	 * checks it, then sends the devices and their channels; the welcome waits already. */
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
 		r = -errno;
 		kit_close(&k);

@@ -157,7 +157,8 @@ int cli_ensure(gpux_ctx *ctx)
 	if (r < 0)
 		return cli_connect_fail(-EIO, "%s: no fd to wait for gpuxd with: %s", ctx->path,
 					strerror(-r));
-	/* A forked child's first call: its parent's kit, if it had one, spares it the trip. */
+	/* A forked child's first call: its parent's kit, if it had one, spares it the connect()
+	 * and the hello. */
 	if (ctx->kit.fd >= 0 && cli_connect_kit(ctx) == 0)
 		return 0;
 	return cli_connect(ctx);

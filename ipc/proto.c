@@ -110,7 +110,7 @@ static bool ok_attach(const struct ipc_attach *m, const struct ipc_msg *msg)
 
 static bool ok_adopt(const struct ipc_adopt *m, const struct ipc_msg *msg)
 {
-	return m->client_id != 0 && !(m->flags & ~IPC_ADOPT_REFUSED);
+	return m->client_id != 0;
 }
 
 static bool ok_kit(const struct ipc_kit *m, const struct ipc_msg *msg)
@@ -120,7 +120,7 @@ static bool ok_kit(const struct ipc_kit *m, const struct ipc_msg *msg)
 
 static bool ok_claim(const struct ipc_claim *m, const struct ipc_msg *msg)
 {
-	return m->flags == 0 && m->reserved == 0;
+	return m->reserved == 0;
 }
 
 static bool ok_ready(const struct ipc_ready *m, const struct ipc_msg *msg)

@@ -179,21 +179,17 @@ struct ipc_attach {
 };
 _Static_assert(sizeof(struct ipc_attach) == 24, "wire ABI");
 
-/* Adopted by no process after all (a kit's claim refused): the worker drops the client,
- * saying why. */
-#define IPC_ADOPT_REFUSED 0x1u
-
 /* The client attached as client_id (made ahead for a forked child) is now the process pid's. */
 struct ipc_adopt {
 	uint64_t client_id;
 	uint32_t pid;
-	uint32_t flags; /* IPC_ADOPT_* (0 before) */
+	uint32_t reserved;
 };
 _Static_assert(sizeof(struct ipc_adopt) == 16, "wire ABI");
 
 /*
- * A kit (supervisor/kits.c): a connection to gpuxd made ahead for the client's next forked
- * child, the fd, whose welcome and devices wait in it; for the uid and gid it was made for.
+ * A kit (supervisor/clients.c): a connection to gpuxd made ahead for the client's next forked
+ * child, the fd, whose welcome waits in it; for the uid and gid it was made for.
  */
 struct ipc_kit {
 	uint64_t client_id;
@@ -203,9 +199,9 @@ struct ipc_kit {
 _Static_assert(sizeof(struct ipc_kit) == 16, "wire ABI");
 
 /* A forked child takes the kit it was sent on: who it is, told by the fd (a socket it made,
- * whose SO_PEERCRED the kernel vouches for). */
+ * whose SO_PEERCRED the kernel vouches for), and what it can take, as at hello. */
 struct ipc_claim {
-	uint32_t flags; /* none yet */
+	uint32_t caps; /* IPC_HELLO_CAP_*: unknown ones are ignored */
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct ipc_claim) == 8, "wire ABI");

@@ -123,6 +123,9 @@ static void kit_gone(struct sup_client *c)
 	s->nkits--;
 	if (parent && parent->kits > 0)
 		parent->kits--;
+	/* Its channels, unless a claim took them: closed here, so their workers let go. */
+	sup_spare_free(s, c->kit_spare);
+	c->kit_spare = NULL;
 }
 
 static void client_free(struct sup_client *c)
@@ -189,32 +192,23 @@ static void give_later(struct sup_client *c, struct sup_worker *w)
 	ipc_timer_arm(c->chan_timer, mono_ns() + SUP_CHANNEL_RETRY_NS);
 }
 
-/* Tell w that the client attached ahead as c->id is c's process's now (or, refused, nobody's). */
-static void adopt(struct sup_client *c, struct sup_worker *w, bool refused)
-{
-	struct ipc_adopt a = { .client_id = c->id,
-			       .pid = (uint32_t)MAX(c->pid, 0),
-			       .flags = refused ? IPC_ADOPT_REFUSED : 0 };
-	int n = ipc_encode_adopt(msgbuf, sizeof(msgbuf), 0, &a);
-
-	if (n > 0)
-		(void)ipc_conn_send(w->control, msgbuf, (size_t)n, NULL, 0);
-}
-
 /*
  * Give a client the channel to a ready worker that a spare made ahead (supervisor/spares.c):
  * the worker attached it as the spare's id, which is the client's now, and learns whose it is
- * (ADOPT, which also wakes it for the client's first request; a kit's, once claimed). False
- * when the spare has none to that worker as it runs now.
+ * (ADOPT, which also wakes it for the client's first request). False when the spare has none
+ * to that worker as it runs now.
  */
 static bool give_spare_channel(struct sup_client *c, struct sup_worker *w, struct sup_spare *sp)
 {
+	struct ipc_adopt a = { .client_id = c->id, .pid = (uint32_t)MAX(c->pid, 0) };
 	int fds[2] = { sup_spare_channel(sp, w), w->status_ro_fd };
+	int n;
 
 	if (fds[0] < 0)
 		return false;
-	if (!c->kit)
-		adopt(c, w, false);
+	n = ipc_encode_adopt(msgbuf, sizeof(msgbuf), 0, &a);
+	if (n > 0)
+		(void)ipc_conn_send(w->control, msgbuf, (size_t)n, NULL, 0);
 	send_device(c, w, fds);
 	(void)close(fds[0]);
 	c->chan_last_ns[w->index] = mono_ns();
@@ -417,11 +411,7 @@ static void send_clients(struct sup_client *asker, uint32_t id, uint64_t after)
 		(void)ipc_conn_send(asker->conn, msgbuf, (size_t)len, NULL, 0);
 }
 
-/*
- * The welcome, then a DEVICE for each device: with a channel from the spare (NULL: none; a
- * kit's only from it, or none at all: -EAGAIN), else a new one, unless not serving.
- */
-static int welcome(struct sup_client *c, uint32_t id, struct sup_spare *spare)
+static int send_welcome(struct sup_client *c, uint32_t id)
 {
 	struct sup *s = c->s;
 	struct ipc_welcome wel = {
@@ -434,21 +424,24 @@ static int welcome(struct sup_client *c, uint32_t id, struct sup_spare *spare)
 		.prio_default = c->prio_default,
 	};
 	int n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), id, &wel);
-	int r = n < 0 ? n : ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 
-	for (unsigned i = 0; i < s->nworkers && r == 0 && !c->admin; i++) {
+	return n < 0 ? n : ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
+}
+
+/* A DEVICE for each device: with a channel from the spare (NULL: none), else a new one,
+ * unless not serving. */
+static void send_devices(struct sup_client *c, struct sup_spare *spare)
+{
+	struct sup *s = c->s;
+
+	for (unsigned i = 0; i < s->nworkers && !c->admin; i++) {
 		struct sup_worker *w = &s->workers[i];
 
 		if (!sup_worker_serving(w))
 			send_device(c, w, NULL);
-		else if (give_spare_channel(c, w, spare))
-			c->kit_chans |= c->kit ? 1ULL << i : 0;
-		else if (c->kit)
-			r = -EAGAIN;
-		else
+		else if (!give_spare_channel(c, w, spare))
 			sup_client_give_channel(c, w);
 	}
-	return r;
 }
 
 static int hello(struct sup_client *c, const struct ipc_msg *msg)
@@ -520,7 +513,9 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	c->takes_kits = !c->admin && (h.caps & IPC_HELLO_CAP_KITS);
 	c->version = version;
 	ipc_timer_arm(c->hello_timer, 0);
-	r = welcome(c, msg->hdr.id, spare);
+	r = send_welcome(c, msg->hdr.id);
+	if (r == 0)
+		send_devices(c, spare);
 	sup_spare_free(s, spare);
 	return r;
 }
@@ -606,7 +601,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	struct ipc_clients_req cr;
 	int r = -EBADMSG;
 
-	if (!c->hello_done && !c->refused && msg->hdr.type == IPC_HELLO)
+	if (!c->hello_done && !c->refused && !c->kit && msg->hdr.type == IPC_HELLO)
 		r = hello(c, msg);
 	else if (c->hello_done && c->admin && msg->hdr.type == IPC_STATUS_REQ &&
 		 ipc_decode_status_req(msg, &sr) == 0) {
@@ -752,15 +747,16 @@ static gpux_status admit(struct sup *s, const struct ucred *cr, bool *ret_admin_
  * ---- kits: connections made ahead, sent to a client for its next forked child ----
  *
  * A kit is a spare (supervisor/spares.c) with a socketpair: gpuxd's end is a client here that
- * says no hello (`kit`), in which the welcome and a DEVICE for each device, with the spare's
- * channels, wait; the other end goes to the parent (KIT), whose library holds it until it
- * forks. The child that has it claims it (CLAIM, with a socket of its own making: its
- * SO_PEERCRED, which the kernel vouches for, says who the child is), reads what waits, and
- * sends its first request at once, without waiting for gpuxd. gpuxd checks the claim as it
- * would the child's own connection (who may use gpuxd, the caps, the priority policy the kit
- * was made with), then tells the workers whose the channels are (ADOPT), or, refused, to drop
- * them and what came on them. A kit is claimed once: it is then a client like any other, and
- * a second claim is a bad message. Unclaimed kits count with the spares, never as clients.
+ * says no hello (`kit`), in which the welcome waits; the other end goes to the parent (KIT),
+ * whose library holds it until it forks. The child that has it claims it (CLAIM, with a
+ * socket of its own making: its SO_PEERCRED, which the kernel vouches for, says who the child
+ * is) and reads the welcome at once. gpuxd checks the claim as it would the child's own
+ * connection (who may use gpuxd, the caps, the priority policy the kit was made with), then
+ * sends a DEVICE for each device with the spare's channels, attached and offered at their
+ * workers long before, telling each worker whose its channel is (ADOPT); refused, the child
+ * hears why instead, and the spare's channels are closed. Nobody holds a channel before its
+ * claim was checked. A kit is claimed once: it is then a client like any other, and a second
+ * claim is a bad message. Unclaimed kits count with the spares, never as clients.
  */
 int sup_kit_give(struct sup_client *parent, struct sup_spare *sp)
 {
@@ -771,7 +767,7 @@ int sup_kit_give(struct sup_client *parent, struct sup_spare *sp)
 	struct sup_client *k = calloc(1, sizeof(*k));
 	int pair[2], n, r;
 
-	if (!k || ipc_channel_pair(pair, false) < 0) {
+	if (!k || ipc_channel_pair(pair, true) < 0) {
 		free(k);
 		sup_spare_free(s, sp);
 		return -ENOMEM;
@@ -786,6 +782,7 @@ int sup_kit_give(struct sup_client *parent, struct sup_spare *sp)
 	k->kit = true;
 	k->kit_for = parent->id;
 	k->kit_pid = parent->pid;
+	k->kit_spare = sp;
 	LIST_PREPEND(s->clients, k);
 	s->nkits++;
 	parent->kits++;
@@ -799,14 +796,13 @@ int sup_kit_give(struct sup_client *parent, struct sup_spare *sp)
 		(void)close(pair[0]);
 	if (r == 0) {
 		ipc_conn_set_queue_fds(k->conn, SUP_CLIENT_QUEUE_FDS);
-		r = welcome(k, 0, sp);
+		r = send_welcome(k, 0);
 	}
 	if (r == 0) {
 		n = ipc_encode_kit(msgbuf, sizeof(msgbuf), 0, &m);
 		r = n < 0 ? n : ipc_conn_send(parent->conn, msgbuf, (size_t)n, &pair[1], 1);
 	}
 	(void)close(pair[1]);
-	sup_spare_free(s, sp);
 	if (r < 0)
 		client_free(k);
 	return r;
@@ -823,16 +819,13 @@ void sup_kits_drop(struct sup *s)
 	}
 }
 
-/* Refuse cr's claim: the workers drop what came on the kit's channels, the child hears why. */
+/* Refuse cr's claim: the child hears why; the kit's channels are closed unused. */
 static void kit_refuse(struct sup_client *c, const struct ucred *cr, gpux_status st,
 		       const char *why)
 {
 	struct sup *s = c->s;
 	int n;
 
-	for (unsigned i = 0; i < s->nworkers; i++)
-		if (c->kit_chans & (1ULL << i) && s->workers[i].control)
-			adopt(c, &s->workers[i], true);
 	kit_gone(c);
 	s->clients_refused++;
 	sup_logp(LOG_WARNING, "refused a kit's claim: uid %u gid %u pid %d: %s", (unsigned)cr->uid,
@@ -842,6 +835,7 @@ static void kit_refuse(struct sup_client *c, const struct ucred *cr, gpux_status
 		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
 	c->refused = why;
 	ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
+	sup_spares_refill(s);
 }
 
 static int kit_claim(struct sup_client *c, const struct ipc_msg *msg)
@@ -885,25 +879,27 @@ static int kit_claim(struct sup_client *c, const struct ipc_msg *msg)
 		if (r < 0)
 			count_sub(&s->per_uid, cr.uid);
 	}
-	if (r == 0)
+	if (r == 0) {
 		r = ipc_map_put(&s->client_ids, c->id, c);
+		if (r < 0) {
+			count_sub(&s->per_uid, cr.uid);
+			if (cr.pid > 0)
+				count_sub(&s->per_pid, (uint64_t)cr.pid);
+		}
+	}
 	if (r < 0) {
-		if (cr.pid > 0)
-			count_sub(&s->per_pid, (uint64_t)cr.pid);
-		count_sub(&s->per_uid, cr.uid);
 		kit_refuse(c, &cr, GPUX_E_NOMEM, "gpuxd is out of memory");
 		return 0;
 	}
-	kit_gone(c);
 	c->counted = true;
 	s->nclients++;
 	c->pid = cr.pid;
 	c->hello_done = true;
+	c->takes_kits = m.caps & IPC_HELLO_CAP_KITS;
 	c->accepted_ns = mono_ns();
 	s->kits_claimed++;
-	for (unsigned i = 0; i < s->nworkers; i++)
-		if (c->kit_chans & (1ULL << i) && s->workers[i].control)
-			adopt(c, &s->workers[i], false);
+	send_devices(c, c->kit_spare);
+	kit_gone(c);
 	sup_workers_tell_processes(s);
 	sup_spares_refill(s);
 	ipc_timer_arm(s->idle_timer, 0);

@@ -25,10 +25,10 @@
  *
  * Kits go further: the same pool's connections that take them (IPC_HELLO_CAP_KITS) are each sent
  * as many spares as the pool wants (SUP_CLIENT_KITS at most), each with a connection to gpuxd
- * of its own, which the parent holds for its next fork: the child needs no round trip to
- * gpuxd at all (supervisor/clients.c). A kit that comes back unclaimed (its last holder
- * exec'd or ended without using gpux) makes the pool want one fewer, so that a process whose
- * children mostly do not use gpux is not sent a kit for each of them.
+ * of its own, which the parent holds for its next fork: the child connects with a claim and
+ * gpuxd's answer on it, no connect() nor hello (supervisor/clients.c). A kit that comes back
+ * unclaimed (its last holder exec'd or ended without using gpux) makes the pool want one fewer, so
+ * that a process whose children mostly do not use gpux is not sent a kit for each of them.
  */
 
 struct sup_spare {

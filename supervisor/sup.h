@@ -215,13 +215,13 @@ struct sup_client {
 	uint32_t version; /* the protocol's, as agreed at hello */
 	/* Kits (supervisor/clients.c). A client that takes them (IPC_HELLO_CAP_KITS) and how many
 	 * made for it are open and unclaimed; a kit itself until claimed (`kit`): the id and pid
-	 * of the client it was made for, and the workers it has a spare's channel to. */
+	 * of the client it was made for, and the spare whose channels its claim gets. */
 	bool takes_kits;
 	unsigned kits;
 	bool kit;
 	uint64_t kit_for;
 	pid_t kit_pid;
-	uint64_t kit_chans;
+	struct sup_spare *kit_spare;
 	struct sup_client *prev, *next;
 };
 

@@ -380,19 +380,12 @@ static void client_attach(struct wrk *w, const struct ipc_attach *a, int fd)
  * A client attached ahead, for a forked child, is the child's now: its pid, for the log; it
  * counts among the clients, has a row in gpux top's table, and is active (its first request
  * comes soon: while the loop spins its ring's word is up, and that request needs no kick).
- * A kit's child may have sent work before gpuxd heard its claim; when gpuxd refused the claim
- * (IPC_ADOPT_REFUSED), that work is dropped with the client.
  */
 static void client_adopt(struct wrk *w, const struct ipc_adopt *a)
 {
 	for (struct wrk_client *c = w->clients; c; c = c->next)
 		if (c->id == a->client_id && !c->gone) {
 			c->pid = a->pid;
-			if (a->flags & IPC_ADOPT_REFUSED) {
-				wrk_client_refuse(c, "gpuxd refused this process the connection "
-						     "made ahead for it");
-				return;
-			}
 			if (c->spare) {
 				c->spare = false;
 				w->nspares--;

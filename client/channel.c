@@ -167,7 +167,8 @@ static void daemon_lost(gpux_ctx *ctx)
 	}
 }
 
-void cli_daemon_drain(gpux_ctx *ctx)
+/* Take in what gpuxd sent: its news of devices, and of deadline kills. */
+static void daemon_drain(gpux_ctx *ctx)
 {
 	while (ctx->sup_fd >= 0) {
 		struct ipc_msg msg;
@@ -184,8 +185,6 @@ void cli_daemon_drain(gpux_ctx *ctx)
 			cli_device_msg(ctx, &msg);
 		else if (msg.hdr.type == IPC_KILLED)
 			on_killed(ctx, &msg);
-		else if (msg.hdr.type == IPC_KIT)
-			cli_kit_msg(ctx, &msg);
 		ipc_msg_close_fds(&msg);
 	}
 }
@@ -358,7 +357,7 @@ void cli_marks_wait(gpux_ctx *ctx, uint32_t i)
  * the death it causes). Lock held. */
 void cli_pump(gpux_ctx *ctx)
 {
-	cli_daemon_drain(ctx);
+	daemon_drain(ctx);
 	for (uint32_t i = 0; i < ctx->ndevices; i++) {
 		chan_drain(ctx, i);
 		(void)chan_flush(ctx, i);
@@ -373,7 +372,7 @@ void cli_pump_events(gpux_ctx *ctx, const struct epoll_event *ev, int n)
 {
 	uint64_t v;
 
-	cli_daemon_drain(ctx);
+	daemon_drain(ctx);
 	for (int i = 0; i < n; i++) {
 		if (ev[i].data.u64 == CLI_EP_WAKE) {
 			(void)read(ctx->wake_fd, &v, sizeof(v));

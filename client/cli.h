@@ -234,19 +234,6 @@ struct cli_dev {
 
 /* Requests of ours that gpuxd killed for their deadline, to tell them from other deaths. */
 #define CLI_KILLED_MAX 16u
-/* Kits held at once for the next forked children (gpuxd sends no more: SUP_CLIENT_KITS). */
-#define CLI_KITS_MAX 8u
-
-/*
- * A connection to gpuxd made ahead for a forked child: its socket (which the socket's inode
- * tells from whatever a child that closed its fds opened under that number since) and whose
- * it may be.
- */
-struct cli_kit {
-	int fd;
-	uint32_t uid, gid;
-	uint64_t dev, ino;
-};
 
 struct gpux_ctx {
 	pthread_mutex_t lock;
@@ -279,11 +266,6 @@ struct gpux_ctx {
 	bool processing;
 	uint64_t client_id;
 	uint32_t ndevices;
-	/* gpuxd's kits for this process's next forked children, oldest first; in a forked
-	 * child, the one it took at the fork (client/connect.c), until its first call. */
-	struct cli_kit kits[CLI_KITS_MAX];
-	unsigned nkits;
-	struct cli_kit kit;
 	struct cli_dev devs[IPC_DEVICES_MAX];
 	uint64_t chan_counter;
 	uint32_t next_req_id;
@@ -354,22 +336,6 @@ void cli_channels_request(gpux_ctx *ctx);
  * is connecting.
  */
 int cli_connect(gpux_ctx *ctx);
-/*
- * Lock held, in a forked child: connect with the kit taken at the fork (ctx->kit): a claim and
- * gpuxd's devices on the kit's socket, no connect() nor hello. < 0 when it cannot serve (the
- * kit let go, or the claim refused): connect as any process.
- */
-int cli_connect_kit(gpux_ctx *ctx);
-/* Lock held: let go of the kit a fork handed this process, unused (where still ours). */
-void cli_kit_forget(gpux_ctx *ctx);
-/* Lock held: a KIT from gpuxd, kept for the next fork. */
-void cli_kit_msg(gpux_ctx *ctx, struct ipc_msg *msg);
-/* Lock held: let go of the kits whose gpuxd end closed (gpuxd let them go, or went). */
-void cli_kits_prune(gpux_ctx *ctx);
-/* Fork handlers, the context's lock held: the first kit goes to the child, which lets go of
- * the others; the parent lets go of that one. */
-void cli_kits_forked_child(gpux_ctx *ctx);
-void cli_kits_forked_parent(gpux_ctx *ctx);
 /* Lock held: close gpuxd's socket and every channel, telling nobody. */
 void cli_disconnect(gpux_ctx *ctx);
 /* Say why this thread's connection failed (gpux_connect_error()); returns err. */
@@ -383,8 +349,6 @@ void cli_dev_drop_rings(struct cli_dev *d);
 void cli_dev_forget_parent(struct cli_dev *d);
 /* Lock held: gpuxd's news of a device (a DEVICE message), with its channel or without. */
 void cli_device_msg(gpux_ctx *ctx, struct ipc_msg *msg);
-/* Lock held: take in what gpuxd sent (news of devices, deadline kills, kits). */
-void cli_daemon_drain(gpux_ctx *ctx);
 void cli_pump(gpux_ctx *ctx);
 /*
  * Device i's channel has not given its page of marks: read the channel until it does,

@@ -15,7 +15,6 @@
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -218,35 +217,36 @@ static int recv_until(gpux_ctx *ctx, struct ipc_msg *msg, uint64_t deadline)
 	}
 }
 
-/* Refused (msg is a DONE): gpuxd's status (this user, no version in common, too many clients,
- * stopping, a kit's claim), and why. */
-static int refused(gpux_ctx *ctx, struct ipc_msg *msg)
+static int hello(gpux_ctx *ctx, uint64_t deadline)
 {
-	struct ipc_done_msg d;
-	int r = cli_connect_fail(-EPROTO, "%s: gpuxd's answer makes no sense", ctx->path);
-
-	if (ipc_decode_done(msg, &d) == 0 && d.m.status < 0)
-		r = cli_connect_fail(cli_errno_from_status(d.m.status),
-				     "%s: gpuxd refused this process (uid %u): %.*s", ctx->path,
-				     (unsigned)geteuid(), (int)d.m.text_len, d.text);
-	ipc_msg_close_fds(msg);
-	return r;
-}
-
-/* gpuxd's answer to a hello (or to a kit's claim): the welcome and the devices, or a refusal. */
-static int welcome(gpux_ctx *ctx, uint64_t deadline)
-{
+	struct ipc_hello h = { .min_version = IPC_VERSION_MIN, .max_version = IPC_VERSION };
 	struct ipc_welcome wel;
 	struct ipc_msg msg;
-	int r;
+	int n, r;
 
+	n = ipc_encode_hello(ctx->sbuf, IPC_MSG_MAX, 1, &h);
+	/* A refusal may be waiting already, and the socket closed behind it: read it anyway.
+	 * (A new socket has room for it: the send does not block.) */
+	(void)ipc_channel_send(ctx->connecting_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
 	/* No answer is as good as nobody there. */
 	r = recv_until(ctx, &msg, deadline);
 	if (r < 0)
 		return cli_connect_fail(-ECONNREFUSED, "%s: gpuxd did not answer: %s", ctx->path,
 					strerror(-r));
-	if (msg.hdr.type == IPC_DONE)
-		return refused(ctx, &msg);
+	if (msg.hdr.type == IPC_DONE) {
+		struct ipc_done_msg d;
+
+		/* Refused: gpuxd's status (this user, no version in common, too many clients,
+		 * stopping), and why. */
+		r = cli_connect_fail(-EPROTO, "%s: gpuxd's answer makes no sense", ctx->path);
+		if (ipc_decode_done(&msg, &d) == 0 && d.m.status < 0)
+			r = cli_connect_fail(cli_errno_from_status(d.m.status),
+					     "%s: gpuxd refused this process (uid %u): %.*s",
+					     ctx->path, (unsigned)geteuid(), (int)d.m.text_len,
+					     d.text);
+		ipc_msg_close_fds(&msg);
+		return r;
+	}
 	r = ipc_decode_welcome(&msg, &wel);
 	ipc_msg_close_fds(&msg);
 	if (r < 0 || wel.ndevices == 0)
@@ -266,181 +266,11 @@ static int welcome(gpux_ctx *ctx, uint64_t deadline)
 			return cli_connect_fail(-ECONNREFUSED,
 						"%s: gpuxd did not finish its welcome: %s",
 						ctx->path, strerror(-r));
-		/* A kit's claim refused: its welcome came before the claim was checked. */
-		if (msg.hdr.type == IPC_DONE)
-			return refused(ctx, &msg);
 		if (msg.hdr.type == IPC_DEVICE)
 			cli_device_msg(ctx, &msg);
 		ipc_msg_close_fds(&msg);
 	}
 	return 0;
-}
-
-/* Whether this process takes kits for its forked children (GPUX_KITS, docs/USER-GUIDE.md). */
-static bool takes_kits(void)
-{
-	const char *e = getenv("GPUX_KITS");
-
-	return !e || strcmp(e, "0") != 0;
-}
-
-static int hello(gpux_ctx *ctx, uint64_t deadline)
-{
-	struct ipc_hello h = { .min_version = IPC_VERSION_MIN,
-			       .max_version = IPC_VERSION,
-			       .caps = takes_kits() ? IPC_HELLO_CAP_KITS : 0 };
-	int n = ipc_encode_hello(ctx->sbuf, IPC_MSG_MAX, 1, &h);
-
-	/* A refusal may be waiting already, and the socket closed behind it: read it anyway.
-	 * (A new socket has room for it: the send does not block.) */
-	(void)ipc_channel_send(ctx->connecting_fd, ctx->sbuf, (size_t)n, NULL, 0, 0);
-	return welcome(ctx, deadline);
-}
-
-/* ---- kits: connections gpuxd made ahead for this process's next forked children ---- */
-
-static void kit_close(struct cli_kit *k)
-{
-	k->fd = safe_close(k->fd);
-}
-
-/* Whether k's fd is still its socket: a child may have closed it and opened another file
- * under its number before it first called gpux (a daemon closing what it inherited). */
-static bool kit_ours(const struct cli_kit *k)
-{
-	struct stat st;
-
-	return k->fd >= 0 && fstat(k->fd, &st) == 0 && (uint64_t)st.st_dev == k->dev &&
-	       (uint64_t)st.st_ino == k->ino;
-}
-
-/* Let go of the kit a fork handed this process: close it only where it is still ours. */
-static void kit_forget(struct cli_kit *k)
-{
-	if (kit_ours(k))
-		kit_close(k);
-	k->fd = -1;
-}
-
-void cli_kit_msg(gpux_ctx *ctx, struct ipc_msg *msg)
-{
-	struct ipc_kit m;
-	struct cli_kit k;
-	struct stat st;
-
-	if (ipc_decode_kit(msg, &m) < 0)
-		return;
-	k = (struct cli_kit){ .fd = ipc_msg_take_fd(msg, 0), .uid = m.uid, .gid = m.gid };
-	if (fstat(k.fd, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-		kit_close(&k);
-		return;
-	}
-	k.dev = (uint64_t)st.st_dev;
-	k.ino = (uint64_t)st.st_ino;
-	cli_kits_prune(ctx);
-	if (ctx->nkits < CLI_KITS_MAX)
-		ctx->kits[ctx->nkits++] = k;
-	else
-		kit_close(&k);
-}
-
-void cli_kits_prune(gpux_ctx *ctx)
-{
-	struct pollfd p[CLI_KITS_MAX];
-	unsigned n = 0;
-
-	if (!ctx->nkits)
-		return;
-	for (unsigned i = 0; i < ctx->nkits; i++)
-		p[i] = (struct pollfd){ .fd = ctx->kits[i].fd };
-	if (poll(p, ctx->nkits, 0) <= 0)
-		return;
-	for (unsigned i = 0; i < ctx->nkits; i++) {
-		if (p[i].revents & (POLLHUP | POLLERR | POLLNVAL))
-			kit_close(&ctx->kits[i]);
-		else
-			ctx->kits[n++] = ctx->kits[i];
-	}
-	ctx->nkits = n;
-}
-
-void cli_kits_forked_child(gpux_ctx *ctx)
-{
-	/* One the parent took at its own fork, unused: the parent's still. */
-	kit_forget(&ctx->kit);
-	if (!ctx->nkits)
-		return;
-	ctx->kit = ctx->kits[0];
-	for (unsigned i = 1; i < ctx->nkits; i++)
-		kit_close(&ctx->kits[i]);
-	ctx->nkits = 0;
-}
-
-void cli_kits_forked_parent(gpux_ctx *ctx)
-{
-	if (!ctx->nkits)
-		return;
-	kit_close(&ctx->kits[0]);
-	memmove(&ctx->kits[0], &ctx->kits[1], --ctx->nkits * sizeof(ctx->kits[0]));
-}
-
-/* Lock held: connected on ctx->connecting_fd (r == 0), or not (its socket closed). */
-static int connect_end(gpux_ctx *ctx, int r)
-{
-	if (r == 0) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_SUP };
-
-		ctx->sup_fd = ctx->connecting_fd;
-		ctx->connecting_fd = -1;
-		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->sup_fd, &ev);
-		ctx->connected = true;
-	} else if (ctx->connecting_fd >= 0) {
-		cli_disconnect(ctx);
-	}
-	ctx->connecting = false;
-	(void)pthread_cond_broadcast(&ctx->cond);
-	return r;
-}
-
-void cli_kit_forget(gpux_ctx *ctx)
-{
-	kit_forget(&ctx->kit);
-}
-
-int cli_connect_kit(gpux_ctx *ctx)
-{
-	struct cli_kit k = ctx->kit;
-	struct ipc_claim m = { .caps = takes_kits() ? IPC_HELLO_CAP_KITS : 0 };
-	int pair[2], n, r;
-
-	ctx->kit.fd = -1;
-	if (!kit_ours(&k))
-		return -EBADF;
-	/* Made for the parent's identity: a child that changed its own connects as itself. */
-	if (k.uid != geteuid() || k.gid != getegid()) {
-		kit_close(&k);
-		return -EPERM;
-	}
-	/* Who this process is, for gpuxd: the kernel keeps the maker of a socketpair. gpuxd
-	 * checks it, then sends the devices and their channels; the welcome waits already. */
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
-		r = -errno;
-		kit_close(&k);
-		return r;
-	}
-	n = ipc_encode_claim(ctx->sbuf, IPC_MSG_MAX, 0, &m);
-	r = n < 0 ? n : ipc_channel_send(k.fd, ctx->sbuf, (size_t)n, pair, 1, MSG_DONTWAIT);
-	(void)close(pair[0]);
-	(void)close(pair[1]);
-	/* gpuxd let it go (a worker changed, or gpuxd went): nobody to claim it from. */
-	if (r < 0) {
-		kit_close(&k);
-		return r;
-	}
-	connect_why[0] = '\0';
-	ctx->connecting = true;
-	ctx->connecting_fd = k.fd;
-	return connect_end(ctx, welcome(ctx, mono_ns() + CLI_CONNECT_NS));
 }
 
 GPUX_EXPORT const char *gpux_connect_error(void)
@@ -469,10 +299,6 @@ void cli_disconnect(gpux_ctx *ctx)
 	ctx->sup_fd = safe_close(ctx->sup_fd);
 	ctx->connecting_fd = safe_close(ctx->connecting_fd);
 	ctx->connected = false;
-	/* Kits lead to that gpuxd, and are for children of this connection. */
-	for (unsigned i = 0; i < ctx->nkits; i++)
-		kit_close(&ctx->kits[i]);
-	ctx->nkits = 0;
 }
 
 /* Lock held, dropped while it waits: connect_socket(), starting a private gpuxd when none
@@ -544,5 +370,17 @@ int cli_connect(gpux_ctx *ctx)
 	r = reach(ctx, deadline);
 	if (r == 0)
 		r = hello(ctx, deadline);
-	return connect_end(ctx, r);
+	if (r == 0) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = CLI_EP_SUP };
+
+		ctx->sup_fd = ctx->connecting_fd;
+		ctx->connecting_fd = -1;
+		(void)epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->sup_fd, &ev);
+		ctx->connected = true;
+	} else if (ctx->connecting_fd >= 0) {
+		cli_disconnect(ctx);
+	}
+	ctx->connecting = false;
+	(void)pthread_cond_broadcast(&ctx->cond);
+	return r;
 }

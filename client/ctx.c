@@ -20,24 +20,17 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 /* ---- fork: no lock is held across fork(), and the child starts afresh ---- */
 
-/* Each context's kits are looked at first: those gpuxd sent since, in, those it let go, out. */
 static void atfork_prepare(void)
 {
 	(void)pthread_mutex_lock(&all_lock);
-	for (gpux_ctx *c = all_ctx; c; c = c->next) {
+	for (gpux_ctx *c = all_ctx; c; c = c->next)
 		(void)pthread_mutex_lock(&c->lock);
-		if (c->connected && c->fork_gen == cli_fork_gen) {
-			cli_daemon_drain(c);
-			cli_kits_prune(c);
-		}
-	}
 }
 
 static void atfork_parent(void)
 {
 	for (gpux_ctx *c = all_ctx; c; c = c->next) {
 		cli_segs_forked(c);
-		cli_kits_forked_parent(c);
 		(void)pthread_mutex_unlock(&c->lock);
 	}
 	(void)pthread_mutex_unlock(&all_lock);
@@ -54,7 +47,6 @@ static void atfork_child(void)
 		c->connecting = false;
 		c->connecting_fd = safe_close(c->connecting_fd);
 		c->sup_fd = safe_close(c->sup_fd);
-		cli_kits_forked_child(c);
 		c->epfd = safe_close(c->epfd);
 		c->wake_fd = safe_close(c->wake_fd);
 		c->pub_epfd = safe_close(c->pub_epfd);
@@ -157,10 +149,6 @@ int cli_ensure(gpux_ctx *ctx)
 	if (r < 0)
 		return cli_connect_fail(-EIO, "%s: no fd to wait for gpuxd with: %s", ctx->path,
 					strerror(-r));
-	/* A forked child's first call: its parent's kit, if it had one, spares it the connect()
-	 * and the hello. */
-	if (ctx->kit.fd >= 0 && cli_connect_kit(ctx) == 0)
-		return 0;
 	return cli_connect(ctx);
 }
 
@@ -287,7 +275,7 @@ static gpux_ctx *ctx_new(void)
 	if (!ctx)
 		return NULL;
 	ctx->sup_fd = ctx->connecting_fd = ctx->epfd = ctx->wake_fd = -1;
-	ctx->pub_epfd = ctx->news_fd = ctx->kit.fd = -1;
+	ctx->pub_epfd = ctx->news_fd = -1;
 	for (unsigned i = 0; i < IPC_DEVICES_MAX; i++)
 		ctx->devs[i].chan_fd = -1;
 	ctx->fork_gen = cli_fork_gen;
@@ -315,7 +303,6 @@ static void ctx_free(gpux_ctx *ctx)
 	ctx->wake_fd = safe_close(ctx->wake_fd);
 	ctx->pub_epfd = safe_close(ctx->pub_epfd);
 	ctx->news_fd = safe_close(ctx->news_fd);
-	cli_kit_forget(ctx);
 	(void)pthread_mutex_unlock(&ctx->lock);
 	(void)pthread_mutex_destroy(&ctx->lock);
 	(void)pthread_cond_destroy(&ctx->cond);

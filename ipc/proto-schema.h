@@ -166,11 +166,7 @@
 	/* gpuxd -> worker: a client attached ahead (for a forked child) is that process's now */  \
 	X(ADOPT, 33, adopt, "adopt", adopt, adopt, 0, FIXED)                                       \
 	/* client -> worker: a queue's priority and compute share; DONE when it has an id */       \
-	X(QUEUE_CONFIG, 34, queue_config, "queue-config", queue_config, queue_config, 0, FIXED)    \
-	/* gpuxd -> client: a connection made ahead for its next forked child */                   \
-	X(KIT, 35, kit, "kit", kit, kit, 1, FIXED)                                                 \
-	/* a forked child -> gpuxd, on its kit: it is this child's now */                          \
-	X(CLAIM, 36, claim, "claim", claim, claim, 1, FIXED)
+	X(QUEUE_CONFIG, 34, queue_config, "queue-config", queue_config, queue_config, 0, FIXED)
 
 /*
  * Where the wire's codes meet gpux.h's (the client, the worker, gpuxd), at file scope, with

@@ -113,16 +113,6 @@ static bool ok_adopt(const struct ipc_adopt *m, const struct ipc_msg *msg)
 	return m->client_id != 0;
 }
 
-static bool ok_kit(const struct ipc_kit *m, const struct ipc_msg *msg)
-{
-	return m->client_id != 0;
-}
-
-static bool ok_claim(const struct ipc_claim *m, const struct ipc_msg *msg)
-{
-	return m->reserved == 0;
-}
-
 static bool ok_ready(const struct ipc_ready *m, const struct ipc_msg *msg)
 {
 	return ok_device_info(&m->info);

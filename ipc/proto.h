@@ -123,14 +123,11 @@ _Static_assert(sizeof(struct ipc_device_info) == 112, "wire ABI");
 
 #define IPC_HELLO_ADMIN 0x1u /* status queries only: no channels */
 
-/* What a client can take, which a gpuxd may ignore (one from before it does: 0 then). */
-#define IPC_HELLO_CAP_KITS 0x1u /* KITs for its forked children (supervisor/clients.c) */
-
 struct ipc_hello {
 	uint32_t min_version;
 	uint32_t max_version;
-	uint32_t flags; /* IPC_HELLO_*: a gpuxd that does not know one refuses the hello */
-	uint32_t caps;  /* IPC_HELLO_CAP_*: unknown ones are ignored */
+	uint32_t flags;
+	uint32_t reserved;
 };
 _Static_assert(sizeof(struct ipc_hello) == 16, "wire ABI");
 
@@ -186,25 +183,6 @@ struct ipc_adopt {
 	uint32_t reserved;
 };
 _Static_assert(sizeof(struct ipc_adopt) == 16, "wire ABI");
-
-/*
- * A kit (supervisor/clients.c): a connection to gpuxd made ahead for the client's next forked
- * child, the fd, whose welcome waits in it; for the uid and gid it was made for.
- */
-struct ipc_kit {
-	uint64_t client_id;
-	uint32_t uid;
-	uint32_t gid;
-};
-_Static_assert(sizeof(struct ipc_kit) == 16, "wire ABI");
-
-/* A forked child takes the kit it was sent on: who it is, told by the fd (a socket it made,
- * whose SO_PEERCRED the kernel vouches for), and what it can take, as at hello. */
-struct ipc_claim {
-	uint32_t caps; /* IPC_HELLO_CAP_*: unknown ones are ignored */
-	uint32_t reserved;
-};
-_Static_assert(sizeof(struct ipc_claim) == 8, "wire ABI");
 
 struct ipc_ready {
 	struct ipc_device_info info;

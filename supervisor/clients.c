@@ -113,21 +113,6 @@ const struct sup_gone *sup_client_gone_get(const struct sup *s, uint64_t client_
 	return NULL;
 }
 
-/* An unclaimed kit is no longer one (claimed, closed or dropped): its parent may get another. */
-static void kit_gone(struct sup_client *c)
-{
-	struct sup *s = c->s;
-	struct sup_client *parent = ipc_map_get(&s->client_ids, c->kit_for);
-
-	c->kit = false;
-	s->nkits--;
-	if (parent && parent->kits > 0)
-		parent->kits--;
-	/* Its channels, unless a claim took them: closed here, so their workers let go. */
-	sup_spare_free(s, c->kit_spare);
-	c->kit_spare = NULL;
-}
-
 static void client_free(struct sup_client *c)
 {
 	struct sup *s = c->s;
@@ -139,16 +124,12 @@ static void client_free(struct sup_client *c)
 		};
 
 	LIST_REMOVE(s->clients, c);
-	if (c->kit)
-		kit_gone(c);
-	if (c->counted) {
-		s->nclients--;
-		count_sub(&s->per_uid, c->uid);
-	}
+	s->nclients--;
 	if (c->silent)
 		s->nsilent--;
 	if (c->admin_pool)
 		s->nadmin_pool--;
+	count_sub(&s->per_uid, c->uid);
 	if (c->pid > 0) {
 		count_sub(&s->per_pid, (uint64_t)c->pid);
 		if (!count_get(&s->per_pid, (uint64_t)c->pid))
@@ -411,43 +392,11 @@ static void send_clients(struct sup_client *asker, uint32_t id, uint64_t after)
 		(void)ipc_conn_send(asker->conn, msgbuf, (size_t)len, NULL, 0);
 }
 
-static int send_welcome(struct sup_client *c, uint32_t id)
-{
-	struct sup *s = c->s;
-	struct ipc_welcome wel = {
-		.version = c->version,
-		.ndevices = s->nworkers,
-		.client_id = c->id,
-		.quota_shared = s->opts.quota_shared,
-		.flags = s->opts.private_mode ? IPC_WELCOME_PRIVATE : 0,
-		.prio_max = c->prio_max,
-		.prio_default = c->prio_default,
-	};
-	int n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), id, &wel);
-
-	return n < 0 ? n : ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
-}
-
-/* A DEVICE for each device: with a channel from the spare (NULL: none), else a new one,
- * unless not serving. */
-static void send_devices(struct sup_client *c, struct sup_spare *spare)
-{
-	struct sup *s = c->s;
-
-	for (unsigned i = 0; i < s->nworkers && !c->admin; i++) {
-		struct sup_worker *w = &s->workers[i];
-
-		if (!sup_worker_serving(w))
-			send_device(c, w, NULL);
-		else if (!give_spare_channel(c, w, spare))
-			sup_client_give_channel(c, w);
-	}
-}
-
 static int hello(struct sup_client *c, const struct ipc_msg *msg)
 {
 	struct sup *s = c->s;
 	struct sup_spare *spare = NULL;
+	struct ipc_welcome wel;
 	struct ipc_hello h;
 	uint32_t version;
 	int n, r;
@@ -510,12 +459,27 @@ static int hello(struct sup_client *c, const struct ipc_msg *msg)
 	}
 	c->hello_done = true;
 	c->admin = h.flags & IPC_HELLO_ADMIN;
-	c->takes_kits = !c->admin && (h.caps & IPC_HELLO_CAP_KITS);
-	c->version = version;
 	ipc_timer_arm(c->hello_timer, 0);
-	r = send_welcome(c, msg->hdr.id);
-	if (r == 0)
-		send_devices(c, spare);
+
+	wel = (struct ipc_welcome){
+		.version = version,
+		.ndevices = s->nworkers,
+		.client_id = c->id,
+		.quota_shared = s->opts.quota_shared,
+		.flags = s->opts.private_mode ? IPC_WELCOME_PRIVATE : 0,
+		.prio_max = c->prio_max,
+		.prio_default = c->prio_default,
+	};
+	n = ipc_encode_welcome(msgbuf, sizeof(msgbuf), msg->hdr.id, &wel);
+	r = n < 0 ? n : ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
+	for (unsigned i = 0; i < s->nworkers && r == 0 && !c->admin; i++) {
+		struct sup_worker *w = &s->workers[i];
+
+		if (!sup_worker_serving(w))
+			send_device(c, w, NULL);
+		else if (!give_spare_channel(c, w, spare))
+			sup_client_give_channel(c, w);
+	}
 	sup_spare_free(s, spare);
 	return r;
 }
@@ -592,8 +556,6 @@ static int channel_req(struct sup_client *c, const struct ipc_msg *msg)
 	return 0;
 }
 
-static int kit_claim(struct sup_client *c, const struct ipc_msg *msg);
-
 static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *userdata)
 {
 	struct sup_client *c = userdata;
@@ -601,7 +563,7 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 	struct ipc_clients_req cr;
 	int r = -EBADMSG;
 
-	if (!c->hello_done && !c->refused && !c->kit && msg->hdr.type == IPC_HELLO)
+	if (!c->hello_done && !c->refused && msg->hdr.type == IPC_HELLO)
 		r = hello(c, msg);
 	else if (c->hello_done && c->admin && msg->hdr.type == IPC_STATUS_REQ &&
 		 ipc_decode_status_req(msg, &sr) == 0) {
@@ -613,8 +575,6 @@ static void on_client_msg(struct ipc_conn *conn, struct ipc_msg *msg, void *user
 		r = 0;
 	} else if (c->hello_done && !c->admin && msg->hdr.type == IPC_CHANNEL_REQ)
 		r = channel_req(c, msg);
-	else if (c->kit && msg->hdr.type == IPC_CLAIM)
-		r = kit_claim(c, msg);
 	if (r < 0) {
 		sup_logp(LOG_WARNING, "client pid %d uid %u: bad %s message: dropped", (int)c->pid,
 			 (unsigned)c->uid, ipc_type_name(msg->hdr.type));
@@ -626,11 +586,6 @@ static void on_client_close(struct ipc_conn *conn, int error, void *userdata)
 {
 	struct sup_client *c = userdata;
 
-	if (c->kit) {
-		/* Every process that had it let it go unclaimed. */
-		sup_spares_unclaimed(c->s, c->kit_pid);
-		sup_spares_refill(c->s);
-	}
 	if (error < 0 && error != -ECONNRESET && error != -EPIPE)
 		sup_logp(LOG_WARNING, "client pid %d uid %u: %s: dropped", (int)c->pid,
 			 (unsigned)c->uid, strerror(-error));
@@ -743,169 +698,6 @@ static gpux_status admit(struct sup *s, const struct ucred *cr, bool *ret_admin_
 	return GPUX_OK;
 }
 
-/*
- * ---- kits: connections made ahead, sent to a client for its next forked child ----
- *
- * A kit is a spare (supervisor/spares.c) with a socketpair: gpuxd's end is a client here that
- * says no hello (`kit`), in which the welcome waits; the other end goes to the parent (KIT),
- * whose library holds it until it forks. The child that has it claims it (CLAIM, with a
- * socket of its own making: its SO_PEERCRED, which the kernel vouches for, says who the child
- * is) and reads the welcome at once. gpuxd checks the claim as it would the child's own
- * connection (who may use gpuxd, the caps, the priority policy the kit was made with), then
- * sends a DEVICE for each device with the spare's channels, attached and offered at their
- * workers long before, telling each worker whose its channel is (ADOPT); refused, the child
- * hears why instead, and the spare's channels are closed. Nobody holds a channel before its
- * claim was checked. A kit is claimed once: it is then a client like any other, and a second
- * claim is a bad message. Unclaimed kits count with the spares, never as clients.
- */
-int sup_kit_give(struct sup_client *parent, struct sup_spare *sp)
-{
-	struct sup *s = parent->s;
-	struct ipc_kit m = { .client_id = sup_spare_id(sp),
-			     .uid = parent->uid,
-			     .gid = parent->gid };
-	struct sup_client *k = calloc(1, sizeof(*k));
-	int pair[2], n, r;
-
-	if (!k || ipc_channel_pair(pair, true) < 0) {
-		free(k);
-		sup_spare_free(s, sp);
-		return -ENOMEM;
-	}
-	k->s = s;
-	k->id = m.client_id;
-	k->uid = parent->uid;
-	k->gid = parent->gid;
-	k->prio_max = parent->prio_max;
-	k->prio_default = parent->prio_default;
-	k->version = parent->version;
-	k->kit = true;
-	k->kit_for = parent->id;
-	k->kit_pid = parent->pid;
-	k->kit_spare = sp;
-	LIST_PREPEND(s->clients, k);
-	s->nkits++;
-	parent->kits++;
-	r = ipc_timer_new(s->loop, on_hello_timeout, k, &k->hello_timer);
-	if (r == 0)
-		r = ipc_timer_new(s->loop, on_chan_timer, k, &k->chan_timer);
-	if (r == 0)
-		r = ipc_conn_new_take_fd(s->loop, pair[0], on_client_msg, on_client_close, k,
-					 &k->conn);
-	else
-		(void)close(pair[0]);
-	if (r == 0) {
-		ipc_conn_set_queue_fds(k->conn, SUP_CLIENT_QUEUE_FDS);
-		r = send_welcome(k, 0);
-	}
-	if (r == 0) {
-		n = ipc_encode_kit(msgbuf, sizeof(msgbuf), 0, &m);
-		r = n < 0 ? n : ipc_conn_send(parent->conn, msgbuf, (size_t)n, &pair[1], 1);
-	}
-	(void)close(pair[1]);
-	if (r < 0)
-		client_free(k);
-	return r;
-}
-
-void sup_kits_drop(struct sup *s)
-{
-	struct sup_client *next;
-
-	for (struct sup_client *c = s->clients; c; c = next) {
-		next = c->next;
-		if (c->kit)
-			client_free(c);
-	}
-}
-
-/* Refuse cr's claim: the child hears why; the kit's channels are closed unused. */
-static void kit_refuse(struct sup_client *c, const struct ucred *cr, gpux_status st,
-		       const char *why)
-{
-	struct sup *s = c->s;
-	int n;
-
-	kit_gone(c);
-	s->clients_refused++;
-	sup_logp(LOG_WARNING, "refused a kit's claim: uid %u gid %u pid %d: %s", (unsigned)cr->uid,
-		 (unsigned)cr->gid, (int)cr->pid, why);
-	n = ipc_encode_done(msgbuf, sizeof(msgbuf), 0, &(struct ipc_done){ .status = st }, why);
-	if (n > 0)
-		(void)ipc_conn_send(c->conn, msgbuf, (size_t)n, NULL, 0);
-	c->refused = why;
-	ipc_timer_arm(c->hello_timer, mono_ns() + SUP_REFUSED_LINGER_NS);
-	sup_spares_refill(s);
-}
-
-static int kit_claim(struct sup_client *c, const struct ipc_msg *msg)
-{
-	struct sup *s = c->s;
-	struct ipc_claim m;
-	struct ucred cr;
-	socklen_t len = sizeof(cr);
-	const char *why = NULL;
-	bool admin_pool = false;
-	int8_t prio_max, prio_default;
-	gpux_status st;
-	int r;
-
-	if (ipc_decode_claim(msg, &m) < 0 ||
-	    getsockopt(msg->fds[0], SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
-		return -EBADMSG;
-	/* The child's own connection would be checked so; the kit was made for its parent's
-	 * identity, and gives nothing to another. */
-	if (cr.uid != c->uid || cr.gid != c->gid || !allowed(s, msg->fds[0], &cr)) {
-		kit_refuse(c, &cr, GPUX_E_PERM, "a kit is for the uid and gid it was made for");
-		return 0;
-	}
-	prio_policy(s, msg->fds[0], &cr, &prio_max, &prio_default);
-	if (prio_max != c->prio_max || prio_default != c->prio_default) {
-		kit_refuse(c, &cr, GPUX_E_PERM, "the kit was made for another priority policy");
-		return 0;
-	}
-	st = admit(s, &cr, &admin_pool, &why);
-	if (st == GPUX_OK && admin_pool) {
-		st = GPUX_E_QUOTA;
-		why = "too many clients";
-	}
-	if (st < 0) {
-		kit_refuse(c, &cr, st, why);
-		return 0;
-	}
-	r = count_add(&s->per_uid, cr.uid);
-	if (r == 0 && cr.pid > 0) {
-		r = count_add(&s->per_pid, (uint64_t)cr.pid);
-		if (r < 0)
-			count_sub(&s->per_uid, cr.uid);
-	}
-	if (r == 0) {
-		r = ipc_map_put(&s->client_ids, c->id, c);
-		if (r < 0) {
-			count_sub(&s->per_uid, cr.uid);
-			if (cr.pid > 0)
-				count_sub(&s->per_pid, (uint64_t)cr.pid);
-		}
-	}
-	if (r < 0) {
-		kit_refuse(c, &cr, GPUX_E_NOMEM, "gpuxd is out of memory");
-		return 0;
-	}
-	c->counted = true;
-	s->nclients++;
-	c->pid = cr.pid;
-	c->hello_done = true;
-	c->takes_kits = m.caps & IPC_HELLO_CAP_KITS;
-	c->accepted_ns = mono_ns();
-	s->kits_claimed++;
-	send_devices(c, c->kit_spare);
-	kit_gone(c);
-	sup_workers_tell_processes(s);
-	sup_spares_refill(s);
-	ipc_timer_arm(s->idle_timer, 0);
-	return 0;
-}
-
 static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 {
 	struct sup *s = userdata;
@@ -940,7 +732,6 @@ static void on_accept(struct ipc_listener *li, int fd, void *userdata)
 		return;
 	}
 	c->s = s;
-	c->counted = true;
 	c->uid = cr.uid;
 	c->gid = cr.gid;
 	c->pid = cr.pid;

@@ -22,13 +22,6 @@
  * took a spare, or found none (which grows the pool, up to SUP_POOL_SPARES). A pool goes
  * with its parent's last connection; its spares go when a worker changes (its channels would
  * lead to a worker gone, or lack one that came) and are made again.
- *
- * Kits go further: the same pool's connections that take them (IPC_HELLO_CAP_KITS) are each sent
- * as many spares as the pool wants (SUP_CLIENT_KITS at most), each with a connection to gpuxd
- * of its own, which the parent holds for its next fork: the child connects with a claim and
- * gpuxd's answer on it, no connect() nor hello (supervisor/clients.c). A kit that comes back
- * unclaimed (its last holder exec'd or ended without using gpux) makes the pool want one fewer, so
- * that a process whose children mostly do not use gpux is not sent a kit for each of them.
  */
 
 struct sup_spare {
@@ -99,16 +92,15 @@ static void pool_drop_spares(struct sup *s, struct sup_pool *p)
 	p->n = 0;
 }
 
-/* The most spares and kits gpuxd holds, all pools together: each holds a channel (an fd
- * here, or in a kit's socket) and a client at every worker, which a connection would too. */
-static bool spares_room(const struct sup *s)
+/* The most spares gpuxd holds, all pools together: each holds a channel (an fd here) and a
+ * client at every worker, which a connection would too. */
+static unsigned spares_max(const struct sup *s)
 {
-	return s->nspares + s->nkits < MAX(s->opts.max_clients / 2 / MAX(s->nworkers, 1u), 1u);
+	return MAX(s->opts.max_clients / 2 / MAX(s->nworkers, 1u), 1u);
 }
 
-/* A spare for the pool's children: a client id and a channel to every ready worker; NULL when
- * none could be made. */
-static struct sup_spare *spare_new(struct sup *s, const struct sup_pool *p)
+/* One more spare for the pool: a client id and a channel to every ready worker. */
+static int spare_make(struct sup *s, struct sup_pool *p)
 {
 	struct sup_spare *sp = calloc(1, sizeof(*sp));
 	struct ipc_attach a;
@@ -117,7 +109,7 @@ static struct sup_spare *spare_new(struct sup *s, const struct sup_pool *p)
 	int n;
 
 	if (!sp)
-		return NULL;
+		return -ENOMEM;
 	sp->id = ++s->next_client_id;
 	a = (struct ipc_attach){ .client_id = sp->id,
 				 .uid = p->uid,
@@ -146,18 +138,8 @@ static struct sup_spare *spare_new(struct sup *s, const struct sup_pool *p)
 	}
 	if (!made) {
 		free(sp);
-		return NULL;
-	}
-	return sp;
-}
-
-/* One more spare in the pool. */
-static int spare_make(struct sup *s, struct sup_pool *p)
-{
-	struct sup_spare *sp = spare_new(s, p);
-
-	if (!sp)
 		return -EAGAIN;
+	}
 	if (p->tail)
 		p->tail->next = sp;
 	else
@@ -179,42 +161,17 @@ static void on_refill(struct ipc_timer *t, void *userdata)
 	for (size_t it = 0; ipc_map_next(&s->pools, &it, &key, &val);) {
 		struct sup_pool *p = val;
 
-		while (p->n < p->want && spares_room(s))
+		while (p->n < p->want && s->nspares < spares_max(s))
 			if (spare_make(s, p) < 0)
 				break;
 	}
-	/* Kits, for each connection of a pool's process that takes them, made for its identity. */
-	for (struct sup_client *c = s->clients; c; c = c->next) {
-		struct sup_pool *p;
-
-		if (!c->takes_kits || !c->hello_done || c->pid <= 0)
-			continue;
-		p = ipc_map_get(&s->pools, (uint64_t)c->pid);
-		if (!p || p->uid != c->uid || p->gid != c->gid || p->prio_max != c->prio_max ||
-		    p->prio_default != c->prio_default)
-			continue;
-		while (c->kits < MIN(p->want, SUP_CLIENT_KITS) && spares_room(s)) {
-			struct sup_spare *sp = spare_new(s, p);
-
-			if (!sp || sup_kit_give(c, sp) < 0)
-				break;
-		}
-	}
 }
 
-void sup_spares_refill(struct sup *s)
+/* Make what the pools want, after this round of the loop (the hellos in it come first). */
+static void refill_soon(struct sup *s)
 {
-	/* After this round of the loop: the hellos and claims in it come first. */
 	if (!s->stopping && s->refill_timer && ipc_map_size(&s->pools))
 		ipc_timer_arm(s->refill_timer, mono_ns());
-}
-
-void sup_spares_unclaimed(struct sup *s, pid_t pid)
-{
-	struct sup_pool *p = ipc_map_get(&s->pools, (uint64_t)pid);
-
-	if (p && p->want > 0)
-		p->want--;
 }
 
 struct sup_spare *sup_spare_take(struct sup *s, const struct sup_client *c)
@@ -258,7 +215,7 @@ struct sup_spare *sup_spare_take(struct sup *s, const struct sup_client *c)
 		/* Children came faster than spares: keep more. */
 		p->want = MIN(p->want + 1, SUP_POOL_SPARES);
 	}
-	sup_spares_refill(s);
+	refill_soon(s);
 	return sp;
 }
 
@@ -279,8 +236,7 @@ void sup_spares_drop(struct sup *s)
 
 	for (size_t it = 0; ipc_map_next(&s->pools, &it, &key, &val);)
 		pool_drop_spares(s, val);
-	sup_kits_drop(s);
-	sup_spares_refill(s);
+	refill_soon(s);
 }
 
 int sup_spares_start(struct sup *s)

@@ -50,10 +50,8 @@
 #define SUP_LOG_ROUND_BYTES (16u * 1024u)
 #define SUP_LOG_LINE_MAX 1024u
 
-/* Connections made ahead for one process's children (supervisor/spares.c), at most; and
- * kits (connections made ahead and sent to it) per connection of that process. */
+/* Connections made ahead for one process's children (supervisor/spares.c), at most. */
 #define SUP_POOL_SPARES 8u
-#define SUP_CLIENT_KITS 8u
 
 /* Exit codes. */
 #define SUP_EXIT_OK 0
@@ -197,7 +195,6 @@ struct sup_client {
 	pid_t pid;
 	int8_t prio_max, prio_default; /* what --priority allows it (supervisor/clients.c) */
 	bool hello_done;
-	bool counted;        /* among nclients and per_uid: accepted, or a kit claimed */
 	const char *refused; /* why it was told no at hello; dropped when hello_timer fires */
 	bool admin;
 	bool silent;     /* has not said hello yet (nor been refused) */
@@ -212,16 +209,6 @@ struct sup_client {
 	uint32_t chan_wanted_gen[IPC_DEVICES_MAX];
 	uint64_t chan_last_ns[IPC_DEVICES_MAX];
 	struct ipc_timer *chan_timer;
-	uint32_t version; /* the protocol's, as agreed at hello */
-	/* Kits (supervisor/clients.c). A client that takes them (IPC_HELLO_CAP_KITS) and how many
-	 * made for it are open and unclaimed; a kit itself until claimed (`kit`): the id and pid
-	 * of the client it was made for, and the spare whose channels its claim gets. */
-	bool takes_kits;
-	unsigned kits;
-	bool kit;
-	uint64_t kit_for;
-	pid_t kit_pid;
-	struct sup_spare *kit_spare;
 	struct sup_client *prev, *next;
 };
 
@@ -267,8 +254,6 @@ struct sup {
 	struct ipc_map pools; /* pid -> struct sup_pool: spares for that process's children */
 	unsigned nspares;
 	uint64_t spares_taken;
-	unsigned nkits; /* kits made and neither claimed nor closed yet */
-	uint64_t kits_claimed;
 	struct ipc_timer *refill_timer;
 	/* --metrics: the port, bound here and served by gpux-metrics beside gpuxd, which is
 	 * restarted when it dies (supervisor/metrics.c). */
@@ -423,23 +408,13 @@ uint64_t sup_spare_id(const struct sup_spare *sp);
 int sup_spare_channel(struct sup_spare *sp, const struct sup_worker *w);
 /* The process had its last connection closed: its pool goes. */
 void sup_spares_pid_gone(struct sup *s, pid_t pid);
-/* A worker changed (or gpuxd stops): every spare and unclaimed kit goes, and is made again
- * unless stopping. */
+/* A worker changed (or gpuxd stops): every spare goes, and is made again unless stopping. */
 void sup_spares_drop(struct sup *s);
-/* Make what the pools want, spares and kits, after this round of the loop. */
-void sup_spares_refill(struct sup *s);
-/* A kit made for a connection of process pid went unclaimed, its socket closed by every
- * process that had it (a child that never used gpux, or exec'd): pid gets fewer made ahead. */
-void sup_spares_unclaimed(struct sup *s, pid_t pid);
 
 /* supervisor/clients.c */
 int sup_clients_start(struct sup *s);
 void sup_clients_free(struct sup *s);
 void sup_client_give_channel(struct sup_client *c, struct sup_worker *w);
-/* Send c a kit made of sp (taken: freed here): 0, or < 0 when none could be made. */
-int sup_kit_give(struct sup_client *c, struct sup_spare *sp);
-/* Every unclaimed kit goes (its socket closed: a child that has it connects as any other). */
-void sup_kits_drop(struct sup *s);
 void sup_clients_device_changed(struct sup *s, struct sup_worker *w);
 void sup_client_send_killed(struct sup *s, uint64_t client_id, const struct ipc_killed *k);
 /* A client gone lately (one of the last SUP_GONE_KEPT), or NULL. */

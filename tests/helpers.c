@@ -395,8 +395,6 @@ static const struct sample_def samples[] = {
 	FIXED("queue-config", QUEUE_CONFIG, ipc_queue_config, .queue = 5, .priority = IPC_PRIO_MAX,
 	      .share = 25, .flags = IPC_QUEUE_PRIORITY),
 	FIXED("queue-config-default", QUEUE_CONFIG, ipc_queue_config, .queue = 0, .share = 50),
-	FIXED("kit", KIT, ipc_kit, .client_id = 17, .uid = 1001, .gid = 1001),
-	FIXED("claim", CLAIM, ipc_claim, IPC_HELLO_CAP_KITS, 0),
 	FIXED("welcome-priority", WELCOME, ipc_welcome, .version = IPC_VERSION, .ndevices = 1,
 	      .client_id = 9, .prio_max = IPC_PRIO_MAX, .prio_default = 1),
 	FIXED("attach-priority", ATTACH, ipc_attach, .client_id = 9, .uid = 1001, .gid = 1001,

@@ -184,8 +184,5 @@ int main(void)
 		cmocka_unit_test(test_e2e_share_import_refuses_other_files),
 	};
 
-	/* Its fd counts are exact: no kits (connections made ahead for forked children, which
-	 * gpuxd sends once a child used gpux) come to this process. */
-	(void)setenv("GPUX_KITS", "0", 1);
 	return cmocka_run_group_tests(tests, test_env_setup, test_env_teardown);
 }

@@ -17,9 +17,6 @@ static void test_proto_hello_rejects_bad_fields(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_HELLO, 0, m), -EBADMSG);
 	m = (struct ipc_hello){ 1, 1, IPC_HELLO_ADMIN << 1, 0 };
 	assert_int_equal(DECODE_FIXED(IPC_HELLO, 0, m), -EBADMSG);
-	/* What a client can take: a gpuxd ignores what it does not know. */
-	m = (struct ipc_hello){ 1, 1, 0, UINT32_MAX };
-	assert_int_equal(DECODE_FIXED(IPC_HELLO, 0, m), 0);
 	m.flags = UINT32_MAX;
 	assert_int_equal(DECODE_FIXED(IPC_HELLO, 0, m), -EBADMSG);
 	/* A client newer than the supervisor is not an error here: the range is negotiated. */
@@ -463,26 +460,6 @@ static void test_proto_adopt_rejects_no_client(void **state)
 	assert_int_equal(DECODE_FIXED(IPC_ADOPT, 0, m), -EBADMSG);
 }
 
-/* A kit names its client and comes with its socket; a claim comes with the claimer's. */
-static void test_proto_kit_and_claim_checked(void **state)
-{
-	struct ipc_kit k = { .client_id = 9, .uid = 1000, .gid = 1000 };
-	struct ipc_claim c = { 0 };
-
-	assert_int_equal(DECODE_FIXED(IPC_KIT, 1, k), 0);
-	assert_int_equal(DECODE_FIXED(IPC_KIT, 0, k), -EBADMSG);
-	k.client_id = 0;
-	assert_int_equal(DECODE_FIXED(IPC_KIT, 1, k), -EBADMSG);
-	assert_int_equal(DECODE_FIXED(IPC_CLAIM, 1, c), 0);
-	assert_int_equal(DECODE_FIXED(IPC_CLAIM, 0, c), -EBADMSG);
-	assert_int_equal(DECODE_FIXED(IPC_CLAIM, 2, c), -EBADMSG);
-	/* What the child can take: unknown ones are ignored. */
-	c.caps = UINT32_MAX;
-	assert_int_equal(DECODE_FIXED(IPC_CLAIM, 1, c), 0);
-	c = (struct ipc_claim){ .reserved = 1 };
-	assert_int_equal(DECODE_FIXED(IPC_CLAIM, 1, c), -EBADMSG);
-}
-
 static void test_proto_sym_req_rejects_bad_names(void **state)
 {
 	struct ipc_sym_req m = { .mod_id = 1, .name_len = 3, .name = "abc" }, good = m;
@@ -891,7 +868,6 @@ int main(void)
 		cmocka_unit_test(test_proto_symbol_answers_reject_bad_fields),
 		cmocka_unit_test(test_proto_killed_rejects_bad_fields),
 		cmocka_unit_test(test_proto_adopt_rejects_no_client),
-		cmocka_unit_test(test_proto_kit_and_claim_checked),
 		cmocka_unit_test(test_proto_channel_req_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_alloc_rejects_bad_fields),
 		cmocka_unit_test(test_proto_dbuf_host_rejects_bad_fields),

@@ -88,8 +88,6 @@ static const struct round_trip trips[] = {
 	TRIP(IPC_CHANNEL_REQ, 0, 0, 8, struct ipc_channel_req, IPC_DEVICES_MAX - 1, UINT32_MAX),
 	TRIP(IPC_CLIENTS_REQ, 6, 0, 16, struct ipc_clients_req, UINT64_MAX, 0, 0),
 	TRIP(IPC_ADOPT, 0, 0, 16, struct ipc_adopt, UINT64_MAX, UINT32_MAX, 0),
-	TRIP(IPC_KIT, 0, 1, 16, struct ipc_kit, UINT64_MAX, UINT32_MAX, 0),
-	TRIP(IPC_CLAIM, 0, 1, 8, struct ipc_claim, UINT32_MAX, 0),
 	/* The longest name; a one-byte one. */
 	TRIP(IPC_KERNEL_ATTRS_REQ, 7, 0, 280, struct ipc_sym_req, UINT64_MAX, 0,
 	     IPC_KERNEL_NAME_MAX, 0,

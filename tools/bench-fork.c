@@ -102,15 +102,6 @@ static double stat_ms(const struct stamps *s, unsigned n, size_t field, unsigned
 
 #define RESULT offsetof(struct stamps, result)
 
-/* Connections gpuxd has accepted (one more for this query); UINT64_MAX when it cannot say. */
-static uint64_t accepted(const struct bench *b)
-{
-	static struct ipc_dev_status devs[IPC_DEVICES_MAX];
-	struct ipc_status st;
-
-	return tool_status_query(b->sock, &st, devs) < 0 ? UINT64_MAX : st.clients_total;
-}
-
 /*
  * A forked child's first result (the module already in the worker, the parent connected),
  * one at a time and BURST at once, against CUDA start-up in a process; then where a child's
@@ -124,7 +115,6 @@ int bench_fork(struct bench *b)
 	uint64_t bt[5];
 	unsigned nb = 0;
 	double base = NAN, p50, p99, burst;
-	uint64_t kits0, kits1;
 	struct stamps *s;
 	gpux_buf *stamps, *io;
 	struct gpux_arg a;
@@ -151,21 +141,13 @@ int bench_fork(struct bench *b)
 	if (nb)
 		base = bench_median(bt, nb) / 1e6;
 
-	kits0 = accepted(b);
 	if (one_at_a_time(b, s, n, NULL, false) < 0)
 		goto out;
-	kits1 = accepted(b);
 	p50 = stat_ms(s, n, RESULT, 50);
 	p99 = stat_ms(s, n, RESULT, 99);
 	bench_add(b, "forked child's first result", p50, base, "ms", "<= 0.2 ms",
 		  isnan(base) ? p50 : p50 / base, p50 <= 0.2);
 	bench_add(b, "  p99", p99, NAN, "ms", "<= 0.5 ms", p99, p99 <= 0.5);
-	/* A child with a kit (a connection gpuxd made ahead and sent the parent) connects
-	 * without gpuxd accepting one for it. */
-	if (kits0 != UINT64_MAX && kits1 != UINT64_MAX && kits1 > kits0)
-		bench_add(b, "  children that connected with a kit",
-			  100.0 * (double)(n - MIN(kits1 - kits0 - 1, (uint64_t)n)) / n, NAN, "%",
-			  "", NAN, true);
 	if (bursts(b, s, rounds) < 0)
 		goto out;
 	burst = stat_ms(s, rounds * BURST, RESULT, 50);

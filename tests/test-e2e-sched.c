@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "e2e.h"
@@ -150,7 +149,6 @@ static void test_sched_busy_client_does_not_starve_another(void **state)
 	gpux_module *om = test_load_host_kernels(other);
 	gpux_buf *busy_log, *when;
 	const uint64_t *ends, *ran;
-	struct timespec t;
 	uint64_t submitted;
 	unsigned between = 0;
 	gpux_req *r;
@@ -166,8 +164,7 @@ static void test_sched_busy_client_does_not_starve_another(void **state)
 		};
 		assert_int_equal(gpux_submit(e->m, "spin_us_log", &l, args, 2, &busy[i]), GPUX_OK);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	submitted = (uint64_t)t.tv_sec * NSEC_PER_SEC + (uint64_t)t.tv_nsec;
+	submitted = mono_ns();
 	{
 		struct gpux_arg arg = gpux_arg_mapped(when, 0, sizeof(uint64_t));
 

@@ -226,11 +226,14 @@ GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
  * Each connection has a home device, its id (gpuxd counts connections) modulo the devices,
  * so that processes that connect one after another are spread over the devices as if each
  * named one in turn. The home keeps a launch unless another device holds more of the
- * launch's cached inputs, or has less to do by more than ANY_KEEP_MIN requests and by more
- * than a quarter of the home's work where this process makes at least half of it, three
- * quarters where others do: one process with much to do spreads it, while among many each
- * keeps its home unless the other device is nearly idle (theirs spread the work already, and
- * a launch elsewhere breaks the runs below). Where the home is not ready, the device of the
+ * launch's cached inputs, or has less to do by more than ANY_KEEP_MIN requests and, where
+ * this process makes at least half of the home's work, by more than a quarter of it but at
+ * most ANY_KEEP_OWN requests; where others make most of it, by more than three quarters: one
+ * process with much to do spreads it evenly (a quarter, uncapped, left one with 128 long
+ * requests in flight on two H200s with 73 of them on its home and the other device idle for
+ * the last 18: 1.75 times one device), while among many each keeps its home unless the other
+ * device is nearly idle (theirs spread the work already, and a launch elsewhere breaks the
+ * runs below). Where the home is not ready, the device of the
  * last GPUX_ANY launch keeps it so. So a process's launches reach a worker in runs, which it
  * launches as graphs of several (a graph holds one client's requests), where choosing afresh
  * each time scattered them; and processes that all began on one device and kept the device
@@ -251,6 +254,7 @@ GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
 #define ANY_KEEP_MIN 2u
+#define ANY_KEEP_OWN 4u
 
 static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t nargs, uint32_t *ret)
 {
@@ -306,7 +310,8 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 	ctx->rr++;
 	/* Kept, but never against more of the launch's cached inputs elsewhere. */
 	if (last_score != UINT64_MAX && best_aff <= last_aff &&
-	    best_score + MAX(2 * last_own >= last_load ? last_load / 4 : last_load - last_load / 4,
+	    best_score + MAX(2 * last_own >= last_load ? MIN(last_load / 4, ANY_KEEP_OWN)
+						     : last_load - last_load / 4,
 			     ANY_KEEP_MIN) >=
 		    last_score)
 		best = keep;

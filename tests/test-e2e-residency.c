@@ -468,6 +468,26 @@ static void test_residency_any_spreads_over_devices(void **state)
 	assert_true(on[1] > 0);
 }
 
+/* One process with much to do alone: its long requests split nearly evenly, however many (with
+ * a quarter of the home's work as the margin, 110 of 192 stayed home). */
+static void test_residency_any_splits_one_process_evenly(void **state)
+{
+	struct test_env *e = *state;
+	enum { N = 192 };
+	gpux_req *r[N];
+	unsigned on[2] = { 0, 0 };
+
+	for (int i = 0; i < N; i++)
+		assert_int_equal(test_spin_submit(e->m, GPUX_ANY, 1, &r[i]), GPUX_OK);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(gpux_wait(r[i], -1), GPUX_OK);
+		on[gpux_req_device(r[i])]++;
+		gpux_req_free(r[i]);
+	}
+	print_message("GPUX_ANY: %u on device 0, %u on device 1\n", on[0], on[1]);
+	assert_in_range(on[0], N / 2 - 8, N / 2 + 8);
+}
+
 /* Launches one at a time find both devices idle: they stay on the device of the first, so that
  * a process's launches reach one worker in runs, not every other one on each. */
 static void test_residency_any_stays_where_no_less_is_queued(void **state)
@@ -583,6 +603,7 @@ int main(void)
 		cmocka_unit_test(test_residency_dbufs_reclaimed_and_quota),
 		cmocka_unit_test(test_residency_queues_overlap_and_keep_order),
 		cmocka_unit_test(test_residency_any_spreads_over_devices),
+		cmocka_unit_test(test_residency_any_splits_one_process_evenly),
 		cmocka_unit_test(test_residency_any_stays_where_no_less_is_queued),
 		cmocka_unit_test(test_residency_any_follows_affinity),
 		cmocka_unit_test(test_residency_keys_and_filters_say_where_bytes_are),

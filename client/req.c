@@ -245,16 +245,14 @@ GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
  * devices look twice as busy as each other often enough that processes moved (two H200s, 16
  * to 64 processes: their graphs held 11-14 requests against 16-23 named, and the rate was
  * 0.65-0.86 of theirs). So what a launch compares is the average of the reads, each weighing
- * an eighth (about a millisecond: a read after ANY_LOAD_SPAN_NS without one replaces it, so
- * that a burst long ended does not keep a device looking busy); and a worker's count is read
- * again only after ANY_LOAD_AGE_NS: the worker rewrites it at every completion, so a read at every
- * launch costs a cache miss on both sides. Measured on two H200s, 16 processes over both devices:
+ * an eighth (about a millisecond); and a worker's count is read again only after
+ * ANY_LOAD_AGE_NS: the worker rewrites it at every completion, so a read at every launch
+ * costs a cache miss on both sides. Measured on two H200s, 16 processes over both devices:
  * 1.38 M launches/s with the choice afresh at every launch and every count read, 1.69-1.76
  * M/s with the last device kept and fewer reads, 1.70-2.04 M/s with each process on one
  * device (docs/PERFORMANCE-LOG.md).
  */
 #define ANY_LOAD_AGE_NS (100 * NSEC_PER_USEC)
-#define ANY_LOAD_SPAN_NS (8 * ANY_LOAD_AGE_NS)
 #define ANY_KEEP_MIN 2u
 #define ANY_KEEP_OWN 4u
 
@@ -288,10 +286,9 @@ static int pick_device(gpux_ctx *ctx, const struct gpux_arg *args, uint32_t narg
 				uint64_t seen = __atomic_load_n(&d->status->stats.inflight,
 								__ATOMIC_RELAXED);
 
-				d->any_load8 =
-					d->any_load_ns && now - d->any_load_ns < ANY_LOAD_SPAN_NS
-						? d->any_load8 - d->any_load8 / 8 + seen
-						: 8 * seen;
+				d->any_load8 = d->any_load_ns
+						       ? d->any_load8 - d->any_load8 / 8 + seen
+						       : 8 * seen;
 				d->any_load_ns = now;
 			}
 			load = MAX(load, d->any_load8 / 8);

@@ -8,6 +8,10 @@ import time
 
 import pytest
 
+# The sanitizer builds' suite preloads AddressSanitizer's runtime into Python, and so into
+# every process Python starts.
+ASAN_PRELOADED = "libasan" in os.environ.get("LD_PRELOAD", "")
+
 ADD1_KERNEL = r"""
 GPUX_HOST_PARAMS(add1, 8, sizeof(float *), sizeof(float *));
 GPUX_HOST_KERNEL(add1)

@@ -12,7 +12,7 @@ distributed = pytest.importorskip("distributed")
 
 import gpux  # noqa: E402
 import gpux.dask  # noqa: E402,F401
-from conftest import ADD1_KERNEL  # noqa: E402
+from conftest import ADD1_KERNEL, ASAN_PRELOADED  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import dask_gpu_bench  # noqa: E402
@@ -149,7 +149,7 @@ def _gpux_resource(dask_worker):
 # gcc 12's AddressSanitizer does nothing at fork(): a worker forked while another thread held
 # its allocator's lock inherits the lock held and hangs at its next allocation. The test runs
 # in the builds without it.
-@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+@pytest.mark.skipif(ASAN_PRELOADED,
                     reason="AddressSanitizer's allocator is not fork-safe in a threaded process")
 def test_plugin_on_forked_workers_offers_gpux_and_runs_annotated_tasks(kernels):
     scale = kernels.get_function("scale")

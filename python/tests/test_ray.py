@@ -6,9 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-# The sanitizer builds' suite preloads the sanitizer's runtime into Python, and so into the
-# raylet and every process Ray starts: Ray's cluster then started, or hung, as it pleased.
-if "libasan" in os.environ.get("LD_PRELOAD", ""):
+from conftest import ASAN_PRELOADED
+
+# With the sanitizer's runtime preloaded into the raylet and every process Ray starts, Ray's
+# cluster started, or hung, as it pleased.
+if ASAN_PRELOADED:
     pytest.skip("Ray's processes would get the sanitizer's runtime preloaded",
                 allow_module_level=True)
 

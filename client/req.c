@@ -233,12 +233,12 @@ GPUX_EXPORT gpux_status gpux_device_affinity(gpux_ctx *ctx, uint32_t device,
  * requests in flight on two H200s with 73 of them on its home and the other device idle for
  * the last 18: 1.75 times one device), while among many each keeps its home unless the other
  * device is nearly idle (theirs spread the work already, and a launch elsewhere breaks the
- * runs below). Where the home is not ready, the device of the
- * last GPUX_ANY launch keeps it so. So a process's launches reach a worker in runs, which it
- * launches as graphs of several (a graph holds one client's requests), where choosing afresh
- * each time scattered them; and processes that all began on one device and kept the device
- * of their last launch could stay there (a program with 64 in flight per process saw device 1
- * get a fifth of the work on two H200s).
+ * runs below). Where the home is not ready, the device of the last GPUX_ANY launch keeps it
+ * so. So a process's launches reach a worker in runs, which it launches as graphs of several
+ * (a graph holds one client's requests), where choosing afresh each time scattered them; and
+ * processes that all began on one device and kept the device of their last launch could stay
+ * there (a program with 64 in flight per process saw device 1 get a fifth of the work on two
+ * H200s).
  *
  * A worker's count misses the requests still on its rings, and falls near zero each time the
  * worker ends a batch, before it takes the next: read as it is, it made two equally busy
